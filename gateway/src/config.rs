@@ -1,0 +1,552 @@
+//! The gateway's configuration file (TOML).
+//!
+//! Every field, its unit and its default is documented in
+//! `docs/configuration.md`; `ops/gateway.example.toml` is a complete example
+//! that `gateway check-config` accepts. Loading is strict: an unknown field, a
+//! bad value or two sessions claiming one source address stops start-up with
+//! an error that names the field and the line at fault.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::name::Name;
+
+/// A config that failed to load, naming where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Syntax or type errors: the TOML library's message names the line,
+    /// column and field.
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A value that parsed but breaks a rule of its own.
+    #[error("{path}:{line}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// This gateway's id, as records and the control plane name it.
+    /// Required; 1–64 bytes of letters, digits, `-`, `_`, `.`.
+    pub gateway_id: Spanned<String>,
+    /// Listeners. Defaults: see [`Listen`].
+    #[serde(default)]
+    pub listen: Listen,
+    /// Where connection records go.
+    pub records: Records,
+    /// How destination names are resolved.
+    #[serde(default)]
+    pub resolver: Resolver,
+    /// How the gateway reaches destinations.
+    #[serde(default)]
+    pub upstream: Upstream,
+    /// Bounds on what one client can make the gateway hold.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Sessions known from the file, for running without a control plane.
+    #[serde(default, rename = "session")]
+    pub sessions: Vec<StaticSession>,
+}
+
+/// Listening addresses.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listen {
+    /// Where session traffic arrives (nftables redirects every port-443
+    /// connection here). Default `0.0.0.0:443`.
+    #[serde(default = "Listen::default_data")]
+    pub data: SocketAddr,
+    /// Metrics (`/metrics`) and health (`/healthz`, `/readyz`), plain HTTP.
+    /// Default `127.0.0.1:9443`. Keep it off the session network.
+    #[serde(default = "Listen::default_admin")]
+    pub admin: SocketAddr,
+}
+
+impl Listen {
+    fn default_data() -> SocketAddr {
+        SocketAddr::from(([0, 0, 0, 0], 443))
+    }
+    fn default_admin() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9443))
+    }
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            data: Listen::default_data(),
+            admin: Listen::default_admin(),
+        }
+    }
+}
+
+/// The record sink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Records {
+    /// A file that receives one JSON object per line, per connection; opened
+    /// for append, created if missing. Required.
+    pub path: PathBuf,
+}
+
+/// Name resolution.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resolver {
+    /// Nameservers as `ADDRESS:PORT` (UDP, falling back to TCP for truncated
+    /// answers). Empty (the default): the system's `/etc/resolv.conf`.
+    #[serde(default)]
+    pub nameservers: Vec<Spanned<SocketAddr>>,
+    /// How long one query may take, in milliseconds. Default 2000.
+    #[serde(default = "Resolver::default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// How many times a query is sent before the name counts as
+    /// unresolvable. Default 2.
+    #[serde(default = "Resolver::default_attempts")]
+    pub attempts: usize,
+    /// Address blocks that are NOT refused `resolves_internal` although
+    /// internal. Default empty. Only for labs and tests whose origins live on
+    /// loopback; `check-config` and start-up warn when it is set.
+    #[serde(default)]
+    pub permit_internal: Vec<Spanned<IpNet>>,
+}
+
+impl Resolver {
+    fn default_timeout_ms() -> u64 {
+        2000
+    }
+    fn default_attempts() -> usize {
+        2
+    }
+    /// The per-query timeout.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+impl Default for Resolver {
+    fn default() -> Self {
+        Resolver {
+            nameservers: Vec::new(),
+            timeout_ms: Resolver::default_timeout_ms(),
+            attempts: Resolver::default_attempts(),
+            permit_internal: Vec::new(),
+        }
+    }
+}
+
+/// Reaching destinations.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    /// The destination port. Default 443: the gateway passes port 443 only;
+    /// tests point it at a loopback origin's port.
+    #[serde(default = "Upstream::default_port")]
+    pub port: u16,
+    /// How long a TCP connect to one resolved address may take, in
+    /// milliseconds. Default 5000.
+    #[serde(default = "Upstream::default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+}
+
+impl Upstream {
+    fn default_port() -> u16 {
+        443
+    }
+    fn default_connect_timeout_ms() -> u64 {
+        5000
+    }
+    /// The connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            port: Upstream::default_port(),
+            connect_timeout_ms: Upstream::default_connect_timeout_ms(),
+        }
+    }
+}
+
+/// Bounds on what clients can make the gateway hold.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// The most bytes read while waiting for a complete ClientHello, record
+    /// headers included. Default 16640 (one full 16 KiB TLS record plus
+    /// headers): real hellos, post-quantum key shares included, are under 2 KiB.
+    /// Range 512–65536.
+    #[serde(default = "Limits::default_hello_max_bytes")]
+    pub hello_max_bytes: usize,
+    /// How long a client has to send its whole ClientHello, in milliseconds.
+    /// Default 5000. Slower senders are cut off (`not_tls`).
+    #[serde(default = "Limits::default_hello_timeout_ms")]
+    pub hello_timeout_ms: u64,
+    /// The most client connections open at once; past it the gateway stops
+    /// accepting until one closes (the kernel's backlog holds the rest).
+    /// Default 20000.
+    #[serde(default = "Limits::default_max_connections")]
+    pub max_connections: usize,
+    /// On SIGTERM/SIGINT, how long open connections may finish, in
+    /// milliseconds, before they are cut. Default 10000.
+    #[serde(default = "Limits::default_shutdown_grace_ms")]
+    pub shutdown_grace_ms: u64,
+}
+
+impl Limits {
+    fn default_hello_max_bytes() -> usize {
+        16_384 + 256
+    }
+    fn default_hello_timeout_ms() -> u64 {
+        5000
+    }
+    fn default_max_connections() -> usize {
+        20_000
+    }
+    fn default_shutdown_grace_ms() -> u64 {
+        10_000
+    }
+    /// The hello deadline.
+    pub fn hello_timeout(&self) -> Duration {
+        Duration::from_millis(self.hello_timeout_ms)
+    }
+    /// The drain grace.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            hello_max_bytes: Limits::default_hello_max_bytes(),
+            hello_timeout_ms: Limits::default_hello_timeout_ms(),
+            max_connections: Limits::default_max_connections(),
+            shutdown_grace_ms: Limits::default_shutdown_grace_ms(),
+        }
+    }
+}
+
+/// A session defined in the file (`[[session]]`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticSession {
+    /// The session id. Required, unique.
+    pub id: Spanned<String>,
+    /// The tenant (customer) the session serves. Required.
+    pub tenant: String,
+    /// The attempt number (1 at start, +1 at each resume). Default 1.
+    #[serde(default = "StaticSession::default_attempt")]
+    pub attempt: u32,
+    /// The session's source addresses: a connection from one of them belongs
+    /// to this session. Required, at least one; no address in two sessions.
+    pub sources: Spanned<Vec<Spanned<IpAddr>>>,
+    /// The destination names the session may reach, exactly (no wildcards;
+    /// canonicalised: lower case, no trailing dot). Default empty.
+    #[serde(default)]
+    pub allowlist: Vec<Spanned<Name>>,
+}
+
+impl StaticSession {
+    fn default_attempt() -> u32 {
+        1
+    }
+}
+
+/// Warnings that do not stop start-up but that an operator must see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning(pub String);
+
+impl Config {
+    /// Read, parse and validate a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Parse and validate config text; `path` only names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        config.validate(path, text)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let invalid =
+            |span: std::ops::Range<usize>, field: &str, message: String| ConfigError::Invalid {
+                path: path.to_owned(),
+                line: line_of(text, span.start),
+                field: field.to_owned(),
+                message,
+            };
+        let id = self.gateway_id.get_ref();
+        if !is_id(id) {
+            return Err(invalid(
+                self.gateway_id.span(),
+                "gateway_id",
+                format!("{id:?} must be 1-64 letters, digits, '-', '_' or '.'"),
+            ));
+        }
+        let l = &self.limits;
+        if !(512..=65_536).contains(&l.hello_max_bytes) {
+            return Err(invalid(
+                find_key(text, "hello_max_bytes"),
+                "limits.hello_max_bytes",
+                format!("{} is outside 512-65536 bytes", l.hello_max_bytes),
+            ));
+        }
+        for (value, field) in [
+            (l.hello_timeout_ms, "limits.hello_timeout_ms"),
+            (self.resolver.timeout_ms, "resolver.timeout_ms"),
+            (
+                self.upstream.connect_timeout_ms,
+                "upstream.connect_timeout_ms",
+            ),
+        ] {
+            if !(1..=600_000).contains(&value) {
+                let key = field.rsplit('.').next().unwrap_or(field);
+                return Err(invalid(
+                    find_key(text, key),
+                    field,
+                    format!("{value} ms is outside 1-600000 ms"),
+                ));
+            }
+        }
+        if l.max_connections == 0 {
+            return Err(invalid(
+                find_key(text, "max_connections"),
+                "limits.max_connections",
+                "must be at least 1".into(),
+            ));
+        }
+        if !(1..=10).contains(&self.resolver.attempts) {
+            return Err(invalid(
+                find_key(text, "attempts"),
+                "resolver.attempts",
+                format!("{} is outside 1-10", self.resolver.attempts),
+            ));
+        }
+        if self.upstream.port == 0 {
+            return Err(invalid(
+                find_key(text, "port"),
+                "upstream.port",
+                "port 0 cannot be connected to".into(),
+            ));
+        }
+
+        let mut ids: HashMap<&str, ()> = HashMap::new();
+        let mut owners: HashMap<IpAddr, &str> = HashMap::new();
+        for (i, s) in self.sessions.iter().enumerate() {
+            let sid = s.id.get_ref();
+            let field = |f: &str| format!("session[{i}].{f}");
+            if !is_id(sid) {
+                return Err(invalid(
+                    s.id.span(),
+                    &field("id"),
+                    format!("{sid:?} must be 1-64 letters, digits, '-', '_' or '.'"),
+                ));
+            }
+            if ids.insert(sid, ()).is_some() {
+                return Err(invalid(
+                    s.id.span(),
+                    &field("id"),
+                    format!("session id {sid:?} is used twice"),
+                ));
+            }
+            if s.tenant.is_empty() {
+                return Err(invalid(
+                    s.id.span(),
+                    &field("tenant"),
+                    "must not be empty".into(),
+                ));
+            }
+            if s.sources.get_ref().is_empty() {
+                return Err(invalid(
+                    s.sources.span(),
+                    &field("sources"),
+                    "a session needs at least one source address".into(),
+                ));
+            }
+            for (j, src) in s.sources.get_ref().iter().enumerate() {
+                let ip = canonical_ip(*src.get_ref());
+                if let Some(other) = owners.insert(ip, sid) {
+                    return Err(invalid(
+                        src.span(),
+                        &field(&format!("sources[{j}]")),
+                        format!("{ip} is already a source of session {other:?}"),
+                    ));
+                }
+            }
+            let mut seen = HashMap::new();
+            for (j, name) in s.allowlist.iter().enumerate() {
+                if seen.insert(name.get_ref().clone(), ()).is_some() {
+                    return Err(invalid(
+                        name.span(),
+                        &field(&format!("allowlist[{j}]")),
+                        format!("{} is listed twice", name.get_ref()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What an operator must be told although the config is valid.
+    pub fn warnings(&self) -> Vec<Warning> {
+        let mut out = Vec::new();
+        if !self.resolver.permit_internal.is_empty() {
+            let nets: Vec<String> = self
+                .resolver
+                .permit_internal
+                .iter()
+                .map(|n| n.get_ref().to_string())
+                .collect();
+            out.push(Warning(format!(
+                "resolver.permit_internal lets destinations resolve to internal addresses in {}: for labs and tests only",
+                nets.join(", ")
+            )));
+        }
+        if self.upstream.port != 443 {
+            out.push(Warning(format!(
+                "upstream.port is {}, not 443: for labs and tests only",
+                self.upstream.port
+            )));
+        }
+        out
+    }
+}
+
+/// IPv4-mapped IPv6 sources (`::ffff:10.0.0.5`, as a dual-stack listener
+/// reports IPv4 peers) are the same session source as the plain IPv4 address.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => ip,
+        },
+        v4 => v4,
+    }
+}
+
+fn is_id(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// 1-based line number of byte offset `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Span of the first line that sets `key`, for values that carry no span of
+/// their own (plain numbers). Falls back to the start of the file.
+fn find_key(text: &str, key: &str) -> std::ops::Range<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return offset..offset + line.len();
+            }
+        }
+        offset += line.len();
+    }
+    0..0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+gateway_id = "gw-a"
+[records]
+path = "/tmp/records.jsonl"
+[[session]]
+id = "s1"
+tenant = "acme"
+sources = ["127.0.0.2"]
+allowlist = ["API.example.com."]
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(Path::new("t.toml"), text)
+            .expect_err("config should be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn good_config_has_defaults_and_canonical_names() {
+        let c = Config::parse(Path::new("t.toml"), GOOD).unwrap();
+        assert_eq!(c.listen.data.port(), 443);
+        assert_eq!(c.limits.hello_max_bytes, 16_640);
+        assert_eq!(
+            c.sessions[0].allowlist[0].get_ref().as_str(),
+            "api.example.com"
+        );
+        assert!(c.warnings().is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_line_and_field() {
+        let e = err(&GOOD.replace("127.0.0.2", "127.0.0.300"));
+        assert!(e.contains("line 8") && e.contains("sources"), "{e}");
+        let e = err(&GOOD.replace("tenant", "tenent"));
+        assert!(e.contains("tenent") && e.contains("line 7"), "{e}");
+        let e = err(&GOOD.replace("API.example.com.", "10.0.0.1"));
+        assert!(e.contains("IP literal") && e.contains("line 9"), "{e}");
+        let e = err(&format!("{GOOD}[limits]\nhello_max_bytes = 10\n"));
+        assert!(e.contains("t.toml:11: limits.hello_max_bytes"), "{e}");
+        let twice = format!(
+            "{GOOD}[[session]]\nid = \"s2\"\ntenant = \"b\"\nsources = [\"::ffff:127.0.0.2\"]\n"
+        );
+        let e = err(&twice);
+        assert!(
+            e.contains("t.toml:13: session[1].sources[0]") && e.contains("\"s1\""),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("gw-a", "gw a"));
+        assert!(e.contains("t.toml:2: gateway_id"), "{e}");
+    }
+
+    #[test]
+    fn permit_internal_warns() {
+        let text = GOOD.replace(
+            "[records]",
+            "[resolver]\npermit_internal = [\"127.0.0.0/8\"]\n[records]",
+        );
+        let c = Config::parse(Path::new("t.toml"), &text).unwrap();
+        assert_eq!(c.warnings().len(), 1);
+    }
+}

@@ -1,0 +1,252 @@
+//! The `gateway` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use talos_gateway::config::Config;
+
+/// The TALOS egress gateway: the only way out of a sandbox session.
+#[derive(Debug, Parser)]
+#[command(name = "gateway", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway with a config file until SIGTERM or SIGINT.
+    ///
+    /// Prints one JSON line {"event":"ready","data":ADDR,"admin":ADDR} on
+    /// standard output once both listeners are bound; logs go to standard
+    /// error (RUST_LOG sets the level, default info).
+    Run {
+        /// The TOML config file (see docs/configuration.md).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Log as JSON lines instead of text.
+        #[arg(long)]
+        json_logs: bool,
+    },
+    /// Check a config file and exit: 0 if the gateway would start with it.
+    ///
+    /// Prints a summary, and any warning an operator must see; a bad config
+    /// prints the file, line and field at fault and exits 1.
+    CheckConfig {
+        /// The TOML config file.
+        file: PathBuf,
+    },
+    /// Judge captured ClientHellos with the data path's own parser.
+    ///
+    /// Each FILE holds the first bytes a client sent on a connection. Prints
+    /// one JSON object per file: {"file", "verdict" ("ok" or a refusal
+    /// name), "sni", "alpn", "ech", "records"}.
+    InspectHello {
+        /// Capture files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Classify IP addresses with the data path's own classifier.
+    ///
+    /// Prints "ADDRESS public" or "ADDRESS internal CLASS" per address.
+    /// Accepts IPv4 (also the inet_aton forms 127.1, 0x7f.1, 2130706433),
+    /// IPv6 (also bracketed and with a zone id). Exits 2 if any address
+    /// could not be read.
+    Classify {
+        /// Addresses to classify.
+        #[arg(required = true)]
+        addresses: Vec<String>,
+    },
+    /// Capture the first bytes of real clients' connections, for tests.
+    ///
+    /// Listens on ADDR, and for each NAME accepts one connection, reads its
+    /// ClientHello (as the data path does) and writes the bytes to
+    /// DIR/NAME.bin. Prints the bound address first, as a JSON line.
+    CaptureHello {
+        /// Where to listen (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// The directory to write captures into.
+        #[arg(long)]
+        out: PathBuf,
+        /// One name per connection to capture, in order.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { config, json_logs } => run(&config, json_logs),
+        Command::CheckConfig { file } => check_config(&file),
+        Command::InspectHello { files } => inspect_hello(&files),
+        Command::Classify { addresses } => classify(&addresses),
+        Command::CaptureHello { listen, out, names } => capture(listen, &out, &names),
+    }
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
+    init_logs(json_logs);
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gateway: bad config: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gateway: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(talos_gateway::server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn check_config(path: &std::path::Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(c) => {
+            println!(
+                "{}: ok: gateway {}, data {}, admin {}, {} session(s)",
+                path.display(),
+                c.gateway_id.get_ref(),
+                c.listen.data,
+                c.listen.admin,
+                c.sessions.len()
+            );
+            for s in &c.sessions {
+                let names: Vec<&str> = s.allowlist.iter().map(|n| n.get_ref().as_str()).collect();
+                println!(
+                    "  session {} (tenant {}, attempt {}): {} source(s), allowlist [{}]",
+                    s.id.get_ref(),
+                    s.tenant,
+                    s.attempt,
+                    s.sources.get_ref().len(),
+                    names.join(", ")
+                );
+            }
+            for w in c.warnings() {
+                println!("warning: {}", w.0);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gateway: bad config: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn inspect_hello(files: &[PathBuf]) -> ExitCode {
+    let mut status = ExitCode::SUCCESS;
+    for file in files {
+        match std::fs::read(file) {
+            Ok(bytes) => {
+                println!("{}", inspect(&file.display().to_string(), &bytes));
+            }
+            Err(e) => {
+                eprintln!("gateway: cannot read {}: {e}", file.display());
+                status = ExitCode::from(2);
+            }
+        }
+    }
+    status
+}
+
+/// One capture judged exactly as the data path judges a connection whose
+/// client sent these bytes and then stopped.
+fn inspect(file: &str, bytes: &[u8]) -> serde_json::Value {
+    use talos_gateway::hello::{parse, Cause, HelloLimits, Parse};
+    let limits = HelloLimits::default();
+    let mut scratch = limits.scratch();
+    let parsed = parse(bytes, &mut scratch, &limits);
+    let (verdict, cause) = match &parsed {
+        Parse::Accept { .. } => ("ok", None),
+        Parse::Refuse { cause, .. } => (cause.refusal().as_str(), Some(cause.as_str())),
+        // The data path would wait for more, then refuse at end of stream.
+        Parse::Incomplete => (Cause::Eof.refusal().as_str(), Some(Cause::Eof.as_str())),
+    };
+    let hello = parsed.hello();
+    serde_json::json!({
+        "file": file,
+        "verdict": verdict,
+        "cause": cause,
+        "sni": hello.and_then(|h| h.server_name()),
+        "alpn": hello.map(|h| h.alpn().map(|p| String::from_utf8_lossy(p).into_owned()).collect::<Vec<_>>()).unwrap_or_default(),
+        "versions": hello.map(|h| h.supported_versions().map(|v| format!("{v:#06x}")).collect::<Vec<_>>()).unwrap_or_default(),
+        "ech": hello.is_some_and(|h| h.has_ech()),
+        "records": hello.map_or(0, |h| h.records()),
+        "bytes": bytes.len(),
+    })
+}
+
+fn classify(addresses: &[String]) -> ExitCode {
+    use talos_gateway::classify::{classify, parse_address};
+    let mut status = ExitCode::SUCCESS;
+    for text in addresses {
+        match parse_address(text) {
+            Ok(ip) => println!("{text} {}", classify(ip)),
+            Err(e) => {
+                eprintln!("gateway: {e}");
+                status = ExitCode::from(2);
+            }
+        }
+    }
+    status
+}
+
+fn capture(listen: std::net::SocketAddr, out: &std::path::Path, names: &[String]) -> ExitCode {
+    init_logs(false);
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            println!(
+                "{}",
+                serde_json::json!({"event": "ready", "listen": listener.local_addr()?})
+            );
+            talos_gateway::capture::capture_hellos(
+                listener,
+                out,
+                names,
+                talos_gateway::hello::HelloLimits::default(),
+            )
+            .await
+        })
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gateway: capture failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

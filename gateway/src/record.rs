@@ -1,0 +1,185 @@
+//! One record per connection, allowed or refused.
+//!
+//! A record holds what an auditor needs to see what the session reached and
+//! what was refused — and nothing that could carry a secret: no body, no
+//! header value, no query string. Records are written as JSON lines by one
+//! writer task; the same type is what signed batches will carry.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::refusal::Refusal;
+
+/// How many records may wait for the writer before connections closing
+/// wait for it in turn. At ~300 bytes each, 4096 is about 1.2 MiB: enough
+/// to ride out a slow disk for a moment, small enough to bound memory.
+pub const RECORD_QUEUE: usize = 4096;
+
+/// The outcome of a connection: allowed, or the refusal reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Refused(Refusal),
+}
+
+impl Verdict {
+    /// `allowed` or the refusal's stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Refused(r) => r.as_str(),
+        }
+    }
+}
+
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// One connection's record.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    /// The gateway that served the connection.
+    pub gateway_id: Arc<str>,
+    /// The session, when the source address named one.
+    pub session_id: Option<Arc<str>>,
+    pub attempt: Option<u32>,
+    pub tenant: Option<Arc<str>>,
+    /// The connection's source (the session's address).
+    pub source: SocketAddr,
+    /// The server name from the hello, canonical when it was a valid name,
+    /// as sent otherwise (bounded; never includes bytes after the hello).
+    pub sni: Option<String>,
+    /// ALPN protocols the session offered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alpn_offered: Vec<String>,
+    /// The address the gateway checked and connected to.
+    pub resolved: Option<SocketAddr>,
+    /// For `resolves_internal`: the internal answer that caused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_answer: Option<IpAddr>,
+    /// `allowed` or a refusal reason.
+    pub verdict: Verdict,
+    /// A short, fixed cause inside the verdict, for people (`hello_timeout`,
+    /// `nxdomain`, `internal:loopback`, `connect_refused`…). Never a value
+    /// from the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// RFC 3339, UTC, milliseconds.
+    pub opened_at: String,
+    pub closed_at: String,
+    /// Bytes read from the session (hello included) and written to it.
+    pub bytes_from_session: u64,
+    pub bytes_to_session: u64,
+}
+
+impl Record {
+    /// A record for a connection that just arrived.
+    pub fn open(gateway_id: Arc<str>, source: SocketAddr) -> Record {
+        Record {
+            gateway_id,
+            session_id: None,
+            attempt: None,
+            tenant: None,
+            source,
+            sni: None,
+            alpn_offered: Vec::new(),
+            resolved: None,
+            internal_answer: None,
+            verdict: Verdict::Allowed,
+            cause: None,
+            opened_at: now(),
+            closed_at: String::new(),
+            bytes_from_session: 0,
+            bytes_to_session: 0,
+        }
+    }
+
+    /// Mark the record refused with `reason` and a fixed cause.
+    pub fn refuse(&mut self, reason: Refusal, cause: impl Into<String>) {
+        self.verdict = Verdict::Refused(reason);
+        self.cause = Some(cause.into());
+    }
+}
+
+/// The current time, RFC 3339 UTC with milliseconds.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// Where records go: a handle connections send their records through.
+#[derive(Clone, Debug)]
+pub struct RecordSink {
+    tx: mpsc::Sender<Record>,
+}
+
+impl RecordSink {
+    /// Open (append, create) the JSON-lines file and start its writer task.
+    pub fn open_file(path: &Path) -> std::io::Result<(RecordSink, RecordWriter)> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let (tx, rx) = mpsc::channel(RECORD_QUEUE);
+        Ok((
+            RecordSink { tx },
+            RecordWriter {
+                rx,
+                file: tokio::fs::File::from_std(file),
+                path: path.to_owned(),
+            },
+        ))
+    }
+
+    /// Close a record: stamp its end and hand it to the writer. Waits when
+    /// the writer is behind, so records are never dropped.
+    pub async fn close(&self, mut record: Record) {
+        record.closed_at = now();
+        metrics::counter!("gateway_connections_total", "verdict" => record.verdict.as_str())
+            .increment(1);
+        if self.tx.send(record).await.is_err() {
+            tracing::error!("record writer has stopped; a record was lost");
+        }
+    }
+}
+
+/// The task that writes records, one JSON object per line.
+#[derive(Debug)]
+pub struct RecordWriter {
+    rx: mpsc::Receiver<Record>,
+    file: tokio::fs::File,
+    path: PathBuf,
+}
+
+impl RecordWriter {
+    /// Write records until every sink is dropped. Each wake-up writes all
+    /// waiting records with one write and one flush.
+    pub async fn run(mut self) {
+        let mut batch = Vec::with_capacity(64);
+        let mut buf = Vec::with_capacity(64 * 1024);
+        while self.rx.recv_many(&mut batch, 256).await > 0 {
+            buf.clear();
+            for r in batch.drain(..) {
+                // A Record is plain data: serialising it cannot fail.
+                if serde_json::to_writer(&mut buf, &r).is_ok() {
+                    buf.push(b'\n');
+                }
+            }
+            let written = match self.file.write_all(&buf).await {
+                Ok(()) => self.file.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::error!(path = %self.path.display(), error = %e, "cannot write records");
+            }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The closed set of reasons the gateway refuses something.
+//!
+//! Each reason is one variant with one stable snake_case name, used word for
+//! word in records, metric labels, logs, API errors and HTTP answers, so an
+//! agent and an auditor can tell a policy refusal from a network fault.
+
+use std::fmt;
+
+/// Why the gateway refused a connection or a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Refusal {
+    /// The connection was not a TLS handshake.
+    NotTls,
+    /// The TLS hello named no server.
+    NoServerName,
+    /// The hello carried an encrypted client hello (extension 0xfe0d).
+    EncryptedClientHello,
+    /// The name is not on the session's allowlist.
+    NotOnAllowlist,
+    /// The connection came from an address that is no session's.
+    UnknownSource,
+    /// The name resolved to an address inside a private network.
+    ResolvesInternal,
+    /// A request named a host other than the host of its connection.
+    HostMismatch,
+    /// A request asked to change protocol.
+    UpgradeRefused,
+    /// A named person declined, or no decision came in time.
+    ApprovalDeclined,
+    /// The approval was withdrawn because the session paused or ended.
+    ApprovalWithdrawn,
+    /// A gRPC request went to a destination that answered over HTTP/1.1.
+    GrpcNeedsHttp2,
+    /// The gateway could not reach the destination.
+    UpstreamFailed,
+    /// The session ended while the connection was open.
+    SessionEnded,
+}
+
+impl Refusal {
+    /// Every reason, in the order the spec lists them.
+    pub const ALL: [Refusal; 13] = [
+        Refusal::NotTls,
+        Refusal::NoServerName,
+        Refusal::EncryptedClientHello,
+        Refusal::NotOnAllowlist,
+        Refusal::UnknownSource,
+        Refusal::ResolvesInternal,
+        Refusal::HostMismatch,
+        Refusal::UpgradeRefused,
+        Refusal::ApprovalDeclined,
+        Refusal::ApprovalWithdrawn,
+        Refusal::GrpcNeedsHttp2,
+        Refusal::UpstreamFailed,
+        Refusal::SessionEnded,
+    ];
+
+    /// The stable name: never change one, only add.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NotTls => "not_tls",
+            Refusal::NoServerName => "no_server_name",
+            Refusal::EncryptedClientHello => "encrypted_client_hello",
+            Refusal::NotOnAllowlist => "not_on_allowlist",
+            Refusal::UnknownSource => "unknown_source",
+            Refusal::ResolvesInternal => "resolves_internal",
+            Refusal::HostMismatch => "host_mismatch",
+            Refusal::UpgradeRefused => "upgrade_refused",
+            Refusal::ApprovalDeclined => "approval_declined",
+            Refusal::ApprovalWithdrawn => "approval_withdrawn",
+            Refusal::GrpcNeedsHttp2 => "grpc_needs_http2",
+            Refusal::UpstreamFailed => "upstream_failed",
+            Refusal::SessionEnded => "session_ended",
+        }
+    }
+
+    /// The reason with this stable name, if any.
+    pub fn from_name(name: &str) -> Option<Refusal> {
+        Refusal::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Refusal {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_snake_case() {
+        for r in Refusal::ALL {
+            assert_eq!(Refusal::from_name(r.as_str()), Some(r));
+            assert!(r
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_'));
+        }
+        assert_eq!(Refusal::from_name("allowed"), None);
+    }
+}

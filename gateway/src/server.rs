@@ -1,0 +1,165 @@
+//! The process: listeners, the connection cap, graceful shutdown.
+//!
+//! `run` binds the data and admin listeners, prints one `ready` line on
+//! standard output (so scripts and tests learn the bound addresses, useful
+//! with port 0), and accepts until SIGTERM or SIGINT. Then it stops
+//! accepting, lets open connections finish for the configured grace, cuts
+//! the rest, and writes every record before it exits.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::conn::{self, Shared};
+use crate::record::RecordSink;
+use crate::resolve::Resolver;
+use crate::session::Sessions;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot bind the {which} listener on {addr}: {source}")]
+    Bind {
+        which: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot open the record file {path}: {source}")]
+    Records {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Resolver(String),
+}
+
+/// Run the gateway until a shutdown signal.
+pub async fn run(config: Config) -> Result<(), StartError> {
+    for w in config.warnings() {
+        tracing::warn!("{}", w.0);
+    }
+    let metrics = crate::admin::install_metrics();
+    let resolver = Resolver::from_config(&config.resolver).map_err(StartError::Resolver)?;
+    let (records, writer) =
+        RecordSink::open_file(&config.records.path).map_err(|source| StartError::Records {
+            path: config.records.path.clone(),
+            source,
+        })?;
+    let writer = tokio::spawn(writer.run());
+
+    let bind = |which: &'static str, addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                which,
+                addr,
+                source,
+            })
+    };
+    let data = bind("data", config.listen.data).await?;
+    let admin = bind("admin", config.listen.admin).await?;
+    let data_addr = data.local_addr().unwrap_or(config.listen.data);
+    let admin_addr = admin.local_addr().unwrap_or(config.listen.admin);
+
+    let shutdown = CancellationToken::new();
+    let ready = Arc::new(AtomicBool::new(true));
+    let admin_task = tokio::spawn(crate::admin::serve(
+        admin,
+        metrics,
+        Arc::clone(&ready),
+        shutdown.clone(),
+    ));
+
+    let shared = Arc::new(Shared {
+        gateway_id: Arc::from(config.gateway_id.get_ref().as_str()),
+        sessions: Sessions::from_static(&config.sessions),
+        resolver,
+        records,
+        hello_max_bytes: config.limits.hello_max_bytes,
+        hello_timeout: config.limits.hello_timeout(),
+        upstream_port: config.upstream.port,
+        connect_timeout: config.upstream.connect_timeout(),
+        shutdown: shutdown.clone(),
+    });
+    tracing::info!(
+        gateway_id = %shared.gateway_id,
+        data = %data_addr,
+        admin = %admin_addr,
+        sessions = config.sessions.len(),
+        "listening"
+    );
+    println!(
+        "{}",
+        serde_json::json!({"event": "ready", "data": data_addr, "admin": admin_addr})
+    );
+
+    let tracker = TaskTracker::new();
+    let cap = Arc::new(Semaphore::new(config.limits.max_connections));
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        // Wait for room first: past the cap the kernel backlog holds clients.
+        let permit = tokio::select! {
+            _ = &mut signal => break,
+            p = Arc::clone(&cap).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut signal => break,
+            accepted = data.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let shared = Arc::clone(&shared);
+        tracker.spawn(async move {
+            conn::serve(&shared, stream, peer).await;
+            drop(permit);
+        });
+    }
+
+    tracing::info!(open = tracker.len(), "draining");
+    ready.store(false, Ordering::Relaxed);
+    drop(data);
+    tracker.close();
+    let grace = config.limits.shutdown_grace();
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        tracing::warn!(open = tracker.len(), "grace over; cutting open connections");
+        shutdown.cancel();
+        tracker.wait().await;
+    }
+    shutdown.cancel();
+    let _ = admin_task.await;
+    drop(shared);
+    let _ = writer.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}

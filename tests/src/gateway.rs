@@ -1,0 +1,146 @@
+//! The `gateway` binary, started as operators start it: a config file,
+//! `gateway run --config FILE`, the ready line on standard output.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of a binary built from this workspace (`gateway`, later others).
+///
+/// Tests run from `target/<profile>/deps/`; the binaries sit one folder
+/// up. `scripts/test.sh` builds them before the tests run.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(format!(
+        "TALOS_{}_BIN",
+        name.to_ascii_uppercase().replace('-', "_")
+    )) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    let bin = dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: build the binaries first (cargo build --workspace --bins), as scripts/test.sh does",
+        bin.display()
+    );
+    bin
+}
+
+/// A running gateway; sent SIGTERM and reaped when dropped.
+#[derive(Debug)]
+pub struct Gateway {
+    child: Option<Child>,
+    pub data: SocketAddr,
+    pub admin: SocketAddr,
+    pub records_path: PathBuf,
+    pub log_path: PathBuf,
+}
+
+impl Gateway {
+    /// Start `gateway run` with `config` (TOML text) written into `dir`.
+    /// The config's `[records] path` must be `dir/records.jsonl`; use
+    /// [`records_path`] to build it.
+    pub fn start(dir: &Path, config: &str) -> Gateway {
+        let config_path = dir.join("gateway.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let log_path = dir.join("gateway.log");
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let mut child = Command::new(workspace_bin("gateway"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "debug,hickory_proto=info,hickory_resolver=info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn gateway");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read ready line");
+        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|_| {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("gateway did not start; stdout {line:?}; log:\n{log}")
+        });
+        let addr = |k: &str| {
+            ready[k]
+                .as_str()
+                .expect("addr")
+                .parse()
+                .expect("socket addr")
+        };
+        Gateway {
+            data: addr("data"),
+            admin: addr("admin"),
+            child: Some(child),
+            records_path: records_path(dir),
+            log_path,
+        }
+    }
+
+    /// Every record written so far.
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.records_path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("record is JSON"))
+            .collect()
+    }
+
+    /// Wait (up to 10 s) until at least `n` records are written.
+    pub fn wait_records(&self, n: usize) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = self.records();
+            if r.len() >= n || Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The gateway's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Send SIGTERM and wait (up to 15 s) for a clean exit; returns whether
+    /// it exited with status 0.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where [`Gateway::start`] expects the record file for `dir`.
+pub fn records_path(dir: &Path) -> PathBuf {
+    dir.join("records.jsonl")
+}

@@ -1,0 +1,12 @@
+//! Test peers for the end-to-end suite: everything runs on loopback, on
+//! ports the kernel picks.
+//!
+//! - [`dns`]: a real DNS server (UDP) answering from a table.
+//! - [`gateway`]: the `gateway` binary started as operators start it.
+//! - [`clients`]: source addresses and real client binaries.
+//! - [`origin`]: a real TLS origin with its own test CA.
+
+pub mod clients;
+pub mod dns;
+pub mod gateway;
+pub mod origin;

@@ -1,0 +1,488 @@
+//! The connection gate end to end: the `gateway` binary started from a
+//! config file, real clients (curl, openssl, raw sockets) from session and
+//! non-session source addresses on loopback, a real DNS server and a real
+//! TLS origin. Every refusal must appear in the records with its reason.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+use serde_json::Value;
+use talos_e2e::clients::{self, run_bounded, SESSION_SOURCE, UNKNOWN_SOURCE};
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::{records_path, workspace_bin, Gateway};
+use talos_e2e::origin::{Origin, TestCa};
+
+/// Names the test DNS server knows, and what it answers.
+fn dns_table() -> HashMap<String, Answer> {
+    let addrs =
+        |list: &[&str]| Answer::Addrs(list.iter().map(|a| a.parse::<IpAddr>().unwrap()).collect());
+    let mut t = HashMap::new();
+    t.insert("allowed.test".into(), addrs(&["127.0.0.1"]));
+    t.insert("internal-v4.test".into(), addrs(&["10.0.0.1"]));
+    t.insert("internal-v6.test".into(), addrs(&["::1"]));
+    t.insert(
+        "metadata-mapped.test".into(),
+        addrs(&["::ffff:169.254.169.254"]),
+    );
+    t.insert("nat64.test".into(), addrs(&["64:ff9b::a00:1"]));
+    t.insert("cgnat.test".into(), addrs(&["100.64.1.1"]));
+    // One public-looking answer beside an internal one: refused all the same.
+    t.insert("mixed.test".into(), addrs(&["127.0.0.1", "fd00:ec2::254"]));
+    t.insert("silent.test".into(), Answer::Silent);
+    t
+}
+
+const ALLOWLIST: &[&str] = &[
+    "allowed.test",
+    "internal-v4.test",
+    "internal-v6.test",
+    "metadata-mapped.test",
+    "nat64.test",
+    "cgnat.test",
+    "mixed.test",
+    "silent.test",
+    "nxdomain.test",
+];
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    _dns: DnsServer,
+    _origin: Origin,
+    origin_port: u16,
+    gateway: Gateway,
+}
+
+async fn rig() -> Rig {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    let dns = DnsServer::start(dns_table()).await;
+    let ca = TestCa::new("origin test CA");
+    ca.write_pem(&path.join("origin-ca.pem"));
+    let origin = Origin::start(&ca, &["allowed.test"]).await;
+    let allow: Vec<String> = ALLOWLIST.iter().map(|n| format!("{n:?}")).collect();
+    let config = format!(
+        r#"
+gateway_id = "gw-test"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = {records:?}
+[resolver]
+nameservers = ["{dns}"]
+timeout_ms = 300
+attempts = 1
+# The test origin lives on loopback; everything else internal stays refused.
+permit_internal = ["127.0.0.1/32"]
+[upstream]
+port = {port}
+connect_timeout_ms = 2000
+[limits]
+hello_timeout_ms = 700
+[[session]]
+id = "sess-1"
+tenant = "acme"
+sources = ["{src}"]
+allowlist = [{allow}]
+"#,
+        records = records_path(&path).display().to_string(),
+        dns = dns.addr,
+        port = origin.addr.port(),
+        src = SESSION_SOURCE,
+        allow = allow.join(", "),
+    );
+    let gateway = Gateway::start(&path, &config);
+    Rig {
+        origin_port: origin.addr.port(),
+        _dir: dir,
+        dir: path,
+        _dns: dns,
+        _origin: origin,
+        gateway,
+    }
+}
+
+impl Rig {
+    /// curl through the gateway to `name`, from `source`, trusting the
+    /// origin's CA; (exit code, stdout, stderr).
+    fn curl(&self, source: &str, name: &str, extra: &[&str]) -> (i32, String, String) {
+        let ca = self.dir.join("origin-ca.pem");
+        let connect_to = format!("{name}:443:127.0.0.1:{}", self.gateway.data.port());
+        let url = format!("https://{name}/some/path?q=secret-query");
+        let mut args = vec![
+            "-sS",
+            "--max-time",
+            "10",
+            "--interface",
+            source,
+            "--cacert",
+            ca.to_str().unwrap(),
+            "--connect-to",
+            &connect_to,
+        ];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        let out = run_bounded("curl", &args, None, 20);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The one record whose SNI is `sni` (or whose source is unknown).
+    fn record_for(&self, n: usize, pick: impl Fn(&Value) -> bool) -> Value {
+        let records = self.gateway.wait_records(n);
+        let found: Vec<&Value> = records.iter().filter(|r| pick(r)).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one matching record in {records:#?}"
+        );
+        found[0].clone()
+    }
+}
+
+fn sni_is(name: &'static str) -> impl Fn(&Value) -> bool {
+    move |r: &Value| r["sni"] == name
+}
+
+fn assert_no_query_or_secret(records: &[Value]) {
+    for r in records {
+        let text = r.to_string();
+        assert!(
+            !text.contains("secret-query"),
+            "a query string reached a record: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allowed_name_reaches_the_origin_at_the_checked_address() {
+    let rig = rig().await;
+    for (i, version) in ["--http1.1", "--http2"].into_iter().enumerate() {
+        let (code, body, err) = rig.curl(SESSION_SOURCE, "allowed.test", &[version]);
+        assert_eq!(
+            code,
+            0,
+            "curl {version} failed: {err}\n{}",
+            rig.gateway.log()
+        );
+        assert!(body.starts_with("origin says hello"), "{body}");
+        let want = if version == "--http2" {
+            "HTTP/2.0"
+        } else {
+            "HTTP/1.1"
+        };
+        assert!(body.contains(want), "{body}");
+        rig.gateway.wait_records(i + 1);
+    }
+    let records = rig.gateway.wait_records(2);
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r["verdict"], "allowed", "{r}");
+        assert_eq!(r["session_id"], "sess-1");
+        assert_eq!(r["tenant"], "acme");
+        assert_eq!(r["attempt"], 1);
+        assert_eq!(r["sni"], "allowed.test");
+        assert_eq!(r["resolved"], format!("127.0.0.1:{}", rig.origin_port));
+        assert!(r["source"].as_str().unwrap().starts_with("127.0.0.2:"));
+        assert!(r["bytes_from_session"].as_u64().unwrap() > 200, "{r}");
+        assert!(r["bytes_to_session"].as_u64().unwrap() > 200, "{r}");
+        assert!(r["opened_at"].as_str().unwrap().ends_with('Z'));
+        assert!(r["closed_at"].as_str().unwrap() >= r["opened_at"].as_str().unwrap());
+    }
+    assert_eq!(
+        records[1]["alpn_offered"],
+        serde_json::json!(["h2", "http/1.1"])
+    );
+    assert_no_query_or_secret(&records);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_source_is_refused() {
+    let rig = rig().await;
+    let (code, _, _) = rig.curl(UNKNOWN_SOURCE, "allowed.test", &[]);
+    assert_ne!(code, 0);
+    let r = rig.record_for(1, |_| true);
+    assert_eq!(r["verdict"], "unknown_source");
+    assert!(r["session_id"].is_null());
+    assert!(r["source"].as_str().unwrap().starts_with("127.0.0.9:"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_is_not_tls() {
+    let rig = rig().await;
+    let url = format!("http://allowed.test:{}/", rig.gateway.data.port());
+    let resolve = format!("allowed.test:{}:127.0.0.1", rig.gateway.data.port());
+    let out = run_bounded(
+        "curl",
+        &[
+            "-sS",
+            "--max-time",
+            "10",
+            "--interface",
+            SESSION_SOURCE,
+            "--resolve",
+            &resolve,
+            &url,
+        ],
+        None,
+        20,
+    );
+    assert!(!out.status.success());
+    let r = rig.record_for(1, |_| true);
+    assert_eq!(r["verdict"], "not_tls", "{r}");
+    assert_eq!(r["session_id"], "sess-1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hello_without_server_name_is_refused_with_an_alert() {
+    let rig = rig().await;
+    let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
+    let bind = format!("{SESSION_SOURCE}:0");
+    let out = run_bounded(
+        "openssl",
+        &[
+            "s_client",
+            "-connect",
+            &connect,
+            "-bind",
+            &bind,
+            "-noservername",
+            "-tls1_3",
+        ],
+        Some(b""),
+        20,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unrecognized name"),
+        "openssl saw: {stderr}"
+    );
+    let r = rig.record_for(1, |_| true);
+    assert_eq!(r["verdict"], "no_server_name", "{r}");
+    assert!(r["sni"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hello_with_ech_is_refused() {
+    let rig = rig().await;
+    let hello = std::fs::read(testdata("ech.bin")).expect("ech capture");
+    let got = clients::send_and_read(SESSION_SOURCE, rig.gateway.data, &hello).await;
+    assert_eq!(
+        got,
+        [21, 3, 3, 0, 2, 2, 40],
+        "expected a handshake_failure alert"
+    );
+    let r = rig.record_for(1, |_| true);
+    assert_eq!(r["verdict"], "encrypted_client_hello", "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_off_the_allowlist_is_refused() {
+    let rig = rig().await;
+    let (code, _, err) = rig.curl(SESSION_SOURCE, "Other.Example.", &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("unrecognized name") || err.contains("alert"),
+        "{err}"
+    );
+    let r = rig.record_for(1, |_| true);
+    assert_eq!(r["verdict"], "not_on_allowlist", "{r}");
+    assert_eq!(
+        r["sni"], "other.example",
+        "the record holds the canonical name"
+    );
+    assert!(r["resolved"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn names_that_resolve_inside_are_refused() {
+    let rig = rig().await;
+    let cases = [
+        ("internal-v4.test", "10.0.0.1", "internal:private"),
+        ("internal-v6.test", "::1", "internal:loopback"),
+        (
+            "metadata-mapped.test",
+            "::ffff:169.254.169.254",
+            "internal:cloud_metadata",
+        ),
+        ("nat64.test", "64:ff9b::a00:1", "internal:private"),
+        ("cgnat.test", "100.64.1.1", "internal:"),
+        ("mixed.test", "fd00:ec2::254", "internal:cloud_metadata"),
+    ];
+    for (name, _, _) in cases {
+        let (code, _, _) = rig.curl(SESSION_SOURCE, name, &[]);
+        assert_ne!(code, 0, "{name} must be refused");
+    }
+    for (i, (name, addr, cause)) in cases.into_iter().enumerate() {
+        let records = rig.gateway.wait_records(i + 1);
+        let r = records
+            .iter()
+            .find(|r| r["sni"] == name)
+            .unwrap_or_else(|| panic!("no record for {name}: {records:#?}"));
+        assert_eq!(r["verdict"], "resolves_internal", "{r}");
+        let answer: IpAddr = r["internal_answer"].as_str().unwrap().parse().unwrap();
+        assert_eq!(answer, addr.parse::<IpAddr>().unwrap(), "{r}");
+        assert!(r["cause"].as_str().unwrap().starts_with(cause), "{r}");
+        assert!(r["resolved"].is_null(), "nothing was connected: {r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unresolvable_names_fail_cleanly() {
+    let rig = rig().await;
+    for name in ["nxdomain.test", "silent.test"] {
+        let (code, _, _) = rig.curl(SESSION_SOURCE, name, &[]);
+        assert_ne!(code, 0);
+    }
+    let nx = rig.record_for(2, sni_is("nxdomain.test"));
+    assert_eq!(nx["verdict"], "upstream_failed");
+    assert_eq!(nx["cause"], "nxdomain");
+    let silent = rig.record_for(2, sni_is("silent.test"));
+    assert_eq!(silent["verdict"], "upstream_failed");
+    assert_eq!(silent["cause"], "resolver_timeout");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_and_endless_senders_are_cut_off() {
+    let rig = rig().await;
+    // Half a record header, then silence: cut at the hello deadline.
+    let started = std::time::Instant::now();
+    let got = clients::send_and_read(SESSION_SOURCE, rig.gateway.data, &[22, 3, 1]).await;
+    assert!(got.is_empty());
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    // A record header announcing a hello bigger than the limit.
+    let mut huge = vec![22, 3, 1, 0x40, 0x00, 1, 0, 0x3f, 0xfc];
+    huge.resize(9 + 100, 0);
+    clients::send_and_read(SESSION_SOURCE, rig.gateway.data, &huge).await;
+    let records = rig.gateway.wait_records(2);
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r["verdict"], "not_tls", "{r}");
+    }
+    assert_eq!(records[0]["cause"], "hello_timeout", "{:#?}", records);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_and_exits_cleanly() {
+    let mut rig = rig().await;
+    let (code, _, err) = rig.curl(SESSION_SOURCE, "allowed.test", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(rig.gateway.stop(), "gateway must exit 0 on SIGTERM");
+    assert_eq!(rig.gateway.records().len(), 1);
+    let log = rig.gateway.log();
+    assert!(log.contains("draining") && log.contains("stopped"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_listener_serves_metrics_and_health() {
+    let rig = rig().await;
+    let _ = rig.curl(SESSION_SOURCE, "not-listed.test", &[]);
+    rig.gateway.wait_records(1);
+    let url = format!("http://{}/metrics", rig.gateway.admin);
+    let out = run_bounded("curl", &["-sS", "--max-time", "5", &url], None, 10);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("gateway_connections_total{verdict=\"not_on_allowlist\"} 1"),
+        "{text}"
+    );
+    let health = format!("http://{}/readyz", rig.gateway.admin);
+    let out = run_bounded("curl", &["-sS", "-f", "--max-time", "5", &health], None, 10);
+    assert!(out.status.success());
+}
+
+fn testdata(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../gateway/testdata/hellos")
+        .join(file)
+}
+
+#[test]
+fn check_config_accepts_the_example_and_names_the_line_at_fault() {
+    let gw = workspace_bin("gateway");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/gateway.example.toml");
+    let ok = run_bounded(
+        gw.to_str().unwrap(),
+        &["check-config", example.to_str().unwrap()],
+        None,
+        10,
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("sbx-0001"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string(&example)
+        .unwrap()
+        .replace("10.20.0.5", "10.20.0.500");
+    std::fs::write(&bad, text).unwrap();
+    let out = run_bounded(
+        gw.to_str().unwrap(),
+        &["check-config", bad.to_str().unwrap()],
+        None,
+        10,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 38") && err.contains("sources"), "{err}");
+
+    // `run` refuses it the same way, before binding anything.
+    let out = run_bounded(
+        gw.to_str().unwrap(),
+        &["run", "--config", bad.to_str().unwrap()],
+        None,
+        10,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 38"));
+}
+
+#[test]
+fn classify_and_inspect_hello_use_the_data_path_code() {
+    let gw = workspace_bin("gateway");
+    let out = run_bounded(
+        gw.to_str().unwrap(),
+        &[
+            "classify",
+            "8.8.8.8",
+            "127.1",
+            "::ffff:169.254.169.254",
+            "2002:a00:1::1",
+        ],
+        None,
+        10,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "8.8.8.8 public",
+            "127.1 internal loopback",
+            "::ffff:169.254.169.254 internal cloud_metadata",
+            "2002:a00:1::1 internal private"
+        ]
+    );
+    let out = run_bounded(gw.to_str().unwrap(), &["classify", "300.1.1.1"], None, 10);
+    assert_eq!(out.status.code(), Some(2));
+
+    let ech = testdata("ech.bin");
+    let out = run_bounded(
+        gw.to_str().unwrap(),
+        &["inspect-hello", ech.to_str().unwrap()],
+        None,
+        10,
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["verdict"], "encrypted_client_hello");
+    assert_eq!(v["ech"], true);
+    assert!(v["file"].as_str().unwrap().ends_with("ech.bin"));
+}
