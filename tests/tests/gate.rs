@@ -270,7 +270,7 @@ async fn a_hello_without_server_name_is_refused_with_an_alert() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hello_with_ech_is_refused() {
     let rig = rig().await;
-    let hello = std::fs::read(testdata("ech.bin")).expect("ech capture");
+    let hello = std::fs::read(testdata("crafted-curl-http2-ech.bin")).expect("ech capture");
     let got = clients::send_and_read(SESSION_SOURCE, rig.gateway.data, &hello).await;
     assert_eq!(
         got,
@@ -474,7 +474,7 @@ fn classify_and_inspect_hello_use_the_data_path_code() {
     let out = run_bounded(gw.to_str().unwrap(), &["classify", "300.1.1.1"], None, 10);
     assert_eq!(out.status.code(), Some(2));
 
-    let ech = testdata("ech.bin");
+    let ech = testdata("crafted-curl-http2-ech.bin");
     let out = run_bounded(
         gw.to_str().unwrap(),
         &["inspect-hello", ech.to_str().unwrap()],
@@ -484,5 +484,5 @@ fn classify_and_inspect_hello_use_the_data_path_code() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["verdict"], "encrypted_client_hello");
     assert_eq!(v["ech"], true);
-    assert!(v["file"].as_str().unwrap().ends_with("ech.bin"));
+    assert!(v["file"].as_str().unwrap().ends_with("crafted-curl-http2-ech.bin"));
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The demo: a gateway, a DNS server and a TLS origin on loopback, and real
+# clients (curl, openssl s_client, python3) showing what the gateway lets
+# through, what it refuses and what it records. Everything it starts is
+# stopped by its PID when it ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+cargo build --workspace --bins --locked -q
+bin=target/debug
+
+work=$(mktemp -d /tmp/talos-demo.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+json_field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())[sys.argv[1]])' "$1"; }
+
+say "Starting the demo's DNS server and TLS origin (its own test CA) on 127.0.0.1"
+coproc PEERS { exec "$bin/demo-peers" "$work"; }
+pids+=("$PEERS_PID")
+read -r peers_line <&"${PEERS[0]}"
+dns=$(echo "$peers_line" | json_field dns)
+origin=$(echo "$peers_line" | json_field origin)
+echo "dns $dns, origin $origin"
+
+cat >"$work/gateway.toml" <<TOML
+gateway_id = "gw-demo"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = "$work/records.jsonl"
+[resolver]
+nameservers = ["$dns"]
+timeout_ms = 500
+attempts = 1
+# The demo origin lives on loopback: only 127.0.0.1 is let through.
+permit_internal = ["127.0.0.1/32"]
+[upstream]
+port = ${origin##*:}
+[[session]]
+id = "sbx-demo"
+tenant = "acme"
+sources = ["127.0.0.2"]
+allowlist = ["origin.demo.test", "internal.demo.test", "metadata.demo.test", "gone.demo.test"]
+TOML
+
+say "Checking the config"
+"$bin/gateway" check-config "$work/gateway.toml"
+
+say "Starting the gateway (session sbx-demo speaks from 127.0.0.2)"
+coproc GW { exec "$bin/gateway" run --config "$work/gateway.toml" 2>"$work/gateway.log"; }
+pids+=("$GW_PID")
+read -r gw_line <&"${GW[0]}"
+gw=$(echo "$gw_line" | json_field data)
+admin=$(echo "$gw_line" | json_field admin)
+port=${gw##*:}
+echo "gateway data $gw, admin $admin"
+
+through() { # name, then curl options
+  local name=$1; shift
+  curl -sS --max-time 5 --interface 127.0.0.2 --cacert "$work/origin-ca.pem" \
+    --connect-to "$name:443:127.0.0.1:$port" "$@" "https://$name/hello" 2>&1 || true
+}
+
+say "Allowed: curl over HTTP/1.1 and HTTP/2 to origin.demo.test"
+through origin.demo.test --http1.1
+through origin.demo.test --http2
+
+say "Refused: a source address that is no session's (127.0.0.9)"
+curl -sS --max-time 5 --interface 127.0.0.9 --cacert "$work/origin-ca.pem" \
+  --connect-to "origin.demo.test:443:127.0.0.1:$port" https://origin.demo.test/ 2>&1 || true
+
+say "Refused: plain HTTP is not TLS"
+curl -sS --max-time 5 --interface 127.0.0.2 "http://127.0.0.1:$port/" 2>&1 || true
+
+say "Refused: openssl s_client without a server name"
+openssl s_client -connect "127.0.0.1:$port" -bind 127.0.0.2:0 -noservername </dev/null 2>&1 | grep -m1 -i alert || true
+
+say "Refused: a name that is not on the session's allowlist"
+through api.example.com
+
+say "Refused: names that resolve to internal addresses (10.0.0.1, ::ffff:169.254.169.254)"
+through internal.demo.test
+through metadata.demo.test
+
+say "Refused: a name that does not resolve"
+through gone.demo.test
+
+say "Refused: a hello with an encrypted client hello extension (python3)"
+python3 - "$port" gateway/testdata/hellos/crafted-curl-http2-ech.bin <<'PY'
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.2", 0)); s.connect(("127.0.0.1", int(sys.argv[1])))
+s.sendall(open(sys.argv[2], "rb").read()); s.settimeout(5)
+print("gateway answered with TLS alert bytes:", s.recv(64).hex(" "))
+PY
+
+sleep 0.5
+say "The records: one per connection, allowed or refused"
+python3 - "$work/records.jsonl" <<'PY'
+import json, sys
+print(f"{'verdict':<24} {'sni':<22} {'resolved':<18} {'cause':<24} bytes in/out")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print(f"{r['verdict']:<24} {str(r.get('sni') or '-'):<22} {str(r.get('resolved') or '-'):<18} "
+          f"{str(r.get('cause') or '-'):<24} {r['bytes_from_session']}/{r['bytes_to_session']}")
+PY
+
+say "Metrics (admin listener)"
+curl -sS "http://$admin/metrics" | grep '^gateway_connections_total' || true
+
+say "Done. Files are in $work"
