@@ -20,11 +20,19 @@ trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 json_field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())[sys.argv[1]])' "$1"; }
+# Wait (at most 20 s) for a process's ready line in FILE and print it.
+ready_line() {
+  for _ in $(seq 200); do
+    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
+    sleep 0.1
+  done
+  echo "demo: no ready line in $1" >&2; return 1
+}
 
 say "Starting the demo's DNS server and TLS origin (its own test CA) on 127.0.0.1"
-coproc PEERS { exec "$bin/demo-peers" "$work"; }
-pids+=("$PEERS_PID")
-read -r peers_line <&"${PEERS[0]}"
+"$bin/demo-peers" "$work" >"$work/peers.out" &
+pids+=("$!")
+peers_line=$(ready_line "$work/peers.out")
 dns=$(echo "$peers_line" | json_field dns)
 origin=$(echo "$peers_line" | json_field origin)
 echo "dns $dns, origin $origin"
@@ -55,9 +63,9 @@ say "Checking the config"
 "$bin/gateway" check-config "$work/gateway.toml"
 
 say "Starting the gateway (session sbx-demo speaks from 127.0.0.2)"
-coproc GW { exec "$bin/gateway" run --config "$work/gateway.toml" 2>"$work/gateway.log"; }
-pids+=("$GW_PID")
-read -r gw_line <&"${GW[0]}"
+"$bin/gateway" run --config "$work/gateway.toml" >"$work/gateway.out" 2>"$work/gateway.log" &
+pids+=("$!")
+gw_line=$(ready_line "$work/gateway.out")
 gw=$(echo "$gw_line" | json_field data)
 admin=$(echo "$gw_line" | json_field admin)
 port=${gw##*:}
