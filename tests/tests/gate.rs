@@ -484,5 +484,8 @@ fn classify_and_inspect_hello_use_the_data_path_code() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["verdict"], "encrypted_client_hello");
     assert_eq!(v["ech"], true);
-    assert!(v["file"].as_str().unwrap().ends_with("crafted-curl-http2-ech.bin"));
+    assert!(v["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("crafted-curl-http2-ech.bin"));
 }

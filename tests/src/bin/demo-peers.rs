@@ -22,8 +22,14 @@ async fn main() {
     let origin = Origin::start(&ca, &["origin.demo.test"]).await;
     let addr = |a: &str| a.parse::<IpAddr>().expect("address");
     let table = HashMap::from([
-        ("origin.demo.test".to_owned(), Answer::Addrs(vec![addr("127.0.0.1")])),
-        ("internal.demo.test".to_owned(), Answer::Addrs(vec![addr("10.0.0.1")])),
+        (
+            "origin.demo.test".to_owned(),
+            Answer::Addrs(vec![addr("127.0.0.1")]),
+        ),
+        (
+            "internal.demo.test".to_owned(),
+            Answer::Addrs(vec![addr("10.0.0.1")]),
+        ),
         (
             "metadata.demo.test".to_owned(),
             Answer::Addrs(vec![addr("::ffff:169.254.169.254")]),
