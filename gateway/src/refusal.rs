@@ -103,7 +103,7 @@ mod tests {
             assert!(r
                 .as_str()
                 .bytes()
-                .all(|b| b.is_ascii_lowercase() || b == b'_'));
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
         }
         assert_eq!(Refusal::from_name("allowed"), None);
     }
