@@ -164,6 +164,11 @@ pub struct Upstream {
     /// milliseconds. Default 5000.
     #[serde(default = "Upstream::default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// PEM files of CA certificates trusted for destinations IN ADDITION to
+    /// the public roots (webpki-roots). Default empty. Only for labs and
+    /// tests whose origins have their own test CA; start-up warns.
+    #[serde(default)]
+    pub extra_trust_anchors: Vec<Spanned<PathBuf>>,
 }
 
 impl Upstream {
@@ -184,6 +189,7 @@ impl Default for Upstream {
         Upstream {
             port: Upstream::default_port(),
             connect_timeout_ms: Upstream::default_connect_timeout_ms(),
+            extra_trust_anchors: Vec::new(),
         }
     }
 }
@@ -202,6 +208,10 @@ pub struct Limits {
     /// Default 5000. Slower senders are cut off (`not_tls`).
     #[serde(default = "Limits::default_hello_timeout_ms")]
     pub hello_timeout_ms: u64,
+    /// How long the TLS handshake with the session may take once the hello
+    /// is read, in milliseconds. Default 10000.
+    #[serde(default = "Limits::default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
     /// The most client connections open at once; past it the gateway stops
     /// accepting until one closes (the kernel's backlog holds the rest).
     /// Default 20000.
@@ -220,6 +230,9 @@ impl Limits {
     fn default_hello_timeout_ms() -> u64 {
         5000
     }
+    fn default_handshake_timeout_ms() -> u64 {
+        10_000
+    }
     fn default_max_connections() -> usize {
         20_000
     }
@@ -229,6 +242,10 @@ impl Limits {
     /// The hello deadline.
     pub fn hello_timeout(&self) -> Duration {
         Duration::from_millis(self.hello_timeout_ms)
+    }
+    /// The session-side TLS handshake deadline.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.handshake_timeout_ms)
     }
     /// The drain grace.
     pub fn shutdown_grace(&self) -> Duration {
@@ -241,6 +258,7 @@ impl Default for Limits {
         Limits {
             hello_max_bytes: Limits::default_hello_max_bytes(),
             hello_timeout_ms: Limits::default_hello_timeout_ms(),
+            handshake_timeout_ms: Limits::default_handshake_timeout_ms(),
             max_connections: Limits::default_max_connections(),
             shutdown_grace_ms: Limits::default_shutdown_grace_ms(),
         }
@@ -265,6 +283,11 @@ pub struct StaticSession {
     /// canonicalised: lower case, no trailing dot). Default empty.
     #[serde(default)]
     pub allowlist: Vec<Spanned<Name>>,
+    /// Where the gateway writes the session CA's certificate (PEM) at
+    /// start-up: the file the session's instance installs as its only
+    /// trust anchor. Optional; the digest is logged either way.
+    #[serde(default)]
+    pub trust_file: Option<PathBuf>,
 }
 
 impl StaticSession {
@@ -323,6 +346,7 @@ impl Config {
         }
         for (value, field) in [
             (l.hello_timeout_ms, "limits.hello_timeout_ms"),
+            (l.handshake_timeout_ms, "limits.handshake_timeout_ms"),
             (self.resolver.timeout_ms, "resolver.timeout_ms"),
             (
                 self.upstream.connect_timeout_ms,
@@ -358,6 +382,16 @@ impl Config {
                 "upstream.port",
                 "port 0 cannot be connected to".into(),
             ));
+        }
+
+        for (i, anchor) in self.upstream.extra_trust_anchors.iter().enumerate() {
+            if let Err(message) = read_pem_certs(anchor.get_ref()) {
+                return Err(invalid(
+                    anchor.span(),
+                    &format!("upstream.extra_trust_anchors[{i}]"),
+                    message,
+                ));
+            }
         }
 
         let mut ids: HashMap<&str, ()> = HashMap::new();
@@ -432,6 +466,11 @@ impl Config {
                 nets.join(", ")
             )));
         }
+        if !self.upstream.extra_trust_anchors.is_empty() {
+            out.push(Warning(
+                "upstream.extra_trust_anchors adds trust anchors beside the public roots: for labs and tests only".into(),
+            ));
+        }
         if self.upstream.port != 443 {
             out.push(Warning(format!(
                 "upstream.port is {}, not 443: for labs and tests only",
@@ -440,6 +479,25 @@ impl Config {
         }
         out
     }
+}
+
+/// Every certificate in a PEM file; an error names the file and the fault.
+pub fn read_pem_certs(
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut pem.as_slice()).collect();
+    let certs = certs.map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no certificate", path.display()));
+    }
+    let mut store = rustls::RootCertStore::empty();
+    for c in &certs {
+        store
+            .add(c.clone())
+            .map_err(|e| format!("{} holds an unusable trust anchor: {e}", path.display()))?;
+    }
+    Ok(certs)
 }
 
 /// IPv4-mapped IPv6 sources (`::ffff:10.0.0.5`, as a dual-stack listener

@@ -1,9 +1,9 @@
 //! One connection, top to bottom.
 //!
 //! [`serve`] runs the stages in the order a connection meets them — session
-//! by source address, ClientHello, name check, resolve and classify, connect
-//! to the checked address, carry the bytes — and closes with exactly one
-//! record, whatever happened. Stages do not call each other; each returns
+//! by source address, ClientHello, name check, resolve and classify, TLS
+//! accept with the session's own CA, then HTTP, request by request, through
+//! [`crate::proxy`] — and closes with exactly one record, whatever happened. Stages do not call each other; each returns
 //! what the next needs, or a [`Refused`] that ends the connection.
 //!
 //! Refusals before the TLS handshake close the connection; where the client
@@ -14,16 +14,21 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::Ordering;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::hello::HelloLimits;
 use crate::name::{self, Name};
+use crate::proxy::{self, ConnCtx};
 use crate::record::{Record, RecordSink};
 use crate::refusal::Refusal;
-use crate::resolve::{self, Resolution, Resolver};
+use crate::resolve::{Resolution, Resolver};
 use crate::session::{Session, Sessions};
+use crate::tls::{Counted, Replay, WireBytes};
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -36,10 +41,8 @@ pub struct Shared {
     pub hello_max_bytes: usize,
     /// How long a client has to send its whole ClientHello.
     pub hello_timeout: Duration,
-    /// The destination port (443 outside labs and tests).
-    pub upstream_port: u16,
-    /// The bound on one TCP connect to one candidate address.
-    pub connect_timeout: Duration,
+    /// How long the session-side TLS handshake may take.
+    pub handshake_timeout: Duration,
     /// Fires when open connections must be cut (end of the drain grace).
     pub shutdown: CancellationToken,
 }
@@ -82,7 +85,8 @@ enum Alert {
 pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     metrics::gauge!("gateway_connections_open").increment(1.0);
     let mut record = Record::open(Arc::clone(&shared.gateway_id), peer);
-    let mut client = client;
+    let wire = Arc::new(WireBytes::default());
+    let mut client = Counted::new(client, Arc::clone(&wire));
     if let Err(refused) = run(shared, &mut client, peer, &mut record).await {
         tracing::info!(
             source = %peer,
@@ -94,19 +98,22 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
         );
         if let Some(alert) = refused.alert {
             send_alert(&mut client, alert).await;
-            record.bytes_to_session += ALERT_LEN as u64;
         }
         record.refuse(refused.reason, refused.cause);
     }
     let _ = client.shutdown().await;
+    record.bytes_from_session = wire.read.load(Ordering::Relaxed);
+    record.bytes_to_session = wire.written.load(Ordering::Relaxed);
     metrics::gauge!("gateway_connections_open").decrement(1.0);
     shared.records.close(record).await;
 }
 
+type Client = Counted<TcpStream>;
+
 /// The stages, in order. Fills `record` as it learns.
 async fn run(
     shared: &Shared,
-    client: &mut TcpStream,
+    client: &mut Client,
     peer: SocketAddr,
     record: &mut Record,
 ) -> Result<(), Refused> {
@@ -118,14 +125,23 @@ async fn run(
     let mut first_bytes = Vec::new();
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
     check_name(&session, &name)?;
-
     let addrs = resolve(&shared.resolver, &name, record).await?;
-    let mut upstream =
-        connect(&addrs, shared.upstream_port, shared.connect_timeout, record).await?;
 
-    tracing::debug!(source = %peer, session = %session.id, sni = %name, upstream = ?record.resolved, "allowed");
-    relay(shared, client, &mut upstream, &first_bytes, record).await;
-    Ok(())
+    tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
+    let ctx = Arc::new(ConnCtx {
+        session,
+        name,
+        addrs,
+        stats: Default::default(),
+    });
+    let result = terminate(shared, client, first_bytes, &ctx, record).await;
+    let stats = std::mem::take(&mut *ctx.stats.lock().unwrap_or_else(|p| p.into_inner()));
+    record.request_count = stats.request_count;
+    record.requests = stats.requests;
+    record.requests_unlisted = stats.requests_unlisted;
+    record.alpn_upstream = stats.upstream_alpn;
+    record.resolved = stats.upstream_addr;
+    result
 }
 
 /// Stage 1: the session is named by the connection's source address.
@@ -140,7 +156,7 @@ fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Arc<Session>, Refus
 /// connection and go on to the next stage.
 async fn read_hello(
     shared: &Shared,
-    client: &mut TcpStream,
+    client: &mut Client,
     first_bytes: &mut Vec<u8>,
     record: &mut Record,
 ) -> Result<Name, Refused> {
@@ -149,7 +165,6 @@ async fn read_hello(
         deadline: shared.hello_timeout,
     };
     let read = crate::capture::read_hello(client, first_bytes, limits).await;
-    record.bytes_from_session = first_bytes.len() as u64;
     metrics::histogram!("gateway_hello_bytes").record(first_bytes.len() as f64);
     record.alpn_offered = read.alpn.clone();
     record.sni = read.sni.clone();
@@ -213,102 +228,81 @@ async fn resolve(
     }
 }
 
-/// Stage 5: connect to one of the checked addresses, in answer order.
-async fn connect(
-    addrs: &[IpAddr],
-    port: u16,
-    timeout: Duration,
-    record: &mut Record,
-) -> Result<TcpStream, Refused> {
-    let mut cause = "connect_failed";
-    for addr in resolve::candidates(addrs, port) {
-        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                record.resolved = Some(addr);
-                return Ok(stream);
-            }
-            Ok(Err(e)) => {
-                cause = match e.kind() {
-                    std::io::ErrorKind::ConnectionRefused => "connect_refused",
-                    _ => "connect_failed",
-                };
-                tracing::debug!(%addr, error = %e, "upstream connect failed");
-            }
-            Err(_) => cause = "connect_timeout",
-        }
-    }
-    Err(Refused::new(Refusal::UpstreamFailed, cause).with_alert(Alert::InternalError))
-}
-
-/// Stage 6: carry the connection's bytes, hello first, until both sides
-/// have closed, either fails, or the gateway cuts open connections. Byte
-/// counts are kept as they go, so a reset still leaves an exact record.
-async fn relay(
+/// Stage 5: TLS with the session — TLS 1.3, a leaf of the session's own CA
+/// for the hello's name — then HTTP/2 or HTTP/1.1 as ALPN chose, each
+/// request through [`proxy::handle`], until the session closes, the
+/// connection fails, or the gateway cuts open connections.
+async fn terminate(
     shared: &Shared,
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
-    first_bytes: &[u8],
+    client: &mut Client,
+    first_bytes: Vec<u8>,
+    ctx: &Arc<ConnCtx>,
     record: &mut Record,
-) {
-    if upstream.write_all(first_bytes).await.is_err() {
-        return;
-    }
-    let (mut client_rd, mut client_wr) = client.split();
-    let (mut upstream_rd, mut upstream_wr) = upstream.split();
-    let mut up_bytes = 0u64;
-    let mut down_bytes = 0u64;
-    {
-        let up = pump(&mut client_rd, &mut upstream_wr, &mut up_bytes);
-        let down = pump(&mut upstream_rd, &mut client_wr, &mut down_bytes);
-        tokio::pin!(up, down);
-        let (mut up_done, mut down_done) = (false, false);
-        while !(up_done && down_done) {
-            tokio::select! {
-                r = &mut up, if !up_done => {
-                    up_done = true;
-                    if r.is_err() { break; }
-                }
-                r = &mut down, if !down_done => {
-                    down_done = true;
-                    if r.is_err() { break; }
-                }
-                _ = shared.shutdown.cancelled() => break,
+) -> Result<(), Refused> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&ctx.session.tls));
+    let accept = acceptor.accept(Replay::new(first_bytes, client));
+    let tls = match tokio::time::timeout(shared.handshake_timeout, accept).await {
+        Ok(Ok(tls)) => tls,
+        // rustls has sent its own alert; the record says the session's
+        // handshake failed (an untrusting client, say), which is no refusal.
+        Ok(Err(e)) => {
+            tracing::info!(session = %ctx.session.id, sni = %ctx.name, error = %e, "session TLS handshake failed");
+            record.cause = Some("session_handshake_failed".into());
+            return Ok(());
+        }
+        Err(_) => {
+            record.cause = Some("session_handshake_timeout".into());
+            return Ok(());
+        }
+    };
+    let (_, conn) = tls.get_ref();
+    record.tls_version = conn.protocol_version().map(|v| match v {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        _ => "other",
+    });
+    let h2 = conn.alpn_protocol() == Some(b"h2");
+    record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
+
+    let ctx = Arc::clone(ctx);
+    let service = hyper::service::service_fn(move |req| proxy::handle(Arc::clone(&ctx), req));
+    let io = TokioIo::new(tls);
+    let served = async {
+        if h2 {
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                // Lets extended CONNECT arrive as a request, to be refused
+                // `upgrade_refused` rather than reset.
+                .enable_connect_protocol()
+                .serve_connection(io, service)
+                .await
+        } else {
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(io, service)
+                .await
+        }
+    };
+    tokio::select! {
+        result = served => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "session connection ended with an error");
             }
         }
+        _ = shared.shutdown.cancelled() => {}
     }
-    record.bytes_from_session += up_bytes;
-    record.bytes_to_session += down_bytes;
+    Ok(())
 }
 
-/// One relay buffer per direction. 16 KiB holds one full TLS record, so a
-/// record crosses in one read and one write.
-const RELAY_BUF: usize = 16 * 1024 + 64;
-
-/// Copy `from` to `to` until end of stream, counting bytes as they are
-/// written; at end of stream, half-close `to`.
-async fn pump<R, W>(from: &mut R, to: &mut W, count: &mut u64) -> std::io::Result<()>
-where
-    R: tokio::io::AsyncRead + Unpin,
-    W: tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::AsyncReadExt;
-    let mut buf = vec![0u8; RELAY_BUF];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            return to.shutdown().await;
-        }
-        to.write_all(&buf[..n]).await?;
-        *count += n as u64;
-    }
-}
+/// How long an HTTP/1.1 session may take to send a request's headers once
+/// it starts one (and how long an idle keep-alive connection stays open).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 const ALERT_LEN: usize = 7;
 
 /// A fatal alert in a plaintext TLS record: the handshake has not started,
 /// so nothing is encrypted yet.
-async fn send_alert(client: &mut TcpStream, alert: Alert) {
+async fn send_alert(client: &mut Client, alert: Alert) {
     let bytes: [u8; ALERT_LEN] = [21, 3, 3, 0, 2, 2, alert as u8];
     let _ = tokio::time::timeout(Duration::from_secs(1), client.write_all(&bytes)).await;
 }

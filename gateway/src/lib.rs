@@ -8,13 +8,16 @@
 //! - [`refusal`]: the closed set of refusal reasons and their stable names.
 //! - [`name`]: canonical destination names.
 //! - [`config`]: the TOML config, strictly validated.
-//! - [`session`]: sessions by source address, and their allowlists.
+//! - [`tls`]: TLS 1.3 configs for both sides, and stream adapters.
+//! - [`upstream`]: connections to destinations, pooled per session.
+//! - [`session`]: sessions by source address: allowlist, CA, TLS, pool.
 //! - [`hello`]: the sans-IO, zero-copy ClientHello parser.
 //! - [`capture`]: reading a hello off a socket, bounded in bytes and time.
 //! - [`classify`]: which addresses are internal, and of which class.
 //! - [`resolve`]: resolving a name and refusing internal answers.
 //! - [`record`]: one record per connection, written as JSON lines.
 //! - [`admin`]: metrics and health on the admin listener.
+//! - [`proxy`]: one request: checks, forwarding, the reply.
 //! - [`conn`]: one connection, stage by stage, top to bottom.
 //! - [`server`]: listeners, the connection cap, graceful shutdown.
 
@@ -27,8 +30,11 @@ pub mod config;
 pub mod conn;
 pub mod hello;
 pub mod name;
+pub mod proxy;
 pub mod record;
 pub mod refusal;
 pub mod resolve;
 pub mod server;
 pub mod session;
+pub mod tls;
+pub mod upstream;

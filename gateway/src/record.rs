@@ -61,8 +61,24 @@ pub struct Record {
     /// ALPN protocols the session offered.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub alpn_offered: Vec<String>,
-    /// The address the gateway checked and connected to.
+    /// The checked address of the (first) destination connection used.
     pub resolved: Option<SocketAddr>,
+    /// TLS toward the session: version and negotiated ALPN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_version: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alpn_session: Option<&'static str>,
+    /// The protocol the destination chose (ALPN).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alpn_upstream: Option<&'static str>,
+    /// Requests the connection carried, refused ones included.
+    pub request_count: u64,
+    /// The first requests, in order (bounded; see `requests_unlisted`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<RequestRecord>,
+    /// Requests past the listed ones.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub requests_unlisted: u64,
     /// For `resolves_internal`: the internal answer that caused it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internal_answer: Option<IpAddr>,
@@ -93,6 +109,12 @@ impl Record {
             sni: None,
             alpn_offered: Vec::new(),
             resolved: None,
+            tls_version: None,
+            alpn_session: None,
+            alpn_upstream: None,
+            request_count: 0,
+            requests: Vec::new(),
+            requests_unlisted: 0,
             internal_answer: None,
             verdict: Verdict::Allowed,
             cause: None,
@@ -108,6 +130,44 @@ impl Record {
         self.verdict = Verdict::Refused(reason);
         self.cause = Some(cause.into());
     }
+}
+
+/// One request inside a connection's record: never a header value, a query
+/// string or a body.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestRecord {
+    pub method: String,
+    /// The path without its query, cut to [`MAX_PATH_LEN`] bytes.
+    pub path: String,
+    /// The status the session got.
+    pub status: u16,
+    /// The refusal reason, when the gateway refused the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+}
+
+/// The longest path kept in a request record.
+pub const MAX_PATH_LEN: usize = 256;
+
+impl RequestRecord {
+    /// A record for a request with this method and path (query excluded by
+    /// the caller: `uri.path()` has none).
+    pub fn new(method: &hyper::Method, path: &str) -> RequestRecord {
+        let mut end = path.len().min(MAX_PATH_LEN);
+        while !path.is_char_boundary(end) {
+            end -= 1;
+        }
+        RequestRecord {
+            method: method.as_str().chars().take(32).collect(),
+            path: path[..end].to_owned(),
+            status: 0,
+            refusal: None,
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The current time, RFC 3339 UTC with milliseconds.

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::conn::{self, Shared};
 use crate::record::RecordSink;
 use crate::resolve::Resolver;
-use crate::session::Sessions;
+use crate::session::{Session, SessionSpec, Sessions, UpstreamSettings};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +37,57 @@ pub enum StartError {
     },
     #[error("{0}")]
     Resolver(String),
+    #[error("cannot make the CA of session {session}: {source}")]
+    SessionCa {
+        session: String,
+        source: talos_certs::CertError,
+    },
+    #[error("cannot write the trust file of session {session} to {path}: {source}")]
+    TrustFile {
+        session: String,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    TrustAnchor(String),
+}
+
+/// Open the config file's sessions: each gets a fresh CA made here, its
+/// certificate written where the config says.
+fn open_static_sessions(
+    config: &Config,
+    upstream: &UpstreamSettings,
+) -> Result<Sessions, StartError> {
+    let sessions = Sessions::default();
+    for s in &config.sessions {
+        let session = Session::open(
+            SessionSpec::from_static(s),
+            config.gateway_id.get_ref(),
+            upstream,
+        )
+        .map_err(|source| StartError::SessionCa {
+            session: s.id.get_ref().clone(),
+            source,
+        })?;
+        if let Some(path) = &s.trust_file {
+            std::fs::write(path, session.ca_pem()).map_err(|source| StartError::TrustFile {
+                session: s.id.get_ref().clone(),
+                path: path.clone(),
+                source,
+            })?;
+        }
+        tracing::info!(
+            session = %session.id,
+            attempt = session.attempt,
+            ca_digest = session.ca_digest(),
+            trust_file = ?s.trust_file,
+            "session CA made"
+        );
+        let sources: Vec<std::net::IpAddr> =
+            s.sources.get_ref().iter().map(|a| *a.get_ref()).collect();
+        sessions.insert(&sources, Arc::new(session));
+    }
+    Ok(sessions)
 }
 
 /// Run the gateway until a shutdown signal.
@@ -45,6 +96,18 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         tracing::warn!("{}", w.0);
     }
     let metrics = crate::admin::install_metrics();
+    let mut anchors = Vec::new();
+    for path in &config.upstream.extra_trust_anchors {
+        anchors.extend(
+            crate::config::read_pem_certs(path.get_ref()).map_err(StartError::TrustAnchor)?,
+        );
+    }
+    let upstream = UpstreamSettings {
+        port: config.upstream.port,
+        connect_timeout: config.upstream.connect_timeout(),
+        tls: crate::tls::client_config(&anchors),
+    };
+    let sessions = open_static_sessions(&config, &upstream)?;
     let resolver = Resolver::from_config(&config.resolver).map_err(StartError::Resolver)?;
     let (records, writer) =
         RecordSink::open_file(&config.records.path).map_err(|source| StartError::Records {
@@ -78,13 +141,12 @@ pub async fn run(config: Config) -> Result<(), StartError> {
 
     let shared = Arc::new(Shared {
         gateway_id: Arc::from(config.gateway_id.get_ref().as_str()),
-        sessions: Sessions::from_static(&config.sessions),
+        sessions,
         resolver,
         records,
         hello_max_bytes: config.limits.hello_max_bytes,
         hello_timeout: config.limits.hello_timeout(),
-        upstream_port: config.upstream.port,
-        connect_timeout: config.upstream.connect_timeout(),
+        handshake_timeout: config.limits.handshake_timeout(),
         shutdown: shutdown.clone(),
     });
     tracing::info!(

@@ -8,10 +8,16 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 
+use talos_certs::{CaParams, LeafCache, SessionCa};
+
 use crate::config::{canonical_ip, StaticSession};
 use crate::name::Name;
+use crate::tls;
+use crate::upstream::Pool;
 
-/// What the gateway knows of one session's current authority.
+/// What the gateway knows of one session's current authority: its names,
+/// its CA and leaves, its TLS configs and its upstream connections. All of
+/// it is dropped together when the session's authority ends.
 #[derive(Debug)]
 pub struct Session {
     /// The session id, as the control plane names it.
@@ -22,6 +28,30 @@ pub struct Session {
     pub attempt: u32,
     /// Canonical destination names the session may reach, exactly.
     pub allowlist: HashSet<Name>,
+    /// The session CA (certificate, digest) and the leaves it signed.
+    pub leaves: Arc<LeafCache>,
+    /// TLS toward the session: leaves of this session's CA only.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Connections to destinations, this session's alone.
+    pub pool: Pool,
+}
+
+/// What every session's TLS toward destinations uses.
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
+    pub port: u16,
+    pub connect_timeout: std::time::Duration,
+    /// Public roots plus the configured extra anchors.
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+/// The identity of a session's authority.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    pub id: String,
+    pub tenant: String,
+    pub attempt: u32,
+    pub allowlist: Vec<Name>,
 }
 
 impl Session {
@@ -31,11 +61,63 @@ impl Session {
     }
 }
 
-impl From<&StaticSession> for Session {
-    fn from(s: &StaticSession) -> Self {
-        Session {
-            id: Arc::from(s.id.get_ref().as_str()),
-            tenant: Arc::from(s.tenant.as_str()),
+impl Session {
+    /// Open a session's authority: a fresh CA made in this process for
+    /// exactly the session's names, its server TLS config and an empty
+    /// upstream pool.
+    pub fn open(
+        spec: SessionSpec,
+        gateway_id: &str,
+        upstream: &UpstreamSettings,
+    ) -> Result<Session, talos_certs::CertError> {
+        let names: Vec<String> = spec
+            .allowlist
+            .iter()
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
+        let leaves = Arc::new(LeafCache::new(ca));
+        let resolver_leaves = Arc::clone(&leaves);
+        let resolver =
+            tls::LeafResolver::new(move |name| match resolver_leaves.get_or_mint(name) {
+                Ok(key) => Some(key),
+                Err(e) => {
+                    tracing::info!(error = %e, "no leaf for this name");
+                    None
+                }
+            });
+        Ok(Session {
+            id: Arc::from(spec.id.as_str()),
+            tenant: Arc::from(spec.tenant.as_str()),
+            attempt: spec.attempt,
+            allowlist: spec.allowlist.into_iter().collect(),
+            tls: tls::server_config(Arc::new(resolver)),
+            pool: Pool::new(
+                Arc::clone(&upstream.tls),
+                upstream.port,
+                upstream.connect_timeout,
+            ),
+            leaves,
+        })
+    }
+
+    /// The session CA's SHA-384 digest (lowercase hex).
+    pub fn ca_digest(&self) -> &str {
+        self.leaves.ca().digest()
+    }
+
+    /// The session CA certificate, PEM.
+    pub fn ca_pem(&self) -> String {
+        self.leaves.ca().cert_pem()
+    }
+}
+
+impl SessionSpec {
+    /// The spec of a session from the config file.
+    pub fn from_static(s: &StaticSession) -> SessionSpec {
+        SessionSpec {
+            id: s.id.get_ref().clone(),
+            tenant: s.tenant.clone(),
             attempt: s.attempt,
             allowlist: s.allowlist.iter().map(|n| n.get_ref().clone()).collect(),
         }
@@ -54,16 +136,6 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// A table holding the config file's static sessions.
-    pub fn from_static(sessions: &[StaticSession]) -> Sessions {
-        let table = Sessions::default();
-        for s in sessions {
-            let sources: Vec<IpAddr> = s.sources.get_ref().iter().map(|a| *a.get_ref()).collect();
-            table.insert(&sources, Arc::new(Session::from(s)));
-        }
-        table
-    }
-
     /// Map each of `sources` to `session`, replacing whatever was there.
     pub fn insert(&self, sources: &[IpAddr], session: Arc<Session>) {
         let mut map = self.by_source.write().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,444 @@
+//! One request, from the session to the destination and back.
+//!
+//! [`handle`] runs the per-request checks in order — host match, protocol
+//! upgrade, upstream connection, gRPC over HTTP/1.1 — then forwards the
+//! request with its body streaming, and streams the reply back. Hop-by-hop
+//! headers are dropped both ways; hyper frames each side for its own
+//! version, so an HTTP/1.1 session can reach an HTTP/2 destination and the
+//! other way round, trailers included where the session's protocol carries
+//! them.
+//!
+//! A refusal is an HTTP answer: the status, a `hangar-refusal` header with
+//! the stable reason, and a small JSON body. A gRPC request gets the same
+//! header plus `grpc-status` and `grpc-message`, so a gRPC client sees a
+//! status rather than a framing error.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+
+use crate::name::{self, Name};
+use crate::record::RequestRecord;
+use crate::refusal::Refusal;
+use crate::session::Session;
+use crate::upstream::{Proto, Sender};
+
+/// The response body: the destination's, streamed, or the gateway's own.
+pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+
+/// The response header that carries a refusal's stable reason.
+pub const REFUSAL_HEADER: &str = "hangar-refusal";
+
+/// Per-request entries kept in one connection's record. A connection may
+/// carry any number of requests; past this many, only the count grows.
+pub const MAX_REQUEST_RECORDS: usize = 256;
+
+/// What the requests of one connection share.
+#[derive(Debug)]
+pub struct ConnCtx {
+    pub session: Arc<Session>,
+    /// The connection's destination: the hello's name, checked.
+    pub name: Name,
+    /// The addresses the gate checked for `name`.
+    pub addrs: Vec<IpAddr>,
+    pub stats: Mutex<ConnStats>,
+}
+
+/// What the connection's record learns from its requests.
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    pub request_count: u64,
+    pub requests: Vec<RequestRecord>,
+    /// Requests past [`MAX_REQUEST_RECORDS`], counted but not listed.
+    pub requests_unlisted: u64,
+    pub upstream_alpn: Option<&'static str>,
+    pub upstream_addr: Option<SocketAddr>,
+}
+
+impl ConnCtx {
+    fn note(&self, entry: RequestRecord) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.request_count += 1;
+        if stats.requests.len() < MAX_REQUEST_RECORDS {
+            stats.requests.push(entry);
+        } else {
+            stats.requests_unlisted += 1;
+        }
+    }
+
+    fn note_upstream(&self, proto: Proto, addr: SocketAddr) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.upstream_alpn.get_or_insert(proto.alpn());
+        stats.upstream_addr.get_or_insert(addr);
+    }
+}
+
+/// Serve one request of the connection `ctx`.
+pub async fn handle(
+    ctx: Arc<ConnCtx>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let mut entry = RequestRecord::new(req.method(), req.uri().path());
+    let grpc = is_grpc(req.headers());
+    let response = match forward(&ctx, req, grpc).await {
+        Ok(resp) => resp,
+        Err((reason, cause)) => {
+            tracing::info!(
+                session = %ctx.session.id,
+                destination = %ctx.name,
+                method = %entry.method,
+                reason = reason.as_str(),
+                cause,
+                "request refused"
+            );
+            entry.refusal = Some(reason);
+            refusal_response(reason, grpc)
+        }
+    };
+    entry.status = response.status().as_u16();
+    ctx.note(entry);
+    Ok(response)
+}
+
+type Refused = (Refusal, &'static str);
+
+async fn forward(
+    ctx: &ConnCtx,
+    req: Request<Incoming>,
+    grpc: bool,
+) -> Result<Response<ProxyBody>, Refused> {
+    check_host(&req, &ctx.name)?;
+    check_no_upgrade(&req)?;
+    let pool = &ctx.session.pool;
+    let checkout = pool
+        .checkout(&ctx.name, &ctx.addrs)
+        .await
+        .map_err(|f| (Refusal::UpstreamFailed, f.as_str()))?;
+    let proto = checkout.proto();
+    ctx.note_upstream(proto, checkout.addr);
+    if grpc && proto == Proto::Http1 {
+        if let Sender::H1(s) = checkout.sender {
+            pool.give_back_h1(&ctx.name, s, checkout.addr);
+        }
+        return Err((Refusal::GrpcNeedsHttp2, "destination_speaks_http1"));
+    }
+    let upstream_req = rewrite_request(req, &ctx.name, proto);
+    let sent = match checkout.sender {
+        Sender::H2(mut s) => {
+            s.ready()
+                .await
+                .map_err(|_| (Refusal::UpstreamFailed, "upstream_closed"))?;
+            s.send_request(upstream_req).await
+        }
+        Sender::H1(mut s) => {
+            s.ready()
+                .await
+                .map_err(|_| (Refusal::UpstreamFailed, "upstream_closed"))?;
+            let response = s.send_request(upstream_req);
+            // Back in the pool now; it is picked again once it is ready,
+            // that is once this response has been read to its end.
+            pool.give_back_h1(&ctx.name, s, checkout.addr);
+            response.await
+        }
+    };
+    let resp = sent.map_err(|e| {
+        tracing::debug!(destination = %ctx.name, error = %e, "upstream request failed");
+        (Refusal::UpstreamFailed, "upstream_request_failed")
+    })?;
+    Ok(rewrite_response(resp))
+}
+
+/// `host_mismatch` when the request names a host other than the
+/// connection's: the `Host` header, the HTTP/2 `:authority` or an
+/// absolute-form target. Port 443 or none; anything else is another host.
+fn check_host(req: &Request<Incoming>, name: &Name) -> Result<(), Refused> {
+    if let Some(authority) = req.uri().authority() {
+        if !names_host(authority.as_str(), name) {
+            return Err((Refusal::HostMismatch, "authority"));
+        }
+    }
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    if let Some(host) = hosts.next() {
+        let ok = host.to_str().is_ok_and(|h| names_host(h, name));
+        if !ok || hosts.next().is_some() {
+            return Err((Refusal::HostMismatch, "host_header"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `authority` (`host[:port]`) names exactly `name` on port 443.
+fn names_host(authority: &str, name: &Name) -> bool {
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((host, "443")) => host,
+        Some(_) => return false,
+        None => authority,
+    };
+    name::canonicalize(host).is_ok_and(|h| &h == name)
+}
+
+/// `upgrade_refused` for anything that would turn the stream into bytes
+/// the gateway cannot read: CONNECT (also HTTP/2 extended CONNECT, as used
+/// by WebSockets over HTTP/2), `Upgrade` (WebSocket, h2c) and the h2c
+/// `HTTP2-Settings` header.
+fn check_no_upgrade(req: &Request<Incoming>) -> Result<(), Refused> {
+    if req.method() == Method::CONNECT {
+        let cause = if req.extensions().get::<hyper::ext::Protocol>().is_some() {
+            "extended_connect"
+        } else {
+            "connect"
+        };
+        return Err((Refusal::UpgradeRefused, cause));
+    }
+    let headers = req.headers();
+    if headers.contains_key(header::UPGRADE) {
+        return Err((Refusal::UpgradeRefused, "upgrade_header"));
+    }
+    if headers.contains_key("http2-settings") {
+        return Err((Refusal::UpgradeRefused, "h2c_settings"));
+    }
+    if connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade")) {
+        return Err((Refusal::UpgradeRefused, "connection_upgrade"));
+    }
+    Ok(())
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            // application/grpc, application/grpc+proto, …; not grpc-web,
+            // which is made for HTTP/1.1.
+            let ct = ct.trim_start().as_bytes();
+            ct.len() >= 16
+                && ct[..16].eq_ignore_ascii_case(b"application/grpc")
+                && matches!(ct.get(16), None | Some(b'+' | b';' | b' '))
+        })
+}
+
+/// Tokens of every `Connection` header.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded either way.
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    HeaderName::from_static("keep-alive"),
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = connection_tokens(headers)
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
+    for name in listed.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    headers.remove("proxy-connection");
+}
+
+/// The request as the destination gets it: same method, path, query,
+/// headers and streaming body, framed for the destination's protocol.
+fn rewrite_request(req: Request<Incoming>, name: &Name, proto: Proto) -> Request<Incoming> {
+    let (mut parts, body) = req.into_parts();
+    let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        })
+    });
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::TE);
+    if te_trailers {
+        // The one TE value HTTP/2 allows; gRPC needs it end to end.
+        parts
+            .headers
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_owned();
+    match proto {
+        Proto::Http2 => {
+            parts.version = Version::HTTP_2;
+            parts.headers.remove(header::HOST);
+            let uri = format!("https://{}{}", name.as_str(), path);
+            parts.uri = uri.parse().unwrap_or_else(|_| Uri::from_static("/"));
+        }
+        Proto::Http1 => {
+            parts.version = Version::HTTP_11;
+            parts.uri = path.parse().unwrap_or_else(|_| Uri::from_static("/"));
+            if let Ok(host) = HeaderValue::from_str(name.as_str()) {
+                parts.headers.insert(header::HOST, host);
+            }
+        }
+    }
+    Request::from_parts(parts, body)
+}
+
+/// The destination's response as the session gets it.
+fn rewrite_response(resp: Response<Incoming>) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.version = Version::default();
+    Response::from_parts(parts, Either::Left(body))
+}
+
+/// The HTTP status each refusal answers with.
+pub fn status_of(reason: Refusal) -> StatusCode {
+    match reason {
+        Refusal::HostMismatch => StatusCode::MISDIRECTED_REQUEST,
+        Refusal::UpgradeRefused | Refusal::ApprovalDeclined | Refusal::ApprovalWithdrawn => {
+            StatusCode::FORBIDDEN
+        }
+        Refusal::GrpcNeedsHttp2 | Refusal::UpstreamFailed => StatusCode::BAD_GATEWAY,
+        Refusal::SessionEnded => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::FORBIDDEN,
+    }
+}
+
+/// The gRPC status code each refusal maps to.
+fn grpc_status_of(reason: Refusal) -> u16 {
+    match reason {
+        // UNIMPLEMENTED: the destination cannot carry gRPC.
+        Refusal::GrpcNeedsHttp2 => 12,
+        // UNAVAILABLE: a network or lifecycle failure, not a policy.
+        Refusal::UpstreamFailed | Refusal::SessionEnded => 14,
+        // PERMISSION_DENIED: a policy refusal.
+        _ => 7,
+    }
+}
+
+fn message_of(reason: Refusal) -> &'static str {
+    match reason {
+        Refusal::HostMismatch => "the request names a host other than the host of its connection",
+        Refusal::UpgradeRefused => "the gateway passes on only requests that it can read; protocol upgrades and CONNECT are refused",
+        Refusal::GrpcNeedsHttp2 => "a gRPC request went to a destination that answered over HTTP/1.1",
+        Refusal::UpstreamFailed => "the gateway could not reach the destination",
+        Refusal::ApprovalDeclined => "a named person declined, or no decision came within five minutes",
+        Refusal::ApprovalWithdrawn => "the approval was withdrawn because the session paused or ended",
+        Refusal::SessionEnded => "the session ended",
+        _ => "refused by the gateway",
+    }
+}
+
+/// The gateway's own answer for a refused request.
+pub fn refusal_response(reason: Refusal, grpc: bool) -> Response<ProxyBody> {
+    let body = if grpc {
+        Bytes::new()
+    } else {
+        Bytes::from(
+            serde_json::json!({"refusal": reason.as_str(), "message": message_of(reason)})
+                .to_string()
+                + "\n",
+        )
+    };
+    let mut resp = Response::new(Either::Right(Full::new(body)));
+    if !grpc {
+        *resp.status_mut() = status_of(reason);
+    }
+    let headers = resp.headers_mut();
+    headers.insert(REFUSAL_HEADER, HeaderValue::from_static(reason.as_str()));
+    if grpc {
+        // A trailers-only gRPC answer: HTTP 200 with the status in headers.
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert("grpc-status", HeaderValue::from(grpc_status_of(reason)));
+        let msg = format!("refused by the gateway: {}", reason.as_str());
+        if let Ok(v) = HeaderValue::from_str(&msg) {
+            headers.insert("grpc-message", v);
+        }
+    } else {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_matching() {
+        let name = name::canonicalize("api.example.com").unwrap();
+        for (authority, ok) in [
+            ("api.example.com", true),
+            ("API.Example.com.", true),
+            ("api.example.com:443", true),
+            ("api.example.com:8443", false),
+            ("api.example.com:", false),
+            ("user@api.example.com", false),
+            ("other.example.com", false),
+            ("sub.api.example.com", false),
+            ("127.0.0.1", false),
+            ("[::1]:443", false),
+            ("", false),
+        ] {
+            assert_eq!(names_host(authority, &name), ok, "{authority:?}");
+        }
+    }
+
+    #[test]
+    fn grpc_content_types() {
+        let mut h = HeaderMap::new();
+        for (ct, want) in [
+            ("application/grpc", true),
+            ("application/grpc+proto", true),
+            ("Application/GRPC+json", true),
+            ("application/grpc; charset=utf-8", true),
+            ("application/grpc-web", false),
+            ("application/json", false),
+            ("application/grp", false),
+        ] {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(is_grpc(&h), want, "{ct}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-end-to-end", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-end-to-end"));
+    }
+}

@@ -1,0 +1,266 @@
+//! TLS on both sides: TLS 1.3 only, through rustls with the aws-lc-rs
+//! provider.
+//!
+//! - Toward the session, a [`rustls::ServerConfig`] per session whose
+//!   certificate resolver mints (once) a leaf for the hello's name under the
+//!   session's own CA.
+//! - Toward destinations, a [`rustls::ClientConfig`] per session that checks
+//!   certificates against the public roots (webpki-roots) plus only those
+//!   extra anchors the config names explicitly. One per session so that not
+//!   even TLS resumption state is shared between sessions.
+//! - [`Replay`]: the bytes the gate already read (the ClientHello) put back
+//!   in front of the socket, so rustls sees the connection from its start.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::pki_types::CertificateDer;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// ALPN offered to sessions and to destinations, in preference order.
+pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// The server side for one session: TLS 1.3, ALPN h2 and http/1.1, the
+/// certificate chosen by SNI through `leaves`.
+pub fn server_config(leaves: Arc<dyn ResolvesServerCert>) -> Arc<rustls::ServerConfig> {
+    // TLS 1.3 is supported by the provider; building cannot fail.
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the aws-lc-rs provider supports TLS 1.3")
+        .with_no_client_auth()
+        .with_cert_resolver(leaves);
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    // No 0-RTT: early data could be replayed, and requests are checked
+    // before they go on.
+    config.max_early_data_size = 0;
+    Arc::new(config)
+}
+
+/// The client side for one session: TLS 1.3, public roots plus `extra`.
+pub fn client_config(extra: &[CertificateDer<'static>]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for anchor in extra {
+        // Anchors were parsed and checked when the config was loaded.
+        let _ = roots.add(anchor.clone());
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the aws-lc-rs provider supports TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+/// A certificate resolver over a session's leaf cache.
+pub struct LeafResolver {
+    mint: Box<dyn Fn(&str) -> Option<Arc<CertifiedKey>> + Send + Sync>,
+}
+
+impl LeafResolver {
+    /// Resolve names through `mint` (which refuses names the CA does not
+    /// permit).
+    pub fn new(mint: impl Fn(&str) -> Option<Arc<CertifiedKey>> + Send + Sync + 'static) -> Self {
+        LeafResolver {
+            mint: Box::new(mint),
+        }
+    }
+}
+
+impl std::fmt::Debug for LeafResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeafResolver")
+    }
+}
+
+impl ResolvesServerCert for LeafResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // rustls gives the name already lower-cased and without the dot.
+        (self.mint)(hello.server_name()?)
+    }
+}
+
+/// A stream that first yields `prefix`, then reads from `inner`; writes go
+/// straight to `inner`.
+#[derive(Debug)]
+pub struct Replay<S> {
+    prefix: Vec<u8>,
+    // invariant: pos <= prefix.len()
+    pos: usize,
+    inner: S,
+}
+
+impl<S> Replay<S> {
+    /// Put `prefix` back in front of `inner`.
+    pub fn new(prefix: Vec<u8>, inner: S) -> Replay<S> {
+        Replay {
+            prefix,
+            pos: 0,
+            inner,
+        }
+    }
+
+    /// The underlying stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Replay<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.pos);
+            let start = self.pos;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.pos += n;
+            if self.pos == self.prefix.len() {
+                // The prefix is spent: give its memory back.
+                self.prefix = Vec::new();
+                self.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Replay<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn replay_yields_the_prefix_then_the_stream() {
+        let (mut a, b) = tokio::io::duplex(64);
+        a.write_all(b" world").await.unwrap();
+        drop(a);
+        let mut r = Replay::new(b"hello".to_vec(), b);
+        let mut got = String::new();
+        r.read_to_string(&mut got).await.unwrap();
+        assert_eq!(got, "hello world");
+    }
+}
+
+/// Byte counters for one connection's wire traffic, shared with the record.
+#[derive(Debug, Default)]
+pub struct WireBytes {
+    /// Bytes read from the peer.
+    pub read: std::sync::atomic::AtomicU64,
+    /// Bytes written to the peer.
+    pub written: std::sync::atomic::AtomicU64,
+}
+
+/// A stream that counts the bytes that cross it.
+#[derive(Debug)]
+pub struct Counted<S> {
+    inner: S,
+    bytes: Arc<WireBytes>,
+}
+
+impl<S> Counted<S> {
+    /// Count `inner`'s traffic into `bytes`.
+    pub fn new(inner: S, bytes: Arc<WireBytes>) -> Counted<S> {
+        Counted { inner, bytes }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        self.bytes
+            .read
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.bytes
+                .written
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.bytes
+                .written
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
