@@ -56,3 +56,96 @@ pub fn run_bounded(program: &str, args: &[&str], stdin: Option<&[u8]>, secs: u64
     }
     child.wait_with_output().expect("wait client")
 }
+
+/// An HTTP connection through the gateway, made by hand: TCP from
+/// `source`, TLS trusting only `ca_pem` with SNI `name`, ALPN `alpn`.
+pub mod http {
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use http_body_util::combinators::BoxBody;
+    use hyper::client::conn::{http1, http2};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use rustls::pki_types::ServerName;
+
+    /// A request body the tests can build.
+    pub type Body = BoxBody<bytes::Bytes, std::io::Error>;
+
+    /// Either protocol's request sender.
+    #[derive(Debug)]
+    pub enum Sender {
+        H1(http1::SendRequest<Body>),
+        H2(http2::SendRequest<Body>),
+    }
+
+    impl Sender {
+        /// Send one request.
+        pub async fn send(
+            &mut self,
+            req: hyper::Request<Body>,
+        ) -> hyper::Result<hyper::Response<hyper::body::Incoming>> {
+            match self {
+                Sender::H1(s) => {
+                    s.ready().await?;
+                    s.send_request(req).await
+                }
+                Sender::H2(s) => {
+                    s.ready().await?;
+                    s.send_request(req).await
+                }
+            }
+        }
+    }
+
+    /// Connect through the gateway at `gateway` as session source `source`.
+    pub async fn connect(
+        source: &str,
+        gateway: SocketAddr,
+        name: &str,
+        ca_pem: &Path,
+        h2: bool,
+    ) -> Sender {
+        let tcp = super::connect_from(source, gateway).await;
+        let pem = std::fs::read(ca_pem).expect("session CA");
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+            roots.add(c.expect("pem")).expect("anchor");
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("tls13")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![if h2 {
+            b"h2".to_vec()
+        } else {
+            b"http/1.1".to_vec()
+        }];
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from(name.to_owned()).expect("name"), tcp)
+            .await
+            .expect("TLS through the gateway");
+        let io = TokioIo::new(tls);
+        if h2 {
+            let (s, conn) = http2::handshake(TokioExecutor::new(), io)
+                .await
+                .expect("h2");
+            tokio::spawn(conn);
+            Sender::H2(s)
+        } else {
+            let (s, conn) = http1::handshake(io).await.expect("h1");
+            tokio::spawn(conn);
+            Sender::H1(s)
+        }
+    }
+
+    /// An empty body.
+    pub fn empty() -> Body {
+        use http_body_util::BodyExt;
+        http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed()
+    }
+}

@@ -144,3 +144,100 @@ impl Drop for Gateway {
 pub fn records_path(dir: &Path) -> PathBuf {
     dir.join("records.jsonl")
 }
+
+/// A gateway config for tests, written as TOML.
+#[derive(Debug, Clone)]
+pub struct TestConfig {
+    pub dns: SocketAddr,
+    pub upstream_port: u16,
+    /// Extra trust anchors (the test origins' CAs).
+    pub anchors: Vec<PathBuf>,
+    /// Internal blocks let through (the test origins' loopback addresses).
+    pub permit_internal: Vec<String>,
+    pub sessions: Vec<TestSession>,
+    /// More TOML appended to the `[limits]` table.
+    pub limits: String,
+}
+
+/// One static session of a [`TestConfig`].
+#[derive(Debug, Clone)]
+pub struct TestSession {
+    pub id: String,
+    pub sources: Vec<String>,
+    pub allowlist: Vec<String>,
+    /// Where the gateway writes the session CA (PEM).
+    pub trust_file: PathBuf,
+}
+
+impl TestConfig {
+    /// The TOML text, records in `dir` (see [`records_path`]).
+    pub fn toml(&self, dir: &Path) -> String {
+        let quoted = |v: &[String]| {
+            v.iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let paths = |v: &[PathBuf]| {
+            v.iter()
+                .map(|p| format!("{:?}", p.display().to_string()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = format!(
+            r#"gateway_id = "gw-test"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = {records:?}
+[resolver]
+nameservers = ["{dns}"]
+timeout_ms = 300
+attempts = 1
+permit_internal = [{permit}]
+[upstream]
+port = {port}
+connect_timeout_ms = 2000
+extra_trust_anchors = [{anchors}]
+[limits]
+hello_timeout_ms = 700
+{limits}
+"#,
+            records = records_path(dir).display().to_string(),
+            dns = self.dns,
+            permit = quoted(&self.permit_internal),
+            port = self.upstream_port,
+            anchors = paths(&self.anchors),
+            limits = self.limits,
+        );
+        for s in &self.sessions {
+            out.push_str(&format!(
+                "[[session]]\nid = {:?}\ntenant = \"acme\"\nsources = [{}]\nallowlist = [{}]\ntrust_file = {:?}\n",
+                s.id,
+                quoted(&s.sources),
+                quoted(&s.allowlist),
+                s.trust_file.display().to_string()
+            ));
+        }
+        out
+    }
+}
+
+impl Gateway {
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The gateway's peak resident memory so far, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}

@@ -5,8 +5,11 @@
 //! - [`gateway`]: the `gateway` binary started as operators start it.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`grpc`]: a tonic origin (HTTP/2 or HTTP/1.1-only) and a tonic client
+//!   that reaches it through the gateway.
 
 pub mod clients;
 pub mod dns;
 pub mod gateway;
+pub mod grpc;
 pub mod origin;

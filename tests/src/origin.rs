@@ -43,9 +43,23 @@ impl TestCa {
 
     /// A leaf for `names`, signed by this CA: (chain, key).
     pub fn leaf(&self, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        self.leaf_with(names, false)
+    }
+
+    /// A leaf for `names`; `expired` makes one whose validity ended a day ago.
+    pub fn leaf_with(
+        &self,
+        names: &[&str],
+        expired: bool,
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
         let key = KeyPair::generate().expect("leaf key");
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let params = CertificateParams::new(names).expect("leaf params");
+        let mut params = CertificateParams::new(names).expect("leaf params");
+        if expired {
+            let now = time_now();
+            params.not_before = now - std::time::Duration::from_secs(10 * 86_400);
+            params.not_after = now - std::time::Duration::from_secs(86_400);
+        }
         let issuer = Issuer::from_params(&self.params, &self.key);
         let cert = params.signed_by(&key, &issuer).expect("sign leaf");
         (
@@ -82,8 +96,18 @@ impl Origin {
 
     /// Serve on an already bound listener.
     pub fn serve(listener: TcpListener, ca: &TestCa, names: &[&str]) -> Origin {
-        let addr = listener.local_addr().expect("origin addr");
         let (chain, key) = ca.leaf(names);
+        Origin::serve_cert(listener, chain, key, &[b"h2", b"http/1.1"])
+    }
+
+    /// Serve with this certificate chain and key, offering `alpn`.
+    pub fn serve_cert(
+        listener: TcpListener,
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        alpn: &[&[u8]],
+    ) -> Origin {
+        let addr = listener.local_addr().expect("origin addr");
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -91,7 +115,7 @@ impl Origin {
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .expect("origin cert");
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let task = tokio::spawn(async move {
             loop {
@@ -103,19 +127,7 @@ impl Origin {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let service = hyper::service::service_fn(
-                        |req: Request<hyper::body::Incoming>| async move {
-                            let text = format!(
-                                "origin says hello: {:?} {} {}\n",
-                                req.version(),
-                                req.method(),
-                                req.uri().path()
-                            );
-                            Ok::<_, std::convert::Infallible>(Response::new(Full::new(
-                                Bytes::from(text),
-                            )))
-                        },
-                    );
+                    let service = hyper::service::service_fn(answer);
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(tls), service)
                         .await;
@@ -124,4 +136,104 @@ impl Origin {
         });
         Origin { addr, task }
     }
+}
+
+fn time_now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+type Body = http_body_util::Either<Full<Bytes>, http_body_util::StreamBody<DownloadStream>>;
+type DownloadStream = futures_util::stream::BoxStream<
+    'static,
+    Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+>;
+
+/// The origin's routes:
+/// - `/echo`: JSON with the method, version, path and query, and every
+///   request header (name and value) as the origin received them;
+/// - `/upload`: reads the whole body, answers its length and SHA-256;
+/// - `/download/N`: N bytes of a fixed pattern, streamed in 64 KiB frames;
+/// - anything else: `origin says hello: VERSION METHOD PATH`.
+async fn answer(
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    use http_body_util::BodyExt;
+    use sha2::Digest;
+    let path = req.uri().path().to_owned();
+    let text = if path == "/echo" {
+        let headers: Vec<(String, String)> = req
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "method": req.method().as_str(),
+            "version": format!("{:?}", req.version()),
+            "path": path,
+            "query": req.uri().query(),
+            "headers": headers,
+        })
+        .to_string()
+    } else if path == "/upload" {
+        let mut body = req.into_body();
+        let mut hash = sha2::Sha256::new();
+        let mut len = 0u64;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { break };
+            if let Some(data) = frame.data_ref() {
+                len += data.len() as u64;
+                hash.update(data);
+            }
+        }
+        serde_json::json!({"len": len, "sha256": hex::encode(hash.finalize())}).to_string()
+    } else if let Some(n) = path
+        .strip_prefix("/download/")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        return Ok(Response::new(http_body_util::Either::Right(
+            http_body_util::StreamBody::new(download(n)),
+        )));
+    } else {
+        format!(
+            "origin says hello: {:?} {} {}\n",
+            req.version(),
+            req.method(),
+            path
+        )
+    };
+    Ok(Response::new(http_body_util::Either::Left(Full::new(
+        Bytes::from(text),
+    ))))
+}
+
+/// The byte at offset `i` of every download: a pattern a reader can check.
+pub fn pattern_byte(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+fn download(n: u64) -> DownloadStream {
+    use futures_util::StreamExt;
+    const FRAME: u64 = 64 * 1024;
+    let block: Bytes = (0..FRAME + 251)
+        .map(pattern_byte)
+        .collect::<Vec<u8>>()
+        .into();
+    futures_util::stream::unfold(0u64, move |sent| {
+        let block = block.clone();
+        async move {
+            if sent >= n {
+                return None;
+            }
+            let len = FRAME.min(n - sent);
+            let start = (sent % 251) as usize;
+            let chunk = block.slice(start..start + len as usize);
+            Some((Ok(hyper::body::Frame::data(chunk)), sent + len))
+        }
+    })
+    .boxed()
 }

@@ -1,0 +1,427 @@
+//! Terminate and re-originate, end to end: per-request refusals (host
+//! mismatch, protocol upgrades, unreachable or untrustworthy destinations)
+//! and streaming bodies with bounded gateway memory. Real curl, a hand-made
+//! hyper client for what curl cannot send, and real TLS origins.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use talos_e2e::clients::http::{self, Body};
+use talos_e2e::clients::{run_bounded, SESSION_SOURCE};
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::origin::{pattern_byte, Origin, TestCa};
+use tokio::net::TcpListener;
+
+/// Destinations: the good origin on 127.0.0.1; origins with bad
+/// certificates on other loopback addresses at the same port (the
+/// gateway's upstream port is one for all); nothing at all on 127.0.0.6.
+const GOOD: &str = "origin.test";
+const WRONG_NAME: &str = "wrong-name.test";
+const EXPIRED: &str = "expired.test";
+const UNTRUSTED: &str = "untrusted.test";
+const DEAD: &str = "dead.test";
+const H1_ONLY: &str = "h1.test";
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    _dns: DnsServer,
+    _origins: Vec<Origin>,
+    gateway: Gateway,
+}
+
+async fn rig() -> Rig {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    let ca = TestCa::new("origin test CA");
+    ca.write_pem(&path.join("origin-ca.pem"));
+    let stranger = TestCa::new("a CA nobody trusts");
+
+    // One port, several loopback addresses.
+    let (origins, port) = loop {
+        let first = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = first.local_addr().unwrap().port();
+        let mut others = Vec::new();
+        for ip in ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.7"] {
+            match TcpListener::bind((ip, port)).await {
+                Ok(l) => others.push(l),
+                Err(_) => break,
+            }
+        }
+        if others.len() < 4 {
+            continue;
+        }
+        let mut it = others.into_iter();
+        let h2_h1 = [b"h2".as_slice(), b"http/1.1".as_slice()];
+        let (c, k) = ca.leaf(&[GOOD]);
+        let good = Origin::serve_cert(first, c, k, &h2_h1);
+        let (c, k) = ca.leaf(&["somebody-else.test"]);
+        let wrong = Origin::serve_cert(it.next().unwrap(), c, k, &h2_h1);
+        let (c, k) = ca.leaf_with(&[EXPIRED], true);
+        let expired = Origin::serve_cert(it.next().unwrap(), c, k, &h2_h1);
+        let (c, k) = stranger.leaf(&[UNTRUSTED]);
+        let untrusted = Origin::serve_cert(it.next().unwrap(), c, k, &h2_h1);
+        let (c, k) = ca.leaf(&[H1_ONLY]);
+        let h1 = Origin::serve_cert(it.next().unwrap(), c, k, &[b"http/1.1"]);
+        break (vec![good, wrong, expired, untrusted, h1], port);
+    };
+
+    let addr = |a: &str| Answer::Addrs(vec![a.parse::<IpAddr>().unwrap()]);
+    let dns = DnsServer::start(HashMap::from([
+        (GOOD.to_owned(), addr("127.0.0.1")),
+        (WRONG_NAME.to_owned(), addr("127.0.0.3")),
+        (EXPIRED.to_owned(), addr("127.0.0.4")),
+        (UNTRUSTED.to_owned(), addr("127.0.0.5")),
+        (DEAD.to_owned(), addr("127.0.0.6")),
+        (H1_ONLY.to_owned(), addr("127.0.0.7")),
+    ]))
+    .await;
+    let config = TestConfig {
+        dns: dns.addr,
+        upstream_port: port,
+        anchors: vec![path.join("origin-ca.pem")],
+        permit_internal: vec![
+            "127.0.0.1/32".into(),
+            "127.0.0.3/32".into(),
+            "127.0.0.4/30".into(),
+        ],
+        sessions: vec![TestSession {
+            id: "sess-1".into(),
+            sources: vec![SESSION_SOURCE.into()],
+            allowlist: [GOOD, WRONG_NAME, EXPIRED, UNTRUSTED, DEAD, H1_ONLY]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            trust_file: path.join("session-ca.pem"),
+        }],
+        limits: String::new(),
+    };
+    let gateway = Gateway::start(&path, &config.toml(&path));
+    Rig {
+        _dir: dir,
+        dir: path,
+        _dns: dns,
+        _origins: origins,
+        gateway,
+    }
+}
+
+impl Rig {
+    fn session_ca(&self) -> PathBuf {
+        self.dir.join("session-ca.pem")
+    }
+
+    /// curl through the gateway to `https://{name}{path}` with `extra`
+    /// options; returns (status, response headers, body).
+    fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
+        let connect_to = format!("{name}:443:127.0.0.1:{}", self.gateway.data.port());
+        let url = format!("https://{name}{path}");
+        let ca = self.session_ca();
+        let mut args = vec![
+            "-sS",
+            "--max-time",
+            "20",
+            "--interface",
+            SESSION_SOURCE,
+            "--cacert",
+            ca.to_str().unwrap(),
+            "--connect-to",
+            &connect_to,
+            "-D",
+            "-",
+            "-w",
+            "\n%{http_code}",
+        ];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        let out = run_bounded("curl", &args, None, 30);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        let (head, body) = rest.split_once("\r\n\r\n").unwrap_or((rest, ""));
+        (
+            code.trim().parse().unwrap_or(0),
+            head.to_ascii_lowercase(),
+            body.to_owned(),
+        )
+    }
+
+    async fn sender(&self, name: &str, h2: bool) -> http::Sender {
+        http::connect(
+            SESSION_SOURCE,
+            self.gateway.data,
+            name,
+            &self.session_ca(),
+            h2,
+        )
+        .await
+    }
+
+    fn all_requests(&self, n_records: usize) -> Vec<Value> {
+        self.gateway
+            .wait_records(n_records)
+            .iter()
+            .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+}
+
+fn assert_refused(head: &str, body: &str, reason: &str) {
+    assert!(
+        head.contains(&format!("hangar-refusal: {reason}")),
+        "{head}"
+    );
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("JSON body: {body:?}"));
+    assert_eq!(v["refusal"], reason);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_mismatch_is_refused_over_both_protocols() {
+    let rig = rig().await;
+    // HTTP/1.1 Host header.
+    let (code, head, body) = rig.curl(GOOD, "/", &["--http1.1", "-H", "Host: other.test"]);
+    assert_eq!(code, 421);
+    assert_refused(&head, &body, "host_mismatch");
+    // A port other than 443 is another host.
+    let (code, _, _) = rig.curl(GOOD, "/", &["--http1.1", "-H", "Host: origin.test:8443"]);
+    assert_eq!(code, 421);
+    // HTTP/1.1 absolute-form target.
+    let (code, head, body) = rig.curl(
+        GOOD,
+        "/",
+        &["--http1.1", "--request-target", "https://other.test/x"],
+    );
+    assert_eq!(code, 421);
+    assert_refused(&head, &body, "host_mismatch");
+    // HTTP/2 :authority (curl sends the Host option as :authority).
+    let (code, head, body) = rig.curl(GOOD, "/", &["--http2", "-H", "Host: other.test"]);
+    assert_eq!(code, 421);
+    assert_refused(&head, &body, "host_mismatch");
+    // The right host, any letter case, with or without :443, goes through.
+    let (code, _, body) = rig.curl(GOOD, "/", &["--http1.1", "-H", "Host: ORIGIN.test:443"]);
+    assert_eq!(code, 200, "{body}");
+    let (code, _, body) = rig.curl(
+        GOOD,
+        "/",
+        &["--http1.1", "--request-target", "https://origin.test/abs"],
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("GET /abs"), "{body}");
+
+    let requests = rig.all_requests(6);
+    let refused = requests
+        .iter()
+        .filter(|r| r["refusal"] == "host_mismatch")
+        .count();
+    assert_eq!(refused, 4, "{requests:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrades_and_connect_are_refused() {
+    let rig = rig().await;
+    for headers in [
+        ["Connection: Upgrade", "Upgrade: websocket"],
+        ["Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c"],
+    ] {
+        let (code, head, body) = rig.curl(
+            GOOD,
+            "/",
+            &["--http1.1", "-H", headers[0], "-H", headers[1]],
+        );
+        assert_eq!(code, 403, "{head}");
+        assert_refused(&head, &body, "upgrade_refused");
+    }
+    let (code, head, body) = rig.curl(
+        GOOD,
+        "/",
+        &[
+            "--http1.1",
+            "-X",
+            "CONNECT",
+            "--request-target",
+            "origin.test:443",
+        ],
+    );
+    assert_eq!(code, 403, "{head}");
+    assert_refused(&head, &body, "upgrade_refused");
+
+    // HTTP/2 extended CONNECT (RFC 8441, WebSockets over HTTP/2).
+    let mut h2 = rig.sender(GOOD, true).await;
+    let mut req = hyper::Request::builder()
+        .method(hyper::Method::CONNECT)
+        .uri("https://origin.test/chat")
+        .header("sec-websocket-version", "13")
+        .body(http::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(hyper::ext::Protocol::from_static("websocket"));
+    let resp = h2.send(req).await.expect("extended CONNECT answered");
+    assert_eq!(resp.status(), 403);
+    assert_eq!(resp.headers()["hangar-refusal"], "upgrade_refused");
+
+    // The curl connections have closed and are recorded; the HTTP/2 one is
+    // still open (its CONNECT stream is the client's to end).
+    let requests = rig.all_requests(3);
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r["refusal"] == "upgrade_refused")
+            .count(),
+        3,
+        "{requests:#?}"
+    );
+    drop(h2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_or_untrustworthy_destinations_are_upstream_failed() {
+    let rig = rig().await;
+    for (name, cause_hint) in [
+        (WRONG_NAME, "certificate for another name"),
+        (EXPIRED, "expired certificate"),
+        (UNTRUSTED, "certificate from an unknown CA"),
+        (DEAD, "nothing listening"),
+    ] {
+        let (code, head, body) = rig.curl(name, "/", &[]);
+        assert_eq!(code, 502, "{name} ({cause_hint}): {head}");
+        assert_refused(&head, &body, "upstream_failed");
+    }
+    let records = rig.gateway.wait_records(4);
+    for r in &records {
+        assert_eq!(
+            r["verdict"], "allowed",
+            "the connection was allowed; its request failed: {r}"
+        );
+        assert_eq!(r["requests"][0]["refusal"], "upstream_failed", "{r}");
+        assert_eq!(r["requests"][0]["status"], 502);
+    }
+    let log = rig.gateway.log();
+    assert!(log.contains("upstream TLS handshake failed"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http2_session_reaches_an_http1_destination_and_back() {
+    let rig = rig().await;
+    let (code, _, body) = rig.curl(
+        H1_ONLY,
+        "/echo?x=1",
+        &["--http2", "-H", "te: trailers", "-H", "x-end-to-end: yes"],
+    );
+    assert_eq!(code, 200, "{body}");
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["version"], "HTTP/1.1");
+    assert_eq!(echo["query"], "x=1");
+    let headers: HashMap<String, String> = echo["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h[0].as_str().unwrap().to_owned(),
+                h[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(headers["host"], "h1.test");
+    assert_eq!(headers["x-end-to-end"], "yes");
+    // TE is hop-by-hop: only the gateway's own "trailers" (it forwards
+    // trailers) may reach the destination.
+    assert!(
+        headers.get("te").is_none_or(|te| te == "trailers"),
+        "{headers:?}"
+    );
+    let records = rig.gateway.wait_records(1);
+    assert_eq!(records[0]["alpn_session"], "h2");
+    assert_eq!(records[0]["alpn_upstream"], "http/1.1");
+}
+
+/// Bytes to push each way in the streaming test: large enough that any
+/// whole-body buffering would show in the gateway's peak memory.
+const STREAM_BYTES: u64 = 256 * 1024 * 1024;
+/// The most the gateway's peak resident memory may grow while streaming.
+const STREAM_RSS_BOUND_KIB: u64 = 48 * 1024;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_bodies_stream_both_ways_byte_for_byte_with_bounded_memory() {
+    use sha2::Digest;
+    let rig = rig().await;
+    let before = rig.gateway.peak_rss_kib();
+    for h2 in [false, true] {
+        // Upload: a generated body, hashed as it is sent.
+        let mut sender = rig.sender(GOOD, h2).await;
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(4);
+        let producer = tokio::spawn(async move {
+            let mut hash = sha2::Sha256::new();
+            let block: Vec<u8> = (0..64 * 1024u64).map(|i| (i * 7 % 256) as u8).collect();
+            let mut sent = 0;
+            while sent < STREAM_BYTES {
+                hash.update(&block);
+                if tx
+                    .send(Ok(hyper::body::Frame::data(Bytes::copy_from_slice(&block))))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                sent += block.len() as u64;
+            }
+            hex::encode(hash.finalize())
+        });
+        let body: Body = http_body_util::StreamBody::new(tokio_stream_from(rx)).boxed();
+        let req = hyper::Request::post("https://origin.test/upload")
+            .header("host", GOOD)
+            .body(body)
+            .unwrap();
+        let resp = sender.send(req).await.expect("upload answered");
+        assert_eq!(resp.status(), 200);
+        let answer: Value =
+            serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        let sent_hash = producer.await.unwrap();
+        assert_eq!(answer["len"], STREAM_BYTES, "h2={h2}");
+        assert_eq!(
+            answer["sha256"], sent_hash,
+            "the origin saw exactly the bytes sent (h2={h2})"
+        );
+
+        // Download: a pattern, checked byte by byte as it arrives.
+        let req = hyper::Request::get(format!("https://origin.test/download/{STREAM_BYTES}"))
+            .header("host", GOOD)
+            .body(http::empty())
+            .unwrap();
+        let resp = sender.send(req).await.expect("download answered");
+        let mut body = resp.into_body();
+        let mut offset = 0u64;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.expect("download frame");
+            if let Some(data) = frame.data_ref() {
+                for (i, b) in data.iter().enumerate() {
+                    assert_eq!(
+                        *b,
+                        pattern_byte(offset + i as u64),
+                        "byte {} (h2={h2})",
+                        offset + i as u64
+                    );
+                }
+                offset += data.len() as u64;
+            }
+        }
+        assert_eq!(offset, STREAM_BYTES, "h2={h2}");
+    }
+    let after = rig.gateway.peak_rss_kib();
+    assert!(
+        after.saturating_sub(before) < STREAM_RSS_BOUND_KIB,
+        "peak RSS grew from {before} KiB to {after} KiB while streaming {} MiB each way, twice",
+        STREAM_BYTES >> 20
+    );
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<hyper::body::Frame<Bytes>, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<hyper::body::Frame<Bytes>, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
