@@ -77,15 +77,7 @@ impl Session {
             .collect();
         let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
         let leaves = Arc::new(LeafCache::new(ca));
-        let resolver_leaves = Arc::clone(&leaves);
-        let resolver =
-            tls::LeafResolver::new(move |name| match resolver_leaves.get_or_mint(name) {
-                Ok(key) => Some(key),
-                Err(e) => {
-                    tracing::info!(error = %e, "no leaf for this name");
-                    None
-                }
-            });
+        let resolver = tls::LeafResolver::new(Arc::clone(&leaves));
         Ok(Session {
             id: Arc::from(spec.id.as_str()),
             tenant: Arc::from(spec.tenant.as_str()),

@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use talos_certs::LeafCache;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// ALPN offered to sessions and to destinations, in preference order.
@@ -61,31 +62,32 @@ pub fn client_config(extra: &[CertificateDer<'static>]) -> Arc<rustls::ClientCon
     Arc::new(config)
 }
 
-/// A certificate resolver over a session's leaf cache.
+/// A certificate resolver over a session's leaf cache: a leaf of the
+/// session's own CA for the hello's name, minted on first use. A name the
+/// CA does not permit gets no certificate, and rustls ends the handshake.
+#[derive(Debug)]
 pub struct LeafResolver {
-    mint: Box<dyn Fn(&str) -> Option<Arc<CertifiedKey>> + Send + Sync>,
+    leaves: Arc<LeafCache>,
 }
 
 impl LeafResolver {
-    /// Resolve names through `mint` (which refuses names the CA does not
-    /// permit).
-    pub fn new(mint: impl Fn(&str) -> Option<Arc<CertifiedKey>> + Send + Sync + 'static) -> Self {
-        LeafResolver {
-            mint: Box::new(mint),
-        }
-    }
-}
-
-impl std::fmt::Debug for LeafResolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LeafResolver")
+    /// Resolve names through `leaves`.
+    pub fn new(leaves: Arc<LeafCache>) -> LeafResolver {
+        LeafResolver { leaves }
     }
 }
 
 impl ResolvesServerCert for LeafResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         // rustls gives the name already lower-cased and without the dot.
-        (self.mint)(hello.server_name()?)
+        let name = hello.server_name()?;
+        match self.leaves.get_or_mint(name) {
+            Ok(key) => Some(key),
+            Err(e) => {
+                tracing::debug!(error = %e, "no leaf for this name");
+                None
+            }
+        }
     }
 }
 
