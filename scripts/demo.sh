@@ -52,11 +52,15 @@ attempts = 1
 permit_internal = ["127.0.0.1/32"]
 [upstream]
 port = ${origin##*:}
+# The demo origin's own test CA, trusted beside the public roots.
+extra_trust_anchors = ["$work/origin-ca.pem"]
 [[session]]
 id = "sbx-demo"
 tenant = "acme"
 sources = ["127.0.0.2"]
 allowlist = ["origin.demo.test", "internal.demo.test", "metadata.demo.test", "gone.demo.test"]
+# The session CA certificate: the session's only trust anchor.
+trust_file = "$work/session-ca.pem"
 TOML
 
 say "Checking the config"
@@ -73,16 +77,26 @@ echo "gateway data $gw, admin $admin"
 
 through() { # name, then curl options
   local name=$1; shift
-  curl -sS --max-time 5 --interface 127.0.0.2 --cacert "$work/origin-ca.pem" \
-    --connect-to "$name:443:127.0.0.1:$port" "$@" "https://$name/hello" 2>&1 || true
+  curl -sS --max-time 5 --interface 127.0.0.2 --cacert "$work/session-ca.pem" \
+    --connect-to "$name:443:127.0.0.1:$port" "$@" "https://$name/hello?token=not-recorded" 2>&1 || true
 }
 
-say "Allowed: curl over HTTP/1.1 and HTTP/2 to origin.demo.test"
+say "The session CA (made in the gateway's memory for this session alone)"
+grep -o 'ca_digest=[^ ]*' "$work/gateway.log" | head -1 | sed 's/\x1b\[[0-9;]*m//g'
+openssl x509 -in "$work/session-ca.pem" -noout -subject -ext nameConstraints 2>/dev/null | sed 's/^/  /'
+
+say "Allowed: curl over HTTP/1.1 and HTTP/2, trusting only the session CA; the gateway re-originates TLS 1.3"
 through origin.demo.test --http1.1
 through origin.demo.test --http2
+through origin.demo.test --http2 -o /dev/null -w "downloaded %{size_download} bytes over %{http_version}\n" \
+  --url "https://origin.demo.test/download/10485760"
+
+say "Refused per request (HTTP answers with the reason): another Host, a WebSocket upgrade"
+through origin.demo.test --http1.1 -H "Host: elsewhere.example" -i | grep -iE '^HTTP|^hangar-refusal|refusal'
+through origin.demo.test --http1.1 -H "Connection: Upgrade" -H "Upgrade: websocket" -i | grep -iE '^HTTP|^hangar-refusal'
 
 say "Refused: a source address that is no session's (127.0.0.9)"
-curl -sS --max-time 5 --interface 127.0.0.9 --cacert "$work/origin-ca.pem" \
+curl -sS --max-time 5 --interface 127.0.0.9 --cacert "$work/session-ca.pem" \
   --connect-to "origin.demo.test:443:127.0.0.1:$port" https://origin.demo.test/ 2>&1 || true
 
 say "Refused: plain HTTP is not TLS"
@@ -113,11 +127,15 @@ sleep 0.5
 say "The records: one per connection, allowed or refused"
 python3 - "$work/records.jsonl" <<'PY'
 import json, sys
-print(f"{'verdict':<24} {'sni':<22} {'resolved':<18} {'cause':<24} bytes in/out")
+print(f"{'verdict':<23} {'sni':<19} {'alpn in/out':<13} {'cause':<24} {'bytes in/out':<16} requests")
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    print(f"{r['verdict']:<24} {str(r.get('sni') or '-'):<22} {str(r.get('resolved') or '-'):<18} "
-          f"{str(r.get('cause') or '-'):<24} {r['bytes_from_session']}/{r['bytes_to_session']}")
+    alpn = f"{r.get('alpn_session') or '-'}/{r.get('alpn_upstream') or '-'}"
+    reqs = "; ".join(f"{q['method']} {q['path']} {q['status']}" + (f" {q['refusal']}" if q.get('refusal') else "")
+                     for q in r.get("requests", []))
+    print(f"{r['verdict']:<23} {str(r.get('sni') or '-'):<19} {alpn:<13} {str(r.get('cause') or '-'):<24} "
+          f"{str(r['bytes_from_session']) + '/' + str(r['bytes_to_session']):<16} {reqs}")
+print("(no query string, header value or body is ever recorded)")
 PY
 
 say "Metrics (admin listener)"
