@@ -63,6 +63,24 @@ pub struct Config {
     /// Sessions known from the file, for running without a control plane.
     #[serde(default, rename = "session")]
     pub sessions: Vec<StaticSession>,
+    /// Where static sessions' secret values come from (never the values).
+    #[serde(default, rename = "secret")]
+    pub secrets: Vec<SecretSource>,
+}
+
+/// Where one secret's value is read from at start-up (`[[secret]]`):
+/// exactly one of `env` and `file`. The value itself is never in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    /// The secret's name, as attachments name it. Required, unique.
+    pub name: Spanned<String>,
+    /// An environment variable holding the value.
+    #[serde(default)]
+    pub env: Option<String>,
+    /// A file holding the value (one trailing newline is not part of it).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
 }
 
 /// Listening addresses.
@@ -288,6 +306,11 @@ pub struct StaticSession {
     /// trust anchor. Optional; the digest is logged either way.
     #[serde(default)]
     pub trust_file: Option<PathBuf>,
+    /// Credentials attached by name: `SECRET=destination:header[:scheme]`,
+    /// as the CLI's `--attach`. The destination must be on the allowlist and
+    /// the secret defined in a `[[secret]]` table. Default empty.
+    #[serde(default)]
+    pub attach: Vec<Spanned<String>>,
 }
 
 impl StaticSession {
@@ -394,6 +417,22 @@ impl Config {
             }
         }
 
+        let mut secret_names: HashMap<&str, ()> = HashMap::new();
+        for (i, src) in self.secrets.iter().enumerate() {
+            let field = format!("secret[{i}]");
+            let name = src.name.get_ref();
+            if secret_names.insert(name, ()).is_some() {
+                return Err(invalid(src.name.span(), &field, format!("secret {name} is defined twice")));
+            }
+            if src.env.is_some() == src.file.is_some() {
+                return Err(invalid(
+                    src.name.span(),
+                    &field,
+                    format!("secret {name} needs exactly one of env and file (values never go in the config)"),
+                ));
+            }
+        }
+
         let mut ids: HashMap<&str, ()> = HashMap::new();
         let mut owners: HashMap<IpAddr, &str> = HashMap::new();
         for (i, s) in self.sessions.iter().enumerate() {
@@ -434,6 +473,37 @@ impl Config {
                         src.span(),
                         &field(&format!("sources[{j}]")),
                         format!("{ip} is already a source of session {other:?}"),
+                    ));
+                }
+            }
+            let mut targets = HashMap::new();
+            for (j, spec) in s.attach.iter().enumerate() {
+                let field = field(&format!("attach[{j}]"));
+                let parsed = crate::secret::AttachSpec::parse(spec.get_ref())
+                    .map_err(|e| invalid(spec.span(), &field, e.to_string()))?;
+                let target = (parsed.destination.clone(), parsed.header.clone());
+                if let Some(other) = targets.insert(target, parsed.secret.clone()) {
+                    return Err(invalid(
+                        spec.span(),
+                        &field,
+                        format!(
+                            "{} already carries secret {other} in {}: one attachment per destination and header",
+                            parsed.destination, parsed.header
+                        ),
+                    ));
+                }
+                if !s.allowlist.iter().any(|n| n.get_ref() == &parsed.destination) {
+                    return Err(invalid(
+                        spec.span(),
+                        &field,
+                        format!("{} is not on the session's allowlist", parsed.destination),
+                    ));
+                }
+                if !secret_names.contains_key(parsed.secret.as_str()) {
+                    return Err(invalid(
+                        spec.span(),
+                        &field,
+                        format!("secret {} has no [[secret]] table", parsed.secret),
                     ));
                 }
             }

@@ -139,6 +139,7 @@ async fn run(
     record.request_count = stats.request_count;
     record.requests = stats.requests;
     record.requests_unlisted = stats.requests_unlisted;
+    record.attachments_used = stats.attachments_used;
     record.alpn_upstream = stats.upstream_alpn;
     record.resolved = stats.upstream_addr;
     result

@@ -7,6 +7,7 @@
 //!
 //! - [`refusal`]: the closed set of refusal reasons and their stable names.
 //! - [`name`]: canonical destination names.
+//! - [`secret`]: secret values (zeroized, never printed) and attachments.
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`tls`]: TLS 1.3 configs for both sides, and stream adapters.
 //! - [`upstream`]: connections to destinations, pooled per session.
@@ -26,6 +27,7 @@
 pub mod admin;
 pub mod capture;
 pub mod classify;
+pub mod secret;
 pub mod config;
 pub mod conn;
 pub mod hello;

@@ -59,6 +59,8 @@ pub struct ConnStats {
     pub requests_unlisted: u64,
     pub upstream_alpn: Option<&'static str>,
     pub upstream_addr: Option<SocketAddr>,
+    /// Names of the attachments injected into this connection's requests.
+    pub attachments_used: Vec<String>,
 }
 
 impl ConnCtx {
@@ -128,7 +130,8 @@ async fn forward(
         }
         return Err((Refusal::GrpcNeedsHttp2, "destination_speaks_http1"));
     }
-    let upstream_req = rewrite_request(req, &ctx.name, proto);
+    let mut upstream_req = rewrite_request(req, &ctx.name, proto);
+    inject(ctx, upstream_req.headers_mut());
     let sent = match checkout.sender {
         Sender::H2(mut s) => {
             s.ready()
@@ -296,6 +299,31 @@ fn rewrite_request(req: Request<Incoming>, name: &Name, proto: Proto) -> Request
         }
     }
     Request::from_parts(parts, body)
+}
+
+/// Attach the session's credentials for this destination: every header of
+/// an attachment's name that the session sent is removed (HTTP/1.1 and
+/// HTTP/2 alike: names are case-insensitive and repeated headers all go),
+/// then the attachment's `[scheme ]value` is set. Destinations with
+/// attachments are also asked for an uncompressed reply, so the masker sees
+/// the bytes; a compressed reply is decoded all the same.
+fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
+    let mut used = Vec::new();
+    for a in ctx.session.attachments_for(&ctx.name) {
+        headers.remove(&a.header);
+        headers.insert(a.header.clone(), a.header_value().clone());
+        used.push(a.secret.as_str());
+    }
+    if used.is_empty() {
+        return;
+    }
+    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    let mut stats = ctx.stats.lock().unwrap_or_else(|p| p.into_inner());
+    for name in used {
+        if !stats.attachments_used.iter().any(|n| n == name) {
+            stats.attachments_used.push(name.to_owned());
+        }
+    }
 }
 
 /// The destination's response as the session gets it.

@@ -79,6 +79,12 @@ pub struct Record {
     /// Requests past the listed ones.
     #[serde(skip_serializing_if = "is_zero")]
     pub requests_unlisted: u64,
+    /// Names of the attachments injected into the connection's requests.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attachments_used: Vec<String>,
+    /// Masked occurrences per secret name, in replies.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub masked: std::collections::BTreeMap<String, u64>,
     /// For `resolves_internal`: the internal answer that caused it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internal_answer: Option<IpAddr>,
@@ -115,6 +121,8 @@ impl Record {
             request_count: 0,
             requests: Vec::new(),
             requests_unlisted: 0,
+            attachments_used: Vec::new(),
+            masked: Default::default(),
             internal_answer: None,
             verdict: Verdict::Allowed,
             cause: None,

@@ -6,6 +6,7 @@
 //! accepting, lets open connections finish for the configured grace, cuts
 //! the rest, and writes every record before it exits.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::config::Config;
 use crate::conn::{self, Shared};
 use crate::record::RecordSink;
 use crate::resolve::Resolver;
+use crate::secret::SecretBytes;
 use crate::session::{Session, SessionSpec, Sessions, UpstreamSettings};
 
 /// Why the gateway could not start.
@@ -50,6 +52,25 @@ pub enum StartError {
     },
     #[error("{0}")]
     TrustAnchor(String),
+    #[error("{0}")]
+    Secret(crate::secret::SecretError),
+}
+
+/// Read the static sessions' secret values from their sources (config
+/// validation guarantees exactly one source each).
+fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartError> {
+    let mut values = HashMap::new();
+    for src in &config.secrets {
+        let name = src.name.get_ref();
+        let value = match (&src.env, &src.file) {
+            (Some(var), _) => crate::secret::from_env(name, var),
+            (None, Some(path)) => crate::secret::from_file(name, path),
+            (None, None) => Err(crate::secret::SecretError::Empty { name: name.clone() }),
+        }
+        .map_err(StartError::Secret)?;
+        values.insert(name.clone(), value);
+    }
+    Ok(values)
 }
 
 /// Open the config file's sessions: each gets a fresh CA made here, its
@@ -58,13 +79,11 @@ fn open_static_sessions(
     config: &Config,
     upstream: &UpstreamSettings,
 ) -> Result<Sessions, StartError> {
+    let values = load_secrets(config)?;
     let sessions = Sessions::default();
     for s in &config.sessions {
-        let session = Session::open(
-            SessionSpec::from_static(s),
-            config.gateway_id.get_ref(),
-            upstream,
-        )
+        let spec = SessionSpec::from_static(s, &values).map_err(StartError::Secret)?;
+        let session = Session::open(spec, config.gateway_id.get_ref(), upstream)
         .map_err(|source| StartError::SessionCa {
             session: s.id.get_ref().clone(),
             source,
@@ -81,6 +100,7 @@ fn open_static_sessions(
             attempt = session.attempt,
             ca_digest = session.ca_digest(),
             trust_file = ?s.trust_file,
+            attachments = session.attachments.len(),
             "session CA made"
         );
         let sources: Vec<std::net::IpAddr> =

@@ -12,6 +12,7 @@ use talos_certs::{CaParams, LeafCache, SessionCa};
 
 use crate::config::{canonical_ip, StaticSession};
 use crate::name::Name;
+use crate::secret::{AttachSpec, Attachment, SecretBytes, SecretError};
 use crate::tls;
 use crate::upstream::Pool;
 
@@ -34,6 +35,8 @@ pub struct Session {
     pub tls: Arc<rustls::ServerConfig>,
     /// Connections to destinations, this session's alone.
     pub pool: Pool,
+    /// Credentials attached by name, values included.
+    pub attachments: Vec<Attachment>,
 }
 
 /// What every session's TLS toward destinations uses.
@@ -52,6 +55,9 @@ pub struct SessionSpec {
     pub tenant: String,
     pub attempt: u32,
     pub allowlist: Vec<Name>,
+    /// Attachments, values read from the secret store when the authority
+    /// was opened.
+    pub attachments: Vec<Attachment>,
 }
 
 impl Session {
@@ -89,8 +95,14 @@ impl Session {
                 upstream.port,
                 upstream.connect_timeout,
             ),
+            attachments: spec.attachments,
             leaves,
         })
+    }
+
+    /// The attachments for requests to `destination`.
+    pub fn attachments_for<'a>(&'a self, destination: &'a Name) -> impl Iterator<Item = &'a Attachment> + 'a {
+        self.attachments.iter().filter(move |a| &a.destination == destination)
     }
 
     /// The session CA's SHA-384 digest (lowercase hex).
@@ -105,14 +117,28 @@ impl Session {
 }
 
 impl SessionSpec {
-    /// The spec of a session from the config file.
-    pub fn from_static(s: &StaticSession) -> SessionSpec {
-        SessionSpec {
+    /// The spec of a session from the config file, with secret values
+    /// looked up by name in `values`.
+    pub fn from_static(
+        s: &StaticSession,
+        values: &HashMap<String, SecretBytes>,
+    ) -> Result<SessionSpec, SecretError> {
+        let mut attachments = Vec::new();
+        for spec in &s.attach {
+            let spec = AttachSpec::parse(spec.get_ref())?;
+            let value = values.get(&spec.secret).cloned().ok_or_else(|| SecretError::BadAttachment {
+                spec: spec.secret.clone(),
+                reason: "no such secret".into(),
+            })?;
+            attachments.push(Attachment::new(&spec, value)?);
+        }
+        Ok(SessionSpec {
             id: s.id.get_ref().clone(),
             tenant: s.tenant.clone(),
             attempt: s.attempt,
             allowlist: s.allowlist.iter().map(|n| n.get_ref().clone()).collect(),
-        }
+            attachments,
+        })
     }
 }
 
