@@ -422,7 +422,11 @@ impl Config {
             let field = format!("secret[{i}]");
             let name = src.name.get_ref();
             if secret_names.insert(name, ()).is_some() {
-                return Err(invalid(src.name.span(), &field, format!("secret {name} is defined twice")));
+                return Err(invalid(
+                    src.name.span(),
+                    &field,
+                    format!("secret {name} is defined twice"),
+                ));
             }
             if src.env.is_some() == src.file.is_some() {
                 return Err(invalid(
@@ -492,7 +496,11 @@ impl Config {
                         ),
                     ));
                 }
-                if !s.allowlist.iter().any(|n| n.get_ref() == &parsed.destination) {
+                if !s
+                    .allowlist
+                    .iter()
+                    .any(|n| n.get_ref() == &parsed.destination)
+                {
                     return Err(invalid(
                         spec.span(),
                         &field,

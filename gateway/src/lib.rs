@@ -17,6 +17,7 @@
 //! - [`classify`]: which addresses are internal, and of which class.
 //! - [`resolve`]: resolving a name and refusing internal answers.
 //! - [`record`]: one record per connection, written as JSON lines.
+//! - [`decode`]: decoding compressed replies before masking.
 //! - [`admin`]: metrics and health on the admin listener.
 //! - [`proxy`]: one request: checks, forwarding, the reply.
 //! - [`conn`]: one connection, stage by stage, top to bottom.
@@ -24,19 +25,20 @@
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod capture;
-pub mod classify;
+pub mod refusal;
+pub mod name;
 pub mod secret;
 pub mod config;
-pub mod conn;
-pub mod hello;
-pub mod name;
-pub mod proxy;
-pub mod record;
-pub mod refusal;
-pub mod resolve;
-pub mod server;
-pub mod session;
 pub mod tls;
 pub mod upstream;
+pub mod session;
+pub mod hello;
+pub mod capture;
+pub mod classify;
+pub mod resolve;
+pub mod record;
+pub mod decode;
+pub mod admin;
+pub mod proxy;
+pub mod conn;
+pub mod server;
