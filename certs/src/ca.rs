@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rcgen::string::Ia5String;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa,
-    KeyUsagePurpose, SanType,
+    KeyUsagePurpose, NameConstraints, SanType,
 };
 use rustls::pki_types::CertificateDer;
 use time::OffsetDateTime;
@@ -17,7 +17,9 @@ use crate::digest::{certificate_pem, sha384_hex};
 use crate::error::CertError;
 use crate::key::EcKey;
 use crate::leaf::{self, Leaf};
-use crate::names::{check_host_name, check_not_nested, exact_name_constraints, APPROVALS_NAME};
+use crate::names::{
+    check_host_name, exact_name_constraints, nesting_levels, root_name_constraints, APPROVALS_NAME,
+};
 
 /// How long a session CA stays valid when [`CaParams::new`] is used: eight
 /// days. A session is paused for at most seven days, and a pause drops the
@@ -81,28 +83,49 @@ impl CaParams {
     }
 }
 
-/// A certificate authority made for one session, permitting exactly the
-/// session's names.
+/// The trust material of one session: a root the session trusts, and the
+/// intermediates that sign its leaves, permitting exactly the session's
+/// names.
 ///
-/// The certificate: ECDSA P-256, self-signed; subject CN `TALOS session CA
-/// <session id> attempt <n> (<gateway id>)`; valid from
-/// [`NOT_BEFORE_SKEW`] before creation to its lifetime after;
+/// The **root** (what [`cert_der`](SessionCa::cert_der),
+/// [`cert_pem`](SessionCa::cert_pem) and [`digest`](SessionCa::digest)
+/// give): ECDSA P-256, self-signed; subject CN `TALOS session CA <session
+/// id> attempt <n> (<gateway id>)`; BasicConstraints `CA:TRUE, pathlen:1`
+/// and KeyUsage `keyCertSign, cRLSign`, both critical; Name Constraints
+/// (critical) permitting every one of [`names`](SessionCa::names),
+/// excluding the subdomains of each name no other listed name lies under,
+/// and excluding every IP address. Its key signs the intermediates inside
+/// [`SessionCa::new`] and is dropped (and cleansed by aws-lc) before `new`
+/// returns: nothing can sign under the root afterwards.
+///
+/// One **intermediate** per nesting level (see the crate docs): ECDSA
+/// P-256, signed by the root; subject CN `<root CN> level <k>`;
 /// BasicConstraints `CA:TRUE, pathlen:0` and KeyUsage `keyCertSign,
-/// cRLSign`, both critical; Name Constraints (critical) permitting exactly
-/// [`names`](SessionCa::names), as the crate docs explain.
+/// cRLSign`, both critical; an authority key identifier naming the root;
+/// Name Constraints (critical) permitting exactly the names of its level.
+/// A leaf is signed by the intermediate of its name's level and sent as
+/// `[leaf, intermediate]`.
 ///
-/// The private key lives inside aws-lc for as long as this value does and
-/// is cleansed when it is dropped. Not `Clone`, and `Debug` shows the
-/// digest, never key material.
+/// All of them are valid from [`NOT_BEFORE_SKEW`] before creation to the
+/// lifetime after. The intermediates' private keys live inside aws-lc for
+/// as long as this value does and are cleansed when it is dropped. Not
+/// `Clone`, and `Debug` shows the digest, never key material.
 pub struct SessionCa {
-    // invariant: the issuer's key is the key of `issuer.der()`, made by
-    // `EcKey::generate` in `new` and never encoded.
-    issuer: CertifiedIssuer<'static, EcKey>,
-    /// `sha384_hex` of the certificate DER.
+    /// The root certificate's DER. Its key is gone (see `issue_chain`).
+    root: CertificateDer<'static>,
+    /// `sha384_hex` of `root`.
     digest: String,
+    // invariant: `intermediates[k]` is signed by the root's key and its
+    // Name Constraints permit exactly the names at level k; its key was
+    // made by `EcKey::generate` in `new` and is never encoded. Never empty.
+    intermediates: Vec<CertifiedIssuer<'static, EcKey>>,
     // invariant: sorted, deduplicated, each passed `check_host_name`,
-    // contains APPROVALS_NAME; exactly the names of the name constraints.
+    // contains APPROVALS_NAME; exactly the names of the root's permitted
+    // subtrees.
     names: Vec<String>,
+    // invariant: `levels[i]` is the nesting level of `names[i]`, an index
+    // into `intermediates`.
+    levels: Vec<usize>,
     session_id: String,
     attempt: u32,
     not_before: OffsetDateTime,
@@ -110,13 +133,16 @@ pub struct SessionCa {
 }
 
 impl SessionCa {
-    /// Makes a fresh key and a CA certificate for `params`.
+    /// Makes a fresh root and one intermediate per nesting level of
+    /// `params.names`, each with its own fresh key; signs the
+    /// intermediates with the root's key, then drops that key.
     ///
     /// Refuses (naming the value) an empty or non-printable id, a lifetime
     /// of zero or over [`MAX_CA_LIFETIME`], and any name that is not a
     /// canonical host name: empty, a wildcard, an IP literal, upper case,
-    /// a trailing dot. Refuses names of which one lies under another
-    /// ([`CertError::NestedNames`]; see the crate docs' `# Limits`).
+    /// a trailing dot. Names may lie under one another (`example.com` and
+    /// `api.example.com`): each is permitted exactly, through the
+    /// intermediate of its level.
     pub fn new(params: &CaParams) -> Result<SessionCa, CertError> {
         check_id("session_id", &params.session_id)?;
         check_id("gateway_id", &params.gateway_id)?;
@@ -133,8 +159,10 @@ impl SessionCa {
             names.insert(name.clone());
         }
         names.insert(APPROVALS_NAME.to_owned());
-        check_not_nested(&names)?;
         let names: Vec<String> = names.into_iter().collect();
+        let levels = nesting_levels(&names);
+        // Levels run from 0 without a gap, and there is at least one name.
+        let level_count = levels.iter().max().map_or(1, |highest| highest + 1);
 
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -142,34 +170,53 @@ impl SessionCa {
         let not_before = to_datetime(now.saturating_sub(NOT_BEFORE_SKEW))?;
         let not_after = to_datetime(now + params.lifetime)?;
 
-        let common_name = format!(
+        let root_name = format!(
             "TALOS session CA {} attempt {} ({})",
             params.session_id, params.attempt, params.gateway_id
         );
-        let mut cert_params = CertificateParams::default();
-        cert_params.distinguished_name = DistinguishedName::new();
-        cert_params
-            .distinguished_name
-            .push(DnType::CommonName, common_name.as_str());
-        cert_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        cert_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        cert_params.name_constraints = Some(exact_name_constraints(&names));
-        cert_params.not_before = not_before;
-        cert_params.not_after = not_after;
+        let ca_params = |common_name: String, path_len: u8, constraints: NameConstraints| {
+            let mut cert_params = CertificateParams::default();
+            cert_params.distinguished_name = DistinguishedName::new();
+            cert_params
+                .distinguished_name
+                .push(DnType::CommonName, common_name.as_str());
+            cert_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(path_len));
+            cert_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+            cert_params.name_constraints = Some(constraints);
+            cert_params.not_before = not_before;
+            cert_params.not_after = not_after;
+            (common_name, cert_params)
+        };
 
-        let issuer =
-            CertifiedIssuer::self_signed(cert_params, EcKey::generate()?).map_err(|source| {
-                CertError::Build {
-                    subject: common_name,
-                    source,
-                }
-            })?;
-        let digest = sha384_hex(issuer.der());
+        let root = ca_params(root_name.clone(), 1, root_name_constraints(&names));
+        let intermediates = (0..level_count)
+            .map(|level| {
+                let level_names: Vec<&str> = names
+                    .iter()
+                    .zip(&levels)
+                    .filter(|(_, name_level)| **name_level == level)
+                    .map(|(name, _)| name.as_str())
+                    .collect();
+                let (subject, mut intermediate) = ca_params(
+                    format!("{root_name} level {level}"),
+                    0,
+                    exact_name_constraints(&level_names),
+                );
+                // OpenSSL's strict mode (Python 3.13's default) wants an
+                // AKI on every certificate that is not self-signed.
+                intermediate.use_authority_key_identifier_extension = true;
+                (subject, intermediate)
+            })
+            .collect();
+        let (root, intermediates) = issue_chain(root, intermediates)?;
+        let digest = sha384_hex(&root);
 
         Ok(SessionCa {
-            issuer,
+            root,
             digest,
+            intermediates,
             names,
+            levels,
             session_id: params.session_id.clone(),
             attempt: params.attempt,
             not_before,
@@ -177,20 +224,37 @@ impl SessionCa {
         })
     }
 
-    /// The CA certificate's DER.
+    /// The root certificate's DER: what the session trusts.
     pub fn cert_der(&self) -> &CertificateDer<'static> {
-        self.issuer.der()
+        &self.root
     }
 
-    /// The CA certificate as PEM, for the session's trust bundle.
+    /// The root certificate as PEM, for the session's trust bundle.
     pub fn cert_pem(&self) -> String {
         certificate_pem(self.cert_der())
     }
 
-    /// SHA-384 of the certificate's DER, 96 lowercase hex digits: the name
-    /// the control plane and the drop report use for this CA.
+    /// SHA-384 of the root certificate's DER, 96 lowercase hex digits: the
+    /// name the control plane and the drop report use for this CA.
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// How many intermediates (nesting levels) this CA has: 1 when no
+    /// listed name lies under another, else the deepest nesting + 1.
+    pub fn level_count(&self) -> usize {
+        self.intermediates.len()
+    }
+
+    /// The DER of the intermediate that signs the leaves of `level`'s
+    /// names, if there is such a level. Leaves carry it in their chain.
+    pub fn intermediate_der(&self, level: usize) -> Option<&CertificateDer<'static>> {
+        self.intermediates.get(level).map(|issuer| issuer.der())
+    }
+
+    /// [`intermediate_der`](SessionCa::intermediate_der) as PEM.
+    pub fn intermediate_pem(&self, level: usize) -> Option<String> {
+        self.intermediate_der(level).map(|der| certificate_pem(der))
     }
 
     /// The names this CA permits, sorted: the session's allowlist plus
@@ -201,9 +265,13 @@ impl SessionCa {
 
     /// Whether this CA permits `name` (exact match; names are canonical).
     pub fn permits(&self, name: &str) -> bool {
-        self.names
-            .binary_search_by(|listed| listed.as_str().cmp(name))
-            .is_ok()
+        self.position(name).is_some()
+    }
+
+    /// The nesting level of `name` (the intermediate that signs its leaf),
+    /// if this CA permits it.
+    pub fn level_of(&self, name: &str) -> Option<usize> {
+        self.position(name).map(|i| self.levels[i])
     }
 
     /// When the CA's (and its leaves') validity starts.
@@ -216,45 +284,69 @@ impl SessionCa {
         to_system_time(self.not_after)
     }
 
-    /// Mints a fresh leaf for `name`, uncached (see
-    /// [`LeafCache`](crate::LeafCache) for the cached path).
+    /// Mints a fresh leaf for `name`, signed by the intermediate of its
+    /// level, uncached (see [`LeafCache`](crate::LeafCache) for the cached
+    /// path).
     ///
     /// Refuses, before any key is made, a name that is not a host name and
     /// a name this CA does not permit.
     pub fn mint_leaf(&self, name: &str) -> Result<Leaf, CertError> {
         check_host_name(name)?;
-        if !self.permits(name) {
+        let Some(level) = self.level_of(name) else {
             return Err(CertError::NotPermitted {
                 name: name.to_owned(),
             });
-        }
-        self.sign(name, dns_san(name)?)
+        };
+        self.sign(level, name, dns_san(name)?)
+    }
+
+    /// [`sign_any_at_level_for_tests`](SessionCa::sign_any_at_level_for_tests)
+    /// with the level-0 intermediate, **for tests only**.
+    #[doc(hidden)]
+    pub fn sign_any_for_tests(&self, name: &str) -> Result<Leaf, CertError> {
+        self.sign_any_at_level_for_tests(0, name)
     }
 
     /// Signs a leaf for any `name` at all — unlisted names, subdomains,
     /// wildcards (`*.example.com`), IP addresses (as an iPAddress SAN) —
-    /// **for tests only**.
+    /// with the intermediate of `level`, **for tests only**.
     ///
-    /// The name-constraint tests need certificates this CA signed for names
-    /// it must not vouch for, to show that every verifier refuses them.
-    /// [`mint_leaf`](SessionCa::mint_leaf) will not make those, so this
-    /// skips its checks. Gateway code never calls it; and a leaf it makes
-    /// for a name outside the allowlist fails verification anyway, since
-    /// the refusal is the CA certificate's name constraints, not this
-    /// crate's checks.
+    /// The name-constraint tests need certificates this CA's intermediates
+    /// signed for names they must not vouch for, to show that every
+    /// verifier refuses them. [`mint_leaf`](SessionCa::mint_leaf) will not
+    /// make those, so this skips its checks. Gateway code never calls it;
+    /// and a leaf it makes for a name outside the allowlist fails
+    /// verification anyway, since the refusal is the certificates' name
+    /// constraints, not this crate's checks.
+    ///
+    /// # Panics
+    ///
+    /// If `level` is not below [`level_count`](SessionCa::level_count).
     #[doc(hidden)]
-    pub fn sign_any_for_tests(&self, name: &str) -> Result<Leaf, CertError> {
+    pub fn sign_any_at_level_for_tests(&self, level: usize, name: &str) -> Result<Leaf, CertError> {
+        assert!(
+            level < self.level_count(),
+            "level {level} of {}",
+            self.level_count()
+        );
         let san = match name.parse::<IpAddr>() {
             Ok(address) => SanType::IpAddress(address),
             Err(_) => dns_san(name)?,
         };
-        self.sign(name, san)
+        self.sign(level, name, san)
     }
 
-    fn sign(&self, name: &str, san: SanType) -> Result<Leaf, CertError> {
+    fn position(&self, name: &str) -> Option<usize> {
+        self.names
+            .binary_search_by(|listed| listed.as_str().cmp(name))
+            .ok()
+    }
+
+    fn sign(&self, level: usize, name: &str, san: SanType) -> Result<Leaf, CertError> {
+        let intermediate = &self.intermediates[level];
         leaf::sign(
-            &self.issuer,
-            self.issuer.der(),
+            intermediate,
+            intermediate.der(),
             name,
             san,
             self.not_before,
@@ -263,6 +355,48 @@ impl SessionCa {
     }
 }
 
+/// Makes the root's key, self-signs the root, signs each intermediate (each
+/// with a fresh key of its own) with the root's key, and returns the root's
+/// certificate and the intermediates.
+///
+/// The root's key exists only inside this function: it is owned by `root`,
+/// which is dropped before returning, and aws-lc cleanses the key's memory
+/// as it frees it. It is never encoded, copied or returned, so once this
+/// returns no one can sign anything under the root: no further
+/// intermediate, and no leaf directly.
+fn issue_chain(
+    root: Named,
+    intermediates: Vec<Named>,
+) -> Result<
+    (
+        CertificateDer<'static>,
+        Vec<CertifiedIssuer<'static, EcKey>>,
+    ),
+    CertError,
+> {
+    let (root_name, root_params) = root;
+    let root = CertifiedIssuer::self_signed(root_params, EcKey::generate()?).map_err(|source| {
+        CertError::Build {
+            subject: root_name,
+            source,
+        }
+    })?;
+    let intermediates = intermediates
+        .into_iter()
+        .map(|(subject, params)| {
+            CertifiedIssuer::signed_by(params, EcKey::generate()?, &root)
+                .map_err(|source| CertError::Build { subject, source })
+        })
+        .collect::<Result<Vec<_>, CertError>>()?;
+    let root_der = root.der().clone();
+    // The root's key goes here (an early return above drops it too).
+    drop(root);
+    Ok((root_der, intermediates))
+}
+
+/// A CA certificate's parameters and its common name (for errors).
+type Named = (String, CertificateParams);
+
 impl fmt::Debug for SessionCa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionCa")
@@ -270,6 +404,7 @@ impl fmt::Debug for SessionCa {
             .field("attempt", &self.attempt)
             .field("digest", &self.digest)
             .field("names", &self.names.len())
+            .field("levels", &self.intermediates.len())
             .finish_non_exhaustive()
     }
 }

@@ -15,8 +15,9 @@ use crate::names::check_host_name;
 /// per name, minted on first use and then reused.
 ///
 /// The cache owns the CA, so the gateway keeps one `LeafCache` per session
-/// and drops it on pause, interruption or end: that drops the CA key and
-/// every cached leaf key. (A leaf already handed to a connection lives
+/// and drops it on pause, interruption or end: that drops the
+/// intermediates' keys (the root's is gone already) and every cached leaf
+/// key. (A leaf already handed to a connection lives
 /// until that connection lets go of its `Arc`.)
 ///
 /// Concurrent first uses of one name mint once: the first caller mints
@@ -70,8 +71,9 @@ impl LeafCache {
         &self.ca
     }
 
-    /// The chain and key for `name`: the cached leaf, or a fresh one minted
-    /// now (once, however many callers ask at the same time).
+    /// The chain (`[leaf, intermediate of the name's level]`) and key for
+    /// `name`: the cached leaf, or a fresh one minted now (once, however
+    /// many callers ask at the same time).
     ///
     /// Refuses a name that is not a host name, or not one the CA permits,
     /// without storing anything.

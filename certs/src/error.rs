@@ -26,19 +26,6 @@ pub enum CertError {
         name: String,
     },
 
-    /// One permitted name lies under another (`api.example.com` under
-    /// `example.com`). The CA excludes every subdomain of each permitted
-    /// name, and an excluded subtree overrides a permitted one in every
-    /// verifier, so no certificate for the inner name would verify; the
-    /// CA is refused rather than made half-working.
-    #[error("{child:?} lies under {parent:?}: one session CA cannot permit both names exactly")]
-    NestedNames {
-        /// The shorter name.
-        parent: String,
-        /// The name under it.
-        child: String,
-    },
-
     /// A session or gateway id cannot go into the CA's subject.
     #[error("{field} {value:?} cannot name a session CA: {reason}")]
     BadIdentifier {

@@ -15,19 +15,20 @@ use crate::digest::certificate_pem;
 use crate::error::CertError;
 use crate::key::{EcKey, LeafKey};
 
-/// A certificate for one host name, signed by a session CA, and its fresh
-/// P-256 key.
+/// A certificate for one host name, signed by the session's intermediate
+/// for that name's nesting level, and its fresh P-256 key.
 ///
 /// rustls takes it as [`certified_key`](Leaf::certified_key): the chain is
-/// `[leaf, session CA]` and the key is this crate's own
-/// `rustls::sign::SigningKey`, so rustls never sees an encoded private key.
+/// `[leaf, intermediate]` (the session trusts the root, so the root is not
+/// sent) and the key is this crate's own `rustls::sign::SigningKey`, so
+/// rustls never sees an encoded private key.
 ///
 /// The certificate: SAN dNSName = the name (subject empty, SAN critical),
 /// EKU serverAuth, key usage digitalSignature, not a CA, an authority key
-/// identifier naming the session CA, and the CA's own validity period.
+/// identifier naming the intermediate, and the CA's own validity period.
 pub struct Leaf {
     name: String,
-    // invariant: `certified.cert` is `[leaf, ca]`, and `certified.key` is a
+    // invariant: `certified.cert` is `[leaf, intermediate]`, and `certified.key` is a
     // `LeafKey` whose public key is the leaf certificate's.
     certified: Arc<CertifiedKey>,
 }
@@ -67,12 +68,12 @@ impl fmt::Debug for Leaf {
     }
 }
 
-/// Makes a key and signs a leaf for `san` with `issuer`, valid from
-/// `not_before` to `not_after`. The caller has decided that the CA may sign
-/// for `san`.
+/// Makes a key and signs a leaf for `san` with `issuer` (whose certificate
+/// is `issuer_der`), valid from `not_before` to `not_after`. The caller has
+/// decided that the issuer may sign for `san`.
 pub(crate) fn sign(
     issuer: &Issuer<'_, EcKey>,
-    ca_der: &CertificateDer<'static>,
+    issuer_der: &CertificateDer<'static>,
     name: &str,
     san: SanType,
     not_before: OffsetDateTime,
@@ -104,7 +105,7 @@ pub(crate) fn sign(
             source,
         })?;
 
-    let chain = vec![CertificateDer::from(cert), ca_der.clone()];
+    let chain = vec![CertificateDer::from(cert), issuer_der.clone()];
     Ok(Leaf {
         name: name.to_owned(),
         certified: Arc::new(CertifiedKey::new(chain, Arc::new(key))),

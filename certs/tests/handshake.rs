@@ -1,6 +1,7 @@
 //! A leaf works in a real rustls TLS 1.3 handshake, signed by this crate's
 //! own `rustls::sign::SigningKey`, with a client that trusts only the
-//! session CA; and that client refuses a leaf the CA must not vouch for.
+//! session's root; and that client refuses a leaf the session CA must not
+//! vouch for, from whichever intermediate.
 //!
 //! Client and server run in memory: each side's TLS records are handed to
 //! the other until both finish.
@@ -99,9 +100,16 @@ fn tls13_handshake_with_a_minted_leaf() {
         Some(rustls::ProtocolVersion::TLSv1_3)
     );
     assert_eq!(server.server_name(), Some("api.example.com"));
-    // The chain the client received is [leaf, CA].
+    // The chain the client received is [leaf, intermediate]; the client
+    // trusts only the root.
     let chain = client.peer_certificates().unwrap();
-    assert_eq!(chain, [leaf.cert_der().clone(), ca.cert_der().clone()]);
+    assert_eq!(
+        chain,
+        [
+            leaf.cert_der().clone(),
+            ca.intermediate_der(0).unwrap().clone()
+        ]
+    );
     // rustls chose the P-256 scheme through our key.
     let signer = leaf
         .certified_key()
@@ -134,6 +142,42 @@ fn cached_leaf_serves_many_handshakes() {
 }
 
 #[test]
+fn nested_names_handshake_through_their_own_intermediates() {
+    let ca = SessionCa::new(&CaParams::new(
+        "sess-1",
+        1,
+        "gw-a",
+        ["example.com", "api.example.com", "v2.api.example.com"],
+    ))
+    .unwrap();
+    let cache = talos_certs::LeafCache::new(ca);
+    for name in ["example.com", "api.example.com", "v2.api.example.com"] {
+        let leaf = cache.get_or_mint(name).unwrap();
+        let (client, _) = handshake(cache.ca(), Arc::clone(&leaf), name).unwrap();
+        let level = cache.ca().level_of(name).unwrap();
+        assert_eq!(
+            client.peer_certificates().unwrap()[1],
+            *cache.ca().intermediate_der(level).unwrap()
+        );
+    }
+}
+
+/// The client's verdict is a name-constraint violation.
+fn assert_constraint_violation(what: &str, error: &Error) {
+    // rustls reports a name-constraint violation as an "other" certificate
+    // error carrying webpki's error.
+    match error {
+        Error::InvalidCertificate(CertificateError::Other(other)) => {
+            assert!(
+                format!("{other:?}").contains("NameConstraintViolation"),
+                "{what}: {error:?}"
+            );
+        }
+        _ => panic!("{what}: refused for another reason: {error:?}"),
+    }
+}
+
+#[test]
 fn rustls_client_refuses_leaves_outside_the_constraints() {
     let ca = SessionCa::new(&CaParams::new("sess-1", 1, "gw-a", ["api.example.com"])).unwrap();
     for (san, name) in [
@@ -146,16 +190,41 @@ fn rustls_client_refuses_leaves_outside_the_constraints() {
         let error = handshake(&ca, Arc::clone(leaf.certified_key()), name)
             .err()
             .unwrap_or_else(|| panic!("{san} accepted for {name}"));
-        // rustls reports a name-constraint violation as an "other"
-        // certificate error carrying webpki's error.
-        match &error {
-            Error::InvalidCertificate(CertificateError::Other(other)) => {
-                assert!(
-                    format!("{other:?}").contains("NameConstraintViolation"),
-                    "{san}: {error:?}"
-                );
-            }
-            _ => panic!("{san}: refused for another reason: {error:?}"),
+        assert_constraint_violation(san, &error);
+    }
+}
+
+#[test]
+fn rustls_client_refuses_nested_leaves_from_every_intermediate() {
+    let ca = SessionCa::new(&CaParams::new(
+        "sess-1",
+        1,
+        "gw-a",
+        ["github.com", "api.github.com"],
+    ))
+    .unwrap();
+    assert_eq!(ca.level_count(), 2);
+    for level in 0..ca.level_count() {
+        for (san, name) in [
+            ("evil.github.com", "evil.github.com"),
+            ("x.api.github.com", "x.api.github.com"),
+            ("*.github.com", "api.github.com"),
+            ("*.api.github.com", "www.api.github.com"),
+        ] {
+            let leaf = ca.sign_any_at_level_for_tests(level, san).unwrap();
+            let error = handshake(&ca, Arc::clone(leaf.certified_key()), name)
+                .err()
+                .unwrap_or_else(|| panic!("{san} at level {level} accepted for {name}"));
+            assert_constraint_violation(&format!("{san} at level {level}"), &error);
         }
+    }
+    // A listed name signed by the other level's intermediate is refused
+    // too: each intermediate vouches for its own level only.
+    for (name, wrong_level) in [("github.com", 1), ("api.github.com", 0)] {
+        let leaf = ca.sign_any_at_level_for_tests(wrong_level, name).unwrap();
+        let error = handshake(&ca, Arc::clone(leaf.certified_key()), name)
+            .err()
+            .unwrap_or_else(|| panic!("{name} at level {wrong_level} accepted"));
+        assert_constraint_violation(name, &error);
     }
 }

@@ -72,6 +72,24 @@ fn names_outside_the_allowlist_are_refused_and_not_cached() {
 }
 
 #[test]
+fn nested_names_are_cached_with_their_own_intermediate() {
+    let cache = cache(&["crates.io", "static.crates.io"]);
+    let outer = cache.get_or_mint("crates.io").unwrap();
+    let inner = cache.get_or_mint("static.crates.io").unwrap();
+    assert_eq!(outer.cert[1], *cache.ca().intermediate_der(0).unwrap());
+    assert_eq!(inner.cert[1], *cache.ca().intermediate_der(1).unwrap());
+    assert!(Arc::ptr_eq(
+        &inner,
+        &cache.get_or_mint("static.crates.io").unwrap()
+    ));
+    assert!(matches!(
+        cache.get_or_mint("x.crates.io"),
+        Err(CertError::NotPermitted { .. })
+    ));
+    assert_eq!(cache.minted(), 2);
+}
+
+#[test]
 fn dropping_the_cache_drops_every_leaf() {
     let cache = cache(&["api.example.com", "github.com"]);
     let leaves: Vec<_> = ["api.example.com", "github.com", APPROVALS_NAME]

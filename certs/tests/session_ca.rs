@@ -50,6 +50,7 @@ fn digest_is_sha384_of_the_certificate_der() {
         .bytes()
         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
     assert_eq!(digest, sha384_hex(first.cert_der()));
+    assert_ne!(digest, sha384_hex(first.intermediate_der(0).unwrap()));
 
     // The same digest from OpenSSL, over the DER it reads from our PEM.
     let pem = write(dir.path(), "ca.pem", first.cert_pem().as_bytes());
@@ -65,26 +66,153 @@ fn digest_is_sha384_of_the_certificate_der() {
     assert_ne!(second.digest(), digest);
 }
 
+fn assert_has(text: &str, expected: &[&str]) {
+    for expected in expected {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+}
+
+const ROOT_CN: &str = "CN = TALOS session CA sess-7f3a attempt 2 (gw-a)";
+
 #[test]
-fn ca_certificate_fields() {
+fn root_and_intermediate_fields() {
     let dir = tempfile::tempdir().unwrap();
     let ca = SessionCa::new(&params(&["github.com", "api.example.com"])).unwrap();
-    let text = openssl_text(dir.path(), &ca.cert_pem());
-    for expected in [
-        "Subject: CN = TALOS session CA sess-7f3a attempt 2 (gw-a)",
-        "Issuer: CN = TALOS session CA sess-7f3a attempt 2 (gw-a)",
-        "Public Key Algorithm: id-ecPublicKey",
-        "NIST CURVE: P-256",
-        "Signature Algorithm: ecdsa-with-SHA256",
-        "X509v3 Basic Constraints: critical CA:TRUE, pathlen:0",
-        "X509v3 Key Usage: critical Certificate Sign, CRL Sign",
-        "X509v3 Subject Key Identifier:",
-        "X509v3 Name Constraints: critical \
-         Permitted: DNS:api.example.com DNS:approvals.hangar.internal DNS:github.com \
-         Excluded: DNS:.api.example.com DNS:.approvals.hangar.internal DNS:.github.com \
-         IP:0.0.0.0/0.0.0.0 IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0",
+    assert_eq!(ca.level_count(), 1);
+    assert!(ca.intermediate_der(1).is_none());
+
+    let root = openssl_text(dir.path(), &ca.cert_pem());
+    assert_has(
+        &root,
+        &[
+            &format!("Subject: {ROOT_CN} "),
+            &format!("Issuer: {ROOT_CN} "),
+            "Public Key Algorithm: id-ecPublicKey",
+            "NIST CURVE: P-256",
+            "Signature Algorithm: ecdsa-with-SHA256",
+            "X509v3 Basic Constraints: critical CA:TRUE, pathlen:1",
+            "X509v3 Key Usage: critical Certificate Sign, CRL Sign",
+            "X509v3 Subject Key Identifier:",
+            // No name lies under another: the root alone is exact.
+            "X509v3 Name Constraints: critical \
+             Permitted: DNS:api.example.com DNS:approvals.hangar.internal DNS:github.com \
+             Excluded: DNS:.api.example.com DNS:.approvals.hangar.internal DNS:.github.com \
+             IP:0.0.0.0/0.0.0.0 IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0",
+        ],
+    );
+
+    let intermediate = openssl_text(dir.path(), &ca.intermediate_pem(0).unwrap());
+    assert_has(
+        &intermediate,
+        &[
+            &format!("Subject: {ROOT_CN} level 0 "),
+            &format!("Issuer: {ROOT_CN} "),
+            "NIST CURVE: P-256",
+            "Signature Algorithm: ecdsa-with-SHA256",
+            "X509v3 Basic Constraints: critical CA:TRUE, pathlen:0",
+            "X509v3 Key Usage: critical Certificate Sign, CRL Sign",
+            "X509v3 Subject Key Identifier:",
+            "X509v3 Authority Key Identifier:",
+            "X509v3 Name Constraints: critical \
+             Permitted: DNS:api.example.com DNS:approvals.hangar.internal DNS:github.com \
+             Excluded: DNS:.api.example.com DNS:.approvals.hangar.internal DNS:.github.com \
+             IP:0.0.0.0/0.0.0.0 IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0",
+        ],
+    );
+
+    // The intermediate is the root's child: openssl checks the signature.
+    let root_pem = write(dir.path(), "root.pem", ca.cert_pem().as_bytes());
+    let intermediate_pem = write(
+        dir.path(),
+        "intermediate.pem",
+        ca.intermediate_pem(0).unwrap().as_bytes(),
+    );
+    let verified = openssl(&[
+        "verify",
+        "-x509_strict",
+        "-CAfile",
+        &root_pem,
+        &intermediate_pem,
+    ]);
+    assert!(String::from_utf8_lossy(&verified).contains(": OK"));
+}
+
+#[test]
+fn nested_names_get_one_intermediate_per_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = SessionCa::new(&params(&[
+        "example.com",
+        "api.example.com",
+        "v2.api.example.com",
+        "other.test",
+    ]))
+    .unwrap();
+    assert_eq!(ca.level_count(), 3);
+    for (name, level) in [
+        ("example.com", 0),
+        ("other.test", 0),
+        (APPROVALS_NAME, 0),
+        ("api.example.com", 1),
+        ("v2.api.example.com", 2),
     ] {
-        assert!(text.contains(expected), "missing {expected:?} in {text}");
+        assert_eq!(ca.level_of(name), Some(level), "{name}");
+        assert!(ca.permits(name));
+    }
+    assert_eq!(ca.level_of("x.api.example.com"), None);
+
+    // The root permits every name, and excludes below the names that no
+    // listed name lies under.
+    let root = openssl_text(dir.path(), &ca.cert_pem());
+    assert_has(
+        &root,
+        &[
+            "X509v3 Basic Constraints: critical CA:TRUE, pathlen:1",
+            "X509v3 Name Constraints: critical \
+             Permitted: DNS:api.example.com DNS:approvals.hangar.internal DNS:example.com \
+             DNS:other.test DNS:v2.api.example.com \
+             Excluded: DNS:.approvals.hangar.internal DNS:.other.test DNS:.v2.api.example.com \
+             IP:0.0.0.0/0.0.0.0 IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0",
+        ],
+    );
+    // Each intermediate permits exactly its level's names.
+    for (level, permitted, excluded) in [
+        (
+            0,
+            "DNS:approvals.hangar.internal DNS:example.com DNS:other.test",
+            "DNS:.approvals.hangar.internal DNS:.example.com DNS:.other.test",
+        ),
+        (1, "DNS:api.example.com", "DNS:.api.example.com"),
+        (2, "DNS:v2.api.example.com", "DNS:.v2.api.example.com"),
+    ] {
+        let text = openssl_text(dir.path(), &ca.intermediate_pem(level).unwrap());
+        assert_has(
+            &text,
+            &[
+                &format!("Subject: {ROOT_CN} level {level} "),
+                &format!("Issuer: {ROOT_CN} "),
+                "X509v3 Basic Constraints: critical CA:TRUE, pathlen:0",
+                &format!(
+                    "X509v3 Name Constraints: critical Permitted: {permitted} \
+                     Excluded: {excluded} IP:0.0.0.0/0.0.0.0 \
+                     IP:0:0:0:0:0:0:0:0/0:0:0:0:0:0:0:0 "
+                ),
+            ],
+        );
+    }
+
+    // Each name's leaf comes from its level's intermediate.
+    for name in ca.names() {
+        let leaf = ca.mint_leaf(name).unwrap();
+        let level = ca.level_of(name).unwrap();
+        assert_eq!(
+            leaf.certified_key().cert,
+            [
+                leaf.cert_der().clone(),
+                ca.intermediate_der(level).unwrap().clone()
+            ]
+        );
+        let text = openssl_text(dir.path(), &leaf.cert_pem());
+        assert!(text.contains(&format!("Issuer: {ROOT_CN} level {level} ")));
     }
 }
 
@@ -94,30 +222,36 @@ fn leaf_certificate_fields() {
     let ca = SessionCa::new(&params(&["api.example.com"])).unwrap();
     let leaf = ca.mint_leaf("api.example.com").unwrap();
     assert_eq!(leaf.name(), "api.example.com");
+    // The chain is [leaf, intermediate]: the session has the root.
     assert_eq!(leaf.certified_key().cert.len(), 2);
-    assert_eq!(&leaf.certified_key().cert[1], ca.cert_der());
+    assert_eq!(
+        &leaf.certified_key().cert[1],
+        ca.intermediate_der(0).unwrap()
+    );
 
     let text = openssl_text(dir.path(), &leaf.cert_pem());
-    for expected in [
-        "Issuer: CN = TALOS session CA sess-7f3a attempt 2 (gw-a)",
-        "NIST CURVE: P-256",
-        "Signature Algorithm: ecdsa-with-SHA256",
-        "X509v3 Subject Alternative Name: critical DNS:api.example.com",
-        "X509v3 Basic Constraints: critical CA:FALSE",
-        "X509v3 Key Usage: critical Digital Signature",
-        "X509v3 Extended Key Usage: TLS Web Server Authentication",
-        "X509v3 Authority Key Identifier:",
-    ] {
-        assert!(text.contains(expected), "missing {expected:?} in {text}");
-    }
+    assert_has(
+        &text,
+        &[
+            &format!("Issuer: {ROOT_CN} level 0 "),
+            "NIST CURVE: P-256",
+            "Signature Algorithm: ecdsa-with-SHA256",
+            "X509v3 Subject Alternative Name: critical DNS:api.example.com",
+            "X509v3 Basic Constraints: critical CA:FALSE",
+            "X509v3 Key Usage: critical Digital Signature",
+            "X509v3 Extended Key Usage: TLS Web Server Authentication",
+            "X509v3 Authority Key Identifier:",
+        ],
+    );
     assert!(!text.contains("Name Constraints"), "{text}");
 
-    // The leaf's validity is the CA's.
+    // The leaf's and the intermediate's validity are the root's.
     let dates = |pem: String| {
         let file = write(dir.path(), "dates.pem", pem.as_bytes());
         String::from_utf8(openssl(&["x509", "-in", &file, "-noout", "-dates"])).unwrap()
     };
     assert_eq!(dates(leaf.cert_pem()), dates(ca.cert_pem()));
+    assert_eq!(dates(ca.intermediate_pem(0).unwrap()), dates(ca.cert_pem()));
 }
 
 #[test]
@@ -183,7 +317,6 @@ fn bad_params_are_refused_naming_the_value() {
         params(&["[::1]"]) => CertError::NotAHostName { .. }, "IP literal";
         params(&["Api.Example.com"]) => CertError::NotAHostName { .. }, r#""Api.Example.com""#;
         params(&["api.example.com."]) => CertError::NotAHostName { .. }, r#""api.example.com.""#;
-        params(&["example.com", "api.example.com"]) => CertError::NestedNames { .. }, r#""api.example.com" lies under "example.com""#;
         CaParams::new("", 1, "gw-a", ["a.example"]) => CertError::BadIdentifier { .. }, "session_id";
         CaParams::new("s\n1", 1, "gw-a", ["a.example"]) => CertError::BadIdentifier { .. }, r#""s\n1""#;
         CaParams::new("s1", 1, "", ["a.example"]) => CertError::BadIdentifier { .. }, "gateway_id";
@@ -213,11 +346,20 @@ fn mint_leaf_refuses_names_the_ca_does_not_permit() {
             Err(CertError::NotAHostName { .. })
         ));
     }
+
+    // With nested names, a name between or below them is still refused.
+    let ca = SessionCa::new(&params(&["example.com", "v2.api.example.com"])).unwrap();
+    for name in ["api.example.com", "x.example.com", "x.v2.api.example.com"] {
+        assert!(matches!(
+            ca.mint_leaf(name),
+            Err(CertError::NotPermitted { .. })
+        ));
+    }
 }
 
 #[test]
 fn debug_shows_no_key_material() {
-    let ca = SessionCa::new(&params(&["api.example.com"])).unwrap();
+    let ca = SessionCa::new(&params(&["example.com", "api.example.com"])).unwrap();
     let digest = ca.digest().to_owned();
     let leaf = ca.mint_leaf("api.example.com").unwrap();
     let cache = LeafCache::new(ca);
@@ -225,6 +367,7 @@ fn debug_shows_no_key_material() {
 
     let ca_debug = format!("{:?}", cache.ca());
     assert!(ca_debug.contains(&digest), "{ca_debug}");
+    assert!(ca_debug.contains("levels: 2"), "{ca_debug}");
     for debug in [
         ca_debug,
         format!("{:#?}", cache.ca()),
@@ -244,11 +387,17 @@ proptest! {
 
     /// Whatever a caller passes, a leaf is minted only for a listed name.
     #[test]
-    fn mint_leaf_signs_only_listed_names(name in "[a-zA-Z0-9.*_:\\[\\] -]{0,40}|(api|sub\\.api|x)\\.example\\.com") {
+    fn mint_leaf_signs_only_listed_names(name in "[a-zA-Z0-9.*_:\\[\\] -]{0,40}|((api|sub\\.api|x)\\.)?example\\.com") {
         static CA: std::sync::OnceLock<SessionCa> = std::sync::OnceLock::new();
-        let ca = CA.get_or_init(|| SessionCa::new(&params(&["api.example.com"])).unwrap());
+        let ca = CA.get_or_init(|| {
+            SessionCa::new(&params(&["example.com", "api.example.com"])).unwrap()
+        });
         match ca.mint_leaf(&name) {
-            Ok(leaf) => prop_assert!(name == "api.example.com" || name == APPROVALS_NAME, "{}", leaf.name()),
+            Ok(leaf) => prop_assert!(
+                ["example.com", "api.example.com", APPROVALS_NAME].contains(&name.as_str()),
+                "{}",
+                leaf.name()
+            ),
             Err(CertError::NotPermitted { name: got } | CertError::NotAHostName { name: got, .. }) => {
                 prop_assert_eq!(got, name)
             }

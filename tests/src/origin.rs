@@ -160,6 +160,9 @@ async fn answer(
     use http_body_util::BodyExt;
     use sha2::Digest;
     let path = req.uri().path().to_owned();
+    if path == "/reflect" {
+        return Ok(reflect(&req));
+    }
     let text = if path == "/echo" {
         let headers: Vec<(String, String)> = req
             .headers()
@@ -209,6 +212,112 @@ async fn answer(
     Ok(Response::new(http_body_util::Either::Left(Full::new(
         Bytes::from(text),
     ))))
+}
+
+/// `/reflect?how=…&enc=…&header=…`: a destination that echoes the request
+/// header `header` (default `authorization`) back, as a careless or hostile
+/// API might:
+/// - `how=header`: in a response header `x-reflected`;
+/// - `how=body`: in the body, `your credential is <value>`;
+/// - `how=trailer`: in a trailer `x-reflected` (HTTP/2 or chunked);
+/// - `how=base64`: base64 of the value inside a JSON body;
+/// - `how=chunks`: the body sent one byte per frame;
+/// - `enc=gzip|deflate|br|zstd`: the body compressed with that coding,
+///   whatever the request's `accept-encoding` said.
+fn reflect(req: &Request<hyper::body::Incoming>) -> Response<Body> {
+    use base64::Engine;
+    let query = req.uri().query().unwrap_or("");
+    let param = |k: &str| {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.to_owned())
+    };
+    let header = param("header").unwrap_or_else(|| "authorization".into());
+    let value = req
+        .headers()
+        .get(header.as_str())
+        .map(|v| v.as_bytes().to_vec())
+        .unwrap_or_default();
+    let how = param("how").unwrap_or_else(|| "body".into());
+    let mut body = match how.as_str() {
+        "base64" => format!(
+            "{{\"echo\": \"{}\"}}",
+            base64::engine::general_purpose::STANDARD.encode(&value)
+        )
+        .into_bytes(),
+        "header" | "trailer" => b"see the headers".to_vec(),
+        _ => [b"your credential is ".as_slice(), &value, b"\n"].concat(),
+    };
+    let enc = param("enc");
+    if let Some(enc) = &enc {
+        body = compress(enc, &body);
+    }
+    let mut frames: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> =
+        if how == "chunks" {
+            body.iter()
+                .map(|b| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(&[*b]))))
+                .collect()
+        } else {
+            vec![Ok(hyper::body::Frame::data(Bytes::from(body)))]
+        };
+    if how == "trailer" {
+        let mut trailers = hyper::HeaderMap::new();
+        if let Ok(v) = hyper::header::HeaderValue::from_bytes(&value) {
+            trailers.insert("x-reflected", v);
+        }
+        frames.push(Ok(hyper::body::Frame::trailers(trailers)));
+    }
+    let stream: DownloadStream = Box::pin(futures_util::stream::iter(frames));
+    let mut resp = Response::new(http_body_util::Either::Right(
+        http_body_util::StreamBody::new(stream),
+    ));
+    if how == "header" {
+        if let Ok(v) = hyper::header::HeaderValue::from_bytes(&value) {
+            resp.headers_mut().insert("x-reflected", v);
+        }
+    }
+    if how == "trailer" {
+        resp.headers_mut().insert(
+            "trailer",
+            hyper::header::HeaderValue::from_static("x-reflected"),
+        );
+    }
+    if let Some(enc) = enc {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&enc) {
+            resp.headers_mut()
+                .insert(hyper::header::CONTENT_ENCODING, v);
+        }
+    }
+    resp
+}
+
+/// `data` compressed with `coding` (gzip, deflate, br, zstd).
+pub fn compress(coding: &str, data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    match coding {
+        "gzip" => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(data).expect("gzip");
+            e.finish().expect("gzip")
+        }
+        "deflate" => {
+            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(data).expect("deflate");
+            e.finish().expect("deflate")
+        }
+        "br" => {
+            let mut out = Vec::new();
+            {
+                let mut e = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
+                e.write_all(data).expect("br");
+            }
+            out
+        }
+        "zstd" => zstd::stream::encode_all(data, 3).expect("zstd"),
+        other => panic!("unknown coding {other}"),
+    }
 }
 
 /// The byte at offset `i` of every download: a pattern a reader can check.
