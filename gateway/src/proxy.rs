@@ -317,7 +317,10 @@ fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
     if used.is_empty() {
         return;
     }
-    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     let mut stats = ctx.stats.lock().unwrap_or_else(|p| p.into_inner());
     for name in used {
         if !stats.attachments_used.iter().any(|n| n == name) {

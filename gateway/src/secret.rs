@@ -89,7 +89,9 @@ pub enum SecretError {
     Empty { name: String },
     #[error("secret {name}: the value is {len} bytes, more than {MAX_SECRET_LEN}")]
     TooLong { name: String, len: usize },
-    #[error("secret {name}: the value holds a byte that cannot be sent in a header (control character)")]
+    #[error(
+        "secret {name}: the value holds a byte that cannot be sent in a header (control character)"
+    )]
     NotHeaderSafe { name: String },
     #[error("attachment {spec:?}: {reason}")]
     BadAttachment { spec: String, reason: String },
@@ -183,22 +185,31 @@ impl AttachSpec {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
         {
-            return Err(bad("the secret name must be letters, digits, '_', '-' or '.'"));
+            return Err(bad(
+                "the secret name must be letters, digits, '_', '-' or '.'",
+            ));
         }
         let mut parts = rest.splitn(3, ':');
         let destination = parts.next().unwrap_or_default();
-        let header = parts.next().ok_or_else(|| bad("no header after the destination"))?;
+        let header = parts
+            .next()
+            .ok_or_else(|| bad("no header after the destination"))?;
         let scheme = parts.next();
         let destination = crate::name::canonicalize(destination)
             .map_err(|e| bad(&format!("destination: {e}")))?;
         let header = HeaderName::from_bytes(header.as_bytes())
             .map_err(|_| bad("the header is not a valid header name"))?;
         if FORBIDDEN_HEADERS.contains(&header.as_str()) {
-            return Err(bad(&format!("the gateway does not let an attachment set {}", header.as_str())));
+            return Err(bad(&format!(
+                "the gateway does not let an attachment set {}",
+                header.as_str()
+            )));
         }
         let scheme = match scheme {
             None => None,
-            Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic()) => Some(s.to_owned()),
+            Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic()) => {
+                Some(s.to_owned())
+            }
             Some(_) => return Err(bad("the scheme must be visible ASCII, without spaces")),
         };
         Ok(AttachSpec {
@@ -233,8 +244,8 @@ impl Attachment {
         }
         full.extend_from_slice(value.expose());
         let shared = SecretBytes::new(full);
-        let mut header_value = HeaderValue::from_maybe_shared(shared.0)
-            .map_err(|_| SecretError::NotHeaderSafe {
+        let mut header_value =
+            HeaderValue::from_maybe_shared(shared.0).map_err(|_| SecretError::NotHeaderSafe {
                 name: spec.secret.clone(),
             })?;
         header_value.set_sensitive(true);

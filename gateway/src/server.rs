@@ -83,11 +83,13 @@ fn open_static_sessions(
     let sessions = Sessions::default();
     for s in &config.sessions {
         let spec = SessionSpec::from_static(s, &values).map_err(StartError::Secret)?;
-        let session = Session::open(spec, config.gateway_id.get_ref(), upstream)
-        .map_err(|source| StartError::SessionCa {
-            session: s.id.get_ref().clone(),
-            source,
-        })?;
+        let session =
+            Session::open(spec, config.gateway_id.get_ref(), upstream).map_err(|source| {
+                StartError::SessionCa {
+                    session: s.id.get_ref().clone(),
+                    source,
+                }
+            })?;
         if let Some(path) = &s.trust_file {
             std::fs::write(path, session.ca_pem()).map_err(|source| StartError::TrustFile {
                 session: s.id.get_ref().clone(),

@@ -101,8 +101,13 @@ impl Session {
     }
 
     /// The attachments for requests to `destination`.
-    pub fn attachments_for<'a>(&'a self, destination: &'a Name) -> impl Iterator<Item = &'a Attachment> + 'a {
-        self.attachments.iter().filter(move |a| &a.destination == destination)
+    pub fn attachments_for<'a>(
+        &'a self,
+        destination: &'a Name,
+    ) -> impl Iterator<Item = &'a Attachment> + 'a {
+        self.attachments
+            .iter()
+            .filter(move |a| &a.destination == destination)
     }
 
     /// The session CA's SHA-384 digest (lowercase hex).
@@ -126,10 +131,14 @@ impl SessionSpec {
         let mut attachments = Vec::new();
         for spec in &s.attach {
             let spec = AttachSpec::parse(spec.get_ref())?;
-            let value = values.get(&spec.secret).cloned().ok_or_else(|| SecretError::BadAttachment {
-                spec: spec.secret.clone(),
-                reason: "no such secret".into(),
-            })?;
+            let value =
+                values
+                    .get(&spec.secret)
+                    .cloned()
+                    .ok_or_else(|| SecretError::BadAttachment {
+                        spec: spec.secret.clone(),
+                        reason: "no such secret".into(),
+                    })?;
             attachments.push(Attachment::new(&spec, value)?);
         }
         Ok(SessionSpec {
