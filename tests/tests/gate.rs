@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 use talos_e2e::clients::{self, run_bounded, SESSION_SOURCE, UNKNOWN_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{records_path, workspace_bin, Gateway};
+use talos_e2e::gateway::{workspace_bin, Gateway, TestConfig, TestSession};
 use talos_e2e::origin::{Origin, TestCa};
 
 /// Names the test DNS server knows, and what it answers.
@@ -61,42 +61,21 @@ async fn rig() -> Rig {
     let ca = TestCa::new("origin test CA");
     ca.write_pem(&path.join("origin-ca.pem"));
     let origin = Origin::start(&ca, &["allowed.test"]).await;
-    let allow: Vec<String> = ALLOWLIST.iter().map(|n| format!("{n:?}")).collect();
-    let config = format!(
-        r#"
-gateway_id = "gw-test"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = {records:?}
-[resolver]
-nameservers = ["{dns}"]
-timeout_ms = 300
-attempts = 1
-# The test origin lives on loopback; everything else internal stays refused.
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = {port}
-connect_timeout_ms = 2000
-extra_trust_anchors = [{origin_ca:?}]
-[limits]
-hello_timeout_ms = 700
-[[session]]
-id = "sess-1"
-tenant = "acme"
-sources = ["{src}"]
-allowlist = [{allow}]
-trust_file = {session_ca:?}
-"#,
-        origin_ca = path.join("origin-ca.pem").display().to_string(),
-        session_ca = path.join("session-ca.pem").display().to_string(),
-        records = records_path(&path).display().to_string(),
-        dns = dns.addr,
-        port = origin.addr.port(),
-        src = SESSION_SOURCE,
-        allow = allow.join(", "),
-    );
+    let config = TestConfig {
+        dns: dns.addr,
+        upstream_port: origin.addr.port(),
+        anchors: vec![path.join("origin-ca.pem")],
+        // The test origin lives on loopback; everything else internal stays refused.
+        permit_internal: vec!["127.0.0.1/32".into()],
+        sessions: vec![TestSession {
+            id: "sess-1".into(),
+            sources: vec![SESSION_SOURCE.into()],
+            allowlist: ALLOWLIST.iter().map(|n| n.to_string()).collect(),
+            trust_file: path.join("session-ca.pem"),
+        }],
+        limits: String::new(),
+    }
+    .toml(&path);
     let gateway = Gateway::start(&path, &config);
     Rig {
         origin_port: origin.addr.port(),
