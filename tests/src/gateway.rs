@@ -157,16 +157,34 @@ pub struct TestConfig {
     pub sessions: Vec<TestSession>,
     /// More TOML appended to the `[limits]` table.
     pub limits: String,
+    /// Secrets by name, each read from a file.
+    pub secrets: Vec<(String, PathBuf)>,
+}
+
+impl Default for TestConfig {
+    fn default() -> Self {
+        TestConfig {
+            dns: SocketAddr::from(([127, 0, 0, 1], 53)),
+            upstream_port: 443,
+            anchors: Vec::new(),
+            permit_internal: Vec::new(),
+            sessions: Vec::new(),
+            limits: String::new(),
+            secrets: Vec::new(),
+        }
+    }
 }
 
 /// One static session of a [`TestConfig`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TestSession {
     pub id: String,
     pub sources: Vec<String>,
     pub allowlist: Vec<String>,
     /// Where the gateway writes the session CA (PEM).
     pub trust_file: PathBuf,
+    /// `SECRET=destination:header[:scheme]` attachments.
+    pub attach: Vec<String>,
 }
 
 impl TestConfig {
@@ -213,11 +231,18 @@ hello_timeout_ms = 700
         );
         for s in &self.sessions {
             out.push_str(&format!(
-                "[[session]]\nid = {:?}\ntenant = \"acme\"\nsources = [{}]\nallowlist = [{}]\ntrust_file = {:?}\n",
+                "[[session]]\nid = {:?}\ntenant = \"acme\"\nsources = [{}]\nallowlist = [{}]\ntrust_file = {:?}\nattach = [{}]\n",
                 s.id,
                 quoted(&s.sources),
                 quoted(&s.allowlist),
-                s.trust_file.display().to_string()
+                s.trust_file.display().to_string(),
+                quoted(&s.attach),
+            ));
+        }
+        for (name, file) in &self.secrets {
+            out.push_str(&format!(
+                "[[secret]]\nname = {name:?}\nfile = {:?}\n",
+                file.display().to_string()
             ));
         }
         out

@@ -180,6 +180,12 @@ async fn answer(
             "path": path,
             "query": req.uri().query(),
             "headers": headers,
+            // Digests let a test check a value the gateway masks in replies.
+            "sha256": req
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.to_string(), hex::encode(sha2::Sha256::digest(v.as_bytes()))))
+                .collect::<std::collections::BTreeMap<_, _>>(),
         })
         .to_string()
     } else if path == "/upload" {

@@ -72,8 +72,9 @@ async fn rig() -> Rig {
             sources: vec![SESSION_SOURCE.into()],
             allowlist: ALLOWLIST.iter().map(|n| n.to_string()).collect(),
             trust_file: path.join("session-ca.pem"),
+            ..Default::default()
         }],
-        limits: String::new(),
+        ..Default::default()
     }
     .toml(&path);
     let gateway = Gateway::start(&path, &config);

@@ -98,8 +98,9 @@ async fn rig() -> Rig {
                 .map(|s| s.to_string())
                 .collect(),
             trust_file: path.join("session-ca.pem"),
+            ..Default::default()
         }],
-        limits: String::new(),
+        ..Default::default()
     };
     let gateway = Gateway::start(&path, &config.toml(&path));
     Rig {
