@@ -133,6 +133,7 @@ async fn run(
         name,
         addrs,
         stats: Default::default(),
+        masked: Default::default(),
     });
     let result = terminate(shared, client, first_bytes, &ctx, record).await;
     let stats = std::mem::take(&mut *ctx.stats.lock().unwrap_or_else(|p| p.into_inner()));
@@ -140,6 +141,7 @@ async fn run(
     record.requests = stats.requests;
     record.requests_unlisted = stats.requests_unlisted;
     record.attachments_used = stats.attachments_used;
+    record.masked = std::mem::take(&mut *ctx.masked.lock().unwrap_or_else(|p| p.into_inner()));
     record.alpn_upstream = stats.upstream_alpn;
     record.resolved = stats.upstream_addr;
     result

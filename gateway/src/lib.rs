@@ -2,24 +2,26 @@
 //!
 //! # Layout
 //!
-//! Modules are declared in the order a connection meets them; each depends
-//! only on modules above it.
+//! Modules are declared so that each depends only on modules above it; from
+//! `hello` on, that is the order a connection meets them.
 //!
 //! - [`refusal`]: the closed set of refusal reasons and their stable names.
 //! - [`name`]: canonical destination names.
 //! - [`secret`]: secret values (zeroized, never printed) and attachments.
+//! - [`mask`]: masking secret values (and their encodings) in replies.
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`tls`]: TLS 1.3 configs for both sides, and stream adapters.
 //! - [`upstream`]: connections to destinations, pooled per session.
-//! - [`session`]: sessions by source address: allowlist, CA, TLS, pool.
+//! - [`session`]: sessions by source address: allowlist, CA, TLS, pool, attachments.
 //! - [`hello`]: the sans-IO, zero-copy ClientHello parser.
 //! - [`capture`]: reading a hello off a socket, bounded in bytes and time.
 //! - [`classify`]: which addresses are internal, and of which class.
 //! - [`resolve`]: resolving a name and refusing internal answers.
 //! - [`record`]: one record per connection, written as JSON lines.
 //! - [`decode`]: decoding compressed replies before masking.
+//! - [`reply`]: a reply on its way to the session: decoded and masked.
 //! - [`admin`]: metrics and health on the admin listener.
-//! - [`proxy`]: one request: checks, forwarding, the reply.
+//! - [`proxy`]: one request: checks, injection, forwarding, the reply.
 //! - [`conn`]: one connection, stage by stage, top to bottom.
 //! - [`server`]: listeners, the connection cap, graceful shutdown.
 
@@ -28,6 +30,7 @@
 pub mod refusal;
 pub mod name;
 pub mod secret;
+pub mod mask;
 pub mod config;
 pub mod tls;
 pub mod upstream;
@@ -38,6 +41,7 @@ pub mod classify;
 pub mod resolve;
 pub mod record;
 pub mod decode;
+pub mod reply;
 pub mod admin;
 pub mod proxy;
 pub mod conn;

@@ -26,11 +26,13 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use crate::name::{self, Name};
 use crate::record::RequestRecord;
 use crate::refusal::Refusal;
+use crate::reply::{self, ReplyBody};
 use crate::session::Session;
 use crate::upstream::{Proto, Sender};
 
-/// The response body: the destination's, streamed, or the gateway's own.
-pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+/// The response body: the destination's, streamed (and masked), or the
+/// gateway's own.
+pub type ProxyBody = Either<ReplyBody, Full<Bytes>>;
 
 /// The response header that carries a refusal's stable reason.
 pub const REFUSAL_HEADER: &str = "hangar-refusal";
@@ -48,6 +50,8 @@ pub struct ConnCtx {
     /// The addresses the gate checked for `name`.
     pub addrs: Vec<IpAddr>,
     pub stats: Mutex<ConnStats>,
+    /// Masked occurrences per secret name, over all replies.
+    pub masked: reply::Counts,
 }
 
 /// What the connection's record learns from its requests.
@@ -154,7 +158,8 @@ async fn forward(
         tracing::debug!(destination = %ctx.name, error = %e, "upstream request failed");
         (Refusal::UpstreamFailed, "upstream_request_failed")
     })?;
-    Ok(rewrite_response(resp))
+    let attached = ctx.session.has_attachments(&ctx.name);
+    rewrite_response(resp, ctx, attached).map_err(|r| (Refusal::UpstreamFailed, r.as_str()))
 }
 
 /// `host_mismatch` when the request names a host other than the
@@ -329,12 +334,25 @@ fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
     }
 }
 
-/// The destination's response as the session gets it.
-fn rewrite_response(resp: Response<Incoming>) -> Response<ProxyBody> {
+/// The destination's response as the session gets it: hop-by-hop headers
+/// gone, and, for a session with attachments, masked (decoded first when a
+/// destination holding an attachment compressed it).
+fn rewrite_response(
+    resp: Response<Incoming>,
+    ctx: &ConnCtx,
+    attached: bool,
+) -> Result<Response<ProxyBody>, reply::ReplyRefusal> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     parts.version = Version::default();
-    Response::from_parts(parts, Either::Left(body))
+    let body = reply::filter(
+        &mut parts.headers,
+        body,
+        ctx.session.mask.as_ref(),
+        attached,
+        &ctx.masked,
+    )?;
+    Ok(Response::from_parts(parts, Either::Left(body)))
 }
 
 /// The HTTP status each refusal answers with.

@@ -39,10 +39,10 @@ pub enum StartError {
     },
     #[error("{0}")]
     Resolver(String),
-    #[error("cannot make the CA of session {session}: {source}")]
+    #[error("cannot open session {session}: {source}")]
     SessionCa {
         session: String,
-        source: talos_certs::CertError,
+        source: crate::session::OpenError,
     },
     #[error("cannot write the trust file of session {session} to {path}: {source}")]
     TrustFile {

@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 use talos_certs::{CaParams, LeafCache, SessionCa};
 
 use crate::config::{canonical_ip, StaticSession};
+use crate::mask::MaskSet;
 use crate::name::Name;
 use crate::secret::{AttachSpec, Attachment, SecretBytes, SecretError};
 use crate::tls;
@@ -37,6 +38,18 @@ pub struct Session {
     pub pool: Pool,
     /// Credentials attached by name, values included.
     pub attachments: Vec<Attachment>,
+    /// Every attached value and its encodings, for masking replies; none
+    /// when the session has no attachments.
+    pub mask: Option<Arc<MaskSet>>,
+}
+
+/// Why a session's authority could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Ca(#[from] talos_certs::CertError),
+    #[error(transparent)]
+    Mask(#[from] crate::mask::MaskSetError),
 }
 
 /// What every session's TLS toward destinations uses.
@@ -75,7 +88,7 @@ impl Session {
         spec: SessionSpec,
         gateway_id: &str,
         upstream: &UpstreamSettings,
-    ) -> Result<Session, talos_certs::CertError> {
+    ) -> Result<Session, OpenError> {
         let names: Vec<String> = spec
             .allowlist
             .iter()
@@ -84,6 +97,16 @@ impl Session {
         let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
         let leaves = Arc::new(LeafCache::new(ca));
         let resolver = tls::LeafResolver::new(Arc::clone(&leaves));
+        let mask = if spec.attachments.is_empty() {
+            None
+        } else {
+            let values: Vec<(&str, &[u8])> = spec
+                .attachments
+                .iter()
+                .map(|a| (a.secret.as_str(), a.value.expose()))
+                .collect();
+            Some(Arc::new(MaskSet::new(&values)?))
+        };
         Ok(Session {
             id: Arc::from(spec.id.as_str()),
             tenant: Arc::from(spec.tenant.as_str()),
@@ -96,6 +119,7 @@ impl Session {
                 upstream.connect_timeout,
             ),
             attachments: spec.attachments,
+            mask,
             leaves,
         })
     }
@@ -108,6 +132,11 @@ impl Session {
         self.attachments
             .iter()
             .filter(move |a| &a.destination == destination)
+    }
+
+    /// Whether requests to `destination` carry an attachment.
+    pub fn has_attachments(&self, destination: &Name) -> bool {
+        self.attachments_for(destination).next().is_some()
     }
 
     /// The session CA's SHA-384 digest (lowercase hex).

@@ -1,0 +1,270 @@
+//! The destination's reply on its way to the session: masked.
+//!
+//! For a session with attachments, every reply — from any destination —
+//! has each header value, each body chunk (HTTP/1.1 chunked or sized,
+//! HTTP/2 DATA) and each trailer run through the session's [`Masker`]; a
+//! reply from a destination that received an attachment is also decoded
+//! first when it came compressed (the request asked for `identity`), and
+//! its framing headers fixed. A session without attachments has its replies
+//! passed as they are.
+//!
+//! Masked bytes keep their length, so `content-length` stays true unless
+//! the body was decoded, in which case it is removed and each side frames
+//! the body for itself.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderValue};
+
+use crate::decode::{self, Decoder, ReplyCoding};
+use crate::mask::{MaskSet, Masker};
+
+/// Where a reply's masked counts go when the reply ends.
+pub type Counts = Arc<Mutex<BTreeMap<String, u64>>>;
+
+/// Why a reply cannot be passed on: a fixed cause word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyRefusal {
+    /// A content coding the gateway cannot decode, from a destination
+    /// holding an attachment.
+    UnsupportedCoding,
+    /// A gRPC reply compressed per message (`grpc-encoding`), from a
+    /// destination holding an attachment: the gateway cannot read inside.
+    CompressedGrpc,
+}
+
+impl ReplyRefusal {
+    /// The cause recorded with `upstream_failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyRefusal::UnsupportedCoding => "unsupported_content_encoding",
+            ReplyRefusal::CompressedGrpc => "compressed_grpc_reply",
+        }
+    }
+}
+
+/// Mask every header value of `headers` in place; returns how many values
+/// changed.
+pub fn mask_headers(masker: &mut Masker, headers: &mut HeaderMap) -> usize {
+    let mut changed = 0;
+    for value in headers.values_mut() {
+        let mut bytes = value.as_bytes().to_vec();
+        if masker.mask_all(&mut bytes) > 0 {
+            // Asterisks are valid header bytes; the rest were already valid.
+            if let Ok(mut masked) = HeaderValue::from_bytes(&bytes) {
+                masked.set_sensitive(value.is_sensitive());
+                *value = masked;
+                changed += 1;
+            }
+        }
+        zeroize::Zeroize::zeroize(&mut bytes);
+    }
+    changed
+}
+
+/// Prepare a reply for the session: mask its headers, decide whether its
+/// body is decoded, and wrap the body.
+///
+/// `set` is the session's mask set (none: the reply passes untouched);
+/// `attached` says whether this destination received an attachment.
+pub fn filter(
+    headers: &mut HeaderMap,
+    body: Incoming,
+    set: Option<&Arc<MaskSet>>,
+    attached: bool,
+    counts: &Counts,
+) -> Result<ReplyBody, ReplyRefusal> {
+    let Some(set) = set else {
+        return Ok(ReplyBody::plain(body));
+    };
+    let mut decoder = None;
+    if attached {
+        if headers
+            .get("grpc-encoding")
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+        {
+            return Err(ReplyRefusal::CompressedGrpc);
+        }
+        match decode::reply_coding(headers) {
+            ReplyCoding::Identity => {}
+            ReplyCoding::Coded(coding) => {
+                decoder = Some(Decoder::new(coding).map_err(|_| ReplyRefusal::UnsupportedCoding)?);
+                headers.remove(header::CONTENT_ENCODING);
+                headers.remove(header::CONTENT_LENGTH);
+                // Validators and digests were of the encoded bytes.
+                headers.remove(header::ETAG);
+                headers.remove("content-md5");
+                headers.remove("content-digest");
+                headers.remove("repr-digest");
+            }
+            ReplyCoding::Unsupported(_) => return Err(ReplyRefusal::UnsupportedCoding),
+        }
+    }
+    let mut masker = Masker::new(Arc::clone(set));
+    mask_headers(&mut masker, headers);
+    Ok(ReplyBody {
+        inner: body,
+        filter: Some(Box::new(Filter {
+            masker,
+            decoder,
+            trailers: None,
+            done: false,
+            counts: Arc::clone(counts),
+        })),
+    })
+}
+
+/// A reply body on its way to the session.
+#[derive(Debug)]
+pub struct ReplyBody {
+    inner: Incoming,
+    /// None: passed as it is.
+    filter: Option<Box<Filter>>,
+}
+
+#[derive(Debug)]
+struct Filter {
+    masker: Masker,
+    decoder: Option<Decoder>,
+    /// Trailers that wait until the held body bytes are out.
+    trailers: Option<HeaderMap>,
+    done: bool,
+    counts: Counts,
+}
+
+impl ReplyBody {
+    fn plain(inner: Incoming) -> ReplyBody {
+        ReplyBody {
+            inner,
+            filter: None,
+        }
+    }
+}
+
+impl Drop for Filter {
+    fn drop(&mut self) {
+        // Counted when the reply ends, whether it ended well or not.
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, n) in self.masker.counts() {
+            if n > 0 {
+                *counts.entry(name.to_owned()).or_default() += n;
+            }
+        }
+    }
+}
+
+/// A reply body failure, for hyper (it resets the stream).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplyError {
+    #[error("the destination's reply failed: {0}")]
+    Upstream(#[from] hyper::Error),
+    #[error("the reply cannot be decoded: {0}")]
+    Decode(#[from] decode::DecodeError),
+}
+
+impl Body for ReplyBody {
+    type Data = Bytes;
+    type Error = ReplyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ReplyError>>> {
+        let this = &mut *self;
+        let Some(f) = this.filter.as_deref_mut() else {
+            return Pin::new(&mut this.inner)
+                .poll_frame(cx)
+                .map_err(ReplyError::Upstream);
+        };
+        loop {
+            if let Some(t) = f.trailers.take() {
+                f.done = true;
+                return Poll::Ready(Some(Ok(Frame::trailers(t))));
+            }
+            if f.done {
+                return Poll::Ready(None);
+            }
+            let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(None) => {
+                    f.done = true;
+                    let out = f.flush()?;
+                    return Poll::Ready(if out.is_empty() {
+                        None
+                    } else {
+                        Some(Ok(Frame::data(out)))
+                    });
+                }
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let out = f.data(&data)?;
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(mut trailers) = frame.into_trailers() {
+                        mask_headers(&mut f.masker, &mut trailers);
+                        f.trailers = Some(trailers);
+                        let out = f.flush()?;
+                        if !out.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(out))));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.filter {
+            None => self.inner.is_end_stream(),
+            Some(f) => f.done && f.trailers.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.filter {
+            // Masking keeps lengths; decoding does not.
+            Some(f) if f.decoder.is_some() => SizeHint::default(),
+            _ => self.inner.size_hint(),
+        }
+    }
+}
+
+impl Filter {
+    /// One body chunk: decoded if needed, then masked.
+    fn data(&mut self, data: &[u8]) -> Result<Bytes, ReplyError> {
+        let mut out = Vec::new();
+        match &mut self.decoder {
+            Some(d) => {
+                let mut plain = Vec::new();
+                d.push(data, &mut plain)?;
+                self.masker.push(&plain, &mut out);
+                zeroize::Zeroize::zeroize(&mut plain);
+            }
+            None => self.masker.push(data, &mut out),
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// End of the body: what the decoder and the masker still hold.
+    fn flush(&mut self) -> Result<Bytes, ReplyError> {
+        let mut out = Vec::new();
+        if let Some(d) = &mut self.decoder {
+            let mut plain = Vec::new();
+            d.finish(&mut plain)?;
+            self.masker.push(&plain, &mut out);
+        }
+        self.masker.finish(&mut out);
+        Ok(Bytes::from(out))
+    }
+}
