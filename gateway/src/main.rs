@@ -59,6 +59,27 @@ enum Command {
         #[arg(required = true)]
         addresses: Vec<String>,
     },
+    /// Mask standard input to standard output with the data path's masker.
+    ///
+    /// For reviewers: feed it any reply and see what a session would see.
+    /// Every occurrence of each value, and of its encodings (base64 in every
+    /// alignment, hex, percent-encoding, JSON escapes), becomes asterisks of
+    /// the same length. Counts per secret name go to standard error, never
+    /// the values.
+    Mask {
+        /// A secret as NAME=VALUE (repeatable). Prefer --secret-file: a value
+        /// on a command line can end up in shell history and process lists.
+        #[arg(long = "secret", value_name = "NAME=VALUE")]
+        secrets: Vec<String>,
+        /// A secret as NAME=PATH, the value read from the file (one trailing
+        /// newline is not part of it). Repeatable.
+        #[arg(long = "secret-file", value_name = "NAME=PATH")]
+        secret_files: Vec<String>,
+        /// Feed the masker this many bytes at a time (as a reply arriving in
+        /// chunks would); default 65536.
+        #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
+        chunk: u32,
+    },
     /// Capture the first bytes of real clients' connections, for tests.
     ///
     /// Listens on ADDR, and for each NAME accepts one connection, reads its
@@ -85,6 +106,11 @@ fn main() -> ExitCode {
         Command::InspectHello { files } => inspect_hello(&files),
         Command::Classify { addresses } => classify(&addresses),
         Command::CaptureHello { listen, out, names } => capture(listen, &out, &names),
+        Command::Mask {
+            secrets,
+            secret_files,
+            chunk,
+        } => mask(&secrets, &secret_files, chunk as usize),
     }
 }
 
@@ -224,6 +250,84 @@ fn classify(addresses: &[String]) -> ExitCode {
         }
     }
     status
+}
+
+fn mask(secrets: &[String], files: &[String], chunk: usize) -> ExitCode {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use talos_gateway::mask::{MaskSet, Masker};
+    use talos_gateway::secret::{self, SecretBytes};
+
+    let mut values: Vec<(String, SecretBytes)> = Vec::new();
+    for s in secrets {
+        let Some((name, value)) = s.split_once('=') else {
+            eprintln!("gateway mask: --secret takes NAME=VALUE");
+            return ExitCode::from(2);
+        };
+        values.push((name.to_owned(), SecretBytes::new(value.as_bytes().to_vec())));
+    }
+    for f in files {
+        let Some((name, path)) = f.split_once('=') else {
+            eprintln!("gateway mask: --secret-file takes NAME=PATH");
+            return ExitCode::from(2);
+        };
+        match secret::from_file(name, std::path::Path::new(path)) {
+            Ok(v) => values.push((name.to_owned(), v)),
+            Err(e) => {
+                eprintln!("gateway mask: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if values.is_empty() {
+        eprintln!("gateway mask: give at least one --secret or --secret-file");
+        return ExitCode::from(2);
+    }
+    let pairs: Vec<(&str, &[u8])> = values
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.expose()))
+        .collect();
+    let set = match MaskSet::new(&pairs) {
+        Ok(set) => Arc::new(set),
+        Err(e) => {
+            eprintln!("gateway mask: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut masker = Masker::new(set);
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    let mut buf = vec![0u8; chunk];
+    let mut out = Vec::with_capacity(chunk * 2);
+    loop {
+        let n = match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                eprintln!("gateway mask: cannot read standard input: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        out.clear();
+        masker.push(&buf[..n], &mut out);
+        if stdout.write_all(&out).is_err() {
+            return ExitCode::from(1);
+        }
+    }
+    out.clear();
+    masker.finish(&mut out);
+    if stdout
+        .write_all(&out)
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return ExitCode::from(1);
+    }
+    for (name, n) in masker.counts() {
+        eprintln!("masked {name}: {n}");
+    }
+    ExitCode::SUCCESS
 }
 
 fn capture(listen: std::net::SocketAddr, out: &std::path::Path, names: &[String]) -> ExitCode {

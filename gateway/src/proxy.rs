@@ -306,19 +306,13 @@ fn rewrite_request(req: Request<Incoming>, name: &Name, proto: Proto) -> Request
     Request::from_parts(parts, body)
 }
 
-/// Attach the session's credentials for this destination: every header of
-/// an attachment's name that the session sent is removed (HTTP/1.1 and
-/// HTTP/2 alike: names are case-insensitive and repeated headers all go),
-/// then the attachment's `[scheme ]value` is set. Destinations with
+/// Attach the session's credentials for this destination
+/// ([`crate::secret::inject`]: every copy the session sent is replaced).
+/// Destinations with
 /// attachments are also asked for an uncompressed reply, so the masker sees
 /// the bytes; a compressed reply is decoded all the same.
 fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
-    let mut used = Vec::new();
-    for a in ctx.session.attachments_for(&ctx.name) {
-        headers.remove(&a.header);
-        headers.insert(a.header.clone(), a.header_value().clone());
-        used.push(a.secret.as_str());
-    }
+    let used = crate::secret::inject(ctx.session.attachments_for(&ctx.name), headers);
     if used.is_empty() {
         return;
     }
@@ -326,6 +320,9 @@ fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
+    // A gRPC server compresses messages only for a client that said it can
+    // decode them: say nothing, and a compressed reply is refused anyway.
+    headers.remove("grpc-accept-encoding");
     let mut stats = ctx.stats.lock().unwrap_or_else(|p| p.into_inner());
     for name in used {
         if !stats.attachments_used.iter().any(|n| n == name) {

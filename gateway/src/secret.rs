@@ -264,6 +264,23 @@ impl Attachment {
     }
 }
 
+/// Set each attachment's header in `headers`, after removing every header
+/// of that name the session sent (names are case-insensitive in both HTTP
+/// versions; repeated headers all go). Returns the names of the secrets
+/// injected. Every other header is left as it was.
+pub fn inject<'a>(
+    attachments: impl IntoIterator<Item = &'a Attachment>,
+    headers: &mut hyper::HeaderMap,
+) -> Vec<&'a str> {
+    let mut used = Vec::new();
+    for a in attachments {
+        headers.remove(&a.header);
+        headers.insert(a.header.clone(), a.header_value.clone());
+        used.push(a.secret.as_str());
+    }
+    used
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +319,21 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert_eq!(a.header_value().as_bytes(), b"Basic hunter2-very-secret");
         assert!(a.header_value().is_sensitive());
+    }
+
+    #[test]
+    fn injection_replaces_every_copy_and_nothing_else() {
+        let spec = AttachSpec::parse("T=x.example:authorization:Bearer").unwrap();
+        let a = Attachment::new(&spec, SecretBytes::new(b"v4lue".to_vec())).unwrap();
+        let mut h = hyper::HeaderMap::new();
+        h.append("Authorization", HeaderValue::from_static("Bearer mine"));
+        h.append("authorization", HeaderValue::from_static("Basic other"));
+        h.append("x-other", HeaderValue::from_static("kept"));
+        assert_eq!(inject([&a], &mut h), ["T"]);
+        let auth: Vec<_> = h.get_all("authorization").iter().collect();
+        assert_eq!(auth, [&HeaderValue::from_static("Bearer v4lue")]);
+        assert_eq!(h["x-other"], "kept");
+        assert_eq!(h.len(), 2);
     }
 
     #[test]

@@ -66,7 +66,19 @@ type ReplyStream = Pin<Box<dyn Stream<Item = Result<EchoReply, Status>> + Send>>
 #[tonic::async_trait]
 impl Echo for EchoService {
     async fn unary(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
-        let req = request.into_inner();
+        // `reflect:NAME` echoes the request's metadata NAME back, as a
+        // careless server might (in the reply or in the error message).
+        let reflected = request
+            .get_ref()
+            .message
+            .strip_prefix("reflect:")
+            .and_then(|key| request.metadata().get(key))
+            .and_then(|v| v.to_str().ok())
+            .map(|v| format!("you sent {v}"));
+        let mut req = request.into_inner();
+        if let Some(text) = reflected {
+            req.message = text;
+        }
         if req.fail_with != 0 {
             let mut status = Status::new(Code::from(req.fail_with as i32), req.message);
             let md = status.metadata_mut();
@@ -167,6 +179,16 @@ impl GrpcOrigin {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind grpc origin");
+        GrpcOrigin::serve(listener, ca, names, flavour)
+    }
+
+    /// Serve `Echo` on an already bound listener.
+    pub fn serve(
+        listener: TcpListener,
+        ca: &TestCa,
+        names: &[&str],
+        flavour: Flavour,
+    ) -> GrpcOrigin {
         let addr = listener.local_addr().expect("grpc origin addr");
         let (chain, key) = ca.leaf(names);
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());

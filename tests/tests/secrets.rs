@@ -17,18 +17,21 @@ use talos_e2e::clients::http;
 use talos_e2e::clients::{run_bounded, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::grpc::echo::EchoRequest;
+use talos_e2e::grpc::{client_via_gateway, Flavour, GrpcOrigin};
 use talos_e2e::origin::{compress, Origin, TestCa};
 use tokio::net::TcpListener;
 
 const SECRET: &str = "s3cr3t-T0ken/+=-abcdefghij0123456789";
 const API: &str = "api.test";
 const PLAIN: &str = "plain.test";
+const GRPC: &str = "grpc.test";
 
 struct Rig {
     _dir: tempfile::TempDir,
     dir: PathBuf,
     _dns: DnsServer,
-    _origins: Vec<Origin>,
+    _origins: (Vec<Origin>, GrpcOrigin),
     gateway: Gateway,
 }
 
@@ -38,18 +41,22 @@ async fn rig() -> Rig {
     let ca = TestCa::new("origin test CA");
     ca.write_pem(&path.join("origin-ca.pem"));
     std::fs::write(path.join("api-token"), format!("{SECRET}\n")).unwrap();
-    // Two destinations at one port on two loopback addresses.
+    // Three destinations at one port on three loopback addresses.
     let (origins, port) = loop {
         let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = a.local_addr().unwrap().port();
-        let Ok(b) = TcpListener::bind(("127.0.0.3", port)).await else {
+        let (Ok(b), Ok(c)) = (
+            TcpListener::bind(("127.0.0.3", port)).await,
+            TcpListener::bind(("127.0.0.4", port)).await,
+        ) else {
             continue;
         };
+        let http = vec![
+            Origin::serve(a, &ca, &[API]),
+            Origin::serve(b, &ca, &[PLAIN]),
+        ];
         break (
-            vec![
-                Origin::serve(a, &ca, &[API]),
-                Origin::serve(b, &ca, &[PLAIN]),
-            ],
+            (http, GrpcOrigin::serve(c, &ca, &[GRPC], Flavour::H2)),
             port,
         );
     };
@@ -57,19 +64,27 @@ async fn rig() -> Rig {
     let dns = DnsServer::start(HashMap::from([
         (API.to_owned(), addr("127.0.0.1")),
         (PLAIN.to_owned(), addr("127.0.0.3")),
+        (GRPC.to_owned(), addr("127.0.0.4")),
     ]))
     .await;
     let config = TestConfig {
         dns: dns.addr,
         upstream_port: port,
         anchors: vec![path.join("origin-ca.pem")],
-        permit_internal: vec!["127.0.0.1/32".into(), "127.0.0.3/32".into()],
+        permit_internal: vec![
+            "127.0.0.1/32".into(),
+            "127.0.0.3/32".into(),
+            "127.0.0.4/32".into(),
+        ],
         sessions: vec![TestSession {
             id: "sess-1".into(),
             sources: vec![SESSION_SOURCE.into()],
-            allowlist: vec![API.into(), PLAIN.into()],
+            allowlist: vec![API.into(), PLAIN.into(), GRPC.into()],
             trust_file: path.join("session-ca.pem"),
-            attach: vec![format!("API_TOKEN={API}:authorization:Bearer")],
+            attach: vec![
+                format!("API_TOKEN={API}:authorization:Bearer"),
+                format!("API_TOKEN={GRPC}:authorization:Bearer"),
+            ],
         }],
         secrets: vec![("API_TOKEN".into(), path.join("api-token"))],
         ..Default::default()
@@ -280,6 +295,38 @@ async fn trailers_are_masked_too() {
         .unwrap()
         .to_owned();
     assert_eq!(v, format!("Bearer {}", stars(SECRET.len())));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_replies_and_error_messages_are_masked() {
+    let rig = rig().await;
+    let mut client = client_via_gateway(
+        rig.gateway.data,
+        SESSION_SOURCE,
+        GRPC,
+        &rig.dir.join("session-ca.pem"),
+    )
+    .await
+    .expect("gRPC through the gateway");
+    let masked = format!("you sent Bearer {}", stars(SECRET.len()));
+    let reply = client
+        .unary(EchoRequest {
+            message: "reflect:authorization".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("unary");
+    assert_eq!(reply.into_inner().message, masked, "in a protobuf message");
+    let status = client
+        .unary(EchoRequest {
+            message: "reflect:authorization".into(),
+            fail_with: 7,
+            ..Default::default()
+        })
+        .await
+        .expect_err("the origin fails the call");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied);
+    assert_eq!(status.message(), masked, "in grpc-message");
 }
 
 #[tokio::test(flavor = "multi_thread")]
