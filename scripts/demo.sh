@@ -37,6 +37,10 @@ dns=$(echo "$peers_line" | json_field dns)
 origin=$(echo "$peers_line" | json_field origin)
 echo "dns $dns, origin $origin"
 
+# A credential the session never sees: the gateway reads it from a file.
+printf 'demo-T0KEN-%s\n' "$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$work/demo-token"
+chmod 600 "$work/demo-token"
+
 cat >"$work/gateway.toml" <<TOML
 gateway_id = "gw-demo"
 [listen]
@@ -61,6 +65,12 @@ sources = ["127.0.0.2"]
 allowlist = ["origin.demo.test", "internal.demo.test", "metadata.demo.test", "gone.demo.test"]
 # The session CA certificate: the session's only trust anchor.
 trust_file = "$work/session-ca.pem"
+# The gateway adds this credential to every request for origin.demo.test.
+attach = ["DEMO_TOKEN=origin.demo.test:authorization:Bearer"]
+
+[[secret]]
+name = "DEMO_TOKEN"
+file = "$work/demo-token"
 TOML
 
 say "Checking the config"
@@ -90,6 +100,19 @@ through origin.demo.test --http1.1
 through origin.demo.test --http2
 path=/download/10485760 through origin.demo.test --http1.1 -o /dev/null \
   -w "downloaded %{size_download} bytes over HTTP/%{http_version}, streamed (no whole-body buffering)\n"
+
+say "Credentials by name: the session sends its own Authorization; the gateway replaces it"
+path=/echo through origin.demo.test --http2 -H "Authorization: Bearer session-made-up" | python3 -c '
+import json, sys
+e = json.load(sys.stdin)
+print("the origin received:", [v for k, v in e["headers"] if k == "authorization"], "(the echo is masked on its way back)")'
+say "Every echo of the credential is masked: in a header, the body, the body gzip-compressed, base64"
+path="/reflect?how=header" through origin.demo.test -s -D - -o /dev/null | grep -i '^x-reflected'
+path="/reflect?how=body" through origin.demo.test
+path="/reflect?how=body&enc=gzip" through origin.demo.test --http2
+path="/reflect?how=base64" through origin.demo.test; echo
+echo "and the reviewers' tool, on a reply of your own:"
+printf 'token=%s\n' "$(cat "$work/demo-token")" | "$bin/gateway" mask --secret-file "DEMO_TOKEN=$work/demo-token"
 
 say "Refused per request (HTTP answers with the reason): another Host, a WebSocket upgrade"
 through origin.demo.test --http1.1 -H "Host: elsewhere.example" -i | grep -iE '^HTTP|^hangar-refusal|refusal'
@@ -127,18 +150,26 @@ sleep 0.5
 say "The records: one per connection, allowed or refused"
 python3 - "$work/records.jsonl" <<'PY'
 import json, sys
-print(f"{'verdict':<23} {'sni':<19} {'alpn in/out':<13} {'cause':<24} {'bytes in/out':<16} requests")
+print(f"{'verdict':<23} {'sni':<19} {'alpn in/out':<13} {'cause':<24} {'bytes in/out':<16} {'masked':<14} requests")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     alpn = f"{r.get('alpn_session') or '-'}/{r.get('alpn_upstream') or '-'}"
     reqs = "; ".join(f"{q['method']} {q['path']} {q['status']}" + (f" {q['refusal']}" if q.get('refusal') else "")
                      for q in r.get("requests", []))
     print(f"{r['verdict']:<23} {str(r.get('sni') or '-'):<19} {alpn:<13} {str(r.get('cause') or '-'):<24} "
-          f"{str(r['bytes_from_session']) + '/' + str(r['bytes_to_session']):<16} {reqs}")
-print("(no query string, header value or body is ever recorded)")
+          f"{str(r['bytes_from_session']) + '/' + str(r['bytes_to_session']):<16} "
+          f"{','.join(f'{k}:{v}' for k, v in r.get('masked', {}).items()) or '-':<14} {reqs}")
+print("(no query string, header value, body or secret is ever recorded)")
 PY
 
 say "Metrics (admin listener)"
 curl -sS "http://$admin/metrics" | grep '^gateway_connections_total' || true
+
+say "The credential appears nowhere in the gateway's log or records"
+if grep -qF "$(cat "$work/demo-token")" "$work/gateway.log" "$work/records.jsonl"; then
+  echo "FOUND: this is a bug"; exit 1
+else
+  echo "not found in gateway.log nor records.jsonl"
+fi
 
 say "Done. Files are in $work"
