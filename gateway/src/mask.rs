@@ -1,0 +1,1150 @@
+//! Masking secret values in replies: every byte of every occurrence of an
+//! attached value, or of one of its common encodings, becomes `*`.
+//!
+//! Lengths are kept, so `content-length`, HTTP/2 frame sizes and anything
+//! else that counts bytes stays right. Sans-IO: bytes in, masked bytes out.
+//! The body layer calls it on decoded bytes ([`crate::decode`] removes
+//! content codings first).
+//!
+//! - [`MaskSet`]: built once per session from its secrets; every pattern
+//!   (each value and each of its encodings) in one Aho-Corasick automaton.
+//! - [`Masker`]: one per reply. [`Masker::push`] takes body chunks as they
+//!   come and emits every byte that can no longer be part of an occurrence,
+//!   masked where it is; [`Masker::finish`] emits the rest at the end of
+//!   the body. [`Masker::mask_all`] masks a whole header value or trailer in
+//!   place. The masker keeps the counts for the connection record.
+//!
+//! # Coverage
+//!
+//! For a value of n bytes the masker looks for these forms ("patterns"),
+//! each wherever it appears, whatever surrounds it:
+//!
+//! - **the value itself**, byte for byte;
+//! - **hex**, lower case and upper case (`3a7f`, `3A7F`);
+//! - **base64**, in the standard (`+/`) and the URL-safe (`-_`) alphabet.
+//!   Inside a longer base64 text a value starts at a byte offset that is 0,
+//!   1 or 2 modulo 3 (its *alignment* a), and its characters differ with
+//!   the alignment, so all three are looked for. At each alignment the
+//!   pattern is the run of characters whose six bits all come from the
+//!   value: the characters before and after it mix value bits with bits of
+//!   unknown neighbouring bytes, so they are not part of the pattern and are
+//!   **not masked** (they carry at most 4 bits of the value's first byte and
+//!   4 bits of its last). The run is ⌊4(n+a)/3⌋ − ⌈4a/3⌉ characters long,
+//!   so alignment 0 and 2 yield a pattern for n ≥ 1 and alignment 1 for
+//!   n ≥ 2. When the value *ends* the base64 text, its last character and
+//!   padding are known too: at each alignment the run continued to the end
+//!   of the text, with and without `=` padding, is a pattern as well (at
+//!   alignment 0 these are the value encoded alone: Basic credentials, JWT
+//!   segments, most tokens);
+//! - **percent-encoding**, with upper-case and with lower-case hex digits,
+//!   in the forms common encoders produce (`PERCENT_STYLES` names them):
+//!   every byte but the RFC 3986 unreserved ones encoded, with `%20` or `+`
+//!   for a space; the WHATWG form encoding (`URLSearchParams`); JavaScript's
+//!   `encodeURIComponent`; everything but letters and digits; and only the
+//!   reserved bytes (and `%`) encoded, everything else left as it is;
+//! - **JSON string escaping**, for values that are UTF-8 (`JSON_STYLES`
+//!   names the producers): `\"`, `\\`, `\b \f \n \r \t`, other control
+//!   characters as `\u00xx`; with and without `\/`; with non-ASCII
+//!   characters as `\uxxxx` (surrogate pairs beyond U+FFFF) in lower or
+//!   upper case, or left as UTF-8; and Go's escaping of `< > &` and
+//!   U+2028/U+2029.
+//!
+//! An encoding identical to the value (a token of letters and digits needs
+//! no percent-encoding or JSON escaping) or to another form is one pattern.
+//!
+//! **Not covered**, and so passed on as it is:
+//!
+//! - other encodings: base32, base58, UTF-16, HTML and XML character
+//!   references (`&#x41;`), quoted-printable, `\x` escapes, hex with mixed
+//!   case or separators (`3A:7f`), percent-encoding forms other than the
+//!   ones above (PHP's `urlencode`, .NET's `HttpUtility.UrlEncode` differ in
+//!   a few bytes such as `~ * ! ( )`), JSON escapers other than the ones
+//!   above (e.g. .NET's, which escapes `+` and `'`);
+//! - encodings of encodings: percent-encoded base64, base64 of hex, JSON
+//!   escaping of a base64 form written with `\/`, and so on;
+//! - a value split by other bytes: **base64 wrapped into lines (PEM, MIME
+//!   at 64 or 76 columns) is not masked across a line break**, nor is a
+//!   value split by whitespace, quoting or markup;
+//! - part of a value (a prefix, a truncated or re-cased token);
+//! - compressed or encrypted data inside a body (a zip file, gzip inside
+//!   base64, a PDF stream). Content codings of the reply itself are decoded
+//!   before the masker sees the body, by [`crate::decode`].
+//!
+//! Patterns are matched as bytes wherever they appear, so a very short value
+//! (or the short base64 runs of a 1- or 2-byte value) masks every
+//! occurrence of those few bytes, secret or not.
+//!
+//! # Occurrences and counts
+//!
+//! All occurrences are masked, overlapping ones too: with the value `abab`,
+//! `ababab` is masked whole; with the values `abc` and `abcdef`, both are
+//! masked in `abcdef`.
+//!
+//! The counts name secrets, never values. An occurrence of a secret is a
+//! position where one of its patterns starts; patterns of the same secret
+//! that start at the same position (the padded and unpadded base64 forms,
+//! say) are one occurrence. A pattern found inside a longer pattern of the
+//! same secret at another position counts again (this needs a very short
+//! value, such as `4`, whose hex form is `34`). Two names with the same
+//! value each count it. A name given more than once has all its values
+//! masked and counted under the one name.
+//!
+//! # Streaming, and why no byte escapes
+//!
+//! The masker runs the automaton over the body one byte at a time, carrying
+//! its state from chunk to chunk, so it reads every byte exactly once and
+//! reports every occurrence exactly once, when its last byte arrives, as if
+//! the body were one piece. An occurrence that ends in this chunk may have
+//! started in an earlier one; its first bytes are then still held: after
+//! each chunk the masker keeps back the longest tail of what it has read
+//! that is a *proper prefix* of some pattern (the "pending tail") and emits
+//! everything before it. A byte before the pending tail is final: an
+//! occurrence still to come would have to start in a tail that is a proper
+//! prefix of a pattern, and no such tail starts earlier. A tail that cannot
+//! begin any pattern is emitted at once; the hold is never longer than it
+//! must be.
+//!
+//! Most text cannot begin an occurrence at all. A small table of the grams
+//! (4 bytes, fewer if a pattern is shorter) that open every pattern, the
+//! `GramFilter`, lets the masker jump over such text without walking the
+//! automaton. It only ever skips positions where no occurrence can start,
+//! and never into the last `max_pattern_len - 1` bytes of a chunk, which the
+//! automaton walks byte by byte, so an occurrence that the next chunk
+//! completes is never missed.
+//!
+//! # Speed
+//!
+//! On text with no occurrence the gram filter checks one position in up to
+//! 8 (the shortest pattern's length less 3), and the masker runs at about
+//! 4–5 GiB/s on one core with one or 32 secrets of 40 characters
+//! (`benches/benches/mask.rs` has the figures). Text that looks like the
+//! secrets' patterns is walked byte by byte, at about 0.25–0.3 GiB/s. A
+//! value of 1 to 3 bytes has patterns that short, so the filter checks
+//! every position and finds many candidates: about 0.5 GiB/s.
+//!
+//! # Memory usage
+//!
+//! A [`MaskSet`] takes memory in proportion to the total length of its
+//! patterns (the automaton, a table of states, and an 8 KiB gram table):
+//! about 10 KiB per 40-character token ([`MaskSet::memory_usage`] says how
+//! much). A [`Masker`] holds at most [`MaskSet::max_pattern_len`] − 1 body
+//! bytes, allocated once when it is made, plus one `u64` counter per secret
+//! name; the size of the body never matters. The longest pattern of a value of n bytes is at most 6n
+//! bytes (JSON's `\u00xx` for a control character; a non-ASCII character
+//! becomes at most 3 bytes per byte), so with values up to
+//! [`crate::secret::MAX_SECRET_LEN`] a masker holds at most 48 KiB.
+//!
+//! What is wiped: the held bytes (on drop), the held tail's copy left in
+//! the caller's output buffer, and every pattern built while making the
+//! set. The automaton encodes the patterns in its transition
+//! tables, which the aho-corasick crate frees without zeroing them.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use aho_corasick::automaton::{Automaton, StateID};
+use aho_corasick::nfa::contiguous;
+use aho_corasick::{Anchored, MatchKind};
+use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+use base64::engine::GeneralPurpose;
+use base64::Engine;
+use zeroize::{Zeroize, Zeroizing};
+
+/// A pattern's bytes: derived from a secret, so wiped when dropped.
+type Pattern = Zeroizing<Vec<u8>>;
+
+/// Why a mask set could not be built. Names a secret, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum MaskSetError {
+    /// An empty value would match everywhere and mask nothing.
+    #[error("secret {name}: the value is empty, so it cannot be masked")]
+    EmptyValue { name: String },
+    /// More pattern bytes than one automaton can index (far beyond what
+    /// [`crate::secret::MAX_SECRET_LEN`] allows per value).
+    #[error("the secrets' {patterns} patterns are too large for one automaton")]
+    TooLarge {
+        patterns: usize,
+        #[source]
+        source: aho_corasick::BuildError,
+    },
+}
+
+/// Every pattern of a session's secrets, in one automaton. Build it once per
+/// session (and again when the session's secrets change); share it between
+/// the session's streams through an [`Arc`].
+///
+/// # Memory usage
+///
+/// In proportion to the total length of the patterns: see the
+/// [module docs](self#memory-usage).
+pub struct MaskSet {
+    /// Secret names, sorted and distinct. A secret's id is its index here.
+    names: Box<[String]>,
+    /// Every pattern; a pattern's id in the automaton is its index in
+    /// `counted_by`. Standard match semantics: every pattern that ends at a
+    /// position is reported there, so overlapping occurrences are all seen.
+    nfa: contiguous::NFA,
+    /// The automaton's unanchored start state: nothing pending.
+    start: StateID,
+    /// For each pattern, the secrets for which a match of it is a new
+    /// occurrence (see [`counts_as_occurrence`]).
+    counted_by: Box<[Box<[u32]>]>,
+    /// For every state of the automaton, how many of the bytes last read
+    /// must be held back in that state. Sorted by state.
+    // invariant: every state the automaton can reach is listed.
+    holds: Box<[(StateID, u32)]>,
+    /// Skips text where no occurrence can start; `None` without patterns.
+    filter: Option<GramFilter>,
+    /// The longest pattern, in bytes (0 without patterns).
+    max_len: usize,
+}
+
+impl MaskSet {
+    /// Build the set for `secrets`, pairs of secret name and value. A name
+    /// may appear more than once (an attachment per destination, say); its
+    /// values are all masked and counted under it.
+    ///
+    /// Refuses an empty value, naming its secret.
+    pub fn new(secrets: &[(&str, &[u8])]) -> Result<MaskSet, MaskSetError> {
+        if let Some((name, _)) = secrets.iter().find(|(_, value)| value.is_empty()) {
+            return Err(MaskSetError::EmptyValue {
+                name: (*name).to_owned(),
+            });
+        }
+        let mut names: Vec<&str> = secrets.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        names.dedup();
+
+        // Each secret's forms, and whether a match of each starts an
+        // occurrence of that secret.
+        struct Entry {
+            form: Pattern,
+            secret: u32,
+            counted: bool,
+        }
+        let mut entries = Vec::new();
+        for (id, name) in names.iter().enumerate() {
+            let mut own: Vec<Pattern> = Vec::new();
+            for (_, value) in secrets.iter().filter(|(n, _)| n == name) {
+                for form in forms(value) {
+                    if !own.contains(&form) {
+                        own.push(form);
+                    }
+                }
+            }
+            let counted: Vec<bool> = own
+                .iter()
+                .map(|form| counts_as_occurrence(form, &own))
+                .collect();
+            for (form, counted) in own.into_iter().zip(counted) {
+                entries.push(Entry {
+                    form,
+                    secret: u32::try_from(id).expect("fewer than 2^32 secrets"),
+                    counted,
+                });
+            }
+        }
+
+        // One pattern per distinct form, whoever it belongs to.
+        entries.sort_unstable_by(|a, b| a.form[..].cmp(&b.form[..]).then(a.secret.cmp(&b.secret)));
+        let mut patterns: Vec<Pattern> = Vec::new();
+        let mut counted_by: Vec<Vec<u32>> = Vec::new();
+        for entry in entries {
+            if patterns.last() != Some(&entry.form) {
+                patterns.push(entry.form);
+                counted_by.push(Vec::new());
+            }
+            if entry.counted {
+                counted_by
+                    .last_mut()
+                    .expect("a pattern was just pushed")
+                    .push(entry.secret);
+            }
+        }
+
+        // The gram filter replaces aho-corasick's prefilters, which stop
+        // applying past about a hundred patterns (a few secrets' worth).
+        let nfa = contiguous::NFA::builder()
+            .match_kind(MatchKind::Standard)
+            .prefilter(false)
+            .build(patterns.iter().map(|p| p.as_slice()))
+            .map_err(|source| MaskSetError::TooLarge {
+                patterns: patterns.len(),
+                source,
+            })?;
+        let start = nfa
+            .start_state(Anchored::No)
+            .expect("a contiguous NFA supports unanchored searches by default");
+        let holds = hold_table(&nfa, start, &patterns);
+        let filter = GramFilter::new(&patterns);
+        Ok(MaskSet {
+            names: names.into_iter().map(str::to_owned).collect(),
+            max_len: patterns.iter().map(|p| p.len()).max().unwrap_or(0),
+            nfa,
+            start,
+            counted_by: counted_by.into_iter().map(Vec::into_boxed_slice).collect(),
+            holds,
+            filter,
+        })
+    }
+
+    /// The secret names, sorted; the order of [`Masker::counts`].
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.names.iter().map(String::as_str)
+    }
+
+    /// Whether there is nothing to mask.
+    pub fn is_empty(&self) -> bool {
+        self.counted_by.is_empty()
+    }
+
+    /// How many distinct patterns the secrets gave.
+    pub fn pattern_count(&self) -> usize {
+        self.counted_by.len()
+    }
+
+    /// The longest pattern, in bytes: a [`Masker`] holds back fewer bytes
+    /// than this.
+    pub fn max_pattern_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Heap bytes the set takes: the automaton, the hold table, the
+    /// counting lists and the gram table.
+    pub fn memory_usage(&self) -> usize {
+        self.nfa.memory_usage()
+            + std::mem::size_of_val(&*self.holds)
+            + self
+                .counted_by
+                .iter()
+                .map(|c| std::mem::size_of_val(&**c) + std::mem::size_of::<Box<[u32]>>())
+                .sum::<usize>()
+            + self
+                .filter
+                .as_ref()
+                .map_or(0, |f| std::mem::size_of_val(&*f.table))
+            + self.names.iter().map(String::capacity).sum::<usize>()
+    }
+
+    /// How many bytes to hold back in state `sid`.
+    fn hold(&self, sid: StateID) -> usize {
+        let at = self
+            .holds
+            .binary_search_by_key(&sid, |&(state, _)| state)
+            .expect("invariant: the hold table lists every state");
+        self.holds[at].1 as usize
+    }
+
+    /// Run the automaton over `w[from..]` from state `sid` (the state after
+    /// `w[..from]`), write `*` over every occurrence that ends there, add
+    /// each new occurrence to `counts` (indexed by secret id) and return the
+    /// state after the last byte.
+    ///
+    /// Positions are read in order and once; `*` is only ever written over
+    /// bytes already read, so what the automaton sees is the original text.
+    fn scan(&self, w: &mut [u8], from: usize, mut sid: StateID, counts: &mut [u64]) -> StateID {
+        // Skipping ahead is only allowed up to here: an occurrence that
+        // starts later may end in the next chunk, so its first bytes must
+        // be read for the state to carry them over.
+        let skip_limit = w.len().saturating_sub(self.max_len.saturating_sub(1));
+        // The span most recently overwritten, all `*` (see `mask`).
+        let mut masked = 0..0;
+        let mut i = from;
+        while i < w.len() {
+            if sid == self.start && i < skip_limit {
+                // Nothing pending: no occurrence still to be reported
+                // started before i. The filter finds a position p at or
+                // after i before which none starts either (every occurrence
+                // starting before `skip_limit` ends inside `w`, which the
+                // filter sees), and the automaton restarts there in the
+                // start state: from p on it reports what reading the
+                // skipped bytes would have. The skipped bytes lie more than
+                // `max_len - 1` bytes before the end of `w`, so they are
+                // never part of the pending tail either.
+                if let Some(filter) = &self.filter {
+                    i = filter.skip(w, i, skip_limit);
+                }
+                if i == w.len() {
+                    break;
+                }
+            }
+            sid = self.nfa.next_state(Anchored::No, sid, w[i]);
+            i += 1;
+            if self.nfa.is_match(sid) {
+                for k in 0..self.nfa.match_len(sid) {
+                    let pattern = self.nfa.match_pattern(sid, k);
+                    let start = i
+                        .checked_sub(self.nfa.pattern_len(pattern))
+                        .expect("invariant: a pending occurrence's bytes are held");
+                    mask(w, start..i, &mut masked);
+                    for &secret in &self.counted_by[pattern.as_usize()] {
+                        counts[secret as usize] += 1;
+                    }
+                }
+            }
+        }
+        sid
+    }
+}
+
+impl fmt::Debug for MaskSet {
+    /// Names and sizes only: the automaton's tables spell out the patterns.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MaskSet")
+            .field("names", &self.names)
+            .field("patterns", &self.pattern_count())
+            .field("max_pattern_len", &self.max_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Write `*` over `w[span]`. Matches arrive in order of their end, so when
+/// `span` starts inside `masked` (the span last written, all `*`) only its
+/// part past `masked` needs writing: a value like `aaaa…a` repeated costs
+/// one write per byte, not one per byte per occurrence.
+fn mask(w: &mut [u8], span: Range<usize>, masked: &mut Range<usize>) {
+    if masked.start <= span.start && span.start <= masked.end {
+        if span.end > masked.end {
+            w[masked.end..span.end].fill(b'*');
+            masked.end = span.end;
+        }
+    } else {
+        w[span.clone()].fill(b'*');
+        *masked = span;
+    }
+}
+
+/// Masks one reply: its body chunk by chunk, its header values and trailers
+/// whole, and counts what it masked per secret name.
+///
+/// # Memory usage
+///
+/// At most [`MaskSet::max_pattern_len`] − 1 held body bytes (reserved when
+/// the masker is made, never grown) and one counter per secret name,
+/// whatever the size of the body.
+pub struct Masker {
+    set: Arc<MaskSet>,
+    /// The automaton's state after the bytes read so far (or after the part
+    /// of them that occurrences still to come can reach, when the gram
+    /// filter skipped ahead: the same thing for everything to come).
+    state: StateID,
+    /// Bytes read but not yet emitted, with every occurrence that has ended
+    /// so far already masked in them.
+    // invariant: `held` is the pending tail for `state`: exactly
+    // `set.hold(state)` bytes, so fewer than `set.max_len`.
+    held: Zeroizing<Vec<u8>>,
+    /// Occurrences per secret id.
+    counts: Box<[u64]>,
+}
+
+impl Masker {
+    /// A masker for one reply of a session.
+    pub fn new(set: Arc<MaskSet>) -> Masker {
+        Masker {
+            state: set.start,
+            held: Zeroizing::new(Vec::with_capacity(set.max_len.saturating_sub(1))),
+            counts: vec![0; set.names.len()].into_boxed_slice(),
+            set,
+        }
+    }
+
+    /// Take the next body chunk. Appends to `out` every byte that can no
+    /// longer be part of an occurrence, masked as needed, and holds the
+    /// rest (the longest tail that could still begin one) for the next
+    /// call.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let base = out.len();
+        let resume = self.held.len();
+        out.reserve(resume + chunk.len());
+        out.extend_from_slice(&self.held);
+        self.held.clear();
+        out.extend_from_slice(chunk);
+
+        let window = &mut out[base..];
+        self.state = self.set.scan(window, resume, self.state, &mut self.counts);
+        let cut = window
+            .len()
+            .checked_sub(self.set.hold(self.state))
+            .expect("invariant: the pending tail lies within the held bytes and the chunk");
+        self.held.extend_from_slice(&window[cut..]);
+        // The caller's buffer keeps its capacity: leave no unmasked prefix
+        // of an occurrence in it.
+        window[cut..].zeroize();
+        out.truncate(base + cut);
+    }
+
+    /// The body has ended: append the held bytes to `out`. No occurrence can
+    /// still complete, so they are final (masked where an occurrence that
+    /// ended covered them). The masker is then ready for another body; the
+    /// counts carry on.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.held);
+        self.held.zeroize();
+        self.state = self.set.start;
+    }
+
+    /// Mask a whole value in place (a header value, a trailer): every
+    /// occurrence in `bytes` is masked and counted. Independent of the body
+    /// stream. Returns the number of occurrences found, summed over names.
+    pub fn mask_all(&mut self, bytes: &mut [u8]) -> u64 {
+        let before: u64 = self.counts.iter().sum();
+        self.set.scan(bytes, 0, self.set.start, &mut self.counts);
+        self.counts.iter().sum::<u64>() - before
+    }
+
+    /// Occurrences masked so far (body, header values and trailers), per
+    /// secret name, every name of the set in name order, zeros included.
+    pub fn counts(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        self.set.names().zip(self.counts.iter().copied())
+    }
+
+    /// How many body bytes are held back, waiting for the next chunk.
+    pub fn pending_len(&self) -> usize {
+        self.held.len()
+    }
+}
+
+impl fmt::Debug for Masker {
+    /// Sizes and counts only: the held bytes may be a secret's beginning.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Masker")
+            .field("pending_len", &self.held.len())
+            .field("counts", &self.counts().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a match of `form` starts a new occurrence of its secret, whose
+/// patterns are `own`: unless another of them is a proper prefix of it.
+/// When patterns of one secret match at the same position they are prefixes
+/// of one another, and exactly the shortest one has no other as its prefix,
+/// so each position counts once, whichever forms start there.
+fn counts_as_occurrence(form: &[u8], own: &[Pattern]) -> bool {
+    !own.iter()
+        .any(|other| other.len() < form.len() && form.starts_with(other))
+}
+
+/// The hold for every state of `nfa`: the length of the longest suffix of
+/// the bytes read that is a proper prefix of some pattern.
+///
+/// Each state of an Aho-Corasick automaton stands for one prefix of a
+/// pattern (the start state for the empty one): after reading any text it
+/// is in the state of the longest suffix of the text that is a pattern
+/// prefix. Reading a prefix of length d from the start state therefore
+/// lands in that prefix's own state, which is how each state's depth d is
+/// found here. If the prefix is a proper prefix of some pattern, the hold is
+/// d. Otherwise the state is a whole pattern that is no prefix of a longer
+/// one (a leaf), and its hold is that of its longest proper suffix that is
+/// a pattern prefix: the state reached by reading the pattern without its
+/// first byte. That state is shallower, so leaves are settled shortest
+/// first.
+fn hold_table(
+    nfa: &contiguous::NFA,
+    start: StateID,
+    patterns: &[Pattern],
+) -> Box<[(StateID, u32)]> {
+    struct Node {
+        depth: usize,
+        /// A proper prefix of some pattern.
+        proper: bool,
+        hold: Option<usize>,
+    }
+    let walk = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .fold(start, |sid, &b| nfa.next_state(Anchored::No, sid, b))
+    };
+    let mut nodes = std::collections::BTreeMap::new();
+    nodes.insert(
+        start,
+        Node {
+            depth: 0,
+            proper: true,
+            hold: Some(0),
+        },
+    );
+    let mut ends = Vec::with_capacity(patterns.len());
+    for pattern in patterns {
+        let mut sid = start;
+        for (k, &b) in pattern.iter().enumerate() {
+            sid = nfa.next_state(Anchored::No, sid, b);
+            let depth = k + 1;
+            let node = nodes.entry(sid).or_insert(Node {
+                depth,
+                proper: false,
+                hold: None,
+            });
+            assert_eq!(node.depth, depth, "a pattern prefix has a state of its own");
+            node.proper |= depth < pattern.len();
+        }
+        ends.push(sid);
+    }
+    for node in nodes.values_mut() {
+        if node.proper {
+            node.hold = Some(node.depth);
+        }
+    }
+    let mut leaves: Vec<usize> = (0..patterns.len())
+        .filter(|&p| !nodes[&ends[p]].proper)
+        .collect();
+    leaves.sort_unstable_by_key(|&p| patterns[p].len());
+    for p in leaves {
+        let fail = walk(&patterns[p][1..]);
+        let hold = nodes[&fail]
+            .hold
+            .expect("a shorter suffix is settled before its leaf");
+        nodes.get_mut(&ends[p]).expect("walked above").hold = Some(hold);
+    }
+    nodes
+        .into_iter()
+        .map(|(sid, node)| {
+            let hold = node.hold.expect("every state is settled");
+            (
+                sid,
+                u32::try_from(hold).expect("patterns are shorter than 4 GiB"),
+            )
+        })
+        .collect()
+}
+
+/// The longest gram: 4 bytes, read as one `u32`.
+const MAX_GRAM: usize = 4;
+/// The gram table has 2^TABLE_BITS bits: 8 KiB, small enough to stay in a
+/// core's L1 cache, sparse enough that the few thousand grams of 32 secrets
+/// leave more than nine bits in ten clear.
+const TABLE_BITS: u32 = 16;
+/// Positions one check covers, at most. Larger skips faster over text with
+/// no occurrence, but puts more grams in the table (`stride` per pattern),
+/// so more text looks like a candidate.
+const MAX_STRIDE: usize = 8;
+
+/// Finds where an occurrence may start, checking one position in `stride`.
+///
+/// A gram is the `len` bytes at a position (4, or the shortest pattern's
+/// length if that is shorter). Every pattern is at least `len + stride - 1`
+/// bytes long, and the table holds the grams at offsets `0..stride` of every
+/// pattern. An occurrence starting at s therefore puts a table gram at
+/// every position in `s..s + stride`, and one of any `stride` consecutive
+/// positions is checked: a position whose gram is not in the table rules
+/// out every start in the `stride` positions up to it.
+struct GramFilter {
+    /// Bit `slot(g)` is set for every gram g at offsets `0..stride` of a
+    /// pattern (other grams may share a bit: then they are candidates too).
+    table: Box<[u64]>,
+    /// Keeps a gram's `len` bytes of a 4-byte little-endian load.
+    gram_mask: u32,
+    stride: usize,
+}
+
+impl GramFilter {
+    /// `None` when there are no patterns.
+    fn new(patterns: &[Pattern]) -> Option<GramFilter> {
+        let shortest = patterns.iter().map(|p| p.len()).min()?;
+        let len = shortest.min(MAX_GRAM);
+        let gram_mask = u32::MAX >> (8 * (MAX_GRAM - len));
+        let stride = (shortest - len + 1).min(MAX_STRIDE);
+        let mut table = vec![0u64; 1 << (TABLE_BITS - 6)].into_boxed_slice();
+        for pattern in patterns {
+            for offset in 0..stride {
+                let mut gram = [0; MAX_GRAM];
+                gram[..len].copy_from_slice(&pattern[offset..offset + len]);
+                let slot = slot(u32::from_le_bytes(gram));
+                table[slot / 64] |= 1 << (slot % 64);
+            }
+        }
+        Some(GramFilter {
+            table,
+            gram_mask,
+            stride,
+        })
+    }
+
+    /// The first position p in `from..=limit` such that no occurrence starts
+    /// in `from..p`, as far as the table can tell (`limit` if none before
+    /// it). A position too close to the end of `w` to read 4 bytes is a
+    /// candidate.
+    fn skip(&self, w: &[u8], from: usize, limit: usize) -> usize {
+        // The check at j covers the starts j + 1 - stride ..= j, so the
+        // checks before `end` cover every start before `limit`.
+        let end = limit + self.stride - 1;
+        // Positions from which MAX_GRAM bytes can be read.
+        let readable = w.len().saturating_sub(MAX_GRAM - 1);
+        let stop = end.min(readable);
+        let mut j = from + self.stride - 1;
+        while j < stop {
+            let bytes = w[j..j + MAX_GRAM].try_into().expect("MAX_GRAM bytes");
+            let slot = slot(u32::from_le_bytes(bytes) & self.gram_mask);
+            if self.table[slot / 64] & (1 << (slot % 64)) != 0 {
+                return j + 1 - self.stride;
+            }
+            j += self.stride;
+        }
+        if j < end {
+            // Too close to the end to read a gram: a candidate. (Not
+            // reached while the longest pattern has 4 bytes or more, as
+            // every value's padded base64 has; the bound does not rest on
+            // that.)
+            j + 1 - self.stride
+        } else {
+            limit
+        }
+    }
+}
+
+/// The table bit of a gram: Fibonacci hashing, the top bits of the product.
+fn slot(gram: u32) -> usize {
+    (gram.wrapping_mul(0x9E37_79B1) >> (32 - TABLE_BITS)) as usize
+}
+
+/// Naive reference masking for tests and fuzzing: at every position, every
+/// pattern of every secret is compared; a match masks its bytes. Returns the
+/// masked copy and the counts per name (sorted, zeros included), by the
+/// rule in the [module docs](self#occurrences-and-counts): a secret counts
+/// one occurrence at each position where any of its patterns starts.
+/// O(length × total pattern length).
+#[doc(hidden)]
+pub fn mask_reference(haystack: &[u8], secrets: &[(&str, &[u8])]) -> (Vec<u8>, Vec<(String, u64)>) {
+    let mut names: Vec<&str> = secrets.iter().map(|(name, _)| *name).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut out = haystack.to_vec();
+    let mut counts = Vec::new();
+    for name in names {
+        let patterns: Vec<Pattern> = secrets
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .flat_map(|(_, value)| forms(value))
+            .collect();
+        let mut count = 0;
+        for at in 0..haystack.len() {
+            let mut found = false;
+            for pattern in &patterns {
+                if haystack[at..].starts_with(pattern) {
+                    out[at..at + pattern.len()].fill(b'*');
+                    found = true;
+                }
+            }
+            count += u64::from(found);
+        }
+        counts.push((name.to_owned(), count));
+    }
+    (out, counts)
+}
+
+// ---------------------------------------------------------------------------
+// The forms of a value.
+
+/// Every form of `value` the masker looks for: the value itself first, then
+/// its encodings, without duplicates and without empty ones.
+fn forms(value: &[u8]) -> Vec<Pattern> {
+    fn add(forms: &mut Vec<Pattern>, form: Pattern) {
+        if !form.is_empty() && !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
+    let mut forms = Vec::new();
+    add(&mut forms, Zeroizing::new(value.to_vec()));
+    for case in [Case::Lower, Case::Upper] {
+        add(&mut forms, hex(value, case));
+    }
+    for alphabet in BASE64_ALPHABETS {
+        for align in 0..3 {
+            for form in base64_runs(value, align, alphabet) {
+                add(&mut forms, form);
+            }
+        }
+    }
+    for style in &PERCENT_STYLES {
+        for case in [Case::Upper, Case::Lower] {
+            add(&mut forms, percent(value, style, case));
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(value) {
+        for style in &JSON_STYLES {
+            add(&mut forms, json(text, style));
+        }
+    }
+    forms
+}
+
+/// The case of hex digits.
+#[derive(Clone, Copy)]
+enum Case {
+    Lower,
+    Upper,
+}
+
+impl Case {
+    fn digits(self) -> &'static [u8; 16] {
+        match self {
+            Case::Lower => b"0123456789abcdef",
+            Case::Upper => b"0123456789ABCDEF",
+        }
+    }
+}
+
+/// Two hex digits per byte.
+fn hex(value: &[u8], case: Case) -> Pattern {
+    let digits = case.digits();
+    let mut out = Zeroizing::new(Vec::with_capacity(2 * value.len()));
+    for &b in value {
+        out.extend_from_slice(&[digits[usize::from(b >> 4)], digits[usize::from(b & 15)]]);
+    }
+    out
+}
+
+/// The standard (RFC 4648 §4) and URL-safe (§5) alphabets, padded.
+const BASE64_ALPHABETS: [&GeneralPurpose; 2] = [&STANDARD, &URL_SAFE];
+
+/// The base64 forms of `value` at alignment `align` (it starts `align` bytes
+/// past a 3-byte group boundary): the run of characters made of value bits
+/// only, then that run continued to the end of the text without and with
+/// padding, for a value that ends the text.
+fn base64_runs(value: &[u8], align: usize, alphabet: &GeneralPurpose) -> [Pattern; 3] {
+    // `align` placeholder bytes, then the value. The characters from
+    // `first` on hold no placeholder bit; those before `whole` hold no bit
+    // past the value (the one after may hold the next byte's bits).
+    let mut data = Zeroizing::new(Vec::with_capacity(align + value.len()));
+    data.resize(align, 0);
+    data.extend_from_slice(value);
+    let first = (4 * align).div_ceil(3); // ⌈8·align / 6⌉
+    let whole = 4 * data.len() / 3; // ⌊8·(align + n) / 6⌋
+    let len = base64::encoded_len(data.len(), true).expect("a value's encoding fits in memory");
+    let mut text = Zeroizing::new(vec![0; len]);
+    let written = alphabet
+        .encode_slice(&*data, &mut text)
+        .expect("the buffer has the encoded length");
+    debug_assert_eq!(written, len);
+    let unpadded = len - text.iter().rev().take_while(|&&c| c == b'=').count();
+    [
+        Zeroizing::new(text[first..whole].to_vec()),
+        Zeroizing::new(text[first..unpadded].to_vec()),
+        Zeroizing::new(text[first..].to_vec()),
+    ]
+}
+
+/// How one family of encoders percent-encodes: the bytes it leaves as they
+/// are, and whether a space becomes `+`.
+struct PercentStyle {
+    keeps: fn(u8) -> bool,
+    space_as_plus: bool,
+}
+
+/// RFC 3986 §2.3 unreserved: `A-Z a-z 0-9 - . _ ~`.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Left as they are by the WHATWG `application/x-www-form-urlencoded`
+/// serializer: `A-Z a-z 0-9 * - . _`.
+fn whatwg_form_safe(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_')
+}
+
+/// Left as they are by JavaScript's `encodeURIComponent`: unreserved and
+/// `! ' ( ) *`.
+fn uri_component_safe(b: u8) -> bool {
+    unreserved(b) || matches!(b, b'!' | b'\'' | b'(' | b')' | b'*')
+}
+
+/// Left as they are when only RFC 3986 §2.2 reserved bytes (gen-delims and
+/// sub-delims) are encoded, and `%` (which any encoder must encode).
+fn not_reserved(b: u8) -> bool {
+    !b":/?#[]@!$&'()*+,;=%".contains(&b)
+}
+
+/// The percent-encoding forms looked for, each with upper-case and with
+/// lower-case hex digits (RFC 3986 §2.1 asks for upper case; .NET's
+/// `HttpUtility.UrlEncode` writes lower case).
+const PERCENT_STYLES: [PercentStyle; 6] = [
+    // RFC 3986: Python `quote(s, safe="")`, PHP `rawurlencode`.
+    PercentStyle {
+        keeps: unreserved,
+        space_as_plus: false,
+    },
+    // The same with `+` for a space: Python `quote_plus`, Go `url.QueryEscape`.
+    PercentStyle {
+        keeps: unreserved,
+        space_as_plus: true,
+    },
+    // WHATWG form encoding: `URLSearchParams`, HTML forms.
+    PercentStyle {
+        keeps: whatwg_form_safe,
+        space_as_plus: true,
+    },
+    // JavaScript `encodeURIComponent`.
+    PercentStyle {
+        keeps: uri_component_safe,
+        space_as_plus: false,
+    },
+    // Everything but letters and digits: Rust `percent_encoding::NON_ALPHANUMERIC`.
+    PercentStyle {
+        keeps: |b| b.is_ascii_alphanumeric(),
+        space_as_plus: false,
+    },
+    // Only reserved bytes encoded; spaces and non-ASCII bytes left as they are.
+    PercentStyle {
+        keeps: not_reserved,
+        space_as_plus: false,
+    },
+];
+
+fn percent(value: &[u8], style: &PercentStyle, case: Case) -> Pattern {
+    let digits = case.digits();
+    let mut out = Zeroizing::new(Vec::with_capacity(3 * value.len()));
+    for &b in value {
+        if (style.keeps)(b) {
+            out.push(b);
+        } else if b == b' ' && style.space_as_plus {
+            out.push(b'+');
+        } else {
+            out.extend_from_slice(&[
+                b'%',
+                digits[usize::from(b >> 4)],
+                digits[usize::from(b & 15)],
+            ]);
+        }
+    }
+    out
+}
+
+/// How one family of JSON serializers escapes a string. All escape `"` and
+/// `\`, write `\b \f \n \r \t`, and other control characters as `\u00xx`.
+struct JsonStyle {
+    /// `/` as `\/`.
+    slash: bool,
+    /// Non-ASCII characters as `\uxxxx`, UTF-16 surrogate pairs beyond
+    /// U+FFFF (rather than as UTF-8).
+    non_ascii: bool,
+    /// `<`, `>`, `&`, U+2028 and U+2029 as `\uxxxx`.
+    html: bool,
+    /// The hex digits of `\u` escapes.
+    case: Case,
+}
+
+/// The JSON string forms looked for.
+const JSON_STYLES: [JsonStyle; 6] = [
+    // serde_json, JavaScript `JSON.stringify`, Python with `ensure_ascii=False`.
+    JsonStyle {
+        slash: false,
+        non_ascii: false,
+        html: false,
+        case: Case::Lower,
+    },
+    // Go `encoding/json` (HTML-safe by default).
+    JsonStyle {
+        slash: false,
+        non_ascii: false,
+        html: true,
+        case: Case::Lower,
+    },
+    // PHP `json_encode` with `JSON_UNESCAPED_UNICODE`.
+    JsonStyle {
+        slash: true,
+        non_ascii: false,
+        html: false,
+        case: Case::Lower,
+    },
+    // Python `json.dumps` (`ensure_ascii=True`, its default).
+    JsonStyle {
+        slash: false,
+        non_ascii: true,
+        html: false,
+        case: Case::Lower,
+    },
+    // PHP `json_encode` by default.
+    JsonStyle {
+        slash: true,
+        non_ascii: true,
+        html: false,
+        case: Case::Lower,
+    },
+    // Java Jackson with `ESCAPE_NON_ASCII`.
+    JsonStyle {
+        slash: false,
+        non_ascii: true,
+        html: false,
+        case: Case::Upper,
+    },
+];
+
+fn json(text: &str, style: &JsonStyle) -> Pattern {
+    let digits = style.case.digits();
+    // At most 6 bytes per byte (`\u00xx`), so the buffer never grows and
+    // leaves no copy behind.
+    let mut out = Zeroizing::new(Vec::with_capacity(6 * text.len()));
+    for c in text.chars() {
+        let short: &[u8] = match c {
+            '"' => b"\\\"",
+            '\\' => b"\\\\",
+            '\u{8}' => b"\\b",
+            '\u{c}' => b"\\f",
+            '\n' => b"\\n",
+            '\r' => b"\\r",
+            '\t' => b"\\t",
+            '/' if style.slash => b"\\/",
+            _ => b"",
+        };
+        let escaped = c < ' '
+            || (style.non_ascii && !c.is_ascii())
+            || (style.html && matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}'));
+        if !short.is_empty() {
+            out.extend_from_slice(short);
+        } else if escaped {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.extend_from_slice(b"\\u");
+                for shift in [12, 8, 4, 0] {
+                    out.push(digits[usize::from((*unit >> shift) & 15)]);
+                }
+            }
+        } else {
+            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(value: &[u8]) -> Vec<String> {
+        forms(value)
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn forms_of_a_token_are_literal_hex_and_base64_only() {
+        // Letters, digits, `-` and `_` need no JSON escaping; only the
+        // letters-and-digits percent form differs (for `-`).
+        let got = strings(b"ab-1");
+        let want = [
+            "ab-1", "61622d31", "61622D31",
+            // standard and URL-safe agree here: "YWItMQ==" encodes the value
+            // alone; alignments 1 and 2 are "AGFiLTE=" and "AABhYi0x".
+            "YWItM", "YWItMQ", "YWItMQ==", "FiLT", "FiLTE", "FiLTE=", "hYi0x", "ab%2D1", "ab%2d1",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn base64_runs_follow_the_alignment_arithmetic() {
+        // Run lengths ⌊4(n+a)/3⌋ − ⌈4a/3⌉ for n = 1, 2, 3.
+        for (n, lens) in [(1, [1, 0, 1]), (2, [2, 2, 2]), (3, [4, 3, 3])] {
+            let value = vec![0xffu8; n];
+            for (align, len) in lens.into_iter().enumerate() {
+                let [run, _, _] = base64_runs(&value, align, &STANDARD);
+                assert_eq!(run.len(), len, "n={n} a={align}");
+            }
+        }
+        // A value at every alignment inside real base64: the run is there.
+        let value = b"s3cr3t!";
+        for align in 0..3 {
+            let mut text = vec![b'x'; align];
+            text.extend_from_slice(value);
+            text.extend_from_slice(b"yz");
+            let encoded = STANDARD.encode(&text);
+            let [run, _, _] = base64_runs(value, align, &STANDARD);
+            assert!(
+                encoded.as_bytes().windows(run.len()).any(|w| w == &run[..]),
+                "a={align}"
+            );
+        }
+    }
+
+    #[test]
+    fn percent_forms_follow_their_encoders() {
+        let value = "p@ss w/rd!*~é".as_bytes();
+        let got = |style: usize, case| {
+            String::from_utf8(percent(value, &PERCENT_STYLES[style], case).to_vec()).unwrap()
+        };
+        assert_eq!(got(0, Case::Upper), "p%40ss%20w%2Frd%21%2A~%C3%A9");
+        assert_eq!(got(1, Case::Upper), "p%40ss+w%2Frd%21%2A~%C3%A9");
+        assert_eq!(got(2, Case::Upper), "p%40ss+w%2Frd%21*%7E%C3%A9");
+        assert_eq!(got(3, Case::Upper), "p%40ss%20w%2Frd!*~%C3%A9");
+        assert_eq!(got(4, Case::Upper), "p%40ss%20w%2Frd%21%2A%7E%C3%A9");
+        assert_eq!(got(5, Case::Upper), "p%40ss w%2Frd%21%2A~é");
+        assert_eq!(got(0, Case::Lower), "p%40ss%20w%2frd%21%2a~%c3%a9");
+    }
+
+    #[test]
+    fn json_forms_follow_their_serializers() {
+        let text = "a\"b\\c/d<\u{1}\n\té😀";
+        let got =
+            |style: usize| String::from_utf8(json(text, &JSON_STYLES[style]).to_vec()).unwrap();
+        assert_eq!(
+            got(0),
+            serde_json::to_string(text).unwrap().trim_matches('"')
+        );
+        assert_eq!(got(0), r#"a\"b\\c/d<\u0001\n\té😀"#);
+        assert_eq!(got(1), r#"a\"b\\c/d\u003c\u0001\n\té😀"#);
+        assert_eq!(got(2), r#"a\"b\\c\/d<\u0001\n\té😀"#);
+        assert_eq!(got(3), r#"a\"b\\c/d<\u0001\n\t\u00e9\ud83d\ude00"#);
+        assert_eq!(got(4), r#"a\"b\\c\/d<\u0001\n\t\u00e9\ud83d\ude00"#);
+        assert_eq!(got(5), r#"a\"b\\c/d<\u0001\n\t\u00E9\uD83D\uDE00"#);
+    }
+
+    proptest::proptest! {
+        /// The filter's contract: it skips no position where a pattern
+        /// starts and ends inside the text, and never past the limit.
+        #[test]
+        fn gram_filter_never_skips_an_occurrence(
+            patterns in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(b"abc".to_vec()), 1..12),
+                1..6,
+            ),
+            text in proptest::collection::vec(proptest::sample::select(b"abcx".to_vec()), 0..120),
+        ) {
+            let patterns: Vec<Pattern> = patterns.into_iter().map(Zeroizing::new).collect();
+            let filter = GramFilter::new(&patterns).unwrap();
+            let longest = patterns.iter().map(|p| p.len()).max().unwrap();
+            let limit = text.len().saturating_sub(longest - 1);
+            for from in 0..=limit {
+                let p = filter.skip(&text, from, limit);
+                proptest::prop_assert!(from <= p && p <= limit);
+                for start in from..p {
+                    for pattern in &patterns {
+                        proptest::prop_assert!(!text[start..].starts_with(pattern));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sets_are_shared_and_maskers_move_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        fn sent<T: Send>() {}
+        shared::<MaskSet>();
+        sent::<Masker>();
+    }
+
+    #[test]
+    fn holds_are_the_longest_pending_proper_prefix() {
+        let patterns: Vec<Pattern> = ["abcd", "bcx", "cd", "xab"]
+            .iter()
+            .map(|p| Zeroizing::new(p.as_bytes().to_vec()))
+            .collect();
+        let nfa = contiguous::NFA::builder()
+            .match_kind(MatchKind::Standard)
+            .build(patterns.iter().map(|p| p.as_slice()))
+            .unwrap();
+        let start = nfa.start_state(Anchored::No).unwrap();
+        let holds = hold_table(&nfa, start, &patterns);
+        let hold = |text: &[u8]| {
+            let sid = text
+                .iter()
+                .fold(start, |s, &b| nfa.next_state(Anchored::No, s, b));
+            holds[holds.binary_search_by_key(&sid, |&(s, _)| s).unwrap()].1
+        };
+        assert_eq!(hold(b""), 0);
+        assert_eq!(hold(b"zz"), 0);
+        assert_eq!(hold(b"zab"), 2); // "ab" may become "abcd"
+        assert_eq!(hold(b"abc"), 3);
+        assert_eq!(hold(b"abcd"), 0); // a leaf; "bcd", "cd", "d" begin nothing longer
+        assert_eq!(hold(b"zbcx"), 1); // a leaf, but "x" may become "xab"
+    }
+}
