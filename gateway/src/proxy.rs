@@ -104,7 +104,7 @@ pub async fn handle(
                 "request refused"
             );
             entry.refusal = Some(reason);
-            refusal_response(reason, grpc)
+            masked_refusal(&ctx, reason, grpc)
         }
     };
     entry.status = response.status().as_u16();
@@ -390,18 +390,36 @@ fn message_of(reason: Refusal) -> &'static str {
     }
 }
 
+/// The gateway's own answer, through the session's masker like every
+/// reply: it is built from fixed text, so nothing should match, but no
+/// path to the session skips the masker.
+fn masked_refusal(ctx: &ConnCtx, reason: Refusal, grpc: bool) -> Response<ProxyBody> {
+    let (mut parts, mut body) = refusal_parts(reason, grpc);
+    if let Some(set) = &ctx.session.mask {
+        let mut masker = crate::mask::Masker::new(Arc::clone(set));
+        reply::mask_headers(&mut masker, &mut parts.headers);
+        masker.mask_all(&mut body);
+    }
+    Response::from_parts(parts, Either::Right(Full::new(Bytes::from(body))))
+}
+
 /// The gateway's own answer for a refused request.
 pub fn refusal_response(reason: Refusal, grpc: bool) -> Response<ProxyBody> {
+    let (parts, body) = refusal_parts(reason, grpc);
+    Response::from_parts(parts, Either::Right(Full::new(Bytes::from(body))))
+}
+
+fn refusal_parts(reason: Refusal, grpc: bool) -> (hyper::http::response::Parts, Vec<u8>) {
     let body = if grpc {
-        Bytes::new()
+        Vec::new()
     } else {
-        Bytes::from(
+        Vec::from(
             serde_json::json!({"refusal": reason.as_str(), "message": message_of(reason)})
                 .to_string()
                 + "\n",
         )
     };
-    let mut resp = Response::new(Either::Right(Full::new(body)));
+    let mut resp = Response::new(());
     if !grpc {
         *resp.status_mut() = status_of(reason);
     }
@@ -425,7 +443,7 @@ pub fn refusal_response(reason: Refusal, grpc: bool) -> Response<ProxyBody> {
         );
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    resp
+    (resp.into_parts().0, body)
 }
 
 #[cfg(test)]
