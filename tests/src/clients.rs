@@ -149,3 +149,46 @@ pub mod http {
             .boxed()
     }
 }
+
+/// Run curl through the gateway at `gateway` from the session source,
+/// trusting only `session_ca`, to `https://{name}{path}` with `extra`
+/// options: (status, response head in lower case, body bytes).
+pub fn curl_via(
+    gateway: SocketAddr,
+    session_ca: &std::path::Path,
+    name: &str,
+    path: &str,
+    extra: &[&str],
+) -> (u16, String, Vec<u8>) {
+    let connect_to = format!("{name}:443:127.0.0.1:{}", gateway.port());
+    let url = format!("https://{name}{path}");
+    let mut args = vec![
+        "-sS",
+        "--max-time",
+        "20",
+        "--interface",
+        SESSION_SOURCE,
+        "--cacert",
+        session_ca.to_str().expect("utf-8 path"),
+        "--connect-to",
+        &connect_to,
+        "-D",
+        "-",
+    ];
+    args.extend_from_slice(extra);
+    args.push(&url);
+    let raw = run_bounded("curl", &args, None, 30).stdout;
+    // The head ends at the first blank line (curl prints each response's
+    // head; the gateway never answers 1xx, so there is one).
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(raw.len(), |i| i + 4);
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, head, raw[split..].to_vec())
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 use talos_e2e::clients::{run_bounded, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{records_path, Gateway};
+use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
 use talos_e2e::origin::{Origin, TestCa};
 
 /// The listed name the origin serves.
@@ -41,39 +41,22 @@ async fn rig(sources: &[&str]) -> Rig {
     ca.write_pem(&origin_ca);
     let origin = Origin::start(&ca, &[NAME]).await;
     let trust = path.join("session-ca.pem");
-    let sources: Vec<String> = sources.iter().map(|s| format!("{s:?}")).collect();
-    let config = format!(
-        r#"
-gateway_id = "gw-clients-test"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = {records:?}
-[resolver]
-nameservers = ["{dns}"]
-timeout_ms = 300
-attempts = 1
-# The test origin lives on loopback; everything else internal stays refused.
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = {port}
-connect_timeout_ms = 2000
-extra_trust_anchors = [{origin_ca:?}]
-[[session]]
-id = "sess-1"
-tenant = "acme"
-sources = [{sources}]
-allowlist = ["{NAME}"]
-trust_file = {trust:?}
-"#,
-        records = records_path(&path).display().to_string(),
-        dns = dns.addr,
-        port = origin.addr.port(),
-        origin_ca = origin_ca.display().to_string(),
-        sources = sources.join(", "),
-        trust = trust.display().to_string(),
-    );
+    let config = TestConfig {
+        dns: dns.addr,
+        upstream_port: origin.addr.port(),
+        anchors: vec![origin_ca.clone()],
+        // The test origin lives on loopback; everything else internal stays refused.
+        permit_internal: vec!["127.0.0.1/32".into()],
+        sessions: vec![TestSession {
+            id: "sess-1".into(),
+            sources: sources.iter().map(|s| s.to_string()).collect(),
+            allowlist: vec![NAME.into()],
+            trust_file: trust.clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .toml(&path);
     let gateway = Gateway::start(&path, &config);
     Rig {
         _dir: dir,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 use talos_e2e::clients::SESSION_SOURCE;
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{records_path, Gateway};
+use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
 use talos_e2e::grpc::echo::echo_client::EchoClient;
 use talos_e2e::grpc::echo::EchoRequest;
 use talos_e2e::grpc::{self, Flavour, GrpcOrigin};
@@ -48,38 +48,22 @@ async fn rig(flavour: Flavour) -> Rig {
     ca.write_pem(&origin_ca);
     let origin = GrpcOrigin::start(&ca, &[NAME], flavour).await;
     let trust = path.join("session-ca.pem");
-    let config = format!(
-        r#"
-gateway_id = "gw-grpc-test"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = {records:?}
-[resolver]
-nameservers = ["{dns}"]
-timeout_ms = 300
-attempts = 1
-# The test origin lives on loopback; everything else internal stays refused.
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = {port}
-connect_timeout_ms = 2000
-extra_trust_anchors = [{origin_ca:?}]
-[[session]]
-id = "sess-1"
-tenant = "acme"
-sources = ["{src}"]
-allowlist = ["{NAME}"]
-trust_file = {trust:?}
-"#,
-        records = records_path(&path).display().to_string(),
-        dns = dns.addr,
-        port = origin.addr.port(),
-        origin_ca = origin_ca.display().to_string(),
-        src = SESSION_SOURCE,
-        trust = trust.display().to_string(),
-    );
+    let config = TestConfig {
+        dns: dns.addr,
+        upstream_port: origin.addr.port(),
+        anchors: vec![origin_ca.clone()],
+        // The test origin lives on loopback; everything else internal stays refused.
+        permit_internal: vec!["127.0.0.1/32".into()],
+        sessions: vec![TestSession {
+            id: "sess-1".into(),
+            sources: vec![SESSION_SOURCE.into()],
+            allowlist: vec![NAME.into()],
+            trust_file: trust.clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .toml(&path);
     let gateway = Gateway::start(&path, &config);
     Rig {
         _dir: dir,

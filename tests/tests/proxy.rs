@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use talos_e2e::clients::http::{self, Body};
-use talos_e2e::clients::{run_bounded, SESSION_SOURCE};
+use talos_e2e::clients::{curl_via, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
 use talos_e2e::origin::{pattern_byte, Origin, TestCa};
@@ -120,35 +120,8 @@ impl Rig {
     /// curl through the gateway to `https://{name}{path}` with `extra`
     /// options; returns (status, response headers, body).
     fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
-        let connect_to = format!("{name}:443:127.0.0.1:{}", self.gateway.data.port());
-        let url = format!("https://{name}{path}");
-        let ca = self.session_ca();
-        let mut args = vec![
-            "-sS",
-            "--max-time",
-            "20",
-            "--interface",
-            SESSION_SOURCE,
-            "--cacert",
-            ca.to_str().unwrap(),
-            "--connect-to",
-            &connect_to,
-            "-D",
-            "-",
-            "-w",
-            "\n%{http_code}",
-        ];
-        args.extend_from_slice(extra);
-        args.push(&url);
-        let out = run_bounded("curl", &args, None, 30);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        let (head, body) = rest.split_once("\r\n\r\n").unwrap_or((rest, ""));
-        (
-            code.trim().parse().unwrap_or(0),
-            head.to_ascii_lowercase(),
-            body.to_owned(),
-        )
+        let (code, head, body) = curl_via(self.gateway.data, &self.session_ca(), name, path, extra);
+        (code, head, String::from_utf8_lossy(&body).into_owned())
     }
 
     async fn sender(&self, name: &str, h2: bool) -> http::Sender {

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use sha2::Digest;
 use talos_e2e::clients::http;
-use talos_e2e::clients::{run_bounded, SESSION_SOURCE};
+use talos_e2e::clients::{curl_via, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
 use talos_e2e::grpc::echo::EchoRequest;
@@ -102,37 +102,13 @@ async fn rig() -> Rig {
 impl Rig {
     /// curl through the gateway; (status, lower-cased head, body bytes).
     fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, Vec<u8>) {
-        let connect_to = format!("{name}:443:127.0.0.1:{}", self.gateway.data.port());
-        let url = format!("https://{name}{path}");
-        let ca = self.dir.join("session-ca.pem");
-        let mut args = vec![
-            "-sS",
-            "--max-time",
-            "20",
-            "--interface",
-            SESSION_SOURCE,
-            "--cacert",
-            ca.to_str().unwrap(),
-            "--connect-to",
-            &connect_to,
-            "-D",
-            "-",
-        ];
-        args.extend_from_slice(extra);
-        args.push(&url);
-        let out = run_bounded("curl", &args, None, 30);
-        let raw = out.stdout;
-        let split = raw
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map_or(raw.len(), |i| i + 4);
-        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        (code, head, raw[split..].to_vec())
+        curl_via(
+            self.gateway.data,
+            &self.dir.join("session-ca.pem"),
+            name,
+            path,
+            extra,
+        )
     }
 }
 
