@@ -3,18 +3,18 @@
 //! [`serve`] runs the stages in the order a connection meets them — session
 //! by source address, ClientHello, name check, resolve and classify, TLS
 //! accept with the session's own CA, then HTTP, request by request, through
-//! [`crate::proxy`] — and closes with exactly one record, whatever happened. Stages do not call each other; each returns
-//! what the next needs, or a [`Refused`] that ends the connection.
+//! [`crate::proxy`] — and closes with exactly one record, whatever happened.
+//! Stages do not call each other; each returns what the next needs, or a
+//! refusal that ends the connection.
 //!
 //! Refusals before the TLS handshake close the connection; where the client
 //! has shown it speaks TLS, a fatal TLS alert goes first so the client's
 //! error names the kind of failure.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use std::sync::atomic::Ordering;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
