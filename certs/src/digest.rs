@@ -1,7 +1,7 @@
 //! Digests and text forms of public certificates.
 //!
-//! Only public data passes through here: certificate DER in, hex or PEM
-//! text out.
+//! Only public data passes through here: certificate DER or signed
+//! payloads in, hex or PEM text out.
 
 use aws_lc_rs::digest::{digest, SHA384};
 
@@ -13,14 +13,27 @@ pub(crate) const SHA384_HEX_LEN: usize = 96;
 /// This is how the gateway and the control plane name a session CA: the
 /// digest of its certificate's DER.
 pub fn sha384_hex(bytes: &[u8]) -> String {
+    lower_hex(digest(&SHA384, bytes).as_ref())
+}
+
+/// `bytes` as lowercase hex, two digits each.
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hash = digest(&SHA384, bytes);
-    let mut out = String::with_capacity(SHA384_HEX_LEN);
-    for byte in hash.as_ref() {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
         out.push(char::from(HEX[usize::from(byte >> 4)]));
         out.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     out
+}
+
+/// Whether `text` has the form of a [`sha384_hex`] output: 96 lowercase
+/// hex digits.
+pub(crate) fn is_sha384_hex(text: &str) -> bool {
+    text.len() == SHA384_HEX_LEN
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A certificate's DER as PEM (`-----BEGIN CERTIFICATE-----`, base64 in
