@@ -1,0 +1,311 @@
+//! The `control-stub` command line.
+//!
+//! Every command prints JSON on standard output. A failure prints
+//! `error: <code>: <message>` on standard error and exits with status 2
+//! (the codes are in [`crate::error`]). No command prints a secret value,
+//! and a secret value is never taken from the command line: `secret set`
+//! reads it from standard input or from `--from-file`.
+//!
+//! Commands that change a session reach the gateways through the
+//! [`GatewayLink`] given to [`run`]; the others need only the store.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use zeroize::Zeroizing;
+
+use crate::certificate::certificate;
+use crate::error::Error;
+use crate::lifecycle::{Lifecycle, StartRequest};
+use crate::link::{GatewayLink, ReportVerifier};
+use crate::model::Mode;
+use crate::names;
+use crate::store::{Store, DEFAULT_PATH};
+
+/// Exit status of a command that failed.
+pub const EXIT_FAILURE: i32 = 2;
+
+/// A slim, real stand-in for the TALOS control plane: sessions, secrets,
+/// the account's egress list and the session certificate.
+#[derive(Debug, Parser)]
+#[command(name = "control-stub", version)]
+pub struct Cli {
+    /// The store (SQLite). Created with mode 0600 on first use.
+    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_PATH)]
+    pub db: PathBuf,
+    /// A gateway's control address (repeat for each gateway of the pair).
+    #[arg(long = "gateway", global = true, value_name = "ADDR")]
+    pub gateways: Vec<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sessions: start, pause, resume, interrupt, recover, stop, revoke-all, status.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// The tenants' secret store. Values are never printed.
+    #[command(subcommand)]
+    Secret(SecretCommand),
+    /// The account policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// The gateways whose reports and batches are trusted.
+    #[command(subcommand)]
+    Gateway(GatewayCommand),
+    /// Print a session's certificate (JSON). Exits with certificate_not_issued
+    /// while the session has not ended with every reset step confirmed.
+    Certificate {
+        /// The session id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Start a session: check the names and attachments, then open it on
+    /// the gateways.
+    Start {
+        /// The tenant the session serves; it attaches that tenant's secrets.
+        #[arg(long)]
+        tenant: String,
+        /// An address the session's connections come from (repeatable).
+        #[arg(long = "source", value_name = "ADDR", required = true)]
+        sources: Vec<String>,
+        /// A destination the session may reach; must be on the egress list
+        /// (repeatable).
+        #[arg(long = "allow", value_name = "NAME")]
+        allow: Vec<String>,
+        /// `SECRET=destination:header[:scheme]` (repeatable).
+        #[arg(long = "attach", value_name = "SPEC")]
+        attach: Vec<String>,
+        /// `agent` (default) or `commands`; only `commands` can pause.
+        #[arg(long, default_value = "agent", value_parser = parse_mode)]
+        mode: Mode,
+    },
+    /// Pause a running session in mode commands.
+    Pause { id: String },
+    /// Resume a paused session from the current policy and secrets.
+    Resume { id: String },
+    /// Record an interruption (the instance was lost without a pause).
+    Interrupt { id: String },
+    /// Recover an interrupted session in mode commands.
+    Recover { id: String },
+    /// Cancel a session and run the reset.
+    Stop { id: String },
+    /// Cancel a session as Revoke All and run the reset.
+    RevokeAll { id: String },
+    /// Show a session: state, attempts, CA digests, drop reports, reset steps.
+    Status { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Set a secret from standard input (or --from-file); one trailing
+    /// newline is not part of the value.
+    Set {
+        name: String,
+        #[arg(long)]
+        tenant: String,
+        /// Read the value from this file instead of standard input.
+        #[arg(long, value_name = "PATH")]
+        from_file: Option<PathBuf>,
+    },
+    /// Delete a secret. Running sessions keep it until their next resume.
+    Delete {
+        name: String,
+        #[arg(long)]
+        tenant: String,
+    },
+    /// List a tenant's secrets: names and times, never values.
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// The account's egress list: the names a session may --allow.
+    #[command(subcommand)]
+    Egress(EgressCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EgressCommand {
+    Add { name: String },
+    Remove { name: String },
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Register a gateway's id and public key (hex).
+    Register {
+        id: String,
+        #[arg(long, value_name = "HEX")]
+        public_key: String,
+    },
+    List,
+}
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    Mode::parse(text).ok_or_else(|| format!("{text:?} is not a mode: agent or commands"))
+}
+
+/// Parse `args` (program name first) and run; returns the exit status.
+/// Usage errors print clap's message and exit 2, as clap does.
+pub fn main_with<I, T>(
+    args: I,
+    link: &dyn GatewayLink,
+    verifier: &dyn ReportVerifier,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = write!(stderr, "{}", e.render());
+            return if e.use_stderr() { EXIT_FAILURE } else { 0 };
+        }
+    };
+    report(run(&cli, link, verifier, stdin, stdout), stderr)
+}
+
+/// Print `result`'s error, if any, and return the exit status.
+pub fn report(result: Result<(), Error>, stderr: &mut dyn Write) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(stderr, "error: {}", e.display_with_code());
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Run one parsed command.
+pub fn run(
+    cli: &Cli,
+    link: &dyn GatewayLink,
+    verifier: &dyn ReportVerifier,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+) -> Result<(), Error> {
+    let mut store = Store::open(&cli.db)?;
+    let out = match &cli.command {
+        Command::Sandbox(cmd) => {
+            let mut life = Lifecycle::new(&mut store, link, verifier);
+            match cmd {
+                SandboxCommand::Start {
+                    tenant,
+                    sources,
+                    allow,
+                    attach,
+                    mode,
+                } => json(&life.start(&StartRequest {
+                    tenant: tenant.clone(),
+                    sources: sources.clone(),
+                    allow: allow.clone(),
+                    attach: attach.clone(),
+                    mode: *mode,
+                })?)?,
+                SandboxCommand::Pause { id } => json(&life.pause(id)?)?,
+                SandboxCommand::Resume { id } => json(&life.resume(id)?)?,
+                SandboxCommand::Interrupt { id } => json(&life.interrupt(id)?)?,
+                SandboxCommand::Recover { id } => json(&life.recover(id)?)?,
+                SandboxCommand::Stop { id } => json(&life.stop(id)?)?,
+                SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?)?,
+                SandboxCommand::Status { id } => json(&life.status(id)?)?,
+            }
+        }
+        Command::Secret(cmd) => match cmd {
+            SecretCommand::Set {
+                name,
+                tenant,
+                from_file,
+            } => {
+                // Check the names before reading a value we would refuse.
+                names::tenant(tenant)?;
+                names::secret_name(name)?;
+                let mut value = Zeroizing::new(Vec::new());
+                match from_file {
+                    Some(path) => {
+                        let mut file = std::fs::File::open(path).map_err(|e| Error::Io {
+                            what: format!("{}", path.display()),
+                            reason: e.to_string(),
+                        })?;
+                        read_bounded(&mut file, &mut value, &path.display().to_string())?;
+                    }
+                    None => read_bounded(stdin, &mut value, "standard input")?,
+                }
+                names::trim_line_ending(&mut value);
+                store.secret_set(tenant, name, &value)?;
+                json(&serde_json::json!({"tenant": tenant, "secret": name, "set": true}))?
+            }
+            SecretCommand::Delete { name, tenant } => {
+                store.secret_delete(tenant, name)?;
+                json(&serde_json::json!({"tenant": tenant, "secret": name, "deleted": true}))?
+            }
+            SecretCommand::List { tenant } => json(&store.secret_list(tenant)?)?,
+        },
+        Command::Policy(PolicyCommand::Egress(cmd)) => match cmd {
+            EgressCommand::Add { name } => {
+                json(&serde_json::json!({"added": store.egress_add(name)?}))?
+            }
+            EgressCommand::Remove { name } => {
+                json(&serde_json::json!({"removed": store.egress_remove(name)?}))?
+            }
+            EgressCommand::List => json(&store.egress_list()?)?,
+        },
+        Command::Gateway(cmd) => match cmd {
+            GatewayCommand::Register { id, public_key } => {
+                store.register_gateway(id, public_key)?;
+                json(&serde_json::json!({"registered": id}))?
+            }
+            GatewayCommand::List => json(&store.gateways()?)?,
+        },
+        Command::Certificate { id } => {
+            let cert = certificate(&store, id)?;
+            write_out(stdout, &json(&cert)?)?;
+            if let Some(reason) = cert.not_issued_because {
+                return Err(Error::CertificateNotIssued {
+                    id: id.clone(),
+                    reason,
+                });
+            }
+            return Ok(());
+        }
+    };
+    write_out(stdout, &out)
+}
+
+/// Read a secret value, at most one byte more than a value may hold (so a
+/// value too long is refused by its length, not cut).
+fn read_bounded(from: &mut dyn Read, into: &mut Vec<u8>, what: &str) -> Result<(), Error> {
+    // + 3: room for the line ending that is trimmed (two bytes), and one more.
+    let limit = u64::try_from(names::MAX_SECRET_LEN + 3).unwrap_or(u64::MAX);
+    from.take(limit).read_to_end(into).map_err(|e| Error::Io {
+        what: what.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(())
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, Error> {
+    serde_json::to_string_pretty(value).map_err(|e| Error::Store(format!("output: {e}")))
+}
+
+fn write_out(stdout: &mut dyn Write, text: &str) -> Result<(), Error> {
+    writeln!(stdout, "{text}").map_err(|e| Error::Io {
+        what: "standard output".into(),
+        reason: e.to_string(),
+    })
+}

@@ -1,0 +1,156 @@
+//! The control stub's errors: one enum, one stable snake_case code each.
+//!
+//! The code ([`Error::code`]) is the API: scripts and tests match on it, and
+//! the CLI prints it as `error: <code>: <message>` (exit status 2). The
+//! message is for people and may change.
+//!
+//! Where the spec page "Sandbox sessions" names an error, the code is the
+//! spec's: `sandbox_request_invalid`, `sandbox_pause_unavailable`,
+//! `sandbox_not_running`. Every other code is the control stub's own; the
+//! spec names no error for those cases.
+//!
+//! | code | when |
+//! |---|---|
+//! | `sandbox_not_found` | no session has that id |
+//! | `sandbox_request_invalid` | a start request is malformed: a bad tenant, source, attachment, or an attachment whose destination is not among the session's `--allow` names (spec) |
+//! | `sandbox_destination_not_allowed` | an `--allow` name is not on the account's egress list (not named by the spec) |
+//! | `sandbox_source_in_use` | a source address already names another session that has not ended |
+//! | `sandbox_pause_unavailable` | a pause of a session in mode `agent` (spec) |
+//! | `sandbox_not_running` | a pause or an interruption of a session that is not running (spec) |
+//! | `sandbox_not_paused` | a resume of a session that is not paused |
+//! | `sandbox_not_interrupted` | a recovery of a session that is not interrupted |
+//! | `sandbox_ended` | any change to a session that has ended (also one whose reset is incomplete): a session that ended never comes back |
+//! | `secret_not_found` | an attachment or `secret delete` names a secret the tenant does not have |
+//! | `secret_value_invalid` | a secret value is empty, too long, or holds a byte a header cannot carry |
+//! | `name_invalid` | a tenant, secret, destination or gateway name is not well formed |
+//! | `egress_not_found` | `policy egress remove` of a name that is not on the list |
+//! | `gateway_unreachable` | the gateways could not be reached (the link failed before they answered) |
+//! | `gateway_refused` | a gateway answered with a refusal |
+//! | `gateway_reply_invalid` | a gateway's answer does not hold together (a CA digest that is not the certificate's, a gateway answering twice, no gateway at all) |
+//! | `gateway_key_conflict` | a gateway id is already registered with another public key |
+//! | `batch_conflict` | a batch sequence number already recorded with another digest |
+//! | `certificate_not_issued` | the session certificate cannot be issued: the session has not ended, or a reset step is not confirmed |
+//! | `io_failed` | reading a secret value from standard input or a file failed |
+//! | `store_failed` | the SQLite store failed, or its file is unsafe (readable by others) or from a newer version |
+
+use std::fmt;
+
+use crate::link::LinkError;
+
+/// Everything a control stub operation can fail with.
+///
+/// No variant carries a secret value: errors name secrets by name.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no session {id}")]
+    SandboxNotFound { id: String },
+    #[error("{reason}")]
+    SandboxRequestInvalid { reason: String },
+    #[error("{name} is not on the account's egress list")]
+    DestinationNotAllowed { name: String },
+    #[error("source {source_addr} already belongs to session {session_id}")]
+    SourceInUse {
+        source_addr: String,
+        session_id: String,
+    },
+    #[error("session {id} is in mode agent, and only a session in mode commands can pause")]
+    PauseUnavailable { id: String },
+    #[error("session {id} is {state}, not running")]
+    NotRunning { id: String, state: &'static str },
+    #[error("session {id} is {state}, not paused")]
+    NotPaused { id: String, state: &'static str },
+    #[error("session {id} is {state}, not interrupted")]
+    NotInterrupted { id: String, state: &'static str },
+    #[error("session {id} has ended ({state}); a session that ended never comes back")]
+    Ended { id: String, state: &'static str },
+    #[error("tenant {tenant} has no secret {name}")]
+    SecretNotFound { tenant: String, name: String },
+    #[error("secret {name}: {reason}")]
+    SecretValueInvalid { name: String, reason: String },
+    #[error("{what} {got:?}: {reason}")]
+    NameInvalid {
+        what: &'static str,
+        got: String,
+        reason: String,
+    },
+    #[error("{name} is not on the egress list")]
+    EgressNotFound { name: String },
+    #[error("{0}")]
+    Link(#[from] LinkError),
+    #[error("gateway {gateway_id}: {reason}")]
+    GatewayReplyInvalid { gateway_id: String, reason: String },
+    #[error("gateway {gateway_id} is already registered with another public key")]
+    GatewayKeyConflict { gateway_id: String },
+    #[error("gateway {gateway_id} batch {seq} was already recorded with digest {recorded}")]
+    BatchConflict {
+        gateway_id: String,
+        seq: u64,
+        recorded: String,
+    },
+    #[error("session {id}: {reason}")]
+    CertificateNotIssued { id: String, reason: String },
+    #[error("{what}: {reason}")]
+    Io { what: String, reason: String },
+    #[error("store: {0}")]
+    Store(String),
+}
+
+impl Error {
+    /// The stable snake_case code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::SandboxNotFound { .. } => "sandbox_not_found",
+            Error::SandboxRequestInvalid { .. } => "sandbox_request_invalid",
+            Error::DestinationNotAllowed { .. } => "sandbox_destination_not_allowed",
+            Error::SourceInUse { .. } => "sandbox_source_in_use",
+            Error::PauseUnavailable { .. } => "sandbox_pause_unavailable",
+            Error::NotRunning { .. } => "sandbox_not_running",
+            Error::NotPaused { .. } => "sandbox_not_paused",
+            Error::NotInterrupted { .. } => "sandbox_not_interrupted",
+            Error::Ended { .. } => "sandbox_ended",
+            Error::SecretNotFound { .. } => "secret_not_found",
+            Error::SecretValueInvalid { .. } => "secret_value_invalid",
+            Error::NameInvalid { .. } => "name_invalid",
+            Error::EgressNotFound { .. } => "egress_not_found",
+            Error::Link(e) => e.code(),
+            Error::GatewayReplyInvalid { .. } => "gateway_reply_invalid",
+            Error::GatewayKeyConflict { .. } => "gateway_key_conflict",
+            Error::BatchConflict { .. } => "batch_conflict",
+            Error::CertificateNotIssued { .. } => "certificate_not_issued",
+            Error::Io { .. } => "io_failed",
+            Error::Store(_) => "store_failed",
+        }
+    }
+
+    /// The form the CLI prints: `<code>: <message>`.
+    pub fn display_with_code(&self) -> impl fmt::Display + '_ {
+        WithCode(self)
+    }
+
+    pub(crate) fn invalid(reason: impl Into<String>) -> Error {
+        Error::SandboxRequestInvalid {
+            reason: reason.into(),
+        }
+    }
+}
+
+struct WithCode<'a>(&'a Error);
+
+impl fmt::Display for WithCode<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.0.code(), self.0)
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Error {
+        // SQLite's messages name tables and constraints, never bound values.
+        Error::Store(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Error {
+        Error::Store(format!("a stored JSON column does not parse: {e}"))
+    }
+}

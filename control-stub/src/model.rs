@@ -1,0 +1,157 @@
+//! The closed vocabularies of a session: modes, states, attempt causes and
+//! ends, why an authority is dropped, why a session ended, the reset steps.
+//!
+//! Each is an enum with a stable snake_case `as_str()`, the same word in the
+//! store, in the CLI's JSON and on the certificate. The words are the spec's
+//! where it has one ("Sandbox sessions": states, attempt causes and ends;
+//! "The sandbox reset": step names).
+
+use std::fmt;
+
+macro_rules! words {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $word:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The stable word.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)*
+                }
+            }
+
+            /// The value whose word is `text`.
+            pub fn parse(text: &str) -> Option<$name> {
+                match text {
+                    $($word => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    };
+}
+
+words! {
+    /// How a session runs (spec: "Modes").
+    pub enum Mode {
+        /// The session runs the agent's command and ends when it ends; the
+        /// default. It cannot pause, and an interruption ends it.
+        Agent => "agent",
+        /// The session runs the commands it is sent; only this mode pauses
+        /// and recovers.
+        Commands => "commands",
+    }
+}
+
+words! {
+    /// A session's state, as the store keeps it.
+    ///
+    /// The spec's transient states (`launching`, `pausing`, `resuming`,
+    /// `stopping`) never reach the store here: each transition runs in one
+    /// store transaction, so it is either done or not. `failed` needs an
+    /// instance that failed to launch, which the control stub does not run.
+    pub enum State {
+        Running => "running",
+        Paused => "paused",
+        Interrupted => "interrupted",
+        /// The reset ran and every step is confirmed.
+        Ended => "ended",
+        /// The reset ran and at least one step is not confirmed; the session
+        /// certificate waits (spec: `reset_incomplete`). The session is over.
+        ResetIncomplete => "reset_incomplete",
+    }
+}
+
+impl State {
+    /// True once the session has ended, whatever its reset showed.
+    pub fn is_over(self) -> bool {
+        matches!(self, State::Ended | State::ResetIncomplete)
+    }
+}
+
+words! {
+    /// Why an attempt began (spec: "Attempts and retention").
+    pub enum OpenCause {
+        Launch => "launch",
+        Resume => "resume",
+        Recovery => "recovery",
+    }
+}
+
+words! {
+    /// Why the gateways drop a session's authority.
+    pub enum CloseReason {
+        Pause => "pause",
+        Interruption => "interruption",
+        End => "end",
+        RevokeAll => "revoke_all",
+    }
+}
+
+words! {
+    /// How an attempt ended (the spec's reasons this control stub can see).
+    pub enum AttemptEnd {
+        Paused => "paused",
+        Interrupted => "interrupted",
+        SessionEnded => "session_ended",
+    }
+}
+
+words! {
+    /// Why a session ended.
+    pub enum EndReason {
+        /// `sandbox stop`: a cancellation.
+        Stop => "stop",
+        /// `sandbox revoke-all`: a cancellation as Revoke All.
+        RevokeAll => "revoke_all",
+        /// An interruption of a session in mode agent (`interruption_lost`).
+        InterruptionLost => "interruption_lost",
+    }
+}
+
+/// The outcome recorded when an interruption ends a session in mode agent.
+pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
+
+/// The five steps of the sandbox reset, in order (spec: "The sandbox reset").
+pub const RESET_STEPS: [&str; 5] = [
+    "instance_terminated",
+    "egress_group_checked",
+    "credentials_revoked",
+    "gateway_ca_destroyed",
+    "secrets_detached",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.as_str()), Some(*s));
+        }
+        for c in CloseReason::ALL {
+            assert_eq!(CloseReason::parse(c.as_str()), Some(*c));
+        }
+        assert_eq!(Mode::parse("Agent"), None);
+    }
+}

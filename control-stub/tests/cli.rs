@@ -1,0 +1,443 @@
+//! The `control-stub` binary: bad inputs give their documented code and
+//! change nothing; no output ever holds a secret value.
+
+mod common;
+
+use common::{bin, dump, Env};
+use talos_control_stub::cli::main_with;
+use talos_control_stub::{FakeLink, FakeVerifier, Mode};
+
+/// A value no command may print.
+const SECRET: &str = "s3cr3t-Zq9-UNMISTAKABLE-7731";
+
+/// An empty store in a temp dir, with `api.github.com` on the egress list
+/// and tenant `acme`'s secret `GH`, set through the binary.
+fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stub.db");
+    let out = bin(&db, &["policy", "egress", "add", "api.github.com"], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let out = bin(
+        &db,
+        &["secret", "set", "GH", "--tenant", "acme"],
+        format!("{SECRET}\n").as_bytes(),
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    (dir, db)
+}
+
+/// Run `args`, expect exit status 2 with `code`, and no change to the store.
+fn refused(db: &std::path::Path, args: &[&str], code: &str) {
+    let before = dump(db);
+    let out = bin(db, args, b"");
+    assert_eq!(out.status, 2, "{args:?}: {out:?}");
+    assert_eq!(out.code(), Some(code), "{args:?}: {out:?}");
+    assert!(out.stderr.starts_with(&format!("error: {code}: ")));
+    assert_eq!(dump(db), before, "{args:?} changed the store");
+}
+
+#[test]
+fn a_name_not_on_the_egress_list() {
+    let (_dir, db) = setup();
+    refused(
+        &db,
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "acme",
+            "--source",
+            "10.1.0.2",
+            "--allow",
+            "api.github.com",
+            "--allow",
+            "evil.example.net",
+        ],
+        "sandbox_destination_not_allowed",
+    );
+    let out = bin(
+        &db,
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "acme",
+            "--source",
+            "10.1.0.2",
+            "--allow",
+            "evil.example.net",
+        ],
+        b"",
+    );
+    assert!(out.stderr.contains("evil.example.net"), "names the name");
+}
+
+#[test]
+fn an_unknown_session() {
+    let (_dir, db) = setup();
+    for cmd in [
+        "status",
+        "pause",
+        "resume",
+        "interrupt",
+        "recover",
+        "stop",
+        "revoke-all",
+    ] {
+        refused(
+            &db,
+            &["sandbox", cmd, "sbx-000000000000"],
+            "sandbox_not_found",
+        );
+    }
+    refused(
+        &db,
+        &["certificate", "sbx-000000000000"],
+        "sandbox_not_found",
+    );
+}
+
+#[test]
+fn a_resume_of_an_ended_session() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    env.life().stop(&id).unwrap();
+    let db = env.db();
+    drop(env.store);
+    refused(&db, &["sandbox", "resume", &id], "sandbox_ended");
+    refused(&db, &["sandbox", "stop", &id], "sandbox_ended");
+    refused(&db, &["sandbox", "pause", &id], "sandbox_not_running");
+}
+
+#[test]
+fn a_secret_that_does_not_exist() {
+    let (_dir, db) = setup();
+    refused(
+        &db,
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "acme",
+            "--source",
+            "10.1.0.2",
+            "--allow",
+            "api.github.com",
+            "--attach",
+            "NOPE=api.github.com:authorization:Bearer",
+        ],
+        "secret_not_found",
+    );
+    refused(
+        &db,
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "globex",
+            "--source",
+            "10.1.0.2",
+            "--allow",
+            "api.github.com",
+            "--attach",
+            "GH=api.github.com:authorization:Bearer",
+        ],
+        "secret_not_found",
+    );
+    refused(
+        &db,
+        &["secret", "delete", "NOPE", "--tenant", "acme"],
+        "secret_not_found",
+    );
+}
+
+#[test]
+fn other_bad_inputs() {
+    let (_dir, db) = setup();
+    refused(
+        &db,
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "acme",
+            "--source",
+            "10.1.0.2",
+            "--allow",
+            "api.github.com",
+            "--attach",
+            "GH=pypi.org:authorization",
+        ],
+        "sandbox_request_invalid",
+    );
+    refused(
+        &db,
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "acme",
+            "--source",
+            "not-an-address",
+        ],
+        "sandbox_request_invalid",
+    );
+    refused(
+        &db,
+        &["policy", "egress", "add", "10.0.0.1"],
+        "name_invalid",
+    );
+    refused(
+        &db,
+        &["policy", "egress", "remove", "pypi.org"],
+        "egress_not_found",
+    );
+    refused(
+        &db,
+        &["secret", "list", "--tenant", "Bad Tenant"],
+        "name_invalid",
+    );
+    let before = dump(&db);
+    let out = bin(&db, &["secret", "set", "E", "--tenant", "acme"], b"\n");
+    assert_eq!(out.code(), Some("secret_value_invalid"));
+    let out = bin(&db, &["secret", "set", "E", "--tenant", "acme"], b"a\x00b");
+    assert_eq!(out.code(), Some("secret_value_invalid"));
+    assert!(!out.stderr.contains("a\u{0}b"));
+    assert_eq!(dump(&db), before);
+}
+
+#[test]
+fn commands_that_need_the_gateways_fail_unreachable_without_a_link() {
+    let (_dir, db) = setup();
+    let start = [
+        "sandbox",
+        "start",
+        "--tenant",
+        "acme",
+        "--source",
+        "10.1.0.2",
+        "--allow",
+        "api.github.com",
+        "--attach",
+        "GH=api.github.com:authorization:Bearer",
+    ];
+    refused(&db, &start, "gateway_unreachable");
+    let mut with_gateway = vec!["--gateway", "127.0.0.1:7443"];
+    with_gateway.extend(start);
+    refused(&db, &with_gateway, "gateway_unreachable");
+    let out = bin(&db, &with_gateway, b"");
+    assert!(out.stderr.contains("127.0.0.1:7443"), "{out:?}");
+}
+
+#[test]
+fn stopping_a_paused_session_needs_no_gateway() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    env.life().pause(&id).unwrap();
+    let db = env.db();
+    drop(env.store);
+    let out = bin(&db, &["certificate", &id], b"");
+    assert_eq!(out.code(), Some("certificate_not_issued"));
+    let cert: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(cert["issued"], false);
+
+    let out = bin(&db, &["sandbox", "stop", &id], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let t: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(t["state"], "ended");
+    let out = bin(&db, &["certificate", &id], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let cert: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(cert["issued"], true);
+    assert_eq!(cert["kind"], "sandbox session");
+}
+
+#[test]
+fn secret_set_list_and_delete() {
+    let (dir, db) = setup();
+    let file = dir.path().join("value");
+    std::fs::write(&file, format!("{SECRET}-2\r\n")).unwrap();
+    let out = bin(
+        &db,
+        &["secret", "set", "FILE", "--tenant", "acme", "--from-file"],
+        b"",
+    );
+    assert_eq!(out.status, 2, "clap wants the path: {out:?}");
+    let out = bin(
+        &db,
+        &[
+            "secret",
+            "set",
+            "FILE",
+            "--tenant",
+            "acme",
+            "--from-file",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    let out = bin(&db, &["secret", "list", "--tenant", "acme"], b"");
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["FILE", "GH"]);
+    assert!(list[0]["updated_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(list[0].as_object().unwrap().len(), 2, "name and time only");
+    let out = bin(&db, &["secret", "list", "--tenant", "globex"], b"");
+    assert_eq!(out.stdout.trim(), "[]");
+
+    // Stored exactly as given, less the one line ending.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let v: Vec<u8> = conn
+        .query_row(
+            "SELECT value FROM secrets WHERE tenant = 'acme' AND name = 'FILE'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(v, format!("{SECRET}-2").as_bytes());
+    drop(conn);
+
+    let out = bin(&db, &["secret", "delete", "FILE", "--tenant", "acme"], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let out = bin(&db, &["secret", "list", "--tenant", "acme"], b"");
+    assert!(!out.stdout.contains("FILE"));
+}
+
+/// Every command, through the binary where it needs no gateway and in
+/// process with a fake pair where it does: no output holds the value.
+#[test]
+fn no_output_ever_holds_a_secret_value() {
+    let (_dir, db) = setup();
+    let mut seen = String::new();
+    let mut run_bin = |args: &[&str], stdin: &[u8]| {
+        let out = bin(&db, args, stdin);
+        seen.push_str(&out.stdout);
+        seen.push_str(&out.stderr);
+        out
+    };
+    run_bin(&["secret", "list", "--tenant", "acme"], b"");
+    run_bin(&["policy", "egress", "list"], b"");
+    run_bin(
+        &["secret", "set", "GH", "--tenant", "acme"],
+        SECRET.as_bytes(),
+    );
+    run_bin(
+        &["secret", "set", "BAD", "--tenant", "acme"],
+        format!("{SECRET}\n\n").as_bytes(),
+    );
+    run_bin(
+        &["secret", "set", "bad name", "--tenant", "acme"],
+        SECRET.as_bytes(),
+    );
+    run_bin(
+        &[
+            "sandbox",
+            "start",
+            "--tenant",
+            "acme",
+            "--source",
+            "10.1.0.2",
+            "--allow",
+            "api.github.com",
+            "--attach",
+            "GH=api.github.com:authorization:Bearer",
+        ],
+        b"",
+    );
+
+    let link = FakeLink::default();
+    let verifier = FakeVerifier::accepting();
+    let in_process = |args: &[&str]| -> String {
+        let mut argv = vec!["control-stub", "--db", db.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let status = main_with(argv, &link, &verifier, &mut &b""[..], &mut out, &mut err);
+        let text = format!(
+            "{}{}",
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap()
+        );
+        assert!(status == 0 || text.contains("error: "), "{text}");
+        text
+    };
+    let started = in_process(&[
+        "sandbox",
+        "start",
+        "--tenant",
+        "acme",
+        "--source",
+        "10.1.0.2",
+        "--allow",
+        "api.github.com",
+        "--attach",
+        "GH=api.github.com:authorization:Bearer",
+        "--mode",
+        "commands",
+    ]);
+    let t: serde_json::Value = serde_json::from_str(&started).unwrap();
+    let id = t["session_id"].as_str().unwrap().to_owned();
+    seen.push_str(&started);
+    for args in [
+        vec!["sandbox", "status", &id],
+        vec!["sandbox", "pause", &id],
+        vec!["sandbox", "resume", &id],
+        vec!["sandbox", "interrupt", &id],
+        vec!["sandbox", "recover", &id],
+        vec!["certificate", &id],
+        vec!["sandbox", "stop", &id],
+        vec!["sandbox", "status", &id],
+        vec!["certificate", &id],
+        vec!["gateway", "list"],
+    ] {
+        seen.push_str(&in_process(&args));
+    }
+    assert!(
+        link.calls().len() >= 5,
+        "the fake pair saw the values: the test reached them"
+    );
+    assert!(seen.contains(&id));
+    assert!(!seen.contains(SECRET), "a command printed the value");
+    assert!(!seen.contains("UNMISTAKABLE"));
+}
+
+#[test]
+fn the_store_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("new.db");
+    let out = bin(&db, &["policy", "egress", "list"], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = bin(&db, &["policy", "egress", "list"], b"");
+    assert_eq!(out.code(), Some("store_failed"), "{out:?}");
+    assert!(out.stderr.contains("chmod 600"));
+}
+
+#[test]
+fn the_store_is_versioned_and_in_wal_mode() {
+    let env = Env::new();
+    let conn = rusqlite::Connection::open(env.db()).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, talos_control_stub::store::SCHEMA_VERSION);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    drop(env.store);
+    let err = talos_control_stub::Store::open(&env.dir.path().join("stub.db")).unwrap_err();
+    assert_eq!(err.code(), "store_failed");
+    assert!(err.to_string().contains("schema version 99"));
+}

@@ -1,0 +1,157 @@
+//! Shared test helpers: a store in a temporary directory, a fake gateway
+//! pair, a dump of every row, and the built `control-stub` binary.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use talos_control_stub::link::{FakeLink, FakeVerifier, ReportVerifier};
+use talos_control_stub::{Lifecycle, Mode, StartRequest, Store, Transition};
+
+pub const ACCEPT: FakeVerifier = FakeVerifier::accepting();
+
+/// A store in its own temporary directory and a fake gateway pair.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub store: Store,
+    pub link: FakeLink,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("stub.db")).unwrap();
+        Env {
+            dir,
+            store,
+            link: FakeLink::default(),
+        }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("stub.db")
+    }
+
+    /// The state machine with a verifier that accepts every report.
+    pub fn life(&mut self) -> Lifecycle<'_> {
+        Lifecycle::new(&mut self.store, &self.link, &ACCEPT)
+    }
+
+    /// The state machine with another verifier.
+    pub fn life_with<'a>(&'a mut self, verifier: &'a dyn ReportVerifier) -> Lifecycle<'a> {
+        Lifecycle::new(&mut self.store, &self.link, verifier)
+    }
+
+    /// The egress list and the tenant `acme`'s secrets most tests use.
+    pub fn with_policy(mut self) -> Env {
+        for name in ["api.github.com", "api.example.com", "pypi.org"] {
+            self.store.egress_add(name).unwrap();
+        }
+        self.store
+            .secret_set("acme", "GH", b"gh-value-1-QZX")
+            .unwrap();
+        self.store
+            .secret_set("acme", "EX", b"ex-value-1-QZX")
+            .unwrap();
+        self
+    }
+
+    /// Start a session of tenant `acme` with the usual names and
+    /// attachments.
+    pub fn start(&mut self, mode: Mode) -> Transition {
+        self.life().start(&request(mode)).unwrap()
+    }
+
+    pub fn dump(&self) -> String {
+        dump(&self.db())
+    }
+}
+
+/// A start request: two destinations, one attachment on each.
+pub fn request(mode: Mode) -> StartRequest {
+    StartRequest {
+        tenant: "acme".into(),
+        sources: vec!["10.1.0.2".into()],
+        allow: vec!["api.github.com".into(), "api.example.com".into()],
+        attach: vec![
+            "GH=api.github.com:authorization:Bearer".into(),
+            "EX=api.example.com:x-api-key".into(),
+        ],
+        mode,
+    }
+}
+
+/// Every row of every table, and the schema version, as text: two dumps
+/// are equal exactly when nothing changed.
+pub fn dump(db: &Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut out = String::new();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    out.push_str(&format!("user_version {version}\n"));
+    let mut tables = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap();
+    let names: Vec<String> = tables
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for table in names {
+        out.push_str(&format!("table {table}\n"));
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
+            .unwrap();
+        let columns = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            let values: Vec<String> = (0..columns)
+                .map(|i| format!("{:?}", row.get::<_, rusqlite::types::Value>(i).unwrap()))
+                .collect();
+            out.push_str(&values.join(" | "));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// What a run of the binary gave.
+#[derive(Debug)]
+pub struct Output {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    /// The error code the binary printed (`error: <code>: …`).
+    pub fn code(&self) -> Option<&str> {
+        let rest = self.stderr.strip_prefix("error: ")?;
+        rest.split(':').next()
+    }
+}
+
+/// Run the built `control-stub` against `db`, with `stdin` on its input.
+pub fn bin(db: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_control-stub"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Output {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
