@@ -54,6 +54,42 @@ pub enum StartError {
     TrustAnchor(String),
     #[error("{0}")]
     Secret(crate::secret::SecretError),
+    #[error("{0}")]
+    Control(String),
+    #[error(transparent)]
+    SigningKey(#[from] talos_certs::KeyError),
+}
+
+/// The control channel, ready to serve once the data path's state exists.
+struct ControlSetup {
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    key: Arc<talos_certs::GatewayKey>,
+}
+
+/// Load the control channel's keys and certificates (config validation
+/// has checked them once already; they are read again as the gateway
+/// starts) and bind its listener.
+async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, StartError> {
+    let ca = crate::config::read_pem_certs(c.ca_file.get_ref()).map_err(StartError::Control)?;
+    let chain =
+        crate::config::read_pem_certs(c.cert_file.get_ref()).map_err(StartError::Control)?;
+    let key = crate::config::read_private_key(c.key_file.get_ref()).map_err(StartError::Control)?;
+    let tls = crate::control::server_tls(&ca, chain, key).map_err(StartError::Control)?;
+    let signing = talos_certs::GatewayKey::load_or_create(c.signing_key_file.get_ref())?;
+    let addr = *c.listen.get_ref();
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            which: "control",
+            addr,
+            source,
+        })?;
+    Ok(ControlSetup {
+        listener,
+        tls,
+        key: Arc::new(signing),
+    })
 }
 
 /// Read the static sessions' secret values from their sources (config
@@ -149,6 +185,10 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     };
     let data = bind("data", config.listen.data).await?;
     let admin = bind("admin", config.listen.admin).await?;
+    let control = match &config.control {
+        Some(c) => Some(setup_control(c).await?),
+        None => None,
+    };
     let data_addr = data.local_addr().unwrap_or(config.listen.data);
     let admin_addr = admin.local_addr().unwrap_or(config.listen.admin);
 
@@ -178,10 +218,24 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         sessions = config.sessions.len(),
         "listening"
     );
-    println!(
-        "{}",
-        serde_json::json!({"event": "ready", "data": data_addr, "admin": admin_addr})
-    );
+    // Stops the control listener when draining starts: no session opens on
+    // a gateway that is going away.
+    let control_stop = CancellationToken::new();
+    let mut ready_line =
+        serde_json::json!({"event": "ready", "data": data_addr, "admin": admin_addr});
+    let control_task = control.map(|c| {
+        let addr = c.listener.local_addr().ok();
+        ready_line["control"] = serde_json::json!(addr);
+        tracing::info!(control = ?addr, key_id = %c.key.key_id(), "control channel listening");
+        let service = crate::control::ControlService::new(Arc::clone(&shared), c.key, upstream);
+        tokio::spawn(crate::control::serve(
+            c.listener,
+            c.tls,
+            service,
+            control_stop.clone(),
+        ))
+    });
+    println!("{ready_line}");
 
     let tracker = TaskTracker::new();
     let cap = Arc::new(Semaphore::new(config.limits.max_connections));
@@ -199,7 +253,13 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         let (stream, peer) = tokio::select! {
             _ = &mut signal => break,
             accepted = data.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    // Small TLS records (handshake, HTTP/2 frames, the
+                    // last bytes of a reply) go out at once instead of
+                    // waiting out the peer's delayed ACK.
+                    let _ = a.0.set_nodelay(true);
+                    a
+                }
                 Err(e) => {
                     // EMFILE and friends: back off briefly instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -216,6 +276,17 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     }
 
     tracing::info!(open = tracker.len(), "draining");
+    control_stop.cancel();
+    if let Some(mut task) = control_task {
+        // Open RPCs get the drain grace too; a client that holds its
+        // connection open past it is cut.
+        if tokio::time::timeout(config.limits.shutdown_grace(), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
     ready.store(false, Ordering::Relaxed);
     drop(data);
     tracker.close();

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use hickory_proto::op::{Message, MessageType, ResponseCode};
-use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::rdata::{A, AAAA, SOA};
 use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::net::UdpSocket;
 
@@ -79,6 +79,7 @@ fn answer(table: &HashMap<String, Answer>, query: &[u8]) -> Option<Vec<u8>> {
         }
         Some(Answer::Silent) => return None,
         Some(Answer::Addrs(addrs)) => {
+            let mut answered = false;
             for ip in addrs {
                 let rdata = match (ip, q.query_type()) {
                     (IpAddr::V4(v4), RecordType::A) => RData::A(A(*v4)),
@@ -86,6 +87,13 @@ fn answer(table: &HashMap<String, Answer>, query: &[u8]) -> Option<Vec<u8>> {
                     _ => continue,
                 };
                 reply.add_answer(Record::from_rdata(q.name().clone(), 60, rdata));
+                answered = true;
+            }
+            if !answered {
+                // "No record of this type" with an SOA, as real servers
+                // answer, so resolvers cache the empty answer (RFC 2308).
+                let soa = SOA::new(q.name().clone(), q.name().clone(), 1, 3600, 600, 86_400, 60);
+                reply.add_name_server(Record::from_rdata(q.name().clone(), 60, RData::SOA(soa)));
             }
         }
     }
