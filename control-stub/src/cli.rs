@@ -35,15 +35,36 @@ pub struct Cli {
     /// The store (SQLite). Created with mode 0600 on first use.
     #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_PATH)]
     pub db: PathBuf,
-    /// A gateway's control address (repeat for each gateway of the pair).
-    #[arg(long = "gateway", global = true, value_name = "ADDR")]
+    /// A gateway's control address, `ID=HOST:PORT` (its certificate must
+    /// name ID) or `HOST:PORT` (its certificate must name `localhost`);
+    /// repeat for each gateway of the pair.
+    #[arg(long = "gateway", global = true, value_name = "[ID=]ADDR")]
     pub gateways: Vec<String>,
+    /// The directory `init` wrote: the control CA and this stub's
+    /// certificate and key, for the control channel.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub control_dir: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Make the control channel's identities in DIR: the control CA, the
+    /// control stub's certificate, and one per gateway id. Never overwrites.
+    /// Each `--gateway ID` (or `ID=ADDR`: the id is used) gets a certificate.
+    Init {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Serve the ControlPlane service (the gateways' batches) over mutual
+    /// TLS until SIGTERM or SIGINT. Prints one JSON line with the address
+    /// once listening.
+    Serve {
+        /// The address to listen on (port 0: any free port).
+        #[arg(long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+    },
     /// Sessions: start, pause, resume, interrupt, recover, stop, revoke-all, status.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
@@ -199,8 +220,29 @@ pub fn run(
     stdin: &mut dyn Read,
     stdout: &mut dyn Write,
 ) -> Result<(), Error> {
+    match &cli.command {
+        Command::Init { dir } => {
+            let ids: Vec<String> = cli
+                .gateways
+                .iter()
+                .map(|g| {
+                    g.split_once('=')
+                        .map_or(g.as_str(), |(id, _)| id)
+                        .to_owned()
+                })
+                .collect();
+            let written = crate::identity::init(dir, &ids)?;
+            return write_out(stdout, &json(&written)?);
+        }
+        Command::Serve { listen } => return serve(cli, *listen, stdout),
+        _ => {}
+    }
     let mut store = Store::open(&cli.db)?;
+    if needs_gateways(&cli.command) {
+        register_gateways(&mut store, link)?;
+    }
     let out = match &cli.command {
+        Command::Init { .. } | Command::Serve { .. } => unreachable!("handled above"),
         Command::Sandbox(cmd) => {
             let mut life = Lifecycle::new(&mut store, link, verifier);
             match cmd {
@@ -285,6 +327,66 @@ pub fn run(
         }
     };
     write_out(stdout, &out)
+}
+
+/// Whether `command` may reach the gateways.
+fn needs_gateways(command: &Command) -> bool {
+    matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. }))
+}
+
+/// Ask each gateway who it is and register its key at first contact; a
+/// known id with another key is `gateway_key_conflict`. A gateway that
+/// cannot be reached is skipped here: the command fails
+/// `gateway_unreachable` if it needs it, and works if it does not (a stop
+/// of a paused session).
+fn register_gateways(store: &mut Store, link: &dyn GatewayLink) -> Result<(), Error> {
+    let Ok(described) = link.describe() else {
+        return Ok(());
+    };
+    for d in described {
+        store.register_gateway(&d.gateway_id, &d.public_key_hex)?;
+    }
+    Ok(())
+}
+
+/// `serve`: the ControlPlane service on `listen`, until SIGTERM/SIGINT.
+fn serve(cli: &Cli, listen: std::net::SocketAddr, stdout: &mut dyn Write) -> Result<(), Error> {
+    let dir = cli.control_dir.as_deref().ok_or_else(|| Error::Io {
+        what: "serve".into(),
+        reason: "--control-dir DIR is needed (the directory init wrote)".into(),
+    })?;
+    let tls = crate::identity::Identity::load(dir, "stub")?.server_config()?;
+    let store = Store::open(&cli.db)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io {
+            what: "runtime".into(),
+            reason: e.to_string(),
+        })?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| Error::Io {
+                what: listen.to_string(),
+                reason: e.to_string(),
+            })?;
+        let addr = listener.local_addr().map_err(|e| Error::Io {
+            what: listen.to_string(),
+            reason: e.to_string(),
+        })?;
+        let ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
+        write_out(stdout, &ready.to_string())?;
+        let _ = stdout.flush();
+        crate::serve::serve(
+            listener,
+            tls,
+            crate::serve::Consumer::new(store),
+            crate::serve::shutdown_signal(),
+        )
+        .await;
+        Ok(())
+    })
 }
 
 /// Read a secret value, at most one byte more than a value may hold (so a

@@ -13,31 +13,43 @@
 //! Each module depends only on modules above it.
 //!
 //! - [`error`]: the one error enum and its stable codes.
+//! - [`pb`]: the control channel's messages, client and server, compiled
+//!   from `gateway/proto/control.proto`.
 //! - [`names`]: well-formed tenants, secret names, destinations, sources,
 //!   attachments and secret values (the gateway's own rules).
+//! - [`identity`]: the control channel's certificates: `init` makes them,
+//!   both ends load them.
 //! - [`model`]: the closed vocabularies: modes, states, causes, reasons,
 //!   reset steps.
 //! - [`link`]: the control channel seen from here: [`GatewayLink`],
 //!   [`ReportVerifier`], and the [`FakeLink`] tests drive.
 //! - [`store`]: the SQLite store: schema, secret store, policy, sessions,
 //!   batches.
+//! - [`grpc_link`]: the control channel client ([`GrpcLink`]) and the
+//!   drop report signature check ([`SignatureVerifier`]).
 //! - [`lifecycle`]: the session state machine and the reset.
 //! - [`certificate`](mod@certificate): the session certificate.
+//! - [`serve`]: the `ControlPlane` service, the batch consumer.
 //! - [`cli`]: the `control-stub` command line.
 
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod pb;
 pub mod names;
+pub mod identity;
 pub mod model;
 pub mod link;
 pub mod store;
+pub mod grpc_link;
 pub mod lifecycle;
 pub mod certificate;
+pub mod serve;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};
 pub use error::Error;
+pub use grpc_link::{GrpcLink, SignatureVerifier};
 pub use lifecycle::{Lifecycle, StartRequest, Status, Transition};
 pub use link::{
     Attachment, CloseSession, DropReportView, FakeLink, FakeVerifier, GatewayLink, LinkError,

@@ -4,13 +4,14 @@
 //! [`GatewayLink`] is the seam between the session state machine and the
 //! network: the state machine calls it inside the store transaction of each
 //! transition, so a link that fails leaves the store as it was. Two
-//! implementations live here:
+//! implementations live here, and the real one in [`crate::grpc_link`]:
 //!
 //! - [`FakeLink`], for tests: it records every call, answers with made-up CA
 //!   certificates whose digests are right, and reports drops that match what
 //!   it opened — unless told to fail or to tamper with a report.
-//! - [`UnavailableLink`], what the `control-stub` command uses while it has
-//!   no control channel client: every call fails `gateway_unreachable`.
+//! - [`UnavailableLink`]: every call fails `gateway_unreachable`.
+//! - [`GrpcLink`](crate::grpc_link::GrpcLink), what the `control-stub`
+//!   command uses: the `Gateway` gRPC service over mutual TLS.
 //!
 //! Drop reports are signed by the gateway that made them. Checking that
 //! signature is a [`ReportVerifier`]'s job, kept apart from the link so that
@@ -49,6 +50,21 @@ pub trait GatewayLink {
     /// returns, per gateway, its signed drop report (the signed bytes and
     /// the fields parsed from them).
     fn close(&self, req: &CloseSession) -> Result<Vec<DropReportView>, LinkError>;
+
+    /// Who each gateway is: its id and the public key that signs its
+    /// reports and batches, for registration at first contact. A link
+    /// without that knowledge (a fake) answers none.
+    fn describe(&self) -> Result<Vec<Described>, LinkError> {
+        Ok(Vec::new())
+    }
+}
+
+/// One gateway's answer to [`GatewayLink::describe`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub gateway_id: String,
+    /// Its Ed25519 public key, lowercase hex (64 digits).
+    pub public_key_hex: String,
 }
 
 /// Why the link failed, before or instead of an answer.
@@ -245,8 +261,8 @@ impl ReportVerifier for RefuseReports {
     }
 }
 
-/// The link of a control stub without a control channel client: every call
-/// fails `gateway_unreachable`, naming the addresses it was given.
+/// A link that reaches no gateway: every call fails `gateway_unreachable`,
+/// naming the addresses it was given.
 #[derive(Clone, Debug, Default)]
 pub struct UnavailableLink {
     gateways: Vec<String>,

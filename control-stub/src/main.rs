@@ -5,15 +5,21 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use talos_control_stub::cli::{report, run, Cli};
-use talos_control_stub::link::{RefuseReports, UnavailableLink};
+use talos_control_stub::cli::{report, run, Cli, EXIT_FAILURE};
+use talos_control_stub::grpc_link::{GrpcLink, SignatureVerifier};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // No control channel client exists yet: commands that must reach the
-    // gateways fail `gateway_unreachable`; everything else works.
-    let link = UnavailableLink::new(cli.gateways.clone());
-    let verifier = RefuseReports;
+    // The link reads the control channel identity and connects only when a
+    // command first needs the gateways.
+    let link = match GrpcLink::new(&cli.gateways, cli.control_dir.clone()) {
+        Ok(link) => link,
+        Err(e) => {
+            eprintln!("error: {}: {e}", e.code());
+            return ExitCode::from(u8::try_from(EXIT_FAILURE).unwrap_or(2));
+        }
+    };
+    let verifier = SignatureVerifier;
     let status = report(
         run(
             &cli,

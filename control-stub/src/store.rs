@@ -10,7 +10,7 @@
 //! of reach).
 //!
 //! The schema is versioned with `PRAGMA user_version` and created on first
-//! use. Version 1:
+//! use (version 2; a version 1 file gains `chain_state`):
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
@@ -25,6 +25,7 @@
 //! | `batches` | verified batch received | `gateway_id`, `seq`, `digest`, `received_at` |
 //! | `connection_records` | connection record of a batch | `gateway_id`, `seq`, `idx` (position in the batch), `session_id` (from the record; NULL for `unknown_source`), `json` |
 //! | `batch_rejections` | batch refused by the batch consumer | `gateway_id`, `seq`, `reason`, `at` |
+//! | `chain_state` | gateway whose batches were accepted | `gateway_id`, `json` (talos-certs `ChainState`: last seq and recent digests) |
 //!
 //! Every change runs in one transaction ([`Store::write`]); a failing
 //! operation changes nothing.
@@ -42,7 +43,7 @@ use crate::model::{AttemptEnd, CloseReason, EndReason, Mode, OpenCause, State};
 use crate::names::{self, AttachSpec};
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Where the CLI keeps its store unless `--db` says otherwise.
 pub const DEFAULT_PATH: &str = "./control-stub.db";
@@ -156,6 +157,15 @@ CREATE TABLE batch_rejections (
 );
 "#;
 
+/// Version 2: the batch consumer's chain position per gateway, updated in
+/// the transaction that records each accepted batch.
+const SCHEMA_V2: &str = r#"
+CREATE TABLE chain_state (
+    gateway_id TEXT PRIMARY KEY NOT NULL,
+    json TEXT NOT NULL
+);
+"#;
+
 /// The current time, RFC 3339 UTC with milliseconds (as the gateway's
 /// records write it).
 pub fn now() -> String {
@@ -208,6 +218,11 @@ impl Store {
         match version {
             0 => {
                 tx.execute_batch(SCHEMA_V1)?;
+                tx.execute_batch(SCHEMA_V2)?;
+                tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            }
+            1 => {
+                tx.execute_batch(SCHEMA_V2)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             }
             SCHEMA_VERSION => {}
@@ -410,47 +425,86 @@ impl Store {
         records: &[serde_json::Value],
     ) -> Result<BatchOutcome, Error> {
         let gateway_id = names::gateway_id(gateway_id)?;
-        let seq_sql = seq_to_sql(seq)?;
+        self.write(|tx| tx.insert_batch(&gateway_id, seq, digest, records))
+    }
+
+    /// Verify a signed batch (signature, sequence, chain) against the
+    /// registered keys and each gateway's chain position, and record the
+    /// outcome, all in one transaction: a new batch with its records and
+    /// the gateway's new chain position; a rejection with its reason; a
+    /// duplicate changes nothing.
+    pub fn accept_batch(&mut self, signed: &talos_certs::Signed) -> Result<BatchVerdict, Error> {
         self.write(|tx| {
-            let recorded: Option<String> = tx
-                .conn
-                .query_row(
-                    "SELECT digest FROM batches WHERE gateway_id = ?1 AND seq = ?2",
-                    params![gateway_id, seq_sql],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            match recorded {
-                Some(d) if d == digest => return Ok(BatchOutcome::AlreadyRecorded),
-                Some(d) => {
-                    return Err(Error::BatchConflict {
-                        gateway_id: gateway_id.clone(),
-                        seq,
-                        recorded: d,
+            let mut verifier = talos_certs::ChainVerifier::new();
+            let mut stmt = tx.conn.prepare(
+                "SELECT g.id, g.public_key_hex, c.json FROM gateways g
+                 LEFT JOIN chain_state c ON c.gateway_id = g.id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            })?;
+            for row in rows {
+                let (id, key_hex, state) = row?;
+                // A registered key that is not an Ed25519 key verifies
+                // nothing: its gateway's batches are refused unknown_gateway.
+                let Some(key) = ed25519_key(&key_hex) else {
+                    continue;
+                };
+                let state = match state {
+                    Some(json) => serde_json::from_str(&json)?,
+                    None => talos_certs::ChainState::genesis(),
+                };
+                verifier.register(id, key, state);
+            }
+            drop(stmt);
+            match verifier.accept(signed) {
+                Ok(talos_certs::Accepted::New {
+                    header,
+                    records,
+                    digest,
+                }) => {
+                    let values = records
+                        .iter()
+                        .map(|r| serde_json::from_str(r))
+                        .collect::<Result<Vec<serde_json::Value>, _>>()?;
+                    tx.insert_batch(&header.gateway_id, header.seq, &digest, &values)?;
+                    let state = verifier
+                        .state(&header.gateway_id)
+                        .ok_or_else(|| Error::Store("chain state lost".into()))?;
+                    tx.conn.execute(
+                        "INSERT INTO chain_state (gateway_id, json) VALUES (?1, ?2)
+                         ON CONFLICT (gateway_id) DO UPDATE SET json = excluded.json",
+                        params![header.gateway_id, serde_json::to_string(state)?],
+                    )?;
+                    Ok(BatchVerdict::Accepted {
+                        gateway_id: header.gateway_id,
+                        seq: header.seq,
                     })
                 }
-                None => {}
+                Ok(talos_certs::Accepted::Duplicate { gateway_id, seq }) => {
+                    Ok(BatchVerdict::Duplicate { gateway_id, seq })
+                }
+                Err(rejection) => {
+                    let (gateway_id, seq) = claimed_header(&signed.payload);
+                    let reason = rejection.as_str();
+                    let gateway_id: String =
+                        gateway_id.chars().take(names::MAX_GATEWAY_ID_LEN).collect();
+                    tx.conn.execute(
+                        "INSERT INTO batch_rejections (gateway_id, seq, reason, at) VALUES (?1, ?2, ?3, ?4)",
+                        params![gateway_id, seq_to_sql(seq).unwrap_or(i64::MAX), reason, now()],
+                    )?;
+                    Ok(BatchVerdict::Rejected {
+                        gateway_id,
+                        seq,
+                        reason,
+                        detail: rejection.to_string(),
+                    })
+                }
             }
-            tx.conn.execute(
-                "INSERT INTO batches (gateway_id, seq, digest, received_at) VALUES (?1, ?2, ?3, ?4)",
-                params![gateway_id, seq_sql, digest, now()],
-            )?;
-            let mut stmt = tx.conn.prepare(
-                "INSERT INTO connection_records (gateway_id, seq, idx, session_id, json)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            for (idx, record) in records.iter().enumerate() {
-                let session_id = record.get("session_id").and_then(|v| v.as_str());
-                let idx = i64::try_from(idx).map_err(|_| Error::Store("batch too long".into()))?;
-                stmt.execute(params![
-                    gateway_id,
-                    seq_sql,
-                    idx,
-                    session_id,
-                    serde_json::to_string(record)?
-                ])?;
-            }
-            Ok(BatchOutcome::Recorded)
         })
     }
 
@@ -505,6 +559,44 @@ fn create_private(path: &Path) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// What [`Store::accept_batch`] made of a signed batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchVerdict {
+    /// Verified, new, recorded.
+    Accepted { gateway_id: String, seq: u64 },
+    /// Verified, and recorded before (a re-delivery).
+    Duplicate { gateway_id: String, seq: u64 },
+    /// Refused, and the refusal recorded. `gateway_id` and `seq` are what
+    /// the batch claimed (empty and 0 when it does not parse); `reason` is
+    /// the stable name ([`talos_certs::Rejection::as_str`]).
+    Rejected {
+        gateway_id: String,
+        seq: u64,
+        reason: &'static str,
+        detail: String,
+    },
+}
+
+/// A registered public key (hex) as an Ed25519 key, if it is one.
+pub fn ed25519_key(hex_key: &str) -> Option<[u8; 32]> {
+    hex::decode(hex_key).ok()?.try_into().ok()
+}
+
+/// The gateway id and seq a batch payload claims, unverified, for the
+/// record of its rejection.
+pub fn claimed_header(payload: &[u8]) -> (String, u64) {
+    #[derive(serde::Deserialize)]
+    struct Claimed {
+        #[serde(default)]
+        gateway_id: String,
+        #[serde(default)]
+        seq: u64,
+    }
+    serde_json::from_slice::<Claimed>(payload)
+        .map(|c| (c.gateway_id, c.seq))
+        .unwrap_or_default()
 }
 
 /// Whether [`Store::record_batch`] recorded the batch or had it already.
@@ -661,6 +753,56 @@ pub struct Tx<'a> {
 }
 
 impl Tx<'_> {
+    /// Record a verified batch (see [`Store::record_batch`]).
+    pub fn insert_batch(
+        &self,
+        gateway_id: &str,
+        seq: u64,
+        digest: &str,
+        records: &[serde_json::Value],
+    ) -> Result<BatchOutcome, Error> {
+        let seq_sql = seq_to_sql(seq)?;
+        let recorded: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT digest FROM batches WHERE gateway_id = ?1 AND seq = ?2",
+                params![gateway_id, seq_sql],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match recorded {
+            Some(d) if d == digest => return Ok(BatchOutcome::AlreadyRecorded),
+            Some(d) => {
+                return Err(Error::BatchConflict {
+                    gateway_id: gateway_id.to_owned(),
+                    seq,
+                    recorded: d,
+                })
+            }
+            None => {}
+        }
+        self.conn.execute(
+            "INSERT INTO batches (gateway_id, seq, digest, received_at) VALUES (?1, ?2, ?3, ?4)",
+            params![gateway_id, seq_sql, digest, now()],
+        )?;
+        let mut stmt = self.conn.prepare(
+            "INSERT INTO connection_records (gateway_id, seq, idx, session_id, json)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (idx, record) in records.iter().enumerate() {
+            let session_id = record.get("session_id").and_then(|v| v.as_str());
+            let idx = i64::try_from(idx).map_err(|_| Error::Store("batch too long".into()))?;
+            stmt.execute(params![
+                gateway_id,
+                seq_sql,
+                idx,
+                session_id,
+                serde_json::to_string(record)?
+            ])?;
+        }
+        Ok(BatchOutcome::Recorded)
+    }
+
     /// The egress list, sorted.
     pub fn egress_names(&self) -> Result<Vec<String>, Error> {
         let mut stmt = self.conn.prepare("SELECT name FROM egress ORDER BY name")?;

@@ -1,0 +1,319 @@
+//! The control channel's identities: `control-stub init` makes them, and
+//! both ends of the channel load them from the directory it wrote.
+//!
+//! One control CA (ECDSA P-256) signs a certificate for the control stub
+//! (`stub.pem`, `stub.key`) and one per gateway (`<id>.pem`, `<id>.key`).
+//! Every certificate is good for both TLS server and client
+//! authentication: each side serves one service and calls the other's. A
+//! gateway's certificate names its id as a DNS name, plus `localhost` and
+//! 127.0.0.1 for a pair run on one machine.
+//!
+//! Nothing on the channel trusts anything but the control CA. Once every
+//! certificate is made, the CA key (`ca.key`) should be moved offline: no
+//! running process needs it.
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Serialize;
+use zeroize::Zeroizing;
+
+use crate::error::Error;
+use crate::names;
+
+/// The control CA's certificate and key file names in the directory.
+pub const CA_CERT: &str = "ca.pem";
+pub const CA_KEY: &str = "ca.key";
+/// The control stub's own certificate and key.
+pub const STUB_CERT: &str = "stub.pem";
+pub const STUB_KEY: &str = "stub.key";
+/// The DNS name in the control stub's certificate.
+pub const STUB_NAME: &str = "control-stub";
+
+/// How long the certificates `init` makes are valid: two years. The
+/// channel's identities are rotated by running `init` into a new
+/// directory; a short life would make a demo pair stop without notice.
+pub const VALIDITY: Duration = Duration::from_secs(2 * 365 * 24 * 60 * 60);
+
+/// How far before now a certificate's validity starts, so a peer whose
+/// clock is a little behind still accepts it: one hour.
+pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(60 * 60);
+
+/// What `init` wrote.
+#[derive(Clone, Debug, Serialize)]
+pub struct Written {
+    pub dir: PathBuf,
+    /// Every file written, in order.
+    pub files: Vec<PathBuf>,
+    pub note: &'static str,
+}
+
+/// Make the control CA, the control stub's certificate and one per gateway
+/// id in `dir` (created if missing). Refuses, before writing anything, if
+/// any of the files exists. Key files are created mode 0600.
+pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
+    let mut ids = Vec::new();
+    for id in gateway_ids {
+        let id = names::gateway_id(id)?;
+        if ["ca", "stub", "localhost", STUB_NAME].contains(&id.as_str()) {
+            return Err(Error::NameInvalid {
+                what: "gateway id",
+                got: id,
+                reason: "ca, stub, control-stub and localhost name other things in the control directory or every certificate".into(),
+            });
+        }
+        if rustls::pki_types::DnsName::try_from(id.as_str()).is_err() {
+            return Err(Error::NameInvalid {
+                what: "gateway id",
+                got: id,
+                reason:
+                    "a gateway id goes in its certificate as a DNS name (letters, digits, '-', '.')"
+                        .into(),
+            });
+        }
+        if ids.contains(&id) {
+            return Err(Error::NameInvalid {
+                what: "gateway id",
+                got: id,
+                reason: "given twice".into(),
+            });
+        }
+        ids.push(id);
+    }
+    let mut plan: Vec<(&str, String, String)> = vec![("stub", STUB_CERT.into(), STUB_KEY.into())];
+    for id in &ids {
+        plan.push((id, format!("{id}.pem"), format!("{id}.key")));
+    }
+    let mut all = vec![dir.join(CA_CERT), dir.join(CA_KEY)];
+    for (_, cert, key) in &plan {
+        all.push(dir.join(cert));
+        all.push(dir.join(key));
+    }
+    if let Some(existing) = all.iter().find(|p| p.exists()) {
+        return Err(Error::Io {
+            what: existing.display().to_string(),
+            reason: "already exists; init never overwrites (use a new directory)".into(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+
+    let ca_key = new_key()?;
+    let mut ca_params = params(vec![])?;
+    ca_params.distinguished_name = name("TALOS control CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(rcgen_error)?;
+    let issuer = Issuer::new(ca_params, &ca_key);
+
+    let mut files = Vec::new();
+    write_file(
+        &dir.join(CA_CERT),
+        ca_cert.pem().as_bytes(),
+        false,
+        &mut files,
+    )?;
+    write_file(
+        &dir.join(CA_KEY),
+        Zeroizing::new(ca_key.serialize_pem()).as_bytes(),
+        true,
+        &mut files,
+    )?;
+    for (who, cert_file, key_file) in &plan {
+        let (dns, cn) = if *who == "stub" {
+            (STUB_NAME.to_owned(), "TALOS control stub".to_owned())
+        } else {
+            ((*who).to_owned(), format!("TALOS gateway {who}"))
+        };
+        let key = new_key()?;
+        let mut p = params(vec![dns, "localhost".into()])?;
+        p.subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        p.distinguished_name = name(&cn);
+        p.is_ca = IsCa::ExplicitNoCa;
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = p.signed_by(&key, &issuer).map_err(rcgen_error)?;
+        write_file(
+            &dir.join(cert_file),
+            cert.pem().as_bytes(),
+            false,
+            &mut files,
+        )?;
+        write_file(
+            &dir.join(key_file),
+            Zeroizing::new(key.serialize_pem()).as_bytes(),
+            true,
+            &mut files,
+        )?;
+    }
+    Ok(Written {
+        dir: dir.to_owned(),
+        files,
+        note: "move ca.key offline now: no running process needs it; give each gateway its <id>.pem, <id>.key and ca.pem",
+    })
+}
+
+fn new_key() -> Result<KeyPair, Error> {
+    KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(rcgen_error)
+}
+
+fn params(dns: Vec<String>) -> Result<CertificateParams, Error> {
+    let mut p = CertificateParams::new(dns).map_err(rcgen_error)?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = |d: Duration| {
+        let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        time::OffsetDateTime::from_unix_timestamp(secs)
+            .map_err(|e| Error::Store(format!("certificate validity: {e}")))
+    };
+    p.not_before = at(now.saturating_sub(NOT_BEFORE_SKEW))?;
+    p.not_after = at(now + VALIDITY)?;
+    Ok(p)
+}
+
+fn name(cn: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, cn);
+    dn
+}
+
+fn rcgen_error(e: rcgen::Error) -> Error {
+    Error::Io {
+        what: "certificate".into(),
+        reason: e.to_string(),
+    }
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::Io {
+        what: path.display().to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Write a new file (never an existing one); `private`: mode 0600.
+fn write_file(
+    path: &Path,
+    bytes: &[u8],
+    private: bool,
+    written: &mut Vec<PathBuf>,
+) -> Result<(), Error> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, if private { 0o600 } else { 0o644 });
+    let mut file = options.open(path).map_err(|e| io_error(path, e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io_error(path, e))?;
+    written.push(path.to_owned());
+    Ok(())
+}
+
+/// One side's TLS material, loaded from an `init` directory: the control
+/// CA as the only trust anchor, and this side's certificate and key.
+#[derive(Debug)]
+pub struct Identity {
+    pub roots: Arc<rustls::RootCertStore>,
+    pub chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Identity {
+    /// Load `ca.pem` and the pair `<who>.pem`/`<who>.key` from `dir`.
+    pub fn load(dir: &Path, who: &str) -> Result<Identity, Error> {
+        let ca_path = dir.join(CA_CERT);
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in read_certs(&ca_path)? {
+            roots.add(cert).map_err(|e| Error::Io {
+                what: ca_path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        }
+        let chain = read_certs(&dir.join(format!("{who}.pem")))?;
+        let key_path = dir.join(format!("{who}.key"));
+        let bytes = Zeroizing::new(std::fs::read(&key_path).map_err(|e| io_error(&key_path, e))?);
+        let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| Error::Io {
+            what: key_path.display().to_string(),
+            reason: format!("no private key: {e}"),
+        })?;
+        Ok(Identity {
+            roots: Arc::new(roots),
+            chain,
+            key,
+        })
+    }
+
+    /// A TLS 1.3 client config presenting this identity and trusting only
+    /// the control CA; ALPN h2 (gRPC).
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, Error> {
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls_error)?
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(tls_error)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
+    }
+
+    /// A TLS 1.3 server config presenting this identity and requiring a
+    /// client certificate that chains to the control CA; ALPN h2.
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, Error> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots.clone(),
+            provider(),
+        )
+        .build()
+        .map_err(|e| tls_error(rustls::Error::General(e.to_string())))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls_error)?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(tls_error)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn tls_error(e: rustls::Error) -> Error {
+    Error::Io {
+        what: "TLS configuration".into(),
+        reason: e.to_string(),
+    }
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Io {
+            what: path.display().to_string(),
+            reason: format!("certificate PEM: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(Error::Io {
+            what: path.display().to_string(),
+            reason: "no certificate".into(),
+        });
+    }
+    Ok(certs)
+}

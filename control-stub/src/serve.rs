@@ -1,0 +1,274 @@
+//! `control-stub serve`: the `ControlPlane` service, where the gateways
+//! ship their signed batches of connection records.
+//!
+//! Mutual TLS 1.3 only: a client must present a certificate that chains to
+//! the control CA, or the handshake fails before any gRPC. Each batch is
+//! verified ([`Store::accept_batch`]: signature under the gateway's
+//! registered key, sequence, chain) and recorded in one store transaction,
+//! so an `ACCEPTED` answer means the batch is on disk.
+//!
+//! A gateway may submit only its own batches: the client certificate must
+//! name, as a DNS name, the gateway id the batch claims (`init` puts each
+//! gateway's id in its certificate). A batch another member's certificate
+//! brings is refused `certificate_mismatch` and recorded, before its
+//! signature is even checked.
+//!
+//! # Limits
+//!
+//! - At most [`MAX_CONNECTIONS`] connections at once; more wait in the
+//!   listen queue.
+//! - A TLS handshake gets [`HANDSHAKE_TIMEOUT`].
+//! - A message is at most [`MAX_MESSAGE`] bytes.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+use crate::pb;
+use crate::pb::control_plane_server::{ControlPlane, ControlPlaneServer};
+use crate::store::{BatchVerdict, Store};
+
+/// Connections served at once: a pair of gateways needs two; the rest is
+/// room for reconnects while old connections drain.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a client has to finish its TLS handshake: a peer that stalls
+/// must not hold a connection slot.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest gRPC message accepted: a batch payload may be up to
+/// talos-certs' `MAX_PAYLOAD_LEN` (32 MiB), plus the envelope.
+pub const MAX_MESSAGE: usize = talos_certs::MAX_PAYLOAD_LEN + 64 * 1024;
+
+/// The rejection reason of a batch whose gateway id the client's
+/// certificate does not name.
+pub const CERTIFICATE_MISMATCH: &str = "certificate_mismatch";
+
+/// The batch consumer: the store behind a lock (one writer at a time, as
+/// SQLite has anyway).
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    store: Arc<Mutex<Store>>,
+}
+
+impl Consumer {
+    pub fn new(store: Store) -> Consumer {
+        Consumer {
+            store: Arc::new(Mutex::new(store)),
+        }
+    }
+}
+
+/// The certificates the client presented, put in each request's
+/// extensions by the connection that carried it.
+#[derive(Clone, Debug)]
+struct PeerCerts(Arc<Vec<rustls::pki_types::CertificateDer<'static>>>);
+
+/// Whether the client's certificate names `gateway_id` as a DNS name.
+fn certificate_names(peer: Option<&PeerCerts>, gateway_id: &str) -> bool {
+    let Some(leaf) = peer.and_then(|p| p.0.first()) else {
+        return false;
+    };
+    let Ok(name) = rustls::pki_types::ServerName::try_from(gateway_id) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
+/// The envelope as talos-certs reads it, or why not.
+fn signed_from(msg: pb::Signed) -> Result<talos_certs::Signed, String> {
+    let kind = match msg.kind.as_str() {
+        "batch" => talos_certs::Kind::Batch,
+        "drop_report" => talos_certs::Kind::DropReport,
+        "decision" => talos_certs::Kind::Decision,
+        other => {
+            return Err(format!(
+                "kind {:?} is not batch, drop_report or decision",
+                other.chars().take(40).collect::<String>()
+            ))
+        }
+    };
+    Ok(talos_certs::Signed {
+        kind,
+        key_id: msg.key_id,
+        payload: msg.payload,
+        signature: msg.signature,
+    })
+}
+
+#[tonic::async_trait]
+impl ControlPlane for Consumer {
+    async fn submit_batch(
+        &self,
+        request: Request<pb::Signed>,
+    ) -> Result<Response<pb::BatchAck>, Status> {
+        let peer = request.extensions().get::<PeerCerts>().cloned();
+        let signed = signed_from(request.into_inner()).map_err(Status::invalid_argument)?;
+        let store = self.store.clone();
+        let verdict = tokio::task::spawn_blocking(move || {
+            let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+            let (claimed, seq) = crate::store::claimed_header(&signed.payload);
+            // A payload that names no gateway is refused `malformed` below.
+            if !claimed.is_empty() && !certificate_names(peer.as_ref(), &claimed) {
+                store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH)?;
+                return Ok(BatchVerdict::Rejected {
+                    gateway_id: claimed,
+                    seq,
+                    reason: CERTIFICATE_MISMATCH,
+                    detail: "the client certificate does not name the gateway the batch claims"
+                        .into(),
+                });
+            }
+            store.accept_batch(&signed)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("batch consumer task: {e}")))?
+        .map_err(|e| {
+            log_store_error(&e);
+            Status::internal(format!("{}: {e}", e.code()))
+        })?;
+        use pb::batch_ack::Status as S;
+        let ack = match verdict {
+            BatchVerdict::Accepted { seq, .. } => pb::BatchAck {
+                status: S::Accepted as i32,
+                seq,
+                reason: String::new(),
+            },
+            BatchVerdict::Duplicate { seq, .. } => pb::BatchAck {
+                status: S::Duplicate as i32,
+                seq,
+                reason: String::new(),
+            },
+            BatchVerdict::Rejected {
+                seq,
+                reason,
+                gateway_id,
+                detail,
+            } => {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"batch_rejected": reason, "gateway_id": gateway_id, "seq": seq, "detail": detail})
+                );
+                pb::BatchAck {
+                    status: S::Rejected as i32,
+                    seq,
+                    reason: reason.to_owned(),
+                }
+            }
+        };
+        Ok(Response::new(ack))
+    }
+}
+
+/// A store failure while serving, on standard error (the store's messages
+/// name tables, never values).
+fn log_store_error(e: &Error) {
+    eprintln!(
+        "{}",
+        serde_json::json!({"error": e.code(), "message": e.to_string()})
+    );
+}
+
+/// Serve `ControlPlane` on `listener` with `tls` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    tls: rustls::ServerConfig,
+    consumer: Consumer,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let routes = tonic::service::Routes::new(
+        ControlPlaneServer::new(consumer)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(64 * 1024),
+    );
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            () = &mut shutdown => return,
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let (tcp, peer) = tokio::select! {
+            () = &mut shutdown => return,
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                // A failed accept (e.g. out of descriptors) is the
+                // connection's, not the listener's: go on.
+                Err(_) => continue,
+            },
+        };
+        let acceptor = acceptor.clone();
+        let routes = routes.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    log_refused(peer, &e.to_string());
+                    return;
+                }
+                Err(_) => {
+                    log_refused(peer, "handshake timed out");
+                    return;
+                }
+            };
+            let peer = PeerCerts(Arc::new(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default(),
+            ));
+            let service = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(peer.clone());
+                    tower::ServiceExt::oneshot(routes.clone(), req)
+                },
+            );
+            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        });
+    }
+}
+
+fn log_refused(peer: SocketAddr, why: &str) {
+    eprintln!(
+        "{}",
+        serde_json::json!({"connection_refused": peer.to_string(), "reason": why})
+    );
+}
+
+/// Resolves at SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
