@@ -66,6 +66,30 @@ pub struct Config {
     /// Where static sessions' secret values come from (never the values).
     #[serde(default, rename = "secret")]
     pub secrets: Vec<SecretSource>,
+    /// The control channel. Optional: without it the gateway serves only
+    /// the static sessions.
+    #[serde(default)]
+    pub control: Option<Control>,
+}
+
+/// The control channel (`[control]`): the `Gateway` gRPC service over
+/// mutually authenticated TLS 1.3. Every field is required.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Control {
+    /// Where the control plane connects, `ADDR:PORT`.
+    pub listen: Spanned<SocketAddr>,
+    /// PEM file of the control CA: a client must present a certificate
+    /// chaining to it.
+    pub ca_file: Spanned<PathBuf>,
+    /// PEM file of the gateway's control-channel certificate chain.
+    pub cert_file: Spanned<PathBuf>,
+    /// PEM file of that certificate's private key; group and others must
+    /// have no access to it.
+    pub key_file: Spanned<PathBuf>,
+    /// The gateway's Ed25519 key that signs batches and drop reports
+    /// (PKCS#8 DER); made, mode 0600, if missing.
+    pub signing_key_file: Spanned<PathBuf>,
 }
 
 /// Where one secret's value is read from at start-up (`[[secret]]`):
@@ -417,6 +441,27 @@ impl Config {
             }
         }
 
+        if let Some(c) = &self.control {
+            for (file, field) in [
+                (&c.ca_file, "control.ca_file"),
+                (&c.cert_file, "control.cert_file"),
+            ] {
+                if let Err(message) = read_pem_certs(file.get_ref()) {
+                    return Err(invalid(file.span(), field, message));
+                }
+            }
+            if let Err(message) = read_private_key(c.key_file.get_ref()) {
+                return Err(invalid(c.key_file.span(), "control.key_file", message));
+            }
+            if let Err(message) = check_private_file(c.signing_key_file.get_ref()) {
+                return Err(invalid(
+                    c.signing_key_file.span(),
+                    "control.signing_key_file",
+                    message,
+                ));
+            }
+        }
+
         let mut secret_names: HashMap<&str, ()> = HashMap::new();
         for (i, src) in self.secrets.iter().enumerate() {
             let field = format!("secret[{i}]");
@@ -578,6 +623,44 @@ pub fn read_pem_certs(
     Ok(certs)
 }
 
+/// The private key in a PEM file that only its owner may access; an error
+/// names the file and the fault, never the key.
+pub fn read_private_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mode = private_mode(path)?.ok_or_else(|| format!("{} does not exist", path.display()))?;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{} has mode {mode:04o}: group and others must have no access (chmod 600)",
+            path.display()
+        ));
+    }
+    rustls::pki_types::PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| format!("{} holds no usable private key: {e}", path.display()))
+}
+
+/// A file that may be absent (it is then created, private) but, if present,
+/// must be a regular file only its owner may access.
+fn check_private_file(path: &Path) -> Result<(), String> {
+    match private_mode(path)? {
+        Some(mode) if mode & 0o077 != 0 => Err(format!(
+            "{} has mode {mode:04o}: group and others must have no access (chmod 600)",
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The permission bits of a regular file, or `None` if it does not exist.
+fn private_mode(path: &Path) -> Result<Option<u32>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(format!("{} is not a regular file", path.display())),
+        Ok(m) => Ok(Some(m.permissions().mode() & 0o777)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
 /// IPv4-mapped IPv6 sources (`::ffff:10.0.0.5`, as a dual-stack listener
 /// reports IPv4 peers) are the same session source as the plain IPv4 address.
 pub fn canonical_ip(ip: IpAddr) -> IpAddr {
@@ -590,7 +673,7 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn is_id(s: &str) -> bool {
+pub(crate) fn is_id(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -674,6 +757,56 @@ allowlist = ["API.example.com."]
         );
         let e = err(&GOOD.replace("gw-a", "gw a"));
         assert!(e.contains("t.toml:2: gateway_id"), "{e}");
+    }
+
+    #[test]
+    fn control_files_are_checked_and_the_key_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let key = private_key_file(dir.path());
+        let cert = dir.path().join("cert.pem");
+        let ca = talos_certs::SessionCa::new(&talos_certs::CaParams::new(
+            "s1",
+            1,
+            "gw-a",
+            vec!["api.example.com".to_owned()],
+        ))
+        .unwrap();
+        std::fs::write(&cert, ca.cert_pem()).unwrap();
+        let control = |key: &Path| {
+            format!(
+                "{GOOD}[control]\nlisten = \"127.0.0.1:0\"\nca_file = {cert:?}\ncert_file = {cert:?}\nkey_file = {key:?}\nsigning_key_file = {:?}\n",
+                dir.path().join("signing.key")
+            )
+        };
+        let c = Config::parse(Path::new("t.toml"), &control(&key)).unwrap();
+        assert!(c.control.is_some());
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = err(&control(&key));
+        assert!(
+            e.contains("t.toml:14: control.key_file") && e.contains("mode 0640"),
+            "{e}"
+        );
+        let e = err(&control(&dir.path().join("missing.pem")));
+        assert!(e.contains("t.toml:14: control.key_file"), "{e}");
+        let e = err(&control(&key).replace("listen", "listen_on"));
+        assert!(e.contains("listen_on"), "{e}");
+        let e =
+            err(&control(&key)
+                .replace(&format!("ca_file = {cert:?}"), "ca_file = \"/nonexistent\""));
+        assert!(e.contains("t.toml:12: control.ca_file"), "{e}");
+    }
+
+    /// A key file's PEM framing; only its mode and framing are checked
+    /// when the config loads (rustls checks the key itself at start-up).
+    const TEST_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+
+    fn private_key_file(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("key.pem");
+        std::fs::write(&path, TEST_KEY_PEM).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! Stages do not call each other; each returns what the next needs, or a
 //! refusal that ends the connection.
 //!
+//! When the session's authority ends (a close on the control channel), its
+//! connections are cut wherever they are from the TLS handshake on, and
+//! recorded `session_ended`.
+//!
 //! Refusals before the TLS handshake close the connection; where the client
 //! has shown it speaks TLS, a fatal TLS alert goes first so the client's
 //! error names the kind of failure.
@@ -118,6 +122,7 @@ async fn run(
     record: &mut Record,
 ) -> Result<(), Refused> {
     let session = session_of(&shared.sessions, peer.ip())?;
+    let _live = session.track();
     record.session_id = Some(Arc::clone(&session.id));
     record.attempt = Some(session.attempt);
     record.tenant = Some(Arc::clone(&session.tenant));
@@ -242,9 +247,20 @@ async fn terminate(
     ctx: &Arc<ConnCtx>,
     record: &mut Record,
 ) -> Result<(), Refused> {
+    // The authority may have ended while the hello was read or the name
+    // resolved: no handshake with a dropped CA.
+    if ctx.session.ended.is_cancelled() {
+        return Err(Refused::new(Refusal::SessionEnded, "ended_before_tls"));
+    }
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&ctx.session.tls));
     let accept = acceptor.accept(Replay::new(first_bytes, client));
-    let tls = match tokio::time::timeout(shared.handshake_timeout, accept).await {
+    let accepted = tokio::select! {
+        accepted = tokio::time::timeout(shared.handshake_timeout, accept) => accepted,
+        _ = ctx.session.ended.cancelled() => {
+            return Err(Refused::new(Refusal::SessionEnded, "ended_during_tls"));
+        }
+    };
+    let tls = match accepted {
         Ok(Ok(tls)) => tls,
         // rustls has sent its own alert; the record says the session's
         // handshake failed (an untrusting client, say), which is no refusal.
@@ -266,6 +282,7 @@ async fn terminate(
     let h2 = conn.alpn_protocol() == Some(b"h2");
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
 
+    let ended = ctx.session.ended.clone();
     let ctx = Arc::clone(ctx);
     let service = hyper::service::service_fn(move |req| proxy::handle(Arc::clone(&ctx), req));
     let io = TokioIo::new(tls);
@@ -293,6 +310,11 @@ async fn terminate(
             }
         }
         _ = shared.shutdown.cancelled() => {}
+        // Dropping the connection mid-request drops its in-flight requests,
+        // and with them their hold on the session.
+        _ = ended.cancelled() => {
+            return Err(Refused::new(Refusal::SessionEnded, "session_closed"));
+        }
     }
     Ok(())
 }

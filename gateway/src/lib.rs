@@ -23,6 +23,8 @@
 //! - [`admin`]: metrics and health on the admin listener.
 //! - [`proxy`]: one request: checks, injection, forwarding, the reply.
 //! - [`conn`]: one connection, stage by stage, top to bottom.
+//! - [`control`]: the control channel: sessions opened and closed over
+//!   mutually authenticated gRPC, drop reports signed.
 //! - [`server`]: listeners, the connection cap, graceful shutdown.
 
 #![forbid(unsafe_code)]
@@ -45,4 +47,5 @@ pub mod reply;
 pub mod admin;
 pub mod proxy;
 pub mod conn;
+pub mod control;
 pub mod server;

@@ -20,8 +20,9 @@ enum Command {
     /// Run the gateway with a config file until SIGTERM or SIGINT.
     ///
     /// Prints one JSON line {"event":"ready","data":ADDR,"admin":ADDR} on
-    /// standard output once both listeners are bound; logs go to standard
-    /// error (RUST_LOG sets the level, default info).
+    /// standard output once the listeners are bound (with "control":ADDR
+    /// when the config has a [control] table); logs go to standard error
+    /// (RUST_LOG sets the level, default info).
     Run {
         /// The TOML config file (see docs/configuration.md).
         #[arg(long, short)]
@@ -171,6 +172,9 @@ fn check_config(path: &std::path::Path) -> ExitCode {
                 c.listen.admin,
                 c.sessions.len()
             );
+            if let Some(control) = &c.control {
+                println!("  control channel on {}", control.listen.get_ref());
+            }
             for s in &c.sessions {
                 let names: Vec<&str> = s.allowlist.iter().map(|n| n.get_ref().as_str()).collect();
                 println!(

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
 use talos_certs::{CaParams, LeafCache, SessionCa};
@@ -16,6 +17,7 @@ use crate::name::Name;
 use crate::secret::{AttachSpec, Attachment, SecretBytes, SecretError};
 use crate::tls;
 use crate::upstream::Pool;
+use tokio_util::sync::CancellationToken;
 
 /// What the gateway knows of one session's current authority: its names,
 /// its CA and leaves, its TLS configs and its upstream connections. All of
@@ -41,6 +43,22 @@ pub struct Session {
     /// Every attached value and its encodings, for masking replies; none
     /// when the session has no attachments.
     pub mask: Option<Arc<MaskSet>>,
+    /// Fires when the session's authority ends (a close, or a newer
+    /// authority for its sources): every open connection of the session is
+    /// cut `session_ended`.
+    pub ended: CancellationToken,
+    /// Connections of this session open now (see [`Session::track`]).
+    live: AtomicU32,
+}
+
+/// Counts one open connection of a session until dropped.
+#[derive(Debug)]
+pub struct Live(Arc<Session>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Why a session's authority could not be opened.
@@ -50,6 +68,15 @@ pub enum OpenError {
     Ca(#[from] talos_certs::CertError),
     #[error(transparent)]
     Mask(#[from] crate::mask::MaskSetError),
+}
+
+/// Why [`Sessions::remove`] found nothing to remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RemoveError {
+    #[error("no session with this id is open")]
+    NotOpen,
+    #[error("the session's open attempt is {open}")]
+    OtherAttempt { open: u32 },
 }
 
 /// What every session's TLS toward destinations uses.
@@ -121,7 +148,37 @@ impl Session {
             attachments: spec.attachments,
             mask,
             leaves,
+            ended: CancellationToken::new(),
+            live: AtomicU32::new(0),
         })
+    }
+
+    /// Count a connection as open on this session until the guard drops.
+    pub fn track(self: &Arc<Session>) -> Live {
+        self.live.fetch_add(1, Ordering::Relaxed);
+        Live(Arc::clone(self))
+    }
+
+    /// How many connections of this session are open now.
+    pub fn live_connections(&self) -> u32 {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// End the session's authority for its open connections: each is cut
+    /// `session_ended`. Returns how many were open. The CA, leaves and
+    /// values go when the last `Arc<Session>` does: the table's is removed
+    /// before this is called, and each connection's goes as it closes.
+    pub fn end(&self) -> u32 {
+        let open = self.live_connections();
+        self.ended.cancel();
+        open
+    }
+
+    /// The names of the attached secrets, sorted, without repeats.
+    pub fn secret_names(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<&str> =
+            self.attachments.iter().map(|a| a.secret.as_str()).collect();
+        names.into_iter().map(str::to_owned).collect()
     }
 
     /// The attachments for requests to `destination`.
@@ -200,6 +257,53 @@ impl Sessions {
         }
     }
 
+    /// Map each of `sources` to `session`, first removing every authority
+    /// it displaces: any session holding one of `sources`, and any session
+    /// with the same id (a resume or recovery that was not preceded by a
+    /// close). A displaced session loses all of its sources, not only the
+    /// ones taken over. Returns the displaced sessions, once each.
+    pub fn replace(&self, sources: &[IpAddr], session: Arc<Session>) -> Vec<Arc<Session>> {
+        let mut map = self.by_source.write().unwrap_or_else(|p| p.into_inner());
+        let mut displaced: Vec<Arc<Session>> = Vec::new();
+        for old in map.values() {
+            let hit = old.id == session.id
+                || sources.iter().any(|ip| {
+                    map.get(&canonical_ip(*ip))
+                        .is_some_and(|s| Arc::ptr_eq(s, old))
+                });
+            if hit && !displaced.iter().any(|d| Arc::ptr_eq(d, old)) {
+                displaced.push(Arc::clone(old));
+            }
+        }
+        map.retain(|_, s| !displaced.iter().any(|d| Arc::ptr_eq(d, s)));
+        for ip in sources {
+            map.insert(canonical_ip(*ip), Arc::clone(&session));
+        }
+        displaced
+    }
+
+    /// Remove session `id`, attempt `attempt`, from every source it holds.
+    ///
+    /// # Limits
+    ///
+    /// Walks the whole table: session events are rare next to connections,
+    /// which look sessions up by source.
+    pub fn remove(&self, id: &str, attempt: u32) -> Result<Arc<Session>, RemoveError> {
+        let mut map = self.by_source.write().unwrap_or_else(|p| p.into_inner());
+        let found = map
+            .values()
+            .find(|s| &*s.id == id)
+            .cloned()
+            .ok_or(RemoveError::NotOpen)?;
+        if found.attempt != attempt {
+            return Err(RemoveError::OtherAttempt {
+                open: found.attempt,
+            });
+        }
+        map.retain(|_, s| !Arc::ptr_eq(s, &found));
+        Ok(found)
+    }
+
     /// The session whose source address is `ip`.
     pub fn by_source(&self, ip: IpAddr) -> Option<Arc<Session>> {
         let map = self.by_source.read().unwrap_or_else(|p| p.into_inner());
@@ -217,5 +321,72 @@ impl Sessions {
     /// Whether no session is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(id: &str, attempt: u32) -> Arc<Session> {
+        let upstream = UpstreamSettings {
+            port: 443,
+            connect_timeout: std::time::Duration::from_secs(1),
+            tls: tls::client_config(&[]),
+        };
+        let spec = SessionSpec {
+            id: id.into(),
+            tenant: "acme".into(),
+            attempt,
+            allowlist: vec![crate::name::canonicalize("api.example.com").unwrap()],
+            attachments: Vec::new(),
+        };
+        Arc::new(Session::open(spec, "gw-a", &upstream).unwrap())
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_newer_authority_displaces_by_source_and_by_id() {
+        let table = Sessions::default();
+        let a = session("a", 1);
+        let b = session("b", 1);
+        assert!(table
+            .replace(&[ip("10.0.0.1"), ip("10.0.0.2")], Arc::clone(&a))
+            .is_empty());
+        assert!(table.replace(&[ip("10.0.0.3")], Arc::clone(&b)).is_empty());
+        // Takes one of a's sources: a loses both.
+        let c = session("c", 1);
+        let displaced = table.replace(&[ip("::ffff:10.0.0.2")], Arc::clone(&c));
+        assert_eq!(displaced.len(), 1);
+        assert!(Arc::ptr_eq(&displaced[0], &a));
+        assert!(table.by_source(ip("10.0.0.1")).is_none());
+        // Same id, new attempt, other source: b goes.
+        let b2 = session("b", 2);
+        let displaced = table.replace(&[ip("10.0.0.4")], Arc::clone(&b2));
+        assert!(Arc::ptr_eq(&displaced[0], &b));
+        assert!(table.by_source(ip("10.0.0.3")).is_none());
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn removal_checks_the_attempt_and_ends_connections() {
+        let table = Sessions::default();
+        let a = session("a", 2);
+        table.replace(&[ip("10.0.0.1"), ip("10.0.0.2")], Arc::clone(&a));
+        assert_eq!(table.remove("b", 2).unwrap_err(), RemoveError::NotOpen);
+        assert_eq!(
+            table.remove("a", 1).unwrap_err(),
+            RemoveError::OtherAttempt { open: 2 }
+        );
+        let live = a.track();
+        let removed = table.remove("a", 2).unwrap();
+        assert!(table.is_empty());
+        assert_eq!(removed.end(), 1);
+        assert!(a.ended.is_cancelled());
+        drop(live);
+        assert_eq!(a.live_connections(), 0);
     }
 }

@@ -38,6 +38,8 @@ pub struct Gateway {
     child: Option<Child>,
     pub data: SocketAddr,
     pub admin: SocketAddr,
+    /// The control listener, when the config has a `[control]` table.
+    pub control: Option<SocketAddr>,
     pub records_path: PathBuf,
     pub log_path: PathBuf,
 }
@@ -79,6 +81,9 @@ impl Gateway {
         Gateway {
             data: addr("data"),
             admin: addr("admin"),
+            control: ready["control"]
+                .as_str()
+                .map(|a| a.parse().expect("socket addr")),
             child: Some(child),
             records_path: records_path(dir),
             log_path,
@@ -159,6 +164,17 @@ pub struct TestConfig {
     pub limits: String,
     /// Secrets by name, each read from a file.
     pub secrets: Vec<(String, PathBuf)>,
+    /// The `[control]` table, if any (listening on 127.0.0.1:0).
+    pub control: Option<TestControl>,
+}
+
+/// The files of a `[control]` table.
+#[derive(Debug, Clone)]
+pub struct TestControl {
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub signing_key_file: PathBuf,
 }
 
 impl Default for TestConfig {
@@ -171,6 +187,7 @@ impl Default for TestConfig {
             sessions: Vec::new(),
             limits: String::new(),
             secrets: Vec::new(),
+            control: None,
         }
     }
 }
@@ -243,6 +260,16 @@ hello_timeout_ms = 700
             out.push_str(&format!(
                 "[[secret]]\nname = {name:?}\nfile = {:?}\n",
                 file.display().to_string()
+            ));
+        }
+        if let Some(c) = &self.control {
+            let p = |p: &PathBuf| format!("{:?}", p.display().to_string());
+            out.push_str(&format!(
+                "[control]\nlisten = \"127.0.0.1:0\"\nca_file = {}\ncert_file = {}\nkey_file = {}\nsigning_key_file = {}\n",
+                p(&c.ca_file),
+                p(&c.cert_file),
+                p(&c.key_file),
+                p(&c.signing_key_file),
             ));
         }
         out

@@ -5,10 +5,13 @@
 //! - [`gateway`]: the `gateway` binary started as operators start it.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`control`]: the control plane's side of the control channel: a
+//!   control CA, certificates, and a mutual-TLS `Gateway` client.
 //! - [`grpc`]: a tonic origin (HTTP/2 or HTTP/1.1-only) and a tonic client
 //!   that reaches it through the gateway.
 
 pub mod clients;
+pub mod control;
 pub mod dns;
 pub mod gateway;
 pub mod grpc;

@@ -68,6 +68,16 @@ impl TestCa {
         )
     }
 
+    /// A leaf for `names` as PEM text: (certificate, PKCS#8 key).
+    pub fn leaf_pem(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().expect("leaf key");
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let params = CertificateParams::new(names).expect("leaf params");
+        let issuer = Issuer::from_params(&self.params, &self.key);
+        let cert = params.signed_by(&key, &issuer).expect("sign leaf");
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// Write the CA certificate as PEM to `path`.
     pub fn write_pem(&self, path: &Path) {
         std::fs::write(path, &self.cert_pem).expect("write ca pem");

@@ -1,0 +1,441 @@
+//! The control channel: the `Gateway` gRPC service (`proto/control.proto`)
+//! over mutually authenticated TLS 1.3.
+//!
+//! The control plane opens a session's authority here (a fresh CA, the
+//! allowlist, the attachments with their values) and closes it again; each
+//! close answers a drop report signed with the gateway's own key. Every
+//! client must present a certificate chaining to the control CA: the TLS
+//! handshake fails before any RPC otherwise.
+//!
+//! A session opened for sources that another session holds, or under an id
+//! that is already open, replaces that authority: the old one is dropped
+//! exactly as a close does (its connections cut `session_ended`), but no
+//! drop report is signed for it, since `OpenSession` has nowhere to return
+//! one. The control plane closes an authority before it opens the next one
+//! when it wants the report, as it does at every pause.
+//!
+//! Invalid requests are answered `INVALID_ARGUMENT` with a message naming
+//! the field; never a value, so secret values cannot reach a log.
+
+use std::collections::HashSet;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use talos_certs::{DropReason, DropReport, GatewayKey};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::conn::Shared;
+use crate::secret::{AttachSpec, Attachment, SecretBytes};
+use crate::session::{RemoveError, Session, SessionSpec, UpstreamSettings};
+
+/// Code generated from `proto/control.proto`: the `Gateway` and
+/// `ControlPlane` services, servers and clients.
+pub mod pb {
+    #![allow(missing_debug_implementations)]
+    tonic::include_proto!("talos.control.v1");
+}
+
+use pb::gateway_server::{Gateway, GatewayServer};
+
+/// How long a control client has for its TLS handshake: longer than any
+/// honest handshake on a data-centre network, short enough that stalled
+/// clients do not pile up.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Handshaken connections waiting for the gRPC server to take them; the
+/// accept loop waits when it is full.
+const ACCEPTED_QUEUE: usize = 64;
+
+/// Most control handshakes in progress at once: the control plane needs a
+/// handful of connections; anyone past this waits in the kernel backlog, so
+/// unauthenticated peers cannot make the gateway hold unbounded tasks.
+const MAX_HANDSHAKES: usize = 64;
+
+/// The `Gateway` service.
+#[derive(Debug)]
+pub struct ControlService {
+    shared: Arc<Shared>,
+    key: Arc<GatewayKey>,
+    upstream: UpstreamSettings,
+}
+
+impl ControlService {
+    pub fn new(shared: Arc<Shared>, key: Arc<GatewayKey>, upstream: UpstreamSettings) -> Self {
+        ControlService {
+            shared,
+            key,
+            upstream,
+        }
+    }
+}
+
+fn invalid(field: &str, message: &str) -> Status {
+    Status::invalid_argument(format!("{field}: {message}"))
+}
+
+/// Check an `OpenSessionRequest` and turn it into a session spec and its
+/// sources. Takes the attachment values out of the request, so the only
+/// copy the gateway keeps is the one wiped on drop.
+fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>), Status> {
+    if !crate::config::is_id(&req.session_id) {
+        return Err(invalid(
+            "session_id",
+            "must be 1-64 letters, digits, '-', '_' or '.'",
+        ));
+    }
+    if req.attempt == 0 {
+        return Err(invalid("attempt", "must be at least 1"));
+    }
+    if req.tenant.is_empty() {
+        return Err(invalid("tenant", "must not be empty"));
+    }
+    if req.sources.is_empty() {
+        return Err(invalid("sources", "a session needs at least one source"));
+    }
+    let mut sources = Vec::with_capacity(req.sources.len());
+    for (i, s) in req.sources.iter().enumerate() {
+        let ip: IpAddr = s
+            .parse()
+            .map_err(|_| invalid(&format!("sources[{i}]"), "not an IP address"))?;
+        sources.push(crate::config::canonical_ip(ip));
+    }
+    let mut allowlist = Vec::with_capacity(req.allowlist.len());
+    let mut seen = HashSet::new();
+    for (i, n) in req.allowlist.iter().enumerate() {
+        let field = format!("allowlist[{i}]");
+        let name = crate::name::canonicalize(n).map_err(|e| {
+            invalid(
+                &field,
+                match e {
+                    crate::name::NameError::IpLiteral { .. } => "an IP literal is not a name",
+                    _ => "not a host name",
+                },
+            )
+        })?;
+        if !seen.insert(name.clone()) {
+            return Err(invalid(&field, "listed twice"));
+        }
+        allowlist.push(name);
+    }
+    let mut attachments = Vec::with_capacity(req.attachments.len());
+    let mut targets = HashSet::new();
+    for (j, a) in req.attachments.iter_mut().enumerate() {
+        let field = |f: &str| format!("attachments[{j}].{f}");
+        // The parts go through the same parser as a static session's
+        // `SECRET=destination:header[:scheme]`, so a separator inside one
+        // part would change what the others mean.
+        for (part, name) in [
+            (&a.secret, "secret"),
+            (&a.destination, "destination"),
+            (&a.header, "header"),
+            (&a.scheme, "scheme"),
+        ] {
+            if part.contains(['=', ':']) {
+                return Err(invalid(&field(name), "must not contain '=' or ':'"));
+            }
+        }
+        let mut text = format!("{}={}:{}", a.secret, a.destination, a.header);
+        if !a.scheme.is_empty() {
+            text.push(':');
+            text.push_str(&a.scheme);
+        }
+        let spec = AttachSpec::parse(&text).map_err(|e| match e {
+            crate::secret::SecretError::BadAttachment { reason, .. } => {
+                invalid(&format!("attachments[{j}]"), &reason)
+            }
+            other => invalid(&format!("attachments[{j}]"), &other.to_string()),
+        })?;
+        if !seen.contains(&spec.destination) {
+            return Err(invalid(&field("destination"), "not on the allowlist"));
+        }
+        if !targets.insert((spec.destination.clone(), spec.header.clone())) {
+            return Err(invalid(
+                &field("header"),
+                "one attachment per destination and header",
+            ));
+        }
+        let value = SecretBytes::new(std::mem::take(&mut a.value));
+        // The error names the secret and the fault, never the value.
+        let attachment =
+            Attachment::new(&spec, value).map_err(|e| invalid(&field("value"), &e.to_string()))?;
+        attachments.push(attachment);
+    }
+    Ok((
+        SessionSpec {
+            id: req.session_id.clone(),
+            tenant: req.tenant.clone(),
+            attempt: req.attempt,
+            allowlist,
+            attachments,
+        },
+        sources,
+    ))
+}
+
+fn drop_reason(reason: &str) -> Option<DropReason> {
+    Some(match reason {
+        "pause" => DropReason::Pause,
+        "interruption" => DropReason::Interruption,
+        "end" => DropReason::End,
+        "revoke_all" => DropReason::RevokeAll,
+        _ => return None,
+    })
+}
+
+#[tonic::async_trait]
+impl Gateway for ControlService {
+    async fn open_session(
+        &self,
+        request: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionReply>, Status> {
+        let mut req = request.into_inner();
+        let (spec, sources) = spec_of(&mut req)?;
+        let cause = req.cause;
+        let session =
+            Session::open(spec, &self.shared.gateway_id, &self.upstream).map_err(|e| {
+                tracing::error!(session = %req.session_id, error = %e, "cannot open session");
+                Status::internal("the gateway could not make the session's CA")
+            })?;
+        let session = Arc::new(session);
+        let reply = pb::OpenSessionReply {
+            gateway_id: self.shared.gateway_id.to_string(),
+            ca_pem: session.ca_pem(),
+            ca_digest: session.ca_digest().to_owned(),
+        };
+        tracing::info!(
+            session = %session.id,
+            attempt = session.attempt,
+            cause = %cause,
+            ca_digest = session.ca_digest(),
+            sources = sources.len(),
+            attachments = session.attachments.len(),
+            "session opened"
+        );
+        for old in self.shared.sessions.replace(&sources, Arc::clone(&session)) {
+            let closed = old.end();
+            tracing::warn!(
+                session = %old.id,
+                attempt = old.attempt,
+                ca_digest = old.ca_digest(),
+                connections_closed = closed,
+                "authority replaced by a newer open; dropped without a report"
+            );
+        }
+        Ok(Response::new(reply))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionReply>, Status> {
+        let req = request.into_inner();
+        let reason = drop_reason(&req.reason)
+            .ok_or_else(|| invalid("reason", "must be pause, interruption, end or revoke_all"))?;
+        let session = self
+            .shared
+            .sessions
+            .remove(&req.session_id, req.attempt)
+            .map_err(|e| match e {
+                RemoveError::NotOpen => Status::not_found(format!("session_id: {e}")),
+                RemoveError::OtherAttempt { .. } => {
+                    Status::failed_precondition(format!("attempt: {e}"))
+                }
+            })?;
+        let closed = session.end();
+        let report = DropReport {
+            gateway_id: self.shared.gateway_id.to_string(),
+            session_id: session.id.to_string(),
+            attempt: session.attempt,
+            ca_digest: session.ca_digest().to_owned(),
+            secrets: session.secret_names(),
+            reason,
+            at: crate::record::now(),
+        };
+        let signed = report.sign(&self.key);
+        tracing::info!(
+            session = %session.id,
+            attempt = session.attempt,
+            reason = reason.as_str(),
+            ca_digest = session.ca_digest(),
+            connections_closed = closed,
+            "session closed"
+        );
+        // The table's reference is gone; the cut connections let go of
+        // theirs as they finish, and the CA, leaves and values go with the
+        // last one.
+        drop(session);
+        Ok(Response::new(pb::CloseSessionReply {
+            drop_report: Some(pb::Signed {
+                kind: signed.kind.as_str().to_owned(),
+                key_id: signed.key_id,
+                payload: signed.payload,
+                signature: signed.signature,
+            }),
+            connections_closed: closed,
+            // Approval holds are not built yet, so there is never one to
+            // withdraw.
+            approvals_withdrawn: 0,
+        }))
+    }
+
+    async fn describe(
+        &self,
+        _request: Request<pb::DescribeRequest>,
+    ) -> Result<Response<pb::DescribeReply>, Status> {
+        Ok(Response::new(pb::DescribeReply {
+            gateway_id: self.shared.gateway_id.to_string(),
+            public_key: self.key.public_key().to_vec(),
+            key_id: self.key.key_id(),
+        }))
+    }
+}
+
+/// TLS for the control listener: TLS 1.3 only, ALPN `h2`, and a client
+/// certificate chaining to one of `ca` required.
+pub fn server_tls(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in ca {
+        roots
+            .add(c.clone())
+            .map_err(|e| format!("control CA: unusable certificate: {e}"))?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::clone(&provider),
+    )
+    .build()
+    .map_err(|e| format!("control CA: {e}"))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("control TLS: {e}"))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("control certificate and key: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serve `service` on `listener` until `stop` fires: each connection is
+/// handshaken (mutual TLS, bounded in time) before gRPC sees a byte.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    service: ControlService,
+    stop: CancellationToken,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<ControlIo>>(ACCEPTED_QUEUE);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let accept_stop = stop.clone();
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let accepting = tokio::spawn(async move {
+        loop {
+            let permit = tokio::select! {
+                _ = accept_stop.cancelled() => break,
+                p = Arc::clone(&handshakes).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let (tcp, peer) = tokio::select! {
+                _ = accept_stop.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "control accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                drop(permit);
+                match handshake {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(ControlIo(tls))).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::info!(peer = %peer, error = %e, "control handshake failed");
+                    }
+                    Err(_) => tracing::info!(peer = %peer, "control handshake timed out"),
+                }
+            });
+        }
+    });
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let served = tonic::transport::Server::builder()
+        .add_service(GatewayServer::new(service))
+        .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "control server failed");
+    }
+    accepting.abort();
+}
+
+/// A control connection after its mutual TLS handshake.
+#[derive(Debug)]
+pub struct ControlIo(tokio_rustls::server::TlsStream<TcpStream>);
+
+impl tonic::transport::server::Connected for ControlIo {
+    type ConnectInfo = Option<SocketAddr>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().0.peer_addr().ok()
+    }
+}
+
+impl AsyncRead for ControlIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ControlIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}

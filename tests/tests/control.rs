@@ -1,0 +1,342 @@
+//! The control channel, end to end: the test plays the control plane. It
+//! opens a session's authority on a gateway that has no static session,
+//! reaches a destination through it with the CA it got back (the attached
+//! credential injected), closes the authority while a connection is open
+//! (the connection is cut `session_ended`, the source becomes unknown, the
+//! signed drop report names the CA and the secret), and checks that
+//! nothing on the channel answers a client without a certificate from the
+//! control CA.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use sha2::Digest;
+use talos_certs::{Kind, Signed};
+use talos_e2e::clients::http;
+use talos_e2e::clients::{curl_via, SESSION_SOURCE};
+use talos_e2e::control::{gateway_client, ControlPki};
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::{Gateway, TestConfig};
+use talos_e2e::origin::{Origin, TestCa};
+use talos_gateway::control::pb;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const SECRET: &str = "c0ntrol-s3cret-T0ken-0123456789";
+const API: &str = "api.test";
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    _dns: DnsServer,
+    _origin: Origin,
+    pki: ControlPki,
+    gateway: Gateway,
+}
+
+async fn rig() -> Rig {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_owned();
+    let ca = TestCa::new("origin test CA");
+    ca.write_pem(&path.join("origin-ca.pem"));
+    let origin = Origin::start(&ca, &[API]).await;
+    let dns = DnsServer::start(HashMap::from([(
+        API.to_owned(),
+        Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
+    )]))
+    .await;
+    let pki = ControlPki::new(&path);
+    let config = TestConfig {
+        dns: dns.addr,
+        upstream_port: origin.addr.port(),
+        anchors: vec![path.join("origin-ca.pem")],
+        permit_internal: vec!["127.0.0.1/32".into()],
+        control: Some(pki.files.clone()),
+        ..Default::default()
+    };
+    let gateway = Gateway::start(&path, &config.toml(&path));
+    Rig {
+        _dir: dir,
+        dir: path,
+        _dns: dns,
+        _origin: origin,
+        pki,
+        gateway,
+    }
+}
+
+impl Rig {
+    /// A control client with a certificate from the control CA.
+    fn client(&self) -> pb::gateway_client::GatewayClient<Channel> {
+        gateway_client(
+            self.gateway.control.expect("control listener"),
+            &self.pki.ca.cert_pem,
+            Some(self.pki.client_identity()),
+        )
+    }
+}
+
+fn open_request(id: &str, attempt: u32, source: &str) -> pb::OpenSessionRequest {
+    pb::OpenSessionRequest {
+        session_id: id.into(),
+        attempt,
+        tenant: "acme".into(),
+        sources: vec![source.into()],
+        allowlist: vec![API.into()],
+        attachments: vec![pb::Attachment {
+            secret: "API_TOKEN".into(),
+            destination: API.into(),
+            header: "authorization".into(),
+            scheme: "Bearer".into(),
+            value: SECRET.as_bytes().to_vec(),
+        }],
+        cause: "launch".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
+    let rig = rig().await;
+    let mut client = rig.client();
+    let me = client
+        .describe(pb::DescribeRequest {})
+        .await
+        .expect("describe")
+        .into_inner();
+    assert_eq!(me.gateway_id, "gw-test");
+    let public_key: [u8; 32] = me.public_key.as_slice().try_into().expect("32-byte key");
+    assert_eq!(me.key_id, talos_certs::key_id_for(&public_key));
+    let mode = std::fs::metadata(&rig.pki.files.signing_key_file)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .expect("signing key made");
+    assert_eq!(mode, 0o600);
+
+    // Open, then reach the destination with the CA the gateway returned.
+    let opened = client
+        .open_session(open_request("sess-c", 1, SESSION_SOURCE))
+        .await
+        .expect("open")
+        .into_inner();
+    assert_eq!(opened.gateway_id, "gw-test");
+    assert_eq!(opened.ca_digest.len(), 96);
+    let ca_path = rig.dir.join("session-ca.pem");
+    std::fs::write(&ca_path, &opened.ca_pem).unwrap();
+    let (code, _, body) = curl_via(rig.gateway.data, &ca_path, API, "/echo", &["--http1.1"]);
+    assert_eq!(code, 200, "{}", rig.gateway.log());
+    let echo: Value = serde_json::from_slice(&body).unwrap();
+    let want = hex::encode(sha2::Sha256::digest(format!("Bearer {SECRET}")));
+    assert_eq!(echo["sha256"]["authorization"], want, "attachment injected");
+    let records = rig.gateway.wait_records(1);
+    assert_eq!(records[0]["verdict"], "allowed", "{}", records[0]);
+    assert_eq!(records[0]["session_id"], "sess-c");
+
+    // An HTTP/2 connection stays open across the close.
+    let mut open = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca_path, true).await;
+    let get = || {
+        hyper::Request::get(format!("https://{API}/"))
+            .body(http::empty())
+            .unwrap()
+    };
+    let resp = open.send(get()).await.expect("request before close");
+    assert_eq!(resp.status(), 200);
+
+    let closed = client
+        .close_session(pb::CloseSessionRequest {
+            session_id: "sess-c".into(),
+            attempt: 1,
+            reason: "pause".into(),
+        })
+        .await
+        .expect("close")
+        .into_inner();
+    assert_eq!(closed.connections_closed, 1);
+    assert_eq!(closed.approvals_withdrawn, 0);
+
+    // The open connection ends, and its record says why.
+    let after = tokio::time::timeout(Duration::from_secs(10), open.send(get())).await;
+    assert!(
+        matches!(after, Ok(Err(_))),
+        "the connection should be closed"
+    );
+    let records = rig.gateway.wait_records(2);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[1]["verdict"], "session_ended", "{}", records[1]);
+    assert_eq!(records[1]["session_id"], "sess-c");
+
+    // The source is no session's any more.
+    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/echo", &[]);
+    assert_eq!(code, 0);
+    let records = rig.gateway.wait_records(3);
+    assert_eq!(records[2]["verdict"], "unknown_source", "{}", records[2]);
+
+    // The drop report verifies under the key Describe gave, and names
+    // what was opened.
+    let signed = closed.drop_report.expect("drop report");
+    assert_eq!(signed.kind, "drop_report");
+    let signed = Signed {
+        kind: Kind::DropReport,
+        key_id: signed.key_id,
+        payload: signed.payload,
+        signature: signed.signature,
+    };
+    let report = talos_certs::verify_drop_report(&public_key, &signed).expect("verifies");
+    assert_eq!(report.gateway_id, "gw-test");
+    assert_eq!(report.session_id, "sess-c");
+    assert_eq!(report.attempt, 1);
+    assert_eq!(report.reason, talos_certs::DropReason::Pause);
+    assert!(talos_certs::confirms(
+        &report,
+        &opened.ca_digest,
+        &["API_TOKEN"]
+    ));
+
+    // Closing again finds nothing; a wrong attempt is refused.
+    let again = client
+        .close_session(pb::CloseSessionRequest {
+            session_id: "sess-c".into(),
+            attempt: 1,
+            reason: "end".into(),
+        })
+        .await
+        .expect_err("already closed");
+    assert_eq!(again.code(), Code::NotFound);
+    client
+        .open_session(open_request("sess-d", 2, "127.0.0.5"))
+        .await
+        .expect("open");
+    let wrong = client
+        .close_session(pb::CloseSessionRequest {
+            session_id: "sess-d".into(),
+            attempt: 1,
+            reason: "end".into(),
+        })
+        .await
+        .expect_err("wrong attempt");
+    assert_eq!(wrong.code(), Code::FailedPrecondition);
+    assert!(wrong.message().starts_with("attempt:"), "{wrong:?}");
+
+    // No log line holds the value.
+    assert!(!rig.gateway.log().contains(SECRET));
+
+    // A control client still connected does not hold up a clean stop.
+    let mut rig = rig;
+    assert!(rig.gateway.stop(), "{}", rig.gateway.log());
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_open_replaces_the_sources_authority() {
+    let rig = rig().await;
+    let mut client = rig.client();
+    let first = client
+        .open_session(open_request("sess-r", 1, SESSION_SOURCE))
+        .await
+        .expect("open")
+        .into_inner();
+    let second = client
+        .open_session(open_request("sess-r", 2, SESSION_SOURCE))
+        .await
+        .expect("resume")
+        .into_inner();
+    assert_ne!(first.ca_digest, second.ca_digest, "a fresh CA");
+    let ca_path = rig.dir.join("session-ca.pem");
+    std::fs::write(&ca_path, &first.ca_pem).unwrap();
+    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
+    assert_eq!(code, 0, "the old CA is no longer served");
+    std::fs::write(&ca_path, &second.ca_pem).unwrap();
+    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
+    assert_eq!(code, 200);
+    let old = client
+        .close_session(pb::CloseSessionRequest {
+            session_id: "sess-r".into(),
+            attempt: 1,
+            reason: "end".into(),
+        })
+        .await
+        .expect_err("attempt 1 is gone");
+    assert_eq!(old.code(), Code::FailedPrecondition);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_open_requests_name_the_field() {
+    let rig = rig().await;
+    let mut client = rig.client();
+    type Edit = fn(&mut pb::OpenSessionRequest);
+    let cases: &[(&str, Edit)] = &[
+        ("session_id", |r| r.session_id = "has space".into()),
+        ("attempt", |r| r.attempt = 0),
+        ("tenant", |r| r.tenant.clear()),
+        ("sources", |r| r.sources.clear()),
+        ("sources[0]", |r| r.sources = vec!["not-an-ip".into()]),
+        ("allowlist[0]", |r| r.allowlist = vec!["10.0.0.1".into()]),
+        ("allowlist[1]", |r| r.allowlist.push(API.to_uppercase())),
+        ("attachments[0].destination", |r| {
+            r.attachments[0].destination = "other.test".into()
+        }),
+        ("attachments[0].header", |r| {
+            r.attachments[0].header = "x:y".into()
+        }),
+        ("attachments[0]", |r| {
+            r.attachments[0].header = "host".into()
+        }),
+        ("attachments[0].value", |r| {
+            r.attachments[0].value = format!("{SECRET}\r\nInjected: yes").into_bytes()
+        }),
+        ("attachments[0].value", |r| r.attachments[0].value.clear()),
+        ("attachments[1].header", |r| {
+            let again = r.attachments[0].clone();
+            r.attachments.push(again)
+        }),
+    ];
+    for (field, edit) in cases {
+        let mut req = open_request("sess-bad", 1, SESSION_SOURCE);
+        edit(&mut req);
+        let status = client
+            .open_session(req)
+            .await
+            .expect_err("invalid request refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().starts_with(&format!("{field}:")),
+            "{field}: {status:?}"
+        );
+        assert!(!status.message().contains(SECRET), "{status:?}");
+    }
+    // Nothing was opened.
+    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    assert_eq!(code, 0);
+    let records = rig.gateway.wait_records(1);
+    assert_eq!(records[0]["verdict"], "unknown_source");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_without_a_control_certificate_cannot_call() {
+    let rig = rig().await;
+    let addr = rig.gateway.control.expect("control listener");
+    let stranger = TestCa::new("another CA");
+    let not_ours = stranger.leaf_pem(&["control-plane.control.test"]);
+    for (what, identity) in [("no certificate", None), ("another CA", Some(not_ours))] {
+        let mut client = gateway_client(addr, &rig.pki.ca.cert_pem, identity);
+        let refused = client.describe(pb::DescribeRequest {}).await;
+        assert!(refused.is_err(), "{what}: {refused:?}");
+        let refused = client
+            .open_session(open_request("sess-x", 1, SESSION_SOURCE))
+            .await;
+        assert!(refused.is_err(), "{what}: {refused:?}");
+    }
+    assert!(
+        rig.gateway.log().contains("control handshake failed"),
+        "{}",
+        rig.gateway.log()
+    );
+    // A client with a certificate from the control CA is served.
+    rig.client()
+        .describe(pb::DescribeRequest {})
+        .await
+        .expect("describe");
+    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    assert_eq!(code, 0, "no session was opened");
+}
