@@ -403,12 +403,7 @@ fn masked_refusal(ctx: &ConnCtx, reason: Refusal, grpc: bool) -> Response<ProxyB
     Response::from_parts(parts, Either::Right(Full::new(Bytes::from(body))))
 }
 
-/// The gateway's own answer for a refused request.
-pub fn refusal_response(reason: Refusal, grpc: bool) -> Response<ProxyBody> {
-    let (parts, body) = refusal_parts(reason, grpc);
-    Response::from_parts(parts, Either::Right(Full::new(Bytes::from(body))))
-}
-
+/// The gateway's own answer for a refused request: its head and body.
 fn refusal_parts(reason: Refusal, grpc: bool) -> (hyper::http::response::Parts, Vec<u8>) {
     let body = if grpc {
         Vec::new()

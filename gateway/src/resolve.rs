@@ -8,7 +8,7 @@
 //! answer; there is no second lookup, so a DNS answer that changes between
 //! check and connect (rebinding) cannot slip through.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use hickory_resolver::config::{
@@ -16,6 +16,7 @@ use hickory_resolver::config::{
 };
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::xfer::Protocol;
+use hickory_resolver::proto::ProtoErrorKind;
 use hickory_resolver::TokioResolver;
 use ipnet::IpNet;
 
@@ -147,15 +148,12 @@ fn failure_of(e: &hickory_resolver::ResolveError) -> ResolveFailure {
     if e.is_no_records_found() {
         return ResolveFailure::NoAddress;
     }
-    let text = e.to_string();
-    if text.contains("timed out") || text.contains("timeout") {
+    let timed_out = e
+        .proto()
+        .is_some_and(|p| matches!(p.kind(), ProtoErrorKind::Timeout));
+    if timed_out {
         ResolveFailure::Timeout
     } else {
         ResolveFailure::Error
     }
-}
-
-/// Socket addresses to try, in answer order, on `port`.
-pub fn candidates(addrs: &[IpAddr], port: u16) -> impl Iterator<Item = SocketAddr> + '_ {
-    addrs.iter().map(move |ip| SocketAddr::new(*ip, port))
 }

@@ -121,9 +121,9 @@ pub fn from_env(name: &str, var: &str) -> Result<SecretBytes, SecretError> {
         name: name.into(),
         var: var.into(),
     })?;
-    let value = Zeroizing::new(std::os::unix::ffi::OsStringExt::into_vec(value));
+    let mut value = Zeroizing::new(std::os::unix::ffi::OsStringExt::into_vec(value));
     check_value(name, &value)?;
-    Ok(SecretBytes::new(value.to_vec()))
+    Ok(SecretBytes::new(std::mem::take(&mut *value)))
 }
 
 /// Read a secret from a file; one trailing newline (`\n` or `\r\n`) is not
@@ -141,7 +141,7 @@ pub fn from_file(name: &str, path: &Path) -> Result<SecretBytes, SecretError> {
         }
     }
     check_value(name, &value)?;
-    Ok(SecretBytes::new(value.to_vec()))
+    Ok(SecretBytes::new(std::mem::take(&mut *value)))
 }
 
 /// `SECRET=destination:header[:scheme]`, as the spec's `--attach` writes it.

@@ -110,11 +110,6 @@ impl<S> Replay<S> {
             inner,
         }
     }
-
-    /// The underlying stream.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Replay<S> {

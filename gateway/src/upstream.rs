@@ -54,8 +54,6 @@ pub struct Checkout {
     pub sender: Sender,
     /// The checked address the connection went to.
     pub addr: SocketAddr,
-    /// Whether the connection was made for this request (not pooled).
-    pub fresh: bool,
 }
 
 impl Checkout {
@@ -143,7 +141,6 @@ impl Pool {
                 return Some(Checkout {
                     sender: Sender::H2(h2.clone()),
                     addr: *addr,
-                    fresh: false,
                 });
             }
             entry.h2 = None;
@@ -154,7 +151,6 @@ impl Pool {
         Some(Checkout {
             sender: Sender::H1(s),
             addr,
-            fresh: false,
         })
     }
 
@@ -220,11 +216,7 @@ impl Pool {
             });
             Sender::H1(sender)
         };
-        Ok(Checkout {
-            sender,
-            addr,
-            fresh: true,
-        })
+        Ok(Checkout { sender, addr })
     }
 
     async fn tcp(&self, addrs: &[IpAddr]) -> Result<(TcpStream, SocketAddr), ConnectFailure> {
