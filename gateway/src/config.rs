@@ -90,6 +90,55 @@ pub struct Control {
     /// The gateway's Ed25519 key that signs batches and drop reports
     /// (PKCS#8 DER); made, mode 0600, if missing.
     pub signing_key_file: Spanned<PathBuf>,
+    /// The control plane's `ControlPlane` service, `ADDR:PORT`, where the
+    /// gateway ships its signed batches of records. Without it no batch is
+    /// made: records go only to `[records] path`.
+    #[serde(default)]
+    pub plane: Option<Spanned<SocketAddr>>,
+    /// The DNS name the control plane's certificate must carry. Default
+    /// `control-stub` (the name `control-stub init` gives it).
+    #[serde(default = "Control::default_plane_name")]
+    pub plane_name: String,
+    /// Where sealed batches wait until the control plane acknowledges them
+    /// (a directory, made mode 0700). Required with `plane`.
+    #[serde(default)]
+    pub spool_dir: Option<Spanned<PathBuf>>,
+    /// The most records in one batch. Default 1000; range 1-10000.
+    #[serde(default = "Control::default_batch_max_records")]
+    pub batch_max_records: usize,
+    /// The longest a record waits before its batch is sealed, in
+    /// milliseconds. Default 1000; range 10-60000.
+    #[serde(default = "Control::default_batch_interval_ms")]
+    pub batch_interval_ms: u64,
+    /// The most batches the spool holds unacknowledged. At the bound the
+    /// gateway fails closed: it stops accepting new connections until the
+    /// control plane acknowledges batches again. Default 1000; range
+    /// 1-1000 (the control plane tells a re-sent batch from a forged one
+    /// by the last 1,024 digests it accepted).
+    #[serde(default = "Control::default_spool_max_batches")]
+    pub spool_max_batches: usize,
+    /// The most bytes the spool holds; the same fail-closed rule. Default
+    /// 1 GiB; at least 1 MiB.
+    #[serde(default = "Control::default_spool_max_bytes")]
+    pub spool_max_bytes: u64,
+}
+
+impl Control {
+    fn default_plane_name() -> String {
+        "control-stub".into()
+    }
+    fn default_batch_max_records() -> usize {
+        1000
+    }
+    fn default_batch_interval_ms() -> u64 {
+        1000
+    }
+    fn default_spool_max_batches() -> usize {
+        1000
+    }
+    fn default_spool_max_bytes() -> u64 {
+        1 << 30
+    }
 }
 
 /// Where one secret's value is read from at start-up (`[[secret]]`):
@@ -459,6 +508,44 @@ impl Config {
                     "control.signing_key_file",
                     message,
                 ));
+            }
+            match (&c.plane, &c.spool_dir) {
+                (Some(plane), None) => {
+                    return Err(invalid(
+                        plane.span(),
+                        "control.spool_dir",
+                        "required with control.plane: batches wait there until acknowledged".into(),
+                    ))
+                }
+                (None, Some(dir)) => {
+                    return Err(invalid(
+                        dir.span(),
+                        "control.spool_dir",
+                        "needs control.plane: without a control plane no batch is made".into(),
+                    ))
+                }
+                _ => {}
+            }
+            if rustls::pki_types::DnsName::try_from(c.plane_name.as_str()).is_err() {
+                return Err(invalid(
+                    find_key(text, "plane_name"),
+                    "control.plane_name",
+                    format!("{:?} is not a DNS name", c.plane_name),
+                ));
+            }
+            for (value, range, field) in [
+                (c.batch_max_records as u64, 1..=10_000, "batch_max_records"),
+                (c.batch_interval_ms, 10..=60_000, "batch_interval_ms"),
+                (c.spool_max_batches as u64, 1..=1000, "spool_max_batches"),
+                (c.spool_max_bytes, 1 << 20..=u64::MAX, "spool_max_bytes"),
+            ] {
+                if !range.contains(&value) {
+                    return Err(invalid(
+                        find_key(text, field),
+                        &format!("control.{field}"),
+                        format!("{value} is outside {}-{}", range.start(), range.end()),
+                    ));
+                }
             }
         }
 

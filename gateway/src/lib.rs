@@ -17,7 +17,8 @@
 //! - [`capture`]: reading a hello off a socket, bounded in bytes and time.
 //! - [`classify`]: which addresses are internal, and of which class.
 //! - [`resolve`]: resolving a name and refusing internal answers.
-//! - [`record`]: one record per connection, written as JSON lines.
+//! - [`spool`]: records sealed in signed batches, kept on disk until shipped.
+//! - [`record`]: one record per connection, written as JSON lines and batched.
 //! - [`decode`]: decoding compressed replies before masking.
 //! - [`reply`]: a reply on its way to the session: decoded and masked.
 //! - [`admin`]: metrics and health on the admin listener.
@@ -25,6 +26,7 @@
 //! - [`conn`]: one connection, stage by stage, top to bottom.
 //! - [`control`]: the control channel: sessions opened and closed over
 //!   mutually authenticated gRPC, drop reports signed.
+//! - [`shipper`]: signed batches shipped to the control plane.
 //! - [`server`]: listeners, the connection cap, graceful shutdown.
 
 #![forbid(unsafe_code)]
@@ -41,6 +43,7 @@ pub mod hello;
 pub mod capture;
 pub mod classify;
 pub mod resolve;
+pub mod spool;
 pub mod record;
 pub mod decode;
 pub mod reply;
@@ -48,4 +51,5 @@ pub mod admin;
 pub mod proxy;
 pub mod conn;
 pub mod control;
+pub mod shipper;
 pub mod server;

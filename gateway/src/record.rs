@@ -3,7 +3,8 @@
 //! A record holds what an auditor needs to see what the session reached and
 //! what was refused — and nothing that could carry a secret: no body, no
 //! header value, no query string. Records are written as JSON lines by one
-//! writer task; the same type is what signed batches will carry.
+//! writer task, which also hands each one to the batch [`Sealer`] when the
+//! gateway ships signed batches to a control plane.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::refusal::Refusal;
+use crate::spool::Sealer;
 
 /// How many records may wait for the writer before connections closing
 /// wait for it in turn. At ~300 bytes each, 4096 is about 1.2 MiB: enough
@@ -203,6 +205,7 @@ impl RecordSink {
                 rx,
                 file: tokio::fs::File::from_std(file),
                 path: path.to_owned(),
+                sealer: None,
             },
         ))
     }
@@ -219,25 +222,58 @@ impl RecordSink {
     }
 }
 
-/// The task that writes records, one JSON object per line.
+/// The task that writes records, one JSON object per line, and seals them
+/// into batches when a [`Sealer`] is set.
 #[derive(Debug)]
 pub struct RecordWriter {
     rx: mpsc::Receiver<Record>,
     file: tokio::fs::File,
     path: PathBuf,
+    sealer: Option<Sealer>,
 }
 
 impl RecordWriter {
-    /// Write records until every sink is dropped. Each wake-up writes all
-    /// waiting records with one write and one flush.
+    /// Seal every record into signed batches too.
+    pub fn with_sealer(mut self, sealer: Sealer) -> Self {
+        self.sealer = Some(sealer);
+        self
+    }
+
+    /// Write records until every sink is dropped, then seal what is left.
+    /// Each wake-up writes all waiting records with one write and one
+    /// flush. A batch is sealed when it has `max_records` records or its
+    /// first record has waited `interval`.
     pub async fn run(mut self) {
         let mut batch = Vec::with_capacity(64);
         let mut buf = Vec::with_capacity(64 * 1024);
-        while self.rx.recv_many(&mut batch, 256).await > 0 {
+        // When the oldest unsealed record must be sealed at the latest.
+        let mut deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let received = tokio::select! {
+                n = self.rx.recv_many(&mut batch, 256) => n,
+                () = sleep_until(deadline) => {
+                    deadline = None;
+                    if let Some(sealer) = &mut self.sealer {
+                        sealer.seal().await;
+                        if sealer.pending() > 0 {
+                            // The write failed: try again after a while.
+                            deadline = Some(tokio::time::Instant::now() + sealer.interval);
+                        }
+                    }
+                    continue;
+                }
+            };
+            if received == 0 {
+                break;
+            }
             buf.clear();
             for r in batch.drain(..) {
+                let start = buf.len();
                 // A Record is plain data: serialising it cannot fail.
                 if serde_json::to_writer(&mut buf, &r).is_ok() {
+                    if let Some(sealer) = &mut self.sealer {
+                        sealer.push(buf[start..].to_vec());
+                    }
                     buf.push(b'\n');
                 }
             }
@@ -248,6 +284,32 @@ impl RecordWriter {
             if let Err(e) = written {
                 tracing::error!(path = %self.path.display(), error = %e, "cannot write records");
             }
+            if let Some(sealer) = &mut self.sealer {
+                if sealer.pending() >= sealer.max_records {
+                    sealer.seal().await;
+                    deadline = None;
+                }
+                if sealer.pending() > 0 && deadline.is_none() {
+                    deadline = Some(tokio::time::Instant::now() + sealer.interval);
+                }
+            }
         }
+        if let Some(sealer) = &mut self.sealer {
+            sealer.seal().await;
+            if sealer.pending() > 0 {
+                tracing::error!(
+                    records = sealer.pending(),
+                    "records could not be sealed before exit; they are in the record file only"
+                );
+            }
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }

@@ -58,6 +58,8 @@ pub enum StartError {
     Control(String),
     #[error(transparent)]
     SigningKey(#[from] talos_certs::KeyError),
+    #[error(transparent)]
+    Spool(#[from] crate::spool::SpoolError),
 }
 
 /// The control channel, ready to serve once the data path's state exists.
@@ -65,6 +67,16 @@ struct ControlSetup {
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     key: Arc<talos_certs::GatewayKey>,
+    batches: Option<BatchSetup>,
+}
+
+/// Signed batches: the spool, where its chain stands, the control plane.
+struct BatchSetup {
+    spool: Arc<crate::spool::Spool>,
+    position: crate::spool::ChainPosition,
+    plane: crate::shipper::Plane,
+    max_records: usize,
+    interval: std::time::Duration,
 }
 
 /// Load the control channel's keys and certificates (config validation
@@ -75,8 +87,33 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
     let chain =
         crate::config::read_pem_certs(c.cert_file.get_ref()).map_err(StartError::Control)?;
     let key = crate::config::read_private_key(c.key_file.get_ref()).map_err(StartError::Control)?;
-    let tls = crate::control::server_tls(&ca, chain, key).map_err(StartError::Control)?;
+    let tls = crate::control::server_tls(&ca, chain.clone(), key.clone_key())
+        .map_err(StartError::Control)?;
     let signing = talos_certs::GatewayKey::load_or_create(c.signing_key_file.get_ref())?;
+    let batches = match (&c.plane, &c.spool_dir) {
+        (Some(plane), Some(dir)) => {
+            let (spool, position) = crate::spool::Spool::open(
+                dir.get_ref(),
+                crate::spool::SpoolLimits {
+                    max_batches: c.spool_max_batches,
+                    max_bytes: c.spool_max_bytes,
+                },
+            )?;
+            Some(BatchSetup {
+                spool: Arc::new(spool),
+                position,
+                plane: crate::shipper::Plane {
+                    addr: *plane.get_ref(),
+                    name: c.plane_name.clone(),
+                    tls: crate::shipper::client_tls(&ca, chain, key)
+                        .map_err(StartError::Control)?,
+                },
+                max_records: c.batch_max_records,
+                interval: std::time::Duration::from_millis(c.batch_interval_ms),
+            })
+        }
+        _ => None,
+    };
     let addr = *c.listen.get_ref();
     let listener = TcpListener::bind(addr)
         .await
@@ -89,6 +126,7 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
         listener,
         tls,
         key: Arc::new(signing),
+        batches,
     })
 }
 
@@ -167,12 +205,6 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     };
     let sessions = open_static_sessions(&config, &upstream)?;
     let resolver = Resolver::from_config(&config.resolver).map_err(StartError::Resolver)?;
-    let (records, writer) =
-        RecordSink::open_file(&config.records.path).map_err(|source| StartError::Records {
-            path: config.records.path.clone(),
-            source,
-        })?;
-    let writer = tokio::spawn(writer.run());
 
     let bind = |which: &'static str, addr: SocketAddr| async move {
         TcpListener::bind(addr)
@@ -185,10 +217,49 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     };
     let data = bind("data", config.listen.data).await?;
     let admin = bind("admin", config.listen.admin).await?;
-    let control = match &config.control {
+    let mut control = match &config.control {
         Some(c) => Some(setup_control(c).await?),
         None => None,
     };
+    let (records, mut writer) =
+        RecordSink::open_file(&config.records.path).map_err(|source| StartError::Records {
+            path: config.records.path.clone(),
+            source,
+        })?;
+    // Signed batches: the sealer behind the record writer, the shipper
+    // draining the spool, and the spool's fail-closed flag.
+    let ship_stop = CancellationToken::new();
+    let mut spool_full = None;
+    let mut shipper = None;
+    let mut spool = None;
+    if let Some(b) = control.as_mut().and_then(|c| c.batches.take()) {
+        let key = control
+            .as_ref()
+            .map(|c| Arc::clone(&c.key))
+            .expect("control set");
+        tracing::info!(
+            plane = %b.plane.addr,
+            spooled = b.spool.len().0,
+            next_seq = b.position.last_seq + 1,
+            "shipping signed batches"
+        );
+        spool_full = Some(b.spool.full());
+        writer = writer.with_sealer(crate::spool::Sealer::new(
+            key,
+            config.gateway_id.get_ref(),
+            b.position,
+            Arc::clone(&b.spool),
+            b.max_records,
+            b.interval,
+        ));
+        shipper = Some(tokio::spawn(crate::shipper::ship(
+            Arc::clone(&b.spool),
+            b.plane,
+            ship_stop.clone(),
+        )));
+        spool = Some(b.spool);
+    }
+    let writer = tokio::spawn(writer.run());
     let data_addr = data.local_addr().unwrap_or(config.listen.data);
     let admin_addr = admin.local_addr().unwrap_or(config.listen.admin);
 
@@ -236,12 +307,40 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         ))
     });
     println!("{ready_line}");
+    // `/readyz` follows the spool: not ready while it is full.
+    if let Some(mut full) = spool_full.clone() {
+        let ready = Arc::clone(&ready);
+        let draining = control_stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let room = !*full.borrow_and_update();
+                if draining.is_cancelled() {
+                    return;
+                }
+                ready.store(room, Ordering::Relaxed);
+                tokio::select! {
+                    _ = draining.cancelled() => return,
+                    changed = full.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+    }
 
     let tracker = TaskTracker::new();
     let cap = Arc::new(Semaphore::new(config.limits.max_connections));
     let signal = shutdown_signal();
     tokio::pin!(signal);
     loop {
+        // A full spool fails closed: accept nothing until it has room.
+        if let Some(full) = spool_full.as_mut() {
+            if *full.borrow() {
+                let room = full.wait_for(|f| !*f);
+                tokio::select! {
+                    _ = &mut signal => break,
+                    r = room => if r.is_err() { break },
+                }
+            }
+        }
         // Wait for room first: past the cap the kernel backlog holds clients.
         let permit = tokio::select! {
             _ = &mut signal => break,
@@ -252,6 +351,8 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         };
         let (stream, peer) = tokio::select! {
             _ = &mut signal => break,
+            // The spool filled while waiting: back to the top, to wait there.
+            () = spool_fills(spool_full.as_mut()) => continue,
             accepted = data.accept() => match accepted {
                 Ok(a) => {
                     // Small TLS records (handshake, HTTP/2 frames, the
@@ -300,8 +401,43 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let _ = admin_task.await;
     drop(shared);
     let _ = writer.await;
+    // The last records are sealed; give the shipper the grace to deliver
+    // them. What it cannot deliver stays spooled for the next start.
+    if let (Some(spool), Some(task)) = (spool, shipper) {
+        let delivered = tokio::time::timeout(grace, async {
+            while !spool.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_ok();
+        ship_stop.cancel();
+        let _ = task.await;
+        let (batches, bytes) = spool.len();
+        if delivered {
+            tracing::info!("every batch delivered");
+        } else {
+            tracing::warn!(
+                batches,
+                bytes,
+                "batches left in the spool; they are shipped after the next start"
+            );
+        }
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Resolves when the spool becomes full; never without a spool.
+async fn spool_fills(full: Option<&mut tokio::sync::watch::Receiver<bool>>) {
+    match full {
+        Some(f) => {
+            if f.wait_for(|full| *full).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
 }
 
 async fn shutdown_signal() {

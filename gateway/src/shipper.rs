@@ -1,0 +1,190 @@
+//! Shipping the spool's signed batches to the control plane's
+//! `ControlPlane` service, over the control channel's mutual TLS.
+//!
+//! Oldest first, one at a time: a batch is deleted from the spool only when
+//! the control plane answers `ACCEPTED` (verified and stored) or
+//! `DUPLICATE` (stored before; the acknowledgement was lost). A refusal
+//! (`REJECTED` with its reason) or an outage is retried with growing delays
+//! and never skipped, since the next batch would only be refused as a gap;
+//! the spool's bound then makes the gateway fail closed
+//! ([`crate::spool`]). The control plane's certificate must chain to the
+//! control CA and carry `plane_name`; the gateway presents its own control
+//! certificate, which must name its gateway id (the control plane refuses
+//! batches for any other id).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_util::sync::CancellationToken;
+
+use crate::control::pb;
+use crate::spool::{read_batch, Spool};
+
+/// TLS for the shipper's connection to the control plane: TLS 1.3, the
+/// control CA as the only root, the gateway's certificate as client
+/// identity, ALPN h2.
+pub fn client_tls(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in ca {
+        roots
+            .add(c.clone())
+            .map_err(|e| format!("control CA: unusable certificate: {e}"))?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("control TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("control certificate and key: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Where and how the shipper reaches the control plane.
+#[derive(Clone, Debug)]
+pub struct Plane {
+    pub addr: SocketAddr,
+    pub name: String,
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+/// How long one submission may take before it counts as failed.
+const SUBMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Retry delays after a failure: from the first to the cap, doubling.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_CAP: Duration = Duration::from_secs(10);
+
+fn client(
+    plane: &Plane,
+) -> Result<pb::control_plane_client::ControlPlaneClient<tonic::transport::Channel>, String> {
+    let name = ServerName::try_from(plane.name.clone()).map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(&plane.tls));
+    let addr = plane.addr;
+    let connect = tower::service_fn(move |_uri: hyper::Uri| {
+        let connector = connector.clone();
+        let name = name.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let _ = tcp.set_nodelay(true);
+            let tls = connector.connect(name, tcp).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+        }
+    });
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", plane.name))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(SUBMIT_TIMEOUT)
+        .connect_with_connector_lazy(connect);
+    Ok(pb::control_plane_client::ControlPlaneClient::new(channel)
+        .max_encoding_message_size(talos_certs::MAX_PAYLOAD_LEN + 64 * 1024))
+}
+
+/// Ship the spool's batches, oldest first, until `stop` fires: each is
+/// deleted once the control plane answers `ACCEPTED` or `DUPLICATE`. A
+/// refusal or an outage is retried with growing delays (never skipped:
+/// the next batch would only be refused as a gap).
+pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
+    let mut client = match client(&plane) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot make the control plane client; batches stay spooled");
+            return;
+        }
+    };
+    let mut delay = RETRY_FIRST;
+    // Log an outage once, not at every retry.
+    let mut failing = false;
+    loop {
+        let Some(entry) = spool.oldest() else {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = spool.arrived.notified() => continue,
+            }
+        };
+        let path = entry.path.clone();
+        let read = tokio::task::spawn_blocking(move || read_batch(&path)).await;
+        let signed = match read {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot read a spooled batch");
+                if wait(&stop, &mut delay).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => return,
+        };
+        let msg = pb::Signed {
+            kind: signed.kind.as_str().to_owned(),
+            key_id: signed.key_id,
+            payload: signed.payload,
+            signature: signed.signature,
+        };
+        let answer = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = client.submit_batch(msg) => a,
+        };
+        use pb::batch_ack::Status as S;
+        match answer {
+            Ok(ack) => {
+                let ack = ack.into_inner();
+                match S::try_from(ack.status) {
+                    Ok(status @ (S::Accepted | S::Duplicate)) => {
+                        let label = if status == S::Accepted {
+                            "accepted"
+                        } else {
+                            "duplicate"
+                        };
+                        metrics::counter!("gateway_batches_shipped_total", "status" => label)
+                            .increment(1);
+                        if failing {
+                            tracing::warn!(
+                                seq = entry.seq,
+                                "control plane acknowledges batches again"
+                            );
+                            failing = false;
+                        }
+                        tracing::debug!(seq = entry.seq, status = label, "batch acknowledged");
+                        spool.remove(entry.seq);
+                        delay = RETRY_FIRST;
+                        continue;
+                    }
+                    _ => {
+                        let reason: String = ack.reason.chars().take(64).collect();
+                        metrics::counter!("gateway_batches_rejected_total", "reason" => reason.clone())
+                            .increment(1);
+                        tracing::error!(seq = entry.seq, reason = %reason, "control plane refused a batch; it stays spooled and is retried");
+                        failing = true;
+                    }
+                }
+            }
+            Err(status) => {
+                metrics::counter!("gateway_batch_ship_errors_total").increment(1);
+                if !failing {
+                    tracing::warn!(seq = entry.seq, code = ?status.code(), message = %status.message(), "cannot reach the control plane; batches stay spooled and are retried");
+                    failing = true;
+                }
+            }
+        }
+        if wait(&stop, &mut delay).await {
+            return;
+        }
+    }
+}
+
+/// Sleep `delay` (then double it up to the cap); `true` if `stop` fired.
+async fn wait(stop: &CancellationToken, delay: &mut Duration) -> bool {
+    let d = *delay;
+    *delay = (*delay * 2).min(RETRY_CAP);
+    tokio::select! {
+        _ = stop.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}

@@ -1,0 +1,625 @@
+//! Signed batches of records, kept on disk until the control plane has
+//! them.
+//!
+//! The record writer ([`crate::record`]) hands every record it writes to a
+//! [`Sealer`] too. The sealer signs them in batches (talos-certs
+//! `BatchWriter`: gateway id, sequence number, digest of the previous
+//! batch, the records, the gateway's Ed25519 signature) and puts each batch
+//! in the [`Spool`], a directory with one file per batch. The
+//! [`crate::shipper`] task
+//! submits the oldest batch to the control plane's `ControlPlane` service
+//! over mutual TLS and deletes it only when the answer is `ACCEPTED` or
+//! `DUPLICATE`. So a record survives a control-plane outage and a gateway
+//! restart: it is either in the control plane's store or in the spool.
+//!
+//! # Files
+//!
+//! `<spool_dir>/<seq, 20 digits>.batch` holds one batch as talos-certs
+//! `Signed` JSON; `<spool_dir>/chain.json` holds the position of the last
+//! batch sealed (`{"last_seq":N,"last_digest":"…"}`), so the chain goes on
+//! after a restart even when every batch was shipped. Both are written to
+//! a temporary file, synced and renamed, so a crash leaves either the old
+//! file or the new one. Records are not secrets (no body, header value,
+//! query or credential ever enters one), but the directory is made mode
+//! 0700 anyway: they are a tenant's traffic pattern.
+//!
+//! # The bound, and failing closed
+//!
+//! The spool holds at most `spool_max_batches` batches and
+//! `spool_max_bytes` bytes. When it reaches either bound — the control
+//! plane has been away too long, or refuses what it is sent — or when a
+//! batch cannot be written to disk, the gateway **fails closed**: it stops
+//! accepting new connections (they wait in the kernel's backlog), says so
+//! once in the log at `error`, sets `gateway_spool_full` to 1 and
+//! `/readyz` to 503. Connections already open go on, and their records are
+//! still spooled (so the spool may pass its bound by at most the records
+//! of the connections open at that moment): nothing is forgotten. As soon
+//! as acknowledgements bring it under the bound, accepting resumes.
+
+use std::collections::VecDeque;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use talos_certs::{BatchWriter, GatewayKey, Signed};
+use tokio::sync::{watch, Notify};
+
+/// The chain position file in the spool directory.
+const CHAIN_FILE: &str = "chain.json";
+/// The extension of a batch file.
+const BATCH_EXT: &str = "batch";
+
+/// Why the spool could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("spool {path}: {reason}")]
+    Io { path: PathBuf, reason: String },
+    #[error("spool {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> SpoolError {
+    SpoolError::Io {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// The bounds of the spool.
+#[derive(Clone, Copy, Debug)]
+pub struct SpoolLimits {
+    pub max_batches: usize,
+    pub max_bytes: u64,
+}
+
+/// One batch waiting in the spool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub seq: u64,
+    pub path: PathBuf,
+    pub bytes: u64,
+}
+
+/// Where the chain stood after the last batch sealed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainPosition {
+    pub last_seq: u64,
+    pub last_digest: String,
+}
+
+impl ChainPosition {
+    fn genesis() -> Self {
+        ChainPosition {
+            last_seq: 0,
+            last_digest: talos_certs::GENESIS_DIGEST.to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: VecDeque<Entry>,
+    bytes: u64,
+    /// The last attempt to write a batch failed: fail closed until one
+    /// succeeds.
+    write_failed: bool,
+}
+
+/// The batches not yet acknowledged, on disk, oldest first.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    limits: SpoolLimits,
+    inner: Mutex<Inner>,
+    /// Wakes the shipper when a batch arrives.
+    pub(crate) arrived: Notify,
+    /// `true` while the gateway must not accept new connections.
+    full: watch::Sender<bool>,
+}
+
+impl Spool {
+    /// Open (or create, mode 0700) the spool in `dir`: the batches left
+    /// from an earlier run, oldest first, and the chain position to go on
+    /// from. Refuses a directory whose batches do not follow one another,
+    /// rather than seal a batch the control plane would refuse.
+    pub fn open(dir: &Path, limits: SpoolLimits) -> Result<(Spool, ChainPosition), SpoolError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| io_err(dir, e))?;
+        let meta = std::fs::metadata(dir).map_err(|e| io_err(dir, e))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_err(dir, e))?;
+        }
+        let mut position = match std::fs::read(dir.join(CHAIN_FILE)) {
+            Ok(bytes) => serde_json::from_slice::<ChainPosition>(&bytes).map_err(|e| {
+                SpoolError::Corrupt {
+                    path: dir.join(CHAIN_FILE),
+                    reason: format!("not a chain position: {e}"),
+                }
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ChainPosition::genesis(),
+            Err(e) => return Err(io_err(&dir.join(CHAIN_FILE), e)),
+        };
+        let mut entries = Vec::new();
+        for item in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+            let item = item.map_err(|e| io_err(dir, e))?;
+            let path = item.path();
+            let name = item.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".tmp") {
+                // A write that a crash interrupted: never renamed, so never
+                // relied on.
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let Some(stem) = name.strip_suffix(&format!(".{BATCH_EXT}")) else {
+                continue;
+            };
+            let Ok(seq) = stem.parse::<u64>() else {
+                continue;
+            };
+            let bytes = item.metadata().map_err(|e| io_err(&path, e))?.len();
+            entries.push(Entry { seq, path, bytes });
+        }
+        entries.sort_by_key(|e| e.seq);
+        for pair in entries.windows(2) {
+            if pair[1].seq != pair[0].seq + 1 {
+                return Err(SpoolError::Corrupt {
+                    path: dir.to_owned(),
+                    reason: format!(
+                        "batch {} is followed by batch {}: a batch is missing",
+                        pair[0].seq, pair[1].seq
+                    ),
+                });
+            }
+        }
+        // The newest batch on disk may be newer than chain.json (a crash
+        // between the two renames): go on from the newer.
+        if let Some(last) = entries.last() {
+            if last.seq > position.last_seq {
+                let signed = read_batch(&last.path)?;
+                let (_, seq) = claimed(&signed.payload);
+                if seq != last.seq {
+                    return Err(SpoolError::Corrupt {
+                        path: last.path.clone(),
+                        reason: format!("the file is named {} but holds batch {seq}", last.seq),
+                    });
+                }
+                position = ChainPosition {
+                    last_seq: last.seq,
+                    last_digest: talos_certs::digest(&signed),
+                };
+            } else if last.seq < position.last_seq {
+                // Batches are written before chain.json and acknowledged in
+                // order, so the newest batch on disk is never older than
+                // the chain position: the newest ones are gone.
+                return Err(SpoolError::Corrupt {
+                    path: dir.to_owned(),
+                    reason: format!(
+                        "chain.json is at batch {} but the newest batch here is {}: batches are missing",
+                        position.last_seq, last.seq
+                    ),
+                });
+            }
+        }
+        let bytes = entries.iter().map(|e| e.bytes).sum();
+        let spool = Spool {
+            dir: dir.to_owned(),
+            limits,
+            inner: Mutex::new(Inner {
+                entries: entries.into(),
+                bytes,
+                write_failed: false,
+            }),
+            arrived: Notify::new(),
+            full: watch::channel(false).0,
+        };
+        spool.update_full();
+        Ok((spool, position))
+    }
+
+    /// A receiver that reads `true` while the gateway must not accept new
+    /// connections.
+    pub fn full(&self) -> watch::Receiver<bool> {
+        self.full.subscribe()
+    }
+
+    /// The number of batches and bytes waiting.
+    pub fn len(&self) -> (usize, u64) {
+        let inner = self.lock();
+        (inner.entries.len(), inner.bytes)
+    }
+
+    /// Whether no batch waits.
+    pub fn is_empty(&self) -> bool {
+        self.lock().entries.is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // The lock guards plain bookkeeping: a panic elsewhere cannot leave
+        // it half-updated in a way that matters more than losing it would.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Write a sealed batch to disk (synced) and then `chain.json`.
+    /// Blocking: call from a blocking thread.
+    pub fn put(&self, seq: u64, signed: &Signed) -> std::io::Result<()> {
+        let path = self.dir.join(format!("{seq:020}.{BATCH_EXT}"));
+        let body = serde_json::to_vec(signed).map_err(std::io::Error::other)?;
+        let written = write_synced(&path, &body).and_then(|()| {
+            let position = ChainPosition {
+                last_seq: seq,
+                last_digest: talos_certs::digest(signed),
+            };
+            let chain = serde_json::to_vec(&position).map_err(std::io::Error::other)?;
+            write_synced(&self.dir.join(CHAIN_FILE), &chain)?;
+            sync_dir(&self.dir)
+        });
+        {
+            let mut inner = self.lock();
+            match &written {
+                Ok(()) => {
+                    inner.entries.push_back(Entry {
+                        seq,
+                        path,
+                        bytes: body.len() as u64,
+                    });
+                    inner.bytes += body.len() as u64;
+                    inner.write_failed = false;
+                }
+                Err(_) => {
+                    let _ = std::fs::remove_file(&path);
+                    inner.write_failed = true;
+                }
+            }
+        }
+        self.update_full();
+        if written.is_ok() {
+            metrics::counter!("gateway_batches_sealed_total").increment(1);
+            self.arrived.notify_one();
+        }
+        written
+    }
+
+    /// The oldest batch waiting.
+    pub fn oldest(&self) -> Option<Entry> {
+        self.lock().entries.front().cloned()
+    }
+
+    /// Forget batch `seq` (acknowledged): delete its file.
+    pub fn remove(&self, seq: u64) {
+        let removed = {
+            let mut inner = self.lock();
+            match inner.entries.front() {
+                Some(e) if e.seq == seq => {
+                    let e = inner.entries.pop_front();
+                    if let Some(e) = &e {
+                        inner.bytes -= e.bytes;
+                    }
+                    e
+                }
+                _ => None,
+            }
+        };
+        if let Some(e) = removed {
+            if let Err(err) = std::fs::remove_file(&e.path) {
+                // The batch is acknowledged: a leftover file is sent again
+                // after a restart and answered DUPLICATE.
+                tracing::warn!(path = %e.path.display(), error = %err, "cannot delete an acknowledged batch");
+            }
+        }
+        self.update_full();
+    }
+
+    /// Recompute the fail-closed flag and the gauges; log the changes.
+    fn update_full(&self) {
+        let (batches, bytes, failed) = {
+            let inner = self.lock();
+            (inner.entries.len(), inner.bytes, inner.write_failed)
+        };
+        metrics::gauge!("gateway_spool_batches").set(batches as f64);
+        metrics::gauge!("gateway_spool_bytes").set(bytes as f64);
+        let full = failed || batches >= self.limits.max_batches || bytes >= self.limits.max_bytes;
+        let was = self.full.send_replace(full);
+        metrics::gauge!("gateway_spool_full").set(if full { 1.0 } else { 0.0 });
+        if full && !was {
+            tracing::error!(
+                batches,
+                bytes,
+                max_batches = self.limits.max_batches,
+                max_bytes = self.limits.max_bytes,
+                write_failed = failed,
+                "record spool full: not accepting new connections until the control plane acknowledges batches"
+            );
+        } else if was && !full {
+            tracing::warn!(
+                batches,
+                bytes,
+                "record spool has room again: accepting connections"
+            );
+        }
+    }
+}
+
+/// Write `body` to `path` through a synced temporary file and a rename.
+fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(body)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Read a spooled batch.
+pub fn read_batch(path: &Path) -> Result<Signed, SpoolError> {
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| SpoolError::Corrupt {
+        path: path.to_owned(),
+        reason: format!("not a signed batch: {e}"),
+    })
+}
+
+/// The gateway id and seq a payload claims (defaults if it names none).
+fn claimed(payload: &[u8]) -> (String, u64) {
+    #[derive(serde::Deserialize)]
+    struct Claimed {
+        #[serde(default)]
+        gateway_id: String,
+        #[serde(default)]
+        seq: u64,
+    }
+    serde_json::from_slice::<Claimed>(payload)
+        .map(|c| (c.gateway_id, c.seq))
+        .unwrap_or_default()
+}
+
+/// Seals records into batches and spools them: the record writer's side.
+#[derive(Debug)]
+pub struct Sealer {
+    writer: Option<BatchWriter>,
+    key: Arc<GatewayKey>,
+    spool: Arc<Spool>,
+    pending: Vec<Vec<u8>>,
+    pub max_records: usize,
+    pub interval: Duration,
+}
+
+impl Sealer {
+    /// A sealer that goes on from `position` (from [`Spool::open`]).
+    pub fn new(
+        key: Arc<GatewayKey>,
+        gateway_id: &str,
+        position: ChainPosition,
+        spool: Arc<Spool>,
+        max_records: usize,
+        interval: Duration,
+    ) -> Sealer {
+        Sealer {
+            writer: Some(BatchWriter::restore(
+                Arc::clone(&key),
+                gateway_id,
+                position.last_seq,
+                position.last_digest,
+            )),
+            key,
+            spool,
+            pending: Vec::new(),
+            max_records,
+            interval,
+        }
+    }
+
+    /// Add one record (one JSON object, no newline).
+    pub fn push(&mut self, record: Vec<u8>) {
+        self.pending.push(record);
+    }
+
+    /// Records waiting for the next batch.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Seal what is pending (up to `max_records` per batch) and spool it.
+    /// On a write failure the records stay pending and the writer stays
+    /// where it was, so the next try seals the same sequence number.
+    pub async fn seal(&mut self) {
+        while !self.pending.is_empty() {
+            let Some(writer) = self.writer.take() else {
+                return;
+            };
+            let take = self.pending.len().min(self.max_records);
+            let records: Vec<Vec<u8>> = self.pending.drain(..take).collect();
+            let spool = Arc::clone(&self.spool);
+            let key = Arc::clone(&self.key);
+            let joined = tokio::task::spawn_blocking(move || {
+                let mut writer = writer;
+                let before = (
+                    writer.next_seq().saturating_sub(1),
+                    writer.last_digest().to_owned(),
+                );
+                let seq = writer.next_seq();
+                let result = writer
+                    .seal(
+                        &humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+                        &records,
+                    )
+                    .map_err(|e| e.to_string())
+                    .and_then(|signed| spool.put(seq, &signed).map_err(|e| e.to_string()));
+                if result.is_err() {
+                    let id = writer.gateway_id().to_owned();
+                    writer = BatchWriter::restore(key, id, before.0, before.1);
+                }
+                (writer, records, result)
+            })
+            .await;
+            let Ok((writer, records, result)) = joined else {
+                tracing::error!("batch sealing task failed");
+                return;
+            };
+            self.writer = Some(writer);
+            if let Err(e) = result {
+                tracing::error!(error = %e, records = records.len(), "cannot seal or spool a batch; records kept in memory");
+                metrics::counter!("gateway_batch_write_errors_total").increment(1);
+                // Put them back in front, in order.
+                let rest = std::mem::replace(&mut self.pending, records);
+                self.pending.extend(rest);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> SpoolLimits {
+        SpoolLimits {
+            max_batches: 3,
+            max_bytes: 1 << 30,
+        }
+    }
+
+    fn sealed(writer: &mut BatchWriter, n: usize) -> (u64, Signed) {
+        let seq = writer.next_seq();
+        let records: Vec<String> = (0..n).map(|i| format!("{{\"n\":{i}}}")).collect();
+        (
+            seq,
+            writer.seal("2026-11-29T00:00:00.000Z", &records).unwrap(),
+        )
+    }
+
+    #[test]
+    fn batches_survive_a_reopen_and_the_chain_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos, ChainPosition::genesis());
+        let mut w = BatchWriter::new(Arc::clone(&key), "gw");
+        for n in [1, 2] {
+            let (seq, s) = sealed(&mut w, n);
+            spool.put(seq, &s).unwrap();
+        }
+        spool.remove(1);
+        drop(spool);
+        let (spool, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos.last_seq, 2);
+        assert_eq!(pos.last_digest, w.last_digest());
+        assert_eq!(spool.len().0, 1);
+        assert_eq!(spool.oldest().unwrap().seq, 2);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path()).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[test]
+    fn a_batch_newer_than_the_chain_file_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let mut w = BatchWriter::new(Arc::clone(&key), "gw");
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        let chain = std::fs::read(dir.path().join(CHAIN_FILE)).unwrap();
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        // As if the gateway died between the batch's rename and chain.json's.
+        std::fs::write(dir.path().join(CHAIN_FILE), chain).unwrap();
+        drop(spool);
+        let (_, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos.last_seq, 2);
+        assert_eq!(pos.last_digest, w.last_digest());
+    }
+
+    #[test]
+    fn a_missing_batch_in_the_middle_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let mut w = BatchWriter::new(key, "gw");
+        for _ in 0..3 {
+            let (seq, s) = sealed(&mut w, 1);
+            spool.put(seq, &s).unwrap();
+        }
+        drop(spool);
+        std::fs::remove_file(dir.path().join(format!("{:020}.batch", 2))).unwrap();
+        let err = Spool::open(dir.path(), limits()).unwrap_err().to_string();
+        assert!(err.contains("batch 1 is followed by batch 3"), "{err}");
+    }
+
+    #[test]
+    fn the_bound_fails_closed_and_acknowledgements_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let full = spool.full();
+        let mut w = BatchWriter::new(key, "gw");
+        for _ in 0..2 {
+            let (seq, s) = sealed(&mut w, 1);
+            spool.put(seq, &s).unwrap();
+            assert!(!*full.borrow());
+        }
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        assert!(*full.borrow(), "3 of 3 batches: full");
+        spool.remove(2); // not the oldest: ignored
+        assert!(*full.borrow());
+        spool.remove(1);
+        assert!(!*full.borrow());
+        // Reopening a full spool starts closed.
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        drop(spool);
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        assert!(*spool.full().borrow());
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_keeps_the_records_and_the_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, pos) = Spool::open(&dir.path().join("spool"), limits()).unwrap();
+        let spool = Arc::new(spool);
+        let mut sealer = Sealer::new(
+            Arc::clone(&key),
+            "gw",
+            pos,
+            Arc::clone(&spool),
+            10,
+            Duration::from_secs(1),
+        );
+        sealer.push(b"{\"a\":1}".to_vec());
+        // Make the directory unwritable by replacing it with a file.
+        std::fs::remove_dir_all(dir.path().join("spool")).unwrap();
+        std::fs::write(dir.path().join("spool"), b"not a directory").unwrap();
+        sealer.seal().await;
+        assert_eq!(sealer.pending(), 1);
+        assert!(*spool.full().borrow(), "a failed write fails closed");
+        std::fs::remove_file(dir.path().join("spool")).unwrap();
+        std::fs::create_dir(dir.path().join("spool")).unwrap();
+        sealer.seal().await;
+        assert_eq!(sealer.pending(), 0);
+        assert!(!*spool.full().borrow());
+        assert_eq!(spool.oldest().unwrap().seq, 1, "the same sequence number");
+    }
+}
