@@ -121,6 +121,10 @@ pub enum SandboxCommand {
     RevokeAll { id: String },
     /// Show a session: state, attempts, CA digests, drop reports, reset steps.
     Status { id: String },
+    /// Print the trust bundle the session's instance is given: the PEM
+    /// certificates of the CAs its gateways made for the current attempt.
+    /// A session that is not running has none (`sandbox_not_running`).
+    Trust { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,6 +270,22 @@ pub fn run(
                 SandboxCommand::Stop { id } => json(&life.stop(id)?)?,
                 SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?)?,
                 SandboxCommand::Status { id } => json(&life.status(id)?)?,
+                SandboxCommand::Trust { id } => {
+                    let status = life.status(id)?;
+                    if status.session.state != crate::model::State::Running {
+                        return Err(Error::NotRunning {
+                            id: id.clone(),
+                            state: status.session.state.as_str(),
+                        });
+                    }
+                    let mut bundle = String::new();
+                    if let Some(current) = status.attempts.last() {
+                        for ca in current.ca.iter().filter(|c| c.destroyed_at.is_none()) {
+                            bundle.push_str(&ca.cert_pem);
+                        }
+                    }
+                    bundle.trim_end().to_owned()
+                }
             }
         }
         Command::Secret(cmd) => match cmd {
@@ -331,7 +351,7 @@ pub fn run(
 
 /// Whether `command` may reach the gateways.
 fn needs_gateways(command: &Command) -> bool {
-    matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. }))
+    matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. } | SandboxCommand::Trust { .. }))
 }
 
 /// Ask each gateway who it is and register its key at first contact; a
