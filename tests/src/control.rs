@@ -41,6 +41,8 @@ impl ControlPki {
             cert_file: dir.join("control-cert.pem"),
             key_file: dir.join("control-key.pem"),
             signing_key_file: dir.join("gateway-signing.key"),
+            listen: String::new(),
+            extra: String::new(),
         };
         ca.write_pem(&files.ca_file);
         let (cert, key) = ca.leaf_pem(&[GATEWAY_NAME]);

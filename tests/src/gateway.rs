@@ -153,6 +153,8 @@ pub fn records_path(dir: &Path) -> PathBuf {
 /// A gateway config for tests, written as TOML.
 #[derive(Debug, Clone)]
 pub struct TestConfig {
+    /// `gateway_id` (default `gw-test`).
+    pub gateway_id: String,
     pub dns: SocketAddr,
     pub upstream_port: u16,
     /// Extra trust anchors (the test origins' CAs).
@@ -175,11 +177,16 @@ pub struct TestControl {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     pub signing_key_file: PathBuf,
+    /// The control listener's address (`127.0.0.1:0` when empty).
+    pub listen: String,
+    /// More TOML lines for the `[control]` table (`plane`, `spool_dir`…).
+    pub extra: String,
 }
 
 impl Default for TestConfig {
     fn default() -> Self {
         TestConfig {
+            gateway_id: "gw-test".into(),
             dns: SocketAddr::from(([127, 0, 0, 1], 53)),
             upstream_port: 443,
             anchors: Vec::new(),
@@ -220,7 +227,7 @@ impl TestConfig {
                 .join(", ")
         };
         let mut out = format!(
-            r#"gateway_id = "gw-test"
+            r#"gateway_id = {id:?}
 [listen]
 data = "127.0.0.1:0"
 admin = "127.0.0.1:0"
@@ -239,6 +246,7 @@ extra_trust_anchors = [{anchors}]
 hello_timeout_ms = 700
 {limits}
 "#,
+            id = self.gateway_id,
             records = records_path(dir).display().to_string(),
             dns = self.dns,
             permit = quoted(&self.permit_internal),
@@ -264,12 +272,18 @@ hello_timeout_ms = 700
         }
         if let Some(c) = &self.control {
             let p = |p: &PathBuf| format!("{:?}", p.display().to_string());
+            let listen = if c.listen.is_empty() {
+                "127.0.0.1:0"
+            } else {
+                &c.listen
+            };
             out.push_str(&format!(
-                "[control]\nlisten = \"127.0.0.1:0\"\nca_file = {}\ncert_file = {}\nkey_file = {}\nsigning_key_file = {}\n",
+                "[control]\nlisten = {listen:?}\nca_file = {}\ncert_file = {}\nkey_file = {}\nsigning_key_file = {}\n{}\n",
                 p(&c.ca_file),
                 p(&c.cert_file),
                 p(&c.key_file),
                 p(&c.signing_key_file),
+                c.extra,
             ));
         }
         out

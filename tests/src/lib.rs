@@ -16,3 +16,4 @@ pub mod dns;
 pub mod gateway;
 pub mod grpc;
 pub mod origin;
+pub mod stub;

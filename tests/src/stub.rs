@@ -1,0 +1,209 @@
+//! The `control-stub` binary, run as operators run it: `init` makes the
+//! control channel's identities, `serve` consumes the gateways' batches,
+//! and every other command is one process that prints JSON.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::gateway::{workspace_bin, TestControl};
+
+/// What one CLI command did.
+#[derive(Debug)]
+pub struct Ran {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    /// The command's JSON output; panics with its error if it failed.
+    pub fn json(&self) -> serde_json::Value {
+        assert_eq!(self.status, 0, "command failed: {}", self.stderr);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+
+    /// The error code of a failed command (`error: <code>: …`).
+    pub fn code(&self) -> &str {
+        assert_ne!(self.status, 0, "command succeeded: {}", self.stdout);
+        self.stderr
+            .strip_prefix("error: ")
+            .and_then(|r| r.split(':').next())
+            .unwrap_or("")
+    }
+}
+
+/// A control stub: its store, its control directory, and its `serve`
+/// process when running.
+#[derive(Debug)]
+pub struct Stub {
+    pub db: PathBuf,
+    pub control_dir: PathBuf,
+    serve: Option<Child>,
+    /// Where `serve` listens (kept across restarts).
+    pub serve_addr: Option<SocketAddr>,
+    pub serve_log: PathBuf,
+}
+
+impl Stub {
+    /// `control-stub init` into `dir/control` with certificates for
+    /// `gateway_ids`; the store at `dir/stub.db`.
+    pub fn init(dir: &Path, gateway_ids: &[&str]) -> Stub {
+        let control_dir = dir.join("control");
+        let mut args = vec!["init".to_owned(), "--dir".into(), path(&control_dir)];
+        for id in gateway_ids {
+            args.push("--gateway".into());
+            args.push((*id).to_owned());
+        }
+        let out = Command::new(workspace_bin("control-stub"))
+            .args(&args)
+            .output()
+            .expect("run control-stub init");
+        assert!(
+            out.status.success(),
+            "init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Stub {
+            db: dir.join("stub.db"),
+            control_dir,
+            serve: None,
+            serve_addr: None,
+            serve_log: dir.join("stub-serve.log"),
+        }
+    }
+
+    /// The `[control]` files of gateway `id`, its signing key in `dir`.
+    pub fn gateway_files(&self, id: &str, dir: &Path) -> TestControl {
+        TestControl {
+            ca_file: self.control_dir.join("ca.pem"),
+            cert_file: self.control_dir.join(format!("{id}.pem")),
+            key_file: self.control_dir.join(format!("{id}.key")),
+            signing_key_file: dir.join(format!("{id}-signing.key")),
+            listen: String::new(),
+            extra: String::new(),
+        }
+    }
+
+    /// Run one command with `gateways` as `--gateway ID=ADDR` and `stdin`.
+    pub fn run(&self, gateways: &[(String, SocketAddr)], args: &[&str], stdin: &[u8]) -> Ran {
+        let mut cmd = Command::new("timeout");
+        cmd.arg("-k")
+            .arg("2")
+            .arg("60")
+            .arg(workspace_bin("control-stub"))
+            .arg("--db")
+            .arg(&self.db)
+            .arg("--control-dir")
+            .arg(&self.control_dir);
+        for (id, addr) in gateways {
+            cmd.arg("--gateway").arg(format!("{id}={addr}"));
+        }
+        let mut child = cmd
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run control-stub");
+        {
+            let mut pipe = child.stdin.take().expect("stdin");
+            // A command that does not read its input closes the pipe early.
+            let _ = pipe.write_all(stdin);
+        }
+        let out = child.wait_with_output().expect("wait control-stub");
+        Ran {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Start `serve` (on the address it had before, or a free port).
+    pub fn start_serve(&mut self) -> SocketAddr {
+        assert!(self.serve.is_none(), "serve is running");
+        let listen = self
+            .serve_addr
+            .map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.serve_log)
+            .expect("serve log");
+        let mut child = Command::new(workspace_bin("control-stub"))
+            .arg("--db")
+            .arg(&self.db)
+            .arg("--control-dir")
+            .arg(&self.control_dir)
+            .arg("serve")
+            .arg("--listen")
+            .arg(&listen)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn control-stub serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("serve ready line");
+        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|_| {
+            panic!(
+                "serve did not start: {line:?}; log:\n{}",
+                std::fs::read_to_string(&self.serve_log).unwrap_or_default()
+            )
+        });
+        let addr: SocketAddr = ready["listening"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .expect("listening address");
+        self.serve_addr = Some(addr);
+        self.serve = Some(child);
+        addr
+    }
+
+    /// Kill `serve` at once (SIGKILL): an outage, not a shutdown.
+    pub fn kill_serve(&mut self) {
+        if let Some(mut child) = self.serve.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The `serve` log so far.
+    pub fn serve_log(&self) -> String {
+        std::fs::read_to_string(&self.serve_log).unwrap_or_default()
+    }
+
+    /// Wait (at most `secs`) until `done` holds for the session's
+    /// certificate JSON (printed even while it is not issued).
+    pub fn wait_certificate(
+        &self,
+        id: &str,
+        secs: u64,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let ran = self.run(&[], &["certificate", id], b"");
+            let cert: serde_json::Value =
+                serde_json::from_str(&ran.stdout).unwrap_or(serde_json::Value::Null);
+            if done(&cert) || Instant::now() > deadline {
+                return cert;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.kill_serve();
+    }
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}

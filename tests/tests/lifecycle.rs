@@ -1,0 +1,853 @@
+//! Sessions driven by the control stub, end to end: a gateway pair (two
+//! `gateway` processes, ids `gw-a` and `gw-b`), the `control-stub` CLI and
+//! its `serve` batch consumer, all as operators run them, and real TLS
+//! clients as the session.
+//!
+//! One test per row of the spec's behaviour table ("Sandbox sessions"),
+//! for the gateway's columns (credentials and policy): what the session can
+//! reach, with which CA and which attachments, after each event; plus the
+//! record path: signed batches delivered across a control-plane outage and
+//! a gateway restart with no record lost or doubled, tampering detected,
+//! and the spool's bound failing closed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use talos_e2e::clients::{curl_via, run_bounded, SESSION_SOURCE};
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::{Gateway, TestConfig};
+use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::stub::Stub;
+
+const API: &str = "api.test";
+const OTHER: &str = "other.test";
+const OFF_LIST: &str = "off-list.test";
+const SECRET: &str = "lifecycle-S3CRET-v4lue-0123456789";
+const SECRET_2: &str = "second-S3CRET-after-rotation-987";
+const IDS: [&str; 2] = ["gw-a", "gw-b"];
+
+struct Rig {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    _dns: DnsServer,
+    _origin: Origin,
+    stub: Stub,
+    config: TestConfig,
+    /// Extra `[control]` lines for every gateway.
+    control_extra: String,
+    gateways: Vec<Gateway>,
+}
+
+impl Rig {
+    /// Two gateways shipping batches to a running `serve`; the account's
+    /// egress list holds `api.test` and `other.test`; tenant `acme` has
+    /// secret `API_TOKEN`.
+    async fn new() -> Rig {
+        Rig::with_control_extra("").await
+    }
+
+    async fn with_control_extra(extra: &str) -> Rig {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
+        let ca = TestCa::new("origin test CA");
+        ca.write_pem(&dir.join("origin-ca.pem"));
+        let origin = Origin::start(&ca, &[API, OTHER, OFF_LIST]).await;
+        let loopback = || Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
+        let dns = DnsServer::start(HashMap::from([
+            (API.to_owned(), loopback()),
+            (OTHER.to_owned(), loopback()),
+            (OFF_LIST.to_owned(), loopback()),
+        ]))
+        .await;
+        let mut stub = Stub::init(&dir, &IDS);
+        stub.start_serve();
+        let config = TestConfig {
+            dns: dns.addr,
+            upstream_port: origin.addr.port(),
+            anchors: vec![dir.join("origin-ca.pem")],
+            permit_internal: vec!["127.0.0.1/32".into()],
+            limits: "shutdown_grace_ms = 3000".into(),
+            ..Default::default()
+        };
+        let mut rig = Rig {
+            _tmp: tmp,
+            dir,
+            _dns: dns,
+            _origin: origin,
+            stub,
+            config,
+            control_extra: extra.to_owned(),
+            gateways: Vec::new(),
+        };
+        for i in 0..IDS.len() {
+            let g = rig.start_gateway(i, None);
+            rig.gateways.push(g);
+        }
+        for name in [API, OTHER] {
+            rig.cli(&["policy", "egress", "add", name]).json();
+        }
+        rig.set_secret("API_TOKEN", SECRET);
+        rig
+    }
+
+    /// Start gateway `i` (its control listener on `control`, or any port).
+    fn start_gateway(&self, i: usize, control: Option<SocketAddr>) -> Gateway {
+        let id = IDS[i];
+        let dir = self.dir.join(id);
+        std::fs::create_dir_all(&dir).expect("gateway dir");
+        let mut files = self.stub.gateway_files(id, &dir);
+        if let Some(addr) = control {
+            files.listen = addr.to_string();
+        }
+        files.extra = format!(
+            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n{}",
+            self.stub.serve_addr.expect("serve started"),
+            dir.join("spool").display().to_string(),
+            self.control_extra,
+        );
+        let config = TestConfig {
+            gateway_id: id.into(),
+            control: Some(files),
+            ..self.config.clone()
+        };
+        Gateway::start(&dir, &config.toml(&dir))
+    }
+
+    fn links(&self) -> Vec<(String, SocketAddr)> {
+        self.gateways
+            .iter()
+            .zip(IDS)
+            .map(|(g, id)| (id.to_owned(), g.control.expect("control listener")))
+            .collect()
+    }
+
+    fn cli(&self, args: &[&str]) -> talos_e2e::stub::Ran {
+        self.stub.run(&self.links(), args, b"")
+    }
+
+    fn set_secret(&self, name: &str, value: &str) {
+        self.stub
+            .run(
+                &[],
+                &["secret", "set", name, "--tenant", "acme"],
+                value.as_bytes(),
+            )
+            .json();
+    }
+
+    /// Start a session from 127.0.0.2 allowed `api.test` and `other.test`,
+    /// `API_TOKEN` attached to `api.test`; returns its id.
+    fn start_session(&self, mode: &str) -> String {
+        let t = self
+            .cli(&[
+                "sandbox",
+                "start",
+                "--tenant",
+                "acme",
+                "--source",
+                SESSION_SOURCE,
+                "--allow",
+                API,
+                "--allow",
+                OTHER,
+                "--attach",
+                "API_TOKEN=api.test:authorization:Bearer",
+                "--mode",
+                mode,
+            ])
+            .json();
+        assert_eq!(t["state"], "running");
+        assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
+        t["session_id"].as_str().expect("session id").to_owned()
+    }
+
+    /// Write the session's current trust bundle (both gateways' CAs).
+    fn trust(&self, id: &str, file: &str) -> PathBuf {
+        let ran = self.cli(&["sandbox", "trust", id]);
+        assert_eq!(ran.status, 0, "{}", ran.stderr);
+        assert_eq!(ran.stdout.matches("BEGIN CERTIFICATE").count(), 2);
+        let path = self.dir.join(file);
+        std::fs::write(&path, &ran.stdout).expect("write bundle");
+        path
+    }
+
+    /// The CA digests of the session's current attempt, by gateway.
+    fn digests(&self, id: &str) -> BTreeMap<String, String> {
+        let status = self.cli(&["sandbox", "status", id]).json();
+        let last = status["attempts"]
+            .as_array()
+            .and_then(|a| a.last())
+            .expect("an attempt")
+            .clone();
+        last["ca"]
+            .as_array()
+            .expect("cas")
+            .iter()
+            .map(|c| {
+                (
+                    c["gateway_id"].as_str().unwrap().to_owned(),
+                    c["digest"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every record of every gateway so far.
+    fn records(&self) -> Vec<Value> {
+        self.gateways.iter().flat_map(Gateway::records).collect()
+    }
+}
+
+/// SHA-384 of each certificate's DER in a PEM bundle, as the session
+/// (which holds only the bundle) computes it.
+fn bundle_digests(path: &Path) -> Vec<String> {
+    let pem = std::fs::read(path).expect("bundle");
+    rustls_pemfile::certs(&mut pem.as_slice())
+        .map(|c| talos_certs::sha384_hex(c.expect("PEM").as_ref()))
+        .collect()
+}
+
+/// GET `path` on `name` through gateway `g`, trusting `bundle`.
+fn get(g: &Gateway, bundle: &Path, name: &str, path: &str) -> (u16, String, String) {
+    let (code, head, body) = curl_via(g.data, bundle, name, path, &[]);
+    (code, head, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The authorization header the origin received, from its `/echo` body.
+fn echoed_authorization(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    v["headers"].as_array()?.iter().find_map(|h| {
+        (h[0].as_str()? == "authorization").then(|| h[1].as_str().unwrap_or("").to_owned())
+    })
+}
+
+/// An HTTP/1.1 keep-alive connection through `g`, kept open; a first
+/// request answered 200 proves it is up.
+async fn open_connection(g: &Gateway, bundle: &Path) -> talos_e2e::clients::http::Sender {
+    let mut s = talos_e2e::clients::http::connect(SESSION_SOURCE, g.data, API, bundle, false).await;
+    let req = hyper::Request::get("/hello")
+        .header("host", API)
+        .body(talos_e2e::clients::http::empty())
+        .unwrap();
+    let resp = s.send(req).await.expect("first request");
+    assert_eq!(resp.status(), 200);
+    s
+}
+
+/// Whether a second request on a kept connection fails (the gateway cut it).
+async fn is_cut(s: &mut talos_e2e::clients::http::Sender) -> bool {
+    let req = hyper::Request::get("/again")
+        .header("host", API)
+        .body(talos_e2e::clients::http::empty())
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), s.send(req))
+        .await
+        .map_or(true, |r| r.is_err())
+}
+
+/// Assert each gateway recorded the session's kept connection
+/// `session_ended`.
+fn assert_cut_recorded(rig: &Rig, id: &str) {
+    for g in &rig.gateways {
+        let ended = g
+            .wait_records(1)
+            .iter()
+            .any(|r| r["session_id"] == id && r["verdict"] == "session_ended");
+        assert!(ended || g.records().iter().all(|r| r["session_id"] != id));
+    }
+}
+
+/// After a drop: the source is no session's; the gateway refuses.
+fn assert_refused_unknown(rig: &Rig, bundle: &Path) {
+    for g in &rig.gateways {
+        let (code, _, _) = get(g, bundle, API, "/hello");
+        assert_eq!(code, 0, "no TLS for a source whose authority was dropped");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let refused = rig
+            .records()
+            .iter()
+            .filter(|r| r["verdict"] == "unknown_source")
+            .count();
+        if refused >= rig.gateways.len() || std::time::Instant::now() > deadline {
+            assert!(
+                refused >= rig.gateways.len(),
+                "unknown_source recorded on each gateway"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The drop reports of the session in `status`, for `attempt`.
+fn reports(status: &Value, attempt: u64) -> Vec<Value> {
+    status["drop_reports"]
+        .as_array()
+        .expect("drop reports")
+        .iter()
+        .filter(|r| r["attempt"] == attempt)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn start_reaches_the_allowlist_with_the_secret_attached_and_masked() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    let digests = rig.digests(&id);
+    let mut from_bundle = bundle_digests(&bundle);
+    from_bundle.sort();
+    let mut stated: Vec<String> = digests.values().cloned().collect();
+    stated.sort();
+    assert_eq!(
+        from_bundle, stated,
+        "the bundle is the CAs the gateways stated"
+    );
+
+    for g in &rig.gateways {
+        // The credential is injected, and its echo comes back masked.
+        let (code, _, body) = get(g, &bundle, API, "/echo");
+        assert_eq!(code, 200);
+        let auth = echoed_authorization(&body).expect("authorization reached the origin");
+        assert_eq!(auth, format!("Bearer {}", "*".repeat(SECRET.len())));
+        assert!(!body.contains(SECRET));
+        // Other listed names work, without the attachment.
+        let (code, _, body) = get(g, &bundle, OTHER, "/echo");
+        assert_eq!(code, 200);
+        assert_eq!(echoed_authorization(&body), None);
+        // A name the session was not allowed is refused.
+        let (code, _, _) = get(g, &bundle, OFF_LIST, "/echo");
+        assert_eq!(code, 0);
+    }
+    let stop = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(stop["state"], "ended");
+    let cert = rig.stub.wait_certificate(&id, 20, |c| {
+        c["connections"].as_array().map_or(0, Vec::len) >= 6
+    });
+    assert_eq!(cert["issued"], true, "{cert}");
+    let allowed = cert["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == "allowed")
+        .count();
+    assert_eq!(allowed, 4);
+    let refusals: Vec<&Value> = cert["refusals"].as_array().unwrap().iter().collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    assert!(refusals.iter().all(|r| r["reason"] == "not_on_allowlist"));
+    let secret = &cert["secrets"][0];
+    assert_eq!(secret["name"], "API_TOKEN");
+    assert_eq!(secret["masked"], 2);
+    // Batches came from both gateways, each under its own key.
+    let from: std::collections::BTreeSet<&str> = cert["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["gateway_id"].as_str())
+        .collect();
+    assert_eq!(from.into_iter().collect::<Vec<_>>(), IDS);
+    // Nothing anywhere holds the value.
+    for g in &rig.gateways {
+        assert!(!g.log().contains(SECRET));
+        assert!(!std::fs::read_to_string(&g.records_path)
+            .unwrap()
+            .contains(SECRET));
+    }
+    assert!(!rig.stub.serve_log().contains(SECRET));
+    assert!(!cert.to_string().contains(SECRET));
+}
+
+/// Rows `pause` and `idle_timeout_pause` (the same effects): the CA and
+/// its leaves destroyed, attachments dropped, connections closed; a signed
+/// drop report from each gateway names the CA and the secret.
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_closes_connections_destroys_the_ca_and_drops_the_attachments() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    let digests = rig.digests(&id);
+    let mut kept = Vec::new();
+    for g in &rig.gateways {
+        kept.push(open_connection(g, &bundle).await);
+    }
+
+    let t = rig.cli(&["sandbox", "pause", &id]).json();
+    assert_eq!(t["state"], "paused");
+    for s in &mut kept {
+        assert!(
+            is_cut(s).await,
+            "the open connection is closed at the pause"
+        );
+    }
+    assert_cut_recorded(&rig, &id);
+    assert_refused_unknown(&rig, &bundle);
+
+    let status = rig.cli(&["sandbox", "status", &id]).json();
+    let r = reports(&status, 1);
+    assert_eq!(r.len(), 2);
+    for report in &r {
+        let gw = report["gateway_id"].as_str().unwrap();
+        assert_eq!(report["reason"], "pause");
+        assert_eq!(report["ca_digest"], digests[gw].as_str());
+        assert_eq!(report["secrets"], serde_json::json!(["API_TOKEN"]));
+    }
+    for ca in status["attempts"][0]["ca"].as_array().unwrap() {
+        assert!(ca["destroyed_at"].is_string(), "{ca}");
+    }
+    // A paused session has no trust bundle.
+    assert_eq!(
+        rig.cli(&["sandbox", "trust", &id]).code(),
+        "sandbox_not_running"
+    );
+}
+
+/// Row `resume`: a new authority (new digests) from the policy and the
+/// secrets as they are now; a destination removed and a secret deleted
+/// while paused are absent; the old CA no longer works.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let old_bundle = rig.trust(&id, "trust-1.pem");
+    let old = rig.digests(&id);
+    rig.cli(&["sandbox", "pause", &id]).json();
+
+    rig.cli(&["policy", "egress", "remove", OTHER]).json();
+    rig.stub
+        .run(
+            &[],
+            &["secret", "delete", "API_TOKEN", "--tenant", "acme"],
+            b"",
+        )
+        .json();
+    let t = rig.cli(&["sandbox", "resume", &id]).json();
+    assert_eq!(t["state"], "running");
+    assert_eq!(t["attempt"], 2);
+    let left: Vec<(String, String)> = t["left_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["kind"].as_str().unwrap().to_owned(),
+                l["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        left.contains(&("destination".into(), OTHER.into())),
+        "{left:?}"
+    );
+    assert!(
+        left.contains(&("attachment".into(), "API_TOKEN".into())),
+        "{left:?}"
+    );
+
+    let new = rig.digests(&id);
+    for gw in IDS {
+        assert_ne!(old[gw], new[gw], "a fresh CA on {gw}");
+    }
+    let bundle = rig.trust(&id, "trust-2.pem");
+    for g in &rig.gateways {
+        let (code, _, body) = get(g, &bundle, API, "/echo");
+        assert_eq!(code, 200);
+        assert_eq!(
+            echoed_authorization(&body),
+            None,
+            "the deleted secret is absent"
+        );
+        let (code, _, _) = get(g, &bundle, OTHER, "/echo");
+        assert_eq!(code, 0, "the removed destination is absent");
+        let (code, _, _) = get(g, &old_bundle, API, "/echo");
+        assert_eq!(code, 0, "the paused attempt's CA is gone");
+    }
+    // A secret set again before the next resume is attached again, with
+    // its new value.
+    rig.set_secret("API_TOKEN", SECRET_2);
+    rig.cli(&["sandbox", "pause", &id]).json();
+    rig.cli(&["sandbox", "resume", &id]).json();
+    let bundle = rig.trust(&id, "trust-3.pem");
+    let (code, _, body) = get(&rig.gateways[0], &bundle, API, "/echo");
+    assert_eq!(code, 200);
+    // The session asked for the attachment at start; it comes back once
+    // the secret exists again.
+    assert_eq!(
+        echoed_authorization(&body),
+        Some(format!("Bearer {}", "*".repeat(SECRET_2.len())))
+    );
+}
+
+/// Row `interruption_recovered`: the interruption drops the authority
+/// as a pause does; the recovery is a resume (a new attempt, new CAs).
+#[tokio::test(flavor = "multi_thread")]
+async fn interruption_recovered() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust-1.pem");
+    let old = rig.digests(&id);
+    let mut kept = open_connection(&rig.gateways[0], &bundle).await;
+    let t = rig.cli(&["sandbox", "interrupt", &id]).json();
+    assert_eq!(t["state"], "interrupted");
+    assert!(is_cut(&mut kept).await);
+    assert_refused_unknown(&rig, &bundle);
+    let status = rig.cli(&["sandbox", "status", &id]).json();
+    assert!(reports(&status, 1)
+        .iter()
+        .all(|r| r["reason"] == "interruption"));
+
+    let t = rig.cli(&["sandbox", "recover", &id]).json();
+    assert_eq!(t["state"], "running");
+    assert_eq!(t["attempt"], 2);
+    let new = rig.digests(&id);
+    assert!(IDS.iter().all(|gw| old[*gw] != new[*gw]));
+    let bundle = rig.trust(&id, "trust-2.pem");
+    for g in &rig.gateways {
+        let (code, _, body) = get(g, &bundle, API, "/echo");
+        assert_eq!(code, 200);
+        assert!(
+            echoed_authorization(&body).is_some(),
+            "attachments opened again"
+        );
+    }
+    let status = rig.cli(&["sandbox", "status", &id]).json();
+    assert_eq!(status["attempts"][1]["cause"], "recovery");
+}
+
+/// Row `interruption_lost`: a session in mode agent does not recover; it
+/// ends (outcome_unknown) and its reset is confirmed from the report the
+/// gateways signed at the interruption.
+#[tokio::test(flavor = "multi_thread")]
+async fn interruption_lost_ends_an_agent_session() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("agent");
+    let bundle = rig.trust(&id, "trust.pem");
+    let (code, _, _) = get(&rig.gateways[1], &bundle, API, "/hello");
+    assert_eq!(code, 200);
+    let t = rig.cli(&["sandbox", "interrupt", &id]).json();
+    assert_eq!(t["state"], "ended", "{t}");
+    assert_eq!(t["outcome"], "outcome_unknown");
+    assert_refused_unknown(&rig, &bundle);
+    assert_eq!(
+        rig.cli(&["sandbox", "recover", &id]).code(),
+        "sandbox_ended"
+    );
+    let cert = rig.stub.wait_certificate(&id, 20, |c| {
+        c["connections"].as_array().map_or(0, Vec::len) >= 1
+    });
+    assert_eq!(cert["issued"], true, "{cert}");
+}
+
+/// Rows `cancellation` and `idle_timeout_end` (the same effects), from
+/// running and from paused: the session ends, every reset step is
+/// confirmed, and its sources are refused from then on.
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_from_running_and_from_paused() {
+    let rig = Rig::new().await;
+    for (i, paused_first) in [false, true].into_iter().enumerate() {
+        let id = rig.start_session("commands");
+        let bundle = rig.trust(&id, &format!("trust-{i}.pem"));
+        let mut kept = open_connection(&rig.gateways[0], &bundle).await;
+        if paused_first {
+            rig.cli(&["sandbox", "pause", &id]).json();
+        }
+        let t = rig.cli(&["sandbox", "stop", &id]).json();
+        assert_eq!(t["state"], "ended");
+        assert!(is_cut(&mut kept).await);
+        let steps = t["reset"].as_array().expect("reset steps");
+        assert_eq!(steps.len(), 5);
+        assert!(steps.iter().all(|s| s["confirmed"] == true), "{steps:?}");
+        assert_refused_unknown(&rig, &bundle);
+        assert_eq!(rig.cli(&["sandbox", "resume", &id]).code(), "sandbox_ended");
+        let cert = rig.stub.wait_certificate(&id, 20, |c| {
+            c["connections"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|r| r["verdict"] == "session_ended"))
+        });
+        assert_eq!(cert["issued"], true, "{cert}");
+        let reasons: Vec<&str> = cert["attempts"][0]["ca"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["destroy_reason"].as_str())
+            .collect();
+        let want = if paused_first { "pause" } else { "end" };
+        assert_eq!(reasons, [want, want]);
+    }
+}
+
+/// Revoke All: as a cancellation, with the reason revoke_all on every
+/// gateway's report.
+#[tokio::test(flavor = "multi_thread")]
+async fn revoke_all_ends_the_session_on_every_gateway() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    let t = rig.cli(&["sandbox", "revoke-all", &id]).json();
+    assert_eq!(t["state"], "ended");
+    assert_eq!(t["end_reason"], "revoke_all");
+    let reasons: Vec<&str> = t["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["reason"].as_str())
+        .collect();
+    assert_eq!(reasons, ["revoke_all", "revoke_all"]);
+    assert_refused_unknown(&rig, &bundle);
+}
+
+/// Row `disconnection`: a client that drops changes nothing; the same CA
+/// and attachments serve the next connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn disconnection_changes_nothing() {
+    let rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    let before = rig.digests(&id);
+    let kept = open_connection(&rig.gateways[0], &bundle).await;
+    drop(kept);
+    // Half a hello, then gone.
+    let mut raw = talos_e2e::clients::connect_from(SESSION_SOURCE, rig.gateways[0].data).await;
+    tokio::io::AsyncWriteExt::write_all(&mut raw, &[0x16, 0x03, 0x01, 0x02])
+        .await
+        .unwrap();
+    drop(raw);
+    let (code, _, body) = get(&rig.gateways[0], &bundle, API, "/echo");
+    assert_eq!(code, 200);
+    assert!(echoed_authorization(&body).is_some());
+    assert_eq!(rig.digests(&id), before);
+    let status = rig.cli(&["sandbox", "status", &id]).json();
+    assert_eq!(status["state"], "running");
+    assert!(status["drop_reports"].as_array().unwrap().is_empty());
+}
+
+/// Requests `/n/<first>..` through the gateways in turn, one connection
+/// each; returns the paths that were answered 200.
+fn traffic(rig: &Rig, bundle: &Path, first: usize, count: usize) -> Vec<String> {
+    let mut ok = Vec::new();
+    for i in first..first + count {
+        let g = &rig.gateways[i % rig.gateways.len()];
+        let path = format!("/n/{i}");
+        let (code, _, _) = get(g, bundle, API, &path);
+        if code == 200 {
+            ok.push(path);
+        }
+    }
+    ok
+}
+
+/// Steady traffic while the control stub's consumer is down, and across a
+/// restart of a gateway: every connection the client made appears exactly
+/// once in the certificate.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_record_is_lost_or_doubled_across_an_outage_and_a_gateway_restart() {
+    let mut rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust-1.pem");
+    let mut made = traffic(&rig, &bundle, 0, 10);
+
+    // The consumer goes away; traffic goes on, batches wait in the spools.
+    rig.stub.kill_serve();
+    made.extend(traffic(&rig, &bundle, 10, 10));
+    // Let the sealers spool what they hold.
+    std::thread::sleep(Duration::from_millis(300));
+    let spooled = |g: &Gateway| {
+        std::fs::read_dir(g.records_path.parent().unwrap().join("spool"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".batch"))
+            })
+            .count()
+    };
+    assert!(
+        rig.gateways.iter().all(|g| spooled(g) > 0),
+        "batches wait while the consumer is down"
+    );
+
+    // Pause, restart gateway gw-a (its spool still full), resume.
+    rig.cli(&["sandbox", "pause", &id]).json();
+    let control = rig.gateways[0].control;
+    assert!(rig.gateways[0].stop(), "gw-a drains and exits 0");
+    let restarted = rig.start_gateway(0, control);
+    rig.gateways[0] = restarted;
+    assert!(
+        spooled(&rig.gateways[0]) > 0,
+        "the spool survived the restart"
+    );
+    rig.cli(&["sandbox", "resume", &id]).json();
+    let bundle = rig.trust(&id, "trust-2.pem");
+    made.extend(traffic(&rig, &bundle, 20, 10));
+
+    // The consumer comes back; the spools drain.
+    rig.stub.start_serve();
+    made.extend(traffic(&rig, &bundle, 30, 10));
+    assert_eq!(made.len(), 40, "every request was answered");
+    rig.cli(&["sandbox", "stop", &id]).json();
+
+    let paths_of = |cert: &Value| -> Vec<String> {
+        cert["connections"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|c| c["verdict"] == "allowed")
+                    .flat_map(|c| c["requests"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|r| r["path"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cert = rig
+        .stub
+        .wait_certificate(&id, 30, |c| paths_of(c).len() >= made.len());
+    let mut got = paths_of(&cert);
+    got.sort();
+    made.sort();
+    assert_eq!(got, made, "each connection exactly once");
+    assert_eq!(cert["issued"], true);
+    assert!(
+        cert["batch_rejections"].as_array().unwrap().is_empty(),
+        "{cert}"
+    );
+    for g in &rig.gateways {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while spooled(g) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(spooled(g), 0, "acknowledged batches are deleted");
+    }
+}
+
+/// A batch altered on the gateway's disk is refused by the consumer
+/// (bad_signature), recorded, and never deleted by the gateway: it does
+/// not vanish, and nothing after it is accepted out of order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
+    let mut rig = Rig::new().await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    rig.stub.kill_serve();
+    traffic(&rig, &bundle, 0, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    rig.cli(&["sandbox", "pause", &id]).json();
+    let control = rig.gateways[0].control;
+    assert!(rig.gateways[0].stop());
+    // Flip one byte inside a record of the oldest spooled batch.
+    let spool = rig.dir.join("gw-a").join("spool");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&spool)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "batch"))
+        .collect();
+    files.sort();
+    let oldest = files.first().expect("a spooled batch").clone();
+    let mut signed: talos_certs::Signed =
+        serde_json::from_slice(&std::fs::read(&oldest).unwrap()).unwrap();
+    let text = String::from_utf8(signed.payload.clone()).unwrap();
+    let flipped = text.replacen("\"allowed\"", "\"alloweD\"", 1);
+    assert_ne!(flipped, text);
+    signed.payload = flipped.into_bytes();
+    std::fs::write(&oldest, serde_json::to_vec(&signed).unwrap()).unwrap();
+
+    rig.gateways[0] = rig.start_gateway(0, control);
+    rig.stub.start_serve();
+    // The consumer records the refusal; the gateway keeps the batch.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let rejected = loop {
+        let log = rig.stub.serve_log();
+        if log.contains("bad_signature") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(rejected.contains("\"gateway_id\":\"gw-a\""), "{rejected}");
+    assert!(oldest.exists(), "a refused batch stays in the spool");
+    let log = rig.gateways[0].log();
+    assert!(log.contains("control plane refused a batch"), "{log}");
+    let cert = rig.stub.wait_certificate(&id, 10, |c| {
+        c["batch_rejections"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    });
+    let r = &cert["batch_rejections"][0];
+    assert_eq!(r["gateway_id"], "gw-a");
+    assert_eq!(r["reason"], "bad_signature");
+    let metrics = run_bounded(
+        "curl",
+        &["-s", &format!("http://{}/metrics", rig.gateways[0].admin)],
+        None,
+        10,
+    );
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains("gateway_batches_rejected_total{reason=\"bad_signature\"}"),
+        "{metrics}"
+    );
+}
+
+/// At the spool's bound the gateway fails closed: it stops accepting
+/// connections, says so in its log, metrics and readiness, and opens again
+/// once the control plane acknowledges the batches.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
+    let mut rig = Rig::with_control_extra("spool_max_batches = 2").await;
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    rig.stub.kill_serve();
+    let g = &rig.gateways[0];
+    // One connection, one record, one batch (50 ms interval): two fill it.
+    for i in 0..2 {
+        let (code, _, _) = get(g, &bundle, API, &format!("/fill/{i}"));
+        assert_eq!(code, 200);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let metric = |name: &str| -> String {
+        let out = run_bounded(
+            "curl",
+            &["-s", &format!("http://{}/metrics", g.admin)],
+            None,
+            10,
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(metric("gateway_spool_full"), "gateway_spool_full 1");
+    let ready = run_bounded(
+        "curl",
+        &[
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://{}/readyz", g.admin),
+        ],
+        None,
+        10,
+    );
+    assert_eq!(String::from_utf8_lossy(&ready.stdout), "503");
+    assert!(g.log().contains("record spool full"));
+    // A new connection is not served: the TLS handshake never completes.
+    let (code, _, _) = curl_via(g.data, &bundle, API, "/blocked", &["--max-time", "2"]);
+    assert_eq!(code, 0, "no connection is served while the spool is full");
+
+    rig.stub.start_serve();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while metric("gateway_spool_full") != "gateway_spool_full 0"
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric("gateway_spool_full"), "gateway_spool_full 0");
+    let (code, _, _) = get(&rig.gateways[0], &bundle, API, "/after");
+    assert_eq!(code, 200, "accepting again");
+    rig.cli(&["sandbox", "stop", &id]).json();
+}
