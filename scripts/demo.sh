@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The demo: a gateway, a DNS server and a TLS origin on loopback, and real
-# clients (curl, openssl s_client, python3) showing what the gateway lets
-# through, what it refuses and what it records. Everything it starts is
+# The demo: the control stub, a gateway, a DNS server and a TLS origin on
+# loopback, and real clients (curl, openssl s_client, python3). A session is
+# started through the control stub; the demo shows what the gateway lets
+# through, masks, refuses and records, then pauses, resumes and stops the
+# session and prints and verifies its certificate. Everything it starts is
 # stopped by its PID when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-json_field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())[sys.argv[1]])' "$1"; }
+json_field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 # Wait (at most 20 s) for a process's ready line in FILE and print it.
 ready_line() {
   for _ in $(seq 200); do
@@ -41,6 +43,17 @@ echo "dns $dns, origin $origin"
 printf 'demo-T0KEN-%s\n' "$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$work/demo-token"
 chmod 600 "$work/demo-token"
 
+say "Making the control channel's identities (control-stub init: a control CA, the stub's and the gateway's certificates)"
+"$bin/control-stub" init --dir "$work/control" --gateway gw-demo >/dev/null
+ls "$work/control" | sed 's/^/  /'
+
+say "Starting the control stub's batch consumer (control-stub serve, mutual TLS)"
+"$bin/control-stub" --db "$work/stub.db" --control-dir "$work/control" serve --listen 127.0.0.1:0 \
+  >"$work/serve.out" 2>"$work/serve.log" &
+pids+=("$!")
+plane=$(ready_line "$work/serve.out" | json_field listening)
+echo "control plane $plane"
+
 cat >"$work/gateway.toml" <<TOML
 gateway_id = "gw-demo"
 [listen]
@@ -58,32 +71,51 @@ permit_internal = ["127.0.0.1/32"]
 port = ${origin##*:}
 # The demo origin's own test CA, trusted beside the public roots.
 extra_trust_anchors = ["$work/origin-ca.pem"]
-[[session]]
-id = "sbx-demo"
-tenant = "acme"
-sources = ["127.0.0.2"]
-allowlist = ["origin.demo.test", "internal.demo.test", "metadata.demo.test", "gone.demo.test"]
-# The session CA certificate: the session's only trust anchor.
-trust_file = "$work/session-ca.pem"
-# The gateway adds this credential to every request for origin.demo.test.
-attach = ["DEMO_TOKEN=origin.demo.test:authorization:Bearer"]
-
-[[secret]]
-name = "DEMO_TOKEN"
-file = "$work/demo-token"
+[control]
+# Where the control stub opens and closes sessions.
+listen = "127.0.0.1:0"
+ca_file = "$work/control/ca.pem"
+cert_file = "$work/control/gw-demo.pem"
+key_file = "$work/control/gw-demo.key"
+# Signs record batches and drop reports; made (0600) at first start.
+signing_key_file = "$work/gw-demo-signing.key"
+# Records go to the control stub in signed batches, spooled until acknowledged.
+plane = "$plane"
+spool_dir = "$work/spool"
+batch_interval_ms = 200
 TOML
 
 say "Checking the config"
 "$bin/gateway" check-config "$work/gateway.toml"
 
-say "Starting the gateway (session sbx-demo speaks from 127.0.0.2)"
+say "Starting the gateway (no session yet: the control stub opens them)"
 "$bin/gateway" run --config "$work/gateway.toml" >"$work/gateway.out" 2>"$work/gateway.log" &
 pids+=("$!")
 gw_line=$(ready_line "$work/gateway.out")
 gw=$(echo "$gw_line" | json_field data)
 admin=$(echo "$gw_line" | json_field admin)
+ctl=$(echo "$gw_line" | json_field control)
 port=${gw##*:}
-echo "gateway data $gw, admin $admin"
+echo "gateway data $gw, admin $admin, control $ctl"
+
+stub() { "$bin/control-stub" --db "$work/stub.db" --control-dir "$work/control" --gateway "gw-demo=$ctl" "$@"; }
+
+say "The account: its egress list and tenant acme's secret (the value is read from a file, never printed)"
+for name in origin.demo.test internal.demo.test metadata.demo.test gone.demo.test; do
+  stub policy egress add "$name" >/dev/null
+done
+echo "egress list: $(stub policy egress list | python3 -c 'import json,sys; print(", ".join(json.load(sys.stdin)))')"
+stub secret set DEMO_TOKEN --tenant acme --from-file "$work/demo-token" >/dev/null
+echo "tenant acme's secrets: $(stub secret list --tenant acme | python3 -c 'import json,sys; print(", ".join(s["name"] for s in json.load(sys.stdin)))')"
+
+say "Starting a session (mode commands, speaking from 127.0.0.2) with the credential attached by name"
+start=$(stub sandbox start --tenant acme --source 127.0.0.2 \
+  --allow origin.demo.test --allow internal.demo.test --allow metadata.demo.test --allow gone.demo.test \
+  --attach DEMO_TOKEN=origin.demo.test:authorization:Bearer --mode commands)
+echo "$start"
+sid=$(echo "$start" | json_field session_id)
+# What the session's instance is given: the CA its gateway made, to trust.
+stub sandbox trust "$sid" >"$work/session-ca.pem"
 
 through() { # name, then curl options
   local name=$1; shift
@@ -92,7 +124,6 @@ through() { # name, then curl options
 }
 
 say "The session CA (made in the gateway's memory for this session alone)"
-grep -o 'ca_digest="[0-9a-f]*"' "$work/gateway.log" | head -1 || true
 openssl x509 -in "$work/session-ca.pem" -noout -subject -ext nameConstraints 2>/dev/null | sed 's/^/  /'
 
 say "Allowed: curl over HTTP/1.1 and HTTP/2, trusting only the session CA; the gateway re-originates TLS 1.3"
@@ -146,6 +177,64 @@ s.sendall(open(sys.argv[2], "rb").read()); s.settimeout(5)
 print("gateway answered with TLS alert bytes:", s.recv(64).hex(" "))
 PY
 
+# Print the gist of a control-stub transition (JSON on stdin).
+show() {
+  python3 -c '
+import json, sys
+t = json.load(sys.stdin)
+what = sys.argv[1]
+print("state:", t["state"], " attempt:", t["attempt"])
+if what == "pause":
+    for r in t["reports"]:
+        print("signed drop report from", r["gateway_id"] + ": reason", r["reason"] + ", CA",
+              r["ca_digest"][:16] + "... destroyed, secrets dropped:", ", ".join(r["secrets"]))
+if what == "resume":
+    for ca in t["ca"]:
+        print("new CA from", ca["gateway_id"] + ":", ca["digest"][:16] + "...")
+if what == "stop":
+    for s in t["reset"]:
+        how = "stub response" if s["step"] <= 3 else "confirmed by the signed drop report"
+        print(" ", s["step"], s["name"].ljust(22), "confirmed" if s["confirmed"] else "NOT CONFIRMED", "(" + how + ")")
+' "$1"
+}
+
+digest_of() { # the SHA-384 of each certificate in a PEM bundle, as the session can compute it
+  python3 - "$1" <<'PY'
+import base64, hashlib, re, sys
+for b64 in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", open(sys.argv[1]).read(), re.S):
+    print(hashlib.sha384(base64.b64decode("".join(b64.split()))).hexdigest())
+PY
+}
+
+say "Pause: the gateway closes the session's connections, destroys its CA and drops the credential"
+# A slow download that is still running when the pause comes.
+path=/download/104857600 through origin.demo.test --http1.1 --limit-rate 2M -o /dev/null \
+  -w "the download in flight stopped after %{size_download} bytes\n" >"$work/inflight.out" &
+inflight=$!
+sleep 1
+stub sandbox pause "$sid" | show pause
+wait "$inflight" || true
+cat "$work/inflight.out"
+echo "a new connection while paused:"
+through origin.demo.test
+
+say "Resume: a new attempt with a new CA (new digest), attachments read from the secret store now"
+stub sandbox resume "$sid" | show resume
+cp "$work/session-ca.pem" "$work/session-ca-attempt-1.pem"
+stub sandbox trust "$sid" >"$work/session-ca.pem"
+echo "digest before the pause: $(digest_of "$work/session-ca-attempt-1.pem" | cut -c1-16)..."
+echo "digest after the resume: $(digest_of "$work/session-ca.pem" | cut -c1-16)..."
+path=/echo through origin.demo.test --http2 | python3 -c '
+import json, sys
+e = json.load(sys.stdin)
+print("allowed again; the origin received:", [v for k, v in e["headers"] if k == "authorization"])'
+echo "the first attempt's CA no longer works:"
+curl -sS --max-time 5 --interface 127.0.0.2 --cacert "$work/session-ca-attempt-1.pem" \
+  --connect-to "origin.demo.test:443:127.0.0.1:$port" https://origin.demo.test/ 2>&1 | head -n1 || true
+
+say "Stop: the sandbox reset (steps 1-3 are stub responses; 4-5 are confirmed by the gateway's signed drop report)"
+stub sandbox stop "$sid" | show stop
+
 sleep 0.5
 say "The records: one per connection, allowed or refused"
 python3 - "$work/records.jsonl" <<'PY'
@@ -165,11 +254,62 @@ PY
 say "Metrics (admin listener)"
 curl -sS "http://$admin/metrics" | grep '^gateway_connections_total' || true
 
+say "The session certificate, from the control stub's store (records as the gateway signed them in batches)"
+# Wait for the last batches to be acknowledged, then print and check it.
+for _ in $(seq 100); do
+  [ -z "$(ls "$work/spool"/*.batch 2>/dev/null)" ] && break
+  sleep 0.1
+done
+stub certificate "$sid" >"$work/certificate.json"
+python3 - "$work/certificate.json" "$work/records.jsonl" "$sid" "$work/session-ca-attempt-1.pem" "$work/session-ca.pem" <<'PY'
+import base64, hashlib, json, re, sys
+cert = json.load(open(sys.argv[1]))
+sid = sys.argv[3]
+print(cert["isolation_statement"])
+print()
+for a in cert["attempts"]:
+    print(f"attempt {a['attempt']}: cause {a['cause']}, ended {a['end_cause']}")
+    for ca in a["ca"]:
+        print(f"  CA {ca['digest'][:16]}... made {ca['made_at']}, destroyed {ca['destroyed_at']} ({ca['destroy_reason']})")
+print(f"connections: {len(cert['connections'])}, refusals: {len(cert['refusals'])}, batches: {len(cert['batches'])}")
+for s in cert["secrets"]:
+    print(f"secret {s['name']}: used on {s['connections_used']} connections, {s['masked']} echoes masked")
+for step in cert["reset"]:
+    print(f"reset step {step['step']} {step['name']}: confirmed={step['confirmed']}")
+print("issued:", cert["issued"])
+
+# Verify it against what the session and the gateway saw.
+problems = []
+if not cert["issued"]:
+    problems.append("not issued: " + str(cert.get("not_issued_because")))
+trusted = []
+for path in sys.argv[4:6]:
+    for b64 in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", open(path).read(), re.S):
+        trusted.append(hashlib.sha384(base64.b64decode("".join(b64.split()))).hexdigest())
+on_cert = {ca["digest"]: ca for a in cert["attempts"] for ca in a["ca"]}
+for d in trusted:
+    if d not in on_cert:
+        problems.append(f"CA {d[:16]} the session trusted is not on the certificate")
+    elif not on_cert[d]["destroyed_at"]:
+        problems.append(f"CA {d[:16]} is not confirmed destroyed")
+local = [json.loads(l) for l in open(sys.argv[2]) if json.loads(l).get("session_id") == sid]
+key = lambda r: (r["source"], r["opened_at"])
+if sorted(map(key, local)) != sorted(map(key, cert["connections"])):
+    problems.append(f"the gateway recorded {len(local)} connections of the session, the certificate holds {len(cert['connections'])}")
+if not all(s["confirmed"] for s in cert["reset"]) or len(cert["reset"]) != 5:
+    problems.append("a reset step is not confirmed")
+if problems:
+    print("VERIFICATION FAILED:", *problems, sep="\n  ")
+    sys.exit(1)
+print(f"verified: both CAs the session trusted are on it and destroyed, all five reset steps confirmed, "
+      f"and its {len(local)} connection records are exactly the gateway's")
+PY
+
 say "The credential appears nowhere in the gateway's log or records"
-if grep -qF "$(cat "$work/demo-token")" "$work/gateway.log" "$work/records.jsonl"; then
+if grep -qF "$(cat "$work/demo-token")" "$work/gateway.log" "$work/records.jsonl" "$work/certificate.json" "$work/serve.log"; then
   echo "FOUND: this is a bug"; exit 1
 else
-  echo "not found in gateway.log nor records.jsonl"
+  echo "not found in gateway.log, records.jsonl, the certificate nor the control stub's log"
 fi
 
 say "Done. Files are in $work"
