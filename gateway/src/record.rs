@@ -286,7 +286,7 @@ impl RecordWriter {
             }
             if let Some(sealer) = &mut self.sealer {
                 if sealer.pending() >= sealer.max_records {
-                    sealer.seal().await;
+                    sealer.seal_full().await;
                     deadline = None;
                 }
                 if sealer.pending() > 0 && deadline.is_none() {

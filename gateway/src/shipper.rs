@@ -152,7 +152,9 @@ pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
                             failing = false;
                         }
                         tracing::debug!(seq = entry.seq, status = label, "batch acknowledged");
-                        spool.remove(entry.seq);
+                        let spool = Arc::clone(&spool);
+                        let seq = entry.seq;
+                        let _ = tokio::task::spawn_blocking(move || spool.remove(seq)).await;
                         delay = RETRY_FIRST;
                         continue;
                     }

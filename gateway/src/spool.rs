@@ -15,11 +15,13 @@
 //! # Files
 //!
 //! `<spool_dir>/<seq, 20 digits>.batch` holds one batch as talos-certs
-//! `Signed` JSON; `<spool_dir>/chain.json` holds the position of the last
-//! batch sealed (`{"last_seq":N,"last_digest":"…"}`), so the chain goes on
-//! after a restart even when every batch was shipped. Both are written to
-//! a temporary file, synced and renamed, so a crash leaves either the old
-//! file or the new one. Records are not secrets (no body, header value,
+//! `Signed` JSON. The newest batch file tells where the chain stands; when
+//! the last batch waiting is acknowledged, `<spool_dir>/chain.json` takes
+//! over (`{"last_seq":N,"last_digest":"…"}`), written before that batch's
+//! file is deleted, so the chain goes on after a restart even when every
+//! batch was shipped. Both are written to a temporary file, synced and
+//! renamed (and the directory synced), so a crash leaves either the old
+//! file or the new one: two syncs per batch sealed. Records are not secrets (no body, header value,
 //! query or credential ever enters one), but the directory is made mode
 //! 0700 anyway: they are a tenant's traffic pattern.
 //!
@@ -79,6 +81,8 @@ pub struct Entry {
     pub seq: u64,
     pub path: PathBuf,
     pub bytes: u64,
+    /// The batch's digest (SHA-384 of its payload).
+    pub digest: String,
 }
 
 /// Where the chain stood after the last batch sealed.
@@ -165,7 +169,21 @@ impl Spool {
                 continue;
             };
             let bytes = item.metadata().map_err(|e| io_err(&path, e))?.len();
-            entries.push(Entry { seq, path, bytes });
+            let signed = read_batch(&path)?;
+            let (_, claimed_seq) = claimed(&signed.payload);
+            if claimed_seq != seq {
+                return Err(SpoolError::Corrupt {
+                    path,
+                    reason: format!("the file is named {seq} but holds batch {claimed_seq}"),
+                });
+            }
+            let digest = talos_certs::digest(&signed);
+            entries.push(Entry {
+                seq,
+                path,
+                bytes,
+                digest,
+            });
         }
         entries.sort_by_key(|e| e.seq);
         for pair in entries.windows(2) {
@@ -179,26 +197,18 @@ impl Spool {
                 });
             }
         }
-        // The newest batch on disk may be newer than chain.json (a crash
-        // between the two renames): go on from the newer.
+        // The newest batch on disk is newer than chain.json unless every
+        // batch was acknowledged: go on from the newer.
         if let Some(last) = entries.last() {
             if last.seq > position.last_seq {
-                let signed = read_batch(&last.path)?;
-                let (_, seq) = claimed(&signed.payload);
-                if seq != last.seq {
-                    return Err(SpoolError::Corrupt {
-                        path: last.path.clone(),
-                        reason: format!("the file is named {} but holds batch {seq}", last.seq),
-                    });
-                }
                 position = ChainPosition {
                     last_seq: last.seq,
-                    last_digest: talos_certs::digest(&signed),
+                    last_digest: last.digest.clone(),
                 };
             } else if last.seq < position.last_seq {
-                // Batches are written before chain.json and acknowledged in
-                // order, so the newest batch on disk is never older than
-                // the chain position: the newest ones are gone.
+                // chain.json is written only for an acknowledged batch, and
+                // batches are acknowledged in order, so the newest batch on
+                // disk is never older than it: the newest ones are gone.
                 return Err(SpoolError::Corrupt {
                     path: dir.to_owned(),
                     reason: format!(
@@ -247,20 +257,12 @@ impl Spool {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write a sealed batch to disk (synced) and then `chain.json`.
+    /// Write a sealed batch to disk (synced, renamed, directory synced).
     /// Blocking: call from a blocking thread.
     pub fn put(&self, seq: u64, signed: &Signed) -> std::io::Result<()> {
         let path = self.dir.join(format!("{seq:020}.{BATCH_EXT}"));
         let body = serde_json::to_vec(signed).map_err(std::io::Error::other)?;
-        let written = write_synced(&path, &body).and_then(|()| {
-            let position = ChainPosition {
-                last_seq: seq,
-                last_digest: talos_certs::digest(signed),
-            };
-            let chain = serde_json::to_vec(&position).map_err(std::io::Error::other)?;
-            write_synced(&self.dir.join(CHAIN_FILE), &chain)?;
-            sync_dir(&self.dir)
-        });
+        let written = write_synced(&path, &body).and_then(|()| sync_dir(&self.dir));
         {
             let mut inner = self.lock();
             match &written {
@@ -269,6 +271,7 @@ impl Spool {
                         seq,
                         path,
                         bytes: body.len() as u64,
+                        digest: talos_certs::digest(signed),
                     });
                     inner.bytes += body.len() as u64;
                     inner.write_failed = false;
@@ -292,27 +295,40 @@ impl Spool {
         self.lock().entries.front().cloned()
     }
 
-    /// Forget batch `seq` (acknowledged): delete its file.
+    /// Forget batch `seq` (acknowledged): delete its file. When it is the
+    /// last one waiting, `chain.json` records its position first. Blocking:
+    /// call from a blocking thread.
     pub fn remove(&self, seq: u64) {
-        let removed = {
-            let mut inner = self.lock();
-            match inner.entries.front() {
-                Some(e) if e.seq == seq => {
-                    let e = inner.entries.pop_front();
-                    if let Some(e) = &e {
-                        inner.bytes -= e.bytes;
-                    }
-                    e
-                }
-                _ => None,
-            }
+        let mut inner = self.lock();
+        let Some(front) = inner.entries.front().cloned() else {
+            return;
         };
-        if let Some(e) = removed {
-            if let Err(err) = std::fs::remove_file(&e.path) {
-                // The batch is acknowledged: a leftover file is sent again
-                // after a restart and answered DUPLICATE.
-                tracing::warn!(path = %e.path.display(), error = %err, "cannot delete an acknowledged batch");
+        if front.seq != seq {
+            return;
+        }
+        if inner.entries.len() == 1 {
+            let position = ChainPosition {
+                last_seq: front.seq,
+                last_digest: front.digest.clone(),
+            };
+            let written = serde_json::to_vec(&position)
+                .map_err(std::io::Error::other)
+                .and_then(|chain| write_synced(&self.dir.join(CHAIN_FILE), &chain))
+                .and_then(|()| sync_dir(&self.dir));
+            if let Err(e) = written {
+                // Keep the batch file: it still tells where the chain
+                // stands, and is answered DUPLICATE when sent again.
+                tracing::warn!(error = %e, "cannot write chain.json; the acknowledged batch stays until it can");
+                return;
             }
+        }
+        inner.entries.pop_front();
+        inner.bytes -= front.bytes;
+        drop(inner);
+        if let Err(err) = std::fs::remove_file(&front.path) {
+            // The batch is acknowledged: a leftover file is sent again
+            // after a restart and answered DUPLICATE.
+            tracing::warn!(path = %front.path.display(), error = %err, "cannot delete an acknowledged batch");
         }
         self.update_full();
     }
@@ -438,11 +454,21 @@ impl Sealer {
         self.pending.len()
     }
 
-    /// Seal what is pending (up to `max_records` per batch) and spool it.
-    /// On a write failure the records stay pending and the writer stays
+    /// Seal every full batch pending (`max_records` records each); the
+    /// rest waits for more records or its interval.
+    pub async fn seal_full(&mut self) {
+        self.seal_while(self.max_records).await;
+    }
+
+    /// Seal everything pending (up to `max_records` per batch) and spool
+    /// it. On a write failure the records stay pending and the writer stays
     /// where it was, so the next try seals the same sequence number.
     pub async fn seal(&mut self) {
-        while !self.pending.is_empty() {
+        self.seal_while(1).await;
+    }
+
+    async fn seal_while(&mut self, at_least: usize) {
+        while !self.pending.is_empty() && self.pending.len() >= at_least {
             let Some(writer) = self.writer.take() else {
                 return;
             };
@@ -533,21 +559,30 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_newer_than_the_chain_file_wins() {
+    fn the_chain_file_takes_over_when_every_batch_is_acknowledged() {
         let dir = tempfile::tempdir().unwrap();
         let key = Arc::new(GatewayKey::generate().unwrap());
         let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
         let mut w = BatchWriter::new(Arc::clone(&key), "gw");
-        let (seq, s) = sealed(&mut w, 1);
-        spool.put(seq, &s).unwrap();
-        let chain = std::fs::read(dir.path().join(CHAIN_FILE)).unwrap();
-        let (seq, s) = sealed(&mut w, 1);
-        spool.put(seq, &s).unwrap();
-        // As if the gateway died between the batch's rename and chain.json's.
-        std::fs::write(dir.path().join(CHAIN_FILE), chain).unwrap();
+        for _ in 0..2 {
+            let (seq, s) = sealed(&mut w, 1);
+            spool.put(seq, &s).unwrap();
+        }
+        spool.remove(1);
+        assert!(!dir.path().join(CHAIN_FILE).exists(), "batch 2 still tells");
+        spool.remove(2);
+        assert!(spool.is_empty());
         drop(spool);
         let (_, pos) = Spool::open(dir.path(), limits()).unwrap();
         assert_eq!(pos.last_seq, 2);
+        assert_eq!(pos.last_digest, w.last_digest());
+        // A batch sealed after that is newer than chain.json, and wins.
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        drop(spool);
+        let (_, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos.last_seq, 3);
         assert_eq!(pos.last_digest, w.last_digest());
     }
 
