@@ -211,6 +211,12 @@ mod batch;
 
 mod report;
 
+mod approval;
+
+pub use approval::{
+    proposal_digest, sentence, verify_decision, Decision, DecisionError, Proposal, ProposalKind,
+    Verdict, MAX_DECISION_LEN,
+};
 pub use batch::{
     batch_payload, Accepted, BatchHeader, BatchWriter, ChainState, ChainStateError, ChainVerifier,
     Rejection, SealError, DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST, MAX_PAYLOAD_LEN,

@@ -91,7 +91,7 @@ pub enum Kind {
     /// A drop report: what the gateway dropped at a pause, interruption,
     /// end or Revoke All (`crate::report`).
     DropReport,
-    /// An approval decision (reserved; signed by the approval relay).
+    /// An approval decision, signed by the approval relay (`crate::approval`).
     Decision,
 }
 

@@ -290,6 +290,8 @@ impl GatewayLink for GrpcLink {
                 })
                 .collect(),
             cause: req.cause.as_str().to_owned(),
+            lock: Vec::new(),
+            relay_public_key: Vec::new(),
         };
         let result = self.runtime.block_on(async {
             let mut opened: Vec<Opened> = Vec::new();

@@ -165,6 +165,13 @@ impl ControlPlane for Consumer {
         };
         Ok(Response::new(ack))
     }
+
+    async fn propose(
+        &self,
+        _request: Request<pb::ProposalMsg>,
+    ) -> Result<Response<pb::ProposeAck>, Status> {
+        Err(Status::unimplemented("the approval relay is being built"))
+    }
 }
 
 /// A store failure while serving, on standard error (the store's messages

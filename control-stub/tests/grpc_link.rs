@@ -94,6 +94,15 @@ impl Gateway for StandIn {
         }))
     }
 
+    async fn decide(
+        &self,
+        _request: Request<pb::Signed>,
+    ) -> Result<Response<pb::DecideReply>, Status> {
+        Err(Status::failed_precondition(
+            "the stand-in holds no proposal",
+        ))
+    }
+
     async fn describe(
         &self,
         _request: Request<pb::DescribeRequest>,

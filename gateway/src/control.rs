@@ -286,6 +286,13 @@ impl Gateway for ControlService {
         }))
     }
 
+    async fn decide(
+        &self,
+        _request: Request<pb::Signed>,
+    ) -> Result<Response<pb::DecideReply>, Status> {
+        Err(Status::unimplemented("approval holds are being built"))
+    }
+
     async fn describe(
         &self,
         _request: Request<pb::DescribeRequest>,

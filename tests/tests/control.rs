@@ -94,6 +94,7 @@ fn open_request(id: &str, attempt: u32, source: &str) -> pb::OpenSessionRequest 
             value: SECRET.as_bytes().to_vec(),
         }],
         cause: "launch".into(),
+        ..Default::default()
     }
 }
 
