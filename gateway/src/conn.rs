@@ -49,6 +49,9 @@ pub struct Shared {
     pub handshake_timeout: Duration,
     /// Fires when open connections must be cut (end of the drain grace).
     pub shutdown: CancellationToken,
+    /// Delivers held requests' proposals to the approval relay (with a
+    /// control plane).
+    pub proposer: Option<crate::approval::Proposer>,
 }
 
 /// A refusal with the fixed cause recorded beside it.
@@ -129,16 +132,24 @@ async fn run(
 
     let mut first_bytes = Vec::new();
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
-    check_name(&session, &name)?;
-    let addrs = resolve(&shared.resolver, &name, record).await?;
+    // approvals.hangar.internal is answered by the gateway itself: on
+    // every session's CA, never resolved, never forwarded.
+    let addrs = if name.as_str() == talos_certs::APPROVALS_NAME {
+        Vec::new()
+    } else {
+        check_name(&session, &name)?;
+        resolve(&shared.resolver, &name, record).await?
+    };
 
     tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
     let ctx = Arc::new(ConnCtx {
+        gateway_id: Arc::clone(&shared.gateway_id),
         session,
         name,
         addrs,
         stats: Default::default(),
         masked: Default::default(),
+        holding: Default::default(),
     });
     let result = terminate(shared, client, first_bytes, &ctx, record).await;
     let stats = std::mem::take(&mut *ctx.stats.lock().unwrap_or_else(|p| p.into_inner()));
@@ -283,41 +294,66 @@ async fn terminate(
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
 
     let ended = ctx.session.ended.clone();
+    let holding = Arc::clone(ctx);
     let ctx = Arc::clone(ctx);
-    let service = hyper::service::service_fn(move |req| proxy::handle(Arc::clone(&ctx), req));
+    let service = hyper::service::service_fn(move |req| {
+        let ctx = Arc::clone(&ctx);
+        async move {
+            if ctx.name.as_str() == talos_certs::APPROVALS_NAME {
+                crate::agent::handle(ctx, req).await
+            } else {
+                proxy::handle(ctx, req).await
+            }
+        }
+    });
     let io = TokioIo::new(tls);
-    let served = async {
-        if h2 {
+    // Drive the connection until it ends, the gateway cuts it, or the
+    // authority ends. Then requests held for approval first answer
+    // `approval_withdrawn` (a graceful close lets their answers out, for at
+    // most WITHDRAW_GRACE), and the connection is cut.
+    macro_rules! drive {
+        ($conn:expr) => {{
+            let conn = $conn;
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "session connection ended with an error");
+                    }
+                    Ok(())
+                }
+                _ = shared.shutdown.cancelled() => Ok(()),
+                _ = ended.cancelled() => {
+                    if holding.holding.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+                    }
+                    Err(Refused::new(Refusal::SessionEnded, "session_closed"))
+                }
+            }
+        }};
+    }
+    if h2 {
+        drive!(
             hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 // Lets extended CONNECT arrive as a request, to be refused
                 // `upgrade_refused` rather than reset.
                 .enable_connect_protocol()
                 .serve_connection(io, service)
-                .await
-        } else {
-            hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(io, service)
-                .await
-        }
-    };
-    tokio::select! {
-        result = served => {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "session connection ended with an error");
-            }
-        }
-        _ = shared.shutdown.cancelled() => {}
-        // Dropping the connection mid-request drops its in-flight requests,
-        // and with them their hold on the session.
-        _ = ended.cancelled() => {
-            return Err(Refused::new(Refusal::SessionEnded, "session_closed"));
-        }
+        )
+    } else {
+        drive!(hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(io, service))
     }
-    Ok(())
 }
+
+/// How long a connection whose authority ended waits for its held
+/// requests to answer `approval_withdrawn` before it is cut. The answers
+/// are ready at once; this bounds a client that does not read them.
+const WITHDRAW_GRACE: Duration = Duration::from_millis(500);
 
 /// How long an HTTP/1.1 session may take to send a request's headers once
 /// it starts one (and how long an idle keep-alive connection stays open).

@@ -32,6 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::approval::LockRule;
 use crate::conn::Shared;
 use crate::secret::{AttachSpec, Attachment, SecretBytes};
 use crate::session::{RemoveError, Session, SessionSpec, UpstreamSettings};
@@ -168,6 +169,36 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
             Attachment::new(&spec, value).map_err(|e| invalid(&field("value"), &e.to_string()))?;
         attachments.push(attachment);
     }
+    if req.lock.len() > crate::approval::MAX_RULES {
+        return Err(invalid("lock", "too many rules"));
+    }
+    let mut lock = Vec::with_capacity(req.lock.len());
+    let mut rule_ids = HashSet::new();
+    for (k, r) in req.lock.iter().enumerate() {
+        let rule = LockRule::new(
+            &r.id,
+            &r.destination,
+            &r.attachment,
+            &r.method,
+            &r.path_prefix,
+            &r.mode,
+            &r.approvers,
+        )
+        .map_err(|e| invalid(&format!("lock[{k}]"), &e))?;
+        if !rule_ids.insert(rule.id.clone()) {
+            return Err(invalid(&format!("lock[{k}].id"), "listed twice"));
+        }
+        lock.push(rule);
+    }
+    let relay_key = match req.relay_public_key.len() {
+        0 => None,
+        32 => {
+            let mut key = [0u8; 32];
+            key.copy_from_slice(&req.relay_public_key);
+            Some(key)
+        }
+        _ => return Err(invalid("relay_public_key", "must be 32 bytes (Ed25519)")),
+    };
     Ok((
         SessionSpec {
             id: req.session_id.clone(),
@@ -175,6 +206,8 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
             attempt: req.attempt,
             allowlist,
             attachments,
+            lock,
+            relay_key,
         },
         sources,
     ))
@@ -199,11 +232,16 @@ impl Gateway for ControlService {
         let mut req = request.into_inner();
         let (spec, sources) = spec_of(&mut req)?;
         let cause = req.cause;
-        let session =
-            Session::open(spec, &self.shared.gateway_id, &self.upstream).map_err(|e| {
-                tracing::error!(session = %req.session_id, error = %e, "cannot open session");
-                Status::internal("the gateway could not make the session's CA")
-            })?;
+        let session = Session::open(
+            spec,
+            &self.shared.gateway_id,
+            &self.upstream,
+            self.shared.proposer.as_ref(),
+        )
+        .map_err(|e| {
+            tracing::error!(session = %req.session_id, error = %e, "cannot open session");
+            Status::internal("the gateway could not make the session's CA")
+        })?;
         let session = Arc::new(session);
         let reply = pb::OpenSessionReply {
             gateway_id: self.shared.gateway_id.to_string(),
@@ -220,7 +258,7 @@ impl Gateway for ControlService {
             "session opened"
         );
         for old in self.shared.sessions.replace(&sources, Arc::clone(&session)) {
-            let closed = old.end();
+            let (closed, _) = old.end_and_withdraw();
             tracing::warn!(
                 session = %old.id,
                 attempt = old.attempt,
@@ -249,7 +287,7 @@ impl Gateway for ControlService {
                     Status::failed_precondition(format!("attempt: {e}"))
                 }
             })?;
-        let closed = session.end();
+        let (closed, withdrawn) = session.end_and_withdraw();
         let report = DropReport {
             gateway_id: self.shared.gateway_id.to_string(),
             session_id: session.id.to_string(),
@@ -266,6 +304,7 @@ impl Gateway for ControlService {
             reason = reason.as_str(),
             ca_digest = session.ca_digest(),
             connections_closed = closed,
+            approvals_withdrawn = withdrawn,
             "session closed"
         );
         // The table's reference is gone; the cut connections let go of
@@ -280,17 +319,62 @@ impl Gateway for ControlService {
                 signature: signed.signature,
             }),
             connections_closed: closed,
-            // Approval holds are not built yet, so there is never one to
-            // withdraw.
-            approvals_withdrawn: 0,
+            approvals_withdrawn: withdrawn,
         }))
     }
 
     async fn decide(
         &self,
-        _request: Request<pb::Signed>,
+        request: Request<pb::Signed>,
     ) -> Result<Response<pb::DecideReply>, Status> {
-        Err(Status::unimplemented("approval holds are being built"))
+        let msg = request.into_inner();
+        if msg.kind != "decision" {
+            return Err(invalid("kind", "must be decision"));
+        }
+        let signed = talos_certs::Signed {
+            kind: talos_certs::Kind::Decision,
+            key_id: msg.key_id,
+            payload: msg.payload,
+            signature: msg.signature,
+        };
+        // The proposal id is in the signed payload; the session that holds
+        // it checks everything else.
+        let id = serde_json::from_slice::<serde_json::Value>(&signed.payload)
+            .ok()
+            .and_then(|v| v["proposal_id"].as_str().map(str::to_owned))
+            .ok_or_else(|| invalid("payload", "not a decision"))?;
+        let session = self
+            .shared
+            .sessions
+            .all()
+            .into_iter()
+            .find(|s| s.approvals.holds(&id))
+            .ok_or_else(|| {
+                Status::failed_precondition(
+                    "no pending proposal has that id (decided, withdrawn, timed out or never made)",
+                )
+            })?;
+        match session.approvals.decide(&signed) {
+            Ok(verdict) => {
+                tracing::info!(session = %session.id, proposal = %id, decision = verdict.as_str(), "decision applied");
+                Ok(Response::new(pb::DecideReply {
+                    outcome: match verdict {
+                        talos_certs::Verdict::Approved => "released",
+                        talos_certs::Verdict::Declined => "refused",
+                    }
+                    .into(),
+                }))
+            }
+            Err(e) => {
+                tracing::warn!(session = %session.id, proposal = %id, error = %e, "decision refused");
+                Err(match e {
+                    crate::approval::DecideError::NotPending => {
+                        Status::failed_precondition(e.to_string())
+                    }
+                    _ => Status::permission_denied(e.to_string()),
+                })
+            }
+        }
     }
 
     async fn describe(

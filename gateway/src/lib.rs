@@ -12,6 +12,7 @@
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`tls`]: TLS 1.3 configs for both sides, and stream adapters.
 //! - [`upstream`]: connections to destinations, pooled per session.
+//! - [`approval`]: the Lock's rules, requests held for approval, decisions.
 //! - [`session`]: sessions by source address: allowlist, CA, TLS, pool, attachments.
 //! - [`hello`]: the sans-IO, zero-copy ClientHello parser.
 //! - [`capture`]: reading a hello off a socket, bounded in bytes and time.
@@ -23,6 +24,7 @@
 //! - [`reply`]: a reply on its way to the session: decoded and masked.
 //! - [`admin`]: metrics and health on the admin listener.
 //! - [`proxy`]: one request: checks, injection, forwarding, the reply.
+//! - [`agent`]: approvals.hangar.internal, where agents propose actions.
 //! - [`conn`]: one connection, stage by stage, top to bottom.
 //! - [`control`]: the control channel: sessions opened and closed over
 //!   mutually authenticated gRPC, drop reports signed.
@@ -38,6 +40,7 @@ pub mod mask;
 pub mod config;
 pub mod tls;
 pub mod upstream;
+pub mod approval;
 pub mod session;
 pub mod hello;
 pub mod capture;
@@ -49,6 +52,7 @@ pub mod decode;
 pub mod reply;
 pub mod admin;
 pub mod proxy;
+pub mod agent;
 pub mod conn;
 pub mod control;
 pub mod shipper;

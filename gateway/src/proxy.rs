@@ -44,6 +44,7 @@ pub const MAX_REQUEST_RECORDS: usize = 256;
 /// What the requests of one connection share.
 #[derive(Debug)]
 pub struct ConnCtx {
+    pub gateway_id: Arc<str>,
     pub session: Arc<Session>,
     /// The connection's destination: the hello's name, checked.
     pub name: Name,
@@ -52,6 +53,10 @@ pub struct ConnCtx {
     pub stats: Mutex<ConnStats>,
     /// Masked occurrences per secret name, over all replies.
     pub masked: reply::Counts,
+    /// Requests of this connection held for approval right now: when the
+    /// authority ends, the connection lets them answer
+    /// `approval_withdrawn` before it is cut.
+    pub holding: std::sync::atomic::AtomicU32,
 }
 
 /// What the connection's record learns from its requests.
@@ -68,7 +73,7 @@ pub struct ConnStats {
 }
 
 impl ConnCtx {
-    fn note(&self, entry: RequestRecord) {
+    pub(crate) fn note(&self, entry: RequestRecord) {
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         stats.request_count += 1;
         if stats.requests.len() < MAX_REQUEST_RECORDS {
@@ -92,7 +97,7 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     let mut entry = RequestRecord::new(req.method(), req.uri().path());
     let grpc = is_grpc(req.headers());
-    let response = match forward(&ctx, req, grpc).await {
+    let response = match forward(&ctx, req, grpc, &mut entry).await {
         Ok(resp) => resp,
         Err((reason, cause)) => {
             tracing::info!(
@@ -118,9 +123,11 @@ async fn forward(
     ctx: &ConnCtx,
     req: Request<Incoming>,
     grpc: bool,
+    entry: &mut RequestRecord,
 ) -> Result<Response<ProxyBody>, Refused> {
     check_host(&req, &ctx.name)?;
     check_no_upgrade(&req)?;
+    check_lock(ctx, &req, entry).await?;
     let pool = &ctx.session.pool;
     let checkout = pool
         .checkout(&ctx.name, &ctx.addrs)
@@ -160,6 +167,71 @@ async fn forward(
     })?;
     let attached = ctx.session.has_attachments(&ctx.name);
     rewrite_response(resp, ctx, attached).map_err(|r| (Refusal::UpstreamFailed, r.as_str()))
+}
+
+/// Hold the request if a Lock rule matches it, until a decision: goes on
+/// when approved; `approval_declined` or `approval_withdrawn` otherwise.
+async fn check_lock(
+    ctx: &ConnCtx,
+    req: &Request<Incoming>,
+    entry: &mut RequestRecord,
+) -> Result<(), Refused> {
+    let approvals = &ctx.session.approvals;
+    if approvals.rules().is_empty() {
+        return Ok(());
+    }
+    let attachments: Vec<&str> = ctx
+        .session
+        .attachments_for(&ctx.name)
+        .map(|a| a.secret.as_str())
+        .collect();
+    let ask = crate::approval::Ask {
+        gateway_id: ctx.gateway_id.as_ref(),
+        session_id: &ctx.session.id,
+        attempt: ctx.session.attempt,
+        tenant: &ctx.session.tenant,
+        kind: talos_certs::ProposalKind::Request,
+        destination: &ctx.name,
+        method: req.method().as_str(),
+        path: &entry.path,
+        attachments,
+        tool: "",
+        call_digest: "",
+    };
+    let Some(rule) = approvals.rule_for(&ask).cloned() else {
+        return Ok(());
+    };
+    let (outcome, record) = hold(ctx, &rule, &ask).await;
+    entry.approval = Some(record);
+    match outcome {
+        crate::approval::Outcome::Approved { .. } => Ok(()),
+        crate::approval::Outcome::Withdrawn => Err((Refusal::ApprovalWithdrawn, "session_ended")),
+        crate::approval::Outcome::Declined { .. } => Err((Refusal::ApprovalDeclined, "declined")),
+        crate::approval::Outcome::TimedOut => Err((Refusal::ApprovalDeclined, "no_decision")),
+        crate::approval::Outcome::NoRelay => Err((Refusal::ApprovalDeclined, "no_relay")),
+    }
+}
+
+/// Hold under `rule`, counted on the connection while it waits.
+pub async fn hold(
+    ctx: &ConnCtx,
+    rule: &crate::approval::LockRule,
+    ask: &crate::approval::Ask<'_>,
+) -> (crate::approval::Outcome, crate::approval::ApprovalRecord) {
+    use std::sync::atomic::Ordering;
+    ctx.holding.fetch_add(1, Ordering::Relaxed);
+    let held = ctx
+        .session
+        .approvals
+        .hold(
+            rule,
+            ask,
+            &ctx.session.ended,
+            crate::approval::DECISION_TIMEOUT,
+        )
+        .await;
+    ctx.holding.fetch_sub(1, Ordering::Relaxed);
+    held
 }
 
 /// `host_mismatch` when the request names a host other than the

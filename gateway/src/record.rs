@@ -154,6 +154,10 @@ pub struct RequestRecord {
     /// The refusal reason, when the gateway refused the request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refusal: Option<Refusal>,
+    /// When a Lock rule held the request: the proposal, its digest, the
+    /// decision, the approver and the times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::approval::ApprovalRecord>,
 }
 
 /// The longest path kept in a request record.
@@ -172,6 +176,7 @@ impl RequestRecord {
             path: path[..end].to_owned(),
             status: 0,
             refusal: None,
+            approval: None,
         }
     }
 }

@@ -158,7 +158,7 @@ fn open_static_sessions(
     for s in &config.sessions {
         let spec = SessionSpec::from_static(s, &values).map_err(StartError::Secret)?;
         let session =
-            Session::open(spec, config.gateway_id.get_ref(), upstream).map_err(|source| {
+            Session::open(spec, config.gateway_id.get_ref(), upstream, None).map_err(|source| {
                 StartError::SessionCa {
                     session: s.id.get_ref().clone(),
                     source,
@@ -232,6 +232,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let mut spool_full = None;
     let mut shipper = None;
     let mut spool = None;
+    let mut proposer = None;
     if let Some(b) = control.as_mut().and_then(|c| c.batches.take()) {
         let key = control
             .as_ref()
@@ -251,6 +252,13 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             Arc::clone(&b.spool),
             b.max_records,
             b.interval,
+        ));
+        let (p, proposals) = crate::approval::Proposer::new();
+        proposer = Some(p);
+        tokio::spawn(crate::shipper::propose(
+            proposals,
+            b.plane.clone(),
+            ship_stop.clone(),
         ));
         shipper = Some(tokio::spawn(crate::shipper::ship(
             Arc::clone(&b.spool),
@@ -281,6 +289,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         hello_timeout: config.limits.hello_timeout(),
         handshake_timeout: config.limits.handshake_timeout(),
         shutdown: shutdown.clone(),
+        proposer,
     });
     tracing::info!(
         gateway_id = %shared.gateway_id,

@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 
 use talos_certs::{CaParams, LeafCache, SessionCa};
 
+use crate::approval::{Approvals, LockRule, Proposer};
 use crate::config::{canonical_ip, StaticSession};
 use crate::mask::MaskSet;
 use crate::name::Name;
@@ -46,6 +47,8 @@ pub struct Session {
     /// Fires when the session's authority ends (a close, or a newer
     /// authority for its sources): every open connection of the session is
     /// cut `session_ended`.
+    /// The Lock: rules, held requests, decisions.
+    pub approvals: Approvals,
     pub ended: CancellationToken,
     /// Connections of this session open now (see [`Session::track`]).
     live: AtomicU32,
@@ -98,6 +101,10 @@ pub struct SessionSpec {
     /// Attachments, values read from the secret store when the authority
     /// was opened.
     pub attachments: Vec<Attachment>,
+    /// The Lock rules as they stood at the open, and the approval relay's
+    /// public key (none: held requests are declined at once).
+    pub lock: Vec<LockRule>,
+    pub relay_key: Option<[u8; 32]>,
 }
 
 impl Session {
@@ -115,6 +122,7 @@ impl Session {
         spec: SessionSpec,
         gateway_id: &str,
         upstream: &UpstreamSettings,
+        proposer: Option<&Proposer>,
     ) -> Result<Session, OpenError> {
         let names: Vec<String> = spec
             .allowlist
@@ -146,6 +154,7 @@ impl Session {
                 upstream.connect_timeout,
             ),
             attachments: spec.attachments,
+            approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned()),
             mask,
             leaves,
             ended: CancellationToken::new(),
@@ -172,6 +181,13 @@ impl Session {
         let open = self.live_connections();
         self.ended.cancel();
         open
+    }
+
+    /// End the authority as [`end`](Session::end) does, and withdraw every
+    /// pending approval. Returns (connections cut, approvals withdrawn).
+    pub fn end_and_withdraw(&self) -> (u32, u32) {
+        let withdrawn = self.approvals.withdraw_all();
+        (self.end(), withdrawn)
     }
 
     /// The names of the attached secrets, sorted, without repeats.
@@ -233,6 +249,9 @@ impl SessionSpec {
             attempt: s.attempt,
             allowlist: s.allowlist.iter().map(|n| n.get_ref().clone()).collect(),
             attachments,
+            // Static sessions have no control plane, so no Lock.
+            lock: Vec::new(),
+            relay_key: None,
         })
     }
 }
@@ -310,6 +329,18 @@ impl Sessions {
         map.get(&canonical_ip(ip)).cloned()
     }
 
+    /// Every distinct open session.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        let map = self.by_source.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<Arc<Session>> = Vec::new();
+        for s in map.values() {
+            if !out.iter().any(|o| Arc::ptr_eq(o, s)) {
+                out.push(Arc::clone(s));
+            }
+        }
+        out
+    }
+
     /// How many source addresses are mapped.
     pub fn len(&self) -> usize {
         self.by_source
@@ -340,8 +371,10 @@ mod tests {
             attempt,
             allowlist: vec![crate::name::canonicalize("api.example.com").unwrap()],
             attachments: Vec::new(),
+            lock: Vec::new(),
+            relay_key: None,
         };
-        Arc::new(Session::open(spec, "gw-a", &upstream).unwrap())
+        Arc::new(Session::open(spec, "gw-a", &upstream, None).unwrap())
     }
 
     fn ip(s: &str) -> IpAddr {

@@ -190,3 +190,87 @@ async fn wait(stop: &CancellationToken, delay: &mut Duration) -> bool {
         _ = tokio::time::sleep(d) => false,
     }
 }
+
+/// Deliver held requests' proposals to the relay (`ControlPlane.Propose`),
+/// each on its own task so one slow delivery holds up no other. A
+/// proposal is retried with growing delays until the relay takes it, or
+/// refuses it for good (the hold then runs out its time and is declined),
+/// or it expires.
+pub async fn propose(
+    mut proposals: tokio::sync::mpsc::UnboundedReceiver<(talos_certs::Proposal, String, String)>,
+    plane: Plane,
+    stop: CancellationToken,
+) {
+    let client = match client(&plane) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot make the control plane client; held requests will be declined");
+            return;
+        }
+    };
+    loop {
+        let (p, sentence, digest) = tokio::select! {
+            _ = stop.cancelled() => return,
+            next = proposals.recv() => match next {
+                Some(n) => n,
+                None => return,
+            },
+        };
+        let mut client = client.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let msg = pb::ProposalMsg {
+                proposal_id: p.proposal_id.clone(),
+                gateway_id: p.gateway_id,
+                session_id: p.session_id,
+                attempt: p.attempt,
+                tenant: p.tenant,
+                kind: p.kind.as_str().to_owned(),
+                destination: p.destination,
+                method: p.method,
+                path: p.path,
+                attachments: p.attachments,
+                rule: p.rule,
+                tool: p.tool,
+                call_digest: p.call_digest,
+                approvers: p.approvers,
+                created_at: p.created_at,
+                expires_at: p.expires_at,
+                sentence,
+                digest,
+            };
+            let deadline = tokio::time::Instant::now() + crate::approval::DECISION_TIMEOUT;
+            let mut delay = RETRY_FIRST;
+            loop {
+                let answer = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    a = client.propose(msg.clone()) => a,
+                };
+                match answer {
+                    Ok(_) => {
+                        tracing::debug!(proposal = %msg.proposal_id, "proposal delivered to the relay");
+                        return;
+                    }
+                    Err(status)
+                        if matches!(
+                            status.code(),
+                            tonic::Code::InvalidArgument
+                                | tonic::Code::FailedPrecondition
+                                | tonic::Code::AlreadyExists
+                                | tonic::Code::PermissionDenied
+                        ) =>
+                    {
+                        tracing::error!(proposal = %msg.proposal_id, code = ?status.code(), message = %status.message(), "the relay refused a proposal; the request will be declined when its time runs out");
+                        return;
+                    }
+                    Err(status) => {
+                        tracing::warn!(proposal = %msg.proposal_id, code = ?status.code(), "cannot reach the relay; retrying");
+                    }
+                }
+                if tokio::time::Instant::now() + delay > deadline || wait(&stop, &mut delay).await {
+                    return;
+                }
+            }
+        });
+    }
+}

@@ -16,4 +16,5 @@ pub mod dns;
 pub mod gateway;
 pub mod grpc;
 pub mod origin;
+pub mod relay;
 pub mod stub;

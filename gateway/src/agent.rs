@@ -1,0 +1,188 @@
+//! `https://approvals.hangar.internal`: the gateway answers it itself.
+//!
+//! An agent proposes an action of its own: `POST /v1/proposals` with a
+//! JSON body `{"tool": "<name>", "digest": "<SHA-384 hex of the exact
+//! call>"}`. The proposal goes to the approval relay like a held request
+//! (kind `agent`, under the first Lock rule that matches `POST
+//! /v1/proposals` at `approvals.hangar.internal`), and the answer waits for
+//! the decision: `200 {"decision":"approved"|"declined", …}`. No decision
+//! within five minutes, or no rule that names an approver: `declined`, with
+//! a `reason`. The session's authority ending while it waits:
+//! `403 approval_withdrawn`. A malformed proposal: `400` with a message
+//! naming what is wrong. Nothing here is ever forwarded anywhere.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::approval::{Ask, Outcome};
+use crate::proxy::{ConnCtx, ProxyBody, REFUSAL_HEADER};
+use crate::record::RequestRecord;
+use crate::refusal::Refusal;
+
+/// The path proposals are posted to.
+pub const PROPOSALS_PATH: &str = "/v1/proposals";
+
+/// The largest proposal body read.
+pub const MAX_BODY: usize = 16 * 1024;
+
+/// A proposal as the agent sends it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentProposal {
+    tool: String,
+    digest: String,
+}
+
+/// Serve one request to approvals.hangar.internal.
+pub async fn handle(
+    ctx: Arc<ConnCtx>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let mut entry = RequestRecord::new(req.method(), req.uri().path());
+    let response = answer(&ctx, req, &mut entry).await;
+    entry.status = response.status().as_u16();
+    ctx.note(entry);
+    Ok(response)
+}
+
+async fn answer(
+    ctx: &ConnCtx,
+    req: Request<Incoming>,
+    entry: &mut RequestRecord,
+) -> Response<ProxyBody> {
+    if req.uri().path() != PROPOSALS_PATH {
+        return json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "not_found", "message": "approvals.hangar.internal answers POST /v1/proposals only"}),
+        );
+    }
+    if req.method() != Method::POST {
+        return json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            serde_json::json!({"error": "method_not_allowed", "message": "use POST"}),
+        );
+    }
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return bad_request(&format!(
+                "the body must be JSON of at most {MAX_BODY} bytes"
+            ))
+        }
+    };
+    let proposal: AgentProposal = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => {
+            return bad_request(&format!(
+            "the body must be {{\"tool\": NAME, \"digest\": SHA-384 HEX}} and nothing else ({})",
+            category(&e)
+        ))
+        }
+    };
+    if !is_tool_name(&proposal.tool) {
+        return bad_request("tool: 1-128 letters, digits, '.', '_', '-', ':' or '/'");
+    }
+    if !(proposal.digest.len() == 96
+        && proposal
+            .digest
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    {
+        return bad_request("digest: the SHA-384 of the exact call, 96 lowercase hex digits");
+    }
+    let ask = Ask {
+        gateway_id: ctx.gateway_id.as_ref(),
+        session_id: &ctx.session.id,
+        attempt: ctx.session.attempt,
+        tenant: &ctx.session.tenant,
+        kind: talos_certs::ProposalKind::Agent,
+        destination: &ctx.name,
+        method: "POST",
+        path: PROPOSALS_PATH,
+        attachments: Vec::new(),
+        tool: &proposal.tool,
+        call_digest: &proposal.digest,
+    };
+    let Some(rule) = ctx.session.approvals.rule_for(&ask).cloned() else {
+        return json(
+            StatusCode::OK,
+            serde_json::json!({"decision": "declined", "reason": "no_rule", "message": "no Lock rule names an approver for agent proposals"}),
+        );
+    };
+    let (outcome, record) = crate::proxy::hold(ctx, &rule, &ask).await;
+    let proposal_id = record.proposal_id.clone();
+    let digest = record.digest.clone();
+    entry.approval = Some(record);
+    let (decision, approver, reason) = match outcome {
+        Outcome::Approved { approver } => ("approved", Some(approver), None),
+        Outcome::Declined { approver } => ("declined", Some(approver), None),
+        Outcome::TimedOut => ("declined", None, Some("no_decision")),
+        Outcome::NoRelay => ("declined", None, Some("no_relay")),
+        Outcome::Withdrawn => {
+            entry.refusal = Some(Refusal::ApprovalWithdrawn);
+            let mut resp = json(
+                StatusCode::FORBIDDEN,
+                serde_json::json!({"refusal": "approval_withdrawn", "proposal_id": proposal_id, "message": "the approval was withdrawn because the session paused or ended"}),
+            );
+            resp.headers_mut().insert(
+                REFUSAL_HEADER,
+                HeaderValue::from_static("approval_withdrawn"),
+            );
+            return resp;
+        }
+    };
+    let mut body = serde_json::json!({
+        "decision": decision,
+        "proposal_id": proposal_id,
+        "proposal_digest": digest,
+        "rule": rule.id,
+    });
+    if let Some(a) = approver {
+        body["approver"] = a.into();
+    }
+    if let Some(r) = reason {
+        body["reason"] = r.into();
+    }
+    json(StatusCode::OK, body)
+}
+
+fn is_tool_name(t: &str) -> bool {
+    (1..=128).contains(&t.len())
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'/'))
+}
+
+/// A JSON error's category, never the offending text.
+fn category(e: &serde_json::Error) -> &'static str {
+    match e.classify() {
+        serde_json::error::Category::Io => "unreadable",
+        serde_json::error::Category::Syntax => "not JSON",
+        serde_json::error::Category::Data => "wrong or missing fields",
+        serde_json::error::Category::Eof => "truncated",
+    }
+}
+
+fn bad_request(message: &str) -> Response<ProxyBody> {
+    json(
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({"error": "malformed_proposal", "message": message}),
+    )
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response<ProxyBody> {
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from(
+        body.to_string() + "\n",
+    ))));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

@@ -1,0 +1,763 @@
+//! Approval holds: the Lock's rules, held requests, and the relay's
+//! decisions.
+//!
+//! A session's authority carries the account's Lock rules as they stood
+//! when it opened, and the approval relay's public key. A request that
+//! matches a rule (destination, attachment, method, path prefix) is held:
+//! [`Approvals::hold`] writes a `talos_certs::Proposal`, its sentence and
+//! digest, hands it to the [`Proposer`] (which delivers it to the relay
+//! through the control channel), and waits — without a thread: a held
+//! request is a future, a oneshot channel and a timer — for the first of:
+//!
+//! - a decision the relay signed ([`Approvals::decide`]): checked under the
+//!   relay key, for this proposal id and digest, from a listed approver.
+//!   Approved: the request goes on. Declined: `approval_declined`;
+//! - [`DECISION_TIMEOUT`] (five minutes) without one: `approval_declined`;
+//! - the session's authority ending (pause, interruption, end, Revoke
+//!   All): `approval_withdrawn`. The proposal is forgotten, so a decision
+//!   that comes later finds nothing to decide.
+//!
+//! Modes: `every_request` holds every matching request; `first_use` holds
+//! matching requests until one of them is approved under this authority.
+//! A resume or recovery opens a new authority, so first uses count again.
+//! Other requests, streams and connections never wait for a hold.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use talos_certs::{Decision, Proposal, ProposalKind, Signed, Verdict};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::name::{self, Name};
+
+/// How long a held request waits for a decision.
+pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The longest Lock rule list a session may carry.
+pub const MAX_RULES: usize = 256;
+
+/// `first_use` or `every_request`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    FirstUse,
+    EveryRequest,
+}
+
+/// One Lock rule. `None` fields match anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockRule {
+    pub id: String,
+    pub destination: Option<Name>,
+    pub attachment: Option<String>,
+    pub method: Option<String>,
+    pub path_prefix: Option<String>,
+    pub mode: Mode,
+    /// Sorted, without repeats, at least one.
+    pub approvers: Vec<String>,
+}
+
+/// Whether `text` is a plain identifier: 1-64 letters, digits, `-`, `_`,
+/// `.` (rule ids, approver names, secret names).
+fn is_word(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+impl LockRule {
+    /// A rule from the control channel, checked. The error names the field.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: &str,
+        destination: &str,
+        attachment: &str,
+        method: &str,
+        path_prefix: &str,
+        mode: &str,
+        approvers: &[String],
+    ) -> Result<LockRule, String> {
+        if !is_word(id) {
+            return Err("id: must be 1-64 letters, digits, '-', '_' or '.'".into());
+        }
+        let destination = match destination {
+            "*" => None,
+            d => Some(name::canonicalize(d).map_err(|_| "destination: not a host name or *")?),
+        };
+        let attachment = match attachment {
+            "" => None,
+            a if is_word(a) => Some(a.to_owned()),
+            _ => return Err("attachment: not a secret name".into()),
+        };
+        let method = match method {
+            "" => None,
+            m if (1..=32).contains(&m.len()) && m.bytes().all(|b| b.is_ascii_alphabetic()) => {
+                Some(m.to_ascii_uppercase())
+            }
+            _ => return Err("method: not an HTTP method".into()),
+        };
+        let path_prefix = match path_prefix {
+            "" => None,
+            p if p.starts_with('/') && p.len() <= 1024 && !p.contains(['?', '#']) => {
+                Some(p.to_owned())
+            }
+            _ => return Err("path_prefix: must start with '/' and hold no query".into()),
+        };
+        let mode = match mode {
+            "first_use" => Mode::FirstUse,
+            "every_request" => Mode::EveryRequest,
+            _ => return Err("mode: must be first_use or every_request".into()),
+        };
+        let mut list: Vec<String> = Vec::with_capacity(approvers.len());
+        for a in approvers {
+            if !is_word(a) {
+                return Err("approvers: each must be 1-64 letters, digits, '-', '_' or '.'".into());
+            }
+            list.push(a.clone());
+        }
+        list.sort();
+        list.dedup();
+        if list.is_empty() {
+            return Err("approvers: a rule needs at least one approver".into());
+        }
+        Ok(LockRule {
+            id: id.to_owned(),
+            destination,
+            attachment,
+            method,
+            path_prefix,
+            mode,
+            approvers: list,
+        })
+    }
+
+    /// Whether a request with these traits matches the rule.
+    pub fn matches(
+        &self,
+        destination: &Name,
+        method: &str,
+        path: &str,
+        attachments: &[&str],
+    ) -> bool {
+        self.destination.as_ref().is_none_or(|d| d == destination)
+            && self.method.as_deref().is_none_or(|m| m == method)
+            && self
+                .path_prefix
+                .as_deref()
+                .is_none_or(|p| path.starts_with(p))
+            && self
+                .attachment
+                .as_deref()
+                .is_none_or(|a| attachments.contains(&a))
+    }
+}
+
+/// How a hold ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Approved {
+        approver: String,
+    },
+    Declined {
+        approver: String,
+    },
+    /// No decision within [`DECISION_TIMEOUT`].
+    TimedOut,
+    /// The session's authority ended while waiting.
+    Withdrawn,
+    /// No relay to ask: the session was opened without a relay key.
+    NoRelay,
+}
+
+impl Outcome {
+    /// The word records use.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Approved { .. } => "approved",
+            Outcome::Declined { .. } => "declined",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Withdrawn => "withdrawn",
+            Outcome::NoRelay => "no_relay",
+        }
+    }
+}
+
+/// What a held request's record says of its approval.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ApprovalRecord {
+    pub proposal_id: String,
+    pub digest: String,
+    pub rule: String,
+    pub decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+    pub requested_at: String,
+    pub decided_at: String,
+}
+
+/// Why a decision was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    #[error("no pending proposal has that id (decided, withdrawn, timed out or never made)")]
+    NotPending,
+    #[error("the decision does not verify under the session's relay key: {0}")]
+    BadSignature(String),
+    #[error("the decision names another proposal digest")]
+    WrongDigest,
+    #[error("the approver is not listed for this proposal")]
+    NotListed,
+}
+
+struct Pending {
+    digest: String,
+    approvers: Vec<String>,
+    answer: oneshot::Sender<Outcome>,
+}
+
+/// Delivers proposals to the approval relay.
+#[derive(Clone, Debug)]
+pub struct Proposer {
+    tx: mpsc::UnboundedSender<(Proposal, String, String)>,
+}
+
+impl Proposer {
+    /// A proposer and the receiving end its delivery task reads.
+    pub fn new() -> (
+        Proposer,
+        mpsc::UnboundedReceiver<(Proposal, String, String)>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Proposer { tx }, rx)
+    }
+
+    fn send(&self, p: Proposal, sentence: String, digest: String) -> bool {
+        self.tx.send((p, sentence, digest)).is_ok()
+    }
+}
+
+/// The Lock state of one session authority.
+pub struct Approvals {
+    rules: Vec<LockRule>,
+    relay_key: Option<[u8; 32]>,
+    proposer: Option<Proposer>,
+    pending: Mutex<HashMap<String, Pending>>,
+    /// Rules whose first use was approved under this authority.
+    first_use_done: Mutex<HashSet<String>>,
+    counter: AtomicU64,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals")
+            .field("rules", &self.rules.len())
+            .field("relay", &self.relay_key.is_some())
+            .field("pending", &self.pending_count())
+            .finish()
+    }
+}
+
+/// The facts of one request, for matching and for its proposal.
+#[derive(Debug, Clone)]
+pub struct Ask<'a> {
+    pub gateway_id: &'a str,
+    pub session_id: &'a str,
+    pub attempt: u32,
+    pub tenant: &'a str,
+    pub kind: ProposalKind,
+    pub destination: &'a Name,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub attachments: Vec<&'a str>,
+    pub tool: &'a str,
+    pub call_digest: &'a str,
+}
+
+impl Approvals {
+    pub fn new(
+        rules: Vec<LockRule>,
+        relay_key: Option<[u8; 32]>,
+        proposer: Option<Proposer>,
+    ) -> Self {
+        Approvals {
+            rules,
+            relay_key,
+            proposer,
+            pending: Mutex::new(HashMap::new()),
+            first_use_done: Mutex::new(HashSet::new()),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// No rules: nothing is ever held.
+    pub fn none() -> Self {
+        Approvals::new(Vec::new(), None, None)
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> &[LockRule] {
+        &self.rules
+    }
+
+    /// The first rule that holds this request now (a `first_use` rule
+    /// whose first use was approved holds no more).
+    pub fn rule_for(&self, ask: &Ask<'_>) -> Option<&LockRule> {
+        let done = self
+            .first_use_done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.rules.iter().find(|r| {
+            r.matches(ask.destination, ask.method, ask.path, &ask.attachments)
+                && !(r.mode == Mode::FirstUse && done.contains(&r.id))
+        })
+    }
+
+    /// Requests waiting now.
+    pub fn pending_count(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Hold a request under `rule` until a decision, the timeout or
+    /// `ended`. Returns the outcome and what the record says.
+    pub async fn hold(
+        &self,
+        rule: &LockRule,
+        ask: &Ask<'_>,
+        ended: &CancellationToken,
+        timeout: Duration,
+    ) -> (Outcome, ApprovalRecord) {
+        let now = SystemTime::now();
+        let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut random = [0u8; 6];
+        let _ = aws_lc_rs::rand::fill(&mut random);
+        let proposal_id = format!(
+            "{}-{}-{}-{}",
+            ask.session_id,
+            ask.attempt,
+            n,
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let mut attachments: Vec<String> =
+            ask.attachments.iter().map(|a| (*a).to_owned()).collect();
+        attachments.sort();
+        attachments.dedup();
+        let proposal = Proposal {
+            proposal_id: proposal_id.clone(),
+            gateway_id: ask.gateway_id.to_owned(),
+            session_id: ask.session_id.to_owned(),
+            attempt: ask.attempt,
+            tenant: ask.tenant.to_owned(),
+            kind: ask.kind,
+            destination: ask.destination.as_str().to_owned(),
+            method: ask.method.to_owned(),
+            path: ask.path.to_owned(),
+            attachments,
+            rule: rule.id.clone(),
+            tool: ask.tool.to_owned(),
+            call_digest: ask.call_digest.to_owned(),
+            approvers: rule.approvers.clone(),
+            created_at: rfc3339(now),
+            expires_at: rfc3339(now + timeout),
+        };
+        let sentence = talos_certs::sentence(&proposal);
+        let digest = talos_certs::proposal_digest(&proposal, &sentence);
+        let mut record = ApprovalRecord {
+            proposal_id: proposal_id.clone(),
+            digest: digest.clone(),
+            rule: rule.id.clone(),
+            decision: "",
+            approver: None,
+            requested_at: proposal.created_at.clone(),
+            decided_at: String::new(),
+        };
+        let (answer, wait) = oneshot::channel();
+        let outcome = if self.relay_key.is_none() || self.proposer.is_none() {
+            Outcome::NoRelay
+        } else {
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    proposal_id.clone(),
+                    Pending {
+                        digest: digest.clone(),
+                        approvers: rule.approvers.clone(),
+                        answer,
+                    },
+                );
+            metrics::gauge!("gateway_approvals_pending").increment(1.0);
+            tracing::info!(
+                session = ask.session_id,
+                proposal = %proposal_id,
+                rule = %rule.id,
+                digest = %digest,
+                "request held for approval"
+            );
+            let sent = self
+                .proposer
+                .as_ref()
+                .is_some_and(|p| p.send(proposal, sentence, digest));
+            let outcome = if !sent {
+                Outcome::NoRelay
+            } else {
+                tokio::select! {
+                    answer = wait => answer.unwrap_or(Outcome::Withdrawn),
+                    () = tokio::time::sleep(timeout) => Outcome::TimedOut,
+                    () = ended.cancelled() => Outcome::Withdrawn,
+                }
+            };
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&proposal_id);
+            metrics::gauge!("gateway_approvals_pending").decrement(1.0);
+            outcome
+        };
+        if let Outcome::Approved { .. } = &outcome {
+            if rule.mode == Mode::FirstUse {
+                self.first_use_done
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(rule.id.clone());
+            }
+        }
+        metrics::counter!("gateway_approvals_total", "outcome" => outcome.as_str()).increment(1);
+        record.decision = outcome.as_str();
+        record.approver = match &outcome {
+            Outcome::Approved { approver } | Outcome::Declined { approver } => {
+                Some(approver.clone())
+            }
+            _ => None,
+        };
+        record.decided_at = rfc3339(SystemTime::now());
+        (outcome, record)
+    }
+
+    /// Whether `proposal_id` is waiting here.
+    pub fn holds(&self, proposal_id: &str) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(proposal_id)
+    }
+
+    /// Apply a signed decision: checked under the relay key, for a pending
+    /// proposal with the same digest, from one of its approvers. A refused
+    /// decision changes nothing.
+    pub fn decide(&self, signed: &Signed) -> Result<Verdict, DecideError> {
+        let key = self
+            .relay_key
+            .ok_or_else(|| DecideError::BadSignature("the session has no relay key".into()))?;
+        let decision: Decision = talos_certs::verify_decision(&key, signed)
+            .map_err(|e| DecideError::BadSignature(e.to_string()))?;
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let held = pending
+            .get(&decision.proposal_id)
+            .ok_or(DecideError::NotPending)?;
+        if held.digest != decision.proposal_digest {
+            return Err(DecideError::WrongDigest);
+        }
+        if !held.approvers.iter().any(|a| a == &decision.approver) {
+            return Err(DecideError::NotListed);
+        }
+        let held = pending
+            .remove(&decision.proposal_id)
+            .ok_or(DecideError::NotPending)?;
+        let outcome = match decision.decision {
+            Verdict::Approved => Outcome::Approved {
+                approver: decision.approver,
+            },
+            Verdict::Declined => Outcome::Declined {
+                approver: decision.approver,
+            },
+        };
+        // The waiter may have just timed out: then the decision is moot.
+        let _ = held.answer.send(outcome);
+        Ok(decision.decision)
+    }
+
+    /// Withdraw every pending proposal (the authority ended): each waiter
+    /// answers `approval_withdrawn`. Returns how many there were.
+    pub fn withdraw_all(&self) -> u32 {
+        let drained: Vec<Pending> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        let n = drained.len();
+        for p in drained {
+            let _ = p.answer.send(Outcome::Withdrawn);
+        }
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use talos_certs::GatewayKey;
+
+    fn rule(mode: &str) -> LockRule {
+        LockRule::new(
+            "lock-1",
+            "api.example.com",
+            "",
+            "post",
+            "/merge",
+            mode,
+            &["bob".into(), "alice".into()],
+        )
+        .unwrap()
+    }
+
+    struct Rig {
+        relay: GatewayKey,
+        approvals: Arc<Approvals>,
+        proposals: mpsc::UnboundedReceiver<(Proposal, String, String)>,
+        dest: Name,
+    }
+
+    fn rig(mode: &str) -> Rig {
+        let relay = GatewayKey::generate().unwrap();
+        let (proposer, proposals) = Proposer::new();
+        let approvals = Arc::new(Approvals::new(
+            vec![rule(mode)],
+            Some(relay.public_key()),
+            Some(proposer),
+        ));
+        Rig {
+            relay,
+            approvals,
+            proposals,
+            dest: name::canonicalize("api.example.com").unwrap(),
+        }
+    }
+
+    fn ask(dest: &Name) -> Ask<'_> {
+        Ask {
+            gateway_id: "gw-a",
+            session_id: "sbx-1",
+            attempt: 1,
+            tenant: "acme",
+            kind: ProposalKind::Request,
+            destination: dest,
+            method: "POST",
+            path: "/merge/7",
+            attachments: vec!["GH"],
+            tool: "",
+            call_digest: "",
+        }
+    }
+
+    fn decision(relay: &GatewayKey, p: &Proposal, digest: &str, who: &str, v: Verdict) -> Signed {
+        Decision {
+            proposal_id: p.proposal_id.clone(),
+            proposal_digest: digest.to_owned(),
+            approver: who.to_owned(),
+            decision: v,
+            decided_at: "2026-11-29T10:00:00.000Z".into(),
+        }
+        .sign(relay)
+    }
+
+    #[test]
+    fn rules_match_on_every_field_and_are_checked() {
+        let r = rule("every_request");
+        let d = name::canonicalize("api.example.com").unwrap();
+        let other = name::canonicalize("other.example.com").unwrap();
+        assert!(r.matches(&d, "POST", "/merge/1", &[]));
+        assert!(!r.matches(&other, "POST", "/merge/1", &[]));
+        assert!(!r.matches(&d, "GET", "/merge/1", &[]));
+        assert!(!r.matches(&d, "POST", "/other", &[]));
+        let any = LockRule::new("r", "*", "GH", "", "", "first_use", &["a".into()]).unwrap();
+        assert!(any.matches(&other, "GET", "/", &["GH"]));
+        assert!(!any.matches(&other, "GET", "/", &["OTHER"]));
+        assert_eq!(r.approvers, ["alice", "bob"]);
+        for (bad, field) in [
+            (
+                LockRule::new("r", "*", "", "", "", "sometimes", &["a".into()]),
+                "mode",
+            ),
+            (
+                LockRule::new("r", "*", "", "", "", "first_use", &[]),
+                "approvers",
+            ),
+            (
+                LockRule::new("r", "*", "", "", "nope", "first_use", &["a".into()]),
+                "path_prefix",
+            ),
+            (
+                LockRule::new("r", "1.2.3.4", "", "", "", "first_use", &["a".into()]),
+                "destination",
+            ),
+            (
+                LockRule::new("r", "*", "", "GE T", "", "first_use", &["a".into()]),
+                "method",
+            ),
+        ] {
+            assert!(bad.unwrap_err().starts_with(field));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_decision_in_five_minutes_declines() {
+        let mut rig = rig("every_request");
+        let ended = CancellationToken::new();
+        let r = rule("every_request");
+        let approvals = Arc::clone(&rig.approvals);
+        let dest = rig.dest.clone();
+        let held = tokio::spawn(async move {
+            approvals
+                .hold(&r, &ask(&dest), &ended, DECISION_TIMEOUT)
+                .await
+        });
+        let (p, _, _) = rig.proposals.recv().await.unwrap();
+        assert!(p.expires_at > p.created_at);
+        tokio::time::advance(DECISION_TIMEOUT - Duration::from_secs(1)).await;
+        assert_eq!(rig.approvals.pending_count(), 1);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let (outcome, record) = held.await.unwrap();
+        assert_eq!(outcome, Outcome::TimedOut);
+        assert_eq!(record.decision, "timed_out");
+        assert_eq!(rig.approvals.pending_count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_withdraws_and_a_late_decision_finds_nothing() {
+        let mut rig = rig("every_request");
+        let ended = CancellationToken::new();
+        let r = rule("every_request");
+        let approvals = Arc::clone(&rig.approvals);
+        let dest = rig.dest.clone();
+        let token = ended.clone();
+        let held = tokio::spawn(async move {
+            approvals
+                .hold(&r, &ask(&dest), &token, DECISION_TIMEOUT)
+                .await
+        });
+        let (p, _, digest) = rig.proposals.recv().await.unwrap();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        // The session pauses: the authority withdraws and ends, as
+        // `Session::end_and_withdraw` does.
+        assert_eq!(rig.approvals.withdraw_all(), 1);
+        ended.cancel();
+        let (outcome, _) = held.await.unwrap();
+        assert_eq!(outcome, Outcome::Withdrawn);
+        let late = decision(&rig.relay, &p, &digest, "alice", Verdict::Approved);
+        assert_eq!(rig.approvals.decide(&late), Err(DecideError::NotPending));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_use_asks_once_every_request_asks_every_time() {
+        for (mode, asks) in [("first_use", 1), ("every_request", 3)] {
+            let mut rig = rig(mode);
+            let ended = CancellationToken::new();
+            let mut asked = 0;
+            for _ in 0..3 {
+                let Some(r) = rig.approvals.rule_for(&ask(&rig.dest)).cloned() else {
+                    continue;
+                };
+                asked += 1;
+                let approvals = Arc::clone(&rig.approvals);
+                let dest = rig.dest.clone();
+                let token = ended.clone();
+                let held = tokio::spawn(async move {
+                    approvals
+                        .hold(&r, &ask(&dest), &token, DECISION_TIMEOUT)
+                        .await
+                });
+                let (p, _, digest) = rig.proposals.recv().await.unwrap();
+                let d = decision(&rig.relay, &p, &digest, "bob", Verdict::Approved);
+                assert_eq!(rig.approvals.decide(&d), Ok(Verdict::Approved));
+                let (outcome, record) = held.await.unwrap();
+                assert_eq!(
+                    outcome,
+                    Outcome::Approved {
+                        approver: "bob".into()
+                    }
+                );
+                assert_eq!(record.approver.as_deref(), Some("bob"));
+            }
+            assert_eq!(asked, asks, "{mode}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wrong_digest_forged_signature_or_unlisted_approver_change_nothing() {
+        let mut rig = rig("every_request");
+        let ended = CancellationToken::new();
+        let r = rule("every_request");
+        let approvals = Arc::clone(&rig.approvals);
+        let dest = rig.dest.clone();
+        let held = tokio::spawn(async move {
+            approvals
+                .hold(&r, &ask(&dest), &ended, DECISION_TIMEOUT)
+                .await
+        });
+        let (p, sentence, digest) = rig.proposals.recv().await.unwrap();
+        assert_eq!(talos_certs::sentence(&p), sentence);
+        assert_eq!(talos_certs::proposal_digest(&p, &sentence), digest);
+        let forger = GatewayKey::generate().unwrap();
+        let cases = [
+            (
+                decision(&rig.relay, &p, &"0".repeat(96), "alice", Verdict::Approved),
+                DecideError::WrongDigest,
+            ),
+            (
+                decision(&forger, &p, &digest, "alice", Verdict::Approved),
+                DecideError::BadSignature(String::new()),
+            ),
+            (
+                decision(&rig.relay, &p, &digest, "mallory", Verdict::Approved),
+                DecideError::NotListed,
+            ),
+        ];
+        for (signed, want) in cases {
+            let got = rig.approvals.decide(&signed).unwrap_err();
+            assert_eq!(
+                std::mem::discriminant(&got),
+                std::mem::discriminant(&want),
+                "{got}"
+            );
+            assert_eq!(rig.approvals.pending_count(), 1, "nothing changed");
+        }
+        let d = decision(&rig.relay, &p, &digest, "alice", Verdict::Declined);
+        assert_eq!(rig.approvals.decide(&d), Ok(Verdict::Declined));
+        let (outcome, _) = held.await.unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Declined {
+                approver: "alice".into()
+            }
+        );
+        // Decided once: a second decision finds nothing.
+        assert_eq!(rig.approvals.decide(&d), Err(DecideError::NotPending));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_relay_a_held_request_is_declined_at_once() {
+        let approvals = Approvals::new(vec![rule("every_request")], None, None);
+        let dest = name::canonicalize("api.example.com").unwrap();
+        let (outcome, _) = approvals
+            .hold(
+                &rule("every_request"),
+                &ask(&dest),
+                &CancellationToken::new(),
+                DECISION_TIMEOUT,
+            )
+            .await;
+        assert_eq!(outcome, Outcome::NoRelay);
+    }
+}

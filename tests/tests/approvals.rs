@@ -1,0 +1,537 @@
+//! Approval holds end to end: the gateway binary, real clients, and a test
+//! control plane that receives the gateway's proposals over mutual TLS and
+//! answers with decisions signed by a relay key, delivered through
+//! `Gateway.Decide` as the control stub's relay does. The test opens
+//! sessions itself (`Gateway.OpenSession`) with Lock rules and the relay's
+//! public key.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use talos_certs::{GatewayKey, Verdict};
+use talos_e2e::clients::{http, run_bounded, SESSION_SOURCE};
+use talos_e2e::control::{gateway_client, ControlPki};
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::{Gateway, TestConfig};
+use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::relay::{sign, Relay};
+use talos_gateway::control::pb;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const API: &str = "api.test";
+const SECRET: &str = "appr0val-S3cret-v4lue-42";
+
+struct Rig {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    _dns: DnsServer,
+    _origin: Origin,
+    pki: ControlPki,
+    relay: Relay,
+    gateway: Gateway,
+}
+
+impl Rig {
+    async fn new() -> Rig {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
+        let ca = TestCa::new("origin test CA");
+        ca.write_pem(&dir.join("origin-ca.pem"));
+        let origin = Origin::start(&ca, &[API]).await;
+        let dns = DnsServer::start(HashMap::from([(
+            API.to_owned(),
+            Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
+        )]))
+        .await;
+        let pki = ControlPki::new(&dir);
+        let relay = Relay::start(&pki).await;
+        let mut control = pki.files.clone();
+        control.extra = format!(
+            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
+            relay.addr,
+            dir.join("spool").display().to_string()
+        );
+        let config = TestConfig {
+            dns: dns.addr,
+            upstream_port: origin.addr.port(),
+            anchors: vec![dir.join("origin-ca.pem")],
+            permit_internal: vec!["127.0.0.1/32".into()],
+            control: Some(control),
+            ..Default::default()
+        };
+        let gateway = Gateway::start(&dir, &config.toml(&dir));
+        Rig {
+            _tmp: tmp,
+            dir,
+            _dns: dns,
+            _origin: origin,
+            pki,
+            relay,
+            gateway,
+        }
+    }
+
+    fn client(&self) -> pb::gateway_client::GatewayClient<Channel> {
+        gateway_client(
+            self.gateway.control.expect("control"),
+            &self.pki.ca.cert_pem,
+            Some(self.pki.client_identity()),
+        )
+    }
+
+    /// Open session `id` (attempt `attempt`) from `source` with `rules`;
+    /// returns the path of its CA.
+    async fn open(
+        &self,
+        id: &str,
+        attempt: u32,
+        source: &str,
+        rules: Vec<pb::LockRule>,
+    ) -> PathBuf {
+        let opened = self
+            .client()
+            .open_session(pb::OpenSessionRequest {
+                session_id: id.into(),
+                attempt,
+                tenant: "acme".into(),
+                sources: vec![source.into()],
+                allowlist: vec![API.into()],
+                attachments: vec![pb::Attachment {
+                    secret: "API_TOKEN".into(),
+                    destination: API.into(),
+                    header: "authorization".into(),
+                    scheme: "Bearer".into(),
+                    value: SECRET.as_bytes().to_vec(),
+                }],
+                cause: if attempt == 1 { "launch" } else { "resume" }.into(),
+                lock: rules,
+                relay_public_key: self.relay.key.public_key().to_vec(),
+            })
+            .await
+            .expect("open")
+            .into_inner();
+        let path = self.dir.join(format!("{id}-{attempt}.pem"));
+        std::fs::write(&path, opened.ca_pem).unwrap();
+        path
+    }
+
+    async fn close(&self, id: &str, attempt: u32) -> pb::CloseSessionReply {
+        self.client()
+            .close_session(pb::CloseSessionRequest {
+                session_id: id.into(),
+                attempt,
+                reason: "pause".into(),
+            })
+            .await
+            .expect("close")
+            .into_inner()
+    }
+
+    async fn decide(&self, signed: pb::Signed) -> Result<String, tonic::Status> {
+        self.client()
+            .decide(signed)
+            .await
+            .map(|r| r.into_inner().outcome)
+    }
+}
+
+fn rule(mode: &str) -> pb::LockRule {
+    pb::LockRule {
+        id: "lock-merge".into(),
+        destination: API.into(),
+        attachment: "API_TOKEN".into(),
+        method: "POST".into(),
+        path_prefix: "/merge".into(),
+        mode: mode.into(),
+        approvers: vec!["alice".into(), "bob".into()],
+    }
+}
+
+fn request(method: &str, path: &str) -> hyper::Request<http::Body> {
+    hyper::Request::builder()
+        .method(method)
+        .uri(format!("https://{API}{path}"))
+        .body(http::empty())
+        .unwrap()
+}
+
+/// Send and read the whole answer: (status, refusal header, body).
+async fn send(s: &mut http::Sender, method: &str, path: &str) -> (u16, String, String) {
+    use http_body_util::BodyExt;
+    let resp = s.send(request(method, path)).await.expect("answer");
+    let status = resp.status().as_u16();
+    let refusal = resp
+        .headers()
+        .get("hangar-refusal")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, refusal, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_http2_request_blocks_no_other_stream_nor_session_and_goes_on_when_approved() {
+    let rig = Rig::new().await;
+    let ca = rig
+        .open("sess-a", 1, SESSION_SOURCE, vec![rule("every_request")])
+        .await;
+    let other_ca = rig
+        .open("sess-b", 1, "127.0.0.3", vec![rule("every_request")])
+        .await;
+    let conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
+    let mut held_conn = match &conn {
+        http::Sender::H2(s) => http::Sender::H2(s.clone()),
+        http::Sender::H1(_) => unreachable!("h2 asked"),
+    };
+    let held = tokio::spawn(async move { send(&mut held_conn, "POST", "/merge/7").await });
+    let proposals = rig.relay.wait_proposals(1, 10).await;
+    assert_eq!(proposals.len(), 1);
+    let p = &proposals[0];
+
+    // The same connection, another stream: answered while the first waits.
+    let mut same = conn;
+    let (status, _, _) =
+        tokio::time::timeout(Duration::from_secs(10), send(&mut same, "GET", "/hello"))
+            .await
+            .expect("another stream is not held");
+    assert_eq!(status, 200);
+    // Another session: not held either.
+    let mut other = http::connect("127.0.0.3", rig.gateway.data, API, &other_ca, true).await;
+    let (status, _, _) = send(&mut other, "GET", "/hello").await;
+    assert_eq!(status, 200);
+    assert!(!held.is_finished(), "the held request still waits");
+
+    // The proposal says what the request is; its sentence and digest are
+    // the ones anyone computes from its fields.
+    assert_eq!(
+        (
+            p.kind.as_str(),
+            p.method.as_str(),
+            p.path.as_str(),
+            p.destination.as_str()
+        ),
+        ("request", "POST", "/merge/7", API)
+    );
+    assert_eq!(p.attachments, ["API_TOKEN"]);
+    assert_eq!(p.rule, "lock-merge");
+    assert_eq!(p.approvers, ["alice", "bob"]);
+    let fields = talos_certs::Proposal {
+        proposal_id: p.proposal_id.clone(),
+        gateway_id: p.gateway_id.clone(),
+        session_id: p.session_id.clone(),
+        attempt: p.attempt,
+        tenant: p.tenant.clone(),
+        kind: talos_certs::ProposalKind::Request,
+        destination: p.destination.clone(),
+        method: p.method.clone(),
+        path: p.path.clone(),
+        attachments: p.attachments.clone(),
+        rule: p.rule.clone(),
+        tool: p.tool.clone(),
+        call_digest: p.call_digest.clone(),
+        approvers: p.approvers.clone(),
+        created_at: p.created_at.clone(),
+        expires_at: p.expires_at.clone(),
+    };
+    assert_eq!(talos_certs::sentence(&fields), p.sentence);
+    assert_eq!(talos_certs::proposal_digest(&fields, &p.sentence), p.digest);
+    assert!(!p.sentence.contains(SECRET));
+
+    assert_eq!(
+        rig.decide(rig.relay.decision(p, "bob", Verdict::Approved))
+            .await
+            .unwrap(),
+        "released"
+    );
+    let (status, refusal, body) = held.await.unwrap();
+    assert_eq!((status, refusal.as_str()), (200, ""), "{body}");
+    assert!(body.contains("POST /merge/7"), "{body}");
+    drop(same);
+    drop(other);
+
+    // The record shows the proposal, its digest, the decision and approver.
+    let records = rig.gateway.wait_records(2);
+    let request = records
+        .iter()
+        .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+        .find(|q| q["path"] == "/merge/7")
+        .expect("the held request is recorded");
+    let approval = &request["approval"];
+    assert_eq!(approval["decision"], "approved");
+    assert_eq!(approval["approver"], "bob");
+    assert_eq!(approval["digest"], p.digest.as_str());
+    assert_eq!(approval["proposal_id"], p.proposal_id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_misdirected_or_unlisted_decisions_change_nothing_and_a_decline_refuses() {
+    let rig = Rig::new().await;
+    let ca = rig
+        .open("sess-a", 1, SESSION_SOURCE, vec![rule("every_request")])
+        .await;
+    let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, false).await;
+    let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/1").await });
+    let p = rig.relay.wait_proposals(1, 10).await.remove(0);
+
+    let forger = GatewayKey::generate().unwrap();
+    for (signed, why) in [
+        (
+            sign(
+                &rig.relay.key,
+                &p.proposal_id,
+                &"0".repeat(96),
+                "alice",
+                Verdict::Approved,
+            ),
+            "wrong digest",
+        ),
+        (
+            sign(
+                &forger,
+                &p.proposal_id,
+                &p.digest,
+                "alice",
+                Verdict::Approved,
+            ),
+            "forged signature",
+        ),
+        (
+            rig.relay.decision(&p, "mallory", Verdict::Approved),
+            "unlisted approver",
+        ),
+    ] {
+        let err = rig.decide(signed).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{why}: {err:?}");
+        assert!(!held.is_finished(), "{why}: the request still waits");
+    }
+    assert_eq!(
+        rig.decide(rig.relay.decision(&p, "alice", Verdict::Declined))
+            .await
+            .unwrap(),
+        "refused"
+    );
+    let (status, refusal, body) = held.await.unwrap();
+    assert_eq!(
+        (status, refusal.as_str()),
+        (403, "approval_declined"),
+        "{body}"
+    );
+    // Decided once: nothing left to decide.
+    let err = rig
+        .decide(rig.relay.decision(&p, "alice", Verdict::Approved))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let log = rig.gateway.log();
+    assert!(log.contains("decision refused"));
+    assert!(!log.contains(SECRET));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_withdraws_the_held_request_and_it_can_no_longer_be_decided() {
+    let rig = Rig::new().await;
+    let ca = rig
+        .open("sess-a", 1, SESSION_SOURCE, vec![rule("every_request")])
+        .await;
+    let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
+    let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/2").await });
+    let p = rig.relay.wait_proposals(1, 10).await.remove(0);
+    let closed = rig.close("sess-a", 1).await;
+    assert_eq!(closed.approvals_withdrawn, 1);
+    let (status, refusal, _) = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .expect("answered at once")
+        .unwrap();
+    assert_eq!((status, refusal.as_str()), (403, "approval_withdrawn"));
+    let err = rig
+        .decide(rig.relay.decision(&p, "alice", Verdict::Approved))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let records = rig.gateway.wait_records(1);
+    let q = records
+        .iter()
+        .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+        .find(|q| q["path"] == "/merge/2")
+        .expect("recorded");
+    assert_eq!(q["refusal"], "approval_withdrawn");
+    assert_eq!(q["approval"]["decision"], "withdrawn");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn first_use_asks_once_per_authority_and_again_after_a_resume() {
+    let rig = Rig::new().await;
+    let mut asked = 0;
+    for attempt in 1..=2u32 {
+        let ca = rig
+            .open("sess-a", attempt, SESSION_SOURCE, vec![rule("first_use")])
+            .await;
+        let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
+        let mut first = match &conn {
+            http::Sender::H2(s) => http::Sender::H2(s.clone()),
+            http::Sender::H1(_) => unreachable!(),
+        };
+        let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/first").await });
+        asked += 1;
+        let p = rig.relay.wait_proposals(asked, 10).await.remove(asked - 1);
+        assert_eq!(p.attempt, attempt);
+        rig.decide(rig.relay.decision(&p, "alice", Verdict::Approved))
+            .await
+            .unwrap();
+        assert_eq!(held.await.unwrap().0, 200);
+        // Approved once under this authority: the next uses pass.
+        for i in 0..3 {
+            let (status, _, _) = send(&mut conn, "POST", &format!("/merge/again/{i}")).await;
+            assert_eq!(status, 200);
+        }
+        assert_eq!(rig.relay.proposals().len(), asked, "no new proposal");
+        rig.close("sess-a", attempt).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hundred_held_requests_across_ten_sessions_each_get_their_own_decision() {
+    let rig = Rig::new().await;
+    let mut tasks = Vec::new();
+    for s in 0..10u32 {
+        let source = format!("127.0.0.{}", 10 + s);
+        let ca = rig
+            .open(
+                &format!("sess-{s}"),
+                1,
+                &source,
+                vec![rule("every_request")],
+            )
+            .await;
+        let conn = http::connect(&source, rig.gateway.data, API, &ca, true).await;
+        let http::Sender::H2(h2) = conn else {
+            unreachable!()
+        };
+        for i in 0..10u32 {
+            let mut sender = http::Sender::H2(h2.clone());
+            let path = format!("/merge/{s}/{i}");
+            tasks.push((
+                path.clone(),
+                tokio::spawn(async move { send(&mut sender, "POST", &path).await }),
+            ));
+        }
+    }
+    let mut proposals = rig.relay.wait_proposals(100, 30).await;
+    assert_eq!(proposals.len(), 100);
+    // A fixed shuffle (a linear congruential sequence), so a failure can
+    // be replayed.
+    let mut x: u64 = 0x5eed;
+    for i in (1..proposals.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        proposals.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let mut want = HashMap::new();
+    for p in &proposals {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let verdict = if (x >> 40) & 1 == 0 {
+            Verdict::Approved
+        } else {
+            Verdict::Declined
+        };
+        want.insert(p.path.clone(), verdict);
+        rig.decide(rig.relay.decision(p, "alice", verdict))
+            .await
+            .unwrap();
+    }
+    for (path, task) in tasks {
+        let (status, refusal, _) = task.await.unwrap();
+        match want[&path] {
+            Verdict::Approved => assert_eq!(status, 200, "{path}"),
+            Verdict::Declined => {
+                assert_eq!(
+                    (status, refusal.as_str()),
+                    (403, "approval_declined"),
+                    "{path}"
+                )
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_proposes_with_curl_and_gets_the_decision() {
+    let rig = Rig::new().await;
+    let agent_rule = pb::LockRule {
+        id: "lock-agent".into(),
+        destination: talos_certs::APPROVALS_NAME.into(),
+        attachment: String::new(),
+        method: String::new(),
+        path_prefix: String::new(),
+        mode: "every_request".into(),
+        approvers: vec!["carol".into()],
+    };
+    let ca = rig
+        .open("sess-a", 1, SESSION_SOURCE, vec![agent_rule])
+        .await;
+    let port = rig.gateway.data.port();
+    let curl = move |body: &str| {
+        let connect_to = format!("{}:443:127.0.0.1:{port}", talos_certs::APPROVALS_NAME);
+        let url = format!("https://{}/v1/proposals", talos_certs::APPROVALS_NAME);
+        let out = run_bounded(
+            "curl",
+            &[
+                "-sS",
+                "--max-time",
+                "30",
+                "--interface",
+                SESSION_SOURCE,
+                "--cacert",
+                ca.to_str().unwrap(),
+                "--connect-to",
+                &connect_to,
+                "-H",
+                "content-type: application/json",
+                "-d",
+                body,
+                "-w",
+                "\n%{http_code}",
+                &url,
+            ],
+            None,
+            40,
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Malformed proposals get a 400 with a clear message, and no card.
+    let bad = curl(r#"{"tool":"shell"}"#);
+    assert!(bad.ends_with("400"), "{bad}");
+    assert!(bad.contains("malformed_proposal"), "{bad}");
+    let bad = curl(r#"{"tool":"shell","digest":"abc"}"#);
+    assert!(bad.contains("96 lowercase hex"), "{bad}");
+    assert!(rig.relay.proposals().is_empty());
+
+    let call_digest = "ab".repeat(48);
+    let body = format!(r#"{{"tool":"deploy","digest":"{call_digest}"}}"#);
+    let waiting = tokio::task::spawn_blocking(move || curl(&body));
+    let p = rig.relay.wait_proposals(1, 15).await.remove(0);
+    assert_eq!(p.kind, "agent");
+    assert_eq!(
+        (p.tool.as_str(), p.call_digest.as_str()),
+        ("deploy", call_digest.as_str())
+    );
+    assert!(p.sentence.contains("deploy") && p.sentence.contains(&call_digest));
+    rig.decide(rig.relay.decision(&p, "carol", Verdict::Approved))
+        .await
+        .unwrap();
+    let answer = waiting.await.unwrap();
+    let (json, code) = answer.rsplit_once('\n').unwrap();
+    assert_eq!(code, "200");
+    let v: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(v["decision"], "approved");
+    assert_eq!(v["approver"], "carol");
+    assert_eq!(v["proposal_digest"], p.digest.as_str());
+}
