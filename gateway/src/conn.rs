@@ -353,7 +353,7 @@ async fn terminate(
 /// How long a connection whose authority ended waits for its held
 /// requests to answer `approval_withdrawn` before it is cut. The answers
 /// are ready at once; this bounds a client that does not read them.
-const WITHDRAW_GRACE: Duration = Duration::from_millis(500);
+const WITHDRAW_GRACE: Duration = Duration::from_secs(2);
 
 /// How long an HTTP/1.1 session may take to send a request's headers once
 /// it starts one (and how long an idle keep-alive connection stays open).

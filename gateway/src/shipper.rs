@@ -191,6 +191,9 @@ async fn wait(stop: &CancellationToken, delay: &mut Duration) -> bool {
     }
 }
 
+/// Proposals being delivered at once.
+const PROPOSE_IN_FLIGHT: usize = 16;
+
 /// Deliver held requests' proposals to the relay (`ControlPlane.Propose`),
 /// each on its own task so one slow delivery holds up no other. A
 /// proposal is retried with growing delays until the relay takes it, or
@@ -208,6 +211,11 @@ pub async fn propose(
             return;
         }
     };
+    // At most this many deliveries in flight: each holds a gRPC call's
+    // buffers, so thousands of requests held at once must not mean
+    // thousands of calls at once. The rest wait in the channel as plain
+    // proposals.
+    let slots = Arc::new(tokio::sync::Semaphore::new(PROPOSE_IN_FLIGHT));
     loop {
         let (p, sentence, digest) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -216,9 +224,13 @@ pub async fn propose(
                 None => return,
             },
         };
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let mut client = client.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let msg = pb::ProposalMsg {
                 proposal_id: p.proposal_id.clone(),
                 gateway_id: p.gateway_id,
