@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::lifecycle::load;
-use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, State};
+use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, ProposalState, State};
 use crate::store::{BatchInfo, BatchRejection, ResetStep, Store};
 
 /// The kind of this certificate (spec: "The session certificate follows,
@@ -61,6 +61,9 @@ pub struct Certificate {
     pub batches: Vec<BatchInfo>,
     /// Batches from the session's gateways that the batch consumer refused.
     pub batch_rejections: Vec<BatchRejection>,
+    /// Every proposal the gateways sent the approval relay for the
+    /// session, and what became of it.
+    pub proposals: Vec<CertProposal>,
     pub reset: Vec<ResetStep>,
     pub issued: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,6 +80,8 @@ pub struct CertAttempt {
     pub end_cause: Option<AttemptEnd>,
     /// The destinations this attempt's gateway authority named.
     pub allowlist: Vec<String>,
+    /// The Lock rules this attempt opened with.
+    pub lock: Vec<crate::lock::LockRule>,
     pub ca: Vec<CertCa>,
 }
 
@@ -88,6 +93,31 @@ pub struct CertCa {
     pub made_at: String,
     pub destroyed_at: Option<String>,
     pub destroy_reason: Option<String>,
+}
+
+/// A proposal on the certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CertProposal {
+    pub id: String,
+    pub gateway_id: String,
+    pub attempt: u32,
+    pub kind: talos_certs::ProposalKind,
+    pub sentence: String,
+    /// SHA-384 binding the sentence to the fields (talos-certs
+    /// `proposal_digest`).
+    pub digest: String,
+    pub rule: String,
+    pub approvers: Vec<String>,
+    /// `approved`, `declined`, `withdrawn`, `expired` or `pending`.
+    pub decision: ProposalState,
+    pub approver: Option<String>,
+    pub created_at: String,
+    pub expires_at: String,
+    /// When it was decided, withdrawn or found expired.
+    pub decided_at: Option<String>,
+    /// What the gateway answered the decision: `released` or `refused`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
 /// A refusal, from a connection record.
@@ -108,6 +138,10 @@ pub struct Refusal {
     pub path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u64>,
+    /// The proposal, when a Lock rule held the request
+    /// (`approval_declined`, `approval_withdrawn`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal_id: Option<String>,
 }
 
 /// A secret on the certificate: by name, never by value.
@@ -153,6 +187,7 @@ pub fn certificate(store: &Store, id: &str) -> Result<Certificate, Error> {
                 ended_at: a.ended_at.clone(),
                 end_cause: a.end_cause,
                 allowlist: a.allowlist.clone(),
+                lock: a.lock.clone(),
                 ca: cas
                     .iter()
                     .filter(|c| c.attempt == a.n)
@@ -253,6 +288,26 @@ pub fn certificate(store: &Store, id: &str) -> Result<Certificate, Error> {
             secrets: secrets.into_values().collect(),
             batches: tx.batches_of(id)?,
             batch_rejections: tx.batch_rejections(&gateways)?,
+            proposals: tx
+                .proposals(Some(id), None)?
+                .into_iter()
+                .map(|p| CertProposal {
+                    id: p.proposal_id,
+                    gateway_id: p.gateway_id,
+                    attempt: p.attempt,
+                    kind: p.fields.kind,
+                    sentence: p.sentence,
+                    digest: p.digest,
+                    rule: p.rule,
+                    approvers: p.fields.approvers,
+                    decision: p.state,
+                    approver: p.approver,
+                    created_at: p.created_at,
+                    expires_at: p.expires_at,
+                    decided_at: p.decided_at,
+                    outcome: p.outcome,
+                })
+                .collect(),
             reset,
             issued: not_issued_because.is_none(),
             not_issued_because,
@@ -286,6 +341,7 @@ fn refusals_of(rec: &Value) -> Vec<Refusal> {
             method: None,
             path: None,
             status: None,
+            proposal_id: None,
         });
     }
     for req in rec
@@ -305,6 +361,11 @@ fn refusals_of(rec: &Value) -> Vec<Refusal> {
                 method: req.get("method").and_then(Value::as_str).map(str::to_owned),
                 path: req.get("path").and_then(Value::as_str).map(str::to_owned),
                 status: req.get("status").and_then(Value::as_u64),
+                proposal_id: req
+                    .get("approval")
+                    .and_then(|a| a.get("proposal_id"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             });
         }
     }

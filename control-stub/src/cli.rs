@@ -20,7 +20,8 @@ use crate::certificate::certificate;
 use crate::error::Error;
 use crate::lifecycle::{Lifecycle, StartRequest};
 use crate::link::{GatewayLink, ReportVerifier};
-use crate::model::Mode;
+use crate::lock::NewRule;
+use crate::model::{LockMode, Mode};
 use crate::names;
 use crate::store::{Store, DEFAULT_PATH};
 
@@ -57,13 +58,19 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
     },
-    /// Serve the ControlPlane service (the gateways' batches) over mutual
-    /// TLS until SIGTERM or SIGINT. Prints one JSON line with the address
-    /// once listening.
+    /// Serve the ControlPlane service (the gateways' batches and
+    /// proposals) over mutual TLS until SIGTERM or SIGINT, and the
+    /// approvals API if asked. Prints one JSON line with the addresses once
+    /// listening.
     Serve {
         /// The address to listen on (port 0: any free port).
         #[arg(long, value_name = "ADDR")]
         listen: std::net::SocketAddr,
+        /// Also serve the approvers' JSON API over HTTPS (TLS 1.3, the
+        /// stub's certificate) on this address; decisions made there go to
+        /// the gateways given with --gateway ID=ADDR.
+        #[arg(long, value_name = "ADDR")]
+        approvals_listen: Option<std::net::SocketAddr>,
     },
     /// Sessions: start, pause, resume, interrupt, recover, stop, revoke-all, status.
     #[command(subcommand)]
@@ -77,6 +84,12 @@ pub enum Command {
     /// The gateways whose reports and batches are trusted.
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// The approval relay's cards: list them, approve or decline one.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+    /// Who may use the approvals API: each approver has a bearer token.
+    #[command(subcommand)]
+    Approvers(ApproversCommand),
     /// Print a session's certificate (JSON). Exits with certificate_not_issued
     /// while the session has not ended with every reset step confirmed.
     Certificate {
@@ -157,6 +170,79 @@ pub enum PolicyCommand {
     /// The account's egress list: the names a session may --allow.
     #[command(subcommand)]
     Egress(EgressCommand),
+    /// The Lock: which uses need a named person to decide first. Rules
+    /// travel to the gateways with each open (start, resume, recover).
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Add a rule; prints it with its id.
+    Add {
+        /// A destination name, or '*' for any.
+        #[arg(long, value_name = "NAME|*")]
+        destination: String,
+        /// Only requests that carry this attachment (secret name).
+        #[arg(long, value_name = "SECRET")]
+        attachment: Option<String>,
+        /// Only requests with this HTTP method.
+        #[arg(long, value_name = "METHOD")]
+        method: Option<String>,
+        /// Only requests whose path starts with this ('/'...).
+        #[arg(long, value_name = "/PREFIX")]
+        path_prefix: Option<String>,
+        /// first_use (the first matching request under the session's
+        /// current authority) or every_request.
+        #[arg(long, value_parser = parse_lock_mode)]
+        mode: LockMode,
+        /// Who may decide (repeatable; at least one).
+        #[arg(long = "approver", value_name = "NAME")]
+        approvers: Vec<String>,
+    },
+    /// The rules, oldest first.
+    List,
+    /// Remove a rule by id.
+    Remove { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// Pending cards (expired ones are marked so first): id, session,
+    /// sentence, digest, approvers, times.
+    List {
+        /// Only the cards this approver may decide.
+        #[arg(long, value_name = "NAME")]
+        approver: Option<String>,
+        /// Every proposal, whatever its state.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Approve a pending proposal: sign the decision with the relay key
+    /// and deliver it to the gateway that holds the request.
+    Approve {
+        id: String,
+        /// The approver deciding; must be listed by the proposal and its rule.
+        #[arg(long = "as", value_name = "NAME")]
+        approver: String,
+    },
+    /// Decline a pending proposal (signed and delivered as an approval is).
+    Decline {
+        id: String,
+        #[arg(long = "as", value_name = "NAME")]
+        approver: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApproversCommand {
+    /// Give an approver a bearer token for the approvals API; the token is
+    /// printed once and only its SHA-256 is kept.
+    Add { name: String },
+    /// The approvers with a token (names and times).
+    List,
+    /// Take an approver's token away.
+    Remove { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,6 +261,11 @@ pub enum GatewayCommand {
         public_key: String,
     },
     List,
+}
+
+fn parse_lock_mode(text: &str) -> Result<LockMode, String> {
+    LockMode::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a mode: first_use or every_request"))
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -238,7 +329,10 @@ pub fn run(
             let written = crate::identity::init(dir, &ids)?;
             return write_out(stdout, &json(&written)?);
         }
-        Command::Serve { listen } => return serve(cli, *listen, stdout),
+        Command::Serve {
+            listen,
+            approvals_listen,
+        } => return serve(cli, *listen, *approvals_listen, stdout),
         _ => {}
     }
     let mut store = Store::open(&cli.db)?;
@@ -248,7 +342,19 @@ pub fn run(
     let out = match &cli.command {
         Command::Init { .. } | Command::Serve { .. } => unreachable!("handled above"),
         Command::Sandbox(cmd) => {
-            let mut life = Lifecycle::new(&mut store, link, verifier);
+            // The relay's key travels with every open; other transitions
+            // do not need it (and must not fail for want of it).
+            let opens = matches!(
+                cmd,
+                SandboxCommand::Start { .. }
+                    | SandboxCommand::Resume { .. }
+                    | SandboxCommand::Recover { .. }
+            );
+            let relay = match (&cli.control_dir, opens) {
+                (Some(dir), true) => Some(crate::identity::relay_key(dir)?.public_key()),
+                _ => None,
+            };
+            let mut life = Lifecycle::new(&mut store, link, verifier).with_relay_key(relay);
             match cmd {
                 SandboxCommand::Start {
                     tenant,
@@ -327,6 +433,74 @@ pub fn run(
             }
             EgressCommand::List => json(&store.egress_list()?)?,
         },
+        Command::Policy(PolicyCommand::Lock(cmd)) => match cmd {
+            LockCommand::Add {
+                destination,
+                attachment,
+                method,
+                path_prefix,
+                mode,
+                approvers,
+            } => {
+                let rule = NewRule::check(
+                    destination,
+                    attachment.as_deref(),
+                    method.as_deref(),
+                    path_prefix.as_deref(),
+                    *mode,
+                    approvers,
+                )?;
+                json(&store.lock_add(&rule)?)?
+            }
+            LockCommand::List => json(&store.lock_list()?)?,
+            LockCommand::Remove { id } => {
+                json(&serde_json::json!({"removed": store.lock_remove(id)?}))?
+            }
+        },
+        Command::Approvals(cmd) => match cmd {
+            ApprovalsCommand::List { approver, all } => {
+                json(&crate::relay::cards(&mut store, approver.as_deref(), *all)?)?
+            }
+            ApprovalsCommand::Approve { id, approver } => {
+                let key = relay_key(cli)?;
+                json(&crate::relay::decide(
+                    &mut store,
+                    link,
+                    &key,
+                    id,
+                    approver,
+                    talos_certs::Verdict::Approved,
+                )?)?
+            }
+            ApprovalsCommand::Decline { id, approver } => {
+                let key = relay_key(cli)?;
+                json(&crate::relay::decide(
+                    &mut store,
+                    link,
+                    &key,
+                    id,
+                    approver,
+                    talos_certs::Verdict::Declined,
+                )?)?
+            }
+        },
+        Command::Approvers(cmd) => match cmd {
+            ApproversCommand::Add { name } => {
+                let token = crate::relay::new_token()?;
+                store.approver_add(name, &crate::relay::token_hash(&token))?;
+                let out = Zeroizing::new(json(&serde_json::json!({
+                    "approver": name,
+                    "token": token.as_str(),
+                    "note": "shown once: the store keeps only its SHA-256; send it as Authorization: Bearer TOKEN",
+                }))?);
+                return write_out(stdout, &out);
+            }
+            ApproversCommand::List => json(&store.approver_list()?)?,
+            ApproversCommand::Remove { name } => {
+                store.approver_remove(name)?;
+                json(&serde_json::json!({"removed": name}))?
+            }
+        },
         Command::Gateway(cmd) => match cmd {
             GatewayCommand::Register { id, public_key } => {
                 store.register_gateway(id, public_key)?;
@@ -349,6 +523,20 @@ pub fn run(
     write_out(stdout, &out)
 }
 
+/// The relay's signing key, from `--control-dir`.
+fn relay_key(cli: &Cli) -> Result<talos_certs::GatewayKey, Error> {
+    let dir = cli
+        .control_dir
+        .as_deref()
+        .ok_or_else(|| Error::RelayKeyInvalid {
+            reason: format!(
+                "deciding signs with <control-dir>/{}: give --control-dir DIR",
+                crate::identity::RELAY_KEY
+            ),
+        })?;
+    crate::identity::relay_key(dir)
+}
+
 /// Whether `command` may reach the gateways.
 fn needs_gateways(command: &Command) -> bool {
     matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. } | SandboxCommand::Trust { .. }))
@@ -369,14 +557,39 @@ fn register_gateways(store: &mut Store, link: &dyn GatewayLink) -> Result<(), Er
     Ok(())
 }
 
-/// `serve`: the ControlPlane service on `listen`, until SIGTERM/SIGINT.
-fn serve(cli: &Cli, listen: std::net::SocketAddr, stdout: &mut dyn Write) -> Result<(), Error> {
+/// `serve`: the ControlPlane service on `listen`, and the approvals API on
+/// `approvals`, until SIGTERM/SIGINT.
+fn serve(
+    cli: &Cli,
+    listen: std::net::SocketAddr,
+    approvals: Option<std::net::SocketAddr>,
+    stdout: &mut dyn Write,
+) -> Result<(), Error> {
     let dir = cli.control_dir.as_deref().ok_or_else(|| Error::Io {
         what: "serve".into(),
         reason: "--control-dir DIR is needed (the directory init wrote)".into(),
     })?;
-    let tls = crate::identity::Identity::load(dir, "stub")?.server_config()?;
-    let store = Store::open(&cli.db)?;
+    let identity = crate::identity::Identity::load(dir, "stub")?;
+    let tls = identity.server_config()?;
+    let store = std::sync::Arc::new(std::sync::Mutex::new(Store::open(&cli.db)?));
+    // The API's link and key exist only with the API. The link owns a
+    // runtime of its own, which must be dropped outside the serving
+    // runtime: declared first, it is dropped last.
+    let api = match approvals {
+        Some(_) => Some(crate::approvals_api::Api::new(
+            store.clone(),
+            std::sync::Arc::new(crate::identity::relay_key(dir)?),
+            std::sync::Arc::new(
+                crate::grpc_link::GrpcLink::new(&cli.gateways, cli.control_dir.clone())
+                    .map_err(Error::Link)?,
+            ),
+        )),
+        None => None,
+    };
+    let api_tls = match approvals {
+        Some(_) => Some(crate::approvals_api::server_config(&identity)?),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -384,29 +597,54 @@ fn serve(cli: &Cli, listen: std::net::SocketAddr, stdout: &mut dyn Write) -> Res
             what: "runtime".into(),
             reason: e.to_string(),
         })?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(listen)
+    let bind = |addr: std::net::SocketAddr| async move {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::Io {
-                what: listen.to_string(),
+                what: addr.to_string(),
                 reason: e.to_string(),
             })?;
-        let addr = listener.local_addr().map_err(|e| Error::Io {
-            what: listen.to_string(),
+        let bound = listener.local_addr().map_err(|e| Error::Io {
+            what: addr.to_string(),
             reason: e.to_string(),
         })?;
-        let ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
+        Ok::<_, Error>((listener, bound))
+    };
+    let result = runtime.block_on(async {
+        let (listener, addr) = bind(listen).await?;
+        let approvals = match approvals {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        let mut ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
+        if let Some((_, a)) = &approvals {
+            ready["approvals"] = serde_json::Value::String(a.to_string());
+        }
         write_out(stdout, &ready.to_string())?;
         let _ = stdout.flush();
-        crate::serve::serve(
+        let grpc = crate::serve::serve(
             listener,
             tls,
-            crate::serve::Consumer::new(store),
+            crate::serve::Consumer::shared(store.clone()),
             crate::serve::shutdown_signal(),
-        )
-        .await;
+        );
+        match (approvals, api.clone(), api_tls) {
+            (Some((listener, _)), Some(api), Some(api_tls)) => {
+                let http = crate::approvals_api::serve(
+                    listener,
+                    api_tls,
+                    api,
+                    crate::serve::shutdown_signal(),
+                );
+                tokio::join!(grpc, http);
+            }
+            _ => grpc.await,
+        }
         Ok(())
-    })
+    });
+    drop(runtime);
+    drop(api);
+    result
 }
 
 /// Read a secret value, at most one byte more than a value may hold (so a

@@ -30,6 +30,18 @@
 //! | `gateway_key_conflict` | a gateway id is already registered with another public key |
 //! | `batch_conflict` | a batch sequence number already recorded with another digest |
 //! | `certificate_not_issued` | the session certificate cannot be issued: the session has not ended, or a reset step is not confirmed |
+//! | `lock_rule_invalid` | a `policy lock add` rule is malformed: a destination that is neither a name nor `*`, a method that is not an HTTP token, a path prefix not starting with `/`, no approver, a bad approver name |
+//! | `lock_rule_not_found` | `policy lock remove` of an id no rule has |
+//! | `approval_not_found` | no proposal has that id |
+//! | `approval_not_pending` | a decision on a proposal already approved, declined, withdrawn (its session paused, was interrupted or ended) or expired |
+//! | `approver_not_listed` | the approver is not among the proposal's approvers, or no longer among its rule's (or the rule was removed); nothing changes |
+//! | `approver_exists` | `approvers add` of a name that already has a token (remove it first to issue a new one) |
+//! | `approver_not_found` | `approvers remove` of a name that has no token |
+//! | `approver_token_invalid` | the approvals API was called without a bearer token, or with one no approver has (HTTP 401) |
+//! | `relay_key_invalid` | the relay's signing key (`<control-dir>/relay.key`) cannot be read or made, or deciding needs it and no `--control-dir` was given |
+//! | `proposal_invalid` | a gateway's proposal does not hold together: a field out of bounds, a sentence or digest that is not the one its fields give, a rule or approvers that are not the rule's (gRPC `INVALID_ARGUMENT`) |
+//! | `proposal_stale` | a proposal for a session that is not running at that attempt, from a gateway that holds no authority for it (gRPC `FAILED_PRECONDITION`) |
+//! | `proposal_conflict` | a proposal id already received with another digest (gRPC `ALREADY_EXISTS`) |
 //! | `io_failed` | reading a secret value from standard input or a file failed |
 //! | `store_failed` | the SQLite store failed, or its file is unsafe (readable by others) or from a newer version |
 
@@ -89,6 +101,30 @@ pub enum Error {
     },
     #[error("session {id}: {reason}")]
     CertificateNotIssued { id: String, reason: String },
+    #[error("{reason}")]
+    LockRuleInvalid { reason: String },
+    #[error("no Lock rule {id}")]
+    LockRuleNotFound { id: String },
+    #[error("no proposal {id}")]
+    ApprovalNotFound { id: String },
+    #[error("proposal {id} is {state}, not pending: it can no longer be decided")]
+    ApprovalNotPending { id: String, state: &'static str },
+    #[error("{approver} is not listed to decide proposal {id}")]
+    ApproverNotListed { id: String, approver: String },
+    #[error("approver {name} already has a token; remove it first to issue a new one")]
+    ApproverExists { name: String },
+    #[error("no approver {name}")]
+    ApproverNotFound { name: String },
+    #[error("a bearer token of a listed approver is needed")]
+    ApproverTokenInvalid,
+    #[error("relay key: {reason}")]
+    RelayKeyInvalid { reason: String },
+    #[error("proposal: {reason}")]
+    ProposalInvalid { reason: String },
+    #[error("proposal: {reason}")]
+    ProposalStale { reason: String },
+    #[error("proposal {id} was already received with another digest")]
+    ProposalConflict { id: String },
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
     #[error("store: {0}")]
@@ -117,6 +153,18 @@ impl Error {
             Error::GatewayKeyConflict { .. } => "gateway_key_conflict",
             Error::BatchConflict { .. } => "batch_conflict",
             Error::CertificateNotIssued { .. } => "certificate_not_issued",
+            Error::LockRuleInvalid { .. } => "lock_rule_invalid",
+            Error::LockRuleNotFound { .. } => "lock_rule_not_found",
+            Error::ApprovalNotFound { .. } => "approval_not_found",
+            Error::ApprovalNotPending { .. } => "approval_not_pending",
+            Error::ApproverNotListed { .. } => "approver_not_listed",
+            Error::ApproverExists { .. } => "approver_exists",
+            Error::ApproverNotFound { .. } => "approver_not_found",
+            Error::ApproverTokenInvalid => "approver_token_invalid",
+            Error::RelayKeyInvalid { .. } => "relay_key_invalid",
+            Error::ProposalInvalid { .. } => "proposal_invalid",
+            Error::ProposalStale { .. } => "proposal_stale",
+            Error::ProposalConflict { .. } => "proposal_conflict",
             Error::Io { .. } => "io_failed",
             Error::Store(_) => "store_failed",
         }

@@ -121,16 +121,8 @@ impl GrpcLink {
         })
     }
 
-    fn conns(&self) -> Result<Vec<Conn>, LinkError> {
-        let mut cached = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = cached.as_ref() {
-            return Ok(c.clone());
-        }
-        if self.gateways.is_empty() {
-            return Err(LinkError::Unreachable(
-                "no gateway given (--gateway [ID=]ADDR)".into(),
-            ));
-        }
+    /// The client side of the control channel identity.
+    fn tls(&self) -> Result<Arc<rustls::ClientConfig>, LinkError> {
         let names = || {
             self.gateways
                 .iter()
@@ -152,7 +144,20 @@ impl GrpcLink {
                     names()
                 ))
             })?;
-        let tls = Arc::new(tls);
+        Ok(Arc::new(tls))
+    }
+
+    fn conns(&self) -> Result<Vec<Conn>, LinkError> {
+        let mut cached = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cached.as_ref() {
+            return Ok(c.clone());
+        }
+        if self.gateways.is_empty() {
+            return Err(LinkError::Unreachable(
+                "no gateway given (--gateway [ID=]ADDR)".into(),
+            ));
+        }
+        let tls = self.tls()?;
         let conns = self.runtime.block_on(async {
             let mut out = Vec::new();
             for g in &self.gateways {
@@ -290,8 +295,20 @@ impl GatewayLink for GrpcLink {
                 })
                 .collect(),
             cause: req.cause.as_str().to_owned(),
-            lock: Vec::new(),
-            relay_public_key: Vec::new(),
+            lock: req
+                .lock
+                .iter()
+                .map(|r| pb::LockRule {
+                    id: r.id.clone(),
+                    destination: r.destination.clone(),
+                    attachment: r.attachment.clone(),
+                    method: r.method.clone(),
+                    path_prefix: r.path_prefix.clone(),
+                    mode: r.mode.as_str().to_owned(),
+                    approvers: r.approvers.clone(),
+                })
+                .collect(),
+            relay_public_key: req.relay_public_key.map(|k| k.to_vec()).unwrap_or_default(),
         };
         let result = self.runtime.block_on(async {
             let mut opened: Vec<Opened> = Vec::new();
@@ -392,6 +409,60 @@ impl GatewayLink for GrpcLink {
             }
             Ok(out)
         })
+    }
+
+    fn decide(
+        &self,
+        gateway_id: &str,
+        decision: &talos_certs::Signed,
+    ) -> Result<String, LinkError> {
+        let msg = pb::Signed {
+            kind: decision.kind.as_str().to_owned(),
+            key_id: decision.key_id.clone(),
+            payload: decision.payload.clone(),
+            signature: decision.signature.clone(),
+        };
+        // A gateway given as `ID=ADDR` is reached alone; otherwise every
+        // gateway is asked who it is, to find the one that proposed.
+        let cached = self
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let conn = match cached {
+            Some(conns) => conns.into_iter().find(|c| c.id == gateway_id),
+            None => match self
+                .gateways
+                .iter()
+                .find(|g| g.id.as_deref() == Some(gateway_id))
+            {
+                Some(g) => {
+                    let tls = self.tls()?;
+                    Some(self.runtime.block_on(connect(g, tls))?)
+                }
+                None => self.conns()?.into_iter().find(|c| c.id == gateway_id),
+            },
+        };
+        let conn = conn.ok_or_else(|| {
+            LinkError::Unreachable(format!(
+                "gateway {gateway_id} is not among the gateways given (--gateway {gateway_id}=ADDR)"
+            ))
+        })?;
+        let reply = self
+            .runtime
+            .block_on(conn.client.clone().decide(msg))
+            .map_err(|s| status_error(&conn.id, s))?
+            .into_inner();
+        match reply.outcome.as_str() {
+            "released" | "refused" => Ok(reply.outcome),
+            other => Err(LinkError::Invalid {
+                gateway_id: conn.id,
+                reason: format!(
+                    "the outcome {:?} is neither released nor refused",
+                    other.chars().take(40).collect::<String>()
+                ),
+            }),
+        }
     }
 
     fn describe(&self) -> Result<Vec<Described>, LinkError> {

@@ -38,6 +38,10 @@ pub const STUB_CERT: &str = "stub.pem";
 pub const STUB_KEY: &str = "stub.key";
 /// The DNS name in the control stub's certificate.
 pub const STUB_NAME: &str = "control-stub";
+/// The approval relay's Ed25519 signing key (PKCS#8 DER, mode 0600): it
+/// signs decisions, and its public half travels to the gateways with every
+/// session open.
+pub const RELAY_KEY: &str = "relay.key";
 
 /// How long the certificates `init` makes are valid: two years. The
 /// channel's identities are rotated by running `init` into a new
@@ -93,7 +97,7 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
     for id in &ids {
         plan.push((id, format!("{id}.pem"), format!("{id}.key")));
     }
-    let mut all = vec![dir.join(CA_CERT), dir.join(CA_KEY)];
+    let mut all = vec![dir.join(CA_CERT), dir.join(CA_KEY), dir.join(RELAY_KEY)];
     for (_, cert, key) in &plan {
         all.push(dir.join(cert));
         all.push(dir.join(key));
@@ -158,10 +162,22 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
             &mut files,
         )?;
     }
+    relay_key(dir)?;
+    files.push(dir.join(RELAY_KEY));
     Ok(Written {
         dir: dir.to_owned(),
         files,
         note: "move ca.key offline now: no running process needs it; give each gateway its <id>.pem, <id>.key and ca.pem",
+    })
+}
+
+/// The relay's signing key in `dir`, made (mode 0600) if the file does not
+/// exist; an existing key is never replaced.
+pub fn relay_key(dir: &Path) -> Result<talos_certs::GatewayKey, Error> {
+    talos_certs::GatewayKey::load_or_create(dir.join(RELAY_KEY)).map_err(|e| {
+        Error::RelayKeyInvalid {
+            reason: e.to_string(),
+        }
     })
 }
 
@@ -255,6 +271,12 @@ impl Identity {
             chain,
             key,
         })
+    }
+
+    /// The private key, for a server config made elsewhere (the approvals
+    /// API's, which asks for no client certificate).
+    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
+        &self.key
     }
 
     /// A TLS 1.3 client config presenting this identity and trusting only

@@ -21,6 +21,7 @@
 //!   both ends load them.
 //! - [`model`]: the closed vocabularies: modes, states, causes, reasons,
 //!   reset steps.
+//! - [`lock`]: the Lock's rules: what they match and how they are checked.
 //! - [`link`]: the control channel seen from here: [`GatewayLink`],
 //!   [`ReportVerifier`], and the [`FakeLink`] tests drive.
 //! - [`store`]: the SQLite store: schema, secret store, policy, sessions,
@@ -28,8 +29,11 @@
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]) and the
 //!   drop report signature check ([`SignatureVerifier`]).
 //! - [`lifecycle`]: the session state machine and the reset.
+//! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
-//! - [`serve`]: the `ControlPlane` service, the batch consumer.
+//! - [`serve`]: the `ControlPlane` service: the batch consumer and the
+//!   relay's `Propose`.
+//! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
 //! - [`cli`]: the `control-stub` command line.
 
 #![forbid(unsafe_code)]
@@ -39,12 +43,15 @@ pub mod pb;
 pub mod names;
 pub mod identity;
 pub mod model;
+pub mod lock;
 pub mod link;
 pub mod store;
 pub mod grpc_link;
 pub mod lifecycle;
+pub mod relay;
 pub mod certificate;
 pub mod serve;
+pub mod approvals_api;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};
@@ -55,5 +62,6 @@ pub use link::{
     Attachment, CloseSession, DropReportView, FakeLink, FakeVerifier, GatewayLink, LinkError,
     OpenSession, Opened, ReportVerifier,
 };
-pub use model::{CloseReason, EndReason, Mode, OpenCause, State};
+pub use lock::LockRule;
+pub use model::{CloseReason, EndReason, LockMode, Mode, OpenCause, ProposalState, State};
 pub use store::{BatchOutcome, Store};

@@ -155,6 +155,7 @@ pub struct Lifecycle<'a> {
     store: &'a mut Store,
     link: &'a dyn GatewayLink,
     verifier: &'a dyn ReportVerifier,
+    relay_public_key: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Lifecycle<'_> {
@@ -180,7 +181,16 @@ impl<'a> Lifecycle<'a> {
             store,
             link,
             verifier,
+            relay_public_key: None,
         }
+    }
+
+    /// Open sessions with the approval relay's public key, so the gateways
+    /// accept its decisions. Without one (the default) the gateways are
+    /// told there is no relay, and refuse what the Lock holds at once.
+    pub fn with_relay_key(mut self, key: Option<[u8; 32]>) -> Lifecycle<'a> {
+        self.relay_public_key = key;
+        self
     }
 
     /// Run `f` in one write transaction; if it fails after a gateway opened
@@ -194,6 +204,7 @@ impl<'a> Lifecycle<'a> {
             link: self.link,
             verifier: self.verifier,
             opening: &opening,
+            relay_public_key: self.relay_public_key,
         };
         let result = self.store.write(|tx| f(tx, &ctx));
         if result.is_err() {
@@ -562,6 +573,7 @@ struct Ctx<'a> {
     link: &'a dyn GatewayLink,
     verifier: &'a dyn ReportVerifier,
     opening: &'a Opening,
+    relay_public_key: Option<[u8; 32]>,
 }
 
 impl Ctx<'_> {
@@ -577,6 +589,9 @@ impl Ctx<'_> {
         attach: &[AttachSpec],
     ) -> Result<Vec<CaView>, Error> {
         let at = now();
+        // The rules as they stand now travel with the session; the gateway
+        // counts first_use afresh under this authority.
+        let lock = tx.lock_rules()?;
         tx.insert_attempt(
             &session.id,
             &Attempt {
@@ -587,6 +602,8 @@ impl Ctx<'_> {
                 end_cause: None,
                 allowlist: allowlist.to_vec(),
                 attachments: attach.to_vec(),
+                lock: lock.clone(),
+                relay_public_key: self.relay_public_key.map(hex::encode),
             },
         )?;
         let mut attachments = Vec::new();
@@ -613,6 +630,8 @@ impl Ctx<'_> {
             allowlist: allowlist.to_vec(),
             attachments,
             cause,
+            lock,
+            relay_public_key: self.relay_public_key,
         };
         let opened = self.link.open(&req)?;
         self.opening.set(Some((session.id.clone(), n)));
@@ -679,6 +698,9 @@ impl Ctx<'_> {
             attempt: attempt.n,
             reason,
         })?;
+        // The gateways dropped what they held, pending approvals with it: a
+        // card still showing would be decided for nothing.
+        tx.withdraw_proposals(&session.id, &now())?;
         let cas: Vec<CaEvent> = tx
             .cas(&session.id)?
             .into_iter()
@@ -781,6 +803,8 @@ fn reset(
     outcome: Option<&str>,
 ) -> Result<(State, Vec<ResetStep>), Error> {
     let at = now();
+    // Nothing of an ended session can be decided any more.
+    tx.withdraw_proposals(&session.id, &at)?;
     let cas = tx.cas(&session.id)?;
     let reports = tx.drop_reports(&session.id)?;
     let attempts = tx.attempts(&session.id)?;

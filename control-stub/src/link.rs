@@ -25,6 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 use base64::Engine as _;
 use zeroize::Zeroizing;
 
+use crate::lock::LockRule;
 use crate::model::{CloseReason, OpenCause};
 use crate::names::AttachSpec;
 
@@ -57,6 +58,12 @@ pub trait GatewayLink {
     fn describe(&self) -> Result<Vec<Described>, LinkError> {
         Ok(Vec::new())
     }
+
+    /// Deliver the relay's signed decision (kind `decision`) to the gateway
+    /// `gateway_id`, which holds the proposal; returns the gateway's
+    /// outcome (`released` or `refused`).
+    fn decide(&self, gateway_id: &str, decision: &talos_certs::Signed)
+        -> Result<String, LinkError>;
 }
 
 /// One gateway's answer to [`GatewayLink::describe`].
@@ -108,6 +115,11 @@ pub struct OpenSession {
     /// attempt.
     pub attachments: Vec<Attachment>,
     pub cause: OpenCause,
+    /// The account's Lock rules as they stand at this open.
+    pub lock: Vec<LockRule>,
+    /// The approval relay's Ed25519 public key; `None`: no relay (the
+    /// gateway then refuses a held request `approval_declined` at once).
+    pub relay_public_key: Option<[u8; 32]>,
 }
 
 /// An attachment with its value: the only type here that holds one.
@@ -294,6 +306,14 @@ impl GatewayLink for UnavailableLink {
     fn close(&self, _req: &CloseSession) -> Result<Vec<DropReportView>, LinkError> {
         Err(self.error())
     }
+
+    fn decide(
+        &self,
+        _gateway_id: &str,
+        _decision: &talos_certs::Signed,
+    ) -> Result<String, LinkError> {
+        Err(self.error())
+    }
 }
 
 /// One call [`FakeLink`] received.
@@ -301,6 +321,11 @@ impl GatewayLink for UnavailableLink {
 pub enum Call {
     Open(OpenSession),
     Close(CloseSession),
+    /// A decision delivered to a gateway: its id and the signed envelope.
+    Decide {
+        gateway_id: String,
+        decision: talos_certs::Signed,
+    },
 }
 
 /// How [`FakeLink`] spoils the first report of its next close.
@@ -374,8 +399,23 @@ impl FakeLink {
     pub fn last_open(&self) -> Option<OpenSession> {
         self.state().calls.iter().rev().find_map(|c| match c {
             Call::Open(o) => Some(o.clone()),
-            Call::Close(_) => None,
+            Call::Close(_) | Call::Decide { .. } => None,
         })
+    }
+
+    /// Every decision delivered so far: (gateway id, signed envelope).
+    pub fn decisions(&self) -> Vec<(String, talos_certs::Signed)> {
+        self.state()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Decide {
+                    gateway_id,
+                    decision,
+                } => Some((gateway_id.clone(), decision.clone())),
+                Call::Open(_) | Call::Close(_) => None,
+            })
+            .collect()
     }
 
     /// Fail every call with `error` from now on (`None`: answer again).
@@ -429,6 +469,14 @@ impl GatewayLink for FakeLink {
             });
         }
         Ok(out)
+    }
+
+    fn decide(
+        &self,
+        gateway_id: &str,
+        decision: &talos_certs::Signed,
+    ) -> Result<String, LinkError> {
+        self.take_decision(gateway_id, decision)
     }
 
     fn close(&self, req: &CloseSession) -> Result<Vec<DropReportView>, LinkError> {
@@ -486,6 +534,41 @@ impl GatewayLink for FakeLink {
     }
 }
 
+impl FakeLink {
+    /// A fake gateway takes a decision when it is one of the pair: it
+    /// answers `released` for an approval and `refused` for a decline,
+    /// reading the payload without checking the signature (the tests check
+    /// it under the relay key).
+    fn take_decision(
+        &self,
+        gateway_id: &str,
+        decision: &talos_certs::Signed,
+    ) -> Result<String, LinkError> {
+        let mut st = self.state();
+        st.calls.push(Call::Decide {
+            gateway_id: gateway_id.to_owned(),
+            decision: decision.clone(),
+        });
+        if let Some(e) = &st.failure {
+            return Err(e.clone());
+        }
+        if !st.gateways.iter().any(|g| g == gateway_id) {
+            return Err(LinkError::Unreachable(format!(
+                "gateway {gateway_id} is not one of the pair"
+            )));
+        }
+        let parsed: talos_certs::Decision =
+            serde_json::from_slice(&decision.payload).map_err(|e| LinkError::Refused {
+                gateway_id: gateway_id.to_owned(),
+                reason: format!("the decision does not parse: {e}"),
+            })?;
+        Ok(match parsed.decision {
+            talos_certs::Verdict::Approved => "released".into(),
+            talos_certs::Verdict::Declined => "refused".into(),
+        })
+    }
+}
+
 /// `der` as a PEM certificate (64-character base64 lines).
 fn pem(der: &[u8]) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
@@ -519,6 +602,8 @@ mod tests {
             allowlist: vec![],
             attachments: vec![a],
             cause: OpenCause::Launch,
+            lock: vec![],
+            relay_public_key: None,
         };
         let link = FakeLink::default();
         link.open(&open).unwrap();

@@ -47,6 +47,14 @@ macro_rules! words {
                 s.serialize_str(self.as_str())
             }
         }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                $name::parse(&text)
+                    .ok_or_else(|| serde::de::Error::custom(format!("unknown word {text:?}")))
+            }
+        }
     };
 }
 
@@ -125,6 +133,34 @@ words! {
         RevokeAll => "revoke_all",
         /// An interruption of a session in mode agent (`interruption_lost`).
         InterruptionLost => "interruption_lost",
+    }
+}
+
+words! {
+    /// When a Lock rule holds a request (spec: "The Lock").
+    pub enum LockMode {
+        /// The first matching request under the session's current
+        /// authority; counted again after each resume or recovery.
+        FirstUse => "first_use",
+        /// Every matching request.
+        EveryRequest => "every_request",
+    }
+}
+
+words! {
+    /// Where a proposal stands at the relay.
+    pub enum ProposalState {
+        /// Waiting for an approver.
+        Pending => "pending",
+        /// Approved, and the signed decision delivered to the gateway.
+        Approved => "approved",
+        /// Declined, and the signed decision delivered to the gateway.
+        Declined => "declined",
+        /// The session paused, was interrupted or ended while it waited:
+        /// it can no longer be decided (`approval_withdrawn`).
+        Withdrawn => "withdrawn",
+        /// No decision came before its `expires_at`.
+        Expired => "expired",
     }
 }
 

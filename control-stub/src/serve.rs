@@ -7,6 +7,15 @@
 //! registered key, sequence, chain) and recorded in one store transaction,
 //! so an `ACCEPTED` answer means the batch is on disk.
 //!
+//! The relay's `Propose` is served here too ([`crate::relay::receive`]):
+//! `INVALID_ARGUMENT` for a proposal that does not hold together (a
+//! sentence or digest that is not its fields', approvers that are not the
+//! rule's), `FAILED_PRECONDITION` for one whose session is not running at
+//! that attempt or whose rule is gone, `ALREADY_EXISTS` for a known id with
+//! another digest, `PERMISSION_DENIED` when the client certificate does not
+//! name the proposing gateway. Each status message starts with the stable
+//! code (`proposal_invalid`, …).
+//!
 //! A gateway may submit only its own batches: the client certificate must
 //! name, as a DNS name, the gateway id the batch claims (`init` puts each
 //! gateway's id in its certificate). A batch another member's certificate
@@ -59,9 +68,12 @@ pub struct Consumer {
 
 impl Consumer {
     pub fn new(store: Store) -> Consumer {
-        Consumer {
-            store: Arc::new(Mutex::new(store)),
-        }
+        Consumer::shared(Arc::new(Mutex::new(store)))
+    }
+
+    /// A consumer on a store shared with the approvals API.
+    pub fn shared(store: Arc<Mutex<Store>>) -> Consumer {
+        Consumer { store }
     }
 }
 
@@ -168,10 +180,70 @@ impl ControlPlane for Consumer {
 
     async fn propose(
         &self,
-        _request: Request<pb::ProposalMsg>,
+        request: Request<pb::ProposalMsg>,
     ) -> Result<Response<pb::ProposeAck>, Status> {
-        Err(Status::unimplemented("the approval relay is being built"))
+        let peer = request.extensions().get::<PeerCerts>().cloned();
+        let msg = request.into_inner();
+        // A gateway proposes only for itself, as it submits only its own
+        // batches.
+        if !certificate_names(peer.as_ref(), &msg.gateway_id) {
+            log_proposal(&msg, "refused", Some(CERTIFICATE_MISMATCH));
+            return Err(Status::permission_denied(format!(
+                "{CERTIFICATE_MISMATCH}: the client certificate does not name the gateway the proposal claims"
+            )));
+        }
+        let store = self.store.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+            let r = crate::relay::receive(&mut store, &msg);
+            (msg, r)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("relay task: {e}")))?;
+        match result {
+            (msg, Ok(crate::relay::Received::New(_))) => {
+                log_proposal(&msg, "pending", None);
+                Ok(Response::new(pb::ProposeAck {}))
+            }
+            (msg, Ok(crate::relay::Received::Again { .. })) => {
+                log_proposal(&msg, "again", None);
+                Ok(Response::new(pb::ProposeAck {}))
+            }
+            (msg, Err(e)) => {
+                log_proposal(&msg, "refused", Some(e.code()));
+                let text = format!("{}: {e}", e.code());
+                Err(match e {
+                    Error::ProposalInvalid { .. } => Status::invalid_argument(text),
+                    Error::ProposalStale { .. } => Status::failed_precondition(text),
+                    Error::ProposalConflict { .. } => Status::already_exists(text),
+                    other => {
+                        log_store_error(&other);
+                        Status::internal(text)
+                    }
+                })
+            }
+        }
     }
+}
+
+/// One JSON line per proposal on standard error: who proposed what, and
+/// what became of it. Proposals hold no secret (attachments by name).
+fn log_proposal(msg: &pb::ProposalMsg, status: &str, error: Option<&str>) {
+    let short = |t: &str| t.chars().take(200).collect::<String>();
+    eprintln!(
+        "{}",
+        serde_json::json!({
+            "proposal": short(&msg.proposal_id),
+            "status": status,
+            "error": error,
+            "gateway_id": short(&msg.gateway_id),
+            "session_id": short(&msg.session_id),
+            "attempt": msg.attempt,
+            "kind": short(&msg.kind),
+            "rule": short(&msg.rule),
+            "digest": short(&msg.digest),
+        })
+    );
 }
 
 /// A store failure while serving, on standard error (the store's messages

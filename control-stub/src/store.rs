@@ -10,7 +10,9 @@
 //! of reach).
 //!
 //! The schema is versioned with `PRAGMA user_version` and created on first
-//! use (version 2; a version 1 file gains `chain_state`):
+//! use (version 3; an older file is upgraded in place: version 1 gains
+//! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
+//! `relay_public_key`):
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
@@ -18,7 +20,7 @@
 //! | `secrets` | secret of a tenant | `tenant`, `name`, `value` (BLOB, as given; no command prints it), `updated_at` |
 //! | `gateways` | registered gateway | `id`, `public_key_hex`, `registered_at` |
 //! | `sessions` | session | `id`, `tenant`, `mode`, `state`, `created_at`, `ended_at`, `end_reason`, `outcome`, `allow` (JSON: the names asked), `attach` (JSON: the attachments asked, no values), `sources` (JSON) |
-//! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with) |
+//! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with), `lock` (JSON: the Lock rules sent at this open), `relay_public_key` (hex; NULL when none was sent) |
 //! | `ca_events` | CA a gateway made for an attempt | `session_id`, `attempt`, `gateway_id`, `digest`, `cert_pem`, `made_at`, `destroyed_at`, `destroy_reason` (set only when a verified drop report names this digest) |
 //! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
 //! | `reset_steps` | reset step of an ended session | `session_id`, `step` (1–5), `name`, `confirmed`, `response` (JSON), `error`, `at` |
@@ -26,6 +28,9 @@
 //! | `connection_records` | connection record of a batch | `gateway_id`, `seq`, `idx` (position in the batch), `session_id` (from the record; NULL for `unknown_source`), `json` |
 //! | `batch_rejections` | batch refused by the batch consumer | `gateway_id`, `seq`, `reason`, `at` |
 //! | `chain_state` | gateway whose batches were accepted | `gateway_id`, `json` (talos-certs `ChainState`: last seq and recent digests) |
+//! | `lock_rules` | Lock rule | `n` (never reused), `id` (`lock-N`), `destination` (canonical or `*`), `attachment`, `method`, `path_prefix` (empty: any), `mode`, `approvers` (JSON, sorted), `created_at` |
+//! | `proposals` | proposal a gateway sent the relay | `proposal_id`, `gateway_id`, `session_id`, `attempt`, `rule`, `fields` (JSON: the talos-certs `Proposal`), `sentence`, `digest`, `state` (`pending`, `approved`, `declined`, `withdrawn`, `expired`), `approver`, `decided_at` (when it left `pending`), `created_at`, `expires_at` (the gateway's), `received_at`, `decision` (JSON: the signed envelope delivered), `outcome` (the gateway's answer: `released` or `refused`) |
+//! | `approvers` | approver of the approvals API | `name`, `token_sha256` (hex; the token itself is shown once and never stored), `created_at` |
 //!
 //! Every change runs in one transaction ([`Store::write`]); a failing
 //! operation changes nothing.
@@ -39,11 +44,14 @@ use serde::Serialize;
 use zeroize::Zeroizing;
 
 use crate::error::Error;
-use crate::model::{AttemptEnd, CloseReason, EndReason, Mode, OpenCause, State};
+use crate::lock::{LockRule, NewRule};
+use crate::model::{
+    AttemptEnd, CloseReason, EndReason, LockMode, Mode, OpenCause, ProposalState, State,
+};
 use crate::names::{self, AttachSpec};
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Where the CLI keeps its store unless `--db` says otherwise.
 pub const DEFAULT_PATH: &str = "./control-stub.db";
@@ -166,6 +174,50 @@ CREATE TABLE chain_state (
 );
 "#;
 
+/// Version 3: the Lock's rules, the relay's proposals, the approvals API's
+/// approvers, and what each attempt opened with of the Lock.
+const SCHEMA_V3: &str = r#"
+CREATE TABLE lock_rules (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    destination TEXT NOT NULL,
+    attachment TEXT NOT NULL,
+    method TEXT NOT NULL,
+    path_prefix TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('first_use', 'every_request')),
+    approvers TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE proposals (
+    proposal_id TEXT PRIMARY KEY NOT NULL,
+    gateway_id TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    attempt INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    sentence TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    state TEXT NOT NULL
+        CHECK (state IN ('pending', 'approved', 'declined', 'withdrawn', 'expired')),
+    approver TEXT,
+    decided_at TEXT,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    decision TEXT,
+    outcome TEXT
+);
+CREATE INDEX proposals_by_session ON proposals (session_id);
+CREATE INDEX proposals_by_state ON proposals (state);
+CREATE TABLE approvers (
+    name TEXT PRIMARY KEY NOT NULL,
+    token_sha256 TEXT UNIQUE NOT NULL,
+    created_at TEXT NOT NULL
+);
+ALTER TABLE attempts ADD COLUMN lock TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE attempts ADD COLUMN relay_public_key TEXT;
+"#;
+
 /// The current time, RFC 3339 UTC with milliseconds (as the gateway's
 /// records write it).
 pub fn now() -> String {
@@ -219,10 +271,16 @@ impl Store {
             0 => {
                 tx.execute_batch(SCHEMA_V1)?;
                 tx.execute_batch(SCHEMA_V2)?;
+                tx.execute_batch(SCHEMA_V3)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             }
             1 => {
                 tx.execute_batch(SCHEMA_V2)?;
+                tx.execute_batch(SCHEMA_V3)?;
+                tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            }
+            2 => {
+                tx.execute_batch(SCHEMA_V3)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             }
             SCHEMA_VERSION => {}
@@ -404,6 +462,88 @@ impl Store {
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    // ---- account policy: the Lock ----
+
+    /// Add a checked rule; returns it with its new id.
+    pub fn lock_add(&mut self, rule: &NewRule) -> Result<LockRule, Error> {
+        self.write(|tx| tx.insert_lock_rule(rule))
+    }
+
+    /// The Lock's rules, oldest first.
+    pub fn lock_list(&self) -> Result<Vec<LockRule>, Error> {
+        self.read(|tx| tx.lock_rules())
+    }
+
+    /// Remove rule `id`; returns it. Sessions already running keep it until
+    /// their next open; proposals it made keep naming it, and can no longer
+    /// be decided (no approver is listed by a rule that is gone).
+    pub fn lock_remove(&mut self, id: &str) -> Result<LockRule, Error> {
+        self.write(|tx| {
+            let rule = tx.lock_rule(id)?.ok_or_else(|| Error::LockRuleNotFound {
+                id: id.chars().take(100).collect(),
+            })?;
+            tx.conn
+                .execute("DELETE FROM lock_rules WHERE id = ?1", params![id])?;
+            Ok(rule)
+        })
+    }
+
+    // ---- the approvals API's approvers ----
+
+    /// Give approver `name` a token, stored only as its SHA-256 (hex).
+    pub fn approver_add(&mut self, name: &str, token_sha256: &str) -> Result<(), Error> {
+        let name = crate::lock::approver(name)?;
+        self.write(|tx| {
+            let known: Option<String> = tx
+                .conn
+                .query_row(
+                    "SELECT name FROM approvers WHERE name = ?1",
+                    params![name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if known.is_some() {
+                return Err(Error::ApproverExists { name: name.clone() });
+            }
+            tx.conn.execute(
+                "INSERT INTO approvers (name, token_sha256, created_at) VALUES (?1, ?2, ?3)",
+                params![name, token_sha256, now()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The approvers with a token: names and times, never the hashes.
+    pub fn approver_list(&self) -> Result<Vec<ApproverInfo>, Error> {
+        self.read(|tx| {
+            let mut stmt = tx
+                .conn
+                .prepare("SELECT name, created_at FROM approvers ORDER BY name")?;
+            let rows = stmt.query_map([], |r| {
+                Ok(ApproverInfo {
+                    name: r.get(0)?,
+                    created_at: r.get(1)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Remove approver `name`'s token: the API no longer knows them.
+    pub fn approver_remove(&mut self, name: &str) -> Result<(), Error> {
+        self.write(|tx| {
+            let n = tx
+                .conn
+                .execute("DELETE FROM approvers WHERE name = ?1", params![name])?;
+            if n == 0 {
+                return Err(Error::ApproverNotFound {
+                    name: name.chars().take(100).collect(),
+                });
+            }
+            Ok(())
         })
     }
 
@@ -614,6 +754,38 @@ pub struct SecretInfo {
     pub updated_at: String,
 }
 
+/// An approver as `approvers list` shows them: no token, no hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ApproverInfo {
+    pub name: String,
+    pub created_at: String,
+}
+
+/// A proposal as the relay keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProposalRecord {
+    pub proposal_id: String,
+    pub gateway_id: String,
+    pub session_id: String,
+    pub attempt: u32,
+    pub rule: String,
+    /// The fields as the gateway sent them (talos-certs `Proposal`).
+    pub fields: talos_certs::Proposal,
+    pub sentence: String,
+    pub digest: String,
+    pub state: ProposalState,
+    pub approver: Option<String>,
+    /// When it left `pending`: decided, withdrawn or found expired.
+    pub decided_at: Option<String>,
+    pub created_at: String,
+    pub expires_at: String,
+    pub received_at: String,
+    /// The signed decision delivered to the gateway (talos-certs `Signed`).
+    pub decision: Option<serde_json::Value>,
+    /// The gateway's answer to the decision: `released` or `refused`.
+    pub outcome: Option<String>,
+}
+
 /// A registered gateway.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GatewayInfo {
@@ -652,6 +824,10 @@ pub struct Attempt {
     /// list, and the attachments whose secret and destination remained.
     pub allowlist: Vec<String>,
     pub attachments: Vec<AttachSpec>,
+    /// The Lock rules this attempt opened with.
+    pub lock: Vec<LockRule>,
+    /// The relay key (hex) this attempt opened with, if any.
+    pub relay_public_key: Option<String>,
 }
 
 /// A CA a gateway made for an attempt, and its destruction.
@@ -942,8 +1118,8 @@ impl Tx<'_> {
     pub fn insert_attempt(&self, session_id: &str, a: &Attempt) -> Result<(), Error> {
         self.conn.execute(
             "INSERT INTO attempts (session_id, n, cause, started_at, ended_at, end_cause,
-                                   allowlist, attachments)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                   allowlist, attachments, lock, relay_public_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 session_id,
                 a.n,
@@ -953,6 +1129,8 @@ impl Tx<'_> {
                 a.end_cause.map(|c| c.as_str()),
                 serde_json::to_string(&a.allowlist)?,
                 serde_json::to_string(&a.attachments)?,
+                serde_json::to_string(&a.lock)?,
+                a.relay_public_key,
             ],
         )?;
         Ok(())
@@ -961,7 +1139,8 @@ impl Tx<'_> {
     /// The session's attempts, in order.
     pub fn attempts(&self, session_id: &str) -> Result<Vec<Attempt>, Error> {
         let mut stmt = self.conn.prepare(
-            "SELECT n, cause, started_at, ended_at, end_cause, allowlist, attachments
+            "SELECT n, cause, started_at, ended_at, end_cause, allowlist, attachments, lock,
+                    relay_public_key
              FROM attempts WHERE session_id = ?1 ORDER BY n",
         )?;
         let rows = stmt.query_map(params![session_id], |r| {
@@ -976,6 +1155,8 @@ impl Tx<'_> {
                     .transpose()?,
                 allowlist: json_col(5, r.get(5)?)?,
                 attachments: json_col(6, r.get(6)?)?,
+                lock: json_col(7, r.get(7)?)?,
+                relay_public_key: r.get(8)?,
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -1231,4 +1412,223 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
         attach: json_col(9, r.get(9)?)?,
         sources: json_col(10, r.get(10)?)?,
     })
+}
+
+const PROPOSAL_COLUMNS: &str =
+    "proposal_id, gateway_id, session_id, attempt, rule, fields, sentence,
+     digest, state, approver, decided_at, created_at, expires_at, received_at, decision, outcome";
+
+fn proposal_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ProposalRecord> {
+    Ok(ProposalRecord {
+        proposal_id: r.get(0)?,
+        gateway_id: r.get(1)?,
+        session_id: r.get(2)?,
+        attempt: r.get(3)?,
+        rule: r.get(4)?,
+        fields: json_col(5, r.get(5)?)?,
+        sentence: r.get(6)?,
+        digest: r.get(7)?,
+        state: parse_word(8, r.get(8)?, ProposalState::parse)?,
+        approver: r.get(9)?,
+        decided_at: r.get(10)?,
+        created_at: r.get(11)?,
+        expires_at: r.get(12)?,
+        received_at: r.get(13)?,
+        decision: r
+            .get::<_, Option<String>>(14)?
+            .map(|t| json_col(14, t))
+            .transpose()?,
+        outcome: r.get(15)?,
+    })
+}
+
+fn lock_rule_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LockRule> {
+    Ok(LockRule {
+        id: r.get(0)?,
+        destination: r.get(1)?,
+        attachment: r.get(2)?,
+        method: r.get(3)?,
+        path_prefix: r.get(4)?,
+        mode: parse_word(5, r.get(5)?, LockMode::parse)?,
+        approvers: json_col(6, r.get(6)?)?,
+        created_at: r.get(7)?,
+    })
+}
+
+const LOCK_COLUMNS: &str =
+    "id, destination, attachment, method, path_prefix, mode, approvers, created_at";
+
+/// The Lock and the relay, inside one transaction.
+impl Tx<'_> {
+    /// Add a rule; its id is `lock-N`, N never used before.
+    pub fn insert_lock_rule(&self, rule: &NewRule) -> Result<LockRule, Error> {
+        let created_at = now();
+        // The row gets its number first; the id is made from it.
+        self.conn.execute(
+            "INSERT INTO lock_rules (id, destination, attachment, method, path_prefix, mode,
+                                     approvers, created_at)
+             VALUES ('new-' || lower(hex(randomblob(8))), ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                rule.destination,
+                rule.attachment,
+                rule.method,
+                rule.path_prefix,
+                rule.mode.as_str(),
+                serde_json::to_string(&rule.approvers)?,
+                created_at,
+            ],
+        )?;
+        let n = self.conn.last_insert_rowid();
+        let id = format!("lock-{n}");
+        self.conn
+            .execute("UPDATE lock_rules SET id = ?2 WHERE n = ?1", params![n, id])?;
+        Ok(LockRule {
+            id,
+            destination: rule.destination.clone(),
+            attachment: rule.attachment.clone(),
+            method: rule.method.clone(),
+            path_prefix: rule.path_prefix.clone(),
+            mode: rule.mode,
+            approvers: rule.approvers.clone(),
+            created_at,
+        })
+    }
+
+    /// Every rule, oldest first.
+    pub fn lock_rules(&self) -> Result<Vec<LockRule>, Error> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT {LOCK_COLUMNS} FROM lock_rules ORDER BY n"))?;
+        let rows = stmt.query_map([], lock_rule_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Rule `id`, if it exists.
+    pub fn lock_rule(&self, id: &str) -> Result<Option<LockRule>, Error> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {LOCK_COLUMNS} FROM lock_rules WHERE id = ?1"),
+                params![id],
+                lock_rule_row,
+            )
+            .optional()?)
+    }
+
+    pub fn insert_proposal(&self, p: &ProposalRecord) -> Result<(), Error> {
+        self.conn.execute(
+            &format!(
+                "INSERT INTO proposals ({PROPOSAL_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+            ),
+            params![
+                p.proposal_id,
+                p.gateway_id,
+                p.session_id,
+                p.attempt,
+                p.rule,
+                serde_json::to_string(&p.fields)?,
+                p.sentence,
+                p.digest,
+                p.state.as_str(),
+                p.approver,
+                p.decided_at,
+                p.created_at,
+                p.expires_at,
+                p.received_at,
+                p.decision.as_ref().map(serde_json::to_string).transpose()?,
+                p.outcome,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Proposal `id`, if the relay has it.
+    pub fn proposal(&self, id: &str) -> Result<Option<ProposalRecord>, Error> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {PROPOSAL_COLUMNS} FROM proposals WHERE proposal_id = ?1"),
+                params![id],
+                proposal_row,
+            )
+            .optional()?)
+    }
+
+    /// Proposals in order of receipt: of one session, or all; in one
+    /// state, or any.
+    pub fn proposals(
+        &self,
+        session_id: Option<&str>,
+        state: Option<ProposalState>,
+    ) -> Result<Vec<ProposalRecord>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {PROPOSAL_COLUMNS} FROM proposals
+             WHERE (?1 IS NULL OR session_id = ?1) AND (?2 IS NULL OR state = ?2)
+             ORDER BY rowid"
+        ))?;
+        let rows = stmt.query_map(
+            params![session_id, state.map(ProposalState::as_str)],
+            proposal_row,
+        )?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Move a pending proposal to `state` (withdrawn or expired) at `at`.
+    pub fn close_proposal(&self, id: &str, state: ProposalState, at: &str) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE proposals SET state = ?2, decided_at = ?3
+             WHERE proposal_id = ?1 AND state = 'pending'",
+            params![id, state.as_str(), at],
+        )?;
+        Ok(())
+    }
+
+    /// Record a delivered decision on a pending proposal.
+    pub fn decide_proposal(
+        &self,
+        id: &str,
+        state: ProposalState,
+        approver: &str,
+        at: &str,
+        decision: &serde_json::Value,
+        outcome: &str,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE proposals SET state = ?2, approver = ?3, decided_at = ?4, decision = ?5,
+                                  outcome = ?6
+             WHERE proposal_id = ?1 AND state = 'pending'",
+            params![
+                id,
+                state.as_str(),
+                approver,
+                at,
+                serde_json::to_string(decision)?,
+                outcome
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Withdraw every pending proposal of the session (it paused, was
+    /// interrupted or ended); returns how many.
+    pub fn withdraw_proposals(&self, session_id: &str, at: &str) -> Result<usize, Error> {
+        Ok(self.conn.execute(
+            "UPDATE proposals SET state = 'withdrawn', decided_at = ?2
+             WHERE session_id = ?1 AND state = 'pending'",
+            params![session_id, at],
+        )?)
+    }
+
+    /// The approver whose token has this SHA-256 (hex), if any.
+    pub fn approver_by_token(&self, token_sha256: &str) -> Result<Option<String>, Error> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT name FROM approvers WHERE token_sha256 = ?1",
+                params![token_sha256],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
 }

@@ -28,7 +28,10 @@ fn init_writes_private_keys_and_refuses_to_overwrite() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("control");
     let written = identity::init(&dir, &["gw-a".into(), "gw-b".into()]).unwrap();
-    assert_eq!(written.files.len(), 8);
+    // CA, stub and two gateways (a certificate and key each), and the
+    // relay's signing key.
+    assert_eq!(written.files.len(), 9);
+    assert_eq!(mode(&dir.join("relay.key")), 0o600);
     for f in ["ca.key", "stub.key", "gw-a.key", "gw-b.key"] {
         assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
@@ -86,7 +89,7 @@ fn init_through_the_command_line_prints_what_it_wrote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed["files"].as_array().unwrap().len(), 6);
+    assert_eq!(printed["files"].as_array().unwrap().len(), 7);
     assert!(printed["note"].as_str().unwrap().contains("offline"));
     // init needs no store.
     assert!(!tmp.path().join("control-stub.db").exists());
@@ -507,19 +510,67 @@ fn a_version_1_store_gains_the_chain_state_table() {
     drop(Store::open(&db).unwrap());
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("DROP TABLE chain_state; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(&format!(
+            "DROP TABLE chain_state; {UNDO_V3} PRAGMA user_version = 1;"
+        ))
+        .unwrap();
     }
     drop(Store::open(&db).unwrap());
     let conn = rusqlite::Connection::open(&db).unwrap();
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     let n: i64 = conn
         .query_row("SELECT count(*) FROM chain_state", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 0);
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM proposals", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+/// What version 3 added, taken away again: a version 2 store.
+const UNDO_V3: &str = "DROP TABLE lock_rules; DROP TABLE proposals; DROP TABLE approvers;
+     ALTER TABLE attempts DROP COLUMN lock; ALTER TABLE attempts DROP COLUMN relay_public_key;";
+
+#[test]
+fn a_version_2_store_gains_the_lock_and_keeps_its_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("stub.db");
+    let mut store = Store::open(&db).unwrap();
+    store.egress_add("api.github.com").unwrap();
+    let link = talos_control_stub::FakeLink::default();
+    let verifier = talos_control_stub::FakeVerifier::accepting();
+    let id = talos_control_stub::Lifecycle::new(&mut store, &link, &verifier)
+        .start(&talos_control_stub::StartRequest {
+            tenant: "acme".into(),
+            sources: vec!["10.1.0.2".into()],
+            allow: vec!["api.github.com".into()],
+            attach: vec![],
+            mode: talos_control_stub::Mode::Commands,
+        })
+        .unwrap()
+        .session_id;
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(&format!("{UNDO_V3} PRAGMA user_version = 2;"))
+            .unwrap();
+    }
+    let store = Store::open(&db).unwrap();
+    let status = talos_control_stub::lifecycle::status(&store, &id).unwrap();
+    assert_eq!(status.attempts.len(), 1);
+    assert!(status.attempts[0].attempt.lock.is_empty());
+    assert_eq!(status.attempts[0].attempt.relay_public_key, None);
+    assert!(store.lock_list().unwrap().is_empty());
+    drop(store);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn closes(env: &Env) -> Vec<CloseReason> {
         .into_iter()
         .filter_map(|c| match c {
             Call::Close(c) => Some(c.reason),
-            Call::Open(_) => None,
+            Call::Open(_) | Call::Decide { .. } => None,
         })
         .collect()
 }
@@ -447,6 +447,14 @@ impl GatewayLink for LyingLink<'_> {
     ) -> Result<Vec<talos_control_stub::DropReportView>, LinkError> {
         self.0.close(req)
     }
+
+    fn decide(
+        &self,
+        gateway_id: &str,
+        decision: &talos_certs::Signed,
+    ) -> Result<String, LinkError> {
+        self.0.decide(gateway_id, decision)
+    }
 }
 
 #[test]
@@ -469,7 +477,7 @@ fn a_misstated_ca_digest_refuses_the_start_and_undoes_the_opening() {
     assert!(!link.holds(&opened.session_id), "the opening was undone");
     match link.calls().last().unwrap() {
         Call::Close(c) => assert_eq!(c.reason, CloseReason::End),
-        Call::Open(_) => panic!("no undo"),
+        Call::Open(_) | Call::Decide { .. } => panic!("no undo"),
     }
 }
 

@@ -1,0 +1,446 @@
+//! The approval relay: the gateways' proposals in, the approvers' signed
+//! decisions out.
+//!
+//! - **Receiving** ([`receive`], behind `ControlPlane.Propose`): the relay
+//!   rebuilds the talos-certs [`Proposal`] from the message, writes the
+//!   sentence and the digest itself and refuses the proposal if either is
+//!   not what the gateway sent; the session must be running at that
+//!   attempt, the gateway must hold its authority, the rule must exist and
+//!   name exactly the proposal's approvers, and a request must be one the
+//!   rule matches. A proposal is stored `pending` once; the same id with
+//!   the same digest again is acknowledged and changes nothing, another
+//!   digest is refused.
+//! - **Deciding** ([`decide`], behind `approvals approve|decline` and the
+//!   approvals API): a pending proposal not past its `expires_at`, an
+//!   approver named both by the proposal and, still, by its rule; the
+//!   decision is signed with the relay's key ([`crate::identity::RELAY_KEY`])
+//!   and delivered to the gateway that proposed, inside the store
+//!   transaction that records it, so a delivery that fails records nothing.
+//! - **Withdrawal** happens in the session state machine: a pause, an
+//!   interruption or an end withdraws the session's pending proposals in
+//!   the transition's own transaction.
+//!
+//! Proposals carry no secret (attachments by name only), so the relay logs
+//! one JSON line per proposal received.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+use talos_certs::{
+    proposal_digest, sentence, Decision, GatewayKey, Proposal, ProposalKind, Verdict,
+};
+use zeroize::Zeroizing;
+
+use crate::error::Error;
+use crate::lifecycle::load;
+use crate::link::GatewayLink;
+use crate::lock::{self, LockRule};
+use crate::model::{ProposalState, State};
+use crate::names;
+use crate::pb;
+use crate::store::{now, ProposalRecord, Store};
+
+/// The largest proposal message accepted, encoded: proposals are a few
+/// hundred bytes; the bound keeps a confused gateway from filling the store.
+pub const MAX_PROPOSAL_LEN: usize = 64 * 1024;
+
+/// The longest proposal id, in bytes.
+pub const MAX_PROPOSAL_ID_LEN: usize = 200;
+
+/// What [`receive`] made of a proposal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// New, checked and stored pending.
+    New(Box<ProposalRecord>),
+    /// Received before with the same digest: nothing changed.
+    Again { proposal_id: String },
+}
+
+fn invalid(reason: impl Into<String>) -> Error {
+    Error::ProposalInvalid {
+        reason: reason.into(),
+    }
+}
+
+fn stale(reason: impl Into<String>) -> Error {
+    Error::ProposalStale {
+        reason: reason.into(),
+    }
+}
+
+fn bounded(text: &str) -> String {
+    text.chars().take(100).collect()
+}
+
+/// An RFC 3339 time as the proposal states it.
+fn time(what: &str, text: &str) -> Result<SystemTime, Error> {
+    humantime::parse_rfc3339_weak(text)
+        .map_err(|e| invalid(format!("{what} {:?}: {e}", bounded(text))))
+}
+
+/// The talos-certs proposal a message carries, with the sentence and the
+/// digest written here from its fields (not the ones it states).
+pub fn proposal_from_msg(msg: &pb::ProposalMsg) -> Result<(Proposal, String, String), Error> {
+    if prost::Message::encoded_len(msg) > MAX_PROPOSAL_LEN {
+        return Err(invalid(format!(
+            "the proposal is over {MAX_PROPOSAL_LEN} bytes"
+        )));
+    }
+    if msg.proposal_id.is_empty()
+        || msg.proposal_id.len() > MAX_PROPOSAL_ID_LEN
+        || !msg.proposal_id.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(invalid(format!(
+            "proposal_id {:?}: 1 to {MAX_PROPOSAL_ID_LEN} printable characters",
+            bounded(&msg.proposal_id)
+        )));
+    }
+    names::gateway_id(&msg.gateway_id).map_err(|e| invalid(e.to_string()))?;
+    let kind = ProposalKind::parse(&msg.kind).ok_or_else(|| {
+        invalid(format!(
+            "kind {:?} is not request or agent",
+            bounded(&msg.kind)
+        ))
+    })?;
+    time("created_at", &msg.created_at)?;
+    time("expires_at", &msg.expires_at)?;
+    let p = Proposal {
+        proposal_id: msg.proposal_id.clone(),
+        gateway_id: msg.gateway_id.clone(),
+        session_id: msg.session_id.clone(),
+        attempt: msg.attempt,
+        tenant: msg.tenant.clone(),
+        kind,
+        destination: msg.destination.clone(),
+        method: msg.method.clone(),
+        path: msg.path.clone(),
+        attachments: msg.attachments.clone(),
+        rule: msg.rule.clone(),
+        tool: msg.tool.clone(),
+        call_digest: msg.call_digest.clone(),
+        approvers: msg.approvers.clone(),
+        created_at: msg.created_at.clone(),
+        expires_at: msg.expires_at.clone(),
+    };
+    let s = sentence(&p);
+    let d = proposal_digest(&p, &s);
+    Ok((p, s, d))
+}
+
+/// Check a gateway's proposal and store it pending (see the module docs).
+/// `gateway_id` is checked against the client certificate by the caller.
+pub fn receive(store: &mut Store, msg: &pb::ProposalMsg) -> Result<Received, Error> {
+    let (p, s, d) = proposal_from_msg(msg)?;
+    if msg.sentence != s {
+        return Err(invalid(
+            "the sentence is not the one the proposal's fields give",
+        ));
+    }
+    if msg.digest != d {
+        return Err(invalid(
+            "the digest is not the one the proposal's fields and sentence give",
+        ));
+    }
+    store.write(|tx| {
+        if let Some(known) = tx.proposal(&p.proposal_id)? {
+            return if known.digest == d {
+                Ok(Received::Again {
+                    proposal_id: known.proposal_id,
+                })
+            } else {
+                Err(Error::ProposalConflict {
+                    id: bounded(&p.proposal_id),
+                })
+            };
+        }
+        let session = tx
+            .session(&p.session_id)?
+            .ok_or_else(|| stale(format!("no session {}", bounded(&p.session_id))))?;
+        if session.tenant != p.tenant {
+            return Err(invalid(format!(
+                "session {} is tenant {}'s, not {}",
+                session.id,
+                session.tenant,
+                bounded(&p.tenant)
+            )));
+        }
+        if session.state != State::Running {
+            return Err(stale(format!(
+                "session {} is {}, not running",
+                session.id, session.state
+            )));
+        }
+        let current = tx.attempts(&session.id)?.last().map_or(0, |a| a.n);
+        if current != p.attempt {
+            return Err(stale(format!(
+                "session {} is at attempt {current}, not {}",
+                session.id, p.attempt
+            )));
+        }
+        let holds = tx.cas(&session.id)?.iter().any(|c| {
+            c.attempt == p.attempt && c.gateway_id == p.gateway_id && c.destroyed_at.is_none()
+        });
+        if !holds {
+            return Err(stale(format!(
+                "gateway {} holds no authority for session {} attempt {}",
+                p.gateway_id, session.id, p.attempt
+            )));
+        }
+        let rule = tx
+            .lock_rule(&p.rule)?
+            .ok_or_else(|| stale(format!("no Lock rule {}", bounded(&p.rule))))?;
+        if rule.approvers != p.approvers {
+            return Err(invalid(format!(
+                "the approvers {:?} are not rule {}'s {:?}",
+                p.approvers.iter().map(|a| bounded(a)).collect::<Vec<_>>(),
+                rule.id,
+                rule.approvers
+            )));
+        }
+        if p.kind == ProposalKind::Request
+            && !rule.matches_request(&p.destination, &p.method, &p.path, &p.attachments)
+        {
+            return Err(invalid(format!(
+                "rule {} does not match {} {} to {}",
+                rule.id,
+                bounded(&p.method),
+                bounded(&p.path),
+                bounded(&p.destination)
+            )));
+        }
+        let record = ProposalRecord {
+            proposal_id: p.proposal_id.clone(),
+            gateway_id: p.gateway_id.clone(),
+            session_id: p.session_id.clone(),
+            attempt: p.attempt,
+            rule: p.rule.clone(),
+            sentence: s.clone(),
+            digest: d.clone(),
+            state: ProposalState::Pending,
+            approver: None,
+            decided_at: None,
+            created_at: p.created_at.clone(),
+            expires_at: p.expires_at.clone(),
+            received_at: now(),
+            decision: None,
+            outcome: None,
+            fields: p.clone(),
+        };
+        tx.insert_proposal(&record)?;
+        Ok(Received::New(Box::new(record)))
+    })
+}
+
+/// Whether a pending proposal's time is up (an `expires_at` that does not
+/// parse counts as up: nothing can be decided against it).
+fn overdue(p: &ProposalRecord, at: SystemTime) -> bool {
+    humantime::parse_rfc3339_weak(&p.expires_at).map_or(true, |t| at > t)
+}
+
+/// Mark every pending proposal past its `expires_at` expired; returns how
+/// many.
+pub fn expire_overdue(store: &mut Store) -> Result<usize, Error> {
+    let at = SystemTime::now();
+    let stamp = now();
+    store.write(|tx| {
+        let mut n = 0;
+        for p in tx.proposals(None, Some(ProposalState::Pending))? {
+            if overdue(&p, at) {
+                tx.close_proposal(&p.proposal_id, ProposalState::Expired, &stamp)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    })
+}
+
+/// A card as `approvals list` and the approvals API show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Card {
+    pub id: String,
+    pub session_id: String,
+    pub attempt: u32,
+    pub tenant: String,
+    pub gateway_id: String,
+    pub kind: ProposalKind,
+    pub rule: String,
+    pub sentence: String,
+    pub digest: String,
+    pub approvers: Vec<String>,
+    pub state: ProposalState,
+    pub created_at: String,
+    pub expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+}
+
+impl Card {
+    fn of(p: ProposalRecord) -> Card {
+        Card {
+            id: p.proposal_id,
+            session_id: p.session_id,
+            attempt: p.attempt,
+            tenant: p.fields.tenant,
+            gateway_id: p.gateway_id,
+            kind: p.fields.kind,
+            rule: p.rule,
+            sentence: p.sentence,
+            digest: p.digest,
+            approvers: p.fields.approvers,
+            state: p.state,
+            created_at: p.created_at,
+            expires_at: p.expires_at,
+            approver: p.approver,
+            decided_at: p.decided_at,
+        }
+    }
+}
+
+/// The cards: pending ones (after marking the overdue expired), or every
+/// proposal with `all`; only those `approver` may decide, when given.
+pub fn cards(store: &mut Store, approver: Option<&str>, all: bool) -> Result<Vec<Card>, Error> {
+    expire_overdue(store)?;
+    let state = (!all).then_some(ProposalState::Pending);
+    let list = store.read(|tx| tx.proposals(None, state))?;
+    Ok(list
+        .into_iter()
+        .filter(|p| approver.is_none_or(|a| p.fields.approvers.iter().any(|x| x == a)))
+        .map(Card::of)
+        .collect())
+}
+
+/// A decision made and delivered: what `approvals approve|decline` print.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Decided {
+    pub proposal_id: String,
+    pub session_id: String,
+    pub decision: Verdict,
+    pub approver: String,
+    pub decided_at: String,
+    pub proposal_digest: String,
+    /// The gateway's answer: `released` or `refused`.
+    pub outcome: String,
+    /// The signed decision as delivered (talos-certs `Signed`, JSON).
+    pub signed: serde_json::Value,
+}
+
+/// Decide proposal `id` as `approver` (see the module docs). On any error
+/// nothing changes, except that a pending proposal found past its time is
+/// marked expired.
+pub fn decide(
+    store: &mut Store,
+    link: &dyn GatewayLink,
+    key: &GatewayKey,
+    id: &str,
+    approver: &str,
+    verdict: Verdict,
+) -> Result<Decided, Error> {
+    let approver = lock::approver(approver)?;
+    let not_found = || Error::ApprovalNotFound { id: bounded(id) };
+    // Expiry first, in its own transaction, so that it stays recorded
+    // while the decision is refused.
+    let at = SystemTime::now();
+    let expired = store.write(|tx| {
+        let p = tx.proposal(id)?.ok_or_else(not_found)?;
+        if p.state == ProposalState::Pending && overdue(&p, at) {
+            tx.close_proposal(id, ProposalState::Expired, &now())?;
+            return Ok(true);
+        }
+        Ok(false)
+    })?;
+    if expired {
+        return Err(Error::ApprovalNotPending {
+            id: bounded(id),
+            state: ProposalState::Expired.as_str(),
+        });
+    }
+    store.write(|tx| {
+        let p = tx.proposal(id)?.ok_or_else(not_found)?;
+        if p.state != ProposalState::Pending {
+            return Err(Error::ApprovalNotPending {
+                id: p.proposal_id,
+                state: p.state.as_str(),
+            });
+        }
+        if overdue(&p, SystemTime::now()) {
+            return Err(Error::ApprovalNotPending {
+                id: p.proposal_id,
+                state: ProposalState::Expired.as_str(),
+            });
+        }
+        // Listed by the proposal, and still by its rule: removing a rule or
+        // an approver from the Lock takes effect on cards already shown.
+        let rule: Option<LockRule> = tx.lock_rule(&p.rule)?;
+        let listed = p.fields.approvers.contains(&approver)
+            && rule.is_some_and(|r| r.approvers.contains(&approver));
+        if !listed {
+            return Err(Error::ApproverNotListed {
+                id: p.proposal_id,
+                approver: approver.clone(),
+            });
+        }
+        // A proposal of a session that is no longer running was withdrawn
+        // with the transition; this holds the line should one slip by.
+        let session = load(tx, &p.session_id)?;
+        if session.state != State::Running {
+            return Err(Error::ApprovalNotPending {
+                id: p.proposal_id,
+                state: ProposalState::Withdrawn.as_str(),
+            });
+        }
+        let decided_at = now();
+        let decision = Decision {
+            proposal_id: p.proposal_id.clone(),
+            proposal_digest: p.digest.clone(),
+            approver: approver.clone(),
+            decision: verdict,
+            decided_at: decided_at.clone(),
+        };
+        let signed = decision.sign(key);
+        let outcome = link.decide(&p.gateway_id, &signed)?;
+        let envelope = serde_json::to_value(&signed)?;
+        let state = match verdict {
+            Verdict::Approved => ProposalState::Approved,
+            Verdict::Declined => ProposalState::Declined,
+        };
+        tx.decide_proposal(
+            &p.proposal_id,
+            state,
+            &approver,
+            &decided_at,
+            &envelope,
+            &outcome,
+        )?;
+        Ok(Decided {
+            proposal_id: p.proposal_id,
+            session_id: p.session_id,
+            decision: verdict,
+            approver: approver.clone(),
+            decided_at,
+            proposal_digest: p.digest,
+            outcome,
+            signed: envelope,
+        })
+    })
+}
+
+/// A fresh approver token: 32 random bytes from the operating system, as
+/// 64 hex digits. Shown once; only [`token_hash`] of it is stored.
+pub fn new_token() -> Result<Zeroizing<String>, Error> {
+    let mut bytes = Zeroizing::new([0u8; 32]);
+    aws_lc_rs::rand::fill(bytes.as_mut()).map_err(|_| Error::Io {
+        what: "token".into(),
+        reason: "the system random generator failed".into(),
+    })?;
+    Ok(Zeroizing::new(hex::encode(bytes.as_ref())))
+}
+
+/// SHA-256 (hex) of a token, as stored and looked up.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA256,
+        token.as_bytes(),
+    ))
+}
