@@ -106,6 +106,10 @@ for name in origin.demo.test internal.demo.test metadata.demo.test gone.demo.tes
 done
 echo "egress list: $(stub policy egress list | python3 -c 'import json,sys; print(", ".join(json.load(sys.stdin)))')"
 stub secret set DEMO_TOKEN --tenant acme --from-file "$work/demo-token" >/dev/null
+# The Lock: a POST under /deploy on origin.demo.test waits for alice.
+stub policy lock add --destination origin.demo.test --method POST --path-prefix /deploy \
+  --mode every_request --approver alice >/dev/null
+echo "Lock rules: $(stub policy lock list | python3 -c 'import json,sys; print("; ".join(r["id"] + ": " + r["method"] + " " + r["destination"] + r["path_prefix"] + "* needs " + " or ".join(r["approvers"]) for r in json.load(sys.stdin)))')"
 echo "tenant acme's secrets: $(stub secret list --tenant acme | python3 -c 'import json,sys; print(", ".join(s["name"] for s in json.load(sys.stdin)))')"
 
 say "Starting a session (mode commands, speaking from 127.0.0.2) with the credential attached by name"
@@ -206,6 +210,38 @@ for b64 in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE----
 PY
 }
 
+# Wait (at most 20 s) for a pending approval card and print its id.
+next_card() {
+  for _ in $(seq 200); do
+    local id
+    id=$(stub approvals list | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c[0]["id"] if c else "")')
+    if [ -n "$id" ]; then echo "$id"; return 0; fi
+    sleep 0.1
+  done
+  echo "demo: no approval card came" >&2; return 1
+}
+
+say "Approval holds: a POST to /deploy waits for a named person; other requests go on meanwhile"
+path=/deploy/v1 through origin.demo.test --http1.1 -X POST -s -o /dev/null -w "the held POST /deploy/v1 got %{http_code}\n" >"$work/held1.out" &
+held=$!
+card=$(next_card)
+stub approvals list | python3 -c 'import json,sys; c=json.load(sys.stdin)[0]; print("card for", ", ".join(c["approvers"]) + ":", c["sentence"]); print("digest", c["digest"][:16] + "...")'
+path=/hello through origin.demo.test --http2
+echo "alice approves it from the CLI (a decision signed by the relay, checked by the gateway):"
+stub approvals approve "$card" --as alice | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"])'
+wait "$held" || true
+cat "$work/held1.out"
+
+path=/deploy/v2 through origin.demo.test --http1.1 -X POST -s -D - -o /dev/null >"$work/held2.out" &
+held=$!
+card=$(next_card)
+echo "mallory is not listed:"
+stub approvals decline "$card" --as mallory 2>&1 | sed 's/^/  /' || true
+echo "alice declines it:"
+stub approvals decline "$card" --as alice | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"])'
+wait "$held" || true
+grep -iE '^HTTP|^hangar-refusal' "$work/held2.out"
+
 say "Pause: the gateway closes the session's connections, destroys its CA and drops the credential"
 # A slow download that is still running when the pause comes.
 path=/download/104857600 through origin.demo.test --http1.1 --limit-rate 2M -o /dev/null \
@@ -272,6 +308,8 @@ for a in cert["attempts"]:
     for ca in a["ca"]:
         print(f"  CA {ca['digest'][:16]}... made {ca['made_at']}, destroyed {ca['destroyed_at']} ({ca['destroy_reason']})")
 print(f"connections: {len(cert['connections'])}, refusals: {len(cert['refusals'])}, batches: {len(cert['batches'])}")
+for p in cert.get("proposals", []):
+    print(f"proposal {p['id']}: {p['decision']} by {p.get('approver')} (digest {p['digest'][:16]}...)")
 for s in cert["secrets"]:
     print(f"secret {s['name']}: used on {s['connections_used']} connections, {s['masked']} echoes masked")
 for step in cert["reset"]:

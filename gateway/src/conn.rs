@@ -152,6 +152,14 @@ async fn run(
         holding: Default::default(),
     });
     let result = terminate(shared, client, first_bytes, &ctx, record).await;
+    // A reply adds its masked counts when its body is dropped, and HTTP/2
+    // bodies live in tasks hyper spawned, which may outlast the connection
+    // future by a moment: wait for them (bounded) so the record counts
+    // every masked occurrence.
+    let deadline = Instant::now() + MASKED_COUNTS_WAIT;
+    while Arc::strong_count(&ctx.masked) > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let stats = std::mem::take(&mut *ctx.stats.lock().unwrap_or_else(|p| p.into_inner()));
     record.request_count = stats.request_count;
     record.requests = stats.requests;
@@ -349,6 +357,10 @@ async fn terminate(
             .serve_connection(io, service))
     }
 }
+
+/// How long a closed connection's record waits for its last replies'
+/// masked counts.
+const MASKED_COUNTS_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a connection whose authority ended waits for its held
 /// requests to answer `approval_withdrawn` before it is cut. The answers

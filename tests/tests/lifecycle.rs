@@ -851,3 +851,111 @@ async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
     assert_eq!(code, 200, "accepting again");
     rig.cli(&["sandbox", "stop", &id]).json();
 }
+
+/// Waits (at most 20 s) for `n` pending cards and returns them.
+fn wait_cards(rig: &Rig, n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cards = rig.cli(&["approvals", "list"]).json();
+        let cards = cards.as_array().cloned().unwrap_or_default();
+        if cards.len() >= n || std::time::Instant::now() > deadline {
+            return cards;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The Lock through the control stub: a rule added to the account policy
+/// travels with the session; a matching request waits on a card; the CLI
+/// approves one and declines another; an unlisted approver changes
+/// nothing; the certificate lists each proposal and the refusal.
+#[tokio::test(flavor = "multi_thread")]
+async fn held_requests_are_approved_and_declined_from_the_control_stub() {
+    let rig = Rig::new().await;
+    let rule = rig
+        .cli(&[
+            "policy",
+            "lock",
+            "add",
+            "--destination",
+            API,
+            "--method",
+            "POST",
+            "--path-prefix",
+            "/merge",
+            "--mode",
+            "every_request",
+            "--approver",
+            "alice",
+        ])
+        .json();
+    let rule_id = rule["id"].as_str().expect("rule id").to_owned();
+    let id = rig.start_session("commands");
+    let bundle = rig.trust(&id, "trust.pem");
+    let data = rig.gateways[0].data;
+    let post = |path: &'static str| {
+        let bundle = bundle.clone();
+        std::thread::spawn(move || curl_via(data, &bundle, API, path, &["-X", "POST"]))
+    };
+
+    let first = post("/merge/1");
+    let cards = wait_cards(&rig, 1);
+    assert_eq!(cards.len(), 1, "{cards:?}");
+    let card = &cards[0];
+    assert_eq!(card["rule"], rule_id.as_str());
+    let sentence = card["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains("POST /merge/1") && sentence.contains(API),
+        "{sentence}"
+    );
+    assert!(sentence.contains("API_TOKEN") && !sentence.contains(SECRET));
+    let card_id = card["id"].as_str().unwrap();
+    assert_eq!(
+        rig.cli(&["approvals", "approve", card_id, "--as", "mallory"])
+            .code(),
+        "approver_not_listed"
+    );
+    assert!(!first.is_finished(), "an unlisted approver changes nothing");
+    let decided = rig
+        .cli(&["approvals", "approve", card_id, "--as", "alice"])
+        .json();
+    assert_eq!(decided["outcome"], "released");
+    let (code, _, body) = first.join().unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+
+    let second = post("/merge/2");
+    let cards = wait_cards(&rig, 1);
+    let card_id = cards[0]["id"].as_str().unwrap().to_owned();
+    let decided = rig
+        .cli(&["approvals", "decline", &card_id, "--as", "alice"])
+        .json();
+    assert_eq!(decided["outcome"], "refused");
+    let (code, head, _) = second.join().unwrap();
+    assert_eq!(code, 403);
+    assert!(head.contains("hangar-refusal: approval_declined"), "{head}");
+    assert_eq!(
+        rig.cli(&["approvals", "approve", &card_id, "--as", "alice"])
+            .code(),
+        "approval_not_pending"
+    );
+
+    rig.cli(&["sandbox", "stop", &id]).json();
+    let cert = rig.stub.wait_certificate(&id, 20, |c| {
+        c["refusals"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["reason"] == "approval_declined"))
+    });
+    let decisions: Vec<&str> = cert["proposals"]
+        .as_array()
+        .expect("proposals on the certificate")
+        .iter()
+        .filter_map(|p| p["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, ["approved", "declined"], "{cert}");
+    assert!(cert["proposals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["approver"] == "alice" && p["digest"].as_str().is_some_and(|d| d.len() == 96)));
+    assert_eq!(cert["issued"], true);
+}
