@@ -150,6 +150,7 @@ async fn run(
         stats: Default::default(),
         masked: Default::default(),
         holding: Default::default(),
+        withdrawn: Default::default(),
     });
     let result = terminate(shared, client, first_bytes, &ctx, record).await;
     // A reply adds its masked counts when its body is dropped, and HTTP/2
@@ -332,7 +333,10 @@ async fn terminate(
                 }
                 _ = shared.shutdown.cancelled() => Ok(()),
                 _ = ended.cancelled() => {
-                    if holding.holding.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                    // Count, then flag: a hold that ended between the two
+                    // set the flag before it counted down.
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if holding.holding.load(SeqCst) > 0 || holding.withdrawn.load(SeqCst) {
                         conn.as_mut().graceful_shutdown();
                         let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
                     }

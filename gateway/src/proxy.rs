@@ -57,6 +57,10 @@ pub struct ConnCtx {
     /// authority ends, the connection lets them answer
     /// `approval_withdrawn` before it is cut.
     pub holding: std::sync::atomic::AtomicU32,
+    /// Set when a hold of this connection ended withdrawn: its answer may
+    /// still be on its way out when the connection learns the authority
+    /// ended.
+    pub withdrawn: std::sync::atomic::AtomicBool,
 }
 
 /// What the connection's record learns from its requests.
@@ -219,7 +223,7 @@ pub async fn hold(
     ask: &crate::approval::Ask<'_>,
 ) -> (crate::approval::Outcome, crate::approval::ApprovalRecord) {
     use std::sync::atomic::Ordering;
-    ctx.holding.fetch_add(1, Ordering::Relaxed);
+    ctx.holding.fetch_add(1, Ordering::SeqCst);
     let held = ctx
         .session
         .approvals
@@ -230,7 +234,12 @@ pub async fn hold(
             crate::approval::DECISION_TIMEOUT,
         )
         .await;
-    ctx.holding.fetch_sub(1, Ordering::Relaxed);
+    // Flag first, then count down: whoever sees the count at zero then
+    // sees the flag (see `conn::terminate`).
+    if held.0 == crate::approval::Outcome::Withdrawn {
+        ctx.withdrawn.store(true, Ordering::SeqCst);
+    }
+    ctx.holding.fetch_sub(1, Ordering::SeqCst);
     held
 }
 
