@@ -1,0 +1,702 @@
+#!/usr/bin/env bash
+# Side by side on loopback: the gateway against nginx, HAProxy and
+# mitmproxy doing the same work (terminate TLS 1.3 with a leaf for the
+# destination name, re-encrypt TLS 1.3 to the origin with certificate
+# verification and upstream connection reuse, one worker each), plus a
+# direct client -> origin baseline. Prints one Markdown table with the
+# ratios gateway/peer. Every run is bounded in time; everything started
+# here is stopped by its PID on exit.
+#
+#   benches/compare/run.sh            # 10 s per figure, 10,000 idle connections
+#   QUICK=1 benches/compare/run.sh    # 3 s per figure, 1,000 idle connections
+#
+# Knobs (environment): QUICK=1; DURATION=SECONDS (per load run, overrides
+# QUICK); IDLE_CONNS=N (idle TLS connections held for the memory figure);
+# IDLE_SOURCES=ADDR,... (client source addresses for them, each 127.0.0.x
+# with its own ephemeral ports; the gateway's session lists them all);
+# BIN_DIR=DIR (the release binaries, default $CARGO_TARGET_DIR/release or
+# target/release); NO_BUILD=1 (use BIN_DIR as it is); NO_INSTALL=1 (do not
+# apt-get/pip install); PEERS="nginx haproxy mitmproxy" (a subset);
+# QUIET_WAIT=SECONDS (wait for other jobs to leave the CPUs before each run,
+# default 30); KEEP=1 (keep the work folder /tmp/talos-compare.*).
+# What it measures, how each peer is configured, the latest figures:
+# benches/compare/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "${QUICK:-0}" = 1 ]; then
+  dur=${DURATION:-3} idle_n=${IDLE_CONNS:-1000} speed_s=1
+else
+  dur=${DURATION:-10} idle_n=${IDLE_CONNS:-10000} speed_s=3
+fi
+idle_sources=${IDLE_SOURCES:-127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4}
+peers=${PEERS:-nginx haproxy mitmproxy}
+bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
+name=origin.demo.test
+mitmproxy_version=${MITMPROXY_VERSION:-11.0.2} # the last release for Python 3.11 (Debian 12)
+venv=${XDG_CACHE_HOME:-$HOME/.cache}/talos-compare/mitmproxy-$mitmproxy_version
+here=benches/compare
+# The 1 KiB replies: the origin's catch-all route answers "origin says hello:
+# HTTP/1.1 GET PATH\n" with a Content-Length, so a 991-byte path makes a
+# 1,024-byte body (HTTP/2's "HTTP/2.0" is as long). /download/1024 would
+# give 1 KiB too, but it builds a 64 KiB pattern block per request and the
+# origin, not the proxy, becomes the bottleneck.
+small_path=/$(printf '%0990d' 0 | tr 0 x)
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+die() { echo "compare: $*" >&2; exit 1; }
+
+# --- tools -----------------------------------------------------------------
+
+# Everything from the distribution's packages, mitmproxy from PyPI into a
+# private venv (the distribution's mitmproxy is older and Python's own
+# packages stay untouched).
+install_tools() {
+  [ "${NO_INSTALL:-0}" = 1 ] && return 0
+  local need=() p
+  command -v wrk >/dev/null || need+=(wrk)
+  command -v h2load >/dev/null || need+=(nghttp2-client)
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+  command -v openssl >/dev/null || need+=(openssl)
+  command -v unshare >/dev/null || need+=(util-linux)
+  command -v ss >/dev/null || need+=(iproute2)
+  command -v pgrep >/dev/null || need+=(procps)
+  command -v python3 >/dev/null || need+=(python3)
+  python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+  if [ ${#need[@]} -gt 0 ]; then
+    say "Installing ${need[*]}"
+    local sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"
+  fi
+  for p in $peers; do
+    if [ "$p" = mitmproxy ] && [ ! -x "$venv/bin/mitmdump" ]; then
+      say "Installing mitmproxy $mitmproxy_version into $venv"
+      python3 -m venv "$venv"
+      timeout 600 "$venv/bin/pip" install -q "mitmproxy==$mitmproxy_version"
+    fi
+  done
+}
+
+# --- processes ---------------------------------------------------------------
+
+work=$(mktemp -d /tmp/talos-compare.XXXXXX)
+# Per target (direct, gateway, nginx, ...): its port on 127.0.0.1, the CA
+# file its clients trust, the PIDs whose CPU time and memory are its own.
+declare -A port=() ca=() tpids=()
+pids=()
+idle_pid=""
+cleanup() {
+  local p
+  [ -z "$idle_pid" ] || kill -TERM "$idle_pid" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  # The gateway drains (at most shutdown_grace_ms, 2 s here); then insist.
+  for _ in $(seq 50); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "${KEEP:-0}" = 1 ]; then echo "compare: files kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+# Wait (at most 20 s) for a process's first line in FILE and print it.
+ready_line() {
+  for _ in $(seq 200); do
+    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
+    sleep 0.1
+  done
+  die "no ready line in $1"
+}
+json_field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
+# A free loopback port for the peers that cannot listen on port 0 and report
+# it (a short race with other jobs, harmless on a test machine).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# 10,000 idle connections need 10,000 descriptors in the proxy and in the
+# client: raise the limit for this shell and everything it starts.
+raise_nofile() {
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+  nofile=$(ulimit -n)
+  # HAProxy refuses to start unless it has two descriptors per connection
+  # it may hold (client and server side), whether or not the connections
+  # have a server side. Where the limit cannot be raised (a container
+  # without CAP_SYS_RESOURCE), every proxy gets the same, smaller count.
+  local most=$(((nofile - 50) / 2 - 100))
+  if [ "$idle_n" -gt "$most" ]; then
+    echo "compare: ulimit -n is $nofile and cannot be raised: $most idle connections instead of $idle_n" >&2
+    idle_n=$most
+  fi
+  [ "$idle_n" -gt 0 ] || die "ulimit -n is $nofile: too low"
+}
+
+# One test PKI for the peers' client-facing side: a CA the clients trust and
+# a leaf for the destination name, both ECDSA P-256 like the gateway's
+# session CA and leaves. (The origin has its own test CA, as in
+# benches/load; every proxy verifies the origin against it.)
+make_pki() {
+  say "Test PKI: a client CA and a leaf for $name (ECDSA P-256)"
+  local d=$work/pki
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=TALOS compare client CA" -keyout "$d/ca.key" -out "$d/ca.pem" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+    -keyout "$d/leaf.key" -out "$d/leaf.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:%s\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n' \
+    "$name" >"$d/leaf.ext"
+  openssl x509 -req -in "$d/leaf.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
+    -days 2 -extfile "$d/leaf.ext" -out "$d/leaf.pem" 2>/dev/null
+  # HAProxy and mitmproxy take the certificate and its key in one file.
+  cat "$d/leaf.pem" "$d/leaf.key" >"$d/leaf-bundle.pem"
+  chmod 600 "$d"/*.key "$d/leaf-bundle.pem"
+}
+
+# The origin: benches/load's load-origin (the end-to-end suite's TLS origin
+# with Nagle off, and a DNS server for the gateway's resolver).
+start_origin() {
+  say "Starting the TLS origin (load-origin, own test CA) on 127.0.0.1"
+  "$bin/load-origin" "$work" >"$work/origin.out" 2>"$work/origin.log" &
+  origin_pid=$!
+  pids+=("$origin_pid")
+  local line
+  line=$(ready_line "$work/origin.out")
+  dns=$(echo "$line" | json_field dns)
+  origin_port=$(echo "$line" | json_field origin | sed 's/.*://')
+  port[direct]=$origin_port ca[direct]=$work/origin-ca.pem tpids[direct]=$origin_pid
+  echo "origin 127.0.0.1:$origin_port, dns $dns (pid $origin_pid)" >&2
+}
+
+# The gateway, configured as benches/load/quick.sh does (one static session,
+# the origin's CA as an extra trust anchor, records to a file), with one
+# runtime worker thread: tokio reads TOKIO_WORKER_THREADS since `gateway run`
+# sets no count. Its session lists every IDLE_SOURCES address, since the
+# gateway maps a client to its session by source address.
+start_gateway() {
+  say "Starting the gateway with one runtime worker thread"
+  local srcs
+  srcs=$(echo "$idle_sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
+  cat >"$work/gateway.toml" <<TOML
+gateway_id = "gw-compare"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = "$work/records.jsonl"
+[resolver]
+nameservers = ["$dns"]
+timeout_ms = 500
+attempts = 1
+permit_internal = ["127.0.0.1/32"]
+[upstream]
+port = $origin_port
+extra_trust_anchors = ["$work/origin-ca.pem"]
+[limits]
+max_connections = 30000
+shutdown_grace_ms = 2000
+[[session]]
+id = "sbx-compare"
+tenant = "bench"
+sources = [$srcs]
+allowlist = ["$name"]
+trust_file = "$work/session-ca.pem"
+TOML
+  "$bin/gateway" check-config "$work/gateway.toml" >/dev/null
+  TOKIO_WORKER_THREADS=1 "$bin/gateway" run --config "$work/gateway.toml" \
+    >"$work/gateway.out" 2>"$work/gateway.log" &
+  local pid=$!
+  pids+=("$pid")
+  local line
+  line=$(ready_line "$work/gateway.out")
+  port[gateway]=$(echo "$line" | json_field data | sed 's/.*://')
+  ca[gateway]=$work/session-ca.pem tpids[gateway]=$pid
+  local n
+  n=$(cat /proc/"$pid"/task/*/comm | grep -c '^tokio-rt-worker$' || true)
+  [ "$n" = 1 ] || die "expected 1 gateway worker thread, found $n"
+  echo "gateway 127.0.0.1:${port[gateway]} (pid $pid, 1 worker thread)" >&2
+}
+
+# nginx: one worker process, in the foreground, with a private prefix,
+# configuration, pid file and temp folders in the work folder.
+start_nginx() {
+  say "Starting nginx (worker_processes 1)"
+  local d=$work/nginx
+  mkdir -p "$d/logs" "$d/tmp"
+  port[nginx]=$(free_port)
+  cat >"$d/nginx.conf" <<NGINX
+worker_processes 1;
+worker_rlimit_nofile $nofile;
+pid $d/nginx.pid;
+error_log $d/logs/error.log warn;
+events { worker_connections $((nofile - 100)); }
+http {
+  access_log off;
+  client_body_temp_path $d/tmp/body;
+  proxy_temp_path $d/tmp/proxy;
+  fastcgi_temp_path $d/tmp/fastcgi;
+  uwsgi_temp_path $d/tmp/uwsgi;
+  scgi_temp_path $d/tmp/scgi;
+  # Idle client connections stay until the measurement is over (the
+  # gateway allows 60 s for a request's headers).
+  client_header_timeout 60s;
+  keepalive_timeout 120s;
+  # nginx closes a client connection after 1000 requests by default; the
+  # others do not, so neither does it here.
+  keepalive_requests 10000000;
+  # Up to 512 idle upstream connections kept for reuse: the HTTP/2 run has
+  # 256 requests in flight, each on its own HTTP/1.1 upstream connection;
+  # with fewer kept, nginx would close the rest after each reply and pay a
+  # new upstream handshake per request.
+  upstream origin {
+    server 127.0.0.1:$origin_port;
+    keepalive 512;
+    keepalive_requests 10000000;
+    keepalive_timeout 120s;
+  }
+  server {
+    listen 127.0.0.1:${port[nginx]} ssl http2;
+    server_name $name;
+    ssl_certificate $work/pki/leaf.pem;
+    ssl_certificate_key $work/pki/leaf.key;
+    ssl_protocols TLSv1.3;
+    location / {
+      proxy_pass https://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $name;
+      proxy_ssl_verify on;
+      proxy_ssl_verify_depth 2;
+      proxy_ssl_trusted_certificate $work/origin-ca.pem;
+      proxy_ssl_name $name;
+      proxy_ssl_server_name on;
+      proxy_ssl_protocols TLSv1.3;
+      proxy_ssl_session_reuse on;
+      # Stream large replies through memory buffers, never a temp file.
+      proxy_max_temp_file_size 0;
+    }
+  }
+}
+NGINX
+  nginx -p "$d" -c "$d/nginx.conf" -t -q
+  nginx -p "$d" -c "$d/nginx.conf" -g 'daemon off;' >"$d/stdout" 2>"$d/stderr" &
+  local pid=$!
+  pids+=("$pid")
+  wait_listening "${port[nginx]}" "$pid" nginx
+  # The master forks one worker; both count (the master idles).
+  tpids[nginx]="$pid $(pgrep -P "$pid" | tr '\n' ' ')"
+  ca[nginx]=$work/pki/ca.pem
+  echo "nginx 127.0.0.1:${port[nginx]} (pids ${tpids[nginx]})" >&2
+}
+
+# HAProxy: one thread, one process (-db: foreground, no master process).
+start_haproxy() {
+  say "Starting HAProxy (nbthread 1)"
+  local d=$work/haproxy
+  mkdir -p "$d"
+  port[haproxy]=$(free_port)
+  cat >"$d/haproxy.cfg" <<HAPROXY
+global
+  nbthread 1
+  # Room for the idle connections (raise_nofile made sure the descriptors
+  # HAProxy asks for, two per connection, are there).
+  maxconn $((idle_n + 100))
+  ssl-server-verify required
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+  timeout http-request 60s
+  timeout http-keep-alive 120s
+  # Any idle upstream connection serves any client's next request.
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:${port[haproxy]} ssl crt $work/pki/leaf-bundle.pem alpn h2,http/1.1 ssl-min-ver TLSv1.3
+  default_backend origin
+backend origin
+  http-request set-header Host $name
+  server o 127.0.0.1:$origin_port ssl verify required ca-file $work/origin-ca.pem sni str($name) verifyhost $name ssl-min-ver TLSv1.3 alpn http/1.1
+HAPROXY
+  haproxy -c -q -f "$d/haproxy.cfg"
+  haproxy -db -f "$d/haproxy.cfg" >"$d/stdout" 2>"$d/stderr" &
+  local pid=$!
+  pids+=("$pid")
+  wait_listening "${port[haproxy]}" "$pid" haproxy
+  tpids[haproxy]=$pid ca[haproxy]=$work/pki/ca.pem
+  echo "haproxy 127.0.0.1:${port[haproxy]} (pid $pid)" >&2
+}
+
+# mitmproxy in reverse mode. It resolves the origin's name itself, so it
+# runs in the same private mount namespace as wrk (below), where /etc/hosts
+# names the origin 127.0.0.1; unshare and sh exec into mitmdump, so $! is
+# mitmdump's PID.
+start_mitmproxy() {
+  say "Starting mitmproxy $mitmproxy_version (mitmdump, reverse mode)"
+  local d=$work/mitmproxy
+  mkdir -p "$d"
+  port[mitmproxy]=$(free_port)
+  # connection_strategy=lazy: connect upstream on the first request, as the
+  # others do (mitmproxy's default connects when the client does).
+  # stream_large_bodies: pass 1 MiB replies through instead of buffering
+  # them whole. keep_host_header: send the client's Host, as the others do.
+  "${ns[@]}" "$venv/bin/mitmdump" -q --mode "reverse:https://$name:$origin_port" \
+    --listen-host 127.0.0.1 --listen-port "${port[mitmproxy]}" \
+    --certs "$name=$work/pki/leaf-bundle.pem" \
+    --set confdir="$d" \
+    --set ssl_verify_upstream_trusted_ca="$work/origin-ca.pem" \
+    --set tls_version_client_min=TLS1_3 --set tls_version_server_min=TLS1_3 \
+    --set connection_strategy=lazy --set upstream_cert=false \
+    --set stream_large_bodies=128k --set keep_host_header=true \
+    --set flow_detail=0 --set termlog_verbosity=warn \
+    >"$d/stdout" 2>"$d/stderr" &
+  local pid=$!
+  pids+=("$pid")
+  wait_listening "${port[mitmproxy]}" "$pid" mitmproxy
+  tpids[mitmproxy]=$pid ca[mitmproxy]=$work/pki/ca.pem
+  echo "mitmproxy 127.0.0.1:${port[mitmproxy]} (pid $pid)" >&2
+}
+
+# Wait (at most 30 s) until PORT accepts connections, unless PID has died.
+wait_listening() {
+  for _ in $(seq 300); do
+    kill -0 "$2" 2>/dev/null || die "$3 exited at start-up (see $work/$3/stderr; KEEP=1 keeps it)"
+    ss -Hltn "sport = :$1" | grep -q . && return 0
+    sleep 0.1
+  done
+  die "$3 is not listening on 127.0.0.1:$1"
+}
+
+# --- clients -----------------------------------------------------------------
+
+# wrk has neither an SNI nor a connect-to option: it resolves the URL's
+# host and sends it as SNI. It runs in a private mount namespace where
+# /etc/hosts is a bind-mounted file naming the origin 127.0.0.1 (the
+# machine's file is never touched; the mount dies with the process), as in
+# benches/load/quick.sh. The Host header is set without the port: the
+# gateway refuses a Host naming a port other than 443.
+ns=(unshare --mount)
+[ "$(id -u)" -eq 0 ] || ns+=(--map-root-user)
+# shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
+ns+=(sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts")
+
+prepare_clients() {
+  printf '127.0.0.1 localhost\n127.0.0.1 %s\n' "$name" >"$work/hosts"
+  # Only done() is defined, so wrk keeps its fast path for every request.
+  cat >"$work/report.lua" <<'LUA'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "RESULT requests=%d bytes=%d duration_us=%d errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
+    summary.requests, summary.bytes, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+LUA
+}
+
+# Before measuring: one verified TLS 1.3 request through each target with
+# the CA its clients are meant to trust, then a short warm-up (the gateway's
+# leaf, everyone's upstream connections).
+check_targets() {
+  say "Checking each target (verified TLS 1.3, GET of a 1 KiB reply) and warming up"
+  local t
+  for t in $targets; do
+    printf '  %-10s ' "$t" >&2
+    timeout 30 python3 "$here/idle_conns.py" check "127.0.0.1:${port[$t]}" "$name" "${ca[$t]}" "$small_path" >&2 ||
+      die "$t failed its check"
+    timeout 30 h2load -n 200 -c 2 -m 4 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
+    timeout 30 h2load --h1 -n 200 -c 2 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
+  done
+}
+
+# --- measuring -----------------------------------------------------------------
+
+
+# utime+stime of processes (all their threads), in clock ticks. The command
+# name in /proc/PID/stat is in parentheses and may hold spaces: count the
+# fields after the closing parenthesis (utime, stime are fields 14, 15).
+ticks() {
+  local p s=0
+  for p in "$@"; do s=$((s + $(sed 's/^.*) //' /proc/"$p"/stat | awk '{print $12 + $13}'))); done
+  echo "$s"
+}
+# cutime+cstime of this shell: the CPU time of the children it waited for
+# (the load generator).
+child_ticks() { sed 's/^.*) //' /proc/$$/stat | awk '{print $14 + $15}'; }
+# Busy ticks of the whole machine: user, nice, system, irq, softirq, steal.
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Resident memory of processes, in KiB (summed: nginx's master and worker).
+rss_kib() {
+  local p s=0
+  for p in "$@"; do s=$((s + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status))); done
+  echo "$s"
+}
+
+# Wait (at most QUIET_WAIT s) until the machine is under a quarter of a CPU
+# busy over one second: our processes are idle then, so what is busy is
+# other jobs. Past the wait the run goes ahead and the report stars it if
+# other jobs took CPU while it ran.
+settle() {
+  local waited=0 m0 m1
+  while :; do
+    m0=$(machine_ticks); sleep 1; m1=$(machine_ticks)
+    awk -v t=$((m1 - m0)) -v tck="$tck" 'BEGIN { exit !(t / tck < 0.25) }' && return 0
+    waited=$((waited + 1))
+    if [ "$waited" -ge "${QUIET_WAIT:-30}" ]; then
+      echo "compare: the machine is still busy after ${waited}s; running anyway" >&2
+      return 0
+    fi
+  done
+}
+
+# measure RUN TARGET COMMAND...: one bounded load; the CPU ticks of the
+# target (the proxy; the origin itself for "direct"), the origin, the client
+# and the rest of the machine.
+measure() {
+  local run=$1 t=$2; shift 2
+  local tp p0 o0 c0 m0 p1 o1 c1 m1
+  read -r -a tp <<<"${tpids[$t]}"
+  settle
+  p0=$(ticks "${tp[@]}"); o0=$(ticks "$origin_pid"); c0=$(child_ticks); m0=$(machine_ticks)
+  echo "$*" >"$work/$run.cmd"
+  timeout -k 5 $((dur + 60)) "$@" >"$work/$run.out" 2>&1 || echo "compare: $run exited $?" >&2
+  p1=$(ticks "${tp[@]}"); o1=$(ticks "$origin_pid"); c1=$(child_ticks); m1=$(machine_ticks)
+  local p=$((p1 - p0)) o=$((o1 - o0)) c=$((c1 - c0))
+  [ "$t" = direct ] && o=0 # the origin is the target
+  echo "proxy_ticks=$p origin_ticks=$o client_ticks=$c other_ticks=$((m1 - m0 - p - o - c))" >"$work/$run.cpu"
+}
+
+wrk_run() { # RUN TARGET PATH CONNECTIONS [WRK OPTIONS...]
+  local run=$1 t=$2 path=$3 conns=$4; shift 4
+  measure "$run" "$t" "${ns[@]}" wrk -t1 -c"$conns" -d"${dur}s" --latency -s "$work/report.lua" \
+    -H "Host: $name" "$@" "https://$name:${port[$t]}$path"
+}
+h2load_run() { # RUN TARGET PATH H2LOAD OPTIONS...
+  local run=$1 t=$2 path=$3; shift 3
+  measure "$run" "$t" h2load --connect-to="127.0.0.1:${port[$t]}" "$@" "https://$name$path"
+}
+
+# Memory with N idle client TLS connections: the target's VmRSS before, and
+# once every connection has finished its handshake, with the number of
+# established connections the kernel shows on the target's port (the
+# figure per connection divides by that, not by what was asked for).
+idle_run() {
+  local t=$1 tp r0 r1 est cpid line
+  read -r -a tp <<<"${tpids[$t]}"
+  settle
+  r0=$(rss_kib "${tp[@]}")
+  local c0
+  c0=$(ticks "${tp[@]}")
+  python3 "$here/idle_conns.py" hold "127.0.0.1:${port[$t]}" "$name" "${ca[$t]}" "$idle_n" \
+    "$idle_sources" 300 >"$work/idle.$t.out" 2>&1 &
+  cpid=$!
+  idle_pid=$cpid
+  # Bounded: at most 240 s for all the handshakes (mitmproxy is the slow one).
+  for _ in $(seq 2400); do
+    grep -q '^OPEN ' "$work/idle.$t.out" && break
+    kill -0 "$cpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep 1 # let the target finish its bookkeeping of the last handshakes
+  line=$(grep '^OPEN ' "$work/idle.$t.out" || echo "OPEN opened=0 failed=$idle_n timed_out")
+  r1=$(rss_kib "${tp[@]}")
+  est=$(ss -Htn state established "( sport = :${port[$t]} )" | wc -l)
+  echo "rss0_kib=$r0 rss1_kib=$r1 established=$est handshake_ticks=$(($(ticks "${tp[@]}") - c0)) ${line#OPEN }" \
+    >"$work/idle.$t.res"
+  kill -TERM "$cpid" 2>/dev/null || true
+  wait "$cpid" 2>/dev/null || true
+  idle_pid=""
+  echo "  $t: $(cat "$work/idle.$t.res")" >&2
+  sleep 2 # the target closes them
+}
+
+# The AES-GCM floor: what one core encrypts per second with AES-256-GCM in
+# 16 KiB blocks (a TLS record's size), via the same OpenSSL as nginx and
+# HAProxy. The suites negotiated here are expected to be
+# TLS_AES_256_GCM_SHA384: first in the OpenSSL clients' and rustls's lists.
+aes_floor() {
+  say "AES-256-GCM floor (openssl speed -evp aes-256-gcm, 16 KiB blocks, ${speed_s}s)"
+  settle
+  openssl speed -evp aes-256-gcm -bytes 16384 -seconds "$speed_s" >"$work/speed.out" 2>/dev/null
+  aes_bps=$(awk '/^(AES-256-GCM|aes-256-gcm)/ {v = $NF} END {sub(/k$/, "", v); printf "%.0f", v * 1000}' "$work/speed.out")
+  echo "  $aes_bps bytes/s" >&2
+}
+
+run_all() {
+  local t
+  say "Memory with $idle_n idle TLS connections (over $idle_sources)"
+  for t in $proxies; do idle_run "$t"; done
+  say "HTTP/1.1 keep-alive, 1 KiB replies (wrk -t1 -c32, ${dur}s each)"
+  for t in $targets; do wrk_run "h1_small.$t" "$t" "$small_path" 32; done
+  say "HTTP/2 multiplexed, 1 KiB replies (h2load -c8 -m32, ${dur}s each)"
+  for t in $targets; do h2load_run "h2_small.$t" "$t" "$small_path" -D "$dur" -c 8 -m 32; done
+  say "1 MiB replies over HTTP/1.1 (wrk -t1 -c4, ${dur}s each)"
+  for t in $targets; do wrk_run "h1_1mib.$t" "$t" /download/1048576 4; done
+  # "Connection: close": the target closes after each reply and wrk opens a
+  # new connection (a full TLS handshake: it resumes no sessions) for the
+  # next request, so requests/s = new connections/s.
+  say "New TLS connections, one request each (wrk -t1 -c16 Connection: close, ${dur}s each)"
+  for t in $targets; do wrk_run "h1_newconn.$t" "$t" "$small_path" 16 -H "Connection: close"; done
+}
+
+# --- the report ----------------------------------------------------------------
+
+# Figures of one run: "requests seconds bytes errors p50_us p99_us".
+figures() {
+  local out=$work/$1.out
+  if grep -q '^RESULT ' "$out" 2>/dev/null; then
+    sed -n 's/^RESULT //p' "$out" | tr ' ' '\n' | awk -F= '{v[$1]=$2}
+      END {printf "%.0f %.3f %.0f %.0f %.0f %.0f\n", v["requests"] - v["non2xx"], v["duration_us"] / 1e6,
+        v["bytes"], v["errors"] + v["non2xx"], v["p50_us"], v["p99_us"]}'
+  elif grep -q '^finished in' "$out" 2>/dev/null; then
+    awk '
+      function us(s) { if (s ~ /us$/) return s + 0; if (s ~ /ms$/) return s * 1000; return s * 1e6 }
+      /^finished in/ { sub(/,$/, "", $3); secs = us($3) / 1e6 }
+      /^requests:/ { ok = $8; bad = $10 + $12 + $14 }
+      /^status codes:/ { ok2xx = $3 }
+      /^traffic:/ { gsub(/[()]/, "", $3); bytes = $3 }
+      END { if (ok2xx < ok) { bad += ok - ok2xx; ok = ok2xx }
+            printf "%.0f %.3f %.0f %.0f - -\n", ok, secs, bytes, bad }' "$out"
+  else
+    echo "0 0 0 1 - -"
+  fi
+}
+cpu_field() { tr ' ' '\n' <"$work/$1.cpu" | sed -n "s/^$2=//p"; }
+idle_field() { tr ' ' '\n' <"$work/idle.$1.res" | sed -n "s/^$2=//p"; }
+
+# value RUN KIND: one cell. Kinds: rps, p50, p99, mbps, cpu1k (CPU-s per 1k
+# requests, and per 100k after a slash), cpugb, floor (CPU per GB over the
+# two-pass AES-GCM floor), busy (share of one core).
+value() {
+  local run=$1 kind=$2 n s b e p50 p99 pt o v
+  [ -f "$work/$run.cpu" ] || { echo "-"; return; }
+  read -r n s b e p50 p99 < <(figures "$run")
+  pt=$(cpu_field "$run" proxy_ticks); o=$(cpu_field "$run" other_ticks)
+  v=$(awk -v k="$kind" -v n="$n" -v s="$s" -v b="$b" -v p50="$p50" -v p99="$p99" -v pt="$pt" \
+    -v tck="$tck" -v aes="$aes_bps" 'BEGIN {
+      cpu = pt / tck
+      if (k == "rps") { if (s > 0) printf "%.0f", n / s; else printf "-" }
+      else if (k == "p50") { if (p50 == "-") printf "-"; else printf "%.2f", p50 / 1000 }
+      else if (k == "p99") { if (p99 == "-") printf "-"; else printf "%.2f", p99 / 1000 }
+      else if (k == "mbps") { if (s > 0) printf "%.0f", b / s / 1e6; else printf "-" }
+      else if (k == "cpu1k") { if (n > 0) printf "%.4f / %.2f", cpu / n * 1e3, cpu / n * 1e5; else printf "-" }
+      else if (k == "cpugb") { if (b > 0) printf "%.2f", cpu / b * 1e9; else printf "-" }
+      else if (k == "floor") { if (b > 0 && aes > 0) printf "%.1fx", (cpu / b * 1e9) / (2 * 1e9 / aes); else printf "-" }
+      else if (k == "busy") { if (s > 0) printf "%.0f%%", 100 * cpu / s; else printf "-" }
+    }')
+  # A star: other jobs used more than a quarter of a CPU during the run.
+  if awk -v o="$o" -v tck="$tck" -v s="$s" 'BEGIN { exit !(s > 0 && o / tck / s > 0.25) }'; then v="$v*"; fi
+  [ "${e:-0}" != 0 ] && [ "$e" -gt $((n / 100)) ] && v="$v (errors $e)"
+  echo "$v"
+}
+idle_value() { # TARGET KIND (rss0, rss1, per_conn, est)
+  local t=$1 kind=$2
+  [ -f "$work/idle.$t.res" ] || { echo "-"; return; }
+  awk -v k="$kind" -v r0="$(idle_field "$t" rss0_kib)" -v r1="$(idle_field "$t" rss1_kib)" \
+    -v est="$(idle_field "$t" established)" 'BEGIN {
+      if (k == "rss0") printf "%.1f", r0 / 1024
+      else if (k == "rss1") printf "%.1f", r1 / 1024
+      else if (k == "est") printf "%d", est
+      else if (k == "per_conn") { if (est > 0) printf "%.1f", (r1 - r0) / est; else printf "-" } }'
+}
+# gateway/peer for one cell pair: the leading numbers only.
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN { a += 0; b += 0; if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'
+}
+
+# row LABEL CELL_FN ARGS...: a table row over every target, then gateway/peer.
+row() {
+  local label=$1; shift
+  local cells=() t gw="" v
+  for t in direct gateway $peers; do
+    if [[ " $targets " == *" $t "* ]]; then v=$("$@" "$t"); else v="-"; fi
+    cells+=("$v")
+    [ "$t" = gateway ] && gw=$v
+  done
+  printf '| %s |' "$label"
+  printf ' %s |' "${cells[@]}"
+  local i=2
+  for t in $peers; do printf ' %s |' "$(ratio "$gw" "${cells[$i]}")"; i=$((i + 1)); done
+  echo
+}
+run_cell() { value "$1.$3" "$2"; } # RUN KIND TARGET
+idle_cell() { [ "$2" = direct ] && { echo "-"; return; }; idle_value "$2" "$1"; } # KIND TARGET
+
+report() {
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)," \
+    "Linux $(uname -r); ${dur} s per load run, $idle_n idle connections; AES-256-GCM floor" \
+    "$(awk -v b="$aes_bps" 'BEGIN { printf "%.0f MB/s = %.2f CPU-s per GB one pass, %.2f for decrypt + re-encrypt", b / 1e6, 1e9 / b, 2e9 / b }')"
+  echo
+  printf '| figure | direct |'
+  local t
+  for t in gateway $peers; do printf ' %s |' "$t"; done
+  for t in $peers; do printf ' gw/%s |' "$t"; done
+  echo
+  printf '|---|'
+  for t in direct gateway $peers $peers; do printf -- '---:|'; done
+  echo
+  row "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)" run_cell h1_small cpu1k
+  row "CPU-s per 1k / per 100k req, HTTP/2 1 KiB" run_cell h2_small cpu1k
+  row "CPU-s per 1k / per 100k new TLS connections" run_cell h1_newconn cpu1k
+  row "CPU-s per GB, 1 MiB replies" run_cell h1_1mib cpugb
+  row "… over the AES-GCM floor (2 passes)" run_cell h1_1mib floor
+  row "HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32)" run_cell h1_small rps
+  row "… p50 latency, ms" run_cell h1_small p50
+  row "… p99 latency, ms" run_cell h1_small p99
+  row "HTTP/2 multiplexed 1 KiB: req/s (h2load -c8 -m32)" run_cell h2_small rps
+  row "1 MiB replies, HTTP/1.1: MB/s (wrk -c4)" run_cell h1_1mib mbps
+  row "new TLS connections/s, one request each (wrk -c16)" run_cell h1_newconn rps
+  row "idle: RSS MiB before" idle_cell rss0
+  row "idle: RSS MiB with the idle connections" idle_cell rss1
+  row "idle: connections established (asked $idle_n)" idle_cell est
+  row "idle: KiB per connection" idle_cell per_conn
+  row "busy (share of one core), HTTP/1.1 1 KiB" run_cell h1_small busy
+  row "busy, HTTP/2 1 KiB" run_cell h2_small busy
+  row "busy, 1 MiB replies" run_cell h1_1mib busy
+  row "busy, new connections" run_cell h1_newconn busy
+  echo
+  echo "The direct column's CPU and memory figures are the origin's own. \\* other jobs on the"
+  echo "machine used more than a quarter of a CPU during that run. Ratios are gateway/peer: for"
+  echo "CPU, latency and memory below 1 is better for the gateway, for rates above 1."
+  echo
+  echo "Failed requests/connections per run (the end of a timed wrk run may cut a few):"
+  local run
+  for run in h1_small h2_small h1_1mib h1_newconn; do
+    printf '  %s:' "$run"
+    for t in $targets; do printf ' %s %s' "$t" "$(figures "$run.$t" | awk '{print $4}')"; done
+    echo
+  done
+  echo "Idle connections (opened/failed by the client, seconds to open them all, the target's CPU-s for the handshakes):"
+  for t in $proxies; do
+    [ -f "$work/idle.$t.res" ] || continue
+    printf '  %s: opened %s failed %s in %ss, %s CPU-s\n' "$t" "$(idle_field "$t" opened)" \
+      "$(idle_field "$t" failed)" "$(idle_field "$t" seconds)" \
+      "$(awk -v c="$(idle_field "$t" handshake_ticks)" -v tck="$tck" 'BEGIN { printf "%.2f", c / tck }')"
+  done
+}
+
+install_tools
+tck=$(getconf CLK_TCK)
+raise_nofile
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  say "Building release binaries"
+  cargo build --release -q --locked -p talos-gateway -p talos-e2e --bins
+fi
+for b in gateway load-origin; do [ -x "$bin/$b" ] || die "no $b in $bin (set BIN_DIR)"; done
+make_pki
+prepare_clients
+start_origin
+start_gateway
+for p in $peers; do "start_$p"; done
+proxies="gateway $peers"
+targets="direct $proxies"
+check_targets
+aes_floor
+run_all
+report | tee "$work/table.md"
