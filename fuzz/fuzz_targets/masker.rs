@@ -4,8 +4,9 @@
 //! Input: one byte for the number of values (1 to 4); per value, a length
 //! byte (1 to 32 bytes) and the value; one byte that picks the cuts; the
 //! rest is the body. Checks: the streamed output and counts equal the
-//! reference's, cut in two and cut into small chunks; the hold stays below
-//! the longest pattern; whole-value masking agrees.
+//! reference's, cut in two and cut into small chunks, through both the
+//! copying (`push`) and the uncopied (`push_bytes`) paths; the hold stays
+//! below the longest pattern; whole-value masking agrees.
 
 #![no_main]
 
@@ -57,6 +58,21 @@ fuzz_target!(|data: &[u8]| {
         assert!(out == want, "streamed output differs from the reference");
         let counts: Vec<(String, u64)> = masker.counts().map(|(n, c)| (n.to_owned(), c)).collect();
         assert_eq!(counts, want_counts);
+    }
+
+    // The uncopied path (`push_bytes`), every chunk eligible to pass
+    // through: the pieces it emits, joined, equal the reference too.
+    for step in [chunk, half.max(1)] {
+        let mut masker = Masker::new(set.clone());
+        let mut out = Vec::new();
+        for piece in body.chunks(step) {
+            masker.push_bytes_from(bytes::Bytes::copy_from_slice(piece), 1, |b| {
+                out.extend_from_slice(&b)
+            });
+            assert!(masker.pending_len() < set.max_pattern_len().max(1));
+        }
+        masker.finish(&mut out);
+        assert!(out == want, "uncopied streaming differs from the reference");
     }
 
     let mut whole = body.to_vec();

@@ -110,17 +110,27 @@
 //! automaton. It only ever skips positions where no occurrence can start,
 //! and never into the last `max_pattern_len - 1` bytes of a chunk, which the
 //! automaton walks byte by byte, so an occurrence that the next chunk
-//! completes is never missed.
+//! completes is never missed. (That walk is cheap where nothing is pending:
+//! the start state's moves are a 256-entry table, and most bytes open no
+//! pattern.)
+//!
+//! Most chunks then need no writing either: [`Masker::push_bytes`] reads a
+//! chunk first, and when no occurrence ends in it passes it on as it is, a
+//! slice of the caller's buffer, copying only the pending tail.
 //!
 //! # Speed
 //!
-//! On text with no occurrence the gram filter checks one position in up to
-//! 8 (the shortest pattern's length less 3), and the masker runs at about
-//! 4–5 GiB/s on one core with one or 32 secrets of 40 characters
-//! (`benches/benches/mask.rs` has the figures). Text that looks like the
-//! secrets' patterns is walked byte by byte, at about 0.25–0.3 GiB/s. A
-//! value of 1 to 3 bytes has patterns that short, so the filter checks
-//! every position and finds many candidates: about 0.5 GiB/s.
+//! On text with no occurrence the gram filter checks one position in
+//! `stride`: as many as the shortest pattern allows (its length less 3),
+//! at most 64, and fewer as patterns add up, so that the table stays
+//! sparse (37 for one 40-character token, 43 for four 46-byte values, 11
+//! for 32 tokens; never fewer than 8). The masker then reads 16 KiB chunks at about 25 GiB/s on one
+//! core with four 46-byte values, passing them on uncopied, and copies and
+//! scans 64 KiB chunks at about 19 GiB/s with one 40-character token and
+//! 7.5 GiB/s with 32 (`benches/benches/mask.rs` has the figures). Text
+//! that looks like the secrets' patterns is walked byte by byte, at about
+//! 0.25–0.3 GiB/s. A value of 1 to 3 bytes has patterns that short, so the
+//! filter checks every position and finds many candidates: about 1 GiB/s.
 //!
 //! # Memory usage
 //!
@@ -135,8 +145,9 @@
 //! [`crate::secret::MAX_SECRET_LEN`] a masker holds at most 48 KiB.
 //!
 //! What is wiped: the held bytes (on drop), the held tail's copy left in
-//! the caller's output buffer, and every pattern built while making the
-//! set. The automaton encodes the patterns in its transition
+//! the caller's output buffer by [`Masker::push`], and every pattern built
+//! while making the set. [`Masker::push_bytes`] neither writes nor wipes the
+//! chunk it is given: that buffer is the caller's. The automaton encodes the patterns in its transition
 //! tables, which the aho-corasick crate frees without zeroing them.
 
 use std::fmt;
@@ -149,6 +160,7 @@ use aho_corasick::{Anchored, MatchKind};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 use base64::engine::GeneralPurpose;
 use base64::Engine;
+use bytes::Bytes;
 use zeroize::{Zeroize, Zeroizing};
 
 /// A pattern's bytes: derived from a secret, so wiped when dropped.
@@ -187,6 +199,9 @@ pub struct MaskSet {
     nfa: contiguous::NFA,
     /// The automaton's unanchored start state: nothing pending.
     start: StateID,
+    /// The start state's move on each byte (`start` itself for a byte that
+    /// opens no pattern).
+    from_start: Box<[StateID; 256]>,
     /// For each pattern, the secrets for which a match of it is a new
     /// occurrence (see [`counts_as_occurrence`]).
     counted_by: Box<[Box<[u32]>]>,
@@ -277,12 +292,17 @@ impl MaskSet {
             .start_state(Anchored::No)
             .expect("a contiguous NFA supports unanchored searches by default");
         let holds = hold_table(&nfa, start, &patterns);
+        let from_start = Box::new(std::array::from_fn(|b| {
+            let byte = u8::try_from(b).expect("256 entries");
+            nfa.next_state(Anchored::No, start, byte)
+        }));
         let filter = GramFilter::new(&patterns);
         Ok(MaskSet {
             names: names.into_iter().map(str::to_owned).collect(),
             max_len: patterns.iter().map(|p| p.len()).max().unwrap_or(0),
             nfa,
             start,
+            from_start,
             counted_by: counted_by.into_iter().map(Vec::into_boxed_slice).collect(),
             holds,
             filter,
@@ -344,47 +364,81 @@ impl MaskSet {
     /// Positions are read in order and once; `*` is only ever written over
     /// bytes already read, so what the automaton sees is the original text.
     fn scan(&self, w: &mut [u8], from: usize, mut sid: StateID, counts: &mut [u64]) -> StateID {
-        // Skipping ahead is only allowed up to here: an occurrence that
-        // starts later may end in the next chunk, so its first bytes must
-        // be read for the state to carry them over.
-        let skip_limit = w.len().saturating_sub(self.max_len.saturating_sub(1));
         // The span most recently overwritten, all `*` (see `mask`).
         let mut masked = 0..0;
         let mut i = from;
-        while i < w.len() {
-            if sid == self.start && i < skip_limit {
-                // Nothing pending: no occurrence still to be reported
-                // started before i. The filter finds a position p at or
-                // after i before which none starts either (every occurrence
-                // starting before `skip_limit` ends inside `w`, which the
-                // filter sees), and the automaton restarts there in the
-                // start state: from p on it reports what reading the
-                // skipped bytes would have. The skipped bytes lie more than
-                // `max_len - 1` bytes before the end of `w`, so they are
-                // never part of the pending tail either.
-                if let Some(filter) = &self.filter {
-                    i = filter.skip(w, i, skip_limit);
-                }
-                if i == w.len() {
-                    break;
-                }
-            }
-            sid = self.nfa.next_state(Anchored::No, sid, w[i]);
-            i += 1;
-            if self.nfa.is_match(sid) {
-                for k in 0..self.nfa.match_len(sid) {
-                    let pattern = self.nfa.match_pattern(sid, k);
-                    let start = i
-                        .checked_sub(self.nfa.pattern_len(pattern))
-                        .expect("invariant: a pending occurrence's bytes are held");
-                    mask(w, start..i, &mut masked);
-                    for &secret in &self.counted_by[pattern.as_usize()] {
-                        counts[secret as usize] += 1;
-                    }
+        while self.run_to_match(w, &mut i, &mut sid) {
+            for k in 0..self.nfa.match_len(sid) {
+                let pattern = self.nfa.match_pattern(sid, k);
+                let start = i
+                    .checked_sub(self.nfa.pattern_len(pattern))
+                    .expect("invariant: a pending occurrence's bytes are held");
+                mask(w, start..i, &mut masked);
+                for &secret in &self.counted_by[pattern.as_usize()] {
+                    counts[secret as usize] += 1;
                 }
             }
         }
         sid
+    }
+
+    /// Run the automaton over `w[*i..]` from state `*sid` (the state after
+    /// `w[..*i]`) until an occurrence ends: then `true`, with `*i` just past
+    /// its last byte and `*sid` the match state, which lists every pattern
+    /// that ends there. At the end of `w`: `false`, with `*sid` the state
+    /// after the last byte. Reads only; [`MaskSet::scan`] masks what it
+    /// reports, and the zero-copy check in [`Masker::push_bytes`] stops at
+    /// the first report.
+    #[inline]
+    fn run_to_match(&self, w: &[u8], i: &mut usize, sid: &mut StateID) -> bool {
+        // Skipping ahead is only allowed up to here: an occurrence that
+        // starts later may end in the next chunk, so its first bytes must
+        // be read for the state to carry them over.
+        let skip_limit = w.len().saturating_sub(self.max_len.saturating_sub(1));
+        let mut at = *i;
+        let mut state = *sid;
+        while at < w.len() {
+            if state == self.start {
+                if at < skip_limit {
+                    // Nothing pending: no occurrence still to be reported
+                    // started before `at`. The filter finds a position p at
+                    // or after it before which none starts either (every
+                    // occurrence starting before `skip_limit` ends inside
+                    // `w`, which the filter sees), and the automaton
+                    // restarts there in the start state: from p on it
+                    // reports what reading the skipped bytes would have.
+                    // The skipped bytes lie more than `max_len - 1` bytes
+                    // before the end of `w`, so they are never part of the
+                    // pending tail either.
+                    if let Some(filter) = &self.filter {
+                        at = filter.skip(w, at, skip_limit);
+                    }
+                    if at == w.len() {
+                        break;
+                    }
+                }
+                // The start state's moves are a table lookup: most bytes
+                // open no pattern and leave it where it is, which keeps the
+                // walk over the end of a chunk (where the filter cannot
+                // look) cheap.
+                state = self.from_start[usize::from(w[at])];
+                at += 1;
+                if state == self.start {
+                    continue;
+                }
+            } else {
+                state = self.nfa.next_state(Anchored::No, state, w[at]);
+                at += 1;
+            }
+            if self.nfa.is_match(state) {
+                *i = at;
+                *sid = state;
+                return true;
+            }
+        }
+        *i = w.len();
+        *sid = state;
+        false
     }
 }
 
@@ -414,6 +468,12 @@ fn mask(w: &mut [u8], span: Range<usize>, masked: &mut Range<usize>) {
         *masked = span;
     }
 }
+
+/// [`Masker::push_bytes`] copies chunks shorter than this, in one piece, as
+/// [`Masker::push`] does, rather than passing them on as they are: copying
+/// a few hundred bytes costs less than the extra piece (an extra HTTP/1.1
+/// chunk or HTTP/2 frame) that held bytes in front of them would need.
+const PASS_THROUGH_MIN: usize = 1024;
 
 /// Masks one reply: its body chunk by chunk, its header values and trailers
 /// whole, and counts what it masked per secret name.
@@ -472,6 +532,74 @@ impl Masker {
         // of an occurrence in it.
         window[cut..].zeroize();
         out.truncate(base + cut);
+    }
+
+    /// Take the next body chunk, as [`Masker::push`] does, without copying
+    /// it when it can be passed on as it is. Calls `emit` with the bytes that
+    /// can no longer be part of an occurrence, in order, in at most two
+    /// non-empty pieces, and holds the rest for the next call.
+    ///
+    /// Most chunks hold no occurrence. Such a chunk is read once without
+    /// being written, and then passed on as slices of `chunk` itself: the
+    /// bytes held from before (if any) go first as a piece of their own,
+    /// then the chunk up to its pending tail, which alone is copied into
+    /// the held bytes. A chunk in which an occurrence ends, or one shorter
+    /// than `PASS_THROUGH_MIN`, is copied and masked as [`Masker::push`]
+    /// does, in one piece; the read that found the occurrence is then
+    /// repeated on the copy, which costs only on chunks that hold one.
+    ///
+    /// The bytes of `chunk` itself are never written to or wiped: its
+    /// buffer belongs to whoever made it (the part of it held back may be
+    /// the start of an occurrence; the copy held here is wiped as usual).
+    pub fn push_bytes(&mut self, chunk: Bytes, emit: impl FnMut(Bytes)) {
+        self.push_bytes_from(chunk, PASS_THROUGH_MIN, emit);
+    }
+
+    /// [`Masker::push_bytes`], passing chunks of `min` bytes or more on as
+    /// they are. For tests and the fuzz target, which pass small chunks
+    /// through too; the data path uses [`Masker::push_bytes`].
+    #[doc(hidden)]
+    pub fn push_bytes_from(&mut self, mut chunk: Bytes, min: usize, mut emit: impl FnMut(Bytes)) {
+        let mut end = 0;
+        let mut state = self.state;
+        if chunk.len() < min.max(1) || self.set.run_to_match(&chunk, &mut end, &mut state) {
+            let mut out = Vec::new();
+            self.push(&chunk, &mut out);
+            if !out.is_empty() {
+                emit(Bytes::from(out));
+            }
+            return;
+        }
+        // No occurrence ends in the chunk, so nothing is masked and the
+        // counts stay as they are: what `push` would emit is the held bytes
+        // and the chunk, less the new pending tail, unchanged.
+        self.state = state;
+        let hold = self.set.hold(state);
+        if let Some(pass) = chunk.len().checked_sub(hold) {
+            if !self.held.is_empty() {
+                emit(Bytes::copy_from_slice(&self.held));
+                self.held.clear();
+            }
+            self.held.extend_from_slice(&chunk[pass..]);
+            chunk.truncate(pass);
+            if !chunk.is_empty() {
+                emit(chunk);
+            }
+        } else {
+            // The pending tail reaches back into the held bytes (a chunk
+            // shorter than the longest pattern): emit what it leaves of
+            // them, keep the rest with the whole chunk.
+            let keep_from = (self.held.len() + chunk.len())
+                .checked_sub(hold)
+                .expect("invariant: the pending tail lies within the held bytes and the chunk");
+            if keep_from > 0 {
+                emit(Bytes::copy_from_slice(&self.held[..keep_from]));
+                self.held.copy_within(keep_from.., 0);
+                let kept = self.held.len() - keep_from;
+                self.held.truncate(kept);
+            }
+            self.held.extend_from_slice(&chunk);
+        }
     }
 
     /// The body has ended: append the held bytes to `out`. No occurrence can
@@ -614,10 +742,17 @@ const MAX_GRAM: usize = 4;
 /// core's L1 cache, sparse enough that the few thousand grams of 32 secrets
 /// leave more than nine bits in ten clear.
 const TABLE_BITS: u32 = 16;
-/// Positions one check covers, at most. Larger skips faster over text with
-/// no occurrence, but puts more grams in the table (`stride` per pattern),
-/// so more text looks like a candidate.
-const MAX_STRIDE: usize = 8;
+/// Positions one check covers. Larger skips faster over text with no
+/// occurrence, but puts more grams in the table (`stride` per pattern), so
+/// more text looks like a candidate. The stride is the largest that keeps
+/// the table's grams within `GRAM_BUDGET` (a few secrets give a few dozen
+/// patterns, which allows `MAX_STRIDE`), but never below `MIN_STRIDE` (32
+/// secrets, ~360 patterns: about 3,000 grams, still nine bits in ten
+/// clear), and never more than the shortest pattern allows.
+const MIN_STRIDE: usize = 8;
+const MAX_STRIDE: usize = 64;
+/// About 1 bit in 16 of the table set (before hash collisions).
+const GRAM_BUDGET: usize = 1 << (TABLE_BITS - 4);
 
 /// Finds where an occurrence may start, checking one position in `stride`.
 ///
@@ -631,7 +766,7 @@ const MAX_STRIDE: usize = 8;
 struct GramFilter {
     /// Bit `slot(g)` is set for every gram g at offsets `0..stride` of a
     /// pattern (other grams may share a bit: then they are candidates too).
-    table: Box<[u64]>,
+    table: Box<[u64; 1 << (TABLE_BITS - 6)]>,
     /// Keeps a gram's `len` bytes of a 4-byte little-endian load.
     gram_mask: u32,
     stride: usize,
@@ -643,8 +778,9 @@ impl GramFilter {
         let shortest = patterns.iter().map(|p| p.len()).min()?;
         let len = shortest.min(MAX_GRAM);
         let gram_mask = u32::MAX >> (8 * (MAX_GRAM - len));
-        let stride = (shortest - len + 1).min(MAX_STRIDE);
-        let mut table = vec![0u64; 1 << (TABLE_BITS - 6)].into_boxed_slice();
+        let budget = (GRAM_BUDGET / patterns.len()).clamp(MIN_STRIDE, MAX_STRIDE);
+        let stride = (shortest - len + 1).min(budget);
+        let mut table = Box::new([0u64; 1 << (TABLE_BITS - 6)]);
         for pattern in patterns {
             for offset in 0..stride {
                 let mut gram = [0; MAX_GRAM];
@@ -1100,6 +1236,213 @@ mod tests {
         ) {
             let patterns: Vec<Pattern> = patterns.into_iter().map(Zeroizing::new).collect();
             let filter = GramFilter::new(&patterns).unwrap();
+            let longest = patterns.iter().map(|p| p.len()).max().unwrap();
+            let limit = text.len().saturating_sub(longest - 1);
+            for from in 0..=limit {
+                let p = filter.skip(&text, from, limit);
+                proptest::prop_assert!(from <= p && p <= limit);
+                for start in from..p {
+                    for pattern in &patterns {
+                        proptest::prop_assert!(!text[start..].starts_with(pattern));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Streams `body` cut at `cuts` (sorted offsets) through
+    /// [`Masker::push_bytes_from`] with pass-through from `min` bytes, each
+    /// chunk through [`Masker::push`] instead where `copy` says so; checks
+    /// on the way that no bytes are lost or invented, that the hold stays
+    /// bounded, that a chunk comes out in at most two pieces, and that a
+    /// chunk with no occurrence is passed on uncopied.
+    fn stream_bytes(
+        set: &Arc<MaskSet>,
+        body: &[u8],
+        cuts: &[usize],
+        min: usize,
+        copy: &[bool],
+    ) -> (Vec<u8>, Vec<(String, u64)>) {
+        let mut masker = Masker::new(set.clone());
+        let mut out = Vec::new();
+        let mut from = 0;
+        for (n, &cut) in cuts.iter().chain([&body.len()]).enumerate() {
+            let chunk = Bytes::copy_from_slice(&body[from..cut]);
+            if copy.get(n).copied().unwrap_or(false) {
+                masker.push(&chunk, &mut out);
+            } else {
+                let held = masker.held.len();
+                let (mut end, mut state) = (0, masker.state);
+                let clean = !set.run_to_match(&chunk, &mut end, &mut state);
+                let mut pieces = Vec::new();
+                masker.push_bytes_from(chunk.clone(), min, |p| pieces.push(p));
+                assert!(pieces.len() <= 2 && pieces.iter().all(|p| !p.is_empty()));
+                if clean && chunk.len() >= min.max(1) && chunk.len() > masker.held.len() {
+                    // The last piece is the chunk's own memory.
+                    let last = pieces.last().expect("a clean chunk longer than its hold");
+                    assert_eq!(last.as_ptr(), chunk.as_ptr(), "a clean chunk was copied");
+                    assert_eq!(pieces.len(), 1 + usize::from(held > 0));
+                }
+                for piece in pieces {
+                    out.extend_from_slice(&piece);
+                }
+            }
+            from = cut;
+            assert!(masker.pending_len() < set.max_pattern_len().max(1));
+            assert_eq!(
+                out.len() + masker.pending_len(),
+                cut,
+                "bytes lost or invented"
+            );
+        }
+        masker.finish(&mut out);
+        let counts = masker.counts().map(|(n, c)| (n.to_owned(), c)).collect();
+        (out, counts)
+    }
+
+    /// Values from a tiny alphabet (so occurrences overlap, and values are
+    /// prefixes of one another) or token-like text; a body of filler with
+    /// some of the values' forms planted in it.
+    fn pass_through_case() -> impl proptest::strategy::Strategy<Value = (Vec<Vec<u8>>, Vec<u8>)> {
+        use proptest::prelude::*;
+        let value = prop_oneof![
+            prop::collection::vec(prop::sample::select(b"ab*".to_vec()), 1..=6),
+            "[A-Za-z0-9+/=_-]{1,24}".prop_map(String::into_bytes),
+            prop::collection::vec(any::<u8>(), 1..=16),
+        ];
+        let filler = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..160),
+            prop::collection::vec(prop::sample::select(b"ab*= %".to_vec()), 0..160),
+        ];
+        let plants = prop::collection::vec((any::<usize>(), any::<usize>(), any::<usize>()), 0..5);
+        (prop::collection::vec(value, 1..=3), filler, plants).prop_map(
+            |(values, mut body, plants)| {
+                for (v, form, at) in plants {
+                    let forms = forms(&values[v % values.len()]);
+                    let form = &forms[form % forms.len()];
+                    let at = at % (body.len() + 1);
+                    body.splice(at..at, form.iter().copied());
+                }
+                (values, body)
+            },
+        )
+    }
+
+    fn named(values: &[Vec<u8>]) -> Vec<(&'static str, &[u8])> {
+        // The third value shares the first one's name.
+        values
+            .iter()
+            .zip(["A", "B", "A"])
+            .map(|(v, n)| (n, v.as_slice()))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// The pass-through path against the reference, cut in two at every
+        /// split point, small chunks passed through too.
+        #[test]
+        fn pass_through_matches_the_reference_at_every_split(
+            (values, body) in pass_through_case(),
+        ) {
+            let secrets = named(&values);
+            let set = Arc::new(MaskSet::new(&secrets).unwrap());
+            let (want, want_counts) = mask_reference(&body, &secrets);
+            for split in 0..=body.len() {
+                let (got, counts) = stream_bytes(&set, &body, &[split], 0, &[]);
+                proptest::prop_assert!(got == want, "split at {}", split);
+                proptest::prop_assert_eq!(&counts, &want_counts, "split at {}", split);
+            }
+        }
+
+        /// Many chunks, 1-byte ones included, some copied by `push` between
+        /// passed ones, some below the pass-through minimum.
+        #[test]
+        fn pass_through_matches_the_reference_in_many_chunks(
+            (values, body) in pass_through_case(),
+            sizes in proptest::collection::vec(0usize..40, 1..50),
+            copy in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..50),
+            min in 0usize..8,
+        ) {
+            let secrets = named(&values);
+            let set = Arc::new(MaskSet::new(&secrets).unwrap());
+            let (want, want_counts) = mask_reference(&body, &secrets);
+            let mut cuts = Vec::new();
+            let mut at = 0;
+            for size in sizes.iter().cycle().take(body.len() + 1) {
+                at = (at + size).min(body.len());
+                cuts.push(at);
+            }
+            let (got, counts) = stream_bytes(&set, &body, &cuts, min, &copy);
+            proptest::prop_assert!(got == want);
+            proptest::prop_assert_eq!(&counts, &want_counts);
+            let every_byte: Vec<usize> = (0..body.len()).collect();
+            let (got, counts) = stream_bytes(&set, &body, &every_byte, 0, &[]);
+            proptest::prop_assert!(got == want);
+            proptest::prop_assert_eq!(&counts, &want_counts);
+        }
+    }
+
+    #[test]
+    fn clean_chunks_pass_uncopied_and_held_bytes_go_first() {
+        let set = Arc::new(MaskSet::new(&[("K", b"secret-value")]).unwrap());
+        let mut masker = Masker::new(set);
+        let mut pieces = Vec::new();
+        // Ends with "sec": held back, the rest passed on as it is.
+        let first = Bytes::from(vec![b'x'; 2000]).slice(..);
+        let first = [&first[..], b"sec"].concat();
+        let first = Bytes::from(first);
+        masker.push_bytes(first.clone(), |p| pieces.push(p));
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0].as_ptr(), first.as_ptr());
+        assert_eq!(pieces[0].len(), 2000);
+        assert_eq!(masker.pending_len(), 3);
+        // Not the value after all: "sec" goes first, then the new chunk.
+        let second = Bytes::from(vec![b'y'; 2000]);
+        pieces.clear();
+        masker.push_bytes(second.clone(), |p| pieces.push(p));
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(&pieces[0][..], b"sec");
+        assert_eq!(pieces[1].as_ptr(), second.as_ptr());
+        assert_eq!(masker.pending_len(), 0);
+        // The value, across a cut: masked in one copied piece.
+        pieces.clear();
+        let mut third = vec![b'z'; 1500];
+        third.extend_from_slice(b"secret-");
+        masker.push_bytes(Bytes::from(third), |p| pieces.push(p));
+        let mut fourth = b"value".to_vec();
+        fourth.extend_from_slice(&[b'z'; 1500]);
+        masker.push_bytes(Bytes::from(fourth), |p| pieces.push(p));
+        let mut out: Vec<u8> = pieces.concat();
+        masker.finish(&mut out);
+        let mut want = vec![b'z'; 1500];
+        want.extend_from_slice(b"************");
+        want.extend_from_slice(&[b'z'; 1500]);
+        assert_eq!(out, want);
+        assert_eq!(masker.counts().collect::<Vec<_>>(), [("K", 1)]);
+    }
+
+    proptest::proptest! {
+        /// The same with patterns long enough for strides up to
+        /// `MAX_STRIDE`.
+        #[test]
+        fn gram_filter_never_skips_an_occurrence_at_long_strides(
+            patterns in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(b"abcd".to_vec()), 20..80),
+                1..4,
+            ),
+            text in proptest::collection::vec(proptest::sample::select(b"abcdx".to_vec()), 0..400),
+            plant in proptest::prelude::any::<(usize, usize)>(),
+        ) {
+            let patterns: Vec<Pattern> = patterns.into_iter().map(Zeroizing::new).collect();
+            let mut text = text;
+            // Make sure an occurrence is there now and then.
+            let at = plant.0 % (text.len() + 1);
+            text.splice(at..at, patterns[plant.1 % patterns.len()].iter().copied());
+            let filter = GramFilter::new(&patterns).unwrap();
+            let shortest = patterns.iter().map(|p| p.len()).min().unwrap();
+            proptest::prop_assert_eq!(filter.stride, (shortest - 3).min(MAX_STRIDE));
             let longest = patterns.iter().map(|p| p.len()).max().unwrap();
             let limit = text.len().saturating_sub(longest - 1);
             for from in 0..=limit {

@@ -12,7 +12,8 @@
 //! the body was decoded, in which case it is removed and each side frames
 //! the body for itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -112,6 +113,7 @@ pub fn filter(
         filter: Some(Box::new(Filter {
             masker,
             decoder,
+            ready: VecDeque::new(),
             trailers: None,
             done: false,
             counts: Arc::clone(counts),
@@ -127,14 +129,29 @@ pub struct ReplyBody {
     filter: Option<Box<Filter>>,
 }
 
-#[derive(Debug)]
 struct Filter {
     masker: Masker,
     decoder: Option<Decoder>,
+    /// Masked body pieces not yet passed on: a chunk may come out as two
+    /// (the bytes held from before it, then the chunk itself, uncopied).
+    ready: VecDeque<Bytes>,
     /// Trailers that wait until the held body bytes are out.
     trailers: Option<HeaderMap>,
     done: bool,
     counts: Counts,
+}
+
+impl fmt::Debug for Filter {
+    /// Sizes only: no body bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filter")
+            .field("masker", &self.masker)
+            .field("decoder", &self.decoder)
+            .field("ready_pieces", &self.ready.len())
+            .field("trailers", &self.trailers.is_some())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReplyBody {
@@ -182,6 +199,9 @@ impl Body for ReplyBody {
                 .map_err(ReplyError::Upstream);
         };
         loop {
+            if let Some(out) = f.ready.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(out))));
+            }
             if let Some(t) = f.trailers.take() {
                 f.done = true;
                 return Poll::Ready(Some(Ok(Frame::trailers(t))));
@@ -195,29 +215,17 @@ impl Body for ReplyBody {
                 Poll::Ready(Some(Ok(frame))) => frame,
                 Poll::Ready(None) => {
                     f.done = true;
-                    let out = f.flush()?;
-                    return Poll::Ready(if out.is_empty() {
-                        None
-                    } else {
-                        Some(Ok(Frame::data(out)))
-                    });
+                    f.flush()?;
+                    continue;
                 }
             };
             match frame.into_data() {
-                Ok(data) => {
-                    let out = f.data(&data)?;
-                    if !out.is_empty() {
-                        return Poll::Ready(Some(Ok(Frame::data(out))));
-                    }
-                }
+                Ok(data) => f.data(data)?,
                 Err(frame) => {
                     if let Ok(mut trailers) = frame.into_trailers() {
                         mask_headers(&mut f.masker, &mut trailers);
                         f.trailers = Some(trailers);
-                        let out = f.flush()?;
-                        if !out.is_empty() {
-                            return Poll::Ready(Some(Ok(Frame::data(out))));
-                        }
+                        f.flush()?;
                     }
                 }
             }
@@ -227,7 +235,7 @@ impl Body for ReplyBody {
     fn is_end_stream(&self) -> bool {
         match &self.filter {
             None => self.inner.is_end_stream(),
-            Some(f) => f.done && f.trailers.is_none(),
+            Some(f) => f.done && f.ready.is_empty() && f.trailers.is_none(),
         }
     }
 
@@ -241,30 +249,48 @@ impl Body for ReplyBody {
 }
 
 impl Filter {
-    /// One body chunk: decoded if needed, then masked.
-    fn data(&mut self, data: &[u8]) -> Result<Bytes, ReplyError> {
-        let mut out = Vec::new();
+    /// One body chunk: decoded if needed, then masked; what is ready goes
+    /// to `ready`.
+    fn data(&mut self, data: Bytes) -> Result<(), ReplyError> {
         match &mut self.decoder {
             Some(d) => {
+                // Decoded text is the gateway's own buffer, unmasked: copied
+                // and masked, then wiped.
                 let mut plain = Vec::new();
-                d.push(data, &mut plain)?;
+                d.push(&data, &mut plain)?;
+                let mut out = Vec::new();
                 self.masker.push(&plain, &mut out);
                 zeroize::Zeroize::zeroize(&mut plain);
+                self.ready_vec(out);
             }
-            None => self.masker.push(data, &mut out),
+            // Passed on uncopied when it holds no occurrence: masking is
+            // then a read of each byte, not a copy and an allocation too.
+            None => {
+                let ready = &mut self.ready;
+                self.masker.push_bytes(data, |piece| ready.push_back(piece));
+            }
         }
-        Ok(Bytes::from(out))
+        Ok(())
     }
 
-    /// End of the body: what the decoder and the masker still hold.
-    fn flush(&mut self) -> Result<Bytes, ReplyError> {
+    /// End of the body: what the decoder and the masker still hold goes to
+    /// `ready`.
+    fn flush(&mut self) -> Result<(), ReplyError> {
         let mut out = Vec::new();
         if let Some(d) = &mut self.decoder {
             let mut plain = Vec::new();
             d.finish(&mut plain)?;
             self.masker.push(&plain, &mut out);
+            zeroize::Zeroize::zeroize(&mut plain);
         }
         self.masker.finish(&mut out);
-        Ok(Bytes::from(out))
+        self.ready_vec(out);
+        Ok(())
+    }
+
+    fn ready_vec(&mut self, out: Vec<u8>) {
+        if !out.is_empty() {
+            self.ready.push_back(Bytes::from(out));
+        }
     }
 }
