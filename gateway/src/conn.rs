@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -94,7 +94,9 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     let mut record = Record::open(Arc::clone(&shared.gateway_id), peer);
     let wire = Arc::new(WireBytes::default());
     let mut client = Counted::new(client, Arc::clone(&wire));
-    if let Err(refused) = run(shared, &mut client, peer, &mut record).await {
+    // Boxed: held inline, the stages' future would be laid out here twice
+    // over (once as built, once as awaited), in every connection's task.
+    if let Err(refused) = Box::pin(run(shared, &mut client, peer, &mut record)).await {
         tracing::info!(
             source = %peer,
             session = record.session_id.as_deref().unwrap_or("-"),
@@ -112,7 +114,10 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     record.bytes_from_session = wire.read.load(Ordering::Relaxed);
     record.bytes_to_session = wire.written.load(Ordering::Relaxed);
     metrics::gauge!("gateway_connections_open").decrement(1.0);
-    shared.records.close(record).await;
+    // Boxed too: handing the record over takes a future that holds the
+    // record twice, and its room would be kept in every idle connection's
+    // task (beside `record` itself) for nothing.
+    Box::pin(shared.records.close(record)).await;
 }
 
 type Client = Counted<TcpStream>;
@@ -138,7 +143,10 @@ async fn run(
         Vec::new()
     } else {
         check_name(&session, &name)?;
-        resolve(&shared.resolver, &name, record).await?
+        // Boxed, as is `terminate` below: a future keeps the size of its
+        // largest stage for its whole life, and an idle connection should
+        // not pay for the resolver's state.
+        Box::pin(resolve(&shared.resolver, &name, record)).await?
     };
 
     tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
@@ -152,7 +160,7 @@ async fn run(
         holding: Default::default(),
         withdrawn: Default::default(),
     });
-    let result = terminate(shared, client, first_bytes, &ctx, record).await;
+    let result = Box::pin(terminate(shared, client, first_bytes, &ctx, record)).await;
     // A reply adds its masked counts when its body is dropped, and HTTP/2
     // bodies live in tasks hyper spawned, which may outlast the connection
     // future by a moment: wait for them (bounded) so the record counts
@@ -273,9 +281,17 @@ async fn terminate(
         return Err(Refused::new(Refusal::SessionEnded, "ended_before_tls"));
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&ctx.session.tls));
-    let accept = acceptor.accept(Replay::new(first_bytes, client));
+    // The handshake's state lives on the heap for the handshake only: held
+    // inline, it would set the size of this future (and so the memory of
+    // every idle connection) for the connection's whole life. The stream
+    // it yields is boxed inside it for the same reason.
+    let accept = Box::pin(async move {
+        let accept = acceptor.accept(Replay::new(first_bytes, client));
+        let accepted = tokio::time::timeout(shared.handshake_timeout, accept).await;
+        accepted.map(|tls| tls.map(Box::new))
+    });
     let accepted = tokio::select! {
-        accepted = tokio::time::timeout(shared.handshake_timeout, accept) => accepted,
+        accepted = accept => accepted,
         _ = ctx.session.ended.cancelled() => {
             return Err(Refused::new(Refusal::SessionEnded, "ended_during_tls"));
         }
@@ -303,6 +319,42 @@ async fn terminate(
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
 
     let ended = ctx.session.ended.clone();
+    // HTTP/1.1: hyper's connection state (a read buffer and a write buffer
+    // of 8 KiB each, and the connection itself) is made only once the
+    // client starts its first request. Until then an idle connection holds
+    // its TLS state and nothing more. The wait is bounded exactly as hyper
+    // bounds it: the first request's headers are due HEADER_READ_TIMEOUT
+    // after the handshake, whenever the first byte comes (`FirstHeadBy`).
+    let mut tls = tls;
+    let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
+    if !h2 {
+        let first = tokio::select! {
+            // Peeks: the bytes stay in rustls's plaintext buffer for hyper.
+            first = tokio::time::timeout_at(first_head_by, tls.fill_buf()) => {
+                first.map(|read| read.map(|bytes| bytes.is_empty()))
+            }
+            _ = shared.shutdown.cancelled() => return Ok(()),
+            // No request yet, so none held for approval.
+            _ = ended.cancelled() => {
+                return Err(Refused::new(Refusal::SessionEnded, "session_closed"));
+            }
+        };
+        match first {
+            Ok(Ok(false)) => {}
+            // The client closed without a request.
+            Ok(Ok(true)) => return Ok(()),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "session connection ended with an error");
+                return Ok(());
+            }
+            // What hyper does when the headers do not come in time: close,
+            // with no response.
+            Err(_elapsed) => {
+                tracing::debug!("session connection ended: no request before the header timeout");
+                return Ok(());
+            }
+        }
+    }
     let holding = Arc::clone(ctx);
     let ctx = Arc::clone(ctx);
     let service = hyper::service::service_fn(move |req| {
@@ -322,8 +374,9 @@ async fn terminate(
     // most WITHDRAW_GRACE), and the connection is cut.
     macro_rules! drive {
         ($conn:expr) => {{
-            let conn = $conn;
-            tokio::pin!(conn);
+            // On the heap, sized exactly, rather than inline in this future
+            // beside the other stages' state.
+            let mut conn = Box::pin($conn);
             tokio::select! {
                 result = conn.as_mut() => {
                     if let Err(e) = result {
@@ -356,7 +409,7 @@ async fn terminate(
         )
     } else {
         drive!(hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
+            .timer(FirstHeadBy::new(first_head_by.into_std()))
             .header_read_timeout(HEADER_READ_TIMEOUT)
             .serve_connection(io, service))
     }
@@ -375,6 +428,53 @@ const WITHDRAW_GRACE: Duration = Duration::from_secs(2);
 /// it starts one (and how long an idle keep-alive connection stays open).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// hyper's timer for an HTTP/1.1 session connection whose first request
+/// hyper only sees once it has started (see `terminate`): the first
+/// header-read deadline hyper sets is brought forward to `by`, so the
+/// first request's headers are due when they would have been had hyper
+/// been waiting since the handshake. Later deadlines are hyper's own.
+///
+/// hyper's HTTP/1.1 server (1.x) uses its timer for the header-read timeout
+/// only. Were it to set some other deadline first, that one would come
+/// early instead: stricter, never looser.
+#[derive(Debug)]
+struct FirstHeadBy {
+    by: Instant,
+    used: std::sync::atomic::AtomicBool,
+}
+
+impl FirstHeadBy {
+    fn new(by: Instant) -> FirstHeadBy {
+        FirstHeadBy {
+            by,
+            used: Default::default(),
+        }
+    }
+}
+
+impl hyper::rt::Timer for FirstHeadBy {
+    fn sleep(&self, duration: Duration) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+        TokioTimer::new().sleep(duration)
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+        let deadline = if self.used.swap(true, Ordering::Relaxed) {
+            deadline
+        } else {
+            deadline.min(self.by)
+        };
+        TokioTimer::new().sleep_until(deadline)
+    }
+
+    fn reset(&self, sleep: &mut std::pin::Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
+        TokioTimer::new().reset(sleep, new_deadline)
+    }
+
+    fn now(&self) -> Instant {
+        TokioTimer::new().now()
+    }
+}
+
 const ALERT_LEN: usize = 7;
 
 /// A fatal alert in a plaintext TLS record: the handshake has not started,
@@ -382,4 +482,23 @@ const ALERT_LEN: usize = 7;
 async fn send_alert(client: &mut Client, alert: Alert) {
     let bytes: [u8; ALERT_LEN] = [21, 3, 3, 0, 2, 2, alert as u8];
     let _ = tokio::time::timeout(Duration::from_secs(1), client.write_all(&bytes)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::rt::Timer;
+
+    #[tokio::test(start_paused = true)]
+    async fn first_head_by_brings_only_the_first_deadline_forward() {
+        let start = tokio::time::Instant::now();
+        let at = |secs| (start + Duration::from_secs(secs)).into_std();
+        let timer = FirstHeadBy::new(at(5));
+        let first = timer.sleep_until(at(60));
+        let second = timer.sleep_until(at(60));
+        first.await;
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        second.await;
+        assert_eq!(start.elapsed(), Duration::from_secs(60));
+    }
 }
