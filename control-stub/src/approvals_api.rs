@@ -28,9 +28,7 @@
 //! the path).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -39,19 +37,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use talos_certs::{GatewayKey, Verdict};
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 use crate::error::Error;
 use crate::identity::Identity;
 use crate::link::{GatewayLink, LinkError};
 use crate::store::Store;
 
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 64;
-
-/// How long a client has for its TLS handshake, and for a request's
-/// headers.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once, and how long a client has for its TLS
+/// handshake (and here for a request's headers): the control listener's.
+pub use crate::serve::{HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
 
 /// The largest request body read: 16 KiB.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -101,64 +95,35 @@ pub fn server_config(identity: &Identity) -> Result<rustls::ServerConfig, Error>
     Ok(config)
 }
 
-/// Serve the API on `listener` until `shutdown` resolves.
+/// Serve the API on `listener` until `shutdown` resolves (the accept loop,
+/// its connection cap and handshake bound are `serve`'s own).
 pub async fn serve(
     listener: TcpListener,
     tls: rustls::ServerConfig,
     api: Api,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            () = &mut shutdown => return,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
-        let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => return,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(_) => continue,
-            },
-        };
-        let acceptor = acceptor.clone();
-        let api = api.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    log_refused(peer, &e.to_string());
-                    return;
-                }
-                Err(_) => {
-                    log_refused(peer, "handshake timed out");
-                    return;
-                }
-            };
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let api = api.clone();
-                async move { Ok::<_, Infallible>(handle(&api, req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HANDSHAKE_TIMEOUT)
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
-        });
-    }
-}
-
-fn log_refused(peer: SocketAddr, why: &str) {
-    eprintln!(
-        "{}",
-        serde_json::json!({"approvals_connection_refused": peer.to_string(), "reason": why})
-    );
+    crate::serve::accept_tls(
+        listener,
+        tls,
+        "approvals_connection_refused",
+        shutdown,
+        move |tls| {
+            let api = api.clone();
+            async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let api = api.clone();
+                    async move { Ok::<_, Infallible>(handle(&api, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HANDSHAKE_TIMEOUT)
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            }
+        },
+    )
+    .await;
 }
 
 type Reply = Response<Full<Bytes>>;

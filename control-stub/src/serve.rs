@@ -262,12 +262,51 @@ pub async fn serve(
     consumer: Consumer,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
     let routes = tonic::service::Routes::new(
         ControlPlaneServer::new(consumer)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(64 * 1024),
     );
+    accept_tls(listener, tls, "connection_refused", shutdown, move |tls| {
+        let routes = routes.clone();
+        async move {
+            let peer = PeerCerts(Arc::new(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default(),
+            ));
+            let service = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(peer.clone());
+                    tower::ServiceExt::oneshot(routes.clone(), req)
+                },
+            );
+            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        }
+    })
+    .await;
+}
+
+/// The accept loop both of `serve`'s listeners share: at most
+/// [`MAX_CONNECTIONS`] connections at once (more wait in the listen
+/// queue), each TLS handshake bounded by [`HANDSHAKE_TIMEOUT`] and a failed
+/// one logged as one JSON line under `log_key`; each handshaken stream is
+/// served by `serve_conn` on its own task, until `shutdown` resolves.
+pub(crate) async fn accept_tls<F, Fut>(
+    listener: TcpListener,
+    tls: rustls::ServerConfig,
+    log_key: &'static str,
+    shutdown: impl std::future::Future<Output = ()>,
+    serve_conn: F,
+) where
+    F: Fn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
@@ -288,44 +327,29 @@ pub async fn serve(
             },
         };
         let acceptor = acceptor.clone();
-        let routes = routes.clone();
+        let serve_conn = serve_conn.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    log_refused(peer, &e.to_string());
+                    log_refused(log_key, peer, &e.to_string());
                     return;
                 }
                 Err(_) => {
-                    log_refused(peer, "handshake timed out");
+                    log_refused(log_key, peer, "handshake timed out");
                     return;
                 }
             };
-            let peer = PeerCerts(Arc::new(
-                tls.get_ref()
-                    .1
-                    .peer_certificates()
-                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-                    .unwrap_or_default(),
-            ));
-            let service = hyper::service::service_fn(
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(peer.clone());
-                    tower::ServiceExt::oneshot(routes.clone(), req)
-                },
-            );
-            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
+            serve_conn(tls).await;
         });
     }
 }
 
-fn log_refused(peer: SocketAddr, why: &str) {
+fn log_refused(log_key: &str, peer: SocketAddr, why: &str) {
     eprintln!(
         "{}",
-        serde_json::json!({"connection_refused": peer.to_string(), "reason": why})
+        serde_json::json!({log_key: peer.to_string(), "reason": why})
     );
 }
 
