@@ -190,6 +190,22 @@ pub fn batch_payload<R: AsRef<[u8]>>(
     Ok(out)
 }
 
+/// The gateway id and seq a batch payload claims, unverified (empty and 0
+/// when it names none): to name a batch in a rejection record or a spool
+/// file before, or instead of, checking it.
+pub fn claimed_header(payload: &[u8]) -> (String, u64) {
+    #[derive(Deserialize)]
+    struct Claimed {
+        #[serde(default)]
+        gateway_id: String,
+        #[serde(default)]
+        seq: u64,
+    }
+    serde_json::from_slice::<Claimed>(payload)
+        .map(|c| (c.gateway_id, c.seq))
+        .unwrap_or_default()
+}
+
 /// Parses a batch payload, insisting on the exact encoding `batch_payload`
 /// writes. The reason never quotes the payload.
 fn parse_batch(payload: &[u8]) -> Result<(BatchHeader, Vec<&RawValue>), String> {

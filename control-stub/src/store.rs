@@ -724,20 +724,7 @@ pub fn ed25519_key(hex_key: &str) -> Option<[u8; 32]> {
     hex::decode(hex_key).ok()?.try_into().ok()
 }
 
-/// The gateway id and seq a batch payload claims, unverified, for the
-/// record of its rejection.
-pub fn claimed_header(payload: &[u8]) -> (String, u64) {
-    #[derive(serde::Deserialize)]
-    struct Claimed {
-        #[serde(default)]
-        gateway_id: String,
-        #[serde(default)]
-        seq: u64,
-    }
-    serde_json::from_slice::<Claimed>(payload)
-        .map(|c| (c.gateway_id, c.seq))
-        .unwrap_or_default()
-}
+pub use talos_certs::claimed_header;
 
 /// Whether [`Store::record_batch`] recorded the batch or had it already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -170,7 +170,7 @@ impl Spool {
             };
             let bytes = item.metadata().map_err(|e| io_err(&path, e))?.len();
             let signed = read_batch(&path)?;
-            let (_, claimed_seq) = claimed(&signed.payload);
+            let (_, claimed_seq) = talos_certs::claimed_header(&signed.payload);
             if claimed_seq != seq {
                 return Err(SpoolError::Corrupt {
                     path,
@@ -392,20 +392,6 @@ pub fn read_batch(path: &Path) -> Result<Signed, SpoolError> {
         path: path.to_owned(),
         reason: format!("not a signed batch: {e}"),
     })
-}
-
-/// The gateway id and seq a payload claims (defaults if it names none).
-fn claimed(payload: &[u8]) -> (String, u64) {
-    #[derive(serde::Deserialize)]
-    struct Claimed {
-        #[serde(default)]
-        gateway_id: String,
-        #[serde(default)]
-        seq: u64,
-    }
-    serde_json::from_slice::<Claimed>(payload)
-        .map(|c| (c.gateway_id, c.seq))
-        .unwrap_or_default()
 }
 
 /// Seals records into batches and spools them: the record writer's side.

@@ -36,7 +36,7 @@ impl ControlPlane for State {
         &self,
         request: Request<pb::Signed>,
     ) -> Result<Response<pb::BatchAck>, Status> {
-        let seq = talos_certs_seq(&request.get_ref().payload);
+        let (_, seq) = talos_certs::claimed_header(&request.get_ref().payload);
         *self.batches.lock().unwrap() += 1;
         Ok(Response::new(pb::BatchAck {
             status: pb::batch_ack::Status::Accepted as i32,
@@ -53,13 +53,6 @@ impl ControlPlane for State {
         self.arrived.notify_waiters();
         Ok(Response::new(pb::ProposeAck {}))
     }
-}
-
-fn talos_certs_seq(payload: &[u8]) -> u64 {
-    serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()
-        .and_then(|v| v["seq"].as_u64())
-        .unwrap_or(0)
 }
 
 /// A running test control plane with its relay key.
