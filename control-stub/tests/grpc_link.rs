@@ -3,19 +3,19 @@
 //! from `init`, which make real CA certificates and sign real drop reports
 //! with their own Ed25519 keys.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use talos_certs::{DropReason, DropReport, GatewayKey};
-use talos_control_stub::identity::{self, Identity};
+use talos_control_stub::identity;
 use talos_control_stub::pb;
-use talos_control_stub::pb::gateway_server::{Gateway, GatewayServer};
+use talos_control_stub::pb::gateway_server::Gateway;
 use talos_control_stub::{
     GrpcLink, Lifecycle, Mode, SignatureVerifier, StartRequest, State, Store,
 };
-use tokio_rustls::TlsAcceptor;
 use tonic::{Request, Response, Status};
 
 /// What a stand-in holds for a session: attempt, CA digest, secret names.
@@ -129,45 +129,7 @@ impl StandIn {
     /// Serve on 127.0.0.1:0 with the identity `id` from `dir`, on a thread
     /// of its own (the link under test blocks on its own runtime).
     fn serve(&self, dir: &std::path::Path) -> SocketAddr {
-        let tls = Identity::load(dir, &self.id)
-            .unwrap()
-            .server_config()
-            .unwrap();
-        let me = self.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let acceptor = TlsAcceptor::from(Arc::new(tls));
-                let routes = tonic::service::Routes::new(GatewayServer::new(me));
-                loop {
-                    let Ok((tcp, _)) = listener.accept().await else {
-                        return;
-                    };
-                    let acceptor = acceptor.clone();
-                    let routes = routes.clone();
-                    tokio::spawn(async move {
-                        let Ok(tls) = acceptor.accept(tcp).await else {
-                            return;
-                        };
-                        let service = hyper::service::service_fn(
-                            move |req: hyper::Request<hyper::body::Incoming>| {
-                                tower::ServiceExt::oneshot(routes.clone(), req)
-                            },
-                        );
-                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(tls), service)
-                            .await;
-                    });
-                }
-            });
-        });
-        rx.recv().unwrap()
+        common::serve_stand_in(dir, &self.id, self.clone())
     }
 }
 

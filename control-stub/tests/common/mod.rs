@@ -160,3 +160,55 @@ pub fn bin(db: &Path, args: &[&str], stdin: &[u8]) -> Output {
         stderr: String::from_utf8(out.stderr).unwrap(),
     }
 }
+
+/// Serve `gateway` (a stand-in `Gateway` service) on 127.0.0.1:0 with the
+/// control identity `id` from `dir`, on a thread of its own (the link under
+/// test blocks on its own runtime); returns the address.
+pub fn serve_stand_in<G>(dir: &Path, id: &str, gateway: G) -> std::net::SocketAddr
+where
+    G: talos_control_stub::pb::gateway_server::Gateway,
+{
+    use std::sync::Arc;
+
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use talos_control_stub::pb::gateway_server::GatewayServer;
+
+    let tls = talos_control_stub::identity::Identity::load(dir, id)
+        .unwrap()
+        .server_config()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+            let routes = tonic::service::Routes::new(GatewayServer::new(gateway));
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                let routes = routes.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            tower::ServiceExt::oneshot(routes.clone(), req)
+                        },
+                    );
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+    });
+    rx.recv().unwrap()
+}
