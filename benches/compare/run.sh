@@ -17,7 +17,7 @@
 # BIN_DIR=DIR (the release binaries, default $CARGO_TARGET_DIR/release or
 # target/release); NO_BUILD=1 (use BIN_DIR as it is); NO_INSTALL=1 (do not
 # apt-get/pip install); PEERS="nginx haproxy mitmproxy" (a subset);
-# QUIET_WAIT=SECONDS (wait for other jobs to leave the CPUs before each run,
+# FIGURES="idle h1 h2 mib newconn" (a subset); QUIET_WAIT=SECONDS (wait for other jobs to leave the CPUs before each run,
 # default 30); KEEP=1 (keep the work folder /tmp/talos-compare.*).
 # What it measures, how each peer is configured, the latest figures:
 # benches/compare/README.md.
@@ -30,7 +30,8 @@ else
   dur=${DURATION:-10} idle_n=${IDLE_CONNS:-10000} speed_s=3
 fi
 idle_sources=${IDLE_SOURCES:-127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4}
-peers=${PEERS:-nginx haproxy mitmproxy}
+peers=${PEERS-nginx haproxy mitmproxy}
+figures_on=${FIGURES:-idle h1 h2 mib newconn}
 bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 name=origin.demo.test
 mitmproxy_version=${MITMPROXY_VERSION:-11.0.2} # the last release for Python 3.11 (Debian 12)
@@ -527,21 +528,35 @@ aes_floor() {
   echo "  $aes_bps bytes/s" >&2
 }
 
+# FIGURES picks which of them run (all by default); the table leaves the
+# others' rows empty.
+has_figure() { case " $figures_on " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
 run_all() {
   local t
-  say "Memory with $idle_n idle TLS connections (over $idle_sources)"
-  for t in $proxies; do idle_run "$t"; done
-  say "HTTP/1.1 keep-alive, 1 KiB replies (wrk -t1 -c32, ${dur}s each)"
-  for t in $targets; do wrk_run "h1_small.$t" "$t" "$small_path" 32; done
-  say "HTTP/2 multiplexed, 1 KiB replies (h2load -c8 -m32, ${dur}s each)"
-  for t in $targets; do h2load_run "h2_small.$t" "$t" "$small_path" -D "$dur" -c 8 -m 32; done
-  say "1 MiB replies over HTTP/1.1 (wrk -t1 -c4, ${dur}s each)"
-  for t in $targets; do wrk_run "h1_1mib.$t" "$t" /download/1048576 4; done
+  if has_figure idle; then
+    say "Memory with $idle_n idle TLS connections (over $idle_sources)"
+    for t in $proxies; do idle_run "$t"; done
+  fi
+  if has_figure h1; then
+    say "HTTP/1.1 keep-alive, 1 KiB replies (wrk -t1 -c32, ${dur}s each)"
+    for t in $targets; do wrk_run "h1_small.$t" "$t" "$small_path" 32; done
+  fi
+  if has_figure h2; then
+    say "HTTP/2 multiplexed, 1 KiB replies (h2load -c8 -m32, ${dur}s each)"
+    for t in $targets; do h2load_run "h2_small.$t" "$t" "$small_path" -D "$dur" -c 8 -m 32; done
+  fi
+  if has_figure mib; then
+    say "1 MiB replies over HTTP/1.1 (wrk -t1 -c4, ${dur}s each)"
+    for t in $targets; do wrk_run "h1_1mib.$t" "$t" /download/1048576 4; done
+  fi
   # "Connection: close": the target closes after each reply and wrk opens a
   # new connection (a full TLS handshake: it resumes no sessions) for the
   # next request, so requests/s = new connections/s.
-  say "New TLS connections, one request each (wrk -t1 -c16 Connection: close, ${dur}s each)"
-  for t in $targets; do wrk_run "h1_newconn.$t" "$t" "$small_path" 16 -H "Connection: close"; done
+  if has_figure newconn; then
+    say "New TLS connections, one request each (wrk -t1 -c16 Connection: close, ${dur}s each)"
+    for t in $targets; do wrk_run "h1_newconn.$t" "$t" "$small_path" 16 -H "Connection: close"; done
+  fi
 }
 
 # --- the report ----------------------------------------------------------------

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::{self, Authority, PathAndQuery, Scheme};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 
 use crate::name::{self, Name};
@@ -348,7 +349,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// The request as the destination gets it: same method, path, query,
 /// headers and streaming body, framed for the destination's protocol.
-fn rewrite_request(req: Request<Incoming>, name: &Name, proto: Proto) -> Request<Incoming> {
+fn rewrite_request<B>(req: Request<B>, name: &Name, proto: Proto) -> Request<B> {
     let (mut parts, body) = req.into_parts();
     let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
@@ -364,26 +365,30 @@ fn rewrite_request(req: Request<Incoming>, name: &Name, proto: Proto) -> Request
             .headers
             .insert(header::TE, HeaderValue::from_static("trailers"));
     }
+    // The path is reused as it was parsed (no copy, no second parse).
     let path = parts
         .uri
         .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let mut uri = uri::Parts::default();
     match proto {
         Proto::Http2 => {
             parts.version = Version::HTTP_2;
             parts.headers.remove(header::HOST);
-            let uri = format!("https://{}{}", name.as_str(), path);
-            parts.uri = uri.parse().unwrap_or_else(|_| Uri::from_static("/"));
+            uri.scheme = Some(Scheme::HTTPS);
+            uri.authority =
+                Authority::from_maybe_shared(Bytes::copy_from_slice(name.as_str().as_bytes())).ok();
         }
         Proto::Http1 => {
             parts.version = Version::HTTP_11;
-            parts.uri = path.parse().unwrap_or_else(|_| Uri::from_static("/"));
             if let Ok(host) = HeaderValue::from_str(name.as_str()) {
                 parts.headers.insert(header::HOST, host);
             }
         }
     }
+    uri.path_and_query = Some(path);
+    parts.uri = Uri::from_parts(uri).unwrap_or_else(|_| Uri::from_static("/"));
     Request::from_parts(parts, body)
 }
 
@@ -580,5 +585,42 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-end-to-end"));
+    }
+
+    #[test]
+    fn requests_are_rewritten_for_the_destination() {
+        let name = name::canonicalize("api.example.com").unwrap();
+        let path = "/v1/items/%20x?q=a%2Fb&r=1";
+        // An HTTP/1.1 session sends origin-form; an HTTP/2 session an
+        // absolute URI: both reach the destination with the same path.
+        for sent in [path.to_owned(), format!("https://api.example.com{path}")] {
+            let req = || {
+                Request::builder()
+                    .uri(sent.as_str())
+                    .header(header::HOST, "api.example.com")
+                    .header(header::TE, "trailers, deflate")
+                    .header(header::CONNECTION, "close")
+                    .body(())
+                    .unwrap()
+            };
+            let h2 = rewrite_request(req(), &name, Proto::Http2);
+            assert_eq!(h2.version(), Version::HTTP_2);
+            assert_eq!(
+                h2.uri().to_string(),
+                format!("https://api.example.com{path}")
+            );
+            assert!(h2.headers().get(header::HOST).is_none());
+            assert!(h2.headers().get(header::CONNECTION).is_none());
+            assert_eq!(h2.headers()[header::TE], "trailers");
+            let h1 = rewrite_request(req(), &name, Proto::Http1);
+            assert_eq!(h1.version(), Version::HTTP_11);
+            assert_eq!(h1.uri().to_string(), path);
+            assert_eq!(h1.headers()[header::HOST], "api.example.com");
+        }
+        // OPTIONS * keeps its asterisk (RFC 9113 8.3.1).
+        let star = Request::builder().uri("*").body(()).unwrap();
+        let star = rewrite_request(star, &name, Proto::Http2);
+        assert_eq!(star.uri().path_and_query().unwrap().as_str(), "*");
+        assert_eq!(star.uri().authority().unwrap().as_str(), "api.example.com");
     }
 }

@@ -164,20 +164,91 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Replay<S> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// How much one read of a destination connection may bring in.
+pub const BIG_READ: usize = 64 * 1024;
 
-    #[tokio::test]
-    async fn replay_yields_the_prefix_then_the_stream() {
-        let (mut a, b) = tokio::io::duplex(64);
-        a.write_all(b" world").await.unwrap();
-        drop(a);
-        let mut r = Replay::new(b"hello".to_vec(), b);
-        let mut got = String::new();
-        r.read_to_string(&mut got).await.unwrap();
-        assert_eq!(got, "hello world");
+/// A stream read in large pieces: rustls asks for one record or less per
+/// read (often 4 KiB), so a 1 MiB reply took some seventy `recvfrom` calls;
+/// here one call brings in up to [`BIG_READ`] bytes — several records — and
+/// rustls's reads are served from memory. Used for destination connections
+/// (a few per session, where downloads arrive); the buffer is allocated on
+/// the first read and kept while the connection lives.
+#[derive(Debug)]
+pub struct BigReads<S> {
+    inner: S,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+}
+
+impl<S> BigReads<S> {
+    /// Read `inner` in large pieces.
+    pub fn new(inner: S) -> BigReads<S> {
+        BigReads {
+            inner,
+            buf: Vec::new(),
+            pos: 0,
+            end: 0,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for BigReads<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.pos == this.end {
+            if out.remaining() >= BIG_READ {
+                return Pin::new(&mut this.inner).poll_read(cx, out);
+            }
+            if this.buf.is_empty() {
+                this.buf = vec![0; BIG_READ];
+            }
+            let mut rb = ReadBuf::new(&mut this.buf);
+            std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+            this.end = rb.filled().len();
+            this.pos = 0;
+            if this.end == 0 {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        let n = out.remaining().min(this.end - this.pos);
+        out.put_slice(&this.buf[this.pos..this.pos + n]);
+        this.pos += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for BigReads<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -259,5 +330,42 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn replay_yields_the_prefix_then_the_stream() {
+        let (mut a, b) = tokio::io::duplex(64);
+        a.write_all(b" world").await.unwrap();
+        drop(a);
+        let mut r = Replay::new(b"hello".to_vec(), b);
+        let mut got = String::new();
+        r.read_to_string(&mut got).await.unwrap();
+        assert_eq!(got, "hello world");
+    }
+
+    #[tokio::test]
+    async fn big_reads_hand_out_everything_in_order() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        // Small reads (as rustls makes them) are served from one big read;
+        // a read as large as the buffer goes straight through.
+        for piece in [1, 4096, 16_389, BIG_READ, BIG_READ + 1] {
+            let mut r = BigReads::new(&data[..]);
+            let mut got = Vec::new();
+            let mut buf = vec![0; piece];
+            loop {
+                let n = r.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, data, "reads of {piece}");
+        }
     }
 }

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# One gateway build against another, side by side: how an optimisation is
+# judged before it is kept. Two release gateways (binaries A and B, the same
+# configuration: one static session, one runtime worker thread each), one
+# TLS origin (load-origin), and h2load doing the comparison's workloads in
+# rounds that alternate which gateway goes first. Prints every round and,
+# per workload, the medians of B/A for the gateway's CPU per unit and for
+# the rate. Every run is bounded; everything started is stopped by PID.
+#
+#   GW_A=/tmp/gateway.before GW_B=target/release/gateway benches/load/gateway-ab.sh
+#   ROUNDS=6 DUR=5 WORKLOADS="h1 h2 mib newconn" ...   (the defaults)
+#
+# Workloads (as in benches/compare, with h2load for both protocols):
+#   h1      HTTP/1.1 keep-alive, 1 KiB replies: h2load --h1 -c32 -m1
+#   h2      HTTP/2 multiplexed, 1 KiB replies:  h2load -c8 -m32
+#   mib     1 MiB replies over HTTP/1.1:        h2load --h1 -c4 -m1
+#   newconn one request per new TLS connection: h2load --h1 -c16, -n per client 1, repeated for DUR s
+# Needs: h2load (nghttp2-client), python3; BIN_DIR holds load-origin.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
+: "${GW_A:?GW_A=path of gateway binary A}" "${GW_B:?GW_B=path of gateway binary B}"
+rounds=${ROUNDS:-6} dur=${DUR:-5} workloads=${WORKLOADS:-h1 h2 mib newconn}
+command -v h2load >/dev/null || { echo "gateway-ab: h2load is missing (apt-get install nghttp2-client)" >&2; exit 1; }
+[ -x "$bin/load-origin" ] || { echo "gateway-ab: no load-origin in $bin (cargo build --release -p talos-e2e --bin load-origin)" >&2; exit 1; }
+w=$(mktemp -d /tmp/gw-ab.XXXXXX); pids=()
+stop_all() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$w"
+}
+trap stop_all EXIT
+"$bin/load-origin" "$w" >"$w/peers.out" 2>/dev/null & pids+=($!)
+for _ in $(seq 100); do [ -s "$w/peers.out" ] && break; sleep 0.1; done
+field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
+dns=$(field "$w/peers.out" dns); origin=$(field "$w/peers.out" origin)
+name=origin.demo.test
+# The 1 KiB reply of benches/compare: a 991-byte path on the origin's catch-all route.
+small_path=/$(printf '%0990d' 0 | tr 0 x)
+declare -A pid port
+for t in A B; do
+  cat >"$w/gw$t.toml" <<TOML
+gateway_id = "gw-ab-$t"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = "$w/records$t.jsonl"
+[resolver]
+nameservers = ["$dns"]
+timeout_ms = 500
+attempts = 1
+permit_internal = ["127.0.0.1/32"]
+[upstream]
+port = ${origin##*:}
+extra_trust_anchors = ["$w/origin-ca.pem"]
+[[session]]
+id = "sbx-ab"
+tenant = "bench"
+sources = ["127.0.0.1"]
+allowlist = ["$name"]
+trust_file = "$w/ca$t.pem"
+TOML
+  gw=GW_$t
+  TOKIO_WORKER_THREADS=1 "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
+done
+for t in A B; do
+  for _ in $(seq 100); do [ -s "$w/g$t.out" ] && break; sleep 0.1; done
+  port[$t]=$(field "$w/g$t.out" data | sed 's/.*://')
+  # Warm up: the leaf, the upstream connections.
+  timeout 30 h2load -n 200 -c 2 -m 4 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
+  timeout 30 h2load --h1 -n 200 -c 2 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
+done
+cpu() { awk '{print $14+$15}' /proc/"$1"/stat; }
+tck=$(getconf CLK_TCK)
+# run T WORKLOAD: prints "units cpu_seconds seconds" (units: requests, or bytes for mib).
+run() {
+  local t=$1 wl=$2 b a out
+  local to=(timeout -k 5 $((dur + 60)) h2load --connect-to="127.0.0.1:${port[$t]}")
+  b=$(cpu "${pid[$t]}")
+  local s0 s1
+  s0=$(date +%s.%N)
+  case $wl in
+    h1) out=$("${to[@]}" --h1 -c32 -m1 -D "$dur" "https://$name$small_path" 2>&1) ;;
+    h2) out=$("${to[@]}" -c8 -m32 -D "$dur" "https://$name$small_path" 2>&1) ;;
+    mib) out=$("${to[@]}" --h1 -c4 -m1 -D "$dur" "https://$name/download/1048576" 2>&1) ;;
+    newconn)
+      # h2load opens each client's connection once: -n = -c gives one
+      # request per connection; repeat until DUR seconds have passed.
+      out=""
+      local end=$((SECONDS + dur))
+      while [ $SECONDS -lt $end ]; do
+        out+=$("${to[@]}" --h1 -c16 -n16 "https://$name$small_path" 2>&1)$'\n'
+      done ;;
+  esac
+  s1=$(date +%s.%N)
+  a=$(cpu "${pid[$t]}")
+  local units
+  if [ "$wl" = mib ]; then
+    units=$(echo "$out" | sed -n 's/.*traffic: [^(]*(\([0-9]*\)) total.*/\1/p' | awk '{s += $1} END {print s + 0}')
+  else
+    units=$(echo "$out" | awk '/^requests:/ {s += $8} END {print s + 0}')
+  fi
+  awk -v u="$units" -v c=$((a - b)) -v tck="$tck" -v s0="$s0" -v s1="$s1" 'BEGIN {printf "%d %.3f %.3f\n", u, c / tck, s1 - s0}'
+}
+for wl in $workloads; do
+  unit="CPU-s per 1k req"; [ "$wl" = mib ] && unit="CPU-s per GB"
+  echo "== $wl ($unit, rate)"
+  : >"$w/$wl.res"
+  for r in $(seq "$rounds"); do
+    order="A B"; [ $((r % 2)) = 0 ] && order="B A"
+    for t in $order; do
+      read -r u c s < <(run "$t" "$wl")
+      line=$(awk -v u="$u" -v c="$c" -v s="$s" -v wl="$wl" 'BEGIN {
+        if (u == 0) { print "- -"; exit }
+        if (wl == "mib") printf "%.3f %.1f\n", c / u * 1e9, u / s / 1e6; else printf "%.4f %.0f\n", c / u * 1e3, u / s }')
+      echo "round $r $t: $line" | tee -a "$w/$wl.res"
+    done
+  done
+  python3 - "$w/$wl.res" "$wl" <<'PY'
+import sys, statistics as st
+rows = [l.split() for l in open(sys.argv[1])]
+by = {"A:": {}, "B:": {}}
+for r in rows:
+    if r[3] == "-":
+        continue
+    by[r[2]][r[1]] = (float(r[3]), float(r[4]))
+rounds = sorted(set(by["A:"]) & set(by["B:"]))
+cpu = [by["B:"][k][0] / by["A:"][k][0] for k in rounds]
+rate = [by["B:"][k][1] / by["A:"][k][1] for k in rounds]
+ma = st.median(by["A:"][k][0] for k in rounds); mb = st.median(by["B:"][k][0] for k in rounds)
+ra = st.median(by["A:"][k][1] for k in rounds); rb = st.median(by["B:"][k][1] for k in rounds)
+unit = "MB/s" if sys.argv[2] == "mib" else "req/s"
+print(f"  CPU per unit: A {ma:.4f}  B {mb:.4f}  B/A median of rounds {st.median(cpu):.3f} (rounds {', '.join(f'{x:.2f}' for x in cpu)})")
+print(f"  rate ({unit}): A {ra:.0f}  B {rb:.0f}  B/A median of rounds {st.median(rate):.3f}")
+PY
+done
