@@ -361,7 +361,9 @@ async fn terminate(
         let ctx = Arc::clone(&ctx);
         async move {
             if ctx.name.as_str() == talos_certs::APPROVALS_NAME {
-                crate::agent::handle(ctx, req).await
+                // Boxed: the proxy's future, spawned or moved for every
+                // request, stays its own size.
+                Box::pin(crate::agent::handle(ctx, req)).await
             } else {
                 proxy::handle(ctx, req).await
             }

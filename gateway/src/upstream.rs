@@ -130,7 +130,9 @@ impl Pool {
         if let Some(c) = self.pooled(name) {
             return Ok(c);
         }
-        self.connect(name, addrs).await
+        // On the heap: a connection is made rarely, and its handshake's
+        // state would otherwise be inline in every request's future.
+        Box::pin(self.connect(name, addrs)).await
     }
 
     fn pooled(&self, name: &Name) -> Option<Checkout> {
