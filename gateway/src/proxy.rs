@@ -29,7 +29,7 @@ use crate::record::RequestRecord;
 use crate::refusal::Refusal;
 use crate::reply::{self, ReplyBody};
 use crate::session::Session;
-use crate::upstream::{Proto, Sender};
+use crate::upstream::{Proto, Sender, Want};
 
 /// The response body: the destination's, streamed (and masked), or the
 /// gateway's own.
@@ -134,8 +134,15 @@ async fn forward(
     check_no_upgrade(&req)?;
     check_lock(ctx, &req, entry).await?;
     let pool = &ctx.session.pool;
+    // A plain HTTP/1.1 request goes on as HTTP/1.1; HTTP/2 and gRPC as the
+    // destination chooses (see `upstream`).
+    let want = if req.version() == Version::HTTP_11 && !grpc {
+        Want::Http1
+    } else {
+        Want::Any
+    };
     let checkout = pool
-        .checkout(&ctx.name, &ctx.addrs)
+        .checkout(&ctx.name, &ctx.addrs, want)
         .await
         .map_err(|f| (Refusal::UpstreamFailed, f.as_str()))?;
     let proto = checkout.proto();

@@ -167,12 +167,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Replay<S> {
 /// How much one read of a destination connection may bring in.
 pub const BIG_READ: usize = 64 * 1024;
 
-/// A stream read in large pieces: rustls asks for one record or less per
-/// read (often 4 KiB), so a 1 MiB reply took some seventy `recvfrom` calls;
-/// here one call brings in up to [`BIG_READ`] bytes — several records — and
-/// rustls's reads are served from memory. Used for destination connections
-/// (a few per session, where downloads arrive); the buffer is allocated on
-/// the first read and kept while the connection lives.
+/// A stream read in large pieces while data streams in: rustls asks for
+/// one record or less per read (often 4 KiB), so a 1 MiB reply took some
+/// seventy `recvfrom` calls; here one call brings in up to [`BIG_READ`]
+/// bytes — several records — and rustls's reads are served from memory.
+///
+/// Reads go straight through until one fills the reader's buffer (more is
+/// likely waiting: a download); only then is the big buffer allocated, and
+/// it is freed once drained when the socket has nothing more. A connection
+/// carrying small requests and replies, or an idle one, never holds it.
 #[derive(Debug)]
 pub struct BigReads<S> {
     inner: S,
@@ -182,7 +185,7 @@ pub struct BigReads<S> {
 }
 
 impl<S> BigReads<S> {
-    /// Read `inner` in large pieces.
+    /// Read `inner` in large pieces when it streams.
     pub fn new(inner: S) -> BigReads<S> {
         BigReads {
             inner,
@@ -190,6 +193,11 @@ impl<S> BigReads<S> {
             pos: 0,
             end: 0,
         }
+    }
+
+    /// Whether the big buffer is allocated now.
+    pub fn buffering(&self) -> bool {
+        !self.buf.is_empty()
     }
 }
 
@@ -201,14 +209,24 @@ impl<S: AsyncRead + Unpin> AsyncRead for BigReads<S> {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.pos == this.end {
-            if out.remaining() >= BIG_READ {
-                return Pin::new(&mut this.inner).poll_read(cx, out);
-            }
-            if this.buf.is_empty() {
-                this.buf = vec![0; BIG_READ];
+            if this.buf.is_empty() || out.remaining() >= BIG_READ {
+                let wanted = out.remaining();
+                let before = out.filled().len();
+                std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, out))?;
+                if wanted > 0 && wanted < BIG_READ && out.filled().len() - before == wanted {
+                    this.buf = vec![0; BIG_READ];
+                }
+                return Poll::Ready(Ok(()));
             }
             let mut rb = ReadBuf::new(&mut this.buf);
-            std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+            match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
+                Poll::Pending => {
+                    // Drained and nothing more for now: the stream is over.
+                    this.buf = Vec::new();
+                    return Poll::Pending;
+                }
+                Poll::Ready(r) => r?,
+            }
             this.end = rb.filled().len();
             this.pos = 0;
             if this.end == 0 {
@@ -367,5 +385,38 @@ mod tests {
             }
             assert_eq!(got, data, "reads of {piece}");
         }
+        // Small exchanges and idle streams never allocate the buffer.
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut r = BigReads::new(b);
+        a.write_all(b"short reply").await.unwrap();
+        let mut buf = vec![0; 4096];
+        assert_eq!(r.read(&mut buf).await.unwrap(), 11);
+        assert!(!r.buffering());
+        // A read that fills the buffer starts buffering; once drained with
+        // nothing more waiting, the buffer goes.
+        a.write_all(&data).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < data.len() {
+            let n = r.read(&mut buf).await.unwrap();
+            got.extend_from_slice(&buf[..n]);
+            if got.len() == 4096 {
+                let n = r.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+                assert!(r.buffering());
+            }
+        }
+        assert_eq!(got, data);
+        let pending = futures_poll_once(&mut r, &mut buf).await;
+        assert!(pending);
+        assert!(!r.buffering());
+    }
+
+    /// Poll one read once: true when it is pending.
+    async fn futures_poll_once(r: &mut BigReads<tokio::io::DuplexStream>, buf: &mut [u8]) -> bool {
+        std::future::poll_fn(|cx| {
+            let mut rb = ReadBuf::new(buf);
+            Poll::Ready(Pin::new(&mut *r).poll_read(cx, &mut rb).is_pending())
+        })
+        .await
     }
 }

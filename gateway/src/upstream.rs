@@ -6,6 +6,15 @@
 //! ever shared between sessions. Within a session, connections are keyed by
 //! destination name. A new connection goes only to an address the gate
 //! checked for that name.
+//!
+//! Protocol: a request from an HTTP/2 session, and every gRPC request, goes
+//! over HTTP/2 when the destination chooses it (ALPN `h2, http/1.1`: one
+//! pooled connection carries them all). A plain HTTP/1.1 request goes over
+//! HTTP/1.1 (ALPN `http/1.1` alone), as it came: re-framing it into HTTP/2
+//! cost the gateway 5-10 % more CPU per small request and a sixth of its
+//! request rate (`benches/load/gateway-ab.sh`, `benches/compare`). A destination that
+//! speaks only HTTP/2 refuses that handshake (`no_application_protocol`);
+//! the pool then connects again offering both, and remembers the answer.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -39,6 +48,15 @@ impl Proto {
             Proto::Http2 => "h2",
         }
     }
+}
+
+/// What the request needs of its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// HTTP/1.1 when the destination speaks it (a plain HTTP/1.1 request).
+    Http1,
+    /// HTTP/2 when the destination chooses it (HTTP/2 sessions, gRPC).
+    Any,
 }
 
 /// A connection ready to take one request.
@@ -93,16 +111,52 @@ impl ConnectFailure {
     }
 }
 
+/// How a connection attempt failed.
+enum Refusal {
+    /// The destination refused a handshake offering HTTP/1.1 alone.
+    NoHttp1,
+    Failed(ConnectFailure),
+}
+
+impl Refusal {
+    fn failure(self) -> ConnectFailure {
+        match self {
+            Refusal::NoHttp1 => ConnectFailure::Tls,
+            Refusal::Failed(f) => f,
+        }
+    }
+}
+
+/// Whether a TLS handshake failed on the destination's
+/// `no_application_protocol` alert (it speaks none of the ALPN offered).
+fn no_application_protocol(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::AlertReceived(rustls::AlertDescription::NoApplicationProtocol)
+            )
+        })
+}
+
 #[derive(Debug, Default)]
 struct Idle {
     h2: Option<(http2::SendRequest<Incoming>, SocketAddr)>,
     h1: Vec<(http1::SendRequest<Incoming>, SocketAddr)>,
+    /// What the destination chose when offered both (None: not asked yet).
+    chose_h2: Option<bool>,
+    /// It refused a handshake offering HTTP/1.1 alone.
+    h2_only: bool,
 }
 
 /// One session's upstream connections.
 #[derive(Debug)]
 pub struct Pool {
+    /// ALPN `h2, http/1.1`.
     tls: Arc<rustls::ClientConfig>,
+    /// ALPN `http/1.1` alone.
+    tls_h1: Arc<rustls::ClientConfig>,
     connect_timeout: Duration,
     port: u16,
     // The lock is held only to push or pop, never across an await.
@@ -112,7 +166,10 @@ pub struct Pool {
 impl Pool {
     /// A pool whose connections use `tls` and go to `port`.
     pub fn new(tls: Arc<rustls::ClientConfig>, port: u16, connect_timeout: Duration) -> Pool {
+        let mut h1 = (*tls).clone();
+        h1.alpn_protocols = vec![b"http/1.1".to_vec()];
         Pool {
+            tls_h1: Arc::new(h1),
             tls,
             connect_timeout,
             port,
@@ -120,32 +177,65 @@ impl Pool {
         }
     }
 
-    /// A connection to `name`: a pooled one that can take a request now,
-    /// or a new one to one of `addrs` (the addresses the gate checked).
+    /// A connection to `name` for a request that needs `want`: a pooled one
+    /// that can take a request now, or a new one to one of `addrs` (the
+    /// addresses the gate checked).
     pub async fn checkout(
         &self,
         name: &Name,
         addrs: &[IpAddr],
+        want: Want,
     ) -> Result<Checkout, ConnectFailure> {
-        if let Some(c) = self.pooled(name) {
+        if let Some(c) = self.pooled(name, want) {
             return Ok(c);
         }
         // On the heap: a connection is made rarely, and its handshake's
         // state would otherwise be inline in every request's future.
-        Box::pin(self.connect(name, addrs)).await
+        if want == Want::Http1 && !self.h2_only(name) {
+            match Box::pin(self.connect(name, addrs, &self.tls_h1)).await {
+                Err(Refusal::NoHttp1) => {
+                    let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                    idle.entry(name.clone()).or_default().h2_only = true;
+                    drop(idle);
+                    if let Some(c) = self.pooled(name, Want::Any) {
+                        return Ok(c);
+                    }
+                }
+                other => return other.map_err(Refusal::failure),
+            }
+        }
+        Box::pin(self.connect(name, addrs, &self.tls))
+            .await
+            .map_err(Refusal::failure)
     }
 
-    fn pooled(&self, name: &Name) -> Option<Checkout> {
+    fn h2_only(&self, name: &Name) -> bool {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.get(name).is_some_and(|e| e.h2_only)
+    }
+
+    fn pooled(&self, name: &Name, want: Want) -> Option<Checkout> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let entry = idle.get_mut(name)?;
-        if let Some((h2, addr)) = &entry.h2 {
-            if !h2.is_closed() {
-                return Some(Checkout {
-                    sender: Sender::H2(h2.clone()),
-                    addr: *addr,
-                });
+        // An HTTP/1.1 connection serves a request that needs HTTP/2 only if
+        // the destination chose HTTP/1.1 when offered both.
+        let h1_ok = match want {
+            Want::Http1 => !entry.h2_only,
+            Want::Any => entry.chose_h2 == Some(false),
+        };
+        if !h1_ok || want == Want::Any {
+            if let Some((h2, addr)) = &entry.h2 {
+                if !h2.is_closed() {
+                    return Some(Checkout {
+                        sender: Sender::H2(h2.clone()),
+                        addr: *addr,
+                    });
+                }
+                entry.h2 = None;
             }
-            entry.h2 = None;
+        }
+        if !h1_ok {
+            return None;
         }
         entry.h1.retain(|(s, _)| !s.is_closed());
         let ready = entry.h1.iter().position(|(s, _)| s.is_ready())?;
@@ -175,11 +265,17 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, name: &Name, addrs: &[IpAddr]) -> Result<Checkout, ConnectFailure> {
-        let (tcp, addr) = self.tcp(addrs).await?;
-        let server_name =
-            ServerName::try_from(name.as_str().to_owned()).map_err(|_| ConnectFailure::Tls)?;
-        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls));
+    async fn connect(
+        &self,
+        name: &Name,
+        addrs: &[IpAddr],
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Result<Checkout, Refusal> {
+        let (tcp, addr) = self.tcp(addrs).await.map_err(Refusal::Failed)?;
+        let server_name = ServerName::try_from(name.as_str().to_owned())
+            .map_err(|_| Refusal::Failed(ConnectFailure::Tls))?;
+        let offered_both = tls.alpn_protocols.len() > 1;
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
         let tls = match tokio::time::timeout(
             self.connect_timeout,
             connector.connect(server_name, crate::tls::BigReads::new(tcp)),
@@ -187,13 +283,18 @@ impl Pool {
         .await
         {
             Ok(Ok(tls)) => tls,
+            Ok(Err(e)) if no_application_protocol(&e) => return Err(Refusal::NoHttp1),
             Ok(Err(e)) => {
                 tracing::info!(destination = %name, %addr, error = %e, "upstream TLS handshake failed");
-                return Err(ConnectFailure::Tls);
+                return Err(Refusal::Failed(ConnectFailure::Tls));
             }
-            Err(_) => return Err(ConnectFailure::Timeout),
+            Err(_) => return Err(Refusal::Failed(ConnectFailure::Timeout)),
         };
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        if offered_both {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.entry(name.clone()).or_default().chose_h2 = Some(h2);
+        }
         let io = TokioIo::new(tls);
         let sender = if h2 {
             let (sender, conn) = http2::Builder::new(TokioExecutor::new())
@@ -201,7 +302,7 @@ impl Pool {
                 .keep_alive_interval(Duration::from_secs(30))
                 .handshake(io)
                 .await
-                .map_err(|_| ConnectFailure::Http)?;
+                .map_err(|_| Refusal::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
@@ -212,7 +313,7 @@ impl Pool {
             let (sender, conn) = http1::Builder::new()
                 .handshake(io)
                 .await
-                .map_err(|_| ConnectFailure::Http)?;
+                .map_err(|_| Refusal::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });

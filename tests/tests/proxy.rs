@@ -26,6 +26,7 @@ const EXPIRED: &str = "expired.test";
 const UNTRUSTED: &str = "untrusted.test";
 const DEAD: &str = "dead.test";
 const H1_ONLY: &str = "h1.test";
+const H2_ONLY: &str = "h2only.test";
 
 struct Rig {
     _dir: tempfile::TempDir,
@@ -47,13 +48,19 @@ async fn rig() -> Rig {
         let first = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = first.local_addr().unwrap().port();
         let mut others = Vec::new();
-        for ip in ["127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.7"] {
+        for ip in [
+            "127.0.0.3",
+            "127.0.0.4",
+            "127.0.0.5",
+            "127.0.0.7",
+            "127.0.0.8",
+        ] {
             match TcpListener::bind((ip, port)).await {
                 Ok(l) => others.push(l),
                 Err(_) => break,
             }
         }
-        if others.len() < 4 {
+        if others.len() < 5 {
             continue;
         }
         let mut it = others.into_iter();
@@ -68,7 +75,9 @@ async fn rig() -> Rig {
         let untrusted = Origin::serve_cert(it.next().unwrap(), c, k, &h2_h1);
         let (c, k) = ca.leaf(&[H1_ONLY]);
         let h1 = Origin::serve_cert(it.next().unwrap(), c, k, &[b"http/1.1"]);
-        break (vec![good, wrong, expired, untrusted, h1], port);
+        let (c, k) = ca.leaf(&[H2_ONLY]);
+        let h2 = Origin::serve_cert(it.next().unwrap(), c, k, &[b"h2"]);
+        break (vec![good, wrong, expired, untrusted, h1, h2], port);
     };
 
     let addr = |a: &str| Answer::Addrs(vec![a.parse::<IpAddr>().unwrap()]);
@@ -79,6 +88,7 @@ async fn rig() -> Rig {
         (UNTRUSTED.to_owned(), addr("127.0.0.5")),
         (DEAD.to_owned(), addr("127.0.0.6")),
         (H1_ONLY.to_owned(), addr("127.0.0.7")),
+        (H2_ONLY.to_owned(), addr("127.0.0.8")),
     ]))
     .await;
     let config = TestConfig {
@@ -89,11 +99,12 @@ async fn rig() -> Rig {
             "127.0.0.1/32".into(),
             "127.0.0.3/32".into(),
             "127.0.0.4/30".into(),
+            "127.0.0.8/32".into(),
         ],
         sessions: vec![TestSession {
             id: "sess-1".into(),
             sources: vec![SESSION_SOURCE.into()],
-            allowlist: [GOOD, WRONG_NAME, EXPIRED, UNTRUSTED, DEAD, H1_ONLY]
+            allowlist: [GOOD, WRONG_NAME, EXPIRED, UNTRUSTED, DEAD, H1_ONLY, H2_ONLY]
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
@@ -311,6 +322,53 @@ async fn http2_session_reaches_an_http1_destination_and_back() {
     let records = rig.gateway.wait_records(1);
     assert_eq!(records[0]["alpn_session"], "h2");
     assert_eq!(records[0]["alpn_upstream"], "http/1.1");
+}
+
+/// HTTP/1.1 requests go on as HTTP/1.1, HTTP/2 ones as HTTP/2, to a
+/// destination that speaks both; to one that speaks only HTTP/2, an
+/// HTTP/1.1 request goes over HTTP/2 (the HTTP/1.1-only handshake is
+/// refused, and the pool remembers it).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_upstream_protocol_follows_the_request() {
+    let rig = rig().await;
+    let version = |name: &str, flag: &str| {
+        let (code, _, body) = rig.curl(name, "/echo", &[flag]);
+        assert_eq!(code, 200, "{name} {flag}: {body}");
+        let echo: Value = serde_json::from_str(&body).unwrap();
+        echo["version"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(version(GOOD, "--http1.1"), "HTTP/1.1");
+    assert_eq!(version(GOOD, "--http2"), "HTTP/2.0");
+    assert_eq!(version(H2_ONLY, "--http1.1"), "HTTP/2.0");
+    assert_eq!(version(H2_ONLY, "--http1.1"), "HTTP/2.0");
+    assert_eq!(version(GOOD, "--http1.1"), "HTTP/1.1");
+    let records = rig.gateway.wait_records(5);
+    let seen: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["alpn_session"].as_str().unwrap(),
+                r["alpn_upstream"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("http/1.1", "http/1.1"),
+            ("h2", "h2"),
+            ("http/1.1", "h2"),
+            ("http/1.1", "h2"),
+            ("http/1.1", "http/1.1"),
+        ]
+    );
+    // Nothing was refused on the way, and the refusal of the
+    // HTTP/1.1-only handshake is not logged as a failure.
+    assert!(
+        records.iter().all(|r| r["refusal"].is_null()),
+        "{records:?}"
+    );
+    assert!(!rig.gateway.log().contains("upstream TLS handshake failed"));
 }
 
 /// Bytes to push each way in the streaming test: large enough that any
