@@ -767,7 +767,16 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
     };
     assert!(rejected.contains("\"gateway_id\":\"gw-a\""), "{rejected}");
     assert!(oldest.exists(), "a refused batch stays in the spool");
-    let log = rig.gateways[0].log();
+    // The gateway logs the refusal once the answer reaches it, which may be
+    // a moment after the consumer logged it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = rig.gateways[0].log();
+        if log.contains("control plane refused a batch") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(log.contains("control plane refused a batch"), "{log}");
     let cert = rig.stub.wait_certificate(&id, 10, |c| {
         c["batch_rejections"]
