@@ -461,26 +461,16 @@ pub fn run(
             ApprovalsCommand::List { approver, all } => {
                 json(&crate::relay::cards(&mut store, approver.as_deref(), *all)?)?
             }
-            ApprovalsCommand::Approve { id, approver } => {
+            ApprovalsCommand::Approve { id, approver }
+            | ApprovalsCommand::Decline { id, approver } => {
+                let verdict = if matches!(cmd, ApprovalsCommand::Approve { .. }) {
+                    talos_certs::Verdict::Approved
+                } else {
+                    talos_certs::Verdict::Declined
+                };
                 let key = relay_key(cli)?;
                 json(&crate::relay::decide(
-                    &mut store,
-                    link,
-                    &key,
-                    id,
-                    approver,
-                    talos_certs::Verdict::Approved,
-                )?)?
-            }
-            ApprovalsCommand::Decline { id, approver } => {
-                let key = relay_key(cli)?;
-                json(&crate::relay::decide(
-                    &mut store,
-                    link,
-                    &key,
-                    id,
-                    approver,
-                    talos_certs::Verdict::Declined,
+                    &mut store, link, &key, id, approver, verdict,
                 )?)?
             }
         },

@@ -545,6 +545,24 @@ mod tests {
         }
     }
 
+    impl Rig {
+        /// Hold a request under `rule` on a task of its own, until `ended`.
+        fn hold(
+            &self,
+            rule: LockRule,
+            ended: &CancellationToken,
+        ) -> tokio::task::JoinHandle<(Outcome, ApprovalRecord)> {
+            let approvals = Arc::clone(&self.approvals);
+            let dest = self.dest.clone();
+            let ended = ended.clone();
+            tokio::spawn(async move {
+                approvals
+                    .hold(&rule, &ask(&dest), &ended, DECISION_TIMEOUT)
+                    .await
+            })
+        }
+    }
+
     fn ask(dest: &Name) -> Ask<'_> {
         Ask {
             gateway_id: "gw-a",
@@ -615,14 +633,7 @@ mod tests {
     async fn no_decision_in_five_minutes_declines() {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
-        let r = rule("every_request");
-        let approvals = Arc::clone(&rig.approvals);
-        let dest = rig.dest.clone();
-        let held = tokio::spawn(async move {
-            approvals
-                .hold(&r, &ask(&dest), &ended, DECISION_TIMEOUT)
-                .await
-        });
+        let held = rig.hold(rule("every_request"), &ended);
         let (p, _, _) = rig.proposals.recv().await.unwrap();
         assert!(p.expires_at > p.created_at);
         tokio::time::advance(DECISION_TIMEOUT - Duration::from_secs(1)).await;
@@ -638,15 +649,7 @@ mod tests {
     async fn a_pause_withdraws_and_a_late_decision_finds_nothing() {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
-        let r = rule("every_request");
-        let approvals = Arc::clone(&rig.approvals);
-        let dest = rig.dest.clone();
-        let token = ended.clone();
-        let held = tokio::spawn(async move {
-            approvals
-                .hold(&r, &ask(&dest), &token, DECISION_TIMEOUT)
-                .await
-        });
+        let held = rig.hold(rule("every_request"), &ended);
         let (p, _, digest) = rig.proposals.recv().await.unwrap();
         tokio::time::advance(Duration::from_secs(60)).await;
         // The session pauses: the authority withdraws and ends, as
@@ -670,14 +673,7 @@ mod tests {
                     continue;
                 };
                 asked += 1;
-                let approvals = Arc::clone(&rig.approvals);
-                let dest = rig.dest.clone();
-                let token = ended.clone();
-                let held = tokio::spawn(async move {
-                    approvals
-                        .hold(&r, &ask(&dest), &token, DECISION_TIMEOUT)
-                        .await
-                });
+                let held = rig.hold(r, &ended);
                 let (p, _, digest) = rig.proposals.recv().await.unwrap();
                 let d = decision(&rig.relay, &p, &digest, "bob", Verdict::Approved);
                 assert_eq!(rig.approvals.decide(&d), Ok(Verdict::Approved));
@@ -698,14 +694,7 @@ mod tests {
     async fn wrong_digest_forged_signature_or_unlisted_approver_change_nothing() {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
-        let r = rule("every_request");
-        let approvals = Arc::clone(&rig.approvals);
-        let dest = rig.dest.clone();
-        let held = tokio::spawn(async move {
-            approvals
-                .hold(&r, &ask(&dest), &ended, DECISION_TIMEOUT)
-                .await
-        });
+        let held = rig.hold(rule("every_request"), &ended);
         let (p, sentence, digest) = rig.proposals.recv().await.unwrap();
         assert_eq!(talos_certs::sentence(&p), sentence);
         assert_eq!(talos_certs::proposal_digest(&p, &sentence), digest);
