@@ -153,6 +153,7 @@ async fn run(
     let ctx = Arc::new(ConnCtx {
         gateway_id: Arc::clone(&shared.gateway_id),
         session,
+        target: proxy::Target::new(&name),
         name,
         addrs,
         stats: Default::default(),

@@ -49,6 +49,8 @@ pub struct ConnCtx {
     pub session: Arc<Session>,
     /// The connection's destination: the hello's name, checked.
     pub name: Name,
+    /// `name` as requests to it carry it.
+    pub target: Target,
     /// The addresses the gate checked for `name`.
     pub addrs: Vec<IpAddr>,
     pub stats: Mutex<ConnStats>,
@@ -62,6 +64,28 @@ pub struct ConnCtx {
     /// still be on its way out when the connection learns the authority
     /// ended.
     pub withdrawn: std::sync::atomic::AtomicBool,
+}
+
+/// The destination as a request names it (`:authority` or `Host`), made
+/// once per connection from its checked name.
+#[derive(Debug, Clone)]
+pub struct Target {
+    authority: Authority,
+    host: HeaderValue,
+}
+
+impl Target {
+    /// For `name`, a canonical DNS name (always a valid authority and
+    /// header value).
+    pub fn new(name: &Name) -> Target {
+        let bytes = Bytes::copy_from_slice(name.as_str().as_bytes());
+        Target {
+            authority: Authority::from_maybe_shared(bytes.clone())
+                .unwrap_or_else(|_| Authority::from_static("invalid")),
+            host: HeaderValue::from_maybe_shared(bytes)
+                .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
+        }
+    }
 }
 
 /// What the connection's record learns from its requests.
@@ -153,7 +177,7 @@ async fn forward(
         }
         return Err((Refusal::GrpcNeedsHttp2, "destination_speaks_http1"));
     }
-    let mut upstream_req = rewrite_request(req, &ctx.name, proto);
+    let mut upstream_req = rewrite_request(req, &ctx.target, proto);
     inject(ctx, upstream_req.headers_mut());
     let sent = match checkout.sender {
         Sender::H2(mut s) => {
@@ -357,7 +381,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// The request as the destination gets it: same method, path, query,
 /// headers and streaming body, framed for the destination's protocol.
-fn rewrite_request<B>(req: Request<B>, name: &Name, proto: Proto) -> Request<B> {
+fn rewrite_request<B>(req: Request<B>, target: &Target, proto: Proto) -> Request<B> {
     let (mut parts, body) = req.into_parts();
     let te_trailers = parts.headers.get_all(header::TE).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
@@ -385,14 +409,11 @@ fn rewrite_request<B>(req: Request<B>, name: &Name, proto: Proto) -> Request<B> 
             parts.version = Version::HTTP_2;
             parts.headers.remove(header::HOST);
             uri.scheme = Some(Scheme::HTTPS);
-            uri.authority =
-                Authority::from_maybe_shared(Bytes::copy_from_slice(name.as_str().as_bytes())).ok();
+            uri.authority = Some(target.authority.clone());
         }
         Proto::Http1 => {
             parts.version = Version::HTTP_11;
-            if let Ok(host) = HeaderValue::from_str(name.as_str()) {
-                parts.headers.insert(header::HOST, host);
-            }
+            parts.headers.insert(header::HOST, target.host.clone());
         }
     }
     uri.path_and_query = Some(path);
@@ -611,7 +632,8 @@ mod tests {
                     .body(())
                     .unwrap()
             };
-            let h2 = rewrite_request(req(), &name, Proto::Http2);
+            let target = Target::new(&name);
+            let h2 = rewrite_request(req(), &target, Proto::Http2);
             assert_eq!(h2.version(), Version::HTTP_2);
             assert_eq!(
                 h2.uri().to_string(),
@@ -620,14 +642,14 @@ mod tests {
             assert!(h2.headers().get(header::HOST).is_none());
             assert!(h2.headers().get(header::CONNECTION).is_none());
             assert_eq!(h2.headers()[header::TE], "trailers");
-            let h1 = rewrite_request(req(), &name, Proto::Http1);
+            let h1 = rewrite_request(req(), &target, Proto::Http1);
             assert_eq!(h1.version(), Version::HTTP_11);
             assert_eq!(h1.uri().to_string(), path);
             assert_eq!(h1.headers()[header::HOST], "api.example.com");
         }
         // OPTIONS * keeps its asterisk (RFC 9113 8.3.1).
         let star = Request::builder().uri("*").body(()).unwrap();
-        let star = rewrite_request(star, &name, Proto::Http2);
+        let star = rewrite_request(star, &Target::new(&name), Proto::Http2);
         assert_eq!(star.uri().path_and_query().unwrap().as_str(), "*");
         assert_eq!(star.uri().authority().unwrap().as_str(), "api.example.com");
     }

@@ -112,17 +112,17 @@ impl ConnectFailure {
 }
 
 /// How a connection attempt failed.
-enum Refusal {
+enum ConnectError {
     /// The destination refused a handshake offering HTTP/1.1 alone.
     NoHttp1,
     Failed(ConnectFailure),
 }
 
-impl Refusal {
+impl ConnectError {
     fn failure(self) -> ConnectFailure {
         match self {
-            Refusal::NoHttp1 => ConnectFailure::Tls,
-            Refusal::Failed(f) => f,
+            ConnectError::NoHttp1 => ConnectFailure::Tls,
+            ConnectError::Failed(f) => f,
         }
     }
 }
@@ -193,7 +193,7 @@ impl Pool {
         // state would otherwise be inline in every request's future.
         if want == Want::Http1 && !self.h2_only(name) {
             match Box::pin(self.connect(name, addrs, &self.tls_h1)).await {
-                Err(Refusal::NoHttp1) => {
+                Err(ConnectError::NoHttp1) => {
                     let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                     idle.entry(name.clone()).or_default().h2_only = true;
                     drop(idle);
@@ -201,12 +201,12 @@ impl Pool {
                         return Ok(c);
                     }
                 }
-                other => return other.map_err(Refusal::failure),
+                other => return other.map_err(ConnectError::failure),
             }
         }
         Box::pin(self.connect(name, addrs, &self.tls))
             .await
-            .map_err(Refusal::failure)
+            .map_err(ConnectError::failure)
     }
 
     fn h2_only(&self, name: &Name) -> bool {
@@ -270,10 +270,10 @@ impl Pool {
         name: &Name,
         addrs: &[IpAddr],
         tls: &Arc<rustls::ClientConfig>,
-    ) -> Result<Checkout, Refusal> {
-        let (tcp, addr) = self.tcp(addrs).await.map_err(Refusal::Failed)?;
+    ) -> Result<Checkout, ConnectError> {
+        let (tcp, addr) = self.tcp(addrs).await.map_err(ConnectError::Failed)?;
         let server_name = ServerName::try_from(name.as_str().to_owned())
-            .map_err(|_| Refusal::Failed(ConnectFailure::Tls))?;
+            .map_err(|_| ConnectError::Failed(ConnectFailure::Tls))?;
         let offered_both = tls.alpn_protocols.len() > 1;
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
         let tls = match tokio::time::timeout(
@@ -283,12 +283,12 @@ impl Pool {
         .await
         {
             Ok(Ok(tls)) => tls,
-            Ok(Err(e)) if no_application_protocol(&e) => return Err(Refusal::NoHttp1),
+            Ok(Err(e)) if no_application_protocol(&e) => return Err(ConnectError::NoHttp1),
             Ok(Err(e)) => {
                 tracing::info!(destination = %name, %addr, error = %e, "upstream TLS handshake failed");
-                return Err(Refusal::Failed(ConnectFailure::Tls));
+                return Err(ConnectError::Failed(ConnectFailure::Tls));
             }
-            Err(_) => return Err(Refusal::Failed(ConnectFailure::Timeout)),
+            Err(_) => return Err(ConnectError::Failed(ConnectFailure::Timeout)),
         };
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
         if offered_both {
@@ -302,7 +302,7 @@ impl Pool {
                 .keep_alive_interval(Duration::from_secs(30))
                 .handshake(io)
                 .await
-                .map_err(|_| Refusal::Failed(ConnectFailure::Http))?;
+                .map_err(|_| ConnectError::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
@@ -313,7 +313,7 @@ impl Pool {
             let (sender, conn) = http1::Builder::new()
                 .handshake(io)
                 .await
-                .map_err(|_| Refusal::Failed(ConnectFailure::Http))?;
+                .map_err(|_| ConnectError::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
