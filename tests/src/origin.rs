@@ -362,3 +362,45 @@ fn download(n: u64) -> DownloadStream {
     })
     .boxed()
 }
+
+/// One TLS origin for `name` on 127.0.0.1 with its own test CA (written to
+/// `DIR/origin-ca.pem`), and a DNS server naming it: what most end-to-end
+/// rigs put behind the gateway.
+#[derive(Debug)]
+pub struct LoopbackOrigin {
+    pub origin: Origin,
+    pub dns: crate::dns::DnsServer,
+    ca_file: std::path::PathBuf,
+}
+
+impl LoopbackOrigin {
+    pub async fn start(dir: &Path, name: &str) -> LoopbackOrigin {
+        let ca = TestCa::new("origin test CA");
+        let ca_file = dir.join("origin-ca.pem");
+        ca.write_pem(&ca_file);
+        let origin = Origin::start(&ca, &[name]).await;
+        let loopback = "127.0.0.1".parse().expect("loopback");
+        let dns = crate::dns::DnsServer::start(std::collections::HashMap::from([(
+            name.to_owned(),
+            crate::dns::Answer::Addrs(vec![loopback]),
+        )]))
+        .await;
+        LoopbackOrigin {
+            origin,
+            dns,
+            ca_file,
+        }
+    }
+
+    /// A gateway config that reaches the origin: its DNS server and port,
+    /// its CA as an extra anchor, 127.0.0.1 let through.
+    pub fn config(&self) -> crate::gateway::TestConfig {
+        crate::gateway::TestConfig {
+            dns: self.dns.addr,
+            upstream_port: self.origin.addr.port(),
+            anchors: vec![self.ca_file.clone()],
+            permit_internal: vec!["127.0.0.1/32".into()],
+            ..Default::default()
+        }
+    }
+}

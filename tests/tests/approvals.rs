@@ -6,7 +6,6 @@
 //! public key.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,9 +13,8 @@ use serde_json::Value;
 use talos_certs::{GatewayKey, Verdict};
 use talos_e2e::clients::{http, run_bounded, SESSION_SOURCE};
 use talos_e2e::control::{gateway_client, ControlPki};
-use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::origin::LoopbackOrigin;
 use talos_e2e::relay::{sign, Relay};
 use talos_gateway::control::pb;
 use tonic::transport::Channel;
@@ -28,8 +26,7 @@ const SECRET: &str = "appr0val-S3cret-v4lue-42";
 struct Rig {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
-    _dns: DnsServer,
-    _origin: Origin,
+    _peers: LoopbackOrigin,
     pki: ControlPki,
     relay: Relay,
     gateway: Gateway,
@@ -39,14 +36,7 @@ impl Rig {
     async fn new() -> Rig {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_owned();
-        let ca = TestCa::new("origin test CA");
-        ca.write_pem(&dir.join("origin-ca.pem"));
-        let origin = Origin::start(&ca, &[API]).await;
-        let dns = DnsServer::start(HashMap::from([(
-            API.to_owned(),
-            Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
-        )]))
-        .await;
+        let peers = LoopbackOrigin::start(&dir, API).await;
         let pki = ControlPki::new(&dir);
         let relay = Relay::start(&pki).await;
         let mut control = pki.files.clone();
@@ -56,19 +46,14 @@ impl Rig {
             dir.join("spool").display().to_string()
         );
         let config = TestConfig {
-            dns: dns.addr,
-            upstream_port: origin.addr.port(),
-            anchors: vec![dir.join("origin-ca.pem")],
-            permit_internal: vec!["127.0.0.1/32".into()],
             control: Some(control),
-            ..Default::default()
+            ..peers.config()
         };
         let gateway = Gateway::start(&dir, &config.toml(&dir));
         Rig {
             _tmp: tmp,
             dir,
-            _dns: dns,
-            _origin: origin,
+            _peers: peers,
             pki,
             relay,
             gateway,

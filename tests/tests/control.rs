@@ -7,8 +7,6 @@
 //! nothing on the channel answers a client without a certificate from the
 //! control CA.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,9 +16,8 @@ use talos_certs::{Kind, Signed};
 use talos_e2e::clients::http;
 use talos_e2e::clients::{curl_via, SESSION_SOURCE};
 use talos_e2e::control::{gateway_client, ControlPki};
-use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::origin::{LoopbackOrigin, TestCa};
 use talos_gateway::control::pb;
 use tonic::transport::Channel;
 use tonic::Code;
@@ -31,8 +28,7 @@ const API: &str = "api.test";
 struct Rig {
     _dir: tempfile::TempDir,
     dir: PathBuf,
-    _dns: DnsServer,
-    _origin: Origin,
+    _peers: LoopbackOrigin,
     pki: ControlPki,
     gateway: Gateway,
 }
@@ -40,29 +36,17 @@ struct Rig {
 async fn rig() -> Rig {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_owned();
-    let ca = TestCa::new("origin test CA");
-    ca.write_pem(&path.join("origin-ca.pem"));
-    let origin = Origin::start(&ca, &[API]).await;
-    let dns = DnsServer::start(HashMap::from([(
-        API.to_owned(),
-        Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
-    )]))
-    .await;
+    let peers = LoopbackOrigin::start(&path, API).await;
     let pki = ControlPki::new(&path);
     let config = TestConfig {
-        dns: dns.addr,
-        upstream_port: origin.addr.port(),
-        anchors: vec![path.join("origin-ca.pem")],
-        permit_internal: vec!["127.0.0.1/32".into()],
         control: Some(pki.files.clone()),
-        ..Default::default()
+        ..peers.config()
     };
     let gateway = Gateway::start(&path, &config.toml(&path));
     Rig {
         _dir: dir,
         dir: path,
-        _dns: dns,
-        _origin: origin,
+        _peers: peers,
         pki,
         gateway,
     }

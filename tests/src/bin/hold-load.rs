@@ -15,15 +15,13 @@
 //! gateway binary from `TALOS_GATEWAY_BIN`).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use talos_e2e::clients::http;
 use talos_e2e::control::{gateway_client, ControlPki};
-use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::origin::LoopbackOrigin;
 use talos_e2e::relay::Relay;
 use talos_gateway::control::pb;
 
@@ -59,14 +57,7 @@ async fn main() {
 }
 
 async fn measure(dir: PathBuf, count: usize, conns: usize) -> serde_json::Value {
-    let ca = TestCa::new("hold-load origin CA");
-    ca.write_pem(&dir.join("origin-ca.pem"));
-    let origin = Origin::start(&ca, &[API]).await;
-    let dns = DnsServer::start(HashMap::from([(
-        API.to_owned(),
-        Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
-    )]))
-    .await;
+    let peers = LoopbackOrigin::start(&dir, API).await;
     let pki = ControlPki::new(&dir);
     let relay = Relay::start(&pki).await;
     let mut control = pki.files.clone();
@@ -76,12 +67,8 @@ async fn measure(dir: PathBuf, count: usize, conns: usize) -> serde_json::Value 
         dir.join("spool").display().to_string()
     );
     let config = TestConfig {
-        dns: dns.addr,
-        upstream_port: origin.addr.port(),
-        anchors: vec![dir.join("origin-ca.pem")],
-        permit_internal: vec!["127.0.0.1/32".into()],
         control: Some(control),
-        ..Default::default()
+        ..peers.config()
     };
     let gateway = Gateway::start(&dir, &config.toml(&dir));
     let mut client = gateway_client(
@@ -173,7 +160,7 @@ async fn measure(dir: PathBuf, count: usize, conns: usize) -> serde_json::Value 
         .lines()
         .find_map(|l| l.strip_prefix("Threads:").map(|v| v.trim().to_owned()))
         .unwrap_or_default();
-    drop(origin);
+    drop(peers);
     serde_json::json!({
         "held": held,
         "connections": conns,
