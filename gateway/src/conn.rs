@@ -330,10 +330,7 @@ async fn terminate(
     let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
     if !h2 {
         let first = tokio::select! {
-            // Peeks: the bytes stay in rustls's plaintext buffer for hyper.
-            first = tokio::time::timeout_at(first_head_by, tls.fill_buf()) => {
-                first.map(|read| read.map(|bytes| bytes.is_empty()))
-            }
+            first = tokio::time::timeout_at(first_head_by, first_request_byte(&mut tls)) => first,
             _ = shared.shutdown.cancelled() => return Ok(()),
             // No request yet, so none held for approval.
             _ = ended.cancelled() => {
@@ -429,6 +426,36 @@ const WITHDRAW_GRACE: Duration = Duration::from_secs(2);
 
 /// How long an HTTP/1.1 session may take to send a request's headers once
 /// it starts one (and how long an idle keep-alive connection stays open).
+/// Waits until the client sends its first request byte, or closes (`true`).
+/// The bytes are peeked: they stay in rustls's plaintext buffer for hyper.
+///
+/// Until then the connection holds no receive buffer: once the handshake's
+/// bytes are all processed, rustls gives back the 4 KiB buffer it reads
+/// records into (`release_receive_buffer`, a patch to rustls:
+/// third_party/README.md) and the wait is on the socket's readiness, so a
+/// connection opened ahead of use costs its TLS state and no more.
+async fn first_request_byte(
+    tls: &mut tokio_rustls::server::TlsStream<Replay<&mut Client>>,
+) -> std::io::Result<bool> {
+    let (io, conn) = tls.get_mut();
+    // Records read with the handshake's last bytes are decrypted now; a
+    // request among them (or the client's close) means no wait. An error
+    // is left for the read below to meet, with its alert.
+    let nothing_yet = matches!(
+        conn.process_new_packets(),
+        Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
+    );
+    if nothing_yet {
+        if let Some(client) = io.inner_once_replayed() {
+            if conn.release_receive_buffer() {
+                client.get_ref().readable().await?;
+            }
+        }
+    }
+    let bytes = tls.fill_buf().await?;
+    Ok(bytes.is_empty())
+}
+
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// hyper's timer for an HTTP/1.1 session connection whose first request

@@ -110,6 +110,12 @@ impl<S> Replay<S> {
             inner,
         }
     }
+
+    /// The inner stream, once all of the prefix has been read: until then
+    /// its readiness says nothing about whether a read would wait.
+    pub fn inner_once_replayed(&self) -> Option<&S> {
+        (self.pos == self.prefix.len()).then_some(&self.inner)
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Replay<S> {
@@ -273,6 +279,11 @@ impl<S> Counted<S> {
     /// Count `inner`'s traffic into `bytes`.
     pub fn new(inner: S, bytes: Arc<WireBytes>) -> Counted<S> {
         Counted { inner, bytes }
+    }
+
+    /// The stream being counted.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
     }
 }
 

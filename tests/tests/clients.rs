@@ -232,6 +232,107 @@ async fn python_urllib_gets_and_posts_through_the_gateway() {
     );
 }
 
+/// A Python client on `ssl`'s memory BIOs, so it controls what each send
+/// carries: its handshake's last flight (Finished) and its first request
+/// in one send, or a pause between the two. The gateway waits for a first
+/// request byte on the socket, holding no receive buffer, only when nothing
+/// came with the handshake; both must be answered.
+const PYTHON_FLIGHTS: &str = r#"
+import json, socket, ssl, sys, time
+
+gateway_host, gateway_port, cafile, source, name = sys.argv[1:6]
+ctx = ssl.create_default_context(cafile=cafile)
+ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+ctx.set_alpn_protocols(["http/1.1"])
+
+def exchange(pause):
+    sock = socket.create_connection((gateway_host, int(gateway_port)), 10, (source, 0))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=name)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            chunk = sock.recv(65536)
+            if not chunk:
+                return "closed during the handshake"
+            incoming.write(chunk)
+    # The client's Finished waits in `outgoing`, not yet sent.
+    request = f"GET /hello HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode()
+    if pause is None:
+        tls.write(request)
+        sock.sendall(outgoing.read())
+    else:
+        sock.sendall(outgoing.read())
+        time.sleep(pause)
+        tls.write(request)
+        sock.sendall(outgoing.read())
+    reply = b""
+    while True:
+        try:
+            data = tls.read(65536)
+            if not data:
+                break
+            reply += data
+            continue
+        except ssl.SSLWantReadError:
+            pass
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            break
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        incoming.write(chunk)
+    sock.close()
+    return reply.decode(errors="replace")
+
+print(json.dumps({"together": exchange(None), "paused": exchange(1.0)}))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_request_is_answered_with_or_after_the_handshake() {
+    let rig = rig(&[SESSION_SOURCE]).await;
+    let script = rig.dir.join("flights.py");
+    std::fs::write(&script, PYTHON_FLIGHTS).expect("write flights.py");
+    let port = rig.gateway.data.port().to_string();
+    let out = run_bounded(
+        "python3",
+        &[
+            script.to_str().unwrap(),
+            "127.0.0.1",
+            &port,
+            rig.trust.to_str().unwrap(),
+            SESSION_SOURCE,
+            NAME,
+        ],
+        None,
+        60,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let replies: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+        panic!(
+            "python client failed: {}\nstdout: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            rig.gateway.log()
+        )
+    });
+    for case in ["together", "paused"] {
+        let reply = replies[case].as_str().unwrap_or_default();
+        assert!(
+            reply.starts_with("HTTP/1.1 200"),
+            "{case}: {reply}\n{}",
+            rig.gateway.log()
+        );
+        assert!(reply.contains("origin says hello:"), "{case}: {reply}");
+    }
+    let records = rig.gateway.wait_records(2);
+    for r in &records {
+        assert_eq!(r["request_count"], 1, "{r}");
+    }
+}
+
 /// Requests h2load makes: `-n` in total over `-c` connections, `-m`
 /// streams at once on each.
 const H2LOAD_REQUESTS: u64 = 2000;

@@ -439,6 +439,19 @@ pub struct ConnectionCommon<Data> {
 }
 
 impl<Data> ConnectionCommon<Data> {
+    /// TALOS patch: gives back the buffer that received TLS bytes wait in
+    /// before they are processed, if none wait there now, and returns
+    /// whether it did. A connection keeps this buffer (4 KiB) once it has
+    /// read anything; one that is about to wait for its peer for a while can
+    /// release it, and the next [`Self::read_tls`] allocates it again.
+    ///
+    /// Plaintext already decrypted and not yet read is kept (it is held
+    /// elsewhere), as are bytes of a record not yet complete: with those,
+    /// nothing is released and this returns `false`.
+    pub fn release_receive_buffer(&mut self) -> bool {
+        self.deframer_buffer.release_if_empty()
+    }
+
     /// Processes any new packets read by a previous call to
     /// [`Connection::read_tls`].
     ///

@@ -184,6 +184,17 @@ impl DeframerVecBuffer {
         }
     }
 
+    /// TALOS patch: frees the buffer if no bytes wait in it, and says whether
+    /// it is now empty. The next read allocates it again (`prepare_read`).
+    pub(crate) fn release_if_empty(&mut self) -> bool {
+        if self.used == 0 {
+            self.buf = Vec::new();
+            true
+        } else {
+            false
+        }
+    }
+
     pub(crate) fn filled_mut(&mut self) -> &mut [u8] {
         &mut self.buf[..self.used]
     }

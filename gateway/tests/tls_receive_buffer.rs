@@ -1,0 +1,128 @@
+//! The patched rustls (third_party/README.md) gives an idle connection's
+//! receive buffer back, and never a buffer holding part of a record.
+//!
+//! A connection pair in memory, TLS 1.3 with the gateway's provider;
+//! `allocation-counter` replaces the global allocator in this test binary
+//! only and counts what the measuring thread allocates and frees.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConnection, RootCertStore, ServerConnection};
+
+fn pair() -> (ClientConnection, ServerConnection) {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let params = rcgen::CertificateParams::new(vec!["origin.test".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let cert_der: CertificateDer<'static> = cert.der().clone();
+
+    let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert_der.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    let mut roots = RootCertStore::empty();
+    roots.add(cert_der).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+
+    let mut client = ClientConnection::new(
+        Arc::new(client),
+        ServerName::try_from("origin.test").unwrap(),
+    )
+    .unwrap();
+    let mut server = ServerConnection::new(Arc::new(server)).unwrap();
+    while client.is_handshaking() || server.is_handshaking() {
+        flush(&mut client, &mut server);
+        flush(&mut server, &mut client);
+    }
+    // The server's tickets reach the client; nothing is left in flight.
+    flush(&mut server, &mut client);
+    (client, server)
+}
+
+/// Everything `from` has to send, read and processed by `to`.
+fn flush<A, B>(from: &mut rustls::ConnectionCommon<A>, to: &mut rustls::ConnectionCommon<B>) {
+    let mut wire = Vec::new();
+    while from.wants_write() {
+        from.write_tls(&mut wire).unwrap();
+    }
+    feed(to, &wire);
+}
+
+fn feed<B>(to: &mut rustls::ConnectionCommon<B>, mut wire: &[u8]) {
+    while !wire.is_empty() {
+        to.read_tls(&mut wire).unwrap();
+        to.process_new_packets().unwrap();
+    }
+}
+
+fn read_all<B>(conn: &mut rustls::ConnectionCommon<B>) -> Vec<u8> {
+    let mut out = vec![0u8; 256];
+    let n = conn.reader().read(&mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn an_idle_connection_gives_its_receive_buffer_back() {
+    let (mut client, mut server) = pair();
+    // The counter does count on this thread.
+    let probe = allocation_counter::measure(|| drop(std::hint::black_box(vec![1u8; 8])));
+    assert_eq!(probe.count_total, 1);
+
+    // The server has read the handshake: its record buffer (4 KiB) is
+    // held, and with nothing in it, released.
+    let released = allocation_counter::measure(|| assert!(server.release_receive_buffer()));
+    assert!(released.bytes_current <= -4096, "{released:?}");
+    // Released again, nothing more to free.
+    let again = allocation_counter::measure(|| assert!(server.release_receive_buffer()));
+    assert_eq!(again.bytes_current, 0, "{again:?}");
+
+    // And the connection reads on as before.
+    client
+        .writer()
+        .write_all(b"GET / HTTP/1.1\r\n\r\n")
+        .unwrap();
+    flush(&mut client, &mut server);
+    assert_eq!(read_all(&mut server), b"GET / HTTP/1.1\r\n\r\n");
+}
+
+#[test]
+fn part_of_a_record_is_never_released() {
+    let (mut client, mut server) = pair();
+    client.writer().write_all(b"the first request").unwrap();
+    let mut wire = Vec::new();
+    client.write_tls(&mut wire).unwrap();
+
+    for split in [1, 5, wire.len() - 1] {
+        let (mut client, mut server) = pair();
+        client.writer().write_all(b"the first request").unwrap();
+        let mut wire = Vec::new();
+        client.write_tls(&mut wire).unwrap();
+        let (head, tail) = wire.split_at(split);
+        feed(&mut server, head);
+        assert!(!server.release_receive_buffer(), "split at {split}");
+        feed(&mut server, tail);
+        assert_eq!(
+            read_all(&mut server),
+            b"the first request",
+            "split at {split}"
+        );
+    }
+
+    // Decrypted plaintext not yet read is kept, even when the record
+    // buffer itself is released.
+    feed(&mut server, &wire);
+    assert!(server.release_receive_buffer());
+    assert_eq!(read_all(&mut server), b"the first request");
+}
