@@ -119,14 +119,17 @@ print(json.dumps(out))
 "#;
 
 impl Rig {
-    fn run_python(&self) -> Value {
-        let script = self.dir.join("client.py");
-        std::fs::write(&script, PYTHON_CLIENT).expect("write client.py");
+    /// Runs a Python client `script` (saved as `file`) with the gateway's
+    /// address, the session CA, the session source and the listed name as
+    /// its arguments; it prints one JSON object.
+    fn run_python(&self, file: &str, script: &str) -> Value {
+        let path = self.dir.join(file);
+        std::fs::write(&path, script).expect("write the python client");
         let port = self.gateway.data.port().to_string();
         let out = run_bounded(
             "python3",
             &[
-                script.to_str().unwrap(),
+                path.to_str().unwrap(),
                 "127.0.0.1",
                 &port,
                 self.trust.to_str().unwrap(),
@@ -171,7 +174,7 @@ fn record_of<'a>(records: &'a [Value], method: &str, path: &str, status: u64) ->
 #[tokio::test(flavor = "multi_thread")]
 async fn python_urllib_gets_and_posts_through_the_gateway() {
     let rig = rig(&[SESSION_SOURCE]).await;
-    let out = rig.run_python();
+    let out = rig.run_python("client.py", PYTHON_CLIENT);
 
     let get = &out["get"];
     assert_eq!(get["status"], 200, "{out:#}\n{}", rig.gateway.log());
@@ -294,30 +297,7 @@ print(json.dumps({"together": exchange(None), "paused": exchange(1.0)}))
 #[tokio::test(flavor = "multi_thread")]
 async fn a_first_request_is_answered_with_or_after_the_handshake() {
     let rig = rig(&[SESSION_SOURCE]).await;
-    let script = rig.dir.join("flights.py");
-    std::fs::write(&script, PYTHON_FLIGHTS).expect("write flights.py");
-    let port = rig.gateway.data.port().to_string();
-    let out = run_bounded(
-        "python3",
-        &[
-            script.to_str().unwrap(),
-            "127.0.0.1",
-            &port,
-            rig.trust.to_str().unwrap(),
-            SESSION_SOURCE,
-            NAME,
-        ],
-        None,
-        60,
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let replies: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-        panic!(
-            "python client failed: {}\nstdout: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            rig.gateway.log()
-        )
-    });
+    let replies = rig.run_python("flights.py", PYTHON_FLIGHTS);
     for case in ["together", "paused"] {
         let reply = replies[case].as_str().unwrap_or_default();
         assert!(
