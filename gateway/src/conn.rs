@@ -424,8 +424,6 @@ const MASKED_COUNTS_WAIT: Duration = Duration::from_secs(1);
 /// are ready at once; this bounds a client that does not read them.
 const WITHDRAW_GRACE: Duration = Duration::from_secs(2);
 
-/// How long an HTTP/1.1 session may take to send a request's headers once
-/// it starts one (and how long an idle keep-alive connection stays open).
 /// Waits until the client sends its first request byte, or closes (`true`).
 /// The bytes are peeked: they stay in rustls's plaintext buffer for hyper.
 ///
@@ -456,6 +454,8 @@ async fn first_request_byte(
     Ok(bytes.is_empty())
 }
 
+/// How long an HTTP/1.1 session may take to send a request's headers once
+/// it starts one (and how long an idle keep-alive connection stays open).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// hyper's timer for an HTTP/1.1 session connection whose first request
