@@ -217,13 +217,16 @@ impl Pool {
     fn pooled(&self, name: &Name, want: Want) -> Option<Checkout> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let entry = idle.get_mut(name)?;
-        // An HTTP/1.1 connection serves a request that needs HTTP/2 only if
-        // the destination chose HTTP/1.1 when offered both.
-        let h1_ok = match want {
+        // HTTP/2 serves a request that may take it, and any request to a
+        // destination that speaks nothing else.
+        let try_h2 = want == Want::Any || entry.h2_only;
+        // HTTP/1.1 serves an HTTP/1.1 request, and one that may take HTTP/2
+        // only if the destination chose HTTP/1.1 when offered both.
+        let try_h1 = match want {
             Want::Http1 => !entry.h2_only,
             Want::Any => entry.chose_h2 == Some(false),
         };
-        if !h1_ok || want == Want::Any {
+        if try_h2 {
             if let Some((h2, addr)) = &entry.h2 {
                 if !h2.is_closed() {
                     return Some(Checkout {
@@ -234,7 +237,7 @@ impl Pool {
                 entry.h2 = None;
             }
         }
-        if !h1_ok {
+        if !try_h1 {
             return None;
         }
         entry.h1.retain(|(s, _)| !s.is_closed());
