@@ -23,6 +23,7 @@
 # benches/compare/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/lib.sh
 
 if [ "${QUICK:-0}" = 1 ]; then
   dur=${DURATION:-3} idle_n=${IDLE_CONNS:-1000} speed_s=1
@@ -180,34 +181,11 @@ start_origin() {
 # gateway maps a client to its session by source address.
 start_gateway() {
   say "Starting the gateway with one runtime worker thread"
-  local srcs
-  srcs=$(echo "$idle_sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
-  cat >"$work/gateway.toml" <<TOML
-gateway_id = "gw-compare"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$work/records.jsonl"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = $origin_port
-extra_trust_anchors = ["$work/origin-ca.pem"]
-[limits]
-max_connections = 30000
-shutdown_grace_ms = 2000
-[[session]]
-id = "sbx-compare"
-tenant = "bench"
-sources = [$srcs]
-allowlist = ["$name"]
-trust_file = "$work/session-ca.pem"
-TOML
-  "$bin/gateway" check-config "$work/gateway.toml" >/dev/null
+  bench_gateway_toml file="$work/gateway.toml" id=gw-compare session=sbx-compare name="$name" \
+    sources="$idle_sources" dns="$dns" port="$origin_port" work="$work" \
+    records="$work/records.jsonl" trust="$work/session-ca.pem" \
+    limits="max_connections = 30000
+shutdown_grace_ms = 2000" gateway="$bin/gateway"
   TOKIO_WORKER_THREADS=1 "$bin/gateway" run --config "$work/gateway.toml" \
     >"$work/gateway.out" 2>"$work/gateway.log" &
   local pid=$!

@@ -18,6 +18,7 @@
 # Every wait is bounded; everything started here is stopped by its PID.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/lib.sh
 here=benches/idle
 counts=${COUNTS:-2000 5000}
 modes=${MODES:-http1 h2}
@@ -72,33 +73,10 @@ line=$(ready_line "$work/origin.out")
 dns=$(echo "$line" | json_field dns)
 origin_port=$(echo "$line" | json_field origin | sed 's/.*://')
 
-srcs=$(echo "$sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
-cat >"$work/gateway.toml" <<TOML
-gateway_id = "gw-idle"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$work/records.jsonl"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = $origin_port
-extra_trust_anchors = ["$work/origin-ca.pem"]
-[limits]
-max_connections = 30000
-shutdown_grace_ms = 500
-[[session]]
-id = "sbx-idle"
-tenant = "bench"
-sources = [$srcs]
-allowlist = ["$name"]
-trust_file = "$work/session-ca.pem"
-TOML
-"$bin/gateway" check-config "$work/gateway.toml" >/dev/null
+bench_gateway_toml file="$work/gateway.toml" id=gw-idle session=sbx-idle name="$name" \
+  sources="$sources" dns="$dns" port="$origin_port" work="$work" records="$work/records.jsonl" \
+  trust="$work/session-ca.pem" limits="max_connections = 30000
+shutdown_grace_ms = 500" gateway="$bin/gateway"
 
 # one MODE N: prints "MODE N rss0 rss1 opened kib_per_conn"
 one() {

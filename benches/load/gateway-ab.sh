@@ -18,6 +18,7 @@
 # Needs: h2load (nghttp2-client), python3; BIN_DIR holds load-origin.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/lib.sh
 bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 : "${GW_A:?GW_A=path of gateway binary A}" "${GW_B:?GW_B=path of gateway binary B}"
 rounds=${ROUNDS:-6} dur=${DUR:-5} workloads=${WORKLOADS:-h1 h2 mib newconn}
@@ -40,29 +41,10 @@ name=origin.demo.test
 small_path=/$(printf '%0990d' 0 | tr 0 x)
 declare -A pid port
 for t in A B; do
-  cat >"$w/gw$t.toml" <<TOML
-gateway_id = "gw-ab-$t"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$w/records$t.jsonl"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = ${origin##*:}
-extra_trust_anchors = ["$w/origin-ca.pem"]
-[[session]]
-id = "sbx-ab"
-tenant = "bench"
-sources = ["127.0.0.1"]
-allowlist = ["$name"]
-trust_file = "$w/ca$t.pem"
-TOML
   gw=GW_$t
+  bench_gateway_toml file="$w/gw$t.toml" id="gw-ab-$t" session=sbx-ab name="$name" \
+    dns="$dns" port="${origin##*:}" work="$w" records="$w/records$t.jsonl" trust="$w/ca$t.pem" \
+    gateway="${!gw}"
   TOKIO_WORKER_THREADS=1 "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
 done
 for t in A B; do

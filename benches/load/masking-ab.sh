@@ -11,6 +11,7 @@
 #   ROUNDS=10 DUR=10 benches/load/masking-ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/lib.sh
 bin=${BIN_DIR:-target/release}
 [ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -q -p talos-gateway -p talos-e2e --bin gateway --bin load-origin
 command -v h2load >/dev/null || { echo "masking-ab: h2load is missing (apt-get install nghttp2-client)" >&2; exit 1; }
@@ -21,40 +22,15 @@ sleep 2
 dns=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dns"])' "$w/peers.out")
 origin=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["origin"])' "$w/peers.out")
 name=origin.demo.test
-mk() {
-cat > "$w/gw$1.toml" <<TOML
-gateway_id = "gw-ab$1"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$w/records$1.jsonl"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = ${origin##*:}
-extra_trust_anchors = ["$w/origin-ca.pem"]
-[[session]]
-id = "sbx-ab"
-tenant = "bench"
-sources = ["127.0.0.1"]
-allowlist = ["$name"]
-trust_file = "$w/ca$1.pem"
-attach = [$2]
-$3
-TOML
+mk() { # off|on ATTACH SECRETS
+  bench_gateway_toml file="$w/gw$1.toml" id="gw-ab$1" session=sbx-ab name="$name" \
+    dns="$dns" port="${origin##*:}" work="$w" records="$w/records$1.jsonl" trust="$w/ca$1.pem" \
+    extra="attach = [$2]
+$3" gateway="$bin/gateway"
 }
-secrets=""; attach=""
-for i in 1 2 3 4; do printf 'load-secret-%d-%s\n' $i "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$w/s$i"; chmod 600 "$w/s$i"
-  attach="$attach\"KEY$i=$name:x-api-key-$i\", "; secrets="$secrets[[secret]]
-name = \"KEY$i\"
-file = \"$w/s$i\"
-"; done
+bench_credentials "$w" "$name"
 mk off "" ""
-mk on "${attach%, }" "$secrets"
+mk on "$BENCH_ATTACH" "$BENCH_SECRETS"
 declare -A pid port
 for t in off on; do
   TOKIO_WORKER_THREADS=1 "$bin/gateway" run --config "$w/gw$t.toml" > "$w/g$t.out" 2>/dev/null & pid[$t]=$!; pids+=($!)

@@ -15,6 +15,7 @@
 # What it measures and the latest figures: benches/load/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/lib.sh
 
 if [ "${QUICK:-0}" = 1 ]; then dur=${DURATION:-3}; else dur=${DURATION:-10}; fi
 workers=${WORKERS:-1}
@@ -97,48 +98,18 @@ start_gateway() {
   local tag=${1:-}
   local conf=$work/gateway$tag.toml
   say "Starting the gateway$tag with $workers runtime worker thread(s)"
-  local attach="" secrets=""
+  local extra=""
   if [ "$tag" = .masked ]; then
-    local i
-    for i in 1 2 3 4; do
-      printf 'load-secret-%d-%s\n' "$i" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$work/secret$i"
-      chmod 600 "$work/secret$i"
-      attach="$attach\"KEY$i=$name:x-api-key-$i\", "
-      secrets="$secrets[[secret]]
-name = \"KEY$i\"
-file = \"$work/secret$i\"
-"
-    done
+    bench_credentials "$work" "$name"
+    extra="attach = [$BENCH_ATTACH]
+$BENCH_SECRETS"
   fi
   # Configured like scripts/demo.sh, except that the session's source is
   # 127.0.0.1: wrk and h2load cannot choose their source address.
-  cat >"$conf" <<TOML
-gateway_id = "gw-load"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$work/records$tag.jsonl"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = $origin_port
-extra_trust_anchors = ["$work/origin-ca.pem"]
-[limits]
-shutdown_grace_ms = 2000
-[[session]]
-id = "sbx-load"
-tenant = "bench"
-sources = ["127.0.0.1"]
-allowlist = ["$name"]
-trust_file = "$work/session-ca$tag.pem"
-attach = [${attach%, }]
-$secrets
-TOML
-  "$bin/gateway" check-config "$conf" >/dev/null
+  bench_gateway_toml file="$conf" id=gw-load session=sbx-load name="$name" \
+    dns="$dns" port="$origin_port" work="$work" records="$work/records$tag.jsonl" \
+    trust="$work/session-ca$tag.pem" limits="shutdown_grace_ms = 2000" extra="$extra" \
+    gateway="$bin/gateway"
   # `gateway run` has no worker-thread option; its runtime is tokio's
   # multi-thread one, which takes its worker count from TOKIO_WORKER_THREADS
   # when none is set in code. One worker keeps the comparison fair on a

@@ -1,0 +1,66 @@
+# shellcheck shell=bash
+# Shared by the bench scripts (sourced, not run).
+
+# bench_gateway_toml key=value ...: writes the bench gateway's config, one
+# static session for NAME in front of load-origin, and checks it with
+# `GATEWAY check-config`.
+#
+#   file=PATH      where to write it
+#   id=ID          gateway_id            session=ID  the session's id
+#   name=NAME      the one listed name   sources=A,B  its source addresses (127.0.0.1)
+#   dns=ADDR       load-origin's DNS     port=N       load-origin's TLS port
+#   work=DIR       load-origin's folder (its CA: DIR/origin-ca.pem)
+#   records=PATH   the records file      trust=PATH   where the session CA goes
+#   limits=TOML    lines for [limits]    extra=TOML   more lines for the session
+#   gateway=PATH   the gateway binary
+bench_gateway_toml() {
+  local file id session name sources=127.0.0.1 dns port work records trust limits="" extra="" gateway
+  local "$@"
+  local srcs
+  srcs=$(echo "$sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
+  cat >"$file" <<TOML
+gateway_id = "$id"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = "$records"
+[resolver]
+nameservers = ["$dns"]
+timeout_ms = 500
+attempts = 1
+permit_internal = ["127.0.0.1/32"]
+[upstream]
+port = $port
+extra_trust_anchors = ["$work/origin-ca.pem"]
+[limits]
+$limits
+[[session]]
+id = "$session"
+tenant = "bench"
+sources = [$srcs]
+allowlist = ["$name"]
+trust_file = "$trust"
+$extra
+TOML
+  "$gateway" check-config "$file" >/dev/null
+}
+
+# bench_credentials DIR NAME: writes 4 random credentials (0600) to
+# DIR/secret1..4 and sets BENCH_ATTACH (the session's `attach` list: each
+# injected into NAME's requests as x-api-key-N) and BENCH_SECRETS (their
+# [[secret]] tables): a masked session's config.
+bench_credentials() {
+  local dir=$1 name=$2 i
+  BENCH_ATTACH="" BENCH_SECRETS=""
+  for i in 1 2 3 4; do
+    printf 'load-secret-%d-%s\n' "$i" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$dir/secret$i"
+    chmod 600 "$dir/secret$i"
+    BENCH_ATTACH="$BENCH_ATTACH\"KEY$i=$name:x-api-key-$i\", "
+    BENCH_SECRETS="${BENCH_SECRETS}[[secret]]
+name = \"KEY$i\"
+file = \"$dir/secret$i\"
+"
+  done
+  BENCH_ATTACH=${BENCH_ATTACH%, }
+}
