@@ -208,39 +208,48 @@ impl GrpcOrigin {
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
         );
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    return;
-                };
-                let acceptor = acceptor.clone();
-                let routes = routes.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            tower::ServiceExt::oneshot(routes.clone(), req)
-                        },
-                    );
-                    let io = TokioIo::new(tls);
-                    let _ = match flavour {
-                        Flavour::H2 => {
-                            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                                .serve_connection(io, service)
-                                .await
-                        }
-                        Flavour::Http1Only => {
-                            hyper::server::conn::http1::Builder::new()
-                                .serve_connection(io, service)
-                                .await
-                        }
-                    };
-                });
-            }
-        });
+        let task = tokio::spawn(serve_routes(listener, acceptor, routes, flavour));
         GrpcOrigin { addr, task }
+    }
+}
+
+/// Serves `routes` (tonic services) on every TLS connection `listener`
+/// accepts, over HTTP/2 or, for [`Flavour::Http1Only`], HTTP/1.1; runs
+/// until its task is aborted.
+pub(crate) async fn serve_routes(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    routes: tonic::service::Routes,
+    flavour: Flavour,
+) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let routes = routes.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    tower::ServiceExt::oneshot(routes.clone(), req)
+                });
+            let io = TokioIo::new(tls);
+            let _ = match flavour {
+                Flavour::H2 => {
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await
+                }
+                Flavour::Http1Only => {
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await
+                }
+            };
+        });
     }
 }
 

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use talos_certs::{Decision, GatewayKey, Verdict};
@@ -107,28 +106,12 @@ impl Relay {
         let addr = listener.local_addr().expect("addr");
         let state = State::default();
         let routes = tonic::service::Routes::new(ControlPlaneServer::new(state.clone()));
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let acceptor = acceptor.clone();
-                let routes = routes.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(
-                        move |req: hyper::Request<hyper::body::Incoming>| {
-                            tower::ServiceExt::oneshot(routes.clone(), req)
-                        },
-                    );
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        let task = tokio::spawn(crate::grpc::serve_routes(
+            listener,
+            acceptor,
+            routes,
+            crate::grpc::Flavour::H2,
+        ));
         Relay {
             addr,
             key: GatewayKey::generate().expect("relay key"),
