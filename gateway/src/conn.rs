@@ -311,7 +311,9 @@ async fn terminate(
             return Ok(());
         }
     };
-    let (_, conn) = tls.get_ref();
+    let mut tls = tls;
+    let (_, conn) = tls.get_mut();
+    conn.set_buffer_limit(Some(crate::tls::SESSION_SEND_LIMIT));
     record.tls_version = conn.protocol_version().map(|v| match v {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         _ => "other",
@@ -326,7 +328,6 @@ async fn terminate(
     // its TLS state and nothing more. The wait is bounded exactly as hyper
     // bounds it: the first request's headers are due HEADER_READ_TIMEOUT
     // after the handshake, whenever the first byte comes (`FirstHeadBy`).
-    let mut tls = tls;
     let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
     if !h2 {
         let first = tokio::select! {

@@ -181,6 +181,16 @@ macro_rules! writes_pass_through {
 
 writes_pass_through!(Replay);
 
+/// How many bytes of unsent TLS a session connection may hold: what one
+/// write hands rustls is encrypted and leaves in one `writev` as long as
+/// it fits. rustls's default, 64 KiB, is exactly one large HTTP/1.1 reply
+/// chunk without its framing (`10000\r\n` before, `\r\n` after), so each
+/// such chunk went out as two writes, the second a 9-byte record of its
+/// own: twice the system calls, segments and client wake-ups for a
+/// download. Still a bound: a client that does not read holds at most
+/// this much here before the writer waits.
+pub const SESSION_SEND_LIMIT: usize = 128 * 1024;
+
 /// How much one read of a destination connection may bring in.
 pub const BIG_READ: usize = 64 * 1024;
 

@@ -1,11 +1,16 @@
-//! The patched rustls (third_party/README.md) gives an idle connection's
-//! receive buffer back, and never a buffer holding part of a record.
+//! rustls's buffers as the gateway's session side uses them:
+//!
+//! - the patched rustls (third_party/README.md) gives an idle connection's
+//!   receive buffer back, and never a buffer holding part of a record;
+//! - with the session side's send limit, a large reply chunk and its
+//!   HTTP/1.1 framing are taken by one write, while a write larger than the
+//!   limit is still cut at it.
 //!
 //! A connection pair in memory, TLS 1.3 with the gateway's provider;
 //! `allocation-counter` replaces the global allocator in this test binary
 //! only and counts what the measuring thread allocates and frees.
 
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::sync::Arc;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -125,4 +130,81 @@ fn part_of_a_record_is_never_released() {
     feed(&mut server, &wire);
     assert!(server.release_receive_buffer());
     assert_eq!(read_all(&mut server), b"the first request");
+}
+
+/// The TLS records in `wire`: (content type, length) of each.
+fn records(mut wire: &[u8]) -> Vec<(u8, usize)> {
+    let mut out = Vec::new();
+    while wire.len() >= 5 {
+        let len = u16::from_be_bytes([wire[3], wire[4]]) as usize;
+        out.push((wire[0], len));
+        wire = &wire[5 + len..];
+    }
+    assert!(wire.is_empty(), "a partial record at the end");
+    out
+}
+
+#[test]
+fn a_large_reply_chunk_and_its_framing_are_taken_by_one_write() {
+    // What hyper hands the session side for one 64 KiB chunk of a chunked
+    // HTTP/1.1 reply, in one vectored write.
+    let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let framed = [
+        IoSlice::new(b"10000\r\n"),
+        IoSlice::new(&body),
+        IoSlice::new(b"\r\n"),
+    ];
+    let total = 7 + body.len() + 2;
+
+    // rustls's own limit takes 64 KiB and leaves the last 9 bytes for a
+    // second write (a record and a system call of their own).
+    let (_client, mut server) = pair();
+    assert_eq!(server.writer().write_vectored(&framed).unwrap(), 64 * 1024);
+
+    // The gateway's takes it whole: one write, four full records and the
+    // 9-byte rest, all of it in what one `write_tls` hands the socket.
+    let (mut client2, mut server2) = pair();
+    server2.set_buffer_limit(Some(talos_gateway::tls::SESSION_SEND_LIMIT));
+    assert_eq!(server2.writer().write_vectored(&framed).unwrap(), total);
+    let mut wire = Vec::new();
+    let written = server2.write_tls(&mut wire).unwrap();
+    assert_eq!(written, wire.len());
+    assert!(!server2.wants_write(), "everything left in one write_tls");
+    // 0x17: application data; 16 KiB of plaintext plus type byte and tag.
+    let app: Vec<usize> = records(&wire)
+        .into_iter()
+        .filter(|(t, _)| *t == 0x17)
+        .map(|(_, len)| len)
+        .collect();
+    assert_eq!(
+        app,
+        vec![16384 + 17, 16384 + 17, 16384 + 17, 16384 + 17, 9 + 17]
+    );
+    // The client reads as it goes (rustls holds 16 KiB of plaintext).
+    let mut got = Vec::new();
+    let mut rest = &wire[..];
+    while !rest.is_empty() {
+        client2.read_tls(&mut rest).unwrap();
+        client2.process_new_packets().unwrap();
+        let mut chunk = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = client2.reader().read(&mut chunk) {
+            got.extend_from_slice(&chunk[..n]);
+        }
+    }
+    let mut expected = b"10000\r\n".to_vec();
+    expected.extend_from_slice(&body);
+    expected.extend_from_slice(b"\r\n");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn the_send_limit_still_bounds_what_a_slow_client_leaves_buffered() {
+    let (_client, mut server) = pair();
+    server.set_buffer_limit(Some(talos_gateway::tls::SESSION_SEND_LIMIT));
+    let big = vec![7u8; 1024 * 1024];
+    // Nothing is written to the socket in between, as when the client does
+    // not read: the writer takes up to the limit, then nothing more.
+    let taken = server.writer().write(&big).unwrap();
+    assert_eq!(taken, talos_gateway::tls::SESSION_SEND_LIMIT);
+    assert_eq!(server.writer().write(&big).unwrap(), 0);
 }
