@@ -17,8 +17,14 @@
 # BIN_DIR=DIR (the release binaries, default $CARGO_TARGET_DIR/release or
 # target/release); NO_BUILD=1 (use BIN_DIR as it is); NO_INSTALL=1 (do not
 # apt-get/pip install); PEERS="nginx haproxy mitmproxy" (a subset);
-# FIGURES="idle h1 h2 mib newconn" (a subset); QUIET_WAIT=SECONDS (wait for other jobs to leave the CPUs before each run,
-# default 30); KEEP=1 (keep the work folder /tmp/talos-compare.*).
+# FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
+# TCP relay reference column); QUIET_WAIT=SECONDS (wait for other jobs to
+# leave the CPUs before each run, default 30); KEEP=1 (keep the work folder
+# /tmp/talos-compare.*).
+# Every process started here inherits this environment: a GLIBC_TUNABLES
+# set outside reaches the gateway, the peers, the origin and the clients
+# alike, and the table's header line names it (benches/compare/README.md:
+# memcpy on AMD Zen 3 and 4 with glibc before 2.39).
 # What it measures, how each peer is configured, the latest figures:
 # benches/compare/README.md.
 set -euo pipefail
@@ -32,6 +38,12 @@ else
 fi
 idle_sources=${IDLE_SOURCES:-127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4}
 peers=${PEERS-nginx haproxy mitmproxy}
+# The reference columns: the direct client -> origin run, and (RELAY=1, the
+# default) a plain TCP relay, HAProxy in TCP mode passing the client's TLS
+# through to the origin untouched: what moving the bytes through a
+# user-space process costs on this kernel before any TLS is terminated.
+refs="direct"
+[ "${RELAY:-1}" = 1 ] && refs="direct relay"
 figures_on=${FIGURES:-idle h1 h2 mib newconn}
 bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 name=origin.demo.test
@@ -59,7 +71,7 @@ install_tools() {
   command -v wrk >/dev/null || need+=(wrk)
   command -v h2load >/dev/null || need+=(nghttp2-client)
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy) # a peer and the relay
   command -v openssl >/dev/null || need+=(openssl)
   command -v unshare >/dev/null || need+=(util-linux)
   command -v ss >/dev/null || need+=(iproute2)
@@ -278,12 +290,18 @@ start_haproxy() {
   local d=$work/haproxy
   mkdir -p "$d"
   port[haproxy]=$(free_port)
+  local haproxy_maxconn=$((idle_n + 100)) fit=$(((nofile - 50) / 2))
+  [ "$haproxy_maxconn" -ge 2000 ] || haproxy_maxconn=$((fit < 2000 ? fit : 2000))
   cat >"$d/haproxy.cfg" <<HAPROXY
 global
   nbthread 1
   # Room for the idle connections (raise_nofile made sure the descriptors
-  # HAProxy asks for, two per connection, are there).
-  maxconn $((idle_n + 100))
+  # HAProxy asks for, two per connection, are there), and at least 2,000:
+  # the HTTP/2 run has 256 requests in flight, each on its own upstream
+  # connection, and HAProxy keeps idle upstream connections for reuse only
+  # while they are a small share of its descriptors (with IDLE_CONNS=100 it
+  # closed them and paid a handshake per request: 2k req/s).
+  maxconn $haproxy_maxconn
   ssl-server-verify required
 defaults
   mode http
@@ -308,6 +326,45 @@ HAPROXY
   wait_listening "${port[haproxy]}" "$pid" haproxy
   tpids[haproxy]=$pid ca[haproxy]=$work/pki/ca.pem
   echo "haproxy 127.0.0.1:${port[haproxy]} (pid $pid)" >&2
+}
+
+# The TCP relay reference: HAProxy in TCP mode, one thread, forwarding each
+# client connection to the origin as it is (the client's TLS session is
+# with the origin, whose CA its clients trust). No splicing (HAProxy only
+# splices when told to): each byte is read into HAProxy's buffer and
+# written out again, the kernel work any user-space TLS proxy also does,
+# without the decryption, re-encryption and HTTP. 256 KiB buffers (the
+# default is 16 KiB): fewer, larger system calls, so the least kernel time
+# per GB a relay needs here (0.30 CPU-s against 0.42 with the default, in
+# a trial run).
+start_relay() {
+  say "Starting the TCP relay reference (HAProxy, mode tcp)"
+  local d=$work/relay
+  mkdir -p "$d"
+  port[relay]=$(free_port)
+  cat >"$d/haproxy.cfg" <<HAPROXY
+global
+  nbthread 1
+  maxconn 1000
+  tune.bufsize 262144
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+frontend fe
+  bind 127.0.0.1:${port[relay]}
+  default_backend origin
+backend origin
+  server o 127.0.0.1:$origin_port
+HAPROXY
+  haproxy -c -q -f "$d/haproxy.cfg"
+  haproxy -db -f "$d/haproxy.cfg" >"$d/stdout" 2>"$d/stderr" &
+  local pid=$!
+  pids+=("$pid")
+  wait_listening "${port[relay]}" "$pid" relay
+  tpids[relay]=$pid ca[relay]=$work/origin-ca.pem
+  echo "relay 127.0.0.1:${port[relay]} (pid $pid)" >&2
 }
 
 # mitmproxy in reverse mode. It resolves the origin's name itself, so it
@@ -404,6 +461,12 @@ ticks() {
   for p in "$@"; do s=$((s + $(sed 's/^.*) //' /proc/"$p"/stat | awk '{print $12 + $13}'))); done
   echo "$s"
 }
+# stime alone: the part of ticks spent in the kernel.
+sys_ticks() {
+  local p s=0
+  for p in "$@"; do s=$((s + $(sed 's/^.*) //' /proc/"$p"/stat | awk '{print $13}'))); done
+  echo "$s"
+}
 # cutime+cstime of this shell: the CPU time of the children it waited for
 # (the load generator).
 child_ticks() { sed 's/^.*) //' /proc/$$/stat | awk '{print $14 + $15}'; }
@@ -438,16 +501,18 @@ settle() {
 # and the rest of the machine.
 measure() {
   local run=$1 t=$2; shift 2
-  local tp p0 o0 c0 m0 p1 o1 c1 m1
+  local tp p0 k0 o0 c0 m0 p1 k1 o1 c1 m1
   read -r -a tp <<<"${tpids[$t]}"
   settle
+  k0=$(sys_ticks "${tp[@]}")
   p0=$(ticks "${tp[@]}"); o0=$(ticks "$origin_pid"); c0=$(child_ticks); m0=$(machine_ticks)
   echo "$*" >"$work/$run.cmd"
   timeout -k 5 $((dur + 60)) "$@" >"$work/$run.out" 2>&1 || echo "compare: $run exited $?" >&2
   p1=$(ticks "${tp[@]}"); o1=$(ticks "$origin_pid"); c1=$(child_ticks); m1=$(machine_ticks)
+  k1=$(sys_ticks "${tp[@]}")
   local p=$((p1 - p0)) o=$((o1 - o0)) c=$((c1 - c0))
   [ "$t" = direct ] && o=0 # the origin is the target
-  echo "proxy_ticks=$p origin_ticks=$o client_ticks=$c other_ticks=$((m1 - m0 - p - o - c))" >"$work/$run.cpu"
+  echo "proxy_ticks=$p proxy_sys_ticks=$((k1 - k0)) origin_ticks=$o client_ticks=$c other_ticks=$((m1 - m0 - p - o - c))" >"$work/$run.cpu"
 }
 
 wrk_run() { # RUN TARGET PATH CONNECTIONS [WRK OPTIONS...]
@@ -563,15 +628,16 @@ cpu_field() { tr ' ' '\n' <"$work/$1.cpu" | sed -n "s/^$2=//p"; }
 idle_field() { tr ' ' '\n' <"$work/idle.$1.res" | sed -n "s/^$2=//p"; }
 
 # value RUN KIND: one cell. Kinds: rps, p50, p99, mbps, cpu1k (CPU-s per 1k
-# requests, and per 100k after a slash), cpugb, floor (CPU per GB over the
-# two-pass AES-GCM floor), busy (share of one core).
+# requests, and per 100k after a slash), cpugb, syscpugb (the kernel's part of
+# cpugb: system time), floor (CPU per GB over the two-pass AES-GCM floor),
+# busy (share of one core).
 value() {
-  local run=$1 kind=$2 n s b e p50 p99 pt o v
+  local run=$1 kind=$2 n s b e p50 p99 pt kt o v
   [ -f "$work/$run.cpu" ] || { echo "-"; return; }
   read -r n s b e p50 p99 < <(figures "$run")
-  pt=$(cpu_field "$run" proxy_ticks); o=$(cpu_field "$run" other_ticks)
+  pt=$(cpu_field "$run" proxy_ticks); kt=$(cpu_field "$run" proxy_sys_ticks); o=$(cpu_field "$run" other_ticks)
   v=$(awk -v k="$kind" -v n="$n" -v s="$s" -v b="$b" -v p50="$p50" -v p99="$p99" -v pt="$pt" \
-    -v tck="$tck" -v aes="$aes_bps" 'BEGIN {
+    -v kt="$kt" -v tck="$tck" -v aes="$aes_bps" 'BEGIN {
       cpu = pt / tck
       if (k == "rps") { if (s > 0) printf "%.0f", n / s; else printf "-" }
       else if (k == "p50") { if (p50 == "-") printf "-"; else printf "%.2f", p50 / 1000 }
@@ -579,6 +645,7 @@ value() {
       else if (k == "mbps") { if (s > 0) printf "%.0f", b / s / 1e6; else printf "-" }
       else if (k == "cpu1k") { if (n > 0) printf "%.4f / %.2f", cpu / n * 1e3, cpu / n * 1e5; else printf "-" }
       else if (k == "cpugb") { if (b > 0) printf "%.2f", cpu / b * 1e9; else printf "-" }
+      else if (k == "syscpugb") { if (b > 0) printf "%.2f", kt / tck / b * 1e9; else printf "-" }
       else if (k == "floor") { if (b > 0 && aes > 0) printf "%.1fx", (cpu / b * 1e9) / (2 * 1e9 / aes); else printf "-" }
       else if (k == "busy") { if (s > 0) printf "%.0f%%", 100 * cpu / s; else printf "-" }
     }')
@@ -606,39 +673,41 @@ ratio() {
 row() {
   local label=$1; shift
   local cells=() t gw="" v
-  for t in direct gateway $peers; do
+  for t in $refs gateway $peers; do
     if [[ " $targets " == *" $t "* ]]; then v=$("$@" "$t"); else v="-"; fi
     cells+=("$v")
     [ "$t" = gateway ] && gw=$v
   done
   printf '| %s |' "$label"
   printf ' %s |' "${cells[@]}"
-  local i=2
+  local i=$(($(wc -w <<<"$refs") + 1))
   for t in $peers; do printf ' %s |' "$(ratio "$gw" "${cells[$i]}")"; i=$((i + 1)); done
   echo
 }
 run_cell() { value "$1.$3" "$2"; } # RUN KIND TARGET
-idle_cell() { [ "$2" = direct ] && { echo "-"; return; }; idle_value "$2" "$1"; } # KIND TARGET
+idle_cell() { [[ " $refs " == *" $2 "* ]] && { echo "-"; return; }; idle_value "$2" "$1"; } # KIND TARGET
 
 report() {
   echo
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)," \
-    "Linux $(uname -r); ${dur} s per load run, $idle_n idle connections; AES-256-GCM floor" \
+    "Linux $(uname -r), glibc $(getconf GNU_LIBC_VERSION | sed 's/^glibc //'), GLIBC_TUNABLES=${GLIBC_TUNABLES:-(none)};" \
+    "${dur} s per load run, $idle_n idle connections; AES-256-GCM floor" \
     "$(awk -v b="$aes_bps" 'BEGIN { printf "%.0f MB/s = %.2f CPU-s per GB one pass, %.2f for decrypt + re-encrypt", b / 1e6, 1e9 / b, 2e9 / b }')"
   echo
-  printf '| figure | direct |'
+  printf '| figure |'
   local t
-  for t in gateway $peers; do printf ' %s |' "$t"; done
+  for t in $refs gateway $peers; do printf ' %s |' "$t"; done
   for t in $peers; do printf ' gw/%s |' "$t"; done
   echo
   printf '|---|'
-  for t in direct gateway $peers $peers; do printf -- '---:|'; done
+  for t in $refs gateway $peers $peers; do printf -- '---:|'; done
   echo
   row "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)" run_cell h1_small cpu1k
   row "CPU-s per 1k / per 100k req, HTTP/2 1 KiB" run_cell h2_small cpu1k
   row "CPU-s per 1k / per 100k new TLS connections" run_cell h1_newconn cpu1k
   row "CPU-s per GB, 1 MiB replies" run_cell h1_1mib cpugb
   row "… over the AES-GCM floor (2 passes)" run_cell h1_1mib floor
+  row "… of which in the kernel (system time), CPU-s per GB" run_cell h1_1mib syscpugb
   row "HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32)" run_cell h1_small rps
   row "… p50 latency, ms" run_cell h1_small p50
   row "… p99 latency, ms" run_cell h1_small p99
@@ -654,7 +723,8 @@ report() {
   row "busy, 1 MiB replies" run_cell h1_1mib busy
   row "busy, new connections" run_cell h1_newconn busy
   echo
-  echo "The direct column's CPU and memory figures are the origin's own. \\* other jobs on the"
+  echo "The direct column's CPU figures are the origin's own; the relay's are HAProxy's in TCP mode,"
+  echo "passing the TLS through without terminating it (the kernel's share of moving the bytes). \\* other jobs on the"
   echo "machine used more than a quarter of a CPU during that run. Ratios are gateway/peer: for"
   echo "CPU, latency and memory below 1 is better for the gateway, for rates above 1."
   echo
@@ -688,7 +758,8 @@ start_origin
 start_gateway
 for p in $peers; do "start_$p"; done
 proxies="gateway $peers"
-targets="direct $proxies"
+[[ " $refs " == *" relay "* ]] && start_relay
+targets="$refs $proxies"
 check_targets
 aes_floor
 run_all
