@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit, property and end-to-end tests
-# (real clients on loopback), then a short fuzz run of every fuzz target.
+# (real clients on loopback), a short fuzz run of every fuzz target, and a
+# smoke run of the comparison harness.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,4 +12,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --bins --locked
 cargo test --workspace --locked
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/smoke.sh
+# The comparison harness (benches/compare) as a smoke test, so it cannot rot
+# unnoticed: the debug binaries just built, the gateway and the direct
+# baseline, 1 s per figure, 200 idle connections. It fails if anything does
+# not start or check, or a run loses requests; it never judges speed. (The
+# peers are left out here: installing their packages would start system
+# services on a developer's machine.)
+QUICK=1 DURATION=1 IDLE_CONNS=200 QUIET_WAIT=0 NO_BUILD=1 PEERS="" RELAY=0 STRICT=1 \
+  BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" benches/compare/run.sh
 echo "all tests passed"

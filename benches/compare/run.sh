@@ -17,14 +17,15 @@
 # BIN_DIR=DIR (the release binaries, default $CARGO_TARGET_DIR/release or
 # target/release); NO_BUILD=1 (use BIN_DIR as it is); NO_INSTALL=1 (do not
 # apt-get/pip install); PEERS="nginx haproxy mitmproxy" (a subset);
-# FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
+# STRICT=1 (fail when a run loses requests or connections; speed is never
+# judged); FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
 # TCP relay reference column); QUIET_WAIT=SECONDS (wait for other jobs to
 # leave the CPUs before each run, default 30); KEEP=1 (keep the work folder
 # /tmp/talos-compare.*).
 # Every process started here inherits this environment: a GLIBC_TUNABLES
 # set outside reaches the gateway, the peers, the origin and the clients
-# alike, and the table's header line names it (benches/compare/README.md:
-# memcpy on AMD Zen 3 and 4 with glibc before 2.39).
+# alike, and the table's header line names it (docs/operators.md:
+# memcpy on AMD Zen 3 and 4 with an older glibc).
 # What it measures, how each peer is configured, the latest figures:
 # benches/compare/README.md.
 set -euo pipefail
@@ -70,14 +71,21 @@ install_tools() {
   local need=() p
   command -v wrk >/dev/null || need+=(wrk)
   command -v h2load >/dev/null || need+=(nghttp2-client)
-  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy) # a peer and the relay
+  # Only the peers asked for (PEERS="" RELAY=0 needs neither package).
+  if [[ " $peers " == *" nginx "* ]]; then
+    command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+  fi
+  if [[ " $peers " == *" haproxy "* || " $refs " == *" relay "* ]]; then
+    command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+  fi
   command -v openssl >/dev/null || need+=(openssl)
   command -v unshare >/dev/null || need+=(util-linux)
   command -v ss >/dev/null || need+=(iproute2)
   command -v pgrep >/dev/null || need+=(procps)
   command -v python3 >/dev/null || need+=(python3)
-  python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+  if [[ " $peers " == *" mitmproxy "* ]]; then
+    python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+  fi
   if [ ${#need[@]} -gt 0 ]; then
     say "Installing ${need[*]}"
     local sudo_cmd=""
@@ -744,6 +752,31 @@ report() {
   done
 }
 
+# STRICT=1 (the test command's smoke run): fail unless every load run that
+# ran got requests through and lost at most 1 % of them, and every target
+# held its idle connections. Speed is never judged.
+strict_check() {
+  local f run n e bad=0
+  for f in "$work"/*.cpu; do
+    run=$(basename "$f" .cpu)
+    read -r n _ _ e _ < <(figures "$run")
+    if [ "$n" -eq 0 ] || [ "$e" -gt $((n / 100)) ]; then
+      echo "compare: $run: $n requests, $e failed" >&2
+      bad=1
+    fi
+  done
+  for f in "$work"/idle.*.res; do
+    [ -e "$f" ] || continue
+    run=$(basename "$f" .res)
+    if [ "$(idle_field "${run#idle.}" failed)" != 0 ]; then
+      echo "compare: $run: $(cat "$f")" >&2
+      bad=1
+    fi
+  done
+  [ "$bad" = 0 ] || die "a run failed (STRICT=1)"
+  echo "compare: every run got its requests through (STRICT=1)" >&2
+}
+
 install_tools
 tck=$(getconf CLK_TCK)
 raise_nofile
@@ -764,3 +797,4 @@ check_targets
 aes_floor
 run_all
 report | tee "$work/table.md"
+[ "${STRICT:-0}" = 1 ] && strict_check
