@@ -731,10 +731,11 @@ report() {
   row "busy, 1 MiB replies" run_cell h1_1mib busy
   row "busy, new connections" run_cell h1_newconn busy
   echo
-  echo "The direct column's CPU figures are the origin's own; the relay's are HAProxy's in TCP mode,"
-  echo "passing the TLS through without terminating it (the kernel's share of moving the bytes). \\* other jobs on the"
-  echo "machine used more than a quarter of a CPU during that run. Ratios are gateway/peer: for"
-  echo "CPU, latency and memory below 1 is better for the gateway, for rates above 1."
+  echo "The direct column's CPU figures are the origin's own."
+  [[ " $refs " == *" relay "* ]] && echo "The relay's are HAProxy's in TCP mode, passing the TLS through without" \
+    "terminating it (the kernel's share of moving the bytes)."
+  echo "\\* other jobs on the machine used more than a quarter of a CPU during that run. Ratios are"
+  echo "gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1."
   echo
   echo "Failed requests/connections per run (the end of a timed wrk run may cut a few):"
   local run
