@@ -327,13 +327,20 @@ backend origin
   http-request set-header Host $name
   server o 127.0.0.1:$origin_port ssl verify required ca-file $work/origin-ca.pem sni str($name) verifyhost $name ssl-min-ver TLSv1.3 alpn http/1.1
 HAPROXY
+  run_haproxy haproxy "$work/pki/ca.pem"
+}
+
+# run_haproxy TARGET CA: check and start HAProxy on $work/TARGET/haproxy.cfg,
+# in the foreground (-db, no master), as TARGET whose clients trust CA.
+run_haproxy() {
+  local t=$1 d=$work/$1
   haproxy -c -q -f "$d/haproxy.cfg"
   haproxy -db -f "$d/haproxy.cfg" >"$d/stdout" 2>"$d/stderr" &
   local pid=$!
   pids+=("$pid")
-  wait_listening "${port[haproxy]}" "$pid" haproxy
-  tpids[haproxy]=$pid ca[haproxy]=$work/pki/ca.pem
-  echo "haproxy 127.0.0.1:${port[haproxy]} (pid $pid)" >&2
+  wait_listening "${port[$t]}" "$pid" "$t"
+  tpids[$t]=$pid ca[$t]=$2
+  echo "$t 127.0.0.1:${port[$t]} (pid $pid)" >&2
 }
 
 # The TCP relay reference: HAProxy in TCP mode, one thread, forwarding each
@@ -366,13 +373,7 @@ frontend fe
 backend origin
   server o 127.0.0.1:$origin_port
 HAPROXY
-  haproxy -c -q -f "$d/haproxy.cfg"
-  haproxy -db -f "$d/haproxy.cfg" >"$d/stdout" 2>"$d/stderr" &
-  local pid=$!
-  pids+=("$pid")
-  wait_listening "${port[relay]}" "$pid" relay
-  tpids[relay]=$pid ca[relay]=$work/origin-ca.pem
-  echo "relay 127.0.0.1:${port[relay]} (pid $pid)" >&2
+  run_haproxy relay "$work/origin-ca.pem"
 }
 
 # mitmproxy in reverse mode. It resolves the origin's name itself, so it
