@@ -51,12 +51,12 @@ name=origin.demo.test
 mitmproxy_version=${MITMPROXY_VERSION:-11.0.2} # the last release for Python 3.11 (Debian 12)
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/talos-compare/mitmproxy-$mitmproxy_version
 here=benches/compare
-# The 1 KiB replies: the origin's catch-all route answers "origin says hello:
-# HTTP/1.1 GET PATH\n" with a Content-Length, so a 991-byte path makes a
-# 1,024-byte body (HTTP/2's "HTTP/2.0" is as long). /download/1024 would
-# give 1 KiB too, but it builds a 64 KiB pattern block per request and the
-# origin, not the proxy, becomes the bottleneck.
-small_path=/$(printf '%0990d' 0 | tr 0 x)
+# The 1 KiB replies: GET /bytes/1024, which the origin answers from one
+# pattern block it built at start, with a Content-Length. SMALL_PATH
+# replaces the path (for example a long one, to weigh header coding:
+# SMALL_PATH=/$(printf '%0990d' 0 | tr 0 x) gets the origin's catch-all
+# route, whose reply "origin says hello: HTTP/1.1 GET PATH" is then 1 KiB).
+small_path=${SMALL_PATH:-/bytes/1024}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 die() { echo "compare: $*" >&2; exit 1; }

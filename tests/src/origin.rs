@@ -163,6 +163,9 @@ type DownloadStream = futures_util::stream::BoxStream<
 ///   request header (name and value) as the origin received them;
 /// - `/upload`: reads the whole body, answers its length and SHA-256;
 /// - `/download/N`: N bytes of a fixed pattern, streamed in 64 KiB frames;
+/// - `/bytes/N`: the first N bytes (at most 64 KiB) of the same pattern in
+///   one body with a `Content-Length`, as a file server or an API answers a
+///   small object: the benchmarks' small reply, cheap for the origin;
 /// - anything else: `origin says hello: VERSION METHOD PATH`.
 async fn answer(
     req: Request<hyper::body::Incoming>,
@@ -210,6 +213,19 @@ async fn answer(
             }
         }
         serde_json::json!({"len": len, "sha256": hex::encode(hash.finalize())}).to_string()
+    } else if let Some(n) = path.strip_prefix("/bytes/") {
+        return Ok(match n.parse::<usize>() {
+            Ok(n) if n <= FRAME as usize => Response::new(http_body_util::Either::Left(Full::new(
+                pattern_block().slice(..n),
+            ))),
+            _ => {
+                let mut res = Response::new(http_body_util::Either::Left(Full::new(
+                    Bytes::from_static(b"bytes: N is a number up to 65536\n"),
+                )));
+                *res.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                res
+            }
+        });
     } else if let Some(n) = path
         .strip_prefix("/download/")
         .and_then(|n| n.parse::<u64>().ok())
@@ -341,13 +357,26 @@ pub fn pattern_byte(i: u64) -> u8 {
     (i % 251) as u8
 }
 
+/// The largest frame of a download, and the largest `/bytes/N`.
+const FRAME: u64 = 64 * 1024;
+
+/// The pattern from offset 0, long enough that a frame starting at any
+/// offset's residue mod 251 is a slice of it; built once per process.
+fn pattern_block() -> Bytes {
+    static BLOCK: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    BLOCK
+        .get_or_init(|| {
+            (0..FRAME + 251)
+                .map(pattern_byte)
+                .collect::<Vec<u8>>()
+                .into()
+        })
+        .clone()
+}
+
 fn download(n: u64) -> DownloadStream {
     use futures_util::StreamExt;
-    const FRAME: u64 = 64 * 1024;
-    let block: Bytes = (0..FRAME + 251)
-        .map(pattern_byte)
-        .collect::<Vec<u8>>()
-        .into();
+    let block = pattern_block();
     futures_util::stream::unfold(0u64, move |sent| {
         let block = block.clone();
         async move {

@@ -443,6 +443,27 @@ async fn large_bodies_stream_both_ways_byte_for_byte_with_bounded_memory() {
             }
         }
         assert_eq!(offset, STREAM_BYTES, "h2={h2}");
+
+        // The benchmarks' small reply: the pattern's first N bytes in one
+        // body with its length, and a clear refusal past 64 KiB.
+        for (n, status) in [(1024usize, 200), (65_536, 200), (65_537, 400)] {
+            let req = hyper::Request::get(format!("https://origin.test/bytes/{n}"))
+                .header("host", GOOD)
+                .body(http::empty())
+                .unwrap();
+            let resp = sender.send(req).await.expect("bytes answered");
+            assert_eq!(resp.status(), status, "/bytes/{n} (h2={h2})");
+            let length = resp.headers().get("content-length").cloned();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(length, Some(body.len().into()), "/bytes/{n} (h2={h2})");
+            if status == 200 {
+                let want: Vec<u8> = (0..n as u64).map(pattern_byte).collect();
+                assert!(
+                    body == want,
+                    "/bytes/{n}: the pattern's first bytes (h2={h2})"
+                );
+            }
+        }
     }
     let after = rig.gateway.peak_rss_kib();
     assert!(
