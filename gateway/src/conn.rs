@@ -368,7 +368,6 @@ async fn terminate(
             }
         }
     });
-    let io = TokioIo::new(tls);
     // Drive the connection until it ends, the gateway cuts it, or the
     // authority ends. Then requests held for approval first answer
     // `approval_withdrawn` (a graceful close lets their answers out, for at
@@ -406,13 +405,14 @@ async fn terminate(
                 // Lets extended CONNECT arrive as a request, to be refused
                 // `upgrade_refused` rather than reset.
                 .enable_connect_protocol()
-                .serve_connection(io, service)
+                // Replies of streams answered together leave together.
+                .serve_connection(TokioIo::new(crate::tls::Gathered::new(tls)), service)
         )
     } else {
         drive!(hyper::server::conn::http1::Builder::new()
             .timer(FirstHeadBy::new(first_head_by.into_std()))
             .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(io, service))
+            .serve_connection(TokioIo::new(tls), service))
     }
 }
 

@@ -298,12 +298,12 @@ impl Pool {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             idle.entry(name.clone()).or_default().chose_h2 = Some(h2);
         }
-        let io = TokioIo::new(tls);
         let sender = if h2 {
             let (sender, conn) = http2::Builder::new(TokioExecutor::new())
                 .timer(hyper_util::rt::TokioTimer::new())
                 .keep_alive_interval(Duration::from_secs(30))
-                .handshake(io)
+                // Requests sent together leave together.
+                .handshake(TokioIo::new(crate::tls::Gathered::new(tls)))
                 .await
                 .map_err(|_| ConnectError::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {
@@ -314,7 +314,7 @@ impl Pool {
             Sender::H2(sender)
         } else {
             let (sender, conn) = http1::Builder::new()
-                .handshake(io)
+                .handshake(TokioIo::new(tls))
                 .await
                 .map_err(|_| ConnectError::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {

@@ -69,7 +69,15 @@ const DEFAULT_BUFFER_CAPACITY: usize = 16 * 1_024;
 /// Chain payloads bigger than this when vectored I/O is enabled. The remote
 /// will never advertise a max frame size less than this (well, the spec says
 /// the max frame size can't be less than 16kb, so not even close).
-const CHAIN_THRESHOLD: usize = 256;
+///
+/// TALOS patch: 4096 instead of 256. A chained payload must be written out
+/// before the next frame is buffered, so every DATA frame above the
+/// threshold cost a flush of its own: one write per small reply on a
+/// multiplexed connection. Below 4 KiB the payload is copied into the
+/// buffer beside the other frames and they leave together. Must stay well
+/// under `DEFAULT_BUFFER_CAPACITY` (a frame is buffered only while this much
+/// plus a frame header is free).
+const CHAIN_THRESHOLD: usize = 4096;
 
 /// Chain payloads bigger than this when vectored I/O is **not** enabled.
 /// A larger value in this scenario will reduce the number of small and
