@@ -63,6 +63,6 @@ import sys, statistics as st
 off, on, coff, con = ([float(x) for x in a.split()] for a in sys.argv[1:5])
 print(f"median MB/s off {st.median(off)} on {st.median(on)} -> on/off {st.median(on)/st.median(off):.2f}")
 print(f"per-round on/off: {[round(b/a,2) for a,b in zip(off,on)]}")
-print(f"median CPU-s/GB off {st.median(coff)} on {st.median(con)}")
+print(f"median CPU-s/GB off {st.median(coff):.3f} on {st.median(con):.3f}")
 PY
 done
