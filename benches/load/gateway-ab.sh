@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One gateway build against another, side by side: how an optimisation is
 # judged before it is kept. Two release gateways (binaries A and B, the same
-# configuration: one static session, one runtime worker thread each), one
-# TLS origin (load-origin), and h2load doing the comparison's workloads in
+# configuration: one static session, WORKERS runtime worker threads each,
+# one by default), one TLS origin (load-origin), and h2load doing the
+# comparison's workloads in
 # rounds that alternate which gateway goes first. Prints every round and,
 # per workload, the medians of B/A for the gateway's CPU per unit and for
 # the rate. Every run is bounded; everything started is stopped by PID.
 #
 #   GW_A=/tmp/gateway.before GW_B=target/release/gateway benches/load/gateway-ab.sh
-#   ROUNDS=6 DUR=5 WORKLOADS="h1 h2 mib newconn" ...   (the defaults)
+#   ROUNDS=6 DUR=5 WORKLOADS="h1 h2 mib newconn" WORKERS=1 ...   (the defaults)
 #
 # Workloads (as in benches/compare, with h2load for both protocols):
 #   h1      HTTP/1.1 keep-alive, 1 KiB replies: h2load --h1 -c32 -m1
@@ -45,7 +46,7 @@ for t in A B; do
   bench_gateway_toml file="$w/gw$t.toml" id="gw-ab-$t" session=sbx-ab name="$name" \
     dns="$dns" port="${origin##*:}" work="$w" records="$w/records$t.jsonl" trust="$w/ca$t.pem" \
     gateway="${!gw}"
-  TOKIO_WORKER_THREADS=1 "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
+  TOKIO_WORKER_THREADS=${WORKERS:-1} "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
 done
 for t in A B; do
   for _ in $(seq 100); do [ -s "$w/g$t.out" ] && break; sleep 0.1; done
