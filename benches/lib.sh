@@ -64,3 +64,11 @@ file = \"$dir/secret$i\"
   done
   BENCH_ATTACH=${BENCH_ATTACH%, }
 }
+
+# The path of the benchmarks' 1 KiB reply: GET /bytes/1024, which
+# load-origin answers from one pattern block it built at start, with a
+# Content-Length. SMALL_PATH replaces it (for example a long one, to weigh
+# header coding: SMALL_PATH=/$(printf '%0990d' 0 | tr 0 x) gets the
+# origin's catch-all route, whose reply "origin says hello: HTTP/1.1 GET
+# PATH" is then 1 KiB).
+BENCH_SMALL_PATH=${SMALL_PATH:-/bytes/1024}

@@ -51,12 +51,7 @@ name=origin.demo.test
 mitmproxy_version=${MITMPROXY_VERSION:-11.0.2} # the last release for Python 3.11 (Debian 12)
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/talos-compare/mitmproxy-$mitmproxy_version
 here=benches/compare
-# The 1 KiB replies: GET /bytes/1024, which the origin answers from one
-# pattern block it built at start, with a Content-Length. SMALL_PATH
-# replaces the path (for example a long one, to weigh header coding:
-# SMALL_PATH=/$(printf '%0990d' 0 | tr 0 x) gets the origin's catch-all
-# route, whose reply "origin says hello: HTTP/1.1 GET PATH" is then 1 KiB).
-small_path=${SMALL_PATH:-/bytes/1024}
+small_path=$BENCH_SMALL_PATH # the 1 KiB reply (benches/lib.sh)
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 die() { echo "compare: $*" >&2; exit 1; }

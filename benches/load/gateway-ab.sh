@@ -38,8 +38,7 @@ for _ in $(seq 100); do [ -s "$w/peers.out" ] && break; sleep 0.1; done
 field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
 dns=$(field "$w/peers.out" dns); origin=$(field "$w/peers.out" origin)
 name=origin.demo.test
-# The 1 KiB reply of benches/compare (SMALL_PATH as there).
-small_path=${SMALL_PATH:-/bytes/1024}
+small_path=$BENCH_SMALL_PATH # the 1 KiB reply (benches/lib.sh)
 declare -A pid port
 for t in A B; do
   gw=GW_$t
