@@ -281,7 +281,7 @@ impl Pool {
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
         let tls = match tokio::time::timeout(
             self.connect_timeout,
-            connector.connect(server_name, crate::tls::BigReads::new(tcp)),
+            connector.connect(server_name, tcp),
         )
         .await
         {

@@ -4,7 +4,11 @@
 //!   receive buffer back, and never a buffer holding part of a record;
 //! - with the session side's send limit, a large reply chunk and its
 //!   HTTP/1.1 framing are taken by one write, while a write larger than the
-//!   limit is still cut at it.
+//!   limit is still cut at it;
+//! - a connection receiving a stream reads several records per read, and
+//!   shrinks its buffer again once the stream pauses; records, and
+//!   handshake messages after the handshake (tickets, key updates), arrive
+//!   whole and in order however the reads cut them.
 //!
 //! A connection pair in memory, TLS 1.3 with the gateway's provider;
 //! `allocation-counter` replaces the global allocator in this test binary
@@ -17,13 +21,23 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConnection, RootCertStore, ServerConnection};
 
 fn pair() -> (ClientConnection, ServerConnection) {
+    pair_with(None, true)
+}
+
+/// A connected pair; the server's records carry at most `fragment` bytes of
+/// plaintext when set, and its session tickets are left unsent unless
+/// `deliver_tickets`.
+fn pair_with(
+    fragment: Option<usize>,
+    deliver_tickets: bool,
+) -> (ClientConnection, ServerConnection) {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
     let params = rcgen::CertificateParams::new(vec!["origin.test".to_string()]).unwrap();
     let cert = params.self_signed(&key).unwrap();
     let cert_der: CertificateDer<'static> = cert.der().clone();
 
-    let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+    let mut server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
         .with_no_client_auth()
@@ -32,6 +46,7 @@ fn pair() -> (ClientConnection, ServerConnection) {
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         )
         .unwrap();
+    server.max_fragment_size = fragment;
     let mut roots = RootCertStore::empty();
     roots.add(cert_der).unwrap();
     let client = rustls::ClientConfig::builder_with_provider(provider)
@@ -46,12 +61,17 @@ fn pair() -> (ClientConnection, ServerConnection) {
     )
     .unwrap();
     let mut server = ServerConnection::new(Arc::new(server)).unwrap();
-    while client.is_handshaking() || server.is_handshaking() {
+    while client.is_handshaking() {
         flush(&mut client, &mut server);
         flush(&mut server, &mut client);
     }
-    // The server's tickets reach the client; nothing is left in flight.
-    flush(&mut server, &mut client);
+    // The client's Finished reaches the server, which answers with tickets.
+    flush(&mut client, &mut server);
+    assert!(!server.is_handshaking());
+    if deliver_tickets {
+        // Nothing is left in flight.
+        flush(&mut server, &mut client);
+    }
     (client, server)
 }
 
@@ -207,4 +227,178 @@ fn the_send_limit_still_bounds_what_a_slow_client_leaves_buffered() {
     let taken = server.writer().write(&big).unwrap();
     assert_eq!(taken, talos_gateway::tls::SESSION_SEND_LIMIT);
     assert_eq!(server.writer().write(&big).unwrap(), 0);
+}
+
+/// A peer's bytes as a socket hands them out: each read gets what `piece`
+/// allows of what is left, and "would block" when `pause` says so or when
+/// nothing is left. Records the room each read offered.
+struct Wire<P: FnMut(usize) -> usize, Q: FnMut() -> bool> {
+    bytes: Vec<u8>,
+    at: usize,
+    piece: P,
+    pause: Q,
+    rooms: Vec<usize>,
+}
+
+impl<P: FnMut(usize) -> usize, Q: FnMut() -> bool> Read for Wire<P, Q> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.rooms.push(buf.len());
+        if self.at == self.bytes.len() || (self.pause)() {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        let n = (self.piece)(buf.len())
+            .clamp(1, buf.len())
+            .min(self.bytes.len() - self.at);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// Everything `conn` has to send.
+fn output<B>(conn: &mut rustls::ConnectionCommon<B>) -> Vec<u8> {
+    let mut wire = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut wire).unwrap();
+    }
+    wire
+}
+
+/// Reads `wire` into `conn` until it is all read, as the gateway's
+/// connections do: each read, then the records it completed, then the
+/// plaintext out. Returns the plaintext.
+fn receive<B, P: FnMut(usize) -> usize, Q: FnMut() -> bool>(
+    conn: &mut rustls::ConnectionCommon<B>,
+    wire: &mut Wire<P, Q>,
+) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    while wire.at < wire.bytes.len() {
+        match conn.read_tls(wire) {
+            Ok(n) => assert!(n > 0),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => panic!("read_tls: {e}"),
+        }
+        conn.process_new_packets().unwrap();
+        while let Ok(n @ 1..) = conn.reader().read(&mut chunk) {
+            got.extend_from_slice(&chunk[..n]);
+        }
+    }
+    got
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[test]
+fn a_stream_is_read_several_records_at_a_time_and_the_buffer_shrinks_after() {
+    let (mut client, mut server) = pair();
+    server.set_buffer_limit(None);
+    let body = pattern(1 << 20);
+    server.writer().write_all(&body).unwrap();
+    let mut wire = Wire {
+        bytes: output(&mut server),
+        at: 0,
+        piece: |room| room,
+        pause: || false,
+        rooms: Vec::new(),
+    };
+    assert_eq!(receive(&mut client, &mut wire), body);
+
+    // Released rustls offers each read 4 KiB, or what completes the record
+    // it holds part of: 260 reads or more for this MiB. Once a read fills
+    // its room, the next ones offer 64 KiB and more.
+    let reads = wire.rooms.len();
+    assert!(reads <= 24, "{reads} reads: {:?}", wire.rooms);
+    assert_eq!(wire.rooms[0], 4096);
+    assert!(
+        wire.rooms[2..].iter().all(|&room| room >= 64 * 1024),
+        "{:?}",
+        wire.rooms
+    );
+
+    // The stream pauses: nothing waits to be read.
+    assert_eq!(
+        client.read_tls(&mut wire).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    // The next read offers 4 KiB again, the stream's buffer given back.
+    server.writer().write_all(b"and the rest").unwrap();
+    wire.bytes.extend_from_slice(&output(&mut server));
+    let before = wire.rooms.len();
+    let shrunk = allocation_counter::measure(|| {
+        client.read_tls(&mut wire).unwrap();
+    });
+    assert_eq!(wire.rooms[before], 4096);
+    assert!(shrunk.bytes_current <= -60 * 1024, "{shrunk:?}");
+    client.process_new_packets().unwrap();
+    assert_eq!(read_all(&mut client), b"and the rest");
+    // Idle now: the buffer goes altogether.
+    assert!(client.release_receive_buffer());
+}
+
+/// A small deterministic generator for the cuts below.
+struct Cuts(u64);
+
+impl Cuts {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % below as u64) as usize
+    }
+}
+
+#[test]
+fn records_and_key_updates_arrive_whole_however_reads_cut_them() {
+    // Records of up to 16 KiB and of at most 100 bytes (the tickets then
+    // span several records each); reads cut anywhere, small and large,
+    // with pauses in between; the server's tickets and three key updates
+    // (each changes the keys of every record after it) among the data.
+    for fragment in [None, Some(100)] {
+        for seed in 1..=6u64 {
+            let (mut client, mut server) = pair_with(fragment, false);
+            server.set_buffer_limit(None);
+            let mut cuts = Cuts(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut sent = Vec::new();
+            for i in 0..40 {
+                let len = 1 + cuts.next(if i % 3 == 0 { 40_000 } else { 600 });
+                let data: Vec<u8> = (0..len).map(|_| cuts.next(256) as u8).collect();
+                server.writer().write_all(&data).unwrap();
+                sent.extend_from_slice(&data);
+                if i % 13 == 12 {
+                    server.refresh_traffic_keys().unwrap();
+                }
+            }
+            let bytes = output(&mut server);
+            let mut sizes = Cuts(seed);
+            let mut pauses = Cuts(seed + 100);
+            let mut wire = Wire {
+                bytes,
+                at: 0,
+                piece: move |room| match sizes.next(3) {
+                    0 => 1 + sizes.next(40),
+                    1 => 1 + sizes.next(room),
+                    _ => room,
+                },
+                pause: move || pauses.next(5) == 0,
+                rooms: Vec::new(),
+            };
+            let got = receive(&mut client, &mut wire);
+            assert!(
+                got == sent,
+                "fragment {fragment:?} seed {seed}: the plaintext differs"
+            );
+            // The client took the key updates: it sends with new keys of
+            // its own (as asked), and the server reads them.
+            client.writer().write_all(b"thanks").unwrap();
+            flush(&mut client, &mut server);
+            assert_eq!(
+                read_all(&mut server),
+                b"thanks",
+                "fragment {fragment:?} seed {seed}"
+            );
+        }
+    }
 }

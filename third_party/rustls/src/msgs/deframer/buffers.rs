@@ -156,18 +156,49 @@ pub(crate) struct DeframerVecBuffer {
 
     /// What size prefix of `buf` is used.
     used: usize,
+
+    /// TALOS patch: where the bytes not yet discarded start in `buf`
+    /// (`start..used`); zero after every `compact`.
+    start: usize,
+
+    /// TALOS patch: the last read filled all the room it was given, so more
+    /// is likely waiting (a download): reads offer [`STREAM_READ_SIZE`]
+    /// bytes until one finds nothing waiting (`WouldBlock`).
+    streaming: bool,
 }
+
+/// TALOS patch: how much one read may bring in while data streams in,
+/// several records at once. rustls alone offers 4 KiB per read: a 1 MiB
+/// reply took some seventy `recvfrom` calls. Only connections past their
+/// handshake that found a read's room full use it, and the buffer shrinks
+/// back once the stream pauses.
+#[cfg(feature = "std")]
+pub(crate) const STREAM_READ_SIZE: usize = 64 * 1024;
 
 impl DeframerVecBuffer {
     /// Discard `taken` bytes from the start of our buffer.
+    ///
+    /// TALOS patch: only moves where the buffer starts; the bytes left are
+    /// moved to the front once, before the next read (`compact`). Released
+    /// rustls moved them after every record, so a read that brought in
+    /// several records moved most of them again for each one.
     pub(crate) fn discard(&mut self, taken: usize) {
-        #[allow(clippy::comparison_chain)]
-        if taken < self.used {
+        if taken < self.used - self.start {
+            self.start += taken;
+        } else {
+            self.start = 0;
+            self.used = 0;
+        }
+    }
+
+    /// TALOS patch: moves the bytes not yet discarded to the front.
+    fn compact(&mut self) {
+        if self.start > 0 {
             /* Before:
              * +----------+----------+----------+
              * | taken    | pending  |xxxxxxxxxx|
              * +----------+----------+----------+
-             * 0          ^ taken    ^ self.used
+             * 0          ^ start    ^ self.used
              *
              * After:
              * +----------+----------+----------+
@@ -175,20 +206,21 @@ impl DeframerVecBuffer {
              * +----------+----------+----------+
              * 0          ^ self.used
              */
-
             self.buf
-                .copy_within(taken..self.used, 0);
-            self.used -= taken;
-        } else if taken >= self.used {
-            self.used = 0;
+                .copy_within(self.start..self.used, 0);
+            self.used -= self.start;
+            self.start = 0;
         }
     }
 
     /// TALOS patch: frees the buffer if no bytes wait in it, and says whether
     /// it is now empty. The next read allocates it again (`prepare_read`).
     pub(crate) fn release_if_empty(&mut self) -> bool {
-        if self.used == 0 {
+        if self.used == self.start {
             self.buf = Vec::new();
+            self.start = 0;
+            self.used = 0;
+            self.streaming = false;
             true
         } else {
             false
@@ -196,11 +228,11 @@ impl DeframerVecBuffer {
     }
 
     pub(crate) fn filled_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.used]
+        &mut self.buf[self.start..self.used]
     }
 
     pub(crate) fn filled(&self) -> &[u8] {
-        &self.buf[..self.used]
+        &self.buf[self.start..self.used]
     }
 }
 
@@ -216,13 +248,29 @@ impl DeframerVecBuffer {
         // we get a message with a length field out of range here,
         // we do a zero length read.  That looks like an EOF to
         // the next layer up, which is fine.
-        let new_bytes = rd.read(&mut self.buf[self.used..])?;
+        let room = self.buf.len() - self.used;
+        let new_bytes = match rd.read(&mut self.buf[self.used..]) {
+            Ok(n) => n,
+            Err(err) => {
+                // TALOS patch: nothing waiting: the stream, if any, paused.
+                if err.kind() == io::ErrorKind::WouldBlock {
+                    self.streaming = false;
+                }
+                return Err(err);
+            }
+        };
         self.used += new_bytes;
+        // TALOS patch: a read that filled its room leaves more waiting.
+        if new_bytes == room && !in_handshake {
+            self.streaming = true;
+        }
         Ok(new_bytes)
     }
 
     /// Resize the internal `buf` if necessary for reading more bytes.
     fn prepare_read(&mut self, is_joining_hs: bool) -> Result<(), &'static str> {
+        self.compact();
+
         /// TLS allows for handshake messages of up to 16MB.  We
         /// restrict that to 64KB to limit potential for denial-of-
         /// service.
@@ -237,13 +285,27 @@ impl DeframerVecBuffer {
         // larger buffer size. Once the large message and any following handshake messages in
         // the same flight have been consumed, `pop()` will call `discard()` to reset `used`.
         // At this point, the buffer resizing logic below should reduce the buffer size.
+        //
+        // TALOS patch: past the handshake, the buffer may also hold one read
+        // of `STREAM_READ_SIZE` beside a partial record.
         let allow_max = match is_joining_hs {
             true => MAX_HANDSHAKE_SIZE as usize,
-            false => MAX_WIRE_SIZE,
+            false => MAX_WIRE_SIZE + STREAM_READ_SIZE,
         };
 
         if self.used >= allow_max {
             return Err("message buffer full");
+        }
+
+        // TALOS patch: a streaming connection keeps its buffer at
+        // `allow_max` and offers every free byte of it to each read (at least
+        // `STREAM_READ_SIZE`: what is left after processing is less than one
+        // record), with no resizing while the stream lasts.
+        if self.streaming && !is_joining_hs {
+            if self.buf.len() != allow_max {
+                self.buf.resize(allow_max, 0);
+            }
+            return Ok(());
         }
 
         // If we can and need to increase the buffer size to allow a 4k read, do so. After
@@ -251,10 +313,13 @@ impl DeframerVecBuffer {
         // make sure to reduce the buffer size again (large messages should be rare).
         // Also, reduce the buffer size if there are neither full nor partial messages in it,
         // which usually means that the other side suspended sending data.
+        //
+        // TALOS patch: "large" above includes a stream's buffer once the
+        // stream pauses: beyond one record, or the next 4k read, it goes.
         let need_capacity = Ord::min(allow_max, self.used + READ_SIZE);
         if need_capacity > self.buf.len() {
             self.buf.resize(need_capacity, 0);
-        } else if self.used == 0 || self.buf.len() > allow_max {
+        } else if self.used == 0 || self.buf.len() > Ord::max(need_capacity, MAX_WIRE_SIZE) {
             self.buf.resize(need_capacity, 0);
             self.buf.shrink_to(need_capacity);
         }
@@ -266,6 +331,7 @@ impl DeframerVecBuffer {
     ///
     /// Return a `Range` saying where it went.
     pub(crate) fn extend(&mut self, bytes: &[u8]) -> Range<usize> {
+        self.compact();
         let len = bytes.len();
         let start = self.used;
         let end = start + len;
