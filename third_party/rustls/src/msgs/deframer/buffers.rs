@@ -171,7 +171,7 @@ pub(crate) struct DeframerVecBuffer {
 /// several records at once. rustls alone offers 4 KiB per read: a 1 MiB
 /// reply took some seventy `recvfrom` calls. Only connections past their
 /// handshake that found a read's room full use it, and the buffer shrinks
-/// back once the stream pauses.
+/// back as soon as a read finds the stream paused.
 #[cfg(feature = "std")]
 pub(crate) const STREAM_READ_SIZE: usize = 64 * 1024;
 
@@ -252,9 +252,13 @@ impl DeframerVecBuffer {
         let new_bytes = match rd.read(&mut self.buf[self.used..]) {
             Ok(n) => n,
             Err(err) => {
-                // TALOS patch: nothing waiting: the stream, if any, paused.
-                if err.kind() == io::ErrorKind::WouldBlock {
+                // TALOS patch: nothing waiting: the stream, if any, paused,
+                // and its buffer shrinks now by the usual rule, not at the
+                // next read (a connection may wait long for that: pooled,
+                // or between requests).
+                if err.kind() == io::ErrorKind::WouldBlock && self.streaming {
                     self.streaming = false;
+                    let _ = self.prepare_read(in_handshake);
                 }
                 return Err(err);
             }
