@@ -77,11 +77,21 @@ fn pair_with(
 
 /// Everything `from` has to send, read and processed by `to`.
 fn flush<A, B>(from: &mut rustls::ConnectionCommon<A>, to: &mut rustls::ConnectionCommon<B>) {
+    feed(to, &output(from));
+}
+
+/// Everything `conn` has to send.
+fn output<B>(conn: &mut rustls::ConnectionCommon<B>) -> Vec<u8> {
     let mut wire = Vec::new();
-    while from.wants_write() {
-        from.write_tls(&mut wire).unwrap();
+    while conn.wants_write() {
+        conn.write_tls(&mut wire).unwrap();
     }
-    feed(to, &wire);
+    wire
+}
+
+/// 0, 1, … 250, 0, 1, …: `len` bytes that show where a piece went.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
 }
 
 fn feed<B>(to: &mut rustls::ConnectionCommon<B>, mut wire: &[u8]) {
@@ -168,7 +178,7 @@ fn records(mut wire: &[u8]) -> Vec<(u8, usize)> {
 fn a_large_reply_chunk_and_its_framing_are_taken_by_one_write() {
     // What hyper hands the session side for one 64 KiB chunk of a chunked
     // HTTP/1.1 reply, in one vectored write.
-    let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let body = pattern(64 * 1024);
     let framed = [
         IoSlice::new(b"10000\r\n"),
         IoSlice::new(&body),
@@ -255,15 +265,6 @@ impl<P: FnMut(usize) -> usize, Q: FnMut() -> bool> Read for Wire<P, Q> {
     }
 }
 
-/// Everything `conn` has to send.
-fn output<B>(conn: &mut rustls::ConnectionCommon<B>) -> Vec<u8> {
-    let mut wire = Vec::new();
-    while conn.wants_write() {
-        conn.write_tls(&mut wire).unwrap();
-    }
-    wire
-}
-
 /// Reads `wire` into `conn` until it is all read, as the gateway's
 /// connections do: each read, then the records it completed, then the
 /// plaintext out. Returns the plaintext.
@@ -285,10 +286,6 @@ fn receive<B, P: FnMut(usize) -> usize, Q: FnMut() -> bool>(
         }
     }
     got
-}
-
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i % 251) as u8).collect()
 }
 
 #[test]
