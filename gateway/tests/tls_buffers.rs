@@ -8,7 +8,10 @@
 //! - a connection receiving a stream reads several records per read, and
 //!   shrinks its buffer again as soon as the stream pauses; records, and
 //!   handshake messages after the handshake (tickets, key updates), arrive
-//!   whole and in order however the reads cut them.
+//!   whole and in order however the reads cut them;
+//! - plaintext is read out of the buffer it was decrypted in (no copy and
+//!   allocation per record), a little at a time or all at once, in order,
+//!   while more records are read in behind it.
 //!
 //! A connection pair in memory, TLS 1.3 with the gateway's provider;
 //! `allocation-counter` replaces the global allocator in this test binary
@@ -155,11 +158,12 @@ fn part_of_a_record_is_never_released() {
         );
     }
 
-    // Decrypted plaintext not yet read is kept, even when the record
-    // buffer itself is released.
+    // Decrypted plaintext not yet read is kept where it was decrypted, so
+    // the buffer holding it is not released until it has been read.
     feed(&mut server, &wire);
-    assert!(server.release_receive_buffer());
+    assert!(!server.release_receive_buffer());
     assert_eq!(read_all(&mut server), b"the first request");
+    assert!(server.release_receive_buffer());
 }
 
 /// The TLS records in `wire`: (content type, length) of each.
@@ -399,5 +403,140 @@ fn records_and_key_updates_arrive_whole_however_reads_cut_them() {
                 "fragment {fragment:?} seed {seed}"
             );
         }
+    }
+}
+
+#[test]
+fn a_stream_is_read_out_of_the_buffer_it_was_decrypted_in() {
+    // Released rustls copies each record's plaintext into a buffer of its
+    // own (16 KiB allocated per record: 64 for this MiB) before the reader
+    // copies it out again; here the reader copies it from where it was
+    // decrypted, and receiving the MiB allocates the read buffer and
+    // little else.
+    let (mut client, mut server) = pair();
+    server.set_buffer_limit(None);
+    let body = pattern(1 << 20);
+    server.writer().write_all(&body).unwrap();
+    let mut wire = Wire {
+        bytes: output(&mut server),
+        at: 0,
+        piece: |room| room,
+        pause: || false,
+        rooms: Vec::new(),
+    };
+    let mut got = Vec::with_capacity(body.len());
+    let mut chunk = vec![0u8; 64 * 1024];
+    let counted = allocation_counter::measure(|| {
+        while wire.at < wire.bytes.len() {
+            client.read_tls(&mut wire).unwrap();
+            client.process_new_packets().unwrap();
+            while let Ok(n @ 1..) = client.reader().read(&mut chunk) {
+                got.extend_from_slice(&chunk[..n]);
+            }
+        }
+    });
+    assert_eq!(got, body);
+    assert!(counted.count_total <= 8, "{counted:?}");
+    assert!(counted.bytes_total <= 256 * 1024, "{counted:?}");
+}
+
+#[test]
+fn plaintext_read_a_little_at_a_time_between_reads_arrives_whole() {
+    // The reader takes what it likes, through `read` or `fill_buf` and
+    // `consume`, sometimes nothing; more records are read while plaintext
+    // still waits (so the buffer moves it to the front with the partial
+    // record after it) until rustls refuses to read more; a key update and
+    // tickets among the data; the server's close at the end comes after
+    // every byte.
+    use std::io::BufRead;
+    for fragment in [None, Some(100)] {
+        // Reads made while plaintext waited, and reads rustls refused.
+        let (mut read_while_waiting, mut refused) = (0, 0);
+        for seed in 1..=6u64 {
+            let (mut client, mut server) = pair_with(fragment, false);
+            server.set_buffer_limit(None);
+            let mut cuts = Cuts(seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
+            let mut sent = Vec::new();
+            for i in 0..30 {
+                let len = 1 + cuts.next(if i % 3 == 0 { 30_000 } else { 700 });
+                let data: Vec<u8> = (0..len).map(|_| cuts.next(256) as u8).collect();
+                server.writer().write_all(&data).unwrap();
+                sent.extend_from_slice(&data);
+                if i == 17 {
+                    server.refresh_traffic_keys().unwrap();
+                }
+            }
+            server.send_close_notify();
+            let mut sizes = Cuts(seed + 7);
+            let mut wire = Wire {
+                bytes: output(&mut server),
+                at: 0,
+                piece: move |room| 1 + sizes.next(room),
+                pause: || false,
+                rooms: Vec::new(),
+            };
+            let mut got = Vec::new();
+            loop {
+                // Read more TLS unless everything is in, or rustls says
+                // the plaintext waiting is enough.
+                if wire.at < wire.bytes.len() {
+                    let waiting = client
+                        .process_new_packets()
+                        .unwrap()
+                        .plaintext_bytes_to_read();
+                    match client.read_tls(&mut wire) {
+                        Ok(n) => {
+                            assert!(n > 0);
+                            read_while_waiting += usize::from(waiting > 0);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Other => refused += 1,
+                        Err(e) => panic!("read_tls: {e}"),
+                    }
+                    client.process_new_packets().unwrap();
+                }
+                let state = client.process_new_packets().unwrap();
+                let waiting = state.plaintext_bytes_to_read();
+                let take = match cuts.next(4) {
+                    0 => 0,
+                    1 => 1 + cuts.next(50),
+                    2 => 1 + cuts.next(20_000),
+                    _ => usize::MAX,
+                };
+                if cuts.next(2) == 0 {
+                    let mut buf = vec![0u8; take.min(40_000)];
+                    match client.reader().read(&mut buf) {
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
+                    }
+                } else {
+                    let mut reader = client.reader();
+                    let first = reader.fill_buf().map(|b| b.to_vec()).unwrap_or_default();
+                    let n = first.len().min(take);
+                    got.extend_from_slice(&first[..n]);
+                    reader.consume(n);
+                }
+                let now = client.process_new_packets().unwrap();
+                assert!(now.plaintext_bytes_to_read() <= waiting);
+                if wire.at == wire.bytes.len() && now.plaintext_bytes_to_read() == 0 {
+                    break;
+                }
+            }
+            assert!(
+                got == sent,
+                "fragment {fragment:?} seed {seed}: the plaintext differs"
+            );
+            // The close comes after the last byte: a clean end of stream.
+            assert!(client.process_new_packets().unwrap().peer_has_closed());
+            assert_eq!(client.reader().read(&mut [0u8; 8]).unwrap(), 0);
+            assert!(client.release_receive_buffer());
+        }
+        assert!(
+            read_while_waiting > 20,
+            "{fragment:?}: {read_while_waiting}"
+        );
+        assert!(
+            refused > 0,
+            "{fragment:?}: the plaintext limit was never met"
+        );
     }
 }

@@ -50,6 +50,16 @@ pub struct CommonState {
     pub(crate) peer_certificates: Option<CertificateChain<'static>>,
     message_fragmenter: MessageFragmenter,
     pub(crate) received_plaintext: ChunkVecBuffer,
+    /// TALOS patch: the application data record the buffered connection is
+    /// processing (its payload's address and length), which
+    /// `take_received_plaintext` leaves where it was decrypted instead of
+    /// copying it into `received_plaintext`.
+    pub(crate) plaintext_offer: Option<(usize, usize)>,
+    /// TALOS patch: `take_received_plaintext` took `plaintext_offer`.
+    pub(crate) plaintext_offer_taken: bool,
+    /// TALOS patch: how much received plaintext the buffered connection
+    /// holds where it was decrypted (beside `received_plaintext`).
+    pub(crate) plaintext_in_place: usize,
     pub(crate) sendable_tls: ChunkVecBuffer,
     queued_key_update_message: Option<Vec<u8>>,
 
@@ -85,6 +95,9 @@ impl CommonState {
             peer_certificates: None,
             message_fragmenter: MessageFragmenter::default(),
             received_plaintext: ChunkVecBuffer::new(Some(DEFAULT_RECEIVED_PLAINTEXT_LIMIT)),
+            plaintext_offer: None,
+            plaintext_offer_taken: false,
+            plaintext_in_place: 0,
             sendable_tls: ChunkVecBuffer::new(Some(DEFAULT_BUFFER_LIMIT)),
             queued_key_update_message: None,
             protocol: Protocol::Tcp,
@@ -553,8 +566,33 @@ impl CommonState {
 
     pub(crate) fn take_received_plaintext(&mut self, bytes: Payload<'_>) {
         self.temper_counters.received_app_data();
+        // TALOS patch: the record on offer stays where it was decrypted.
+        if let (Some((addr, len)), Payload::Borrowed(payload)) = (self.plaintext_offer, &bytes) {
+            if payload.as_ptr() as usize == addr && payload.len() == len {
+                self.plaintext_offer = None;
+                self.plaintext_offer_taken = true;
+                return;
+            }
+        }
         self.received_plaintext
             .append(bytes.into_vec());
+    }
+
+    /// TALOS patch: no received plaintext waits to be read.
+    pub(crate) fn received_plaintext_is_empty(&self) -> bool {
+        self.received_plaintext.is_empty() && self.plaintext_in_place == 0
+    }
+
+    /// TALOS patch: `received_plaintext.is_full()`, counting the plaintext
+    /// held in place too.
+    pub(crate) fn received_plaintext_is_full(&self) -> bool {
+        self.received_plaintext.is_full()
+            || self.received_plaintext_len() > DEFAULT_RECEIVED_PLAINTEXT_LIMIT
+    }
+
+    /// TALOS patch: received plaintext waiting to be read, bytes.
+    pub(crate) fn received_plaintext_len(&self) -> usize {
+        self.received_plaintext.len() + self.plaintext_in_place
     }
 
     #[cfg(feature = "tls12")]
@@ -749,7 +787,7 @@ impl CommonState {
         //
         // In the handshake case we don't have readable plaintext before the handshake has
         // completed, but also don't want to read if we still have sendable tls.
-        self.received_plaintext.is_empty()
+        self.received_plaintext_is_empty()
             && !self.has_received_close_notify
             && (self.may_send_application_data || self.sendable_tls.is_empty())
     }
@@ -757,7 +795,7 @@ impl CommonState {
     pub(crate) fn current_io_state(&self) -> IoState {
         IoState {
             tls_bytes_to_write: self.sendable_tls.len(),
-            plaintext_bytes_to_read: self.received_plaintext.len(),
+            plaintext_bytes_to_read: self.received_plaintext_len(),
             peer_has_closed: self.has_received_close_notify,
         }
     }

@@ -34,6 +34,7 @@ mod connection {
     use crate::ConnectionCommon;
     use crate::common_state::{CommonState, IoState};
     use crate::error::Error;
+    use crate::msgs::deframer::buffers::DeframerVecBuffer;
     use crate::msgs::message::OutboundChunks;
     use crate::suites::ExtractedSecrets;
     use crate::vecbuf::ChunkVecBuffer;
@@ -173,25 +174,54 @@ mod connection {
     /// A structure that implements [`std::io::Read`] for reading plaintext.
     pub struct Reader<'a> {
         pub(super) received_plaintext: &'a mut ChunkVecBuffer,
+        /// TALOS patch: plaintext held where it was decrypted, read after
+        /// `received_plaintext` (which is empty whenever some is held).
+        pub(super) in_place: InPlace<'a>,
         pub(super) has_received_close_notify: bool,
         pub(super) has_seen_eof: bool,
+    }
+
+    /// TALOS patch: the receive buffer holding decrypted plaintext, and the
+    /// connection's count of it (`CommonState::plaintext_in_place`), kept
+    /// equal to the buffer's after every read.
+    pub(super) struct InPlace<'a> {
+        pub(super) buffer: &'a mut DeframerVecBuffer,
+        pub(super) len: &'a mut usize,
+    }
+
+    impl InPlace<'_> {
+        fn consume(&mut self, used: usize) {
+            self.buffer.consume_held(used);
+            *self.len = self.buffer.held_len();
+        }
+
+        fn read(&mut self, out: &mut [u8]) -> usize {
+            let n = self.buffer.read_held(out);
+            *self.len = self.buffer.held_len();
+            n
+        }
+    }
+
+    /// TALOS patch: `Reader::check_no_bytes_state` for a reader given away.
+    fn no_bytes_state(has_received_close_notify: bool, has_seen_eof: bool) -> io::Result<()> {
+        match (has_received_close_notify, has_seen_eof) {
+            // cleanly closed; don't care about TCP EOF: express this as Ok(0)
+            (true, _) => Ok(()),
+            // unclean closure
+            (false, true) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                UNEXPECTED_EOF_MESSAGE,
+            )),
+            // connection still going, but needs more data: signal `WouldBlock` so that
+            // the caller knows this
+            (false, false) => Err(io::ErrorKind::WouldBlock.into()),
+        }
     }
 
     impl<'a> Reader<'a> {
         /// Check the connection's state if no bytes are available for reading.
         fn check_no_bytes_state(&self) -> io::Result<()> {
-            match (self.has_received_close_notify, self.has_seen_eof) {
-                // cleanly closed; don't care about TCP EOF: express this as Ok(0)
-                (true, _) => Ok(()),
-                // unclean closure
-                (false, true) => Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    UNEXPECTED_EOF_MESSAGE,
-                )),
-                // connection still going, but needs more data: signal `WouldBlock` so that
-                // the caller knows this
-                (false, false) => Err(io::ErrorKind::WouldBlock.into()),
-            }
+            no_bytes_state(self.has_received_close_notify, self.has_seen_eof)
         }
 
         /// Obtain a chunk of plaintext data received from the peer over this TLS connection.
@@ -199,10 +229,17 @@ mod connection {
         /// This method consumes `self` so that it can return a slice whose lifetime is bounded by
         /// the [`ConnectionCommon`] that created this `Reader`.
         pub fn into_first_chunk(self) -> io::Result<&'a [u8]> {
-            match self.received_plaintext.chunk() {
+            let (has_received_close_notify, has_seen_eof) =
+                (self.has_received_close_notify, self.has_seen_eof);
+            let received_plaintext: &'a ChunkVecBuffer = self.received_plaintext;
+            let in_place: &'a DeframerVecBuffer = self.in_place.buffer;
+            match received_plaintext
+                .chunk()
+                .or_else(|| in_place.first_held())
+            {
                 Some(chunk) => Ok(chunk),
                 None => {
-                    self.check_no_bytes_state()?;
+                    no_bytes_state(has_received_close_notify, has_seen_eof)?;
                     Ok(&[])
                 }
             }
@@ -231,7 +268,8 @@ mod connection {
         /// You may learn the number of bytes available at any time by inspecting
         /// the return of [`Connection::process_new_packets`].
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let len = self.received_plaintext.read(buf)?;
+            let mut len = self.received_plaintext.read(buf)?;
+            len += self.in_place.read(&mut buf[len..]);
             if len > 0 || buf.is_empty() {
                 return Ok(len);
             }
@@ -266,6 +304,14 @@ mod connection {
             let before = cursor.written();
             self.received_plaintext
                 .read_buf(cursor.reborrow())?;
+            while cursor.capacity() > 0 {
+                let Some(first) = self.in_place.buffer.first_held() else {
+                    break;
+                };
+                let n = Ord::min(first.len(), cursor.capacity());
+                cursor.append(&first[..n]);
+                self.in_place.consume(n);
+            }
             let len = cursor.written() - before;
             if len > 0 || cursor.capacity() == 0 {
                 return Ok(());
@@ -288,14 +334,24 @@ mod connection {
             Reader {
                 // reborrow
                 received_plaintext: self.received_plaintext,
+                in_place: InPlace {
+                    buffer: self.in_place.buffer,
+                    len: self.in_place.len,
+                },
                 ..*self
             }
             .into_first_chunk()
         }
 
         fn consume(&mut self, amt: usize) {
-            self.received_plaintext
-                .consume_first_chunk(amt)
+            // TALOS patch: `fill_buf` offered the first of the two that
+            // holds any plaintext.
+            if self.received_plaintext.is_empty() {
+                self.in_place.consume(amt)
+            } else {
+                self.received_plaintext
+                    .consume_first_chunk(amt)
+            }
         }
     }
 
@@ -445,9 +501,10 @@ impl<Data> ConnectionCommon<Data> {
     /// read anything; one that is about to wait for its peer for a while can
     /// release it, and the next [`Self::read_tls`] allocates it again.
     ///
-    /// Plaintext already decrypted and not yet read is kept (it is held
-    /// elsewhere), as are bytes of a record not yet complete: with those,
-    /// nothing is released and this returns `false`.
+    /// Plaintext already decrypted and not yet read (held in this buffer
+    /// since change 3 in `third_party/README.md`) is kept, as are bytes of
+    /// a record not yet complete: with either, nothing is released and this
+    /// returns `false`.
     pub fn release_receive_buffer(&mut self) -> bool {
         self.deframer_buffer.release_if_empty()
     }
@@ -596,6 +653,10 @@ impl<Data> ConnectionCommon<Data> {
         let common = &mut self.core.common_state;
         Reader {
             received_plaintext: &mut common.received_plaintext,
+            in_place: connection::InPlace {
+                buffer: &mut self.deframer_buffer,
+                len: &mut common.plaintext_in_place,
+            },
             // Are we done? i.e., have we processed all received messages, and received a
             // close_notify to indicate that no new messages will arrive?
             has_received_close_notify: common.has_received_close_notify,
@@ -795,7 +856,8 @@ impl<Data> ConnectionCommon<Data> {
     /// [`process_new_packets()`]: ConnectionCommon::process_new_packets
     /// [`reader()`]: ConnectionCommon::reader
     pub fn read_tls(&mut self, rd: &mut dyn io::Read) -> Result<usize, io::Error> {
-        if self.received_plaintext.is_full() {
+        // TALOS patch: the plaintext held in place counts too.
+        if self.received_plaintext_is_full() {
             return Err(io::Error::new(
                 io::ErrorKind::Other,
                 "received plaintext buffer full",
@@ -932,11 +994,9 @@ impl<Data> ConnectionCore<Data> {
         let mut buffer_progress = self.hs_deframer.progress();
 
         loop {
-            let res = self.deframe(
-                Some(&*state),
-                deframer_buffer.filled_mut(),
-                &mut buffer_progress,
-            );
+            let buffer = deframer_buffer.filled_mut();
+            let locator = Locator::new(buffer);
+            let res = self.deframe(Some(&*state), buffer, &mut buffer_progress);
 
             let opt_msg = match res {
                 Ok(opt_msg) => opt_msg,
@@ -951,7 +1011,29 @@ impl<Data> ConnectionCore<Data> {
                 break;
             };
 
-            match self.process_msg(msg, state, Some(sendable_plaintext)) {
+            // TALOS patch: application data is offered to stay where it was
+            // decrypted; if the state takes it, the buffer holds it for the
+            // reader (before this record is discarded below).
+            let offer = match msg.typ {
+                ContentType::ApplicationData if locator.fully_contains(msg.payload) => {
+                    self.common_state.plaintext_offer =
+                        Some((msg.payload.as_ptr() as usize, msg.payload.len()));
+                    Some(locator.locate(msg.payload))
+                }
+                _ => None,
+            };
+
+            let res = self.process_msg(msg, state, Some(sendable_plaintext));
+
+            self.common_state.plaintext_offer = None;
+            if mem::take(&mut self.common_state.plaintext_offer_taken) {
+                if let Some(range) = offer {
+                    deframer_buffer.hold(range);
+                    self.common_state.plaintext_in_place = deframer_buffer.held_len();
+                }
+            }
+
+            match res {
                 Ok(new) => state = new,
                 Err(e) => {
                     self.state = Err(e.clone());

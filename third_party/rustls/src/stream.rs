@@ -47,7 +47,7 @@ where
     fn prepare_read(&mut self) -> Result<()> {
         // Return buffered plaintext without doing any IO: `complete_io()` does not read
         // while plaintext is buffered, so blocked writes would otherwise hide it.
-        if !self.conn.received_plaintext.is_empty() {
+        if !self.conn.received_plaintext_is_empty() {
             return Ok(());
         }
 

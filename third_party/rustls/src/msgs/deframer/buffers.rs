@@ -1,3 +1,4 @@
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::mem;
 use core::ops::Range;
@@ -165,6 +166,15 @@ pub(crate) struct DeframerVecBuffer {
     /// is likely waiting (a download): reads offer [`STREAM_READ_SIZE`]
     /// bytes until one finds nothing waiting (`WouldBlock`).
     streaming: bool,
+
+    /// TALOS patch: decrypted application data not yet read, where it was
+    /// decrypted (ranges of `buf` before `start`, in the order received).
+    /// The reader copies it out from here; released rustls copied each
+    /// record's plaintext into a buffer of its own first.
+    held: VecDeque<Range<usize>>,
+
+    /// TALOS patch: the sum of the `held` ranges' lengths.
+    held_len: usize,
 }
 
 /// TALOS patch: how much one read may bring in while data streams in,
@@ -183,40 +193,109 @@ impl DeframerVecBuffer {
     /// rustls moved them after every record, so a read that brought in
     /// several records moved most of them again for each one.
     pub(crate) fn discard(&mut self, taken: usize) {
-        if taken < self.used - self.start {
-            self.start += taken;
-        } else {
+        self.start = Ord::min(self.start + taken, self.used);
+        self.reset_if_drained();
+    }
+
+    /// TALOS patch: with nothing left to process or to read, the next read
+    /// starts at the front again.
+    fn reset_if_drained(&mut self) {
+        if self.start == self.used && self.held.is_empty() {
             self.start = 0;
             self.used = 0;
         }
     }
 
-    /// TALOS patch: moves the bytes not yet discarded to the front.
+    /// TALOS patch: moves the bytes not yet discarded, and any held
+    /// plaintext before them, to the front.
     fn compact(&mut self) {
-        if self.start > 0 {
+        let keep = match self.held.front() {
+            Some(first) => Ord::min(first.start, self.start),
+            None => self.start,
+        };
+        if keep > 0 {
             /* Before:
-             * +----------+----------+----------+
-             * | taken    | pending  |xxxxxxxxxx|
-             * +----------+----------+----------+
-             * 0          ^ start    ^ self.used
+             * +----------+---------------+----------+----------+
+             * | taken    | held (if any) | pending  |xxxxxxxxxx|
+             * +----------+---------------+----------+----------+
+             * 0          ^ keep          ^ start    ^ self.used
              *
              * After:
-             * +----------+----------+----------+
-             * | pending  |xxxxxxxxxxxxxxxxxxxxx|
-             * +----------+----------+----------+
-             * 0          ^ self.used
+             * +---------------+----------+---------------------+
+             * | held (if any) | pending  |xxxxxxxxxxxxxxxxxxxxx|
+             * +---------------+----------+---------------------+
+             * 0                          ^ self.used
              */
-            self.buf
-                .copy_within(self.start..self.used, 0);
-            self.used -= self.start;
-            self.start = 0;
+            self.buf.copy_within(keep..self.used, 0);
+            for range in self.held.iter_mut() {
+                range.start -= keep;
+                range.end -= keep;
+            }
+            self.used -= keep;
+            self.start -= keep;
         }
+    }
+
+    /// TALOS patch: keeps the plaintext at `range` of `filled()` (a record
+    /// just processed, before it is discarded) for the reader.
+    pub(crate) fn hold(&mut self, range: Range<usize>) {
+        if range.start == range.end {
+            return;
+        }
+        let range = self.start + range.start..self.start + range.end;
+        debug_assert!(range.end <= self.used);
+        self.held_len += range.len();
+        self.held.push_back(range);
+    }
+
+    /// TALOS patch: how many plaintext bytes are held for the reader.
+    pub(crate) fn held_len(&self) -> usize {
+        self.held_len
+    }
+
+    /// TALOS patch: the first held plaintext, if any.
+    pub(crate) fn first_held(&self) -> Option<&[u8]> {
+        self.held
+            .front()
+            .map(|range| &self.buf[range.clone()])
+    }
+
+    /// TALOS patch: marks `used` bytes of the first held plaintext as read.
+    /// Like `BufRead::consume`, `used` may not exceed `first_held()`.
+    pub(crate) fn consume_held(&mut self, used: usize) {
+        let Some(first) = self.held.front_mut() else {
+            assert!(used == 0, "illegal `BufRead::consume` usage");
+            return;
+        };
+        assert!(used <= first.len(), "illegal `BufRead::consume` usage");
+        first.start += used;
+        self.held_len -= used;
+        if first.start == first.end {
+            self.held.pop_front();
+            self.reset_if_drained();
+        }
+    }
+
+    /// TALOS patch: copies held plaintext into `out`, in order, as much as
+    /// fits; returns how much.
+    pub(crate) fn read_held(&mut self, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < out.len() {
+            let Some(first) = self.first_held() else {
+                break;
+            };
+            let n = Ord::min(first.len(), out.len() - done);
+            out[done..done + n].copy_from_slice(&first[..n]);
+            self.consume_held(n);
+            done += n;
+        }
+        done
     }
 
     /// TALOS patch: frees the buffer if no bytes wait in it, and says whether
     /// it is now empty. The next read allocates it again (`prepare_read`).
     pub(crate) fn release_if_empty(&mut self) -> bool {
-        if self.used == self.start {
+        if self.used == self.start && self.held.is_empty() {
             self.buf = Vec::new();
             self.start = 0;
             self.used = 0;
