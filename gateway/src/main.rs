@@ -152,7 +152,17 @@ fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(talos_gateway::server::run(config)) {
+    // The server (its accept loop above all) runs as a task on a worker,
+    // not on this thread: `block_on`'s future is polled here, so every
+    // accepted connection would cost a wake-up of this thread by the
+    // worker that saw the socket ready, and another of a worker to run the
+    // connection's task.
+    let served = rt.block_on(async {
+        tokio::spawn(talos_gateway::server::run(config))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gateway: {e}");
