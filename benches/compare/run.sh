@@ -794,4 +794,4 @@ check_targets
 aes_floor
 run_all
 report | tee "$work/table.md"
-[ "${STRICT:-0}" = 1 ] && strict_check
+if [ "${STRICT:-0}" = 1 ]; then strict_check; fi
