@@ -277,7 +277,18 @@ fn receive<B, P: FnMut(usize) -> usize, Q: FnMut() -> bool>(
     wire: &mut Wire<P, Q>,
 ) -> Vec<u8> {
     let mut got = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
+    receive_into(conn, wire, &mut got, &mut vec![0u8; 64 * 1024]);
+    got
+}
+
+/// `receive`, with the buffers the caller's: the plaintext is appended to
+/// `got`, read out `chunk` by `chunk`.
+fn receive_into<B, P: FnMut(usize) -> usize, Q: FnMut() -> bool>(
+    conn: &mut rustls::ConnectionCommon<B>,
+    wire: &mut Wire<P, Q>,
+    got: &mut Vec<u8>,
+    chunk: &mut [u8],
+) {
     while wire.at < wire.bytes.len() {
         match conn.read_tls(wire) {
             Ok(n) => assert!(n > 0),
@@ -285,26 +296,35 @@ fn receive<B, P: FnMut(usize) -> usize, Q: FnMut() -> bool>(
             Err(e) => panic!("read_tls: {e}"),
         }
         conn.process_new_packets().unwrap();
-        while let Ok(n @ 1..) = conn.reader().read(&mut chunk) {
+        while let Ok(n @ 1..) = conn.reader().read(chunk) {
             got.extend_from_slice(&chunk[..n]);
         }
     }
-    got
+}
+
+/// A wire that hands each read all the room it offers, and never pauses.
+type OpenWire = Wire<fn(usize) -> usize, fn() -> bool>;
+
+/// A connected pair with 1 MiB (`pattern`) sent by the server, all of it
+/// readable at once by the client from the wire returned.
+fn mib_stream() -> (ClientConnection, ServerConnection, OpenWire, Vec<u8>) {
+    let (client, mut server) = pair();
+    server.set_buffer_limit(None);
+    let body = pattern(1 << 20);
+    server.writer().write_all(&body).unwrap();
+    let wire = Wire {
+        bytes: output(&mut server),
+        at: 0,
+        piece: (|room| room) as fn(usize) -> usize,
+        pause: (|| false) as fn() -> bool,
+        rooms: Vec::new(),
+    };
+    (client, server, wire, body)
 }
 
 #[test]
 fn a_stream_is_read_several_records_at_a_time_and_the_buffer_shrinks_after() {
-    let (mut client, mut server) = pair();
-    server.set_buffer_limit(None);
-    let body = pattern(1 << 20);
-    server.writer().write_all(&body).unwrap();
-    let mut wire = Wire {
-        bytes: output(&mut server),
-        at: 0,
-        piece: |room| room,
-        pause: || false,
-        rooms: Vec::new(),
-    };
+    let (mut client, mut server, mut wire, body) = mib_stream();
     assert_eq!(receive(&mut client, &mut wire), body);
 
     // Released rustls offers each read 4 KiB, or what completes the record
@@ -413,27 +433,11 @@ fn a_stream_is_read_out_of_the_buffer_it_was_decrypted_in() {
     // copies it out again; here the reader copies it from where it was
     // decrypted, and receiving the MiB allocates the read buffer and
     // little else.
-    let (mut client, mut server) = pair();
-    server.set_buffer_limit(None);
-    let body = pattern(1 << 20);
-    server.writer().write_all(&body).unwrap();
-    let mut wire = Wire {
-        bytes: output(&mut server),
-        at: 0,
-        piece: |room| room,
-        pause: || false,
-        rooms: Vec::new(),
-    };
+    let (mut client, _server, mut wire, body) = mib_stream();
     let mut got = Vec::with_capacity(body.len());
     let mut chunk = vec![0u8; 64 * 1024];
     let counted = allocation_counter::measure(|| {
-        while wire.at < wire.bytes.len() {
-            client.read_tls(&mut wire).unwrap();
-            client.process_new_packets().unwrap();
-            while let Ok(n @ 1..) = client.reader().read(&mut chunk) {
-                got.extend_from_slice(&chunk[..n]);
-            }
-        }
+        receive_into(&mut client, &mut wire, &mut got, &mut chunk);
     });
     assert_eq!(got, body);
     assert!(counted.count_total <= 8, "{counted:?}");
