@@ -106,6 +106,29 @@ pub mod http {
         ca_pem: &Path,
         h2: bool,
     ) -> Sender {
+        let io = TokioIo::new(tls(source, gateway, name, ca_pem, h2).await);
+        if h2 {
+            let (s, conn) = http2::handshake(TokioExecutor::new(), io)
+                .await
+                .expect("h2");
+            tokio::spawn(conn);
+            Sender::H2(s)
+        } else {
+            let (s, conn) = http1::handshake(io).await.expect("h1");
+            tokio::spawn(conn);
+            Sender::H1(s)
+        }
+    }
+
+    /// The TLS connection under [`connect`]'s sender, for a test that
+    /// writes and reads the bytes itself (ALPN `h2` or `http/1.1`).
+    pub async fn tls(
+        source: &str,
+        gateway: SocketAddr,
+        name: &str,
+        ca_pem: &Path,
+        h2: bool,
+    ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let tcp = super::connect_from(source, gateway).await;
         let pem = std::fs::read(ca_pem).expect("session CA");
         let mut roots = rustls::RootCertStore::empty();
@@ -123,22 +146,10 @@ pub mod http {
         } else {
             b"http/1.1".to_vec()
         }];
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(ServerName::try_from(name.to_owned()).expect("name"), tcp)
             .await
-            .expect("TLS through the gateway");
-        let io = TokioIo::new(tls);
-        if h2 {
-            let (s, conn) = http2::handshake(TokioExecutor::new(), io)
-                .await
-                .expect("h2");
-            tokio::spawn(conn);
-            Sender::H2(s)
-        } else {
-            let (s, conn) = http1::handshake(io).await.expect("h1");
-            tokio::spawn(conn);
-            Sender::H1(s)
-        }
+            .expect("TLS through the gateway")
     }
 
     /// An empty body.

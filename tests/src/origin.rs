@@ -88,6 +88,8 @@ impl TestCa {
 #[derive(Debug)]
 pub struct Origin {
     pub addr: SocketAddr,
+    /// TLS connections accepted so far.
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -127,16 +129,20 @@ impl Origin {
             .expect("origin cert");
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = TlsAcceptor::from(Arc::new(config));
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
                 let acceptor = acceptor.clone();
+                let counter = Arc::clone(&counter);
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let service = hyper::service::service_fn(answer);
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(tls), service)
@@ -144,7 +150,11 @@ impl Origin {
                 });
             }
         });
-        Origin { addr, task }
+        Origin {
+            addr,
+            accepted,
+            task,
+        }
     }
 }
 
@@ -163,6 +173,9 @@ type DownloadStream = futures_util::stream::BoxStream<
 ///   request header (name and value) as the origin received them;
 /// - `/upload`: reads the whole body, answers its length and SHA-256;
 /// - `/download/N`: N bytes of a fixed pattern, streamed in 64 KiB frames;
+/// - `/close`: `closing` with `Connection: close` (HTTP/1.1: the origin
+///   closes the connection after it);
+/// - `/none`: 204, no body;
 /// - `/bytes/N`: the first N bytes (at most 64 KiB) of the same pattern in
 ///   one body with a `Content-Length`, as a file server or an API answers a
 ///   small object: the benchmarks' small reply, cheap for the origin;
@@ -175,6 +188,21 @@ async fn answer(
     let path = req.uri().path().to_owned();
     if path == "/reflect" {
         return Ok(reflect(&req));
+    }
+    if path == "/close" {
+        let mut res = Response::new(http_body_util::Either::Left(Full::new(Bytes::from_static(
+            b"closing",
+        ))));
+        res.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+        return Ok(res);
+    }
+    if path == "/none" {
+        let mut res = Response::new(http_body_util::Either::Left(Full::new(Bytes::new())));
+        *res.status_mut() = hyper::StatusCode::NO_CONTENT;
+        return Ok(res);
     }
     let text = if path == "/echo" {
         let headers: Vec<(String, String)> = req

@@ -478,3 +478,102 @@ fn tokio_stream_from(
 ) -> impl futures_util::Stream<Item = Result<hyper::body::Frame<Bytes>, std::io::Error>> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
+
+/// HTTP/1.1 destination connections are driven by the requests that hold
+/// them and pooled between requests: one session connection's requests,
+/// one after the other, share one; replies without a body give theirs
+/// back at once; concurrent requests each get their own, pooled after;
+/// one the destination closes is replaced; one whose reply the session
+/// stopped reading is closed, not pooled.
+#[tokio::test]
+async fn http1_destination_connections_are_reused_closed_and_replaced() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let rig = rig().await;
+    let accepted = || rig._origins[0].accepted.load(SeqCst);
+    async fn fetch(s: &mut http::Sender, method: &str, path: &str) -> (u16, Bytes) {
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("https://{GOOD}{path}"))
+            .header("host", GOOD)
+            .body(http::empty())
+            .unwrap();
+        let resp = s.send(req).await.expect("answered");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, body)
+    }
+    let pattern = |n: u64| (0..n).map(pattern_byte).collect::<Vec<u8>>();
+
+    let mut a = rig.sender(GOOD, false).await;
+    for (method, path, status, len) in [
+        ("GET", "/bytes/1024", 200, 1024),
+        ("HEAD", "/bytes/16", 200, 0),
+        ("GET", "/none", 204, 0),
+        ("GET", "/download/300000", 200, 300_000),
+        ("GET", "/bytes/10", 200, 10),
+    ] {
+        let (code, body) = fetch(&mut a, method, path).await;
+        assert_eq!((code, body.len()), (status, len), "{method} {path}");
+        if len > 0 {
+            assert_eq!(body, pattern(len as u64), "{path}");
+        }
+    }
+    assert_eq!(accepted(), 1, "one destination connection for them all");
+
+    // The destination closes after this reply: the next request gets a
+    // new connection.
+    assert_eq!(fetch(&mut a, "GET", "/close").await.0, 200);
+    assert_eq!(fetch(&mut a, "GET", "/bytes/5").await.1, pattern(5));
+    assert_eq!(accepted(), 2);
+
+    // Two at once: two connections; then both are pooled.
+    let mut b = rig.sender(GOOD, false).await;
+    let (ra, rb) = tokio::join!(
+        fetch(&mut a, "GET", "/download/2000000"),
+        fetch(&mut b, "GET", "/download/2000000")
+    );
+    assert_eq!(ra.1, pattern(2_000_000));
+    assert_eq!(rb.1, pattern(2_000_000));
+    assert_eq!(accepted(), 3);
+    for s in [&mut a, &mut b] {
+        assert_eq!(fetch(s, "GET", "/bytes/3").await.1, pattern(3));
+    }
+    assert_eq!(accepted(), 3);
+
+    // The session stops reading a reply and goes away: that destination
+    // connection is closed, not pooled. The next two at once reuse the
+    // one left and open one more.
+    drop(a);
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = http::tls(
+            SESSION_SOURCE,
+            rig.gateway.data,
+            GOOD,
+            &rig.session_ca(),
+            false,
+        )
+        .await;
+        raw.write_all(b"GET /download/50000000 HTTP/1.1\r\nhost: origin.test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = vec![0u8; 256 * 1024];
+        let mut n = 0;
+        while n < got.len() {
+            n += raw.read(&mut got[n..]).await.unwrap();
+        }
+        assert!(got.starts_with(b"HTTP/1.1 200"));
+    }
+    assert!(
+        rig.gateway.wait_records(2).len() >= 2,
+        "both connections closed"
+    );
+    let mut c = rig.sender(GOOD, false).await;
+    let (rb, rc) = tokio::join!(
+        fetch(&mut b, "GET", "/bytes/64"),
+        fetch(&mut c, "GET", "/download/100000")
+    );
+    assert_eq!(rb.1, pattern(64));
+    assert_eq!(rc.1, pattern(100_000));
+    assert_eq!(accepted(), 4);
+}
