@@ -53,10 +53,8 @@ pub struct CommonState {
     /// TALOS patch: the application data record the buffered connection is
     /// processing (its payload's address and length), which
     /// `take_received_plaintext` leaves where it was decrypted instead of
-    /// copying it into `received_plaintext`.
+    /// copying it into `received_plaintext`; taking it sets this to `None`.
     pub(crate) plaintext_offer: Option<(usize, usize)>,
-    /// TALOS patch: `take_received_plaintext` took `plaintext_offer`.
-    pub(crate) plaintext_offer_taken: bool,
     /// TALOS patch: how much received plaintext the buffered connection
     /// holds where it was decrypted (beside `received_plaintext`).
     pub(crate) plaintext_in_place: usize,
@@ -96,7 +94,6 @@ impl CommonState {
             message_fragmenter: MessageFragmenter::default(),
             received_plaintext: ChunkVecBuffer::new(Some(DEFAULT_RECEIVED_PLAINTEXT_LIMIT)),
             plaintext_offer: None,
-            plaintext_offer_taken: false,
             plaintext_in_place: 0,
             sendable_tls: ChunkVecBuffer::new(Some(DEFAULT_BUFFER_LIMIT)),
             queued_key_update_message: None,
@@ -570,7 +567,6 @@ impl CommonState {
         if let (Some((addr, len)), Payload::Borrowed(payload)) = (self.plaintext_offer, &bytes) {
             if payload.as_ptr() as usize == addr && payload.len() == len {
                 self.plaintext_offer = None;
-                self.plaintext_offer_taken = true;
                 return;
             }
         }

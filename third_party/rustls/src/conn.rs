@@ -1025,9 +1025,14 @@ impl<Data> ConnectionCore<Data> {
 
             let res = self.process_msg(msg, state, Some(sendable_plaintext));
 
-            self.common_state.plaintext_offer = None;
-            if mem::take(&mut self.common_state.plaintext_offer_taken) {
-                if let Some(range) = offer {
+            // Taken if the offer is gone.
+            if let Some(range) = offer {
+                if self
+                    .common_state
+                    .plaintext_offer
+                    .take()
+                    .is_none()
+                {
                     deframer_buffer.hold(range);
                     self.common_state.plaintext_in_place = deframer_buffer.held_len();
                 }
