@@ -256,8 +256,9 @@ impl RecordWriter {
 
     /// Write records until every sink is dropped, then seal what is left.
     /// Each wake-up waits [`RECORD_GATHER`] for more records, then writes
-    /// all waiting records with one write and one flush. A batch is sealed when it has `max_records` records or its
-    /// first record has waited `interval`.
+    /// all waiting records with one write and one flush. A batch is sealed
+    /// when it has `max_records` records or its first record has waited
+    /// `interval`.
     pub async fn run(mut self) {
         let mut batch = Vec::with_capacity(64);
         let mut buf = Vec::with_capacity(64 * 1024);

@@ -32,7 +32,7 @@ struct Rig {
     _dir: tempfile::TempDir,
     dir: PathBuf,
     _dns: DnsServer,
-    _origins: Vec<Origin>,
+    origins: Vec<Origin>,
     gateway: Gateway,
 }
 
@@ -118,7 +118,7 @@ async fn rig() -> Rig {
         _dir: dir,
         dir: path,
         _dns: dns,
-        _origins: origins,
+        origins,
         gateway,
     }
 }
@@ -489,7 +489,7 @@ fn tokio_stream_from(
 async fn http1_destination_connections_are_reused_closed_and_replaced() {
     use std::sync::atomic::Ordering::SeqCst;
     let rig = rig().await;
-    let accepted = || rig._origins[0].accepted.load(SeqCst);
+    let accepted = || rig.origins[0].accepted.load(SeqCst);
     async fn fetch(s: &mut http::Sender, method: &str, path: &str) -> (u16, Bytes) {
         let req = hyper::Request::builder()
             .method(method)
