@@ -12,9 +12,11 @@
 #   work=DIR       load-origin's folder (its CA: DIR/origin-ca.pem)
 #   records=PATH   the records file      trust=PATH   where the session CA goes
 #   limits=TOML    lines for [limits]    extra=TOML   more lines for the session
+#   workers=N      runtime.workers (1: one thread serves everything)
 #   gateway=PATH   the gateway binary
 bench_gateway_toml() {
   local file id session name sources=127.0.0.1 dns port work records trust limits="" extra="" gateway
+  local workers=1
   local "$@"
   local srcs
   srcs=$(echo "$sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
@@ -33,6 +35,8 @@ permit_internal = ["127.0.0.1/32"]
 [upstream]
 port = $port
 extra_trust_anchors = ["$work/origin-ca.pem"]
+[runtime]
+workers = $workers
 [limits]
 $limits
 [[session]]
@@ -44,6 +48,22 @@ trust_file = "$trust"
 $extra
 TOML
   "$gateway" check-config "$file" >/dev/null
+}
+
+# bench_check_workers PID READY_LINE N: the gateway PID, whose ready line is
+# READY_LINE, serves with N runtime workers. The ready line says how many;
+# the threads agree: tokio names its pool's workers (and, later, the
+# blocking-pool threads the records writer's file I/O uses) "tokio-rt-worker",
+# so at start-up, before any blocking work, there are N of them; with one
+# worker there are none, the main thread being the runtime.
+bench_check_workers() {
+  local pid=$1 line=$2 want=$3 said n
+  said=$(echo "$line" | sed -n 's/.*"workers":\([0-9]*\).*/\1/p')
+  [ "$said" = "$want" ] || { echo "gateway says ${said:-no} workers, not $want: $line" >&2; return 1; }
+  n=$(cat /proc/"$pid"/task/*/comm | grep -c '^tokio-rt-worker$' || true)
+  [ "$want" = 1 ] && want=0
+  echo "gateway threads at start-up: $(ls /proc/"$pid"/task | wc -l) ($n tokio-rt-worker)" >&2
+  [ "$n" = "$want" ] || { echo "expected $want tokio-rt-worker thread(s), found $n" >&2; return 1; }
 }
 
 # bench_credentials DIR NAME: writes 4 random credentials (0600) to

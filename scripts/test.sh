@@ -11,6 +11,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The end-to-end tests start the binaries as operators do.
 cargo build --workspace --bins --locked
 cargo test --workspace --locked
+# The end-to-end tests again with `[runtime] workers = 1`: the first pass
+# ran the default (one worker per CPU, a work-stealing pool), this one the
+# single-threaded scheduler the benchmarks measure.
+TALOS_TEST_WORKERS=1 cargo test -p talos-e2e --locked
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/smoke.sh
 # The comparison harness (benches/compare) as a smoke test, so it cannot rot
 # unnoticed: the debug binaries just built, the gateway and the direct

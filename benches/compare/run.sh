@@ -191,17 +191,17 @@ start_origin() {
 
 # The gateway, configured as benches/load/quick.sh does (one static session,
 # the origin's CA as an extra trust anchor, records to a file), with one
-# runtime worker thread: tokio reads TOKIO_WORKER_THREADS since `gateway run`
-# sets no count. Its session lists every IDLE_SOURCES address, since the
-# gateway maps a client to its session by source address.
+# runtime worker (`[runtime] workers = 1`: one thread serves everything).
+# Its session lists every IDLE_SOURCES address, since the gateway maps a
+# client to its session by source address.
 start_gateway() {
-  say "Starting the gateway with one runtime worker thread"
+  say "Starting the gateway with one runtime worker"
   bench_gateway_toml file="$work/gateway.toml" id=gw-compare session=sbx-compare name="$name" \
     sources="$idle_sources" dns="$dns" port="$origin_port" work="$work" \
     records="$work/records.jsonl" trust="$work/session-ca.pem" \
     limits="max_connections = 30000
 shutdown_grace_ms = 2000" gateway="$bin/gateway"
-  TOKIO_WORKER_THREADS=1 "$bin/gateway" run --config "$work/gateway.toml" \
+  "$bin/gateway" run --config "$work/gateway.toml" \
     >"$work/gateway.out" 2>"$work/gateway.log" &
   local pid=$!
   pids+=("$pid")
@@ -209,10 +209,8 @@ shutdown_grace_ms = 2000" gateway="$bin/gateway"
   line=$(ready_line "$work/gateway.out")
   port[gateway]=$(echo "$line" | json_field data | sed 's/.*://')
   ca[gateway]=$work/session-ca.pem tpids[gateway]=$pid
-  local n
-  n=$(cat /proc/"$pid"/task/*/comm | grep -c '^tokio-rt-worker$' || true)
-  [ "$n" = 1 ] || die "expected 1 gateway worker thread, found $n"
-  echo "gateway 127.0.0.1:${port[gateway]} (pid $pid, 1 worker thread)" >&2
+  bench_check_workers "$pid" "$line" 1 || die "the gateway is not serving with one worker"
+  echo "gateway 127.0.0.1:${port[gateway]} (pid $pid, 1 worker)" >&2
 }
 
 # nginx: one worker process, in the foreground, with a private prefix,

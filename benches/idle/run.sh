@@ -86,7 +86,7 @@ one() {
   local wrap=()
   [ "${HEAPTRACK:-0}" = 1 ] && wrap=(heaptrack -o "$run.heaptrack")
   # shellcheck disable=SC2086 # GW_ENV is a list of VAR=value words
-  env TOKIO_WORKER_THREADS=1 ${GW_ENV:-} "${wrap[@]}" "$bin/gateway" run --config "$work/gateway.toml" \
+  env ${GW_ENV:-} "${wrap[@]}" "$bin/gateway" run --config "$work/gateway.toml" \
     >"$run.gw.out" 2>"$run.gw.log" &
   gw=$!
   pids+=("$gw")
@@ -132,7 +132,7 @@ one() {
     tee -a "$work/results"
 }
 
-echo "gateway env: TOKIO_WORKER_THREADS=1 ${GW_ENV:-}" >&2
+echo "gateway env: ${GW_ENV:-none}" >&2
 for mode in $modes; do
   for n in $counts; do one "$mode" "$n"; done
 done

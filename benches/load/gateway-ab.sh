@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One gateway build against another, side by side: how an optimisation is
 # judged before it is kept. Two release gateways (binaries A and B, the same
-# configuration: one static session, WORKERS runtime worker threads each,
+# configuration: one static session, WORKERS runtime workers each,
 # one by default), one TLS origin (load-origin), and h2load doing the
 # comparison's workloads in
 # rounds that alternate which gateway goes first. Prints every round and,
@@ -44,8 +44,8 @@ for t in A B; do
   gw=GW_$t
   bench_gateway_toml file="$w/gw$t.toml" id="gw-ab-$t" session=sbx-ab name="$name" \
     dns="$dns" port="${origin##*:}" work="$w" records="$w/records$t.jsonl" trust="$w/ca$t.pem" \
-    gateway="${!gw}"
-  TOKIO_WORKER_THREADS=${WORKERS:-1} "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
+    workers="${WORKERS:-1}" gateway="${!gw}"
+  "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
 done
 for t in A B; do
   for _ in $(seq 100); do [ -s "$w/g$t.out" ] && break; sleep 0.1; done

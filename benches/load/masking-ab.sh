@@ -33,7 +33,7 @@ mk off "" ""
 mk on "$BENCH_ATTACH" "$BENCH_SECRETS"
 declare -A pid port
 for t in off on; do
-  TOKIO_WORKER_THREADS=1 "$bin/gateway" run --config "$w/gw$t.toml" > "$w/g$t.out" 2>/dev/null & pid[$t]=$!; pids+=($!)
+  "$bin/gateway" run --config "$w/gw$t.toml" > "$w/g$t.out" 2>/dev/null & pid[$t]=$!; pids+=($!)
 done
 sleep 1.5
 for t in off on; do port[$t]=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["data"].split(":")[1])' "$w/g$t.out"); done

@@ -8,7 +8,7 @@
 #   QUICK=1 benches/load/quick.sh    # 3 s per run
 #
 # Knobs (environment): QUICK=1, DURATION=SECONDS (overrides QUICK),
-# WORKERS=N (gateway runtime worker threads, default 1), BURST=N (clients in
+# WORKERS=N (the gateway's `[runtime] workers`, default 1), BURST=N (clients in
 # the new-connection burst, default 1000), QUIET_WAIT=SECONDS (how long to
 # wait for other jobs to leave the CPUs before each run, default 60),
 # KEEP=1 (keep the work folder).
@@ -97,7 +97,7 @@ start_peers() {
 start_gateway() {
   local tag=${1:-}
   local conf=$work/gateway$tag.toml
-  say "Starting the gateway$tag with $workers runtime worker thread(s)"
+  say "Starting the gateway$tag with $workers runtime worker(s)"
   local extra=""
   if [ "$tag" = .masked ]; then
     bench_credentials "$work" "$name"
@@ -109,12 +109,10 @@ $BENCH_SECRETS"
   bench_gateway_toml file="$conf" id=gw-load session=sbx-load name="$name" \
     dns="$dns" port="$origin_port" work="$work" records="$work/records$tag.jsonl" \
     trust="$work/session-ca$tag.pem" limits="shutdown_grace_ms = 2000" extra="$extra" \
-    gateway="$bin/gateway"
-  # `gateway run` has no worker-thread option; its runtime is tokio's
-  # multi-thread one, which takes its worker count from TOKIO_WORKER_THREADS
-  # when none is set in code. One worker keeps the comparison fair on a
-  # small machine: the load generator and the origin need the other core.
-  TOKIO_WORKER_THREADS=$workers "$bin/gateway" run --config "$conf" \
+    workers="$workers" gateway="$bin/gateway"
+  # One worker (`[runtime] workers`) keeps the comparison fair on a small
+  # machine: the load generator and the origin need the other core.
+  "$bin/gateway" run --config "$conf" \
     >"$work/gateway$tag.out" 2>"$work/gateway$tag.log" &
   local pid=$!
   pids+=("$pid")
@@ -127,18 +125,8 @@ $BENCH_SECRETS"
     gwm_pid=$pid gwm_port=${addr##*:}
   else
     gw_pid=$pid gw=$addr gw_port=${addr##*:}
-    check_worker_threads
+    bench_check_workers "$pid" "$line" "$workers" || die "the gateway is not serving with $workers worker(s)"
   fi
-}
-
-# Tokio names its workers (and, later, its blocking-pool threads, which the
-# records writer's file I/O uses) "tokio-rt-worker"; at start-up, before any
-# blocking work, every such thread is a worker.
-check_worker_threads() {
-  local n
-  n=$(cat /proc/"$gw_pid"/task/*/comm | grep -c '^tokio-rt-worker$' || true)
-  echo "gateway threads at start-up: $(ls /proc/"$gw_pid"/task | wc -l) ($n tokio-rt-worker)" >&2
-  [ "$n" = "$workers" ] || die "expected $workers worker thread(s), found $n"
 }
 
 # --- measuring -----------------------------------------------------------------
@@ -378,7 +366,7 @@ runs="h1_small h2_small h1_1mib h2_1mib h2_1mib_1 h1_newconn h2_burst"
 report() {
   echo
   echo "$(date -u +%Y-%m-%d), $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -n1)," \
-    "${dur} s per run, gateway with $workers worker thread(s)"
+    "${dur} s per run, gateway with $workers runtime worker(s)"
   echo
   echo "| figure | direct | via gateway | via/direct |"
   echo "|---|---:|---:|---:|"

@@ -60,6 +60,9 @@ pub struct Config {
     /// Bounds on what one client can make the gateway hold.
     #[serde(default)]
     pub limits: Limits,
+    /// The threads that serve connections.
+    #[serde(default)]
+    pub runtime: Runtime,
     /// Sessions known from the file, for running without a control plane.
     #[serde(default, rename = "session")]
     pub sessions: Vec<StaticSession>,
@@ -356,6 +359,33 @@ impl Default for Limits {
     }
 }
 
+/// The threads that serve connections (`[runtime]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// How many threads serve connections (1–1024). Default: one per CPU
+    /// the process may run on. With 1, that one thread runs every
+    /// connection and the accept loop on a single-threaded scheduler, which
+    /// costs less per request than a pool of one; with more, connections
+    /// are spread over a work-stealing pool of that many threads. Blocking
+    /// file writes (records, the spool) run on extra threads either way.
+    pub workers: Option<Spanned<usize>>,
+}
+
+impl Runtime {
+    /// The most `workers` may be.
+    pub const MAX_WORKERS: usize = 1024;
+
+    /// The number of threads serving connections: `workers`, or one per
+    /// CPU the process may run on (1 if that cannot be read).
+    pub fn workers(&self) -> usize {
+        match &self.workers {
+            Some(n) => *n.get_ref(),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
 /// A session defined in the file (`[[session]]`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -464,6 +494,15 @@ impl Config {
                 "limits.max_connections",
                 "must be at least 1".into(),
             ));
+        }
+        if let Some(n) = &self.runtime.workers {
+            if !(1..=Runtime::MAX_WORKERS).contains(n.get_ref()) {
+                return Err(invalid(
+                    n.span(),
+                    "runtime.workers",
+                    format!("{} is outside 1-{}", n.get_ref(), Runtime::MAX_WORKERS),
+                ));
+            }
         }
         if !(1..=10).contains(&self.resolver.attempts) {
             return Err(invalid(
@@ -844,6 +883,28 @@ allowlist = ["API.example.com."]
         );
         let e = err(&GOOD.replace("gw-a", "gw a"));
         assert!(e.contains("t.toml:2: gateway_id"), "{e}");
+    }
+
+    #[test]
+    fn runtime_workers_default_to_the_cpus_and_are_bounded() {
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        let c = Config::parse(Path::new("t.toml"), GOOD).unwrap();
+        assert_eq!(c.runtime.workers(), cpus);
+        let one = format!("{GOOD}[runtime]\nworkers = 1\n");
+        let c = Config::parse(Path::new("t.toml"), &one).unwrap();
+        assert_eq!(c.runtime.workers(), 1);
+        for bad in ["0", "1025"] {
+            let e = err(&format!("{GOOD}[runtime]\nworkers = {bad}\n"));
+            assert!(
+                e.contains("t.toml:11: runtime.workers")
+                    && e.contains(&format!("{bad} is outside 1-1024")),
+                "{e}"
+            );
+        }
+        let e = err(&format!("{GOOD}[runtime]\nworkers = -1\n"));
+        assert!(e.contains("line 11") && e.contains("workers"), "{e}");
+        let e = err(&format!("{GOOD}[runtime]\nthreads = 2\n"));
+        assert!(e.contains("line 11") && e.contains("threads"), "{e}");
     }
 
     #[test]

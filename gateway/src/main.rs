@@ -130,10 +130,19 @@ fn init_logs(json: bool) {
     }
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+/// The runtime that serves connections: with one worker, tokio's
+/// single-threaded scheduler on this thread (no run queue shared between
+/// threads, no hand-off to a worker: the cheapest per request); with more,
+/// its work-stealing pool of that many threads.
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    builder.enable_all().build()
 }
 
 fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
@@ -145,18 +154,19 @@ fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let rt = match runtime() {
+    let rt = match runtime(config.runtime.workers()) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("gateway: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
     };
-    // The server (its accept loop above all) runs as a task on a worker,
-    // not on this thread: `block_on`'s future is polled here, so every
-    // accepted connection would cost a wake-up of this thread by the
-    // worker that saw the socket ready, and another of a worker to run the
-    // connection's task.
+    // The server (its accept loop above all) runs as a task. With a pool,
+    // that puts it on a worker, not on this thread: `block_on`'s future is
+    // polled here, so every accepted connection would cost a wake-up of
+    // this thread by the worker that saw the socket ready, and another of a
+    // worker to run the connection's task. With one worker this thread is
+    // the worker and runs both.
     let served = rt.block_on(async {
         tokio::spawn(talos_gateway::server::run(config))
             .await
@@ -346,7 +356,7 @@ fn mask(secrets: &[String], files: &[String], chunk: usize) -> ExitCode {
 
 fn capture(listen: std::net::SocketAddr, out: &std::path::Path, names: &[String]) -> ExitCode {
     init_logs(false);
-    let result = runtime().and_then(|rt| {
+    let result = runtime(1).and_then(|rt| {
         rt.block_on(async {
             let listener = tokio::net::TcpListener::bind(listen).await?;
             println!(

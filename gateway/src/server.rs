@@ -296,13 +296,14 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         data = %data_addr,
         admin = %admin_addr,
         sessions = config.sessions.len(),
+        workers = config.runtime.workers(),
         "listening"
     );
     // Stops the control listener when draining starts: no session opens on
     // a gateway that is going away.
     let control_stop = CancellationToken::new();
-    let mut ready_line =
-        serde_json::json!({"event": "ready", "data": data_addr, "admin": admin_addr});
+    let mut ready_line = serde_json::json!({"event": "ready", "data": data_addr, "admin": admin_addr,
+            "workers": config.runtime.workers()});
     let control_task = control.map(|c| {
         let addr = c.listener.local_addr().ok();
         ready_line["control"] = serde_json::json!(addr);

@@ -40,6 +40,8 @@ pub struct Gateway {
     pub admin: SocketAddr,
     /// The control listener, when the config has a `[control]` table.
     pub control: Option<SocketAddr>,
+    /// The runtime workers the ready line reports.
+    pub workers: usize,
     pub records_path: PathBuf,
     pub log_path: PathBuf,
 }
@@ -84,6 +86,10 @@ impl Gateway {
             control: ready["control"]
                 .as_str()
                 .map(|a| a.parse().expect("socket addr")),
+            workers: ready["workers"]
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .expect("workers in the ready line"),
             child: Some(child),
             records_path: records_path(dir),
             log_path,
@@ -168,6 +174,24 @@ pub struct TestConfig {
     pub secrets: Vec<(String, PathBuf)>,
     /// The `[control]` table, if any (listening on 127.0.0.1:0).
     pub control: Option<TestControl>,
+    /// `runtime.workers`; by default `TALOS_TEST_WORKERS` if set, else
+    /// unset (one per CPU). `scripts/test.sh` runs the end-to-end tests a
+    /// second time with `TALOS_TEST_WORKERS=1`: the single-threaded
+    /// scheduler the benchmarks use.
+    pub workers: Option<usize>,
+}
+
+/// `TALOS_TEST_WORKERS`, if set.
+///
+/// # Panics
+/// If it is set and not a number: a test run must not quietly test
+/// something else than asked.
+pub fn test_workers() -> Option<usize> {
+    let v = std::env::var("TALOS_TEST_WORKERS").ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("TALOS_TEST_WORKERS={v:?} is not a number")),
+    )
 }
 
 /// The files of a `[control]` table.
@@ -195,6 +219,7 @@ impl Default for TestConfig {
             limits: String::new(),
             secrets: Vec::new(),
             control: None,
+            workers: test_workers(),
         }
     }
 }
@@ -254,6 +279,9 @@ hello_timeout_ms = 700
             anchors = paths(&self.anchors),
             limits = self.limits,
         );
+        if let Some(n) = self.workers {
+            out.push_str(&format!("[runtime]\nworkers = {n}\n"));
+        }
         for s in &self.sessions {
             out.push_str(&format!(
                 "[[session]]\nid = {:?}\ntenant = \"acme\"\nsources = [{}]\nallowlist = [{}]\ntrust_file = {:?}\nattach = [{}]\n",

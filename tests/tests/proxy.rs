@@ -37,6 +37,11 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
+    rig_with(talos_e2e::gateway::test_workers()).await
+}
+
+/// The rig with `runtime.workers` = `workers` (unset: one per CPU).
+async fn rig_with(workers: Option<usize>) -> Rig {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_owned();
     let ca = TestCa::new("origin test CA");
@@ -111,6 +116,7 @@ async fn rig() -> Rig {
             trust_file: path.join("session-ca.pem"),
             ..Default::default()
         }],
+        workers,
         ..Default::default()
     };
     let gateway = Gateway::start(&path, &config.toml(&path));
@@ -322,6 +328,44 @@ async fn http2_session_reaches_an_http1_destination_and_back() {
     let records = rig.gateway.wait_records(1);
     assert_eq!(records[0]["alpn_session"], "h2");
     assert_eq!(records[0]["alpn_upstream"], "http/1.1");
+}
+
+/// `runtime.workers`: one thread serving everything (no pool worker at
+/// all), a pool of three, or one per CPU; each serves both protocols
+/// through to both kinds of destination and writes its records.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runtime_serves_with_the_configured_workers() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    for (workers, expect) in [(Some(1), 1), (Some(3), 3), (None, cpus)] {
+        let rig = rig_with(workers).await;
+        assert_eq!(rig.gateway.workers, expect);
+        // Tokio names its pool's workers (and its blocking threads, none
+        // of which exist before the first record) "tokio-rt-worker"; with
+        // one worker the main thread is the runtime.
+        let pool: usize = std::fs::read_dir(format!("/proc/{}/task", rig.gateway.pid()))
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
+            })
+            .count();
+        let want_pool = if expect == 1 { 0 } else { expect };
+        assert_eq!(pool, want_pool, "workers {workers:?}");
+        let mut n = 0;
+        for name in [GOOD, H1_ONLY, H2_ONLY] {
+            for h2 in [false, true] {
+                let flag = if h2 { "--http2" } else { "--http1.1" };
+                let (code, _, body) = rig.curl(name, "/echo", &[flag]);
+                assert_eq!(code, 200, "workers {workers:?} {name} {flag}: {body}");
+                let echo: Value = serde_json::from_str(&body).unwrap();
+                let upstream_h2 = name == H2_ONLY || (name == GOOD && h2);
+                let version = if upstream_h2 { "HTTP/2.0" } else { "HTTP/1.1" };
+                assert_eq!(echo["version"], version, "{name} {flag}: {body}");
+                n += 1;
+            }
+        }
+        assert_eq!(rig.gateway.wait_records(n).len(), n);
+    }
 }
 
 /// HTTP/1.1 requests go on as HTTP/1.1, HTTP/2 ones as HTTP/2, to a
