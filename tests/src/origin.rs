@@ -176,6 +176,8 @@ type DownloadStream = futures_util::stream::BoxStream<
 /// - `/close`: `closing` with `Connection: close` (HTTP/1.1: the origin
 ///   closes the connection after it);
 /// - `/none`: 204, no body;
+/// - `/slow/MS`: `slow`, answered MS milliseconds (at most 10 s) after the
+///   request came;
 /// - `/bytes/N`: the first N bytes (at most 64 KiB) of the same pattern in
 ///   one body with a `Content-Length`, as a file server or an API answers a
 ///   small object: the benchmarks' small reply, cheap for the origin;
@@ -188,6 +190,15 @@ async fn answer(
     let path = req.uri().path().to_owned();
     if path == "/reflect" {
         return Ok(reflect(&req));
+    }
+    if let Some(ms) = path
+        .strip_prefix("/slow/")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(ms.min(10_000))).await;
+        return Ok(Response::new(http_body_util::Either::Left(Full::new(
+            Bytes::from_static(b"slow"),
+        ))));
     }
     if path == "/close" {
         let mut res = Response::new(http_body_util::Either::Left(Full::new(Bytes::from_static(

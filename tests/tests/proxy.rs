@@ -37,11 +37,12 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
-    rig_with(talos_e2e::gateway::test_workers()).await
+    rig_with(talos_e2e::gateway::test_workers(), "").await
 }
 
-/// The rig with `runtime.workers` = `workers` (unset: one per CPU).
-async fn rig_with(workers: Option<usize>) -> Rig {
+/// The rig with `runtime.workers` = `workers` (unset: one per CPU) and
+/// `limits` added to the `[limits]` table.
+async fn rig_with(workers: Option<usize>, limits: &str) -> Rig {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_owned();
     let ca = TestCa::new("origin test CA");
@@ -117,6 +118,7 @@ async fn rig_with(workers: Option<usize>) -> Rig {
             ..Default::default()
         }],
         workers,
+        limits: limits.to_owned(),
         ..Default::default()
     };
     let gateway = Gateway::start(&path, &config.toml(&path));
@@ -337,7 +339,7 @@ async fn http2_session_reaches_an_http1_destination_and_back() {
 async fn the_runtime_serves_with_the_configured_workers() {
     let cpus = std::thread::available_parallelism().unwrap().get();
     for (workers, expect) in [(Some(1), 1), (Some(3), 3), (None, cpus)] {
-        let rig = rig_with(workers).await;
+        let rig = rig_with(workers, "").await;
         assert_eq!(rig.gateway.workers, expect);
         // Tokio names its pool's workers (and its blocking threads, none
         // of which exist before the first record) "tokio-rt-worker"; with
@@ -366,6 +368,79 @@ async fn the_runtime_serves_with_the_configured_workers() {
         }
         assert_eq!(rig.gateway.wait_records(n).len(), n);
     }
+}
+
+/// SIGTERM with session connections open — HTTP/1.1 and HTTP/2 kept
+/// after a request, HTTP/1.1 before its first — and one request waiting
+/// on a slow reply: the request in flight gets its reply within the drain
+/// grace, the open connections are cut at its end, the gateway exits 0,
+/// and every connection has its record.
+#[tokio::test(flavor = "multi_thread")]
+async fn open_connections_are_cut_when_the_drain_grace_ends() {
+    let mut rig = rig_with(
+        talos_e2e::gateway::test_workers(),
+        "shutdown_grace_ms = 1500",
+    )
+    .await;
+    let get = |path: &str| {
+        hyper::Request::get(path)
+            .header("host", GOOD)
+            .body(http::empty())
+            .unwrap()
+    };
+    let mut kept = Vec::new();
+    for h2 in [false, true] {
+        let mut s = rig.sender(GOOD, h2).await;
+        let resp = s.send(get("/")).await.expect("first request");
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.expect("body");
+        kept.push(s);
+    }
+    let mut quiet = http::tls(
+        SESSION_SOURCE,
+        rig.gateway.data,
+        GOOD,
+        &rig.session_ca(),
+        false,
+    )
+    .await;
+    let mut slow = rig.sender(GOOD, false).await;
+    let in_flight = tokio::spawn(async move {
+        let resp = slow.send(get("/slow/500")).await?;
+        let status = resp.status();
+        resp.into_body()
+            .collect()
+            .await
+            .map(|b| (status, b.to_bytes()))
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let stopped = tokio::task::spawn_blocking(move || {
+        let clean = rig.gateway.stop();
+        (clean, rig)
+    });
+    let (status, body) = in_flight
+        .await
+        .unwrap()
+        .expect("the reply in flight arrives");
+    assert_eq!(status, 200);
+    assert!(!body.is_empty());
+    let (clean, rig) = stopped.await.unwrap();
+    assert!(clean, "the gateway exits 0 after the grace");
+    for s in &mut kept {
+        assert!(s.send(get("/")).await.is_err(), "a kept connection was cut");
+    }
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 16];
+    assert!(
+        matches!(quiet.read(&mut buf).await, Ok(0) | Err(_)),
+        "the connection with no request was cut"
+    );
+    assert_eq!(
+        rig.gateway.records().len(),
+        4,
+        "{:?}",
+        rig.gateway.records()
+    );
 }
 
 /// HTTP/1.1 requests go on as HTTP/1.1, HTTP/2 ones as HTTP/2, to a
