@@ -33,6 +33,7 @@ use crate::refusal::Refusal;
 use crate::resolve::{Resolution, Resolver};
 use crate::session::{Session, Sessions};
 use crate::tls::{Counted, Replay, WireBytes};
+use crate::woken::WokenOnly;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -52,6 +53,14 @@ pub struct Shared {
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
     pub proposer: Option<crate::approval::Proposer>,
+}
+
+/// What cut a connection short.
+enum Stop {
+    /// The gateway's drain grace ran out.
+    Shutdown,
+    /// The session's authority ended.
+    Ended,
 }
 
 /// A refusal with the fixed cause recorded beside it.
@@ -321,7 +330,17 @@ async fn terminate(
     let h2 = conn.alpn_protocol() == Some(b"h2");
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
 
-    let ended = ctx.session.ended.clone();
+    // The two ends that can interrupt a connection, polled only when one
+    // of them fires (`WokenOnly`), not at each of the connection's wake-ups.
+    let mut stop = {
+        let (shutdown, ended) = (shared.shutdown.clone(), ctx.session.ended.clone());
+        WokenOnly::new(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => Stop::Shutdown,
+                () = ended.cancelled() => Stop::Ended,
+            }
+        })
+    };
     // HTTP/1.1: hyper's connection state (a read buffer and a write buffer
     // of 8 KiB each, and the connection itself) is made only once the
     // client starts its first request. Until then an idle connection holds
@@ -332,11 +351,13 @@ async fn terminate(
     if !h2 {
         let first = tokio::select! {
             first = tokio::time::timeout_at(first_head_by, first_request_byte(&mut tls)) => first,
-            _ = shared.shutdown.cancelled() => return Ok(()),
-            // No request yet, so none held for approval.
-            _ = ended.cancelled() => {
-                return Err(Refused::new(Refusal::SessionEnded, "session_closed"));
-            }
+            stopped = &mut stop => match stopped {
+                Stop::Shutdown => return Ok(()),
+                // No request yet, so none held for approval.
+                Stop::Ended => {
+                    return Err(Refused::new(Refusal::SessionEnded, "session_closed"));
+                }
+            },
         };
         match first {
             Ok(Ok(false)) => {}
@@ -384,16 +405,18 @@ async fn terminate(
                     }
                     Ok(())
                 }
-                _ = shared.shutdown.cancelled() => Ok(()),
-                _ = ended.cancelled() => {
-                    // Count, then flag: a hold that ended between the two
-                    // set the flag before it counted down.
-                    use std::sync::atomic::Ordering::SeqCst;
-                    if holding.holding.load(SeqCst) > 0 || holding.withdrawn.load(SeqCst) {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+                stopped = &mut stop => match stopped {
+                    Stop::Shutdown => Ok(()),
+                    Stop::Ended => {
+                        // Count, then flag: a hold that ended between the
+                        // two set the flag before it counted down.
+                        use std::sync::atomic::Ordering::SeqCst;
+                        if holding.holding.load(SeqCst) > 0 || holding.withdrawn.load(SeqCst) {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+                        }
+                        Err(Refused::new(Refusal::SessionEnded, "session_closed"))
                     }
-                    Err(Refused::new(Refusal::SessionEnded, "session_closed"))
                 }
             }
         }};

@@ -54,6 +54,7 @@ pub mod admin;
 pub mod proxy;
 pub mod agent;
 pub mod conn;
+pub mod woken;
 pub mod control;
 pub mod shipper;
 pub mod server;
