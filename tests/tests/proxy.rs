@@ -154,6 +154,19 @@ impl Rig {
         .await
     }
 
+    /// A TLS connection to `name` through the gateway (ALPN `http/1.1`),
+    /// for bytes written by hand.
+    async fn raw_tls(&self, name: &str) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        http::tls(
+            SESSION_SOURCE,
+            self.gateway.data,
+            name,
+            &self.session_ca(),
+            false,
+        )
+        .await
+    }
+
     fn all_requests(&self, n_records: usize) -> Vec<Value> {
         self.gateway
             .wait_records(n_records)
@@ -396,14 +409,7 @@ async fn open_connections_are_cut_when_the_drain_grace_ends() {
         resp.into_body().collect().await.expect("body");
         kept.push(s);
     }
-    let mut quiet = http::tls(
-        SESSION_SOURCE,
-        rig.gateway.data,
-        GOOD,
-        &rig.session_ca(),
-        false,
-    )
-    .await;
+    let mut quiet = rig.raw_tls(GOOD).await;
     let mut slow = rig.sender(GOOD, false).await;
     let in_flight = tokio::spawn(async move {
         let resp = slow.send(get("/slow/500")).await?;
@@ -665,14 +671,7 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
     drop(a);
     {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut raw = http::tls(
-            SESSION_SOURCE,
-            rig.gateway.data,
-            GOOD,
-            &rig.session_ca(),
-            false,
-        )
-        .await;
+        let mut raw = rig.raw_tls(GOOD).await;
         raw.write_all(b"GET /download/50000000 HTTP/1.1\r\nhost: origin.test\r\n\r\n")
             .await
             .unwrap();
