@@ -196,14 +196,10 @@ async fn answer(
         .and_then(|n| n.parse::<u64>().ok())
     {
         tokio::time::sleep(std::time::Duration::from_millis(ms.min(10_000))).await;
-        return Ok(Response::new(http_body_util::Either::Left(Full::new(
-            Bytes::from_static(b"slow"),
-        ))));
+        return Ok(whole(Bytes::from_static(b"slow")));
     }
     if path == "/close" {
-        let mut res = Response::new(http_body_util::Either::Left(Full::new(Bytes::from_static(
-            b"closing",
-        ))));
+        let mut res = whole(Bytes::from_static(b"closing"));
         res.headers_mut().insert(
             hyper::header::CONNECTION,
             hyper::header::HeaderValue::from_static("close"),
@@ -211,7 +207,7 @@ async fn answer(
         return Ok(res);
     }
     if path == "/none" {
-        let mut res = Response::new(http_body_util::Either::Left(Full::new(Bytes::new())));
+        let mut res = whole(Bytes::new());
         *res.status_mut() = hyper::StatusCode::NO_CONTENT;
         return Ok(res);
     }
@@ -254,13 +250,9 @@ async fn answer(
         serde_json::json!({"len": len, "sha256": hex::encode(hash.finalize())}).to_string()
     } else if let Some(n) = path.strip_prefix("/bytes/") {
         return Ok(match n.parse::<usize>() {
-            Ok(n) if n <= FRAME as usize => Response::new(http_body_util::Either::Left(Full::new(
-                pattern_block().slice(..n),
-            ))),
+            Ok(n) if n <= FRAME as usize => whole(pattern_block().slice(..n)),
             _ => {
-                let mut res = Response::new(http_body_util::Either::Left(Full::new(
-                    Bytes::from_static(b"bytes: N is a number up to 65536\n"),
-                )));
+                let mut res = whole(Bytes::from_static(b"bytes: N is a number up to 65536\n"));
                 *res.status_mut() = hyper::StatusCode::BAD_REQUEST;
                 res
             }
@@ -280,9 +272,12 @@ async fn answer(
             path
         )
     };
-    Ok(Response::new(http_body_util::Either::Left(Full::new(
-        Bytes::from(text),
-    ))))
+    Ok(whole(Bytes::from(text)))
+}
+
+/// A reply with `body`, whole, in one frame with a `Content-Length`.
+fn whole(body: Bytes) -> Response<Body> {
+    Response::new(http_body_util::Either::Left(Full::new(body)))
 }
 
 /// `/reflect?how=…&enc=…&header=…`: a destination that echoes the request
