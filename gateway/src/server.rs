@@ -291,19 +291,22 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         shutdown: shutdown.clone(),
         proposer,
     });
+    // What the runtime runs on, as built (not the config read again).
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
     tracing::info!(
         gateway_id = %shared.gateway_id,
         data = %data_addr,
         admin = %admin_addr,
         sessions = config.sessions.len(),
-        workers = config.runtime.workers(),
+        workers,
         "listening"
     );
     // Stops the control listener when draining starts: no session opens on
     // a gateway that is going away.
     let control_stop = CancellationToken::new();
-    let mut ready_line = serde_json::json!({"event": "ready", "data": data_addr, "admin": admin_addr,
-            "workers": config.runtime.workers()});
+    let mut ready_line = serde_json::json!(
+        {"event": "ready", "data": data_addr, "admin": admin_addr, "workers": workers}
+    );
     let control_task = control.map(|c| {
         let addr = c.listener.local_addr().ok();
         ready_line["control"] = serde_json::json!(addr);
