@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use talos_gateway::classify::{classify, parse_address};
+use talos_gateway::gate::classify::{classify, parse_address};
 
 const MIXED: [&str; 50] = [
     // public IPv4

@@ -31,7 +31,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use talos_gateway::hello::{parse, HelloLimits};
+use talos_gateway::gate::hello::{parse, HelloLimits};
 
 const HELLOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../gateway/testdata/hellos");
 

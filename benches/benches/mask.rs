@@ -52,7 +52,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use talos_gateway::mask::{MaskSet, Masker};
+use talos_gateway::secrets::mask::{MaskSet, Masker};
 
 /// The size of one body chunk.
 const CHUNK: usize = 64 * 1024;

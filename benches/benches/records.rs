@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use talos_gateway::record::{Record, RecordSink, RequestRecord};
-use talos_gateway::spool::{Sealer, Spool, SpoolLimits};
+use talos_gateway::records::record::{Record, RecordSink, RequestRecord};
+use talos_gateway::records::spool::{Sealer, Spool, SpoolLimits};
 
 const RECORDS: u64 = 10_000;
 

@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use talos_gateway::hello::{parse, HelloLimits, Parse, MAX_HOST_NAME_LEN};
+use talos_gateway::gate::hello::{parse, HelloLimits, Parse, MAX_HOST_NAME_LEN};
 
 fuzz_target!(|data: &[u8]| {
     // A small limit now and then, so the bounds are reached too.

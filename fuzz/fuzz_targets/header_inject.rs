@@ -10,7 +10,7 @@
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use talos_gateway::secret::{inject, AttachSpec, Attachment, SecretBytes};
+use talos_gateway::secrets::secret::{inject, AttachSpec, Attachment, SecretBytes};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, rest)) = data.split_first() else {

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use talos_gateway::mask::{mask_reference, MaskSet, Masker};
+use talos_gateway::secrets::mask::{mask_reference, MaskSet, Masker};
 
 const NAMES: [&str; 4] = ["A", "B", "C", "A"];
 

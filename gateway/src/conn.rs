@@ -3,7 +3,7 @@
 //! [`serve`] runs the stages in the order a connection meets them — session
 //! by source address, ClientHello, name check, resolve and classify, TLS
 //! accept with the session's own CA, then HTTP, request by request, through
-//! [`crate::proxy`] — and closes with exactly one record, whatever happened.
+//! [`crate::http::proxy`] — and closes with exactly one record, whatever happened.
 //! Stages do not call each other; each returns what the next needs, or a
 //! refusal that ends the connection.
 //!
@@ -25,15 +25,16 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::hello::HelloLimits;
-use crate::name::{self, Name};
-use crate::proxy::{self, ConnCtx};
-use crate::record::{Record, RecordSink};
+use crate::gate::hello::HelloLimits;
+use crate::gate::name::{self, Name};
+use crate::gate::resolve::{Resolution, Resolver};
+use crate::http::proxy::{self, ConnCtx};
+use crate::io::counted::{Counted, WireBytes};
+use crate::io::replay::Replay;
+use crate::io::woken::WokenOnly;
+use crate::records::record::{Record, RecordSink};
 use crate::refusal::Refusal;
-use crate::resolve::{Resolution, Resolver};
-use crate::session::{Session, Sessions};
-use crate::tls::{Counted, Replay, WireBytes};
-use crate::woken::WokenOnly;
+use crate::session::sessions::{Session, Sessions};
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -52,7 +53,7 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
-    pub proposer: Option<crate::approval::Proposer>,
+    pub proposer: Option<crate::session::approvals::Proposer>,
 }
 
 /// What cut a connection short.
@@ -210,7 +211,7 @@ async fn read_hello(
         max_bytes: shared.hello_max_bytes,
         deadline: shared.hello_timeout,
     };
-    let read = crate::capture::read_hello(client, first_bytes, limits).await;
+    let read = crate::gate::capture::read_hello(client, first_bytes, limits).await;
     metrics::histogram!("gateway_hello_bytes").record(first_bytes.len() as f64);
     record.alpn_offered = read.alpn.clone();
     record.sni = read.sni.clone();
@@ -383,7 +384,7 @@ async fn terminate(
             if ctx.name.as_str() == talos_certs::APPROVALS_NAME {
                 // Boxed: the proxy's future, spawned or moved for every
                 // request, stays its own size.
-                Box::pin(crate::agent::handle(ctx, req)).await
+                Box::pin(crate::http::agent::handle(ctx, req)).await
             } else {
                 proxy::handle(ctx, req).await
             }
@@ -429,7 +430,10 @@ async fn terminate(
                 // `upgrade_refused` rather than reset.
                 .enable_connect_protocol()
                 // Replies of streams answered together leave together.
-                .serve_connection(TokioIo::new(crate::tls::Gathered::new(tls)), service)
+                .serve_connection(
+                    TokioIo::new(crate::io::gathered::Gathered::new(tls)),
+                    service
+                )
         )
     } else {
         drive!(hyper::server::conn::http1::Builder::new()

@@ -237,7 +237,7 @@ fn inspect_hello(files: &[PathBuf]) -> ExitCode {
 /// One capture judged exactly as the data path judges a connection whose
 /// client sent these bytes and then stopped.
 fn inspect(file: &str, bytes: &[u8]) -> serde_json::Value {
-    use talos_gateway::hello::{parse, Cause, HelloLimits, Parse};
+    use talos_gateway::gate::hello::{parse, Cause, HelloLimits, Parse};
     let limits = HelloLimits::default();
     let mut scratch = limits.scratch();
     let parsed = parse(bytes, &mut scratch, &limits);
@@ -262,7 +262,7 @@ fn inspect(file: &str, bytes: &[u8]) -> serde_json::Value {
 }
 
 fn classify(addresses: &[String]) -> ExitCode {
-    use talos_gateway::classify::{classify, parse_address};
+    use talos_gateway::gate::classify::{classify, parse_address};
     let mut status = ExitCode::SUCCESS;
     for text in addresses {
         match parse_address(text) {
@@ -279,8 +279,8 @@ fn classify(addresses: &[String]) -> ExitCode {
 fn mask(secrets: &[String], files: &[String], chunk: usize) -> ExitCode {
     use std::io::{Read, Write};
     use std::sync::Arc;
-    use talos_gateway::mask::{MaskSet, Masker};
-    use talos_gateway::secret::{self, SecretBytes};
+    use talos_gateway::secrets::mask::{MaskSet, Masker};
+    use talos_gateway::secrets::secret::{self, SecretBytes};
 
     let mut values: Vec<(String, SecretBytes)> = Vec::new();
     for s in secrets {
@@ -363,11 +363,11 @@ fn capture(listen: std::net::SocketAddr, out: &std::path::Path, names: &[String]
                 "{}",
                 serde_json::json!({"event": "ready", "listen": listener.local_addr()?})
             );
-            talos_gateway::capture::capture_hellos(
+            talos_gateway::gate::capture::capture_hellos(
                 listener,
                 out,
                 names,
-                talos_gateway::hello::HelloLimits::default(),
+                talos_gateway::gate::hello::HelloLimits::default(),
             )
             .await
         })

@@ -18,10 +18,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::conn::{self, Shared};
-use crate::record::RecordSink;
-use crate::resolve::Resolver;
-use crate::secret::SecretBytes;
-use crate::session::{Session, SessionSpec, Sessions, UpstreamSettings};
+use crate::gate::resolve::Resolver;
+use crate::records::record::RecordSink;
+use crate::secrets::secret::SecretBytes;
+use crate::session::sessions::{Session, SessionSpec, Sessions, UpstreamSettings};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum StartError {
     #[error("cannot open session {session}: {source}")]
     SessionCa {
         session: String,
-        source: crate::session::OpenError,
+        source: crate::session::sessions::OpenError,
     },
     #[error("cannot write the trust file of session {session} to {path}: {source}")]
     TrustFile {
@@ -53,13 +53,13 @@ pub enum StartError {
     #[error("{0}")]
     TrustAnchor(String),
     #[error("{0}")]
-    Secret(crate::secret::SecretError),
+    Secret(crate::secrets::secret::SecretError),
     #[error("{0}")]
     Control(String),
     #[error(transparent)]
     SigningKey(#[from] talos_certs::KeyError),
     #[error(transparent)]
-    Spool(#[from] crate::spool::SpoolError),
+    Spool(#[from] crate::records::spool::SpoolError),
 }
 
 /// The control channel, ready to serve once the data path's state exists.
@@ -72,9 +72,9 @@ struct ControlSetup {
 
 /// Signed batches: the spool, where its chain stands, the control plane.
 struct BatchSetup {
-    spool: Arc<crate::spool::Spool>,
-    position: crate::spool::ChainPosition,
-    plane: crate::shipper::Plane,
+    spool: Arc<crate::records::spool::Spool>,
+    position: crate::records::spool::ChainPosition,
+    plane: crate::records::shipper::Plane,
     max_records: usize,
     interval: std::time::Duration,
 }
@@ -92,9 +92,9 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
     let signing = talos_certs::GatewayKey::load_or_create(c.signing_key_file.get_ref())?;
     let batches = match (&c.plane, &c.spool_dir) {
         (Some(plane), Some(dir)) => {
-            let (spool, position) = crate::spool::Spool::open(
+            let (spool, position) = crate::records::spool::Spool::open(
                 dir.get_ref(),
-                crate::spool::SpoolLimits {
+                crate::records::spool::SpoolLimits {
                     max_batches: c.spool_max_batches,
                     max_bytes: c.spool_max_bytes,
                 },
@@ -102,10 +102,10 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
             Some(BatchSetup {
                 spool: Arc::new(spool),
                 position,
-                plane: crate::shipper::Plane {
+                plane: crate::records::shipper::Plane {
                     addr: *plane.get_ref(),
                     name: c.plane_name.clone(),
-                    tls: crate::shipper::client_tls(&ca, chain, key)
+                    tls: crate::records::shipper::client_tls(&ca, chain, key)
                         .map_err(StartError::Control)?,
                 },
                 max_records: c.batch_max_records,
@@ -137,9 +137,9 @@ fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartEr
     for src in &config.secrets {
         let name = src.name.get_ref();
         let value = match (&src.env, &src.file) {
-            (Some(var), _) => crate::secret::from_env(name, var),
-            (None, Some(path)) => crate::secret::from_file(name, path),
-            (None, None) => Err(crate::secret::SecretError::Empty { name: name.clone() }),
+            (Some(var), _) => crate::secrets::secret::from_env(name, var),
+            (None, Some(path)) => crate::secrets::secret::from_file(name, path),
+            (None, None) => Err(crate::secrets::secret::SecretError::Empty { name: name.clone() }),
         }
         .map_err(StartError::Secret)?;
         values.insert(name.clone(), value);
@@ -204,7 +204,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         tls: crate::tls::client_config(&anchors),
     };
     let sessions = open_static_sessions(&config, &upstream)?;
-    let resolver = Resolver::from_config(&config.resolver).map_err(StartError::Resolver)?;
+    let resolver = Resolver::new(&config.resolver.settings()).map_err(StartError::Resolver)?;
 
     let bind = |which: &'static str, addr: SocketAddr| async move {
         TcpListener::bind(addr)
@@ -245,7 +245,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             "shipping signed batches"
         );
         spool_full = Some(b.spool.full());
-        writer = writer.with_sealer(crate::spool::Sealer::new(
+        writer = writer.with_sealer(crate::records::spool::Sealer::new(
             key,
             config.gateway_id.get_ref(),
             b.position,
@@ -253,14 +253,14 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             b.max_records,
             b.interval,
         ));
-        let (p, proposals) = crate::approval::Proposer::new();
+        let (p, proposals) = crate::session::approvals::Proposer::new();
         proposer = Some(p);
-        tokio::spawn(crate::shipper::propose(
+        tokio::spawn(crate::records::shipper::propose(
             proposals,
             b.plane.clone(),
             ship_stop.clone(),
         ));
-        shipper = Some(tokio::spawn(crate::shipper::ship(
+        shipper = Some(tokio::spawn(crate::records::shipper::ship(
             Arc::clone(&b.spool),
             b.plane,
             ship_stop.clone(),

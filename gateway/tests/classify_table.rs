@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use talos_gateway::classify::{classify, parse_address, Class, Internal};
+use talos_gateway::gate::classify::{classify, parse_address, Class, Internal};
 
 /// What a row expects: `public`, `internal <class>` or `invalid`.
 fn verdict(text: &str) -> String {

@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use talos_gateway::tls::Gathered;
+use talos_gateway::io::gathered::Gathered;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
 const STREAMS: usize = 32;

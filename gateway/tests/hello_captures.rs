@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use talos_gateway::hello::{
+use talos_gateway::gate::hello::{
     parse, Cause, ClientHello, Field, HelloLimits, Parse, DEFAULT_MAX_HELLO_BYTES,
     EXT_ENCRYPTED_CLIENT_HELLO, MAX_HOST_NAME_LEN, MAX_RECORD_PAYLOAD,
 };
@@ -1167,7 +1167,7 @@ proptest! {
 #[ignore = "rewrites testdata/hellos from the TLS clients on this machine: run capture.sh"]
 async fn capture_real_hellos() {
     use std::sync::Arc;
-    use talos_gateway::capture::capture_hellos;
+    use talos_gateway::gate::capture::capture_hellos;
     use tokio_rustls::rustls;
 
     let dir = Path::new(HELLOS);

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use talos_gateway::hello::{parse, HelloLimits, Parse};
+use talos_gateway::gate::hello::{parse, HelloLimits, Parse};
 
 const HELLOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/hellos");
 

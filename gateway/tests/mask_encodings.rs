@@ -7,7 +7,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
 use proptest::prelude::*;
-use talos_gateway::mask::{MaskSet, Masker};
+use talos_gateway::secrets::mask::{MaskSet, Masker};
 
 /// Mask `text` as a body (in two chunks) and as a whole value; both must
 /// agree. Returns the masked text and the count for the one secret.

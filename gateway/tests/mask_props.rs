@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use proptest::prelude::*;
-use talos_gateway::mask::{mask_reference, MaskSet, Masker};
+use talos_gateway::secrets::mask::{mask_reference, MaskSet, Masker};
 
 /// Masks `body` pushed in pieces cut at `cuts` (sorted offsets), checking on
 /// the way that output never runs ahead of input by more than the hold

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use talos_gateway::mask::{mask_reference, MaskSet, MaskSetError, Masker};
+use talos_gateway::secrets::mask::{mask_reference, MaskSet, MaskSetError, Masker};
 
 /// `n` asterisks.
 fn stars(n: usize) -> String {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use talos_gateway::control::pb::gateway_client::GatewayClient;
+use talos_gateway::pb::gateway_client::GatewayClient;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};

@@ -11,8 +11,8 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use talos_certs::{Decision, GatewayKey, Verdict};
-use talos_gateway::control::pb;
-use talos_gateway::control::pb::control_plane_server::{ControlPlane, ControlPlaneServer};
+use talos_gateway::pb;
+use talos_gateway::pb::control_plane_server::{ControlPlane, ControlPlaneServer};
 use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
@@ -157,7 +157,7 @@ pub fn sign(
         proposal_digest: digest.to_owned(),
         approver: approver.to_owned(),
         decision: verdict,
-        decided_at: talos_gateway::record::now(),
+        decided_at: talos_gateway::records::record::now(),
     }
     .sign(key);
     pb::Signed {

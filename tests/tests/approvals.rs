@@ -16,7 +16,7 @@ use talos_e2e::control::{gateway_client, ControlPki};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::LoopbackOrigin;
 use talos_e2e::relay::{sign, Relay};
-use talos_gateway::control::pb;
+use talos_gateway::pb;
 use tonic::transport::Channel;
 use tonic::Code;
 

@@ -18,7 +18,7 @@ use talos_e2e::clients::{curl_via, SESSION_SOURCE};
 use talos_e2e::control::{gateway_client, ControlPki};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::{LoopbackOrigin, TestCa};
-use talos_gateway::control::pb;
+use talos_gateway::pb;
 use tonic::transport::Channel;
 use tonic::Code;
 

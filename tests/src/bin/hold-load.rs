@@ -23,7 +23,7 @@ use talos_e2e::control::{gateway_client, ControlPki};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::LoopbackOrigin;
 use talos_e2e::relay::Relay;
-use talos_gateway::control::pb;
+use talos_gateway::pb;
 
 const API: &str = "api.test";
 const LIMIT_SECS: u64 = 240;

@@ -20,10 +20,10 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::approval::{Ask, Outcome};
-use crate::proxy::{ConnCtx, ProxyBody, REFUSAL_HEADER};
-use crate::record::RequestRecord;
+use crate::http::proxy::{ConnCtx, ProxyBody, REFUSAL_HEADER};
+use crate::records::record::RequestRecord;
 use crate::refusal::Refusal;
+use crate::session::approvals::{Ask, Outcome};
 
 /// The path proposals are posted to.
 pub const PROPOSALS_PATH: &str = "/v1/proposals";
@@ -115,7 +115,7 @@ async fn answer(
             serde_json::json!({"decision": "declined", "reason": "no_rule", "message": "no Lock rule names an approver for agent proposals"}),
         );
     };
-    let (outcome, record) = crate::proxy::hold(ctx, &rule, &ask).await;
+    let (outcome, record) = crate::http::proxy::hold(ctx, &rule, &ask).await;
     let proposal_id = record.proposal_id.clone();
     let digest = record.digest.clone();
     entry.approval = Some(record);

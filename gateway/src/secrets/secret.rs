@@ -24,7 +24,7 @@ use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use zeroize::Zeroizing;
 
-use crate::name::Name;
+use crate::gate::name::Name;
 
 /// The longest secret value accepted, in bytes. Credentials are tokens and
 /// keys, not documents; the bound also bounds the masker's per-stream
@@ -195,7 +195,7 @@ impl AttachSpec {
             .next()
             .ok_or_else(|| bad("no header after the destination"))?;
         let scheme = parts.next();
-        let destination = crate::name::canonicalize(destination)
+        let destination = crate::gate::name::canonicalize(destination)
             .map_err(|e| bad(&format!("destination: {e}")))?;
         let header = HeaderName::from_bytes(header.as_bytes())
             .map_err(|_| bad("the header is not a valid header name"))?;

@@ -1,12 +1,12 @@
 //! Signed batches of records, kept on disk until the control plane has
 //! them.
 //!
-//! The record writer ([`crate::record`]) hands every record it writes to a
+//! The record writer ([`crate::records::record`]) hands every record it writes to a
 //! [`Sealer`] too. The sealer signs them in batches (talos-certs
 //! `BatchWriter`: gateway id, sequence number, digest of the previous
 //! batch, the records, the gateway's Ed25519 signature) and puts each batch
 //! in the [`Spool`], a directory with one file per batch. The
-//! [`crate::shipper`] task
+//! [`crate::records::shipper`] task
 //! submits the oldest batch to the control plane's `ControlPlane` service
 //! over mutual TLS and deletes it only when the answer is `ACCEPTED` or
 //! `DUPLICATE`. So a record survives a control-plane outage and a gateway

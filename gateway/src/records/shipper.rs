@@ -7,7 +7,7 @@
 //! (`REJECTED` with its reason) or an outage is retried with growing delays
 //! and never skipped, since the next batch would only be refused as a gap;
 //! the spool's bound then makes the gateway fail closed
-//! ([`crate::spool`]). The control plane's certificate must chain to the
+//! ([`crate::records::spool`]). The control plane's certificate must chain to the
 //! control CA and carry `plane_name`; the gateway presents its own control
 //! certificate, which must name its gateway id (the control plane refuses
 //! batches for any other id).
@@ -19,8 +19,8 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_util::sync::CancellationToken;
 
-use crate::control::pb;
-use crate::spool::{read_batch, Spool};
+use crate::pb;
+use crate::records::spool::{read_batch, Spool};
 
 /// TLS for the shipper's connection to the control plane: TLS 1.3, the
 /// control CA as the only root, the gateway's certificate as client
@@ -251,7 +251,8 @@ pub async fn propose(
                 sentence,
                 digest,
             };
-            let deadline = tokio::time::Instant::now() + crate::approval::DECISION_TIMEOUT;
+            let deadline =
+                tokio::time::Instant::now() + crate::session::approvals::DECISION_TIMEOUT;
             let mut delay = RETRY_FIRST;
             loop {
                 let answer = tokio::select! {

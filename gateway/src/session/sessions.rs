@@ -11,13 +11,13 @@ use std::sync::{Arc, RwLock};
 
 use talos_certs::{CaParams, LeafCache, SessionCa};
 
-use crate::approval::{Approvals, LockRule, Proposer};
 use crate::config::{canonical_ip, StaticSession};
-use crate::mask::MaskSet;
-use crate::name::Name;
-use crate::secret::{AttachSpec, Attachment, SecretBytes, SecretError};
+use crate::gate::name::Name;
+use crate::secrets::mask::MaskSet;
+use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes, SecretError};
+use crate::session::approvals::{Approvals, LockRule, Proposer};
+use crate::session::upstream::Pool;
 use crate::tls;
-use crate::upstream::Pool;
 use tokio_util::sync::CancellationToken;
 
 /// What the gateway knows of one session's current authority: its names,
@@ -70,7 +70,7 @@ pub enum OpenError {
     #[error(transparent)]
     Ca(#[from] talos_certs::CertError),
     #[error(transparent)]
-    Mask(#[from] crate::mask::MaskSetError),
+    Mask(#[from] crate::secrets::mask::MaskSetError),
 }
 
 /// Why [`Sessions::remove`] found nothing to remove.
@@ -369,7 +369,7 @@ mod tests {
             id: id.into(),
             tenant: "acme".into(),
             attempt,
-            allowlist: vec![crate::name::canonicalize("api.example.com").unwrap()],
+            allowlist: vec![crate::gate::name::canonicalize("api.example.com").unwrap()],
             attachments: Vec::new(),
             lock: Vec::new(),
             relay_key: None,

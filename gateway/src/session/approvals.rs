@@ -31,7 +31,7 @@ use talos_certs::{Decision, Proposal, ProposalKind, Signed, Verdict};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::name::{self, Name};
+use crate::gate::name::{self, Name};
 
 /// How long a held request waits for a decision.
 pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);

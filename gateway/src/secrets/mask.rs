@@ -3,7 +3,7 @@
 //!
 //! Lengths are kept, so `content-length`, HTTP/2 frame sizes and anything
 //! else that counts bytes stays right. Sans-IO: bytes in, masked bytes out.
-//! The body layer calls it on decoded bytes ([`crate::decode`] removes
+//! The body layer calls it on decoded bytes ([`crate::secrets::decode`] removes
 //! content codings first).
 //!
 //! - [`MaskSet`]: built once per session from its secrets; every pattern
@@ -68,7 +68,7 @@
 //! - part of a value (a prefix, a truncated or re-cased token);
 //! - compressed or encrypted data inside a body (a zip file, gzip inside
 //!   base64, a PDF stream). Content codings of the reply itself are decoded
-//!   before the masker sees the body, by [`crate::decode`].
+//!   before the masker sees the body, by [`crate::secrets::decode`].
 //!
 //! Patterns are matched as bytes wherever they appear, so a very short value
 //! (or the short base64 runs of a 1- or 2-byte value) masks every
@@ -142,7 +142,7 @@
 //! name; the size of the body never matters. The longest pattern of a value of n bytes is at most 6n
 //! bytes (JSON's `\u00xx` for a control character; a non-ASCII character
 //! becomes at most 3 bytes per byte), so with values up to
-//! [`crate::secret::MAX_SECRET_LEN`] a masker holds at most 48 KiB.
+//! [`crate::secrets::secret::MAX_SECRET_LEN`] a masker holds at most 48 KiB.
 //!
 //! What is wiped: the held bytes (on drop), the held tail's copy left in
 //! the caller's output buffer by [`Masker::push`], and every pattern built
@@ -173,7 +173,7 @@ pub enum MaskSetError {
     #[error("secret {name}: the value is empty, so it cannot be masked")]
     EmptyValue { name: String },
     /// More pattern bytes than one automaton can index (far beyond what
-    /// [`crate::secret::MAX_SECRET_LEN`] allows per value).
+    /// [`crate::secrets::secret::MAX_SECRET_LEN`] allows per value).
     #[error("the secrets' {patterns} patterns are too large for one automaton")]
     TooLarge {
         patterns: usize,

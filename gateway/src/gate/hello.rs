@@ -5,7 +5,7 @@
 //! It never touches a socket, never awaits and never allocates: the data path
 //! calls it again on its growing buffer after every read until the answer is
 //! not [`Parse::Incomplete`] (the async wrapper that does so is
-//! [`crate::capture::read_hello`]).
+//! [`crate::gate::capture::read_hello`]).
 //!
 //! A hello that lies within one TLS record is read in place, straight from the
 //! input. A hello split over several records (legal, and what some stacks do

@@ -27,7 +27,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use crate::name::Name;
+use crate::gate::name::Name;
 
 /// Idle HTTP/1.1 connections kept per destination. A session rarely needs
 /// more in parallel to one host; past it, connections close after use.
@@ -303,7 +303,7 @@ impl Pool {
                 .timer(hyper_util::rt::TokioTimer::new())
                 .keep_alive_interval(Duration::from_secs(30))
                 // Requests sent together leave together.
-                .handshake(TokioIo::new(crate::tls::Gathered::new(tls)))
+                .handshake(TokioIo::new(crate::io::gathered::Gathered::new(tls)))
                 .await
                 .map_err(|_| ConnectError::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {

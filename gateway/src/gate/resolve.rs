@@ -20,9 +20,8 @@ use hickory_resolver::proto::ProtoErrorKind;
 use hickory_resolver::TokioResolver;
 use ipnet::IpNet;
 
-use crate::classify::{classify, Class, Internal};
-use crate::config;
-use crate::name::Name;
+use crate::gate::classify::{classify, Class, Internal};
+use crate::gate::name::Name;
 
 /// The most addresses kept from one answer. A name with more is still
 /// checked whole; only the first ones are kept as connect candidates.
@@ -74,16 +73,28 @@ pub struct Resolver {
     deadline: Duration,
 }
 
+/// How the resolver is built (the config's `[resolver]`, validated).
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Nameservers (UDP, falling back to TCP). Empty: the system's.
+    pub nameservers: Vec<std::net::SocketAddr>,
+    /// The bound on one query.
+    pub timeout: Duration,
+    /// How many times a query is sent before the name counts as unresolvable.
+    pub attempts: usize,
+    /// Internal blocks an operator explicitly permits (labs and tests).
+    pub permit_internal: Vec<IpNet>,
+}
+
 impl Resolver {
-    /// Build the resolver from config: listed nameservers, or the system's.
-    pub fn from_config(c: &config::Resolver) -> Result<Resolver, String> {
+    /// Build the resolver: listed nameservers, or the system's.
+    pub fn new(c: &Settings) -> Result<Resolver, String> {
         let mut builder = if c.nameservers.is_empty() {
             TokioResolver::builder_tokio()
                 .map_err(|e| format!("cannot read the system resolver configuration: {e}"))?
         } else {
             let mut rc = ResolverConfig::new();
-            for ns in &c.nameservers {
-                let addr = *ns.get_ref();
+            for &addr in &c.nameservers {
                 rc.add_name_server(NameServerConfig::new(addr, Protocol::Udp));
                 rc.add_name_server(NameServerConfig::new(addr, Protocol::Tcp));
             }
@@ -93,16 +104,16 @@ impl Resolver {
             b
         };
         let opts: &mut ResolverOpts = builder.options_mut();
-        opts.timeout = c.timeout();
+        opts.timeout = c.timeout;
         opts.attempts = c.attempts;
         // Both families, so every answer the name has is classified.
         opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         // Names are looked up exactly as written: no search domains.
         opts.ndots = 0;
-        let deadline = c.timeout() * (c.attempts as u32 + 1);
+        let deadline = c.timeout * (c.attempts as u32 + 1);
         Ok(Resolver {
             inner: builder.build(),
-            permit: c.permit_internal.iter().map(|n| *n.get_ref()).collect(),
+            permit: c.permit_internal.clone(),
             deadline,
         })
     }

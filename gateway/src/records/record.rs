@@ -15,8 +15,8 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use crate::records::spool::Sealer;
 use crate::refusal::Refusal;
-use crate::spool::Sealer;
 
 /// How many records may wait for the writer before connections closing
 /// wait for it in turn. At ~300 bytes each, 4096 is about 1.2 MiB: enough
@@ -167,7 +167,7 @@ pub struct RequestRecord {
     /// When a Lock rule held the request: the proposal, its digest, the
     /// decision, the approver and the times.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub approval: Option<crate::approval::ApprovalRecord>,
+    pub approval: Option<crate::session::approvals::ApprovalRecord>,
 }
 
 /// The longest path kept in a request record.

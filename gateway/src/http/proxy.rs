@@ -24,12 +24,12 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::uri::{self, Authority, PathAndQuery, Scheme};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 
-use crate::name::{self, Name};
-use crate::record::RequestRecord;
+use crate::gate::name::{self, Name};
+use crate::records::record::RequestRecord;
 use crate::refusal::Refusal;
-use crate::reply::{self, ReplyBody};
-use crate::session::Session;
-use crate::upstream::{Proto, Sender, Want};
+use crate::secrets::reply::{self, ReplyBody};
+use crate::session::sessions::Session;
+use crate::session::upstream::{Proto, Sender, Want};
 
 /// The response body: the destination's, streamed (and masked), or the
 /// gateway's own.
@@ -221,7 +221,7 @@ async fn check_lock(
         .attachments_for(&ctx.name)
         .map(|a| a.secret.as_str())
         .collect();
-    let ask = crate::approval::Ask {
+    let ask = crate::session::approvals::Ask {
         gateway_id: ctx.gateway_id.as_ref(),
         session_id: &ctx.session.id,
         attempt: ctx.session.attempt,
@@ -241,20 +241,29 @@ async fn check_lock(
     let (outcome, record) = Box::pin(hold(ctx, &rule, &ask)).await;
     entry.approval = Some(record);
     match outcome {
-        crate::approval::Outcome::Approved { .. } => Ok(()),
-        crate::approval::Outcome::Withdrawn => Err((Refusal::ApprovalWithdrawn, "session_ended")),
-        crate::approval::Outcome::Declined { .. } => Err((Refusal::ApprovalDeclined, "declined")),
-        crate::approval::Outcome::TimedOut => Err((Refusal::ApprovalDeclined, "no_decision")),
-        crate::approval::Outcome::NoRelay => Err((Refusal::ApprovalDeclined, "no_relay")),
+        crate::session::approvals::Outcome::Approved { .. } => Ok(()),
+        crate::session::approvals::Outcome::Withdrawn => {
+            Err((Refusal::ApprovalWithdrawn, "session_ended"))
+        }
+        crate::session::approvals::Outcome::Declined { .. } => {
+            Err((Refusal::ApprovalDeclined, "declined"))
+        }
+        crate::session::approvals::Outcome::TimedOut => {
+            Err((Refusal::ApprovalDeclined, "no_decision"))
+        }
+        crate::session::approvals::Outcome::NoRelay => Err((Refusal::ApprovalDeclined, "no_relay")),
     }
 }
 
 /// Hold under `rule`, counted on the connection while it waits.
 pub async fn hold(
     ctx: &ConnCtx,
-    rule: &crate::approval::LockRule,
-    ask: &crate::approval::Ask<'_>,
-) -> (crate::approval::Outcome, crate::approval::ApprovalRecord) {
+    rule: &crate::session::approvals::LockRule,
+    ask: &crate::session::approvals::Ask<'_>,
+) -> (
+    crate::session::approvals::Outcome,
+    crate::session::approvals::ApprovalRecord,
+) {
     use std::sync::atomic::Ordering;
     ctx.holding.fetch_add(1, Ordering::SeqCst);
     let held = ctx
@@ -264,12 +273,12 @@ pub async fn hold(
             rule,
             ask,
             &ctx.session.ended,
-            crate::approval::DECISION_TIMEOUT,
+            crate::session::approvals::DECISION_TIMEOUT,
         )
         .await;
     // Flag first, then count down: whoever sees the count at zero then
     // sees the flag (see `conn::terminate`).
-    if held.0 == crate::approval::Outcome::Withdrawn {
+    if held.0 == crate::session::approvals::Outcome::Withdrawn {
         ctx.withdrawn.store(true, Ordering::SeqCst);
     }
     ctx.holding.fetch_sub(1, Ordering::SeqCst);
@@ -422,12 +431,12 @@ fn rewrite_request<B>(req: Request<B>, target: &Target, proto: Proto) -> Request
 }
 
 /// Attach the session's credentials for this destination
-/// ([`crate::secret::inject`]: every copy the session sent is replaced).
+/// ([`crate::secrets::secret::inject`]: every copy the session sent is replaced).
 /// Destinations with
 /// attachments are also asked for an uncompressed reply, so the masker sees
 /// the bytes; a compressed reply is decoded all the same.
 fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
-    let used = crate::secret::inject(ctx.session.attachments_for(&ctx.name), headers);
+    let used = crate::secrets::secret::inject(ctx.session.attachments_for(&ctx.name), headers);
     if used.is_empty() {
         return;
     }
@@ -511,7 +520,7 @@ fn message_of(reason: Refusal) -> &'static str {
 fn masked_refusal(ctx: &ConnCtx, reason: Refusal, grpc: bool) -> Response<ProxyBody> {
     let (mut parts, mut body) = refusal_parts(reason, grpc);
     if let Some(set) = &ctx.session.mask {
-        let mut masker = crate::mask::Masker::new(Arc::clone(set));
+        let mut masker = crate::secrets::mask::Masker::new(Arc::clone(set));
         reply::mask_headers(&mut masker, &mut parts.headers);
         masker.mask_all(&mut body);
     }

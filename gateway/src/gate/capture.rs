@@ -1,6 +1,6 @@
 //! Reading a connection's ClientHello off the socket.
 //!
-//! The thin async wrapper around the sans-IO [`crate::hello`] parser:
+//! The thin async wrapper around the sans-IO [`crate::gate::hello`] parser:
 //! [`read_hello`] reads until the parser has a verdict, within the byte limit
 //! and the deadline, and keeps every byte it read so the data path can replay
 //! them into the TLS acceptor. [`capture_hellos`] uses the same reader to save
@@ -14,7 +14,7 @@ use bytes::BufMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpListener;
 
-use crate::hello::{self, Cause, ClientHello, HelloLimits, Parse};
+use crate::gate::hello::{self, Cause, ClientHello, HelloLimits, Parse};
 use crate::refusal::Refusal;
 
 /// What [`read_hello`] learned: an owned summary of the verdict and the hello.

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderValue};
 
-use crate::decode::{self, Decoder, ReplyCoding};
-use crate::mask::{MaskSet, Masker};
+use crate::secrets::decode::{self, Decoder, ReplyCoding};
+use crate::secrets::mask::{MaskSet, Masker};
 
 /// Where a reply's masked counts go when the reply ends.
 pub type Counts = Arc<Mutex<BTreeMap<String, u64>>>;

@@ -15,7 +15,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::name::Name;
+use crate::gate::name::Name;
 
 /// A config that failed to load, naming where and why.
 #[derive(Debug, thiserror::Error)]
@@ -230,6 +230,16 @@ impl Resolver {
         2
     }
     /// The per-query timeout.
+    /// The resolver's settings, as [`crate::gate::resolve::Resolver::new`] takes them.
+    pub fn settings(&self) -> crate::gate::resolve::Settings {
+        crate::gate::resolve::Settings {
+            nameservers: self.nameservers.iter().map(|n| *n.get_ref()).collect(),
+            timeout: self.timeout(),
+            attempts: self.attempts,
+            permit_internal: self.permit_internal.iter().map(|n| *n.get_ref()).collect(),
+        }
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
     }
@@ -654,7 +664,7 @@ impl Config {
             let mut targets = HashMap::new();
             for (j, spec) in s.attach.iter().enumerate() {
                 let field = field(&format!("attach[{j}]"));
-                let parsed = crate::secret::AttachSpec::parse(spec.get_ref())
+                let parsed = crate::secrets::secret::AttachSpec::parse(spec.get_ref())
                     .map_err(|e| invalid(spec.span(), &field, e.to_string()))?;
                 let target = (parsed.destination.clone(), parsed.header.clone());
                 if let Some(other) = targets.insert(target, parsed.secret.clone()) {

@@ -32,18 +32,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::approval::LockRule;
 use crate::conn::Shared;
-use crate::secret::{AttachSpec, Attachment, SecretBytes};
-use crate::session::{RemoveError, Session, SessionSpec, UpstreamSettings};
+use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes};
+use crate::session::approvals::LockRule;
+use crate::session::sessions::{RemoveError, Session, SessionSpec, UpstreamSettings};
 
 /// Code generated from `proto/control.proto`: the `Gateway` and
 /// `ControlPlane` services, servers and clients.
-pub mod pb {
-    #![allow(missing_debug_implementations)]
-    tonic::include_proto!("talos.control.v1");
-}
-
+use crate::pb;
 use pb::gateway_server::{Gateway, GatewayServer};
 
 /// How long a control client has for its TLS handshake: longer than any
@@ -112,11 +108,11 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
     let mut seen = HashSet::new();
     for (i, n) in req.allowlist.iter().enumerate() {
         let field = format!("allowlist[{i}]");
-        let name = crate::name::canonicalize(n).map_err(|e| {
+        let name = crate::gate::name::canonicalize(n).map_err(|e| {
             invalid(
                 &field,
                 match e {
-                    crate::name::NameError::IpLiteral { .. } => "an IP literal is not a name",
+                    crate::gate::name::NameError::IpLiteral { .. } => "an IP literal is not a name",
                     _ => "not a host name",
                 },
             )
@@ -149,7 +145,7 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
             text.push_str(&a.scheme);
         }
         let spec = AttachSpec::parse(&text).map_err(|e| match e {
-            crate::secret::SecretError::BadAttachment { reason, .. } => {
+            crate::secrets::secret::SecretError::BadAttachment { reason, .. } => {
                 invalid(&format!("attachments[{j}]"), &reason)
             }
             other => invalid(&format!("attachments[{j}]"), &other.to_string()),
@@ -169,7 +165,7 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
             Attachment::new(&spec, value).map_err(|e| invalid(&field("value"), &e.to_string()))?;
         attachments.push(attachment);
     }
-    if req.lock.len() > crate::approval::MAX_RULES {
+    if req.lock.len() > crate::session::approvals::MAX_RULES {
         return Err(invalid("lock", "too many rules"));
     }
     let mut lock = Vec::with_capacity(req.lock.len());
@@ -295,7 +291,7 @@ impl Gateway for ControlService {
             ca_digest: session.ca_digest().to_owned(),
             secrets: session.secret_names(),
             reason,
-            at: crate::record::now(),
+            at: crate::records::record::now(),
         };
         let signed = report.sign(&self.key);
         tracing::info!(
@@ -368,7 +364,7 @@ impl Gateway for ControlService {
             Err(e) => {
                 tracing::warn!(session = %session.id, proposal = %id, error = %e, "decision refused");
                 Err(match e {
-                    crate::approval::DecideError::NotPending => {
+                    crate::session::approvals::DecideError::NotPending => {
                         Status::failed_precondition(e.to_string())
                     }
                     _ => Status::permission_denied(e.to_string()),

@@ -1,0 +1,11 @@
+//! Stream adapters under the connection: no policy, no parsing.
+//!
+//! - [`replay`]: the bytes the gate already read put back in front of the socket.
+//! - [`counted`]: the bytes that cross a connection, counted for its record.
+//! - [`gathered`]: an HTTP/2 connection's writes gathered into one flush.
+//! - [`woken`]: a future polled only when its own waker fired.
+
+pub mod replay;
+pub mod counted;
+pub mod gathered;
+pub mod woken;

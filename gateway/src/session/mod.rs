@@ -1,0 +1,9 @@
+//! A session's authority on this gateway.
+//!
+//! - [`approvals`]: the Lock's rules, requests held for approval, decisions.
+//! - [`upstream`]: connections to destinations, pooled per session.
+//! - [`sessions`]: sessions by source address: allowlist, CA, TLS, pool, attachments.
+
+pub mod approvals;
+pub mod upstream;
+pub mod sessions;
