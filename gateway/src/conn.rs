@@ -28,12 +28,12 @@ use tokio_util::sync::CancellationToken;
 use crate::gate::hello::HelloLimits;
 use crate::gate::name::{self, Name};
 use crate::gate::resolve::{Resolution, Resolver};
-use crate::http::proxy::{self, ConnCtx};
+use crate::http::connection::{Connection, Destination, Target};
 use crate::io::counted::{Counted, WireBytes};
 use crate::io::replay::Replay;
 use crate::io::woken::WokenOnly;
 use crate::records::record::{Record, RecordSink};
-use crate::refusal::Refusal;
+use crate::refusal::{causes, Refusal, Refused};
 use crate::session::sessions::{Session, Sessions};
 
 /// What every connection shares.
@@ -64,27 +64,45 @@ enum Stop {
     Ended,
 }
 
-/// A refusal with the fixed cause recorded beside it.
-#[derive(Debug)]
-struct Refused {
-    reason: Refusal,
-    cause: String,
-    /// The TLS alert to send first, when the client spoke TLS.
-    alert: Option<Alert>,
+causes! {
+    /// Why a connection was refused by a stage of its own here (beside the
+    /// hello's, the resolver's and the address classes' causes), or, for
+    /// an allowed connection, why it ended without a request.
+    pub enum Cause {
+        /// `unknown_source`.
+        NoSessionForSource => "no_session_for_source",
+        /// `no_server_name`: the hello's name is an IP address.
+        SniIsIpLiteral => "sni_is_ip_literal",
+        /// `no_server_name`: the hello's name is no DNS host name.
+        SniNotAHostName => "sni_not_a_host_name",
+        /// `not_on_allowlist`.
+        NotListed => "not_listed",
+        /// `session_ended`: before the TLS handshake started.
+        EndedBeforeTls => "ended_before_tls",
+        /// `session_ended`: during the TLS handshake.
+        EndedDuringTls => "ended_during_tls",
+        /// `session_ended`: with the connection open.
+        SessionClosed => "session_closed",
+        /// Allowed: the session's TLS handshake failed (an untrusting client, say).
+        SessionHandshakeFailed => "session_handshake_failed",
+        /// Allowed: the session's TLS handshake did not finish in time.
+        SessionHandshakeTimeout => "session_handshake_timeout",
+    }
 }
 
-impl Refused {
-    fn new(reason: Refusal, cause: impl Into<String>) -> Refused {
-        Refused {
-            reason,
-            cause: cause.into(),
-            alert: None,
-        }
-    }
+fn refused(reason: Refusal, cause: Cause) -> Refused {
+    Refused::new(reason, cause.as_str())
+}
 
-    fn with_alert(mut self, alert: Alert) -> Refused {
-        self.alert = Some(alert);
-        self
+/// The TLS alert a refusal before the handshake sends first, where the
+/// client has shown it speaks TLS: its error then names the kind of failure.
+fn alert_for(reason: Refusal) -> Option<Alert> {
+    match reason {
+        Refusal::NoServerName | Refusal::NotOnAllowlist => Some(Alert::UnrecognizedName),
+        Refusal::EncryptedClientHello => Some(Alert::HandshakeFailure),
+        Refusal::ResolvesInternal => Some(Alert::AccessDenied),
+        Refusal::UpstreamFailed => Some(Alert::InternalError),
+        _ => None,
     }
 }
 
@@ -115,10 +133,10 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
             cause = %refused.cause,
             "refused"
         );
-        if let Some(alert) = refused.alert {
+        if let Some(alert) = alert_for(refused.reason) {
             send_alert(&mut client, alert).await;
         }
-        record.refuse(refused.reason, refused.cause);
+        record.refuse(refused);
     }
     let _ = client.shutdown().await;
     record.bytes_from_session = wire.read.load(Ordering::Relaxed);
@@ -147,47 +165,13 @@ async fn run(
 
     let mut first_bytes = Vec::new();
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
-    // approvals.hangar.internal is answered by the gateway itself: on
-    // every session's CA, never resolved, never forwarded.
-    let addrs = if name.as_str() == talos_certs::APPROVALS_NAME {
-        Vec::new()
-    } else {
-        check_name(&session, &name)?;
-        // Boxed, as is `terminate` below: a future keeps the size of its
-        // largest stage for its whole life, and an idle connection should
-        // not pay for the resolver's state.
-        Box::pin(resolve(&shared.resolver, &name, record)).await?
-    };
-
+    let destination = destination(shared, &session, &name, record).await?;
     tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
-    let ctx = Arc::new(ConnCtx {
-        gateway_id: Arc::clone(&shared.gateway_id),
-        session,
-        target: proxy::Target::new(&name),
-        name,
-        addrs,
-        stats: Default::default(),
-        masked: Default::default(),
-        holding: Default::default(),
-        withdrawn: Default::default(),
-    });
-    let result = Box::pin(terminate(shared, client, first_bytes, &ctx, record)).await;
-    // A reply adds its masked counts when its body is dropped, and HTTP/2
-    // bodies live in tasks hyper spawned, which may outlast the connection
-    // future by a moment: wait for them (bounded) so the record counts
-    // every masked occurrence.
-    let deadline = Instant::now() + MASKED_COUNTS_WAIT;
-    while Arc::strong_count(&ctx.masked) > 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let stats = std::mem::take(&mut *ctx.stats.lock().unwrap_or_else(|p| p.into_inner()));
-    record.request_count = stats.request_count;
-    record.requests = stats.requests;
-    record.requests_unlisted = stats.requests_unlisted;
-    record.attachments_used = stats.attachments_used;
-    record.masked = std::mem::take(&mut *ctx.masked.lock().unwrap_or_else(|p| p.into_inner()));
-    record.alpn_upstream = stats.upstream_alpn;
-    record.resolved = stats.upstream_addr;
+    let (conn, tally) = Connection::new(Arc::clone(&shared.gateway_id), session, name, destination);
+    let conn = Arc::new(conn);
+    let result = Box::pin(terminate(shared, client, first_bytes, &conn, record)).await;
+    drop(conn);
+    record.absorb(tally.when_done(REPORTS_WAIT).await);
     result
 }
 
@@ -195,7 +179,7 @@ async fn run(
 fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Arc<Session>, Refused> {
     sessions
         .by_source(source)
-        .ok_or_else(|| Refused::new(Refusal::UnknownSource, "no_session_for_source"))
+        .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))
 }
 
 /// Stage 2: read the ClientHello (bounded in bytes and time) and name its
@@ -216,14 +200,7 @@ async fn read_hello(
     record.alpn_offered = read.alpn.clone();
     record.sni = read.sni.clone();
     if let Err(cause) = read.verdict {
-        let reason = cause.refusal();
-        let refused = Refused::new(reason, cause.as_str());
-        return Err(match reason {
-            // The client spoke TLS: tell it why in its own language.
-            Refusal::NoServerName => refused.with_alert(Alert::UnrecognizedName),
-            Refusal::EncryptedClientHello => refused.with_alert(Alert::HandshakeFailure),
-            _ => refused,
-        });
+        return Err(Refused::new(cause.refusal(), cause.as_str()));
     }
     let sni = read.sni.unwrap_or_default();
     match name::canonicalize(&sni) {
@@ -233,24 +210,41 @@ async fn read_hello(
         }
         Err(e) => {
             let cause = match e {
-                name::NameError::IpLiteral { .. } => "sni_is_ip_literal",
-                _ => "sni_not_a_host_name",
+                name::NameError::IpLiteral { .. } => Cause::SniIsIpLiteral,
+                _ => Cause::SniNotAHostName,
             };
-            Err(Refused::new(Refusal::NoServerName, cause).with_alert(Alert::UnrecognizedName))
+            Err(refused(Refusal::NoServerName, cause))
         }
     }
 }
 
-/// Stage 3: the name must be exactly on the session's allowlist.
-fn check_name(session: &Session, name: &Name) -> Result<(), Refused> {
-    if session.allows(name) {
-        Ok(())
-    } else {
-        Err(Refused::new(Refusal::NotOnAllowlist, "not_listed").with_alert(Alert::UnrecognizedName))
+/// Stages 3 and 4: what the destination is. approvals.hangar.internal is
+/// answered by the gateway itself: on every session's CA, never resolved,
+/// never forwarded. Any other name must be exactly on the session's
+/// allowlist, and resolve to public addresses only.
+async fn destination(
+    shared: &Shared,
+    session: &Session,
+    name: &Name,
+    record: &mut Record,
+) -> Result<Destination, Refused> {
+    if name.as_str() == talos_certs::APPROVALS_NAME {
+        return Ok(Destination::Approvals);
     }
+    if !session.allows(name) {
+        return Err(refused(Refusal::NotOnAllowlist, Cause::NotListed));
+    }
+    // Boxed, as is `terminate`: a future keeps the size of its largest
+    // stage for its whole life, and an idle connection should not pay for
+    // the resolver's state.
+    let addrs = Box::pin(resolve(&shared.resolver, name, record)).await?;
+    Ok(Destination::Origin {
+        target: Target::new(name),
+        addrs,
+    })
 }
 
-/// Stage 4: resolve the name and refuse it if any answer is internal.
+/// Resolve the name and refuse it if any answer is internal.
 async fn resolve(
     resolver: &Resolver,
     name: &Name,
@@ -263,15 +257,9 @@ async fn resolve(
         Resolution::Public(addrs) => Ok(addrs),
         Resolution::Internal { addr, class } => {
             record.internal_answer = Some(addr);
-            Err(Refused::new(
-                Refusal::ResolvesInternal,
-                format!("internal:{}", class.as_str()),
-            )
-            .with_alert(Alert::AccessDenied))
+            Err(Refused::new(Refusal::ResolvesInternal, class.cause()))
         }
-        Resolution::Failed(f) => {
-            Err(Refused::new(Refusal::UpstreamFailed, f.as_str()).with_alert(Alert::InternalError))
-        }
+        Resolution::Failed(f) => Err(Refused::new(Refusal::UpstreamFailed, f.as_str())),
     }
 }
 
@@ -283,15 +271,15 @@ async fn terminate(
     shared: &Shared,
     client: &mut Client,
     first_bytes: Vec<u8>,
-    ctx: &Arc<ConnCtx>,
+    conn: &Arc<Connection>,
     record: &mut Record,
 ) -> Result<(), Refused> {
     // The authority may have ended while the hello was read or the name
     // resolved: no handshake with a dropped CA.
-    if ctx.session.ended.is_cancelled() {
-        return Err(Refused::new(Refusal::SessionEnded, "ended_before_tls"));
+    if conn.session.ended.is_cancelled() {
+        return Err(refused(Refusal::SessionEnded, Cause::EndedBeforeTls));
     }
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&ctx.session.tls));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&conn.session.tls));
     // The handshake's state lives on the heap for the handshake only: held
     // inline, it would set the size of this future (and so the memory of
     // every idle connection) for the connection's whole life. The stream
@@ -303,8 +291,8 @@ async fn terminate(
     });
     let accepted = tokio::select! {
         accepted = accept => accepted,
-        _ = ctx.session.ended.cancelled() => {
-            return Err(Refused::new(Refusal::SessionEnded, "ended_during_tls"));
+        _ = conn.session.ended.cancelled() => {
+            return Err(refused(Refusal::SessionEnded, Cause::EndedDuringTls));
         }
     };
     let tls = match accepted {
@@ -312,29 +300,29 @@ async fn terminate(
         // rustls has sent its own alert; the record says the session's
         // handshake failed (an untrusting client, say), which is no refusal.
         Ok(Err(e)) => {
-            tracing::info!(session = %ctx.session.id, sni = %ctx.name, error = %e, "session TLS handshake failed");
-            record.cause = Some("session_handshake_failed".into());
+            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, "session TLS handshake failed");
+            record.cause = Some(Cause::SessionHandshakeFailed.as_str());
             return Ok(());
         }
         Err(_) => {
-            record.cause = Some("session_handshake_timeout".into());
+            record.cause = Some(Cause::SessionHandshakeTimeout.as_str());
             return Ok(());
         }
     };
     let mut tls = tls;
-    let (_, conn) = tls.get_mut();
-    conn.set_buffer_limit(Some(crate::tls::SESSION_SEND_LIMIT));
-    record.tls_version = conn.protocol_version().map(|v| match v {
+    let (_, rustls_conn) = tls.get_mut();
+    rustls_conn.set_buffer_limit(Some(crate::tls::SESSION_SEND_LIMIT));
+    record.tls_version = rustls_conn.protocol_version().map(|v| match v {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         _ => "other",
     });
-    let h2 = conn.alpn_protocol() == Some(b"h2");
+    let h2 = rustls_conn.alpn_protocol() == Some(b"h2");
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
 
     // The two ends that can interrupt a connection, polled only when one
     // of them fires (`WokenOnly`), not at each of the connection's wake-ups.
     let mut stop = {
-        let (shutdown, ended) = (shared.shutdown.clone(), ctx.session.ended.clone());
+        let (shutdown, ended) = (shared.shutdown.clone(), conn.session.ended.clone());
         WokenOnly::new(async move {
             tokio::select! {
                 () = shutdown.cancelled() => Stop::Shutdown,
@@ -356,7 +344,7 @@ async fn terminate(
                 Stop::Shutdown => return Ok(()),
                 // No request yet, so none held for approval.
                 Stop::Ended => {
-                    return Err(Refused::new(Refusal::SessionEnded, "session_closed"));
+                    return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
                 }
             },
         };
@@ -376,20 +364,9 @@ async fn terminate(
             }
         }
     }
-    let holding = Arc::clone(ctx);
-    let ctx = Arc::clone(ctx);
-    let service = hyper::service::service_fn(move |req| {
-        let ctx = Arc::clone(&ctx);
-        async move {
-            if ctx.name.as_str() == talos_certs::APPROVALS_NAME {
-                // Boxed: the proxy's future, spawned or moved for every
-                // request, stays its own size.
-                Box::pin(crate::http::agent::handle(ctx, req)).await
-            } else {
-                proxy::handle(ctx, req).await
-            }
-        }
-    });
+    let holding = Arc::clone(conn);
+    let conn = Arc::clone(conn);
+    let service = hyper::service::service_fn(move |req| crate::http::serve(Arc::clone(&conn), req));
     // Drive the connection until it ends, the gateway cuts it, or the
     // authority ends. Then requests held for approval first answer
     // `approval_withdrawn` (a graceful close lets their answers out, for at
@@ -409,14 +386,11 @@ async fn terminate(
                 stopped = &mut stop => match stopped {
                     Stop::Shutdown => Ok(()),
                     Stop::Ended => {
-                        // Count, then flag: a hold that ended between the
-                        // two set the flag before it counted down.
-                        use std::sync::atomic::Ordering::SeqCst;
-                        if holding.holding.load(SeqCst) > 0 || holding.withdrawn.load(SeqCst) {
+                        if holding.holds.answers_pending() {
                             conn.as_mut().graceful_shutdown();
                             let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
                         }
-                        Err(Refused::new(Refusal::SessionEnded, "session_closed"))
+                        Err(refused(Refusal::SessionEnded, Cause::SessionClosed))
                     }
                 }
             }
@@ -443,9 +417,9 @@ async fn terminate(
     }
 }
 
-/// How long a closed connection's record waits for its last replies'
-/// masked counts.
-const MASKED_COUNTS_WAIT: Duration = Duration::from_secs(1);
+/// How long a closed connection's record waits for its last requests and
+/// replies to report (HTTP/2 replies end in tasks of their own).
+const REPORTS_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a connection whose authority ended waits for its held
 /// requests to answer `approval_withdrawn` before it is cut. The answers

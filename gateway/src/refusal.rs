@@ -3,8 +3,62 @@
 //! Each reason is one variant with one stable snake_case name, used word for
 //! word in records, metric labels, logs, API errors and HTTP answers, so an
 //! agent and an auditor can tell a policy refusal from a network fault.
+//!
+//! Each reason also carries how the gateway answers it once TLS is up:
+//! its HTTP status, its gRPC code and its sentence for people. Beside the
+//! reason, every refusal records a cause: a fixed word from the refusing
+//! stage's own cause enum (declared with [`causes!`]), never a value from
+//! the request. `docs/records.md` lists every one.
 
 use std::fmt;
+
+/// The response header that carries a refusal's stable reason. Only the
+/// gateway sets it: a destination's copy never reaches the session.
+pub const REFUSAL_HEADER: &str = "hangar-refusal";
+
+/// A refusal: the reason, and the fixed cause inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub reason: Refusal,
+    /// The `as_str()` of the refusing stage's cause.
+    pub cause: &'static str,
+}
+
+impl Refused {
+    pub const fn new(reason: Refusal, cause: &'static str) -> Refused {
+        Refused { reason, cause }
+    }
+}
+
+/// Declares a stage's closed set of cause words: an enum, its `ALL`, and a
+/// stable `as_str()`.
+macro_rules! causes {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $word:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every cause of this stage.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The stable word: never change one, only add.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+        }
+    };
+}
+pub(crate) use causes;
 
 /// Why the gateway refused a connection or a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,6 +125,43 @@ impl Refusal {
             Refusal::GrpcNeedsHttp2 => "grpc_needs_http2",
             Refusal::UpstreamFailed => "upstream_failed",
             Refusal::SessionEnded => "session_ended",
+        }
+    }
+
+    /// The HTTP status of the gateway's answer, for a refusal after the
+    /// TLS handshake.
+    pub const fn http_status(self) -> u16 {
+        match self {
+            Refusal::HostMismatch => 421,
+            Refusal::GrpcNeedsHttp2 | Refusal::UpstreamFailed => 502,
+            Refusal::SessionEnded => 503,
+            _ => 403,
+        }
+    }
+
+    /// The gRPC status code of the gateway's answer to a gRPC request.
+    pub const fn grpc_code(self) -> u16 {
+        match self {
+            // UNIMPLEMENTED: the destination cannot carry gRPC.
+            Refusal::GrpcNeedsHttp2 => 12,
+            // UNAVAILABLE: a network or lifecycle failure, not a policy.
+            Refusal::UpstreamFailed | Refusal::SessionEnded => 14,
+            // PERMISSION_DENIED: a policy refusal.
+            _ => 7,
+        }
+    }
+
+    /// The sentence the gateway's answer carries, for people.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Refusal::HostMismatch => "the request names a host other than the host of its connection",
+            Refusal::UpgradeRefused => "the gateway passes on only requests that it can read; protocol upgrades and CONNECT are refused",
+            Refusal::GrpcNeedsHttp2 => "a gRPC request went to a destination that answered over HTTP/1.1",
+            Refusal::UpstreamFailed => "the gateway could not reach the destination",
+            Refusal::ApprovalDeclined => "a named person declined, or no decision came within five minutes",
+            Refusal::ApprovalWithdrawn => "the approval was withdrawn because the session paused or ended",
+            Refusal::SessionEnded => "the session ended",
+            _ => "refused by the gateway",
         }
     }
 

@@ -327,6 +327,29 @@ impl Internal {
             Internal::Nat64Local => "internal nat64_local",
         }
     }
+
+    /// The cause recorded with `resolves_internal`: `"internal:<class>"`,
+    /// spelled out so that it needs no allocation.
+    pub const fn cause(self) -> &'static str {
+        match self {
+            Internal::Unspecified => "internal:unspecified",
+            Internal::ThisNetwork => "internal:this_network",
+            Internal::Loopback => "internal:loopback",
+            Internal::Private => "internal:private",
+            Internal::Cgnat => "internal:cgnat",
+            Internal::LinkLocal => "internal:link_local",
+            Internal::CloudMetadata => "internal:cloud_metadata",
+            Internal::IetfProtocolAssignments => "internal:ietf_protocol_assignments",
+            Internal::Documentation => "internal:documentation",
+            Internal::Benchmarking => "internal:benchmarking",
+            Internal::Multicast => "internal:multicast",
+            Internal::Reserved => "internal:reserved",
+            Internal::Broadcast => "internal:broadcast",
+            Internal::UniqueLocal => "internal:unique_local",
+            Internal::SiteLocal => "internal:site_local",
+            Internal::Nat64Local => "internal:nat64_local",
+        }
+    }
 }
 
 impl fmt::Display for Internal {
@@ -944,5 +967,13 @@ mod tests {
             e.reason(),
             r#"part "65536" is over 65535, the most the last 2 bytes hold"#
         );
+    }
+
+    #[test]
+    fn internal_causes_are_the_class_names() {
+        for class in Internal::ALL {
+            assert_eq!(class.cause(), format!("internal:{}", class.as_str()));
+            assert_eq!(class.label(), format!("internal {}", class.as_str()));
+        }
     }
 }

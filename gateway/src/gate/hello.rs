@@ -443,6 +443,31 @@ impl Cause {
         }
     }
 
+    /// One of each cause, for the lists that must name every one (the
+    /// test `examples_name_every_cause` keeps it whole).
+    pub const EXAMPLES: [Cause; 20] = [
+        Cause::NotHandshake { content_type: 0 },
+        Cause::SslV2,
+        Cause::RecordVersion { major: 0 },
+        Cause::InterleavedRecord { content_type: 0 },
+        Cause::EmptyRecord,
+        Cause::RecordOverflow { len: 0 },
+        Cause::NotClientHello { handshake_type: 0 },
+        Cause::TooLarge { limit: 0 },
+        Cause::ScratchTooSmall { needed: 0 },
+        Cause::TrailingData,
+        Cause::Malformed(Field::Random),
+        Cause::DuplicateExtension { ext_type: 0 },
+        Cause::TooManyExtensions,
+        Cause::BadServerName,
+        Cause::HelloTimeout,
+        Cause::Eof,
+        Cause::ReadFailed(std::io::ErrorKind::Other),
+        Cause::NoServerName,
+        Cause::SeveralServerNames,
+        Cause::EncryptedClientHello,
+    ];
+
     /// A stable snake_case name for logs (values are in the `Display` form).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -889,6 +914,39 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn examples_name_every_cause() {
+        // Exhaustive: a cause added to the enum fails to compile here until
+        // it is given an index, and the assertion until it is in EXAMPLES.
+        let index = |c: Cause| match c {
+            Cause::NotHandshake { .. } => 0,
+            Cause::SslV2 => 1,
+            Cause::RecordVersion { .. } => 2,
+            Cause::InterleavedRecord { .. } => 3,
+            Cause::EmptyRecord => 4,
+            Cause::RecordOverflow { .. } => 5,
+            Cause::NotClientHello { .. } => 6,
+            Cause::TooLarge { .. } => 7,
+            Cause::ScratchTooSmall { .. } => 8,
+            Cause::TrailingData => 9,
+            Cause::Malformed(_) => 10,
+            Cause::DuplicateExtension { .. } => 11,
+            Cause::TooManyExtensions => 12,
+            Cause::BadServerName => 13,
+            Cause::HelloTimeout => 14,
+            Cause::Eof => 15,
+            Cause::ReadFailed(_) => 16,
+            Cause::NoServerName => 17,
+            Cause::SeveralServerNames => 18,
+            Cause::EncryptedClientHello => 19,
+        };
+        let mut seen = [false; Cause::EXAMPLES.len()];
+        for c in Cause::EXAMPLES {
+            seen[index(c)] = true;
+        }
+        assert!(seen.iter().all(|s| *s), "{seen:?}");
+    }
 
     /// A minimal hello body with the given extensions block contents.
     fn hello_with_extensions(exts: &[u8]) -> Vec<u8> {

@@ -52,6 +52,14 @@ pub enum ResolveFailure {
 }
 
 impl ResolveFailure {
+    /// Every failure.
+    pub const ALL: &'static [ResolveFailure] = &[
+        ResolveFailure::NxDomain,
+        ResolveFailure::NoAddress,
+        ResolveFailure::Timeout,
+        ResolveFailure::Error,
+    ];
+
     /// The cause word recorded with `upstream_failed`.
     pub fn as_str(self) -> &'static str {
         match self {

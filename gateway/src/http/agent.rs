@@ -11,16 +11,12 @@
 //! `403 approval_withdrawn`. A malformed proposal: `400` with a message
 //! naming what is wrong. Nothing here is ever forwarded anywhere.
 
-use std::convert::Infallible;
-use std::sync::Arc;
-
-use bytes::Bytes;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::http::proxy::{ConnCtx, ProxyBody, REFUSAL_HEADER};
+use crate::http::answers::{self, ProxyBody};
+use crate::http::connection::Connection;
 use crate::records::record::RequestRecord;
 use crate::refusal::Refusal;
 use crate::session::approvals::{Ask, Outcome};
@@ -39,23 +35,19 @@ struct AgentProposal {
     digest: String,
 }
 
-/// Serve one request to approvals.hangar.internal.
-pub async fn handle(
-    ctx: Arc<ConnCtx>,
-    req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
-    let mut entry = RequestRecord::new(req.method(), req.uri().path());
-    let response = answer(&ctx, req, &mut entry).await;
-    entry.status = response.status().as_u16();
-    ctx.note(entry);
-    Ok(response)
-}
-
-async fn answer(
-    ctx: &ConnCtx,
+/// Answer one request to approvals.hangar.internal.
+pub async fn answer(
+    conn: &Connection,
     req: Request<Incoming>,
     entry: &mut RequestRecord,
 ) -> Response<ProxyBody> {
+    let json = |status, body| answers::json(conn, status, None, body);
+    let bad_request = |message: &str| {
+        json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "malformed_proposal", "message": message}),
+        )
+    };
     if req.uri().path() != PROPOSALS_PATH {
         return json(
             StatusCode::NOT_FOUND,
@@ -97,25 +89,25 @@ async fn answer(
         return bad_request("digest: the SHA-384 of the exact call, 96 lowercase hex digits");
     }
     let ask = Ask {
-        gateway_id: ctx.gateway_id.as_ref(),
-        session_id: &ctx.session.id,
-        attempt: ctx.session.attempt,
-        tenant: &ctx.session.tenant,
+        gateway_id: conn.gateway_id.as_ref(),
+        session_id: &conn.session.id,
+        attempt: conn.session.attempt,
+        tenant: &conn.session.tenant,
         kind: talos_certs::ProposalKind::Agent,
-        destination: &ctx.name,
+        destination: &conn.name,
         method: "POST",
         path: PROPOSALS_PATH,
         attachments: Vec::new(),
         tool: &proposal.tool,
         call_digest: &proposal.digest,
     };
-    let Some(rule) = ctx.session.approvals.rule_for(&ask).cloned() else {
+    let Some(rule) = conn.session.approvals.rule_for(&ask).cloned() else {
         return json(
             StatusCode::OK,
             serde_json::json!({"decision": "declined", "reason": "no_rule", "message": "no Lock rule names an approver for agent proposals"}),
         );
     };
-    let (outcome, record) = crate::http::proxy::hold(ctx, &rule, &ask).await;
+    let (outcome, record) = conn.hold(&rule, &ask).await;
     let proposal_id = record.proposal_id.clone();
     let digest = record.digest.clone();
     entry.approval = Some(record);
@@ -125,16 +117,14 @@ async fn answer(
         Outcome::TimedOut => ("declined", None, Some("no_decision")),
         Outcome::NoRelay => ("declined", None, Some("no_relay")),
         Outcome::Withdrawn => {
-            entry.refusal = Some(Refusal::ApprovalWithdrawn);
-            let mut resp = json(
-                StatusCode::FORBIDDEN,
-                serde_json::json!({"refusal": "approval_withdrawn", "proposal_id": proposal_id, "message": "the approval was withdrawn because the session paused or ended"}),
+            let reason = Refusal::ApprovalWithdrawn;
+            entry.refusal = Some(reason);
+            return answers::json(
+                conn,
+                StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::FORBIDDEN),
+                Some(reason),
+                serde_json::json!({"refusal": reason.as_str(), "proposal_id": proposal_id, "message": reason.message()}),
             );
-            resp.headers_mut().insert(
-                REFUSAL_HEADER,
-                HeaderValue::from_static("approval_withdrawn"),
-            );
-            return resp;
         }
     };
     let mut body = serde_json::json!({
@@ -166,23 +156,4 @@ fn category(e: &serde_json::Error) -> &'static str {
         serde_json::error::Category::Data => "wrong or missing fields",
         serde_json::error::Category::Eof => "truncated",
     }
-}
-
-fn bad_request(message: &str) -> Response<ProxyBody> {
-    json(
-        StatusCode::BAD_REQUEST,
-        serde_json::json!({"error": "malformed_proposal", "message": message}),
-    )
-}
-
-fn json(status: StatusCode, body: serde_json::Value) -> Response<ProxyBody> {
-    let mut resp = Response::new(Either::Right(Full::new(Bytes::from(
-        body.to_string() + "\n",
-    ))));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
 }

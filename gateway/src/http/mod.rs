@@ -1,7 +1,65 @@
 //! HTTP inside a session's TLS: one request at a time.
 //!
-//! - [`proxy`]: one request: checks, injection, forwarding, the reply.
+//! - [`connection`]: what a connection's requests share: the fixed
+//!   connection, the tally its record learns, the holds.
+//! - [`answers`]: every answer the gateway writes itself, masked.
+//! - [`proxy`]: one request to a destination: checks, injection, forwarding, the reply.
 //! - [`agent`]: approvals.hangar.internal, where agents propose actions.
+//!
+//! [`serve`] routes each request on what the gate found the destination
+//! to be, and records it.
 
+pub mod connection;
+pub mod answers;
 pub mod proxy;
 pub mod agent;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+
+use crate::records::record::RequestRecord;
+use answers::ProxyBody;
+use connection::{Connection, Destination};
+
+/// Serve one request of `conn`, and note it in the connection's tally.
+pub async fn serve(
+    conn: Arc<Connection>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let mut entry = RequestRecord::new(req.method(), req.uri().path());
+    let response = match &conn.destination {
+        // Boxed: the proxy's future, spawned or moved for every request,
+        // stays its own size.
+        Destination::Approvals => Box::pin(agent::answer(&conn, req, &mut entry)).await,
+        Destination::Origin { target, addrs } => {
+            proxy::handle(&conn, target, addrs, req, &mut entry).await
+        }
+    };
+    entry.status = response.status().as_u16();
+    conn.note(entry);
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every HTTP/2 stream spawns a task holding this future, and every
+    /// request moves it: the rare, large parts (a new upstream connection,
+    /// a hold for approval, the agent endpoint) are boxed so it stays
+    /// small. It was 8.5 KiB with them inline; 2 KiB without.
+    #[test]
+    fn request_future_stays_small() {
+        fn size_of_return<F, Fut>(_: F) -> usize
+        where
+            F: Fn(Arc<Connection>, Request<Incoming>) -> Fut,
+        {
+            std::mem::size_of::<Fut>()
+        }
+        let size = size_of_return(serve);
+        assert!(size <= 3 * 1024, "http::serve's future is {size} bytes");
+    }
+}

@@ -8,156 +8,104 @@
 //! other way round, trailers included where the session's protocol carries
 //! them.
 //!
-//! A refusal is an HTTP answer: the status, a `hangar-refusal` header with
-//! the stable reason, and a small JSON body. A gRPC request gets the same
-//! header plus `grpc-status` and `grpc-message`, so a gRPC client sees a
-//! status rather than a framing error.
+//! A refusal is the gateway's own answer ([`crate::http::answers`]), with a
+//! cause from [`Cause`] (or the pool's and the reply filter's) in the log
+//! and the record.
 
-use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::http::uri::{self, Authority, PathAndQuery, Scheme};
-use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::http::uri::{self, PathAndQuery, Scheme};
+use hyper::{Method, Request, Response, Uri, Version};
 
 use crate::gate::name::{self, Name};
+use crate::http::answers::{self, ProxyBody};
+use crate::http::connection::{Connection, Target};
 use crate::records::record::RequestRecord;
-use crate::refusal::Refusal;
-use crate::secrets::reply::{self, ReplyBody};
-use crate::session::sessions::Session;
+use crate::refusal::{causes, Refusal, Refused};
+use crate::secrets::reply;
+use crate::session::approvals::Outcome;
 use crate::session::upstream::{Proto, Sender, Want};
 
-/// The response body: the destination's, streamed (and masked), or the
-/// gateway's own.
-pub type ProxyBody = Either<ReplyBody, Full<Bytes>>;
-
-/// The response header that carries a refusal's stable reason.
-pub const REFUSAL_HEADER: &str = "hangar-refusal";
-
-/// Per-request entries kept in one connection's record. A connection may
-/// carry any number of requests; past this many, only the count grows.
-pub const MAX_REQUEST_RECORDS: usize = 256;
-
-/// What the requests of one connection share.
-#[derive(Debug)]
-pub struct ConnCtx {
-    pub gateway_id: Arc<str>,
-    pub session: Arc<Session>,
-    /// The connection's destination: the hello's name, checked.
-    pub name: Name,
-    /// `name` as requests to it carry it.
-    pub target: Target,
-    /// The addresses the gate checked for `name`.
-    pub addrs: Vec<IpAddr>,
-    pub stats: Mutex<ConnStats>,
-    /// Masked occurrences per secret name, over all replies.
-    pub masked: reply::Counts,
-    /// Requests of this connection held for approval right now: when the
-    /// authority ends, the connection lets them answer
-    /// `approval_withdrawn` before it is cut.
-    pub holding: std::sync::atomic::AtomicU32,
-    /// Set when a hold of this connection ended withdrawn: its answer may
-    /// still be on its way out when the connection learns the authority
-    /// ended.
-    pub withdrawn: std::sync::atomic::AtomicBool,
-}
-
-/// The destination as a request names it (`:authority` or `Host`), made
-/// once per connection from its checked name.
-#[derive(Debug, Clone)]
-pub struct Target {
-    authority: Authority,
-    host: HeaderValue,
-}
-
-impl Target {
-    /// For `name`, a canonical DNS name (always a valid authority and
-    /// header value).
-    pub fn new(name: &Name) -> Target {
-        let bytes = Bytes::copy_from_slice(name.as_str().as_bytes());
-        Target {
-            authority: Authority::from_maybe_shared(bytes.clone())
-                .unwrap_or_else(|_| Authority::from_static("invalid")),
-            host: HeaderValue::from_maybe_shared(bytes)
-                .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
-        }
+causes! {
+    /// Why a request was refused, beside the upstream pool's
+    /// (`ConnectFailure`) and the reply filter's (`ReplyRefusal`) causes.
+    pub enum Cause {
+        /// `host_mismatch`: the `:authority` or absolute-form target.
+        Authority => "authority",
+        /// `host_mismatch`: the `Host` header (another host, or two).
+        HostHeader => "host_header",
+        /// `upgrade_refused`: CONNECT.
+        Connect => "connect",
+        /// `upgrade_refused`: HTTP/2 extended CONNECT (WebSockets over HTTP/2).
+        ExtendedConnect => "extended_connect",
+        /// `upgrade_refused`: an `Upgrade` header.
+        UpgradeHeader => "upgrade_header",
+        /// `upgrade_refused`: the h2c `HTTP2-Settings` header.
+        H2cSettings => "h2c_settings",
+        /// `upgrade_refused`: `Connection: upgrade`.
+        ConnectionUpgrade => "connection_upgrade",
+        /// `grpc_needs_http2`: the destination chose HTTP/1.1.
+        DestinationSpeaksHttp1 => "destination_speaks_http1",
+        /// `upstream_failed`: the destination connection closed before the request.
+        UpstreamClosed => "upstream_closed",
+        /// `upstream_failed`: the request or its reply head failed.
+        UpstreamRequestFailed => "upstream_request_failed",
+        /// `approval_withdrawn`: the authority ended during the hold.
+        Withdrawn => "session_ended",
+        /// `approval_declined`: a named person declined.
+        Declined => "declined",
+        /// `approval_declined`: no decision within the timeout.
+        NoDecision => "no_decision",
+        /// `approval_declined`: no approval relay to ask.
+        NoRelay => "no_relay",
     }
 }
 
-/// What the connection's record learns from its requests.
-#[derive(Debug, Default)]
-pub struct ConnStats {
-    pub request_count: u64,
-    pub requests: Vec<RequestRecord>,
-    /// Requests past [`MAX_REQUEST_RECORDS`], counted but not listed.
-    pub requests_unlisted: u64,
-    pub upstream_alpn: Option<&'static str>,
-    pub upstream_addr: Option<SocketAddr>,
-    /// Names of the attachments injected into this connection's requests.
-    pub attachments_used: Vec<String>,
+fn refused(reason: Refusal, cause: Cause) -> Refused {
+    Refused::new(reason, cause.as_str())
 }
 
-impl ConnCtx {
-    pub(crate) fn note(&self, entry: RequestRecord) {
-        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.request_count += 1;
-        if stats.requests.len() < MAX_REQUEST_RECORDS {
-            stats.requests.push(entry);
-        } else {
-            stats.requests_unlisted += 1;
-        }
-    }
-
-    fn note_upstream(&self, proto: Proto, addr: SocketAddr) {
-        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.upstream_alpn.get_or_insert(proto.alpn());
-        stats.upstream_addr.get_or_insert(addr);
-    }
-}
-
-/// Serve one request of the connection `ctx`.
+/// Serve one request to the destination `target` of `conn`, at the
+/// addresses the gate checked.
 pub async fn handle(
-    ctx: Arc<ConnCtx>,
+    conn: &Arc<Connection>,
+    target: &Target,
+    addrs: &[std::net::IpAddr],
     req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
-    let mut entry = RequestRecord::new(req.method(), req.uri().path());
+    entry: &mut RequestRecord,
+) -> Response<ProxyBody> {
     let grpc = is_grpc(req.headers());
-    let response = match forward(&ctx, req, grpc, &mut entry).await {
+    match forward(conn, target, addrs, req, grpc, entry).await {
         Ok(resp) => resp,
-        Err((reason, cause)) => {
+        Err(refusal) => {
             tracing::info!(
-                session = %ctx.session.id,
-                destination = %ctx.name,
+                session = %conn.session.id,
+                destination = %conn.name,
                 method = %entry.method,
-                reason = reason.as_str(),
-                cause,
+                reason = refusal.reason.as_str(),
+                cause = refusal.cause,
                 "request refused"
             );
-            entry.refusal = Some(reason);
-            masked_refusal(&ctx, reason, grpc)
+            entry.refusal = Some(refusal.reason);
+            answers::refusal(conn, refusal.reason, grpc)
         }
-    };
-    entry.status = response.status().as_u16();
-    ctx.note(entry);
-    Ok(response)
+    }
 }
 
-type Refused = (Refusal, &'static str);
-
 async fn forward(
-    ctx: &ConnCtx,
+    conn: &Arc<Connection>,
+    target: &Target,
+    addrs: &[std::net::IpAddr],
     req: Request<Incoming>,
     grpc: bool,
     entry: &mut RequestRecord,
 ) -> Result<Response<ProxyBody>, Refused> {
-    check_host(&req, &ctx.name)?;
+    check_host(&req, &conn.name)?;
     check_no_upgrade(&req)?;
-    check_lock(ctx, &req, entry).await?;
-    let pool = &ctx.session.pool;
+    check_lock(conn, &req, entry).await?;
+    let pool = &conn.session.pool;
     // A plain HTTP/1.1 request goes on as HTTP/1.1; HTTP/2 and gRPC as the
     // destination chooses (see `upstream`).
     let want = if req.version() == Version::HTTP_11 && !grpc {
@@ -166,68 +114,69 @@ async fn forward(
         Want::Any
     };
     let checkout = pool
-        .checkout(&ctx.name, &ctx.addrs, want)
+        .checkout(&conn.name, addrs, want)
         .await
-        .map_err(|f| (Refusal::UpstreamFailed, f.as_str()))?;
+        .map_err(|f| Refused::new(Refusal::UpstreamFailed, f.as_str()))?;
     let proto = checkout.proto();
-    ctx.note_upstream(proto, checkout.addr);
+    conn.tally(|t| t.upstream(proto.alpn(), checkout.addr));
     if grpc && proto == Proto::Http1 {
         if let Sender::H1(s) = checkout.sender {
-            pool.give_back_h1(&ctx.name, s, checkout.addr);
+            pool.give_back_h1(&conn.name, s, checkout.addr);
         }
-        return Err((Refusal::GrpcNeedsHttp2, "destination_speaks_http1"));
+        return Err(refused(
+            Refusal::GrpcNeedsHttp2,
+            Cause::DestinationSpeaksHttp1,
+        ));
     }
-    let mut upstream_req = rewrite_request(req, &ctx.target, proto);
-    inject(ctx, upstream_req.headers_mut());
+    let mut upstream_req = rewrite_request(req, target, proto);
+    inject(conn, upstream_req.headers_mut());
+    let closed = || refused(Refusal::UpstreamFailed, Cause::UpstreamClosed);
     let sent = match checkout.sender {
         Sender::H2(mut s) => {
-            s.ready()
-                .await
-                .map_err(|_| (Refusal::UpstreamFailed, "upstream_closed"))?;
+            s.ready().await.map_err(|_| closed())?;
             s.send_request(upstream_req).await
         }
         Sender::H1(mut s) => {
-            s.ready()
-                .await
-                .map_err(|_| (Refusal::UpstreamFailed, "upstream_closed"))?;
+            s.ready().await.map_err(|_| closed())?;
             let response = s.send_request(upstream_req);
             // Back in the pool now; it is picked again once it is ready,
             // that is once this response has been read to its end.
-            pool.give_back_h1(&ctx.name, s, checkout.addr);
+            pool.give_back_h1(&conn.name, s, checkout.addr);
             response.await
         }
     };
     let resp = sent.map_err(|e| {
-        tracing::debug!(destination = %ctx.name, error = %e, "upstream request failed");
-        (Refusal::UpstreamFailed, "upstream_request_failed")
+        tracing::debug!(destination = %conn.name, error = %e, "upstream request failed");
+        refused(Refusal::UpstreamFailed, Cause::UpstreamRequestFailed)
     })?;
-    let attached = ctx.session.has_attachments(&ctx.name);
-    rewrite_response(resp, ctx, attached).map_err(|r| (Refusal::UpstreamFailed, r.as_str()))
+    let attached = conn.session.has_attachments(&conn.name);
+    rewrite_response(resp, conn, attached)
+        .map_err(|r| Refused::new(Refusal::UpstreamFailed, r.as_str()))
 }
 
 /// Hold the request if a Lock rule matches it, until a decision: goes on
 /// when approved; `approval_declined` or `approval_withdrawn` otherwise.
 async fn check_lock(
-    ctx: &ConnCtx,
+    conn: &Connection,
     req: &Request<Incoming>,
     entry: &mut RequestRecord,
 ) -> Result<(), Refused> {
-    let approvals = &ctx.session.approvals;
+    let approvals = &conn.session.approvals;
     if approvals.rules().is_empty() {
         return Ok(());
     }
-    let attachments: Vec<&str> = ctx
+    let attachments: Vec<&str> = conn
         .session
-        .attachments_for(&ctx.name)
+        .attachments_for(&conn.name)
         .map(|a| a.secret.as_str())
         .collect();
     let ask = crate::session::approvals::Ask {
-        gateway_id: ctx.gateway_id.as_ref(),
-        session_id: &ctx.session.id,
-        attempt: ctx.session.attempt,
-        tenant: &ctx.session.tenant,
+        gateway_id: conn.gateway_id.as_ref(),
+        session_id: &conn.session.id,
+        attempt: conn.session.attempt,
+        tenant: &conn.session.tenant,
         kind: talos_certs::ProposalKind::Request,
-        destination: &ctx.name,
+        destination: &conn.name,
         method: req.method().as_str(),
         path: &entry.path,
         attachments,
@@ -238,51 +187,15 @@ async fn check_lock(
         return Ok(());
     };
     // On the heap, like a new upstream connection: rare, and large.
-    let (outcome, record) = Box::pin(hold(ctx, &rule, &ask)).await;
+    let (outcome, record) = Box::pin(conn.hold(&rule, &ask)).await;
     entry.approval = Some(record);
     match outcome {
-        crate::session::approvals::Outcome::Approved { .. } => Ok(()),
-        crate::session::approvals::Outcome::Withdrawn => {
-            Err((Refusal::ApprovalWithdrawn, "session_ended"))
-        }
-        crate::session::approvals::Outcome::Declined { .. } => {
-            Err((Refusal::ApprovalDeclined, "declined"))
-        }
-        crate::session::approvals::Outcome::TimedOut => {
-            Err((Refusal::ApprovalDeclined, "no_decision"))
-        }
-        crate::session::approvals::Outcome::NoRelay => Err((Refusal::ApprovalDeclined, "no_relay")),
+        Outcome::Approved { .. } => Ok(()),
+        Outcome::Withdrawn => Err(refused(Refusal::ApprovalWithdrawn, Cause::Withdrawn)),
+        Outcome::Declined { .. } => Err(refused(Refusal::ApprovalDeclined, Cause::Declined)),
+        Outcome::TimedOut => Err(refused(Refusal::ApprovalDeclined, Cause::NoDecision)),
+        Outcome::NoRelay => Err(refused(Refusal::ApprovalDeclined, Cause::NoRelay)),
     }
-}
-
-/// Hold under `rule`, counted on the connection while it waits.
-pub async fn hold(
-    ctx: &ConnCtx,
-    rule: &crate::session::approvals::LockRule,
-    ask: &crate::session::approvals::Ask<'_>,
-) -> (
-    crate::session::approvals::Outcome,
-    crate::session::approvals::ApprovalRecord,
-) {
-    use std::sync::atomic::Ordering;
-    ctx.holding.fetch_add(1, Ordering::SeqCst);
-    let held = ctx
-        .session
-        .approvals
-        .hold(
-            rule,
-            ask,
-            &ctx.session.ended,
-            crate::session::approvals::DECISION_TIMEOUT,
-        )
-        .await;
-    // Flag first, then count down: whoever sees the count at zero then
-    // sees the flag (see `conn::terminate`).
-    if held.0 == crate::session::approvals::Outcome::Withdrawn {
-        ctx.withdrawn.store(true, Ordering::SeqCst);
-    }
-    ctx.holding.fetch_sub(1, Ordering::SeqCst);
-    held
 }
 
 /// `host_mismatch` when the request names a host other than the
@@ -291,14 +204,14 @@ pub async fn hold(
 fn check_host(req: &Request<Incoming>, name: &Name) -> Result<(), Refused> {
     if let Some(authority) = req.uri().authority() {
         if !names_host(authority.as_str(), name) {
-            return Err((Refusal::HostMismatch, "authority"));
+            return Err(refused(Refusal::HostMismatch, Cause::Authority));
         }
     }
     let mut hosts = req.headers().get_all(header::HOST).iter();
     if let Some(host) = hosts.next() {
         let ok = host.to_str().is_ok_and(|h| names_host(h, name));
         if !ok || hosts.next().is_some() {
-            return Err((Refusal::HostMismatch, "host_header"));
+            return Err(refused(Refusal::HostMismatch, Cause::HostHeader));
         }
     }
     Ok(())
@@ -324,21 +237,21 @@ fn names_host(authority: &str, name: &Name) -> bool {
 fn check_no_upgrade(req: &Request<Incoming>) -> Result<(), Refused> {
     if req.method() == Method::CONNECT {
         let cause = if req.extensions().get::<hyper::ext::Protocol>().is_some() {
-            "extended_connect"
+            Cause::ExtendedConnect
         } else {
-            "connect"
+            Cause::Connect
         };
-        return Err((Refusal::UpgradeRefused, cause));
+        return Err(refused(Refusal::UpgradeRefused, cause));
     }
     let headers = req.headers();
     if headers.contains_key(header::UPGRADE) {
-        return Err((Refusal::UpgradeRefused, "upgrade_header"));
+        return Err(refused(Refusal::UpgradeRefused, Cause::UpgradeHeader));
     }
     if headers.contains_key("http2-settings") {
-        return Err((Refusal::UpgradeRefused, "h2c_settings"));
+        return Err(refused(Refusal::UpgradeRefused, Cause::H2cSettings));
     }
     if connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade")) {
-        return Err((Refusal::UpgradeRefused, "connection_upgrade"));
+        return Err(refused(Refusal::UpgradeRefused, Cause::ConnectionUpgrade));
     }
     Ok(())
 }
@@ -435,8 +348,8 @@ fn rewrite_request<B>(req: Request<B>, target: &Target, proto: Proto) -> Request
 /// Destinations with
 /// attachments are also asked for an uncompressed reply, so the masker sees
 /// the bytes; a compressed reply is decoded all the same.
-fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
-    let used = crate::secrets::secret::inject(ctx.session.attachments_for(&ctx.name), headers);
+fn inject(conn: &Connection, headers: &mut HeaderMap) {
+    let used = crate::secrets::secret::inject(conn.session.attachments_for(&conn.name), headers);
     if used.is_empty() {
         return;
     }
@@ -447,12 +360,7 @@ fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
     // A gRPC server compresses messages only for a client that said it can
     // decode them: say nothing, and a compressed reply is refused anyway.
     headers.remove("grpc-accept-encoding");
-    let mut stats = ctx.stats.lock().unwrap_or_else(|p| p.into_inner());
-    for name in used {
-        if !stats.attachments_used.iter().any(|n| n == name) {
-            stats.attachments_used.push(name.to_owned());
-        }
-    }
+    conn.tally(|t| t.attachments(used));
 }
 
 /// The destination's response as the session gets it: hop-by-hop headers
@@ -460,7 +368,7 @@ fn inject(ctx: &ConnCtx, headers: &mut HeaderMap) {
 /// destination holding an attachment compressed it).
 fn rewrite_response(
     resp: Response<Incoming>,
-    ctx: &ConnCtx,
+    conn: &Arc<Connection>,
     attached: bool,
 ) -> Result<Response<ProxyBody>, reply::ReplyRefusal> {
     let (mut parts, body) = resp.into_parts();
@@ -469,100 +377,14 @@ fn rewrite_response(
     let body = reply::filter(
         &mut parts.headers,
         body,
-        ctx.session.mask.as_ref(),
+        conn.session.mask.as_ref(),
         attached,
-        &ctx.masked,
+        Arc::clone(conn) as Arc<dyn reply::MaskedReport>,
     )?;
-    Ok(Response::from_parts(parts, Either::Left(body)))
-}
-
-/// The HTTP status each refusal answers with.
-pub fn status_of(reason: Refusal) -> StatusCode {
-    match reason {
-        Refusal::HostMismatch => StatusCode::MISDIRECTED_REQUEST,
-        Refusal::UpgradeRefused | Refusal::ApprovalDeclined | Refusal::ApprovalWithdrawn => {
-            StatusCode::FORBIDDEN
-        }
-        Refusal::GrpcNeedsHttp2 | Refusal::UpstreamFailed => StatusCode::BAD_GATEWAY,
-        Refusal::SessionEnded => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::FORBIDDEN,
-    }
-}
-
-/// The gRPC status code each refusal maps to.
-fn grpc_status_of(reason: Refusal) -> u16 {
-    match reason {
-        // UNIMPLEMENTED: the destination cannot carry gRPC.
-        Refusal::GrpcNeedsHttp2 => 12,
-        // UNAVAILABLE: a network or lifecycle failure, not a policy.
-        Refusal::UpstreamFailed | Refusal::SessionEnded => 14,
-        // PERMISSION_DENIED: a policy refusal.
-        _ => 7,
-    }
-}
-
-fn message_of(reason: Refusal) -> &'static str {
-    match reason {
-        Refusal::HostMismatch => "the request names a host other than the host of its connection",
-        Refusal::UpgradeRefused => "the gateway passes on only requests that it can read; protocol upgrades and CONNECT are refused",
-        Refusal::GrpcNeedsHttp2 => "a gRPC request went to a destination that answered over HTTP/1.1",
-        Refusal::UpstreamFailed => "the gateway could not reach the destination",
-        Refusal::ApprovalDeclined => "a named person declined, or no decision came within five minutes",
-        Refusal::ApprovalWithdrawn => "the approval was withdrawn because the session paused or ended",
-        Refusal::SessionEnded => "the session ended",
-        _ => "refused by the gateway",
-    }
-}
-
-/// The gateway's own answer, through the session's masker like every
-/// reply: it is built from fixed text, so nothing should match, but no
-/// path to the session skips the masker.
-fn masked_refusal(ctx: &ConnCtx, reason: Refusal, grpc: bool) -> Response<ProxyBody> {
-    let (mut parts, mut body) = refusal_parts(reason, grpc);
-    if let Some(set) = &ctx.session.mask {
-        let mut masker = crate::secrets::mask::Masker::new(Arc::clone(set));
-        reply::mask_headers(&mut masker, &mut parts.headers);
-        masker.mask_all(&mut body);
-    }
-    Response::from_parts(parts, Either::Right(Full::new(Bytes::from(body))))
-}
-
-/// The gateway's own answer for a refused request: its head and body.
-fn refusal_parts(reason: Refusal, grpc: bool) -> (hyper::http::response::Parts, Vec<u8>) {
-    let body = if grpc {
-        Vec::new()
-    } else {
-        Vec::from(
-            serde_json::json!({"refusal": reason.as_str(), "message": message_of(reason)})
-                .to_string()
-                + "\n",
-        )
-    };
-    let mut resp = Response::new(());
-    if !grpc {
-        *resp.status_mut() = status_of(reason);
-    }
-    let headers = resp.headers_mut();
-    headers.insert(REFUSAL_HEADER, HeaderValue::from_static(reason.as_str()));
-    if grpc {
-        // A trailers-only gRPC answer: HTTP 200 with the status in headers.
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert("grpc-status", HeaderValue::from(grpc_status_of(reason)));
-        let msg = format!("refused by the gateway: {}", reason.as_str());
-        if let Ok(v) = HeaderValue::from_str(&msg) {
-            headers.insert("grpc-message", v);
-        }
-    } else {
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    (resp.into_parts().0, body)
+    Ok(Response::from_parts(
+        parts,
+        http_body_util::Either::Left(body),
+    ))
 }
 
 #[cfg(test)]
@@ -661,21 +483,5 @@ mod tests {
         let star = rewrite_request(star, &Target::new(&name), Proto::Http2);
         assert_eq!(star.uri().path_and_query().unwrap().as_str(), "*");
         assert_eq!(star.uri().authority().unwrap().as_str(), "api.example.com");
-    }
-
-    /// Every HTTP/2 stream spawns a task holding this future, and every
-    /// request moves it: the rare, large parts (a new upstream connection,
-    /// a hold for approval) are boxed so it stays small. It was 8.5 KiB
-    /// with them inline; 2 KiB without.
-    #[test]
-    fn request_future_stays_small() {
-        fn size_of_return<F, Fut>(_: F) -> usize
-        where
-            F: Fn(Arc<ConnCtx>, Request<Incoming>) -> Fut,
-        {
-            std::mem::size_of::<Fut>()
-        }
-        let size = size_of_return(handle);
-        assert!(size <= 3 * 1024, "proxy::handle's future is {size} bytes");
     }
 }

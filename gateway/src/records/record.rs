@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::records::spool::Sealer;
-use crate::refusal::Refusal;
+use crate::refusal::{Refusal, Refused};
 
 /// How many records may wait for the writer before connections closing
 /// wait for it in turn. At ~300 bytes each, 4096 is about 1.2 MiB: enough
@@ -106,7 +106,7 @@ pub struct Record {
     /// `nxdomain`, `internal:loopback`, `connect_refused`…). Never a value
     /// from the request.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cause: Option<String>,
+    pub cause: Option<&'static str>,
     /// RFC 3339, UTC, milliseconds.
     pub opened_at: String,
     pub closed_at: String,
@@ -146,9 +146,89 @@ impl Record {
     }
 
     /// Mark the record refused with `reason` and a fixed cause.
-    pub fn refuse(&mut self, reason: Refusal, cause: impl Into<String>) {
-        self.verdict = Verdict::Refused(reason);
-        self.cause = Some(cause.into());
+    pub fn refuse(&mut self, refused: Refused) {
+        self.verdict = Verdict::Refused(refused.reason);
+        self.cause = Some(refused.cause);
+    }
+
+    /// Take in what the connection's requests and replies learned: once,
+    /// when they are all done.
+    pub fn absorb(&mut self, tally: Tally) {
+        let Tally {
+            request_count,
+            requests,
+            requests_unlisted,
+            upstream_alpn,
+            upstream_addr,
+            attachments_used,
+            masked,
+        } = tally;
+        self.request_count = request_count;
+        self.requests = requests;
+        self.requests_unlisted = requests_unlisted;
+        self.alpn_upstream = upstream_alpn;
+        self.resolved = upstream_addr;
+        self.attachments_used = attachments_used;
+        self.masked = masked;
+    }
+}
+
+/// Per-request entries kept in one connection's record. A connection may
+/// carry any number of requests; past this many, only the count grows.
+pub const MAX_REQUEST_RECORDS: usize = 256;
+
+/// What a connection's record learns from its requests and replies, while
+/// they run; [`Record::absorb`] takes it whole when they are done.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub request_count: u64,
+    /// The first [`MAX_REQUEST_RECORDS`] requests, in order.
+    pub requests: Vec<RequestRecord>,
+    /// Requests past [`MAX_REQUEST_RECORDS`], counted but not listed.
+    pub requests_unlisted: u64,
+    /// The protocol and checked address of the first destination
+    /// connection used.
+    pub upstream_alpn: Option<&'static str>,
+    pub upstream_addr: Option<SocketAddr>,
+    /// Names of the attachments injected into the connection's requests.
+    pub attachments_used: Vec<String>,
+    /// Masked occurrences per secret name, over all replies.
+    pub masked: std::collections::BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// One request, answered.
+    pub fn request(&mut self, entry: RequestRecord) {
+        self.request_count += 1;
+        if self.requests.len() < MAX_REQUEST_RECORDS {
+            self.requests.push(entry);
+        } else {
+            self.requests_unlisted += 1;
+        }
+    }
+
+    /// A destination connection used; the first one is recorded.
+    pub fn upstream(&mut self, alpn: &'static str, addr: SocketAddr) {
+        self.upstream_alpn.get_or_insert(alpn);
+        self.upstream_addr.get_or_insert(addr);
+    }
+
+    /// Attachments injected into a request.
+    pub fn attachments<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            if !self.attachments_used.iter().any(|n| n == name) {
+                self.attachments_used.push(name.to_owned());
+            }
+        }
+    }
+
+    /// Occurrences a reply masked, per secret name.
+    pub fn masked<'a>(&mut self, counts: impl Iterator<Item = (&'a str, u64)>) {
+        for (name, n) in counts {
+            if n > 0 {
+                *self.masked.entry(name.to_owned()).or_default() += n;
+            }
+        }
     }
 }
 

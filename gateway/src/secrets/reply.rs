@@ -12,10 +12,10 @@
 //! the body was decoded, in which case it is removed and each side frames
 //! the body for itself.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -25,8 +25,14 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use crate::secrets::decode::{self, Decoder, ReplyCoding};
 use crate::secrets::mask::{MaskSet, Masker};
 
-/// Where a reply's masked counts go when the reply ends.
-pub type Counts = Arc<Mutex<BTreeMap<String, u64>>>;
+/// Where a masked reply reports what it masked: once, when its body ends
+/// or is dropped, whichever comes first. The connection holds the other
+/// end (see `http::connection`), so the handle is also how it learns that
+/// every reply of it has reported.
+pub trait MaskedReport: Send + Sync + 'static {
+    /// Occurrences masked, per secret name (zeros included).
+    fn masked(&self, counts: &mut dyn Iterator<Item = (&str, u64)>);
+}
 
 /// Why a reply cannot be passed on: a fixed cause word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +46,12 @@ pub enum ReplyRefusal {
 }
 
 impl ReplyRefusal {
+    /// Every refusal of a reply.
+    pub const ALL: &'static [ReplyRefusal] = &[
+        ReplyRefusal::UnsupportedCoding,
+        ReplyRefusal::CompressedGrpc,
+    ];
+
     /// The cause recorded with `upstream_failed`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -78,7 +90,7 @@ pub fn filter(
     body: Incoming,
     set: Option<&Arc<MaskSet>>,
     attached: bool,
-    counts: &Counts,
+    report: Arc<dyn MaskedReport>,
 ) -> Result<ReplyBody, ReplyRefusal> {
     let Some(set) = set else {
         return Ok(ReplyBody::plain(body));
@@ -116,7 +128,7 @@ pub fn filter(
             ready: VecDeque::new(),
             trailers: None,
             done: false,
-            counts: Arc::clone(counts),
+            report,
         })),
     })
 }
@@ -138,7 +150,7 @@ struct Filter {
     /// Trailers that wait until the held body bytes are out.
     trailers: Option<HeaderMap>,
     done: bool,
-    counts: Counts,
+    report: Arc<dyn MaskedReport>,
 }
 
 impl fmt::Debug for Filter {
@@ -166,12 +178,7 @@ impl ReplyBody {
 impl Drop for Filter {
     fn drop(&mut self) {
         // Counted when the reply ends, whether it ended well or not.
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        for (name, n) in self.masker.counts() {
-            if n > 0 {
-                *counts.entry(name.to_owned()).or_default() += n;
-            }
-        }
+        self.report.masked(&mut self.masker.counts());
     }
 }
 

@@ -99,6 +99,15 @@ pub enum ConnectFailure {
 }
 
 impl ConnectFailure {
+    /// Every failure.
+    pub const ALL: &'static [ConnectFailure] = &[
+        ConnectFailure::Refused,
+        ConnectFailure::Timeout,
+        ConnectFailure::Unreachable,
+        ConnectFailure::Tls,
+        ConnectFailure::Http,
+    ];
+
     /// The cause word.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -1,0 +1,223 @@
+//! What the requests of one connection share, in three parts with one
+//! owner each:
+//!
+//! - the fixed connection ([`Connection`]): session, name, destination,
+//!   made once by the gate and never changed;
+//! - the tally its record learns ([`Tally`]), written by its requests and
+//!   their replies and handed to the connection's task once, when the last
+//!   of them is done ([`Tally::when_done`]): no polling, no field copied
+//!   twice;
+//! - the requests held for approval ([`Holds`]), counted by one guard type.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::header::HeaderValue;
+use hyper::http::uri::Authority;
+use tokio::sync::oneshot;
+
+use crate::gate::name::Name;
+use crate::records::record::{RequestRecord, Tally};
+use crate::secrets::reply::MaskedReport;
+use crate::session::approvals::{self, ApprovalRecord, Ask, LockRule, Outcome};
+use crate::session::sessions::Session;
+
+/// What the gate found the connection's destination to be.
+#[derive(Debug)]
+pub enum Destination {
+    /// `approvals.hangar.internal`: answered by the gateway itself, never
+    /// resolved, never forwarded.
+    Approvals,
+    /// A destination on the session's allowlist.
+    Origin {
+        /// The name as requests to it carry it.
+        target: Target,
+        /// The addresses the gate checked for the name: the only ones the
+        /// gateway connects to.
+        addrs: Vec<IpAddr>,
+    },
+}
+
+/// One connection, as its requests see it.
+#[derive(Debug)]
+pub struct Connection {
+    pub gateway_id: Arc<str>,
+    pub session: Arc<Session>,
+    /// The connection's name: the hello's, checked.
+    pub name: Name,
+    pub destination: Destination,
+    pub holds: Holds,
+    tally: Arc<Mutex<Tally>>,
+    /// Dropped with the connection's last handle: tells [`Tally::when_done`]
+    /// that every request and reply has reported.
+    _done: oneshot::Sender<()>,
+}
+
+/// The tally of one connection, from the side of the task that writes its
+/// record.
+#[derive(Debug)]
+pub struct TallyReceiver {
+    tally: Arc<Mutex<Tally>>,
+    done: oneshot::Receiver<()>,
+}
+
+impl Connection {
+    /// The connection, and the receiver its record's tally comes out of.
+    pub fn new(
+        gateway_id: Arc<str>,
+        session: Arc<Session>,
+        name: Name,
+        destination: Destination,
+    ) -> (Connection, TallyReceiver) {
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let (done_tx, done) = oneshot::channel();
+        let conn = Connection {
+            gateway_id,
+            session,
+            name,
+            destination,
+            holds: Holds::default(),
+            tally: Arc::clone(&tally),
+            _done: done_tx,
+        };
+        (conn, TallyReceiver { tally, done })
+    }
+
+    /// Change the tally (one request's part of it).
+    pub fn tally(&self, f: impl FnOnce(&mut Tally)) {
+        f(&mut self.tally.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// One request, answered.
+    pub fn note(&self, entry: RequestRecord) {
+        self.tally(|t| t.request(entry));
+    }
+
+    /// Hold a request under `rule` until a decision, counted in
+    /// [`Connection::holds`] while it waits.
+    pub async fn hold(&self, rule: &LockRule, ask: &Ask<'_>) -> (Outcome, ApprovalRecord) {
+        let guard = self.holds.enter();
+        let held = self
+            .session
+            .approvals
+            .hold(rule, ask, &self.session.ended, approvals::DECISION_TIMEOUT)
+            .await;
+        guard.leave(held.0 == Outcome::Withdrawn);
+        held
+    }
+}
+
+impl MaskedReport for Connection {
+    fn masked(&self, counts: &mut dyn Iterator<Item = (&str, u64)>) {
+        self.tally(|t| t.masked(counts));
+    }
+}
+
+impl TallyReceiver {
+    /// The tally, once every handle of the connection is dropped (its
+    /// requests answered, their reply bodies ended or dropped), or after
+    /// `bound`, with what it has by then. HTTP/2 reply bodies live in tasks
+    /// hyper spawned, which may outlast the connection's own future by a
+    /// moment.
+    pub async fn when_done(self, bound: Duration) -> Tally {
+        // Err: the sender is dropped, which is the event waited for.
+        let _ = tokio::time::timeout(bound, self.done).await;
+        std::mem::take(&mut *self.tally.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The destination as a request names it (`:authority` or `Host`), made
+/// once per connection from its checked name.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub authority: Authority,
+    pub host: HeaderValue,
+}
+
+impl Target {
+    /// For `name`, a canonical DNS name (always a valid authority and
+    /// header value).
+    pub fn new(name: &Name) -> Target {
+        let bytes = Bytes::copy_from_slice(name.as_str().as_bytes());
+        Target {
+            authority: Authority::from_maybe_shared(bytes.clone())
+                .unwrap_or_else(|_| Authority::from_static("invalid")),
+            host: HeaderValue::from_maybe_shared(bytes)
+                .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
+        }
+    }
+}
+
+/// The requests of one connection held for approval right now. When the
+/// session's authority ends, the connection lets their `approval_withdrawn`
+/// answers out before it cuts itself ([`Holds::answers_pending`]).
+#[derive(Debug, Default)]
+pub struct Holds {
+    // invariant: `held` is the number of live `HoldGuard`s; a guard whose
+    // hold ended withdrawn sets `withdrawn` before it counts down, so a
+    // reader that loads `held` and then `withdrawn` (both SeqCst) and sees
+    // `held == 0` also sees the flag of every hold that ended withdrawn.
+    held: AtomicU32,
+    withdrawn: AtomicBool,
+}
+
+/// One request held: counted in its connection's [`Holds`] while it lives.
+#[derive(Debug)]
+#[must_use = "a hold is counted only while its guard lives"]
+pub struct HoldGuard<'a> {
+    holds: &'a Holds,
+}
+
+impl Holds {
+    /// Count a request held.
+    pub fn enter(&self) -> HoldGuard<'_> {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        HoldGuard { holds: self }
+    }
+
+    /// Whether a held request is waiting, or one ended withdrawn and its
+    /// answer may still be on its way out.
+    pub fn answers_pending(&self) -> bool {
+        // Count, then flag: see the invariant.
+        self.held.load(Ordering::SeqCst) > 0 || self.withdrawn.load(Ordering::SeqCst)
+    }
+}
+
+impl HoldGuard<'_> {
+    /// The hold ended; `withdrawn` when its answer is `approval_withdrawn`.
+    pub fn leave(self, withdrawn: bool) {
+        if withdrawn {
+            // Flag first, then count down (in `drop`): see the invariant.
+            self.holds.withdrawn.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for HoldGuard<'_> {
+    fn drop(&mut self) {
+        self.holds.held.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_are_pending_while_held_and_after_a_withdrawal() {
+        let holds = Holds::default();
+        assert!(!holds.answers_pending());
+        let a = holds.enter();
+        let b = holds.enter();
+        assert!(holds.answers_pending());
+        a.leave(false);
+        assert!(holds.answers_pending());
+        drop(b);
+        assert!(!holds.answers_pending());
+        holds.enter().leave(true);
+        assert!(holds.answers_pending());
+    }
+}
