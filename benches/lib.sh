@@ -2,8 +2,9 @@
 # Shared by the bench scripts (sourced, not run).
 
 # bench_gateway_toml key=value ...: writes the bench gateway's config, one
-# static session for NAME in front of load-origin, and checks it with
-# `GATEWAY check-config`.
+# static session for NAME in front of load-origin, with
+# `$bin/bench-figures gateway-config` (the end-to-end test rig's writer,
+# tests/src/gateway.rs), and checks it with `GATEWAY check-config`.
 #
 #   file=PATH      where to write it
 #   id=ID          gateway_id            session=ID  the session's id
@@ -11,42 +12,19 @@
 #   dns=ADDR       load-origin's DNS     port=N       load-origin's TLS port
 #   work=DIR       load-origin's folder (its CA: DIR/origin-ca.pem)
 #   records=PATH   the records file      trust=PATH   where the session CA goes
-#   limits=TOML    lines for [limits]    extra=TOML   more lines for the session
-#   workers=N      runtime.workers (1: one thread serves everything)
-#   gateway=PATH   the gateway binary
+#   limits=TOML    lines for [limits]    workers=N    runtime.workers (1: one thread serves everything)
+#   masked=DIR     writes 4 random credentials (0600) to DIR/secret1..4, each
+#                  injected into NAME's requests as x-api-key-N: every reply is masked
+#   gateway=PATH   the gateway binary (for the check)
 bench_gateway_toml() {
-  local file id session name sources=127.0.0.1 dns port work records trust limits="" extra="" gateway
-  local workers=1
-  local "$@"
-  local srcs
-  srcs=$(echo "$sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
-  cat >"$file" <<TOML
-gateway_id = "$id"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$records"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = $port
-extra_trust_anchors = ["$work/origin-ca.pem"]
-[runtime]
-workers = $workers
-[limits]
-$limits
-[[session]]
-id = "$session"
-tenant = "bench"
-sources = [$srcs]
-allowlist = ["$name"]
-trust_file = "$trust"
-$extra
-TOML
+  local a file="" gateway="" args=()
+  for a in "$@"; do
+    case $a in
+      gateway=*) gateway=${a#gateway=} ;;
+      *) [[ $a == file=* ]] && file=${a#file=}; args+=("$a") ;;
+    esac
+  done
+  "${bin:?}/bench-figures" gateway-config "${args[@]}"
   "$gateway" check-config "$file" >/dev/null
 }
 
@@ -58,31 +36,12 @@ TOML
 # worker there are none, the main thread being the runtime.
 bench_check_workers() {
   local pid=$1 line=$2 want=$3 said n
-  said=$(echo "$line" | sed -n 's/.*"workers":\([0-9]*\).*/\1/p')
+  said=$(echo "$line" | "${bin:?}/bench-figures" json-field workers || true)
   [ "$said" = "$want" ] || { echo "gateway says ${said:-no} workers, not $want: $line" >&2; return 1; }
   n=$(cat /proc/"$pid"/task/*/comm | grep -c '^tokio-rt-worker$' || true)
   [ "$want" = 1 ] && want=0
   echo "gateway threads at start-up: $(ls /proc/"$pid"/task | wc -l) ($n tokio-rt-worker)" >&2
   [ "$n" = "$want" ] || { echo "expected $want tokio-rt-worker thread(s), found $n" >&2; return 1; }
-}
-
-# bench_credentials DIR NAME: writes 4 random credentials (0600) to
-# DIR/secret1..4 and sets BENCH_ATTACH (the session's `attach` list: each
-# injected into NAME's requests as x-api-key-N) and BENCH_SECRETS (their
-# [[secret]] tables): a masked session's config.
-bench_credentials() {
-  local dir=$1 name=$2 i
-  BENCH_ATTACH="" BENCH_SECRETS=""
-  for i in 1 2 3 4; do
-    printf 'load-secret-%d-%s\n' "$i" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$dir/secret$i"
-    chmod 600 "$dir/secret$i"
-    BENCH_ATTACH="$BENCH_ATTACH\"KEY$i=$name:x-api-key-$i\", "
-    BENCH_SECRETS="${BENCH_SECRETS}[[secret]]
-name = \"KEY$i\"
-file = \"$dir/secret$i\"
-"
-  done
-  BENCH_ATTACH=${BENCH_ATTACH%, }
 }
 
 # The path of the benchmarks' 1 KiB reply: GET /bytes/1024, which
