@@ -56,7 +56,6 @@ ready_line() {
   done
   die "no ready line in $1"
 }
-json_field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' /proc/"$1"/status; }
 
 ulimit -n "$(ulimit -Hn)"
@@ -70,8 +69,8 @@ fi
 "$bin/load-origin" "$work" >"$work/origin.out" 2>"$work/origin.log" &
 pids+=($!)
 line=$(ready_line "$work/origin.out")
-dns=$(echo "$line" | json_field dns)
-origin_port=$(echo "$line" | json_field origin | sed 's/.*://')
+dns=$(echo "$line" | "$bin/bench-figures" json-field dns)
+origin_port=$(echo "$line" | "$bin/bench-figures" json-field origin | sed 's/.*://')
 
 bench_gateway_toml file="$work/gateway.toml" id=gw-idle session=sbx-idle name="$name" \
   sources="$sources" dns="$dns" port="$origin_port" work="$work" records="$work/records.jsonl" \
@@ -98,7 +97,7 @@ one() {
     sleep 0.1
   done
   [ -n "$line" ] || die "gateway did not start: $(tail -3 "$run.gw.log")"
-  port=$(echo "$line" | json_field data | sed 's/.*://')
+  port=$(echo "$line" | "$bin/bench-figures" json-field data | sed 's/.*://')
   # heaptrack runs the gateway as its child: measure that process.
   if [ "${HEAPTRACK:-0}" = 1 ]; then
     local g

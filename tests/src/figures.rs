@@ -1109,6 +1109,14 @@ mod tests {
         }
     }
 
+    /// The load comparison's tables from a kept work folder.
+    #[test]
+    fn load_tables_as_printed() {
+        let dir = testdata("load/quick");
+        let want = std::fs::read_to_string(dir.join("table.md")).unwrap();
+        assert_eq!(Load::open(&dir).unwrap().table(), want);
+    }
+
     #[test]
     fn wrk_result_line() {
         let out = std::fs::read_to_string(testdata("compare/smoke/h1_small.gateway.out")).unwrap();
