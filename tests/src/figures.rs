@@ -976,6 +976,65 @@ pub fn masking_summary(
     ))
 }
 
+// --- benches/idle/run.sh ------------------------------------------------------
+
+/// One idle-memory run's line: MODE, N asked, VmRSS before and with the
+/// connections (KiB), how many opened, the client's own words.
+pub fn idle_line(mode: &str, n: f64, rss0: f64, rss1: f64, opened: f64, said: &str) -> String {
+    let per = if opened > 0.0 {
+        (rss1 - rss0) / opened
+    } else {
+        0.0
+    };
+    format!(
+        "{mode:<6} {:>5} rss0={:>6} KiB rss1={:>7} KiB  {per:>5.1} KiB/conn  ({said})",
+        n as i64, rss0 as i64, rss1 as i64
+    )
+}
+
+/// The slope per mode between the first and the last count of the runs
+/// ("MODE N DELTA_KIB OPENED" lines): what one more connection costs,
+/// one-time costs cancelled out. Modes in the order they first come;
+/// none if there are fewer than two counts.
+pub fn idle_slopes(deltas: &str) -> String {
+    let mut counts: Vec<&str> = Vec::new();
+    let mut modes: Vec<&str> = Vec::new();
+    let mut at: HashMap<(&str, &str), (f64, f64)> = HashMap::new();
+    for l in deltas.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(m), Some(n)) = (f.first().copied(), f.get(1).copied()) else {
+            continue;
+        };
+        let v = |i: usize| awk_num(f.get(i).copied().unwrap_or(""));
+        at.insert((m, n), (v(2), v(3)));
+        if !modes.contains(&m) {
+            modes.push(m);
+        }
+        if !counts.contains(&n) {
+            counts.push(n);
+        }
+    }
+    let mut out = String::new();
+    if counts.len() < 2 {
+        return out;
+    }
+    let (lo, hi) = (counts[0], counts[counts.len() - 1]);
+    for m in modes {
+        let get = |n| at.get(&(m, n)).copied().unwrap_or((0.0, 0.0));
+        let ((d0, o0), (d1, o1)) = (get(lo), get(hi));
+        if o1 > o0 {
+            let _ = writeln!(
+                out,
+                "{m:<6} slope {}..{}: {:.1} KiB/conn",
+                awk_num(lo) as i64,
+                awk_num(hi) as i64,
+                (d1 - d0) / (o1 - o0)
+            );
+        }
+    }
+    out
+}
+
 // --- readings and ready lines ---------------------------------------------------
 
 /// A field of the first JSON object in `text` (a ready line, or a command's
@@ -1115,6 +1174,25 @@ mod tests {
         let dir = testdata("load/quick");
         let want = std::fs::read_to_string(dir.join("table.md")).unwrap();
         assert_eq!(Load::open(&dir).unwrap().table(), want);
+    }
+
+    /// As benches/idle/run.sh's awk printed them.
+    #[test]
+    fn idle_lines_and_slopes() {
+        assert_eq!(
+            idle_line("http1", 2000.0, 30208.0, 44544.0, 2000.0, "opened=2000 failed=0 seconds=1.9"),
+            "http1   2000 rss0= 30208 KiB rss1=  44544 KiB    7.2 KiB/conn  (opened=2000 failed=0 seconds=1.9)"
+        );
+        assert_eq!(
+            idle_line("h2", 5.0, 1.0, 2.0, 0.0, "opened=0"),
+            "h2         5 rss0=     1 KiB rss1=      2 KiB    0.0 KiB/conn  (opened=0)"
+        );
+        let deltas = "http1 2000 14336 2000\nhttp1 5000 35840 5000\nh2 2000 16384 2000\nh2 5000 40000 4990\n";
+        assert_eq!(
+            idle_slopes(deltas),
+            "http1  slope 2000..5000: 7.2 KiB/conn\nh2     slope 2000..5000: 7.9 KiB/conn\n"
+        );
+        assert_eq!(idle_slopes("http1 2000 14336 2000\n"), "");
     }
 
     #[test]

@@ -14,6 +14,9 @@
 //!                                    one masking-ab.sh round: "MB/s CPU-s-per-GB"
 //! bench-figures masking-summary "MB/S OFF" "MB/S ON" "CPU OFF" "CPU ON"
 //!                                    masking-ab.sh's medians (space-separated rounds)
+//! bench-figures idle-line MODE N RSS0 RSS1 OPENED SAID
+//!                                    one benches/idle/run.sh run's line
+//! bench-figures idle-slopes FILE     its slopes per mode ("MODE N DELTA OPENED" lines)
 //! bench-figures json-field NAME      a field of the JSON object on stdin (a ready line)
 //! bench-figures ticks PID...         utime+stime of processes (or PID/task/TID), clock ticks
 //! bench-figures sys-ticks PID...     stime alone
@@ -121,6 +124,14 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 figures::masking_summary(&list(off)?, &list(on)?, &list(cpu_off)?, &list(cpu_on)?)?
             );
         }
+        ["idle-line", mode, n, rss0, rss1, opened, said] => println!(
+            "{}",
+            figures::idle_line(mode, num(n)?, num(rss0)?, num(rss1)?, num(opened)?, said)
+        ),
+        ["idle-slopes", file] => {
+            let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+            print!("{}", figures::idle_slopes(&text));
+        }
         ["json-field", name] => {
             let v = figures::json_field(&stdin()?, name)
                 .ok_or_else(|| format!("no field {name:?} in the JSON on stdin"))?;
@@ -137,7 +148,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         ["gateway-config", kv @ ..] => gateway_config(kv)?,
         _ => return Err(
             "usage: bench-figures compare-table|compare-check|load-table DIR | aes-floor FILE | \
-                 ab-round | ab-summary | masking-round | masking-summary | json-field NAME | \
+                 ab-round | ab-summary | masking-round | masking-summary | idle-line | idle-slopes FILE | \
+                 json-field NAME | \
                  ticks|sys-ticks|rss-kib PID... | child-ticks PID | machine-ticks | threads PID | \
                  gateway-config KEY=VALUE... (see tests/src/bin/bench-figures.rs)"
                 .into(),
