@@ -241,3 +241,107 @@ fn write_secret(path: &Path, i: usize) -> Result<(), String> {
     writeln!(f, "load-secret-{i}-{}", hex::encode(bytes))
         .map_err(|e| format!("{}: {e}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The benchmarks' config, with every key the bench scripts pass, is
+    /// one the gateway accepts, and says what the shell's heredoc said.
+    #[test]
+    fn gateway_config_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        talos_e2e::origin::TestCa::new("bench origin CA").write_pem(&d.join("origin-ca.pem"));
+        let file = d.join("gateway.toml");
+        let p = |n: &str| d.join(n).display().to_string();
+        let args = [
+            format!("file={}", file.display()),
+            "id=gw-bench".into(),
+            "session=sbx-bench".into(),
+            "name=origin.demo.test".into(),
+            "sources=127.0.0.1,127.0.0.2".into(),
+            "dns=127.0.0.1:5353".into(),
+            "port=4443".into(),
+            format!("work={}", d.display()),
+            format!("records={}", p("records.jsonl")),
+            format!("trust={}", p("session-ca.pem")),
+            "limits=max_connections = 30000\nshutdown_grace_ms = 2000".into(),
+            "workers=2".into(),
+            format!("masked={}", d.display()),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        gateway_config(&args).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        talos_gateway::config::Config::load(&file).unwrap();
+        let want = format!(
+            r#"gateway_id = "gw-bench"
+[listen]
+data = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+[records]
+path = "{records}"
+[resolver]
+nameservers = ["127.0.0.1:5353"]
+timeout_ms = 500
+attempts = 1
+permit_internal = ["127.0.0.1/32"]
+[upstream]
+port = 4443
+extra_trust_anchors = ["{ca}"]
+[limits]
+max_connections = 30000
+shutdown_grace_ms = 2000
+[runtime]
+workers = 2
+[[session]]
+id = "sbx-bench"
+tenant = "bench"
+sources = ["127.0.0.1", "127.0.0.2"]
+allowlist = ["origin.demo.test"]
+trust_file = "{trust}"
+attach = ["KEY1=origin.demo.test:x-api-key-1", "KEY2=origin.demo.test:x-api-key-2", "KEY3=origin.demo.test:x-api-key-3", "KEY4=origin.demo.test:x-api-key-4"]
+"#,
+            records = p("records.jsonl"),
+            ca = p("origin-ca.pem"),
+            trust = p("session-ca.pem"),
+        );
+        let mut want = want;
+        for i in 1..=4 {
+            want.push_str(&format!(
+                "[[secret]]\nname = \"KEY{i}\"\nfile = \"{}\"\n",
+                p(&format!("secret{i}"))
+            ));
+        }
+        assert_eq!(text, want);
+        for i in 1..=4 {
+            let path = d.join(format!("secret{i}"));
+            let secret = std::fs::read_to_string(&path).unwrap();
+            assert!(secret.starts_with(&format!("load-secret-{i}-")) && secret.len() == 47);
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // Unmasked, the defaults: one worker, 127.0.0.1 alone, no attachment.
+        let args = [
+            format!("file={}", file.display()),
+            "id=gw-bench".into(),
+            "session=sbx-bench".into(),
+            "name=origin.demo.test".into(),
+            "dns=127.0.0.1:5353".into(),
+            "port=4443".into(),
+            format!("work={}", d.display()),
+            format!("records={}", p("records.jsonl")),
+            format!("trust={}", p("session-ca.pem")),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        gateway_config(&args).unwrap();
+        talos_gateway::config::Config::load(&file).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("[limits]\n\n[runtime]\nworkers = 1\n"));
+        assert!(text.contains("sources = [\"127.0.0.1\"]\n"));
+        assert!(text.ends_with("attach = []\n"));
+        assert!(gateway_config(&["id=x"]).is_err());
+        assert!(gateway_config(&["file=/dev/null", "colour=blue"]).is_err());
+    }
+}

@@ -11,6 +11,7 @@
 //! Also `demo-check digest PEM`: the SHA-384 of each certificate in a PEM
 //! bundle, one a line, as the session can compute it.
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use serde_json::Value;
@@ -25,7 +26,12 @@ fn main() -> ExitCode {
             }
             true
         }),
-        [cert, records, sid, cas @ ..] if !cas.is_empty() => check(cert, records, sid, cas),
+        [cert, records, sid, cas @ ..] if !cas.is_empty() => {
+            check(cert, records, sid, cas).map(|(out, ok)| {
+                print!("{out}");
+                ok
+            })
+        }
         _ => Err("usage: demo-check CERTIFICATE.json RECORDS.jsonl SESSION_ID CA.pem... | demo-check digest PEM".into()),
     };
     match result {
@@ -87,20 +93,33 @@ fn truthy(v: &Value) -> bool {
     }
 }
 
-fn check(cert_path: &str, records: &str, sid: &str, cas: &[String]) -> Result<bool, String> {
+/// What the demo prints of the certificate and its verification, and
+/// whether it holds.
+fn check(
+    cert_path: &str,
+    records: &str,
+    sid: &str,
+    cas: &[String],
+) -> Result<(String, bool), String> {
     let cert: Value =
         serde_json::from_str(&read(cert_path)?).map_err(|e| format!("{cert_path}: {e}"))?;
-    println!("{}", py(&cert["isolation_statement"]));
-    println!();
+    let mut o = String::new();
+    // Lines of the report (the demo's output).
+    macro_rules! say {
+        () => { o.push('\n') };
+        ($($t:tt)*) => {{ let _ = writeln!(o, $($t)*); }};
+    }
+    say!("{}", py(&cert["isolation_statement"]));
+    say!();
     for a in list(&cert["attempts"]) {
-        println!(
+        say!(
             "attempt {}: cause {}, ended {}",
             py(&a["attempt"]),
             py(&a["cause"]),
             py(&a["end_cause"])
         );
         for ca in list(&a["ca"]) {
-            println!(
+            say!(
                 "  CA {}... made {}, destroyed {} ({})",
                 short(&ca["digest"]),
                 py(&ca["made_at"]),
@@ -109,14 +128,14 @@ fn check(cert_path: &str, records: &str, sid: &str, cas: &[String]) -> Result<bo
             );
         }
     }
-    println!(
+    say!(
         "connections: {}, refusals: {}, batches: {}",
         list(&cert["connections"]).len(),
         list(&cert["refusals"]).len(),
         list(&cert["batches"]).len()
     );
     for p in list(&cert["proposals"]) {
-        println!(
+        say!(
             "proposal {}: {} by {} (digest {}...)",
             py(&p["id"]),
             py(&p["decision"]),
@@ -125,7 +144,7 @@ fn check(cert_path: &str, records: &str, sid: &str, cas: &[String]) -> Result<bo
         );
     }
     for s in list(&cert["secrets"]) {
-        println!(
+        say!(
             "secret {}: used on {} connections, {} echoes masked",
             py(&s["name"]),
             py(&s["connections_used"]),
@@ -134,14 +153,14 @@ fn check(cert_path: &str, records: &str, sid: &str, cas: &[String]) -> Result<bo
     }
     let reset = list(&cert["reset"]);
     for step in reset {
-        println!(
+        say!(
             "reset step {} {}: confirmed={}",
             py(&step["step"]),
             py(&step["name"]),
             py(&step["confirmed"])
         );
     }
-    println!("issued: {}", py(&cert["issued"]));
+    say!("issued: {}", py(&cert["issued"]));
 
     // Verify it against what the session and the gateway saw.
     let mut problems = Vec::new();
@@ -195,15 +214,99 @@ fn check(cert_path: &str, records: &str, sid: &str, cas: &[String]) -> Result<bo
         problems.push("a reset step is not confirmed".into());
     }
     if !problems.is_empty() {
-        println!("VERIFICATION FAILED:");
+        say!("VERIFICATION FAILED:");
         for p in &problems {
-            println!("  {p}");
+            say!("  {p}");
         }
-        return Ok(false);
+        return Ok((o, false));
     }
-    println!(
+    say!(
         "verified: both CAs the session trusted are on it and destroyed, all five reset steps confirmed, and its {} connection records are exactly the gateway's",
         local.len()
     );
-    Ok(true)
+    Ok((o, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SID: &str = "sbx-2a04a3fc6a2e";
+
+    fn testdata(p: &str) -> String {
+        format!("{}/testdata/demo/{p}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn cas() -> Vec<String> {
+        vec![
+            testdata("session-ca-attempt-1.pem"),
+            testdata("session-ca.pem"),
+        ]
+    }
+
+    /// A demo run's certificate: printed and verified as the demo's
+    /// Python check did.
+    #[test]
+    fn a_demo_certificate_verifies() {
+        let (out, ok) = check(
+            &testdata("certificate.json"),
+            &testdata("records.jsonl"),
+            SID,
+            &cas(),
+        )
+        .unwrap();
+        assert!(ok);
+        assert_eq!(out, std::fs::read_to_string(testdata("check.txt")).unwrap());
+    }
+
+    /// Not issued, a CA not destroyed, a connection missing, a reset step
+    /// not confirmed: each is named, and the check fails.
+    #[test]
+    fn a_tampered_certificate_fails() {
+        let mut cert: Value =
+            serde_json::from_str(&read(&testdata("certificate.json")).unwrap()).unwrap();
+        cert["issued"] = Value::Bool(false);
+        cert["connections"].as_array_mut().unwrap().pop();
+        cert["reset"][0]["confirmed"] = Value::Bool(false);
+        cert["attempts"][0]["ca"][0]["destroyed_at"] = Value::String(String::new());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("certificate.json");
+        std::fs::write(&path, cert.to_string()).unwrap();
+        let (out, ok) = check(
+            path.to_str().unwrap(),
+            &testdata("records.jsonl"),
+            SID,
+            &cas(),
+        )
+        .unwrap();
+        assert!(!ok);
+        let tail = out.split_once("VERIFICATION FAILED:\n").unwrap().1;
+        assert_eq!(
+            tail,
+            "  not issued: None\n  CA 1e7faf08dc8581eb is not confirmed destroyed\n  \
+             the gateway recorded 23 connections of the session, the certificate holds 22\n  \
+             a reset step is not confirmed\n"
+        );
+        // A CA the session trusted that is not on the certificate (the
+        // origin's).
+        let (out, ok) = check(
+            &testdata("certificate.json"),
+            &testdata("records.jsonl"),
+            SID,
+            &[testdata("origin-ca.pem"), testdata("session-ca.pem")],
+        )
+        .unwrap();
+        assert!(!ok);
+        assert!(out.ends_with(&format!(
+            "VERIFICATION FAILED:\n  CA {} the session trusted is not on the certificate\n",
+            &digests(&testdata("origin-ca.pem")).unwrap()[0][..16]
+        )));
+    }
+
+    #[test]
+    fn digests_of_a_bundle() {
+        let d = digests(&testdata("session-ca.pem")).unwrap();
+        assert_eq!(d.len(), 1);
+        assert!(d[0].starts_with("8d745f564e471ce4"));
+    }
 }
