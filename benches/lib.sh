@@ -44,6 +44,66 @@ bench_check_workers() {
   [ "$n" = "$want" ] || { echo "expected $want tokio-rt-worker thread(s), found $n" >&2; return 1; }
 }
 
+# bench_ready_line FILE: waits (at most 20 s) for a process's first line in
+# FILE (its ready line) and prints it; the caller's `die` otherwise.
+bench_ready_line() {
+  for _ in $(seq 200); do
+    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
+    sleep 0.1
+  done
+  die "no ready line in $1"
+}
+
+# bench_settle PREFIX DEFAULT: before a run, waits (at most QUIET_WAIT
+# seconds, else DEFAULT) until the machine is under a quarter of a CPU busy
+# over one second. Our own processes are idle then, so what is busy is
+# other jobs (a shared machine's builds and tests). Past the wait the run
+# goes ahead (PREFIX names the script in the message), and the report stars
+# it if other jobs took CPU while it ran. Needs `$bin/bench-figures` and
+# `tck` (getconf CLK_TCK).
+bench_settle() {
+  local waited=0 m0 m1
+  while :; do
+    m0=$("${bin:?}/bench-figures" machine-ticks); sleep 1; m1=$("$bin/bench-figures" machine-ticks)
+    [ $((4 * (m1 - m0))) -lt "${tck:?}" ] && return 0 # under a quarter of a CPU
+    waited=$((waited + 1))
+    if [ "$waited" -ge "${QUIET_WAIT:-$2}" ]; then
+      echo "$1: the machine is still busy after ${waited}s; running anyway" >&2
+      return 0
+    fi
+  done
+}
+
+# bench_wrk_clients WORK NAME: wrk has neither an SNI nor a connect-to
+# option: it resolves the URL's host with getaddrinfo and sends that host as
+# SNI. So it runs in a private mount namespace where /etc/hosts is a
+# bind-mounted file (WORK/hosts) naming NAME 127.0.0.1; the machine's
+# /etc/hosts is never touched, and the mount goes away with the process.
+# Sets BENCH_WRK_NS, that command prefix (a prefix rather than a function,
+# so that `timeout` can run it), and writes WORK/report.lua, wrk's script
+# printing the RESULT line bench-figures reads; only done() is defined, so
+# wrk keeps its fast path for every request. (The Host header is to be set
+# without the port: the gateway refuses a Host naming a port other than 443,
+# host_mismatch.)
+bench_wrk_clients() {
+  local work=$1 name=$2
+  BENCH_WRK_NS=(unshare --mount)
+  [ "$(id -u)" -eq 0 ] || BENCH_WRK_NS+=(--map-root-user)
+  # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
+  BENCH_WRK_NS+=(sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts")
+  printf '127.0.0.1 localhost\n127.0.0.1 %s\n' "$name" >"$work/hosts"
+  cat >"$work/report.lua" <<'LUA'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "RESULT requests=%d bytes=%d duration_us=%d errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
+    summary.requests, summary.bytes, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+LUA
+}
+
 # The path of the benchmarks' 1 KiB reply: GET /bytes/1024, which
 # load-origin answers from one pattern block it built at start, with a
 # Content-Length. SMALL_PATH replaces it (for example a long one, to weigh

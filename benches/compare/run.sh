@@ -137,14 +137,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Wait (at most 20 s) for a process's first line in FILE and print it.
-ready_line() {
-  for _ in $(seq 200); do
-    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
-    sleep 0.1
-  done
-  die "no ready line in $1"
-}
 # A free loopback port for the peers that cannot listen on port 0 and report
 # it (a short race with other jobs, harmless on a test machine).
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -196,7 +188,7 @@ start_origin() {
   origin_pid=$!
   pids+=("$origin_pid")
   local line
-  line=$(ready_line "$work/origin.out")
+  line=$(bench_ready_line "$work/origin.out")
   dns=$(echo "$line" | figures json-field dns)
   origin_port=$(echo "$line" | figures json-field origin | sed 's/.*://')
   port[direct]=$origin_port ca[direct]=$work/origin-ca.pem tpids[direct]=$origin_pid
@@ -220,7 +212,7 @@ shutdown_grace_ms = 2000" gateway="$bin/gateway"
   local pid=$!
   pids+=("$pid")
   local line
-  line=$(ready_line "$work/gateway.out")
+  line=$(bench_ready_line "$work/gateway.out")
   port[gateway]=$(echo "$line" | figures json-field data | sed 's/.*://')
   ca[gateway]=$work/session-ca.pem tpids[gateway]=$pid
   bench_check_workers "$pid" "$line" 1 || die "the gateway is not serving with one worker"
@@ -425,30 +417,13 @@ wait_listening() {
 
 # --- clients -----------------------------------------------------------------
 
-# wrk has neither an SNI nor a connect-to option: it resolves the URL's
-# host and sends it as SNI. It runs in a private mount namespace where
-# /etc/hosts is a bind-mounted file naming the origin 127.0.0.1 (the
-# machine's file is never touched; the mount dies with the process), as in
-# benches/load/quick.sh. The Host header is set without the port: the
-# gateway refuses a Host naming a port other than 443.
-ns=(unshare --mount)
-[ "$(id -u)" -eq 0 ] || ns+=(--map-root-user)
-# shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
-ns+=(sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts")
-
+# wrk runs in a private mount namespace whose /etc/hosts names the origin
+# 127.0.0.1 (bench_wrk_clients in benches/lib.sh), as in
+# benches/load/quick.sh; its report script prints the RESULT line the
+# table is computed from.
 prepare_clients() {
-  printf '127.0.0.1 localhost\n127.0.0.1 %s\n' "$name" >"$work/hosts"
-  # Only done() is defined, so wrk keeps its fast path for every request.
-  cat >"$work/report.lua" <<'LUA'
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "RESULT requests=%d bytes=%d duration_us=%d errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
-    summary.requests, summary.bytes, summary.duration,
-    e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99)))
-end
-LUA
+  bench_wrk_clients "$work" "$name"
+  ns=("${BENCH_WRK_NS[@]}")
 }
 
 # Before measuring: one verified TLS 1.3 request through each target with
@@ -481,22 +456,8 @@ child_ticks() { figures child-ticks $$; }
 machine_ticks() { figures machine-ticks; }
 rss_kib() { figures rss-kib "$@"; }
 
-# Wait (at most QUIET_WAIT s) until the machine is under a quarter of a CPU
-# busy over one second: our processes are idle then, so what is busy is
-# other jobs. Past the wait the run goes ahead and the report stars it if
-# other jobs took CPU while it ran.
-settle() {
-  local waited=0 m0 m1
-  while :; do
-    m0=$(machine_ticks); sleep 1; m1=$(machine_ticks)
-    [ $((4 * (m1 - m0))) -lt "$tck" ] && return 0 # under a quarter of a CPU
-    waited=$((waited + 1))
-    if [ "$waited" -ge "${QUIET_WAIT:-30}" ]; then
-      echo "compare: the machine is still busy after ${waited}s; running anyway" >&2
-      return 0
-    fi
-  done
-}
+# Wait (at most QUIET_WAIT s, default 30) for a quiet machine (benches/lib.sh).
+settle() { bench_settle compare 30; }
 
 # measure RUN TARGET COMMAND...: one bounded load; the CPU ticks of the
 # target (the proxy; the origin itself for "direct"), the origin, the client

@@ -49,13 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ready_line() {
-  for _ in $(seq 200); do
-    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
-    sleep 0.1
-  done
-  die "no ready line in $1"
-}
 figures() { "$bin/bench-figures" "$@"; } # readings and figures: tests/src/figures.rs
 rss_kib() { figures rss-kib "$1"; }
 
@@ -69,7 +62,7 @@ fi
 
 "$bin/load-origin" "$work" >"$work/origin.out" 2>"$work/origin.log" &
 pids+=($!)
-line=$(ready_line "$work/origin.out")
+line=$(bench_ready_line "$work/origin.out")
 dns=$(echo "$line" | figures json-field dns)
 origin_port=$(echo "$line" | figures json-field origin | sed 's/.*://')
 

@@ -77,14 +77,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Wait (at most 20 s) for a process's ready line in FILE and print it.
-ready_line() {
-  for _ in $(seq 200); do
-    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
-    sleep 0.1
-  done
-  die "no ready line in $1"
-}
 
 # load-origin: demo-peers' DNS server and the end-to-end TLS origin (same
 # routes: `/` a short text, `/download/N` N bytes streamed), with Nagle's
@@ -95,7 +87,7 @@ start_peers() {
   peers_pid=$!
   pids+=("$peers_pid")
   local line
-  line=$(ready_line "$work/peers.out")
+  line=$(bench_ready_line "$work/peers.out")
   dns=$(echo "$line" | figures json-field dns)
   origin=$(echo "$line" | figures json-field origin)
   origin_port=${origin##*:}
@@ -124,7 +116,7 @@ start_gateway() {
   local pid=$!
   pids+=("$pid")
   local line
-  line=$(ready_line "$work/gateway$tag.out")
+  line=$(bench_ready_line "$work/gateway$tag.out")
   local addr
   addr=$(echo "$line" | figures json-field data)
   echo "gateway$tag $addr (pid $pid)" >&2
@@ -172,40 +164,15 @@ measure() {
     "other_ticks=$((m1 - m0 - g - o - c)) records=$((r1 - r0))" >"$work/$run.cpu"
 }
 
-# Before each run, wait (at most QUIET_WAIT seconds, default 60) until the
-# machine is quiet: under a quarter of a CPU busy over one second. Our own
-# processes are idle then, so what is busy is other jobs (a shared machine's
-# builds and tests). Past the wait the run goes ahead, and the report marks
-# it if other jobs took CPU while it ran.
-settle() {
-  local waited=0 m0 m1
-  while :; do
-    m0=$(machine_ticks); sleep 1; m1=$(machine_ticks)
-    [ $((4 * (m1 - m0))) -lt "$tck" ] && return 0 # under a quarter of a CPU
-    waited=$((waited + 1))
-    if [ "$waited" -ge "${QUIET_WAIT:-60}" ]; then
-      echo "load: the machine is still busy after ${waited}s; running anyway" >&2
-      return 0
-    fi
-  done
-}
+# Before each run, wait (at most QUIET_WAIT seconds, default 60) for a quiet
+# machine (benches/lib.sh): past the wait the report marks the run.
+settle() { bench_settle load 60; }
 
-# wrk has neither an SNI nor a connect-to option: it resolves the URL's
-# host with getaddrinfo and sends that host as SNI. So it runs in a private
-# mount namespace where /etc/hosts is a bind-mounted file naming the origin
-# 127.0.0.1; the machine's /etc/hosts is never touched, and the mount goes
-# away with the process. The Host header is set without the port, since the
-# gateway refuses a Host naming a port other than 443 (host_mismatch).
-# (A command prefix rather than a function, so that `timeout` can run it.)
-wrk_ns=(unshare --mount)
-[ "$(id -u)" -eq 0 ] || wrk_ns+=(--map-root-user)
-# shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
-wrk_ns+=(sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts")
 
 # wrk_run RUN PORT PATH CONNECTIONS [WRK OPTIONS...]
 wrk_run() {
   local run=$1 port=$2 path=$3 conns=$4; shift 4
-  measure "$run" "${wrk_ns[@]}" wrk -t1 -c"$conns" -d"${dur}s" --latency -s "$work/report.lua" \
+  measure "$run" "${BENCH_WRK_NS[@]}" wrk -t1 -c"$conns" -d"${dur}s" --latency -s "$work/report.lua" \
     -H "Host: $name" "$@" "https://$name:$port$path"
 }
 
@@ -216,21 +183,13 @@ h2load_run() {
   measure "$run" h2load --connect-to="127.0.0.1:$port" "$@" "https://$name$path"
 }
 
+# wrk runs in a private mount namespace whose /etc/hosts names the origin
+# 127.0.0.1 (bench_wrk_clients in benches/lib.sh); the Host header is set
+# without the port. Checked here before any run.
 prepare_clients() {
-  printf '127.0.0.1 localhost\n127.0.0.1 %s\n' "$name" >"$work/hosts"
-  # Only done() is defined, so wrk keeps its fast path for every request.
-  cat >"$work/report.lua" <<'LUA'
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "RESULT requests=%d bytes=%d duration_us=%d errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
-    summary.requests, summary.bytes, summary.duration,
-    e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99)))
-end
-LUA
+  bench_wrk_clients "$work" "$name"
   local got
-  read -r got _ < <("${wrk_ns[@]}" getent hosts "$name") || true
+  read -r got _ < <("${BENCH_WRK_NS[@]}" getent hosts "$name") || true
   [ "$got" = 127.0.0.1 ] || die "the private hosts file does not name $name 127.0.0.1 (got '$got')"
 }
 
