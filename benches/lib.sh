@@ -2,8 +2,9 @@
 # Shared by the bench scripts (sourced, not run).
 
 # bench_gateway_toml key=value ...: writes the bench gateway's config, one
-# static session for NAME in front of load-origin, and checks it with
-# `GATEWAY check-config`.
+# static session for NAME in front of load-origin, with
+# `$bin/bench-figures gateway-config` (the end-to-end test rig's writer,
+# tests/src/gateway.rs), and checks it with `GATEWAY check-config`.
 #
 #   file=PATH      where to write it
 #   id=ID          gateway_id            session=ID  the session's id
@@ -11,42 +12,19 @@
 #   dns=ADDR       load-origin's DNS     port=N       load-origin's TLS port
 #   work=DIR       load-origin's folder (its CA: DIR/origin-ca.pem)
 #   records=PATH   the records file      trust=PATH   where the session CA goes
-#   limits=TOML    lines for [limits]    extra=TOML   more lines for the session
-#   workers=N      runtime.workers (1: one thread serves everything)
-#   gateway=PATH   the gateway binary
+#   limits=TOML    lines for [limits]    workers=N    runtime.workers (1: one thread serves everything)
+#   masked=DIR     writes 4 random credentials (0600) to DIR/secret1..4, each
+#                  injected into NAME's requests as x-api-key-N: every reply is masked
+#   gateway=PATH   the gateway binary (for the check)
 bench_gateway_toml() {
-  local file id session name sources=127.0.0.1 dns port work records trust limits="" extra="" gateway
-  local workers=1
-  local "$@"
-  local srcs
-  srcs=$(echo "$sources" | sed 's/[^,]*/"&"/g; s/,/, /g')
-  cat >"$file" <<TOML
-gateway_id = "$id"
-[listen]
-data = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-[records]
-path = "$records"
-[resolver]
-nameservers = ["$dns"]
-timeout_ms = 500
-attempts = 1
-permit_internal = ["127.0.0.1/32"]
-[upstream]
-port = $port
-extra_trust_anchors = ["$work/origin-ca.pem"]
-[runtime]
-workers = $workers
-[limits]
-$limits
-[[session]]
-id = "$session"
-tenant = "bench"
-sources = [$srcs]
-allowlist = ["$name"]
-trust_file = "$trust"
-$extra
-TOML
+  local a file="" gateway="" args=()
+  for a in "$@"; do
+    case $a in
+      gateway=*) gateway=${a#gateway=} ;;
+      *) [[ $a == file=* ]] && file=${a#file=}; args+=("$a") ;;
+    esac
+  done
+  "${bin:?}/bench-figures" gateway-config "${args[@]}"
   "$gateway" check-config "$file" >/dev/null
 }
 
@@ -58,7 +36,7 @@ TOML
 # worker there are none, the main thread being the runtime.
 bench_check_workers() {
   local pid=$1 line=$2 want=$3 said n
-  said=$(echo "$line" | sed -n 's/.*"workers":\([0-9]*\).*/\1/p')
+  said=$(echo "$line" | "${bin:?}/bench-figures" json-field workers || true)
   [ "$said" = "$want" ] || { echo "gateway says ${said:-no} workers, not $want: $line" >&2; return 1; }
   n=$(cat /proc/"$pid"/task/*/comm | grep -c '^tokio-rt-worker$' || true)
   [ "$want" = 1 ] && want=0
@@ -66,23 +44,64 @@ bench_check_workers() {
   [ "$n" = "$want" ] || { echo "expected $want tokio-rt-worker thread(s), found $n" >&2; return 1; }
 }
 
-# bench_credentials DIR NAME: writes 4 random credentials (0600) to
-# DIR/secret1..4 and sets BENCH_ATTACH (the session's `attach` list: each
-# injected into NAME's requests as x-api-key-N) and BENCH_SECRETS (their
-# [[secret]] tables): a masked session's config.
-bench_credentials() {
-  local dir=$1 name=$2 i
-  BENCH_ATTACH="" BENCH_SECRETS=""
-  for i in 1 2 3 4; do
-    printf 'load-secret-%d-%s\n' "$i" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$dir/secret$i"
-    chmod 600 "$dir/secret$i"
-    BENCH_ATTACH="$BENCH_ATTACH\"KEY$i=$name:x-api-key-$i\", "
-    BENCH_SECRETS="${BENCH_SECRETS}[[secret]]
-name = \"KEY$i\"
-file = \"$dir/secret$i\"
-"
+# bench_ready_line FILE: waits (at most 20 s) for a process's first line in
+# FILE (its ready line) and prints it; the caller's `die` otherwise.
+bench_ready_line() {
+  for _ in $(seq 200); do
+    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
+    sleep 0.1
   done
-  BENCH_ATTACH=${BENCH_ATTACH%, }
+  die "no ready line in $1"
+}
+
+# bench_settle PREFIX DEFAULT: before a run, waits (at most QUIET_WAIT
+# seconds, else DEFAULT) until the machine is under a quarter of a CPU busy
+# over one second. Our own processes are idle then, so what is busy is
+# other jobs (a shared machine's builds and tests). Past the wait the run
+# goes ahead (PREFIX names the script in the message), and the report stars
+# it if other jobs took CPU while it ran. Needs `$bin/bench-figures` and
+# `tck` (getconf CLK_TCK).
+bench_settle() {
+  local waited=0 m0 m1
+  while :; do
+    m0=$("${bin:?}/bench-figures" machine-ticks); sleep 1; m1=$("$bin/bench-figures" machine-ticks)
+    [ $((4 * (m1 - m0))) -lt "${tck:?}" ] && return 0 # under a quarter of a CPU
+    waited=$((waited + 1))
+    if [ "$waited" -ge "${QUIET_WAIT:-$2}" ]; then
+      echo "$1: the machine is still busy after ${waited}s; running anyway" >&2
+      return 0
+    fi
+  done
+}
+
+# bench_wrk_clients WORK NAME: wrk has neither an SNI nor a connect-to
+# option: it resolves the URL's host with getaddrinfo and sends that host as
+# SNI. So it runs in a private mount namespace where /etc/hosts is a
+# bind-mounted file (WORK/hosts) naming NAME 127.0.0.1; the machine's
+# /etc/hosts is never touched, and the mount goes away with the process.
+# Sets BENCH_WRK_NS, that command prefix (a prefix rather than a function,
+# so that `timeout` can run it), and writes WORK/report.lua, wrk's script
+# printing the RESULT line bench-figures reads; only done() is defined, so
+# wrk keeps its fast path for every request. (The Host header is to be set
+# without the port: the gateway refuses a Host naming a port other than 443,
+# host_mismatch.)
+bench_wrk_clients() {
+  local work=$1 name=$2
+  BENCH_WRK_NS=(unshare --mount)
+  [ "$(id -u)" -eq 0 ] || BENCH_WRK_NS+=(--map-root-user)
+  # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
+  BENCH_WRK_NS+=(sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts")
+  printf '127.0.0.1 localhost\n127.0.0.1 %s\n' "$name" >"$work/hosts"
+  cat >"$work/report.lua" <<'LUA'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "RESULT requests=%d bytes=%d duration_us=%d errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
+    summary.requests, summary.bytes, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+LUA
 }
 
 # The path of the benchmarks' 1 KiB reply: GET /bytes/1024, which

@@ -21,7 +21,8 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-json_field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
+# A field of the JSON object on stdin (tests/src/bin/bench-figures.rs).
+json_field() { "$bin/bench-figures" json-field "$1"; }
 # Wait (at most 20 s) for a process's ready line in FILE and print it.
 ready_line() {
   for _ in $(seq 200); do
@@ -202,13 +203,8 @@ if what == "stop":
 ' "$1"
 }
 
-digest_of() { # the SHA-384 of each certificate in a PEM bundle, as the session can compute it
-  python3 - "$1" <<'PY'
-import base64, hashlib, re, sys
-for b64 in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", open(sys.argv[1]).read(), re.S):
-    print(hashlib.sha384(base64.b64decode("".join(b64.split()))).hexdigest())
-PY
-}
+# The SHA-384 of each certificate in a PEM bundle, as the session can compute it.
+digest_of() { "$bin/demo-check" digest "$1"; }
 
 # Wait (at most 20 s) for a pending approval card and print its id.
 next_card() {
@@ -297,51 +293,9 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 stub certificate "$sid" >"$work/certificate.json"
-python3 - "$work/certificate.json" "$work/records.jsonl" "$sid" "$work/session-ca-attempt-1.pem" "$work/session-ca.pem" <<'PY'
-import base64, hashlib, json, re, sys
-cert = json.load(open(sys.argv[1]))
-sid = sys.argv[3]
-print(cert["isolation_statement"])
-print()
-for a in cert["attempts"]:
-    print(f"attempt {a['attempt']}: cause {a['cause']}, ended {a['end_cause']}")
-    for ca in a["ca"]:
-        print(f"  CA {ca['digest'][:16]}... made {ca['made_at']}, destroyed {ca['destroyed_at']} ({ca['destroy_reason']})")
-print(f"connections: {len(cert['connections'])}, refusals: {len(cert['refusals'])}, batches: {len(cert['batches'])}")
-for p in cert.get("proposals", []):
-    print(f"proposal {p['id']}: {p['decision']} by {p.get('approver')} (digest {p['digest'][:16]}...)")
-for s in cert["secrets"]:
-    print(f"secret {s['name']}: used on {s['connections_used']} connections, {s['masked']} echoes masked")
-for step in cert["reset"]:
-    print(f"reset step {step['step']} {step['name']}: confirmed={step['confirmed']}")
-print("issued:", cert["issued"])
-
-# Verify it against what the session and the gateway saw.
-problems = []
-if not cert["issued"]:
-    problems.append("not issued: " + str(cert.get("not_issued_because")))
-trusted = []
-for path in sys.argv[4:6]:
-    for b64 in re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", open(path).read(), re.S):
-        trusted.append(hashlib.sha384(base64.b64decode("".join(b64.split()))).hexdigest())
-on_cert = {ca["digest"]: ca for a in cert["attempts"] for ca in a["ca"]}
-for d in trusted:
-    if d not in on_cert:
-        problems.append(f"CA {d[:16]} the session trusted is not on the certificate")
-    elif not on_cert[d]["destroyed_at"]:
-        problems.append(f"CA {d[:16]} is not confirmed destroyed")
-local = [json.loads(l) for l in open(sys.argv[2]) if json.loads(l).get("session_id") == sid]
-key = lambda r: (r["source"], r["opened_at"])
-if sorted(map(key, local)) != sorted(map(key, cert["connections"])):
-    problems.append(f"the gateway recorded {len(local)} connections of the session, the certificate holds {len(cert['connections'])}")
-if not all(s["confirmed"] for s in cert["reset"]) or len(cert["reset"]) != 5:
-    problems.append("a reset step is not confirmed")
-if problems:
-    print("VERIFICATION FAILED:", *problems, sep="\n  ")
-    sys.exit(1)
-print(f"verified: both CAs the session trusted are on it and destroyed, all five reset steps confirmed, "
-      f"and its {len(local)} connection records are exactly the gateway's")
-PY
+# Print it and verify it against what the session and the gateway saw
+# (tests/src/bin/demo-check.rs): exits non-zero if it does not hold.
+"$bin/demo-check" "$work/certificate.json" "$work/records.jsonl" "$sid" "$work/session-ca-attempt-1.pem" "$work/session-ca.pem"
 
 say "The credential appears nowhere in the gateway's log or records"
 if grep -qF "$(cat "$work/demo-token")" "$work/gateway.log" "$work/records.jsonl" "$work/certificate.json" "$work/serve.log"; then

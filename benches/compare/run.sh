@@ -21,7 +21,11 @@
 # judged); FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
 # TCP relay reference column); QUIET_WAIT=SECONDS (wait for other jobs to
 # leave the CPUs before each run, default 30); KEEP=1 (keep the work folder
-# /tmp/talos-compare.*).
+# /tmp/talos-compare.*); FROM=DIR (print the table again from a kept work
+# folder, and with STRICT=1 check it: no run).
+# The shell installs, starts and measures; the figures and the table are
+# computed by bench-figures (tests/src/figures.rs) from the raw output the
+# work folder keeps.
 # Every process started here inherits this environment: a GLIBC_TUNABLES
 # set outside reaches the gateway, the peers, the origin and the clients
 # alike, and the table's header line names it (docs/operators.md:
@@ -55,6 +59,17 @@ small_path=$BENCH_SMALL_PATH # the 1 KiB reply (benches/lib.sh)
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 die() { echo "compare: $*" >&2; exit 1; }
+figures() { "$bin/bench-figures" "$@"; } # tests/src/bin/bench-figures.rs
+
+# FROM=DIR: the table (and with STRICT=1 the check) again from a work folder
+# kept with KEEP=1; nothing is started.
+if [ -n "${FROM:-}" ]; then
+  [ -f "$FROM/run.env" ] || die "$FROM/run.env is missing: is it a work folder kept with KEEP=1?"
+  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-e2e --bin bench-figures
+  figures compare-table "$FROM"
+  [ "${STRICT:-0}" != 1 ] || figures compare-check "$FROM"
+  exit
+fi
 
 # --- tools -----------------------------------------------------------------
 
@@ -122,15 +137,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Wait (at most 20 s) for a process's first line in FILE and print it.
-ready_line() {
-  for _ in $(seq 200); do
-    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
-    sleep 0.1
-  done
-  die "no ready line in $1"
-}
-json_field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
 # A free loopback port for the peers that cannot listen on port 0 and report
 # it (a short race with other jobs, harmless on a test machine).
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -182,9 +188,9 @@ start_origin() {
   origin_pid=$!
   pids+=("$origin_pid")
   local line
-  line=$(ready_line "$work/origin.out")
-  dns=$(echo "$line" | json_field dns)
-  origin_port=$(echo "$line" | json_field origin | sed 's/.*://')
+  line=$(bench_ready_line "$work/origin.out")
+  dns=$(echo "$line" | figures json-field dns)
+  origin_port=$(echo "$line" | figures json-field origin | sed 's/.*://')
   port[direct]=$origin_port ca[direct]=$work/origin-ca.pem tpids[direct]=$origin_pid
   echo "origin 127.0.0.1:$origin_port, dns $dns (pid $origin_pid)" >&2
 }
@@ -206,8 +212,8 @@ shutdown_grace_ms = 2000" gateway="$bin/gateway"
   local pid=$!
   pids+=("$pid")
   local line
-  line=$(ready_line "$work/gateway.out")
-  port[gateway]=$(echo "$line" | json_field data | sed 's/.*://')
+  line=$(bench_ready_line "$work/gateway.out")
+  port[gateway]=$(echo "$line" | figures json-field data | sed 's/.*://')
   ca[gateway]=$work/session-ca.pem tpids[gateway]=$pid
   bench_check_workers "$pid" "$line" 1 || die "the gateway is not serving with one worker"
   echo "gateway 127.0.0.1:${port[gateway]} (pid $pid, 1 worker)" >&2
@@ -411,30 +417,13 @@ wait_listening() {
 
 # --- clients -----------------------------------------------------------------
 
-# wrk has neither an SNI nor a connect-to option: it resolves the URL's
-# host and sends it as SNI. It runs in a private mount namespace where
-# /etc/hosts is a bind-mounted file naming the origin 127.0.0.1 (the
-# machine's file is never touched; the mount dies with the process), as in
-# benches/load/quick.sh. The Host header is set without the port: the
-# gateway refuses a Host naming a port other than 443.
-ns=(unshare --mount)
-[ "$(id -u)" -eq 0 ] || ns+=(--map-root-user)
-# shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
-ns+=(sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts")
-
+# wrk runs in a private mount namespace whose /etc/hosts names the origin
+# 127.0.0.1 (bench_wrk_clients in benches/lib.sh), as in
+# benches/load/quick.sh; its report script prints the RESULT line the
+# table is computed from.
 prepare_clients() {
-  printf '127.0.0.1 localhost\n127.0.0.1 %s\n' "$name" >"$work/hosts"
-  # Only done() is defined, so wrk keeps its fast path for every request.
-  cat >"$work/report.lua" <<'LUA'
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "RESULT requests=%d bytes=%d duration_us=%d errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
-    summary.requests, summary.bytes, summary.duration,
-    e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99)))
-end
-LUA
+  bench_wrk_clients "$work" "$name"
+  ns=("${BENCH_WRK_NS[@]}")
 }
 
 # Before measuring: one verified TLS 1.3 request through each target with
@@ -455,48 +444,20 @@ check_targets() {
 # --- measuring -----------------------------------------------------------------
 
 
-# utime+stime of processes (all their threads), in clock ticks. The command
-# name in /proc/PID/stat is in parentheses and may hold spaces: count the
-# fields after the closing parenthesis (utime, stime are fields 14, 15).
-ticks() {
-  local p s=0
-  for p in "$@"; do s=$((s + $(sed 's/^.*) //' /proc/"$p"/stat | awk '{print $12 + $13}'))); done
-  echo "$s"
-}
-# stime alone: the part of ticks spent in the kernel.
-sys_ticks() {
-  local p s=0
-  for p in "$@"; do s=$((s + $(sed 's/^.*) //' /proc/"$p"/stat | awk '{print $13}'))); done
-  echo "$s"
-}
-# cutime+cstime of this shell: the CPU time of the children it waited for
-# (the load generator).
-child_ticks() { sed 's/^.*) //' /proc/$$/stat | awk '{print $14 + $15}'; }
-# Busy ticks of the whole machine: user, nice, system, irq, softirq, steal.
-machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
-# Resident memory of processes, in KiB (summed: nginx's master and worker).
-rss_kib() {
-  local p s=0
-  for p in "$@"; do s=$((s + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status))); done
-  echo "$s"
-}
+# Readings from /proc (bench-figures reads them): utime+stime of processes
+# (all their threads) and stime alone, in clock ticks; cutime+cstime of this
+# shell, the CPU time of the children it waited for (the load generator);
+# the busy ticks of the whole machine (user, nice, system, irq, softirq,
+# steal); resident memory of processes in KiB (summed: nginx's master and
+# worker).
+ticks() { figures ticks "$@"; }
+sys_ticks() { figures sys-ticks "$@"; }
+child_ticks() { figures child-ticks $$; }
+machine_ticks() { figures machine-ticks; }
+rss_kib() { figures rss-kib "$@"; }
 
-# Wait (at most QUIET_WAIT s) until the machine is under a quarter of a CPU
-# busy over one second: our processes are idle then, so what is busy is
-# other jobs. Past the wait the run goes ahead and the report stars it if
-# other jobs took CPU while it ran.
-settle() {
-  local waited=0 m0 m1
-  while :; do
-    m0=$(machine_ticks); sleep 1; m1=$(machine_ticks)
-    awk -v t=$((m1 - m0)) -v tck="$tck" 'BEGIN { exit !(t / tck < 0.25) }' && return 0
-    waited=$((waited + 1))
-    if [ "$waited" -ge "${QUIET_WAIT:-30}" ]; then
-      echo "compare: the machine is still busy after ${waited}s; running anyway" >&2
-      return 0
-    fi
-  done
-}
+# Wait (at most QUIET_WAIT s, default 30) for a quiet machine (benches/lib.sh).
+settle() { bench_settle compare 30; }
 
 # measure RUN TARGET COMMAND...: one bounded load; the CPU ticks of the
 # target (the proxy; the origin itself for "direct"), the origin, the client
@@ -569,7 +530,7 @@ aes_floor() {
   say "AES-256-GCM floor (openssl speed -evp aes-256-gcm, 16 KiB blocks, ${speed_s}s)"
   settle
   openssl speed -evp aes-256-gcm -bytes 16384 -seconds "$speed_s" >"$work/speed.out" 2>/dev/null
-  aes_bps=$(awk '/^(AES-256-GCM|aes-256-gcm)/ {v = $NF} END {sub(/k$/, "", v); printf "%.0f", v * 1000}' "$work/speed.out")
+  aes_bps=$(figures aes-floor "$work/speed.out")
   echo "  $aes_bps bytes/s" >&2
 }
 
@@ -606,170 +567,24 @@ run_all() {
 
 # --- the report ----------------------------------------------------------------
 
-# Figures of one run: "requests seconds bytes errors p50_us p99_us".
-figures() {
-  local out=$work/$1.out
-  if grep -q '^RESULT ' "$out" 2>/dev/null; then
-    sed -n 's/^RESULT //p' "$out" | tr ' ' '\n' | awk -F= '{v[$1]=$2}
-      END {printf "%.0f %.3f %.0f %.0f %.0f %.0f\n", v["requests"] - v["non2xx"], v["duration_us"] / 1e6,
-        v["bytes"], v["errors"] + v["non2xx"], v["p50_us"], v["p99_us"]}'
-  elif grep -q '^finished in' "$out" 2>/dev/null; then
-    awk '
-      function us(s) { if (s ~ /us$/) return s + 0; if (s ~ /ms$/) return s * 1000; return s * 1e6 }
-      /^finished in/ { sub(/,$/, "", $3); secs = us($3) / 1e6 }
-      /^requests:/ { ok = $8; bad = $10 + $12 + $14 }
-      /^status codes:/ { ok2xx = $3 }
-      /^traffic:/ { gsub(/[()]/, "", $3); bytes = $3 }
-      END { if (ok2xx < ok) { bad += ok - ok2xx; ok = ok2xx }
-            printf "%.0f %.3f %.0f %.0f - -\n", ok, secs, bytes, bad }' "$out"
-  else
-    echo "0 0 0 1 - -"
-  fi
-}
-cpu_field() { tr ' ' '\n' <"$work/$1.cpu" | sed -n "s/^$2=//p"; }
-idle_field() { tr ' ' '\n' <"$work/idle.$1.res" | sed -n "s/^$2=//p"; }
-
-# value RUN KIND: one cell. Kinds: rps, p50, p99, mbps, cpu1k (CPU-s per 1k
-# requests, and per 100k after a slash), cpugb, syscpugb (the kernel's part of
-# cpugb: system time), floor (CPU per GB over the two-pass AES-GCM floor),
-# busy (share of one core).
-value() {
-  local run=$1 kind=$2 n s b e p50 p99 pt kt o v
-  [ -f "$work/$run.cpu" ] || { echo "-"; return; }
-  read -r n s b e p50 p99 < <(figures "$run")
-  pt=$(cpu_field "$run" proxy_ticks); kt=$(cpu_field "$run" proxy_sys_ticks); o=$(cpu_field "$run" other_ticks)
-  v=$(awk -v k="$kind" -v n="$n" -v s="$s" -v b="$b" -v p50="$p50" -v p99="$p99" -v pt="$pt" \
-    -v kt="$kt" -v tck="$tck" -v aes="$aes_bps" 'BEGIN {
-      cpu = pt / tck
-      if (k == "rps") { if (s > 0) printf "%.0f", n / s; else printf "-" }
-      else if (k == "p50") { if (p50 == "-") printf "-"; else printf "%.2f", p50 / 1000 }
-      else if (k == "p99") { if (p99 == "-") printf "-"; else printf "%.2f", p99 / 1000 }
-      else if (k == "mbps") { if (s > 0) printf "%.0f", b / s / 1e6; else printf "-" }
-      else if (k == "cpu1k") { if (n > 0) printf "%.4f / %.2f", cpu / n * 1e3, cpu / n * 1e5; else printf "-" }
-      else if (k == "cpugb") { if (b > 0) printf "%.2f", cpu / b * 1e9; else printf "-" }
-      else if (k == "syscpugb") { if (b > 0) printf "%.2f", kt / tck / b * 1e9; else printf "-" }
-      else if (k == "floor") { if (b > 0 && aes > 0) printf "%.1fx", (cpu / b * 1e9) / (2 * 1e9 / aes); else printf "-" }
-      else if (k == "busy") { if (s > 0) printf "%.0f%%", 100 * cpu / s; else printf "-" }
-    }')
-  # A star: other jobs used more than a quarter of a CPU during the run.
-  if awk -v o="$o" -v tck="$tck" -v s="$s" 'BEGIN { exit !(s > 0 && o / tck / s > 0.25) }'; then v="$v*"; fi
-  [ "${e:-0}" != 0 ] && [ "$e" -gt $((n / 100)) ] && v="$v (errors $e)"
-  echo "$v"
-}
-idle_value() { # TARGET KIND (rss0, rss1, per_conn, est)
-  local t=$1 kind=$2
-  [ -f "$work/idle.$t.res" ] || { echo "-"; return; }
-  awk -v k="$kind" -v r0="$(idle_field "$t" rss0_kib)" -v r1="$(idle_field "$t" rss1_kib)" \
-    -v est="$(idle_field "$t" established)" 'BEGIN {
-      if (k == "rss0") printf "%.1f", r0 / 1024
-      else if (k == "rss1") printf "%.1f", r1 / 1024
-      else if (k == "est") printf "%d", est
-      else if (k == "per_conn") { if (est > 0) printf "%.1f", (r1 - r0) / est; else printf "-" } }'
-}
-# gateway/peer for one cell pair: the leading numbers only.
-ratio() {
-  awk -v a="$1" -v b="$2" 'BEGIN { a += 0; b += 0; if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'
-}
-
-# row LABEL CELL_FN ARGS...: a table row over every target, then gateway/peer.
-row() {
-  local label=$1; shift
-  local cells=() t gw="" v
-  for t in $refs gateway $peers; do
-    if [[ " $targets " == *" $t "* ]]; then v=$("$@" "$t"); else v="-"; fi
-    cells+=("$v")
-    [ "$t" = gateway ] && gw=$v
-  done
-  printf '| %s |' "$label"
-  printf ' %s |' "${cells[@]}"
-  local i=$(($(wc -w <<<"$refs") + 1))
-  for t in $peers; do printf ' %s |' "$(ratio "$gw" "${cells[$i]}")"; i=$((i + 1)); done
-  echo
-}
-run_cell() { value "$1.$3" "$2"; } # RUN KIND TARGET
-idle_cell() { [[ " $refs " == *" $2 "* ]] && { echo "-"; return; }; idle_value "$2" "$1"; } # KIND TARGET
-
-report() {
-  echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)," \
-    "Linux $(uname -r), glibc $(getconf GNU_LIBC_VERSION | sed 's/^glibc //'), GLIBC_TUNABLES=${GLIBC_TUNABLES:-(none)};" \
-    "${dur} s per load run, $idle_n idle connections; AES-256-GCM floor" \
-    "$(awk -v b="$aes_bps" 'BEGIN { printf "%.0f MB/s = %.2f CPU-s per GB one pass, %.2f for decrypt + re-encrypt", b / 1e6, 1e9 / b, 2e9 / b }')"
-  echo
-  printf '| figure |'
-  local t
-  for t in $refs gateway $peers; do printf ' %s |' "$t"; done
-  for t in $peers; do printf ' gw/%s |' "$t"; done
-  echo
-  printf '|---|'
-  for t in $refs gateway $peers $peers; do printf -- '---:|'; done
-  echo
-  row "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)" run_cell h1_small cpu1k
-  row "CPU-s per 1k / per 100k req, HTTP/2 1 KiB" run_cell h2_small cpu1k
-  row "CPU-s per 1k / per 100k new TLS connections" run_cell h1_newconn cpu1k
-  row "CPU-s per GB, 1 MiB replies" run_cell h1_1mib cpugb
-  row "… over the AES-GCM floor (2 passes)" run_cell h1_1mib floor
-  row "… of which in the kernel (system time), CPU-s per GB" run_cell h1_1mib syscpugb
-  row "HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32)" run_cell h1_small rps
-  row "… p50 latency, ms" run_cell h1_small p50
-  row "… p99 latency, ms" run_cell h1_small p99
-  row "HTTP/2 multiplexed 1 KiB: req/s (h2load -c8 -m32)" run_cell h2_small rps
-  row "1 MiB replies, HTTP/1.1: MB/s (wrk -c4)" run_cell h1_1mib mbps
-  row "new TLS connections/s, one request each (wrk -c16)" run_cell h1_newconn rps
-  row "idle: RSS MiB before" idle_cell rss0
-  row "idle: RSS MiB with the idle connections" idle_cell rss1
-  row "idle: connections established (asked $idle_n)" idle_cell est
-  row "idle: KiB per connection" idle_cell per_conn
-  row "busy (share of one core), HTTP/1.1 1 KiB" run_cell h1_small busy
-  row "busy, HTTP/2 1 KiB" run_cell h2_small busy
-  row "busy, 1 MiB replies" run_cell h1_1mib busy
-  row "busy, new connections" run_cell h1_newconn busy
-  echo
-  echo "The direct column's CPU figures are the origin's own."
-  [[ " $refs " == *" relay "* ]] && echo "The relay's are HAProxy's in TCP mode, passing the TLS through without" \
-    "terminating it (the kernel's share of moving the bytes)."
-  echo "\\* other jobs on the machine used more than a quarter of a CPU during that run. Ratios are"
-  echo "gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1."
-  echo
-  echo "Failed requests/connections per run (the end of a timed wrk run may cut a few):"
-  local run
-  for run in h1_small h2_small h1_1mib h1_newconn; do
-    printf '  %s:' "$run"
-    for t in $targets; do printf ' %s %s' "$t" "$(figures "$run.$t" | awk '{print $4}')"; done
-    echo
-  done
-  echo "Idle connections (opened/failed by the client, seconds to open them all, the target's CPU-s for the handshakes):"
-  for t in $proxies; do
-    [ -f "$work/idle.$t.res" ] || continue
-    printf '  %s: opened %s failed %s in %ss, %s CPU-s\n' "$t" "$(idle_field "$t" opened)" \
-      "$(idle_field "$t" failed)" "$(idle_field "$t" seconds)" \
-      "$(awk -v c="$(idle_field "$t" handshake_ticks)" -v tck="$tck" 'BEGIN { printf "%.2f", c / tck }')"
-  done
-}
-
-# STRICT=1 (the test command's smoke run): fail unless every load run that
-# ran got requests through and lost at most 1 % of them, and every target
-# held its idle connections. Speed is never judged.
-strict_check() {
-  local f run n e bad=0
-  for f in "$work"/*.cpu; do
-    run=$(basename "$f" .cpu)
-    read -r n _ _ e _ < <(figures "$run")
-    if [ "$n" -eq 0 ] || [ "$e" -gt $((n / 100)) ]; then
-      echo "compare: $run: $n requests, $e failed" >&2
-      bad=1
-    fi
-  done
-  for f in "$work"/idle.*.res; do
-    [ -e "$f" ] || continue
-    run=$(basename "$f" .res)
-    if [ "$(idle_field "${run#idle.}" failed)" != 0 ]; then
-      echo "compare: $run: $(cat "$f")" >&2
-      bad=1
-    fi
-  done
-  [ "$bad" = 0 ] || die "a run failed (STRICT=1)"
-  echo "compare: every run got its requests through (STRICT=1)" >&2
+# The facts the table's header line names, beside the raw output, so that
+# FROM=DIR prints the same table again. bench-figures compare-table reads
+# them and every run's files (RUN.TARGET.out, .cpu, idle.TARGET.res,
+# speed.out); tests/src/figures.rs says what each cell is.
+write_run_env() {
+  {
+    echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "nproc=$(nproc)"
+    echo "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)"
+    echo "kernel=$(uname -r)"
+    echo "glibc=$(getconf GNU_LIBC_VERSION | sed 's/^glibc //')"
+    echo "glibc_tunables=${GLIBC_TUNABLES:-(none)}"
+    echo "duration_s=$dur"
+    echo "idle_conns=$idle_n"
+    echo "clk_tck=$tck"
+    echo "refs=$refs"
+    echo "peers=$peers"
+  } >"$work/run.env"
 }
 
 install_tools
@@ -779,7 +594,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
   say "Building release binaries"
   cargo build --release -q --locked -p talos-gateway -p talos-e2e --bins
 fi
-for b in gateway load-origin; do [ -x "$bin/$b" ] || die "no $b in $bin (set BIN_DIR)"; done
+for b in gateway load-origin bench-figures; do [ -x "$bin/$b" ] || die "no $b in $bin (set BIN_DIR)"; done
 make_pki
 prepare_clients
 start_origin
@@ -791,5 +606,9 @@ targets="$refs $proxies"
 check_targets
 aes_floor
 run_all
-report | tee "$work/table.md"
-if [ "${STRICT:-0}" = 1 ]; then strict_check; fi
+write_run_env
+figures compare-table "$work" | tee "$work/table.md"
+# STRICT=1 (the test command's smoke run): fail unless every load run that
+# ran got requests through and lost at most 1 % of them, and every target
+# held its idle connections. Speed is never judged.
+if [ "${STRICT:-0}" = 1 ]; then figures compare-check "$work"; fi

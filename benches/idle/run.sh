@@ -49,15 +49,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ready_line() {
-  for _ in $(seq 200); do
-    if [ -s "$1" ]; then head -n1 "$1"; return 0; fi
-    sleep 0.1
-  done
-  die "no ready line in $1"
-}
-json_field() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
-rss_kib() { awk '/^VmRSS:/ {print $2}' /proc/"$1"/status; }
+figures() { "$bin/bench-figures" "$@"; } # readings and figures: tests/src/figures.rs
+rss_kib() { figures rss-kib "$1"; }
 
 ulimit -n "$(ulimit -Hn)"
 max=$(echo "$counts" | tr ' ' '\n' | sort -n | tail -1)
@@ -69,9 +62,9 @@ fi
 
 "$bin/load-origin" "$work" >"$work/origin.out" 2>"$work/origin.log" &
 pids+=($!)
-line=$(ready_line "$work/origin.out")
-dns=$(echo "$line" | json_field dns)
-origin_port=$(echo "$line" | json_field origin | sed 's/.*://')
+line=$(bench_ready_line "$work/origin.out")
+dns=$(echo "$line" | figures json-field dns)
+origin_port=$(echo "$line" | figures json-field origin | sed 's/.*://')
 
 bench_gateway_toml file="$work/gateway.toml" id=gw-idle session=sbx-idle name="$name" \
   sources="$sources" dns="$dns" port="$origin_port" work="$work" records="$work/records.jsonl" \
@@ -98,7 +91,7 @@ one() {
     sleep 0.1
   done
   [ -n "$line" ] || die "gateway did not start: $(tail -3 "$run.gw.log")"
-  port=$(echo "$line" | json_field data | sed 's/.*://')
+  port=$(echo "$line" | figures json-field data | sed 's/.*://')
   # heaptrack runs the gateway as its child: measure that process.
   if [ "${HEAPTRACK:-0}" = 1 ]; then
     local g
@@ -127,9 +120,7 @@ one() {
   [ "$wrapper" = "$gw" ] || timeout 120 tail --pid="$wrapper" -f /dev/null || stop "$wrapper"
   pids=("${pids[0]}")
   echo "$mode $n $((r1 - r0)) $opened" >>"$work/deltas"
-  awk -v m="$mode" -v n="$n" -v a="$r0" -v b="$r1" -v o="$opened" -v r="${res#OPEN }" \
-    'BEGIN { printf "%-6s %5d rss0=%6d KiB rss1=%7d KiB  %5.1f KiB/conn  (%s)\n", m, n, a, b, (o > 0 ? (b - a) / o : 0), r }' |
-    tee -a "$work/results"
+  figures idle-line "$mode" "$n" "$r0" "$r1" "${opened:-0}" "${res#OPEN }" | tee -a "$work/results"
 }
 
 echo "gateway env: ${GW_ENV:-none}" >&2
@@ -137,6 +128,4 @@ for mode in $modes; do
   for n in $counts; do one "$mode" "$n"; done
 done
 # Slope between the smallest and largest count, per mode.
-awk '{ d[$1, $2] = $3; o[$1, $2] = $4; m[$1] = 1; if (!($2 in seen)) { seen[$2] = 1; c[++k] = $2 } }
-  END { if (k < 2) exit; lo = c[1]; hi = c[k]; for (x in m) if (o[x, hi] > o[x, lo])
-    printf "%-6s slope %d..%d: %.1f KiB/conn\n", x, lo, hi, (d[x, hi] - d[x, lo]) / (o[x, hi] - o[x, lo]) }' "$work/deltas"
+figures idle-slopes "$work/deltas"

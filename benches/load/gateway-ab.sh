@@ -16,7 +16,8 @@
 #   h2      HTTP/2 multiplexed, 1 KiB replies:  h2load -c8 -m32
 #   mib     1 MiB replies over HTTP/1.1:        h2load --h1 -c4 -m1
 #   newconn one request per new TLS connection: h2load --h1 -c16, -n per client 1, repeated for DUR s
-# Needs: h2load (nghttp2-client), python3; BIN_DIR holds load-origin.
+# Needs: h2load (nghttp2-client); BIN_DIR holds load-origin and bench-figures
+# (which computes each round's figures and the medians: tests/src/figures.rs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/lib.sh
@@ -24,7 +25,9 @@ bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 : "${GW_A:?GW_A=path of gateway binary A}" "${GW_B:?GW_B=path of gateway binary B}"
 rounds=${ROUNDS:-6} dur=${DUR:-5} workloads=${WORKLOADS:-h1 h2 mib newconn}
 command -v h2load >/dev/null || { echo "gateway-ab: h2load is missing (apt-get install nghttp2-client)" >&2; exit 1; }
-[ -x "$bin/load-origin" ] || { echo "gateway-ab: no load-origin in $bin (cargo build --release -p talos-e2e --bin load-origin)" >&2; exit 1; }
+for b in load-origin bench-figures; do
+  [ -x "$bin/$b" ] || { echo "gateway-ab: no $b in $bin (cargo build --release -p talos-e2e --bin $b)" >&2; exit 1; }
+done
 w=$(mktemp -d /tmp/gw-ab.XXXXXX); pids=()
 stop_all() {
   local p
@@ -35,7 +38,7 @@ stop_all() {
 trap stop_all EXIT
 "$bin/load-origin" "$w" >"$w/peers.out" 2>/dev/null & pids+=($!)
 for _ in $(seq 100); do [ -s "$w/peers.out" ] && break; sleep 0.1; done
-field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
+field() { head -n1 "$1" | "$bin/bench-figures" json-field "$2"; } # FILE NAME: a ready line's field
 dns=$(field "$w/peers.out" dns); origin=$(field "$w/peers.out" origin)
 name=origin.demo.test
 small_path=$BENCH_SMALL_PATH # the 1 KiB reply (benches/lib.sh)
@@ -54,9 +57,10 @@ for t in A B; do
   timeout 30 h2load -n 200 -c 2 -m 4 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
   timeout 30 h2load --h1 -n 200 -c 2 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
 done
-cpu() { awk '{print $14+$15}' /proc/"$1"/stat; }
+cpu() { "$bin/bench-figures" ticks "$1"; }
 tck=$(getconf CLK_TCK)
-# run T WORKLOAD: prints "units cpu_seconds seconds" (units: requests, or bytes for mib).
+# run T WORKLOAD: prints the round's "CPU-per-unit rate" (CPU-s per 1k
+# requests and req/s; CPU-s per GB and MB/s for mib), "- -" if nothing got through.
 run() {
   local t=$1 wl=$2 b a out
   local to=(timeout -k 5 $((dur + 60)) h2load --connect-to="127.0.0.1:${port[$t]}")
@@ -78,13 +82,7 @@ run() {
   esac
   s1=$(date +%s.%N)
   a=$(cpu "${pid[$t]}")
-  local units
-  if [ "$wl" = mib ]; then
-    units=$(echo "$out" | sed -n 's/.*traffic: [^(]*(\([0-9]*\)) total.*/\1/p' | awk '{s += $1} END {print s + 0}')
-  else
-    units=$(echo "$out" | awk '/^requests:/ {s += $8} END {print s + 0}')
-  fi
-  awk -v u="$units" -v c=$((a - b)) -v tck="$tck" -v s0="$s0" -v s1="$s1" 'BEGIN {printf "%d %.3f %.3f\n", u, c / tck, s1 - s0}'
+  echo "$out" | "$bin/bench-figures" ab-round "$wl" $((a - b)) "$tck" "$s0" "$s1"
 }
 for wl in $workloads; do
   unit="CPU-s per 1k req"; [ "$wl" = mib ] && unit="CPU-s per GB"
@@ -93,28 +91,9 @@ for wl in $workloads; do
   for r in $(seq "$rounds"); do
     order="A B"; [ $((r % 2)) = 0 ] && order="B A"
     for t in $order; do
-      read -r u c s < <(run "$t" "$wl")
-      line=$(awk -v u="$u" -v c="$c" -v s="$s" -v wl="$wl" 'BEGIN {
-        if (u == 0) { print "- -"; exit }
-        if (wl == "mib") printf "%.3f %.1f\n", c / u * 1e9, u / s / 1e6; else printf "%.4f %.0f\n", c / u * 1e3, u / s }')
+      line=$(run "$t" "$wl")
       echo "round $r $t: $line" | tee -a "$w/$wl.res"
     done
   done
-  python3 - "$w/$wl.res" "$wl" <<'PY'
-import sys, statistics as st
-rows = [l.split() for l in open(sys.argv[1])]
-by = {"A:": {}, "B:": {}}
-for r in rows:
-    if r[3] == "-":
-        continue
-    by[r[2]][r[1]] = (float(r[3]), float(r[4]))
-rounds = sorted(set(by["A:"]) & set(by["B:"]))
-cpu = [by["B:"][k][0] / by["A:"][k][0] for k in rounds]
-rate = [by["B:"][k][1] / by["A:"][k][1] for k in rounds]
-ma = st.median(by["A:"][k][0] for k in rounds); mb = st.median(by["B:"][k][0] for k in rounds)
-ra = st.median(by["A:"][k][1] for k in rounds); rb = st.median(by["B:"][k][1] for k in rounds)
-unit = "MB/s" if sys.argv[2] == "mib" else "req/s"
-print(f"  CPU per unit: A {ma:.4f}  B {mb:.4f}  B/A median of rounds {st.median(cpu):.3f} (rounds {', '.join(f'{x:.2f}' for x in cpu)})")
-print(f"  rate ({unit}): A {ra:.0f}  B {rb:.0f}  B/A median of rounds {st.median(rate):.3f}")
-PY
+  "$bin/bench-figures" ab-summary "$w/$wl.res" "$wl"
 done

@@ -13,31 +13,31 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/lib.sh
 bin=${BIN_DIR:-target/release}
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -q -p talos-gateway -p talos-e2e --bin gateway --bin load-origin
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -q -p talos-gateway -p talos-e2e --bin gateway --bin load-origin --bin bench-figures
+figures() { "$bin/bench-figures" "$@"; } # the rounds' figures and medians: tests/src/figures.rs
 command -v h2load >/dev/null || { echo "masking-ab: h2load is missing (apt-get install nghttp2-client)" >&2; exit 1; }
 w=$(mktemp -d /tmp/ab.XXXXXX); pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$w"' EXIT
 "$bin/load-origin" "$w" > "$w/peers.out" 2>/dev/null & pids+=($!)
 sleep 2
-dns=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dns"])' "$w/peers.out")
-origin=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["origin"])' "$w/peers.out")
+dns=$(figures json-field dns <"$w/peers.out")
+origin=$(figures json-field origin <"$w/peers.out")
 name=origin.demo.test
-mk() { # off|on ATTACH SECRETS
-  bench_gateway_toml file="$w/gw$1.toml" id="gw-ab$1" session=sbx-ab name="$name" \
-    dns="$dns" port="${origin##*:}" work="$w" records="$w/records$1.jsonl" trust="$w/ca$1.pem" \
-    extra="attach = [$2]
-$3" gateway="$bin/gateway"
+mk() { # off|on [masked=DIR]
+  local t=$1; shift
+  bench_gateway_toml file="$w/gw$t.toml" id="gw-ab$t" session=sbx-ab name="$name" \
+    dns="$dns" port="${origin##*:}" work="$w" records="$w/records$t.jsonl" trust="$w/ca$t.pem" \
+    "$@" gateway="$bin/gateway"
 }
-bench_credentials "$w" "$name"
-mk off "" ""
-mk on "$BENCH_ATTACH" "$BENCH_SECRETS"
+mk off
+mk on masked="$w"
 declare -A pid port
 for t in off on; do
   "$bin/gateway" run --config "$w/gw$t.toml" > "$w/g$t.out" 2>/dev/null & pid[$t]=$!; pids+=($!)
 done
 sleep 1.5
-for t in off on; do port[$t]=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["data"].split(":")[1])' "$w/g$t.out"); done
-cpu() { awk '{print $14+$15}' /proc/$1/stat; }
+for t in off on; do port[$t]=$(head -n1 "$w/g$t.out" | figures json-field data | sed 's/.*://'); done
+cpu() { figures ticks "$1"; }
 tck=$(getconf CLK_TCK)
 for proto in h1 h2; do
   flag=""; [ "$proto" = h1 ] && flag="--h1"
@@ -51,18 +51,10 @@ for proto in h1 h2; do
     b=$(cpu ${pid[$t]})
     out=$(h2load $flag -c4 -m1 -D "$dur" --connect-to=127.0.0.1:${port[$t]} https://$name/download/1048576 2>&1)
     a=$(cpu ${pid[$t]})
-    bytes=$(echo "$out" | sed -n 's/.*traffic: [^(]*(\([0-9]*\)) total.*/\1/p')
-    mbs=$(python3 -c "print(round($bytes/1e6/$dur,1))")
-    g=$(python3 -c "print(round(($a-$b)/$tck/($bytes/1e9),3))")
+    read -r mbs g < <(echo "$out" | figures masking-round "$dur" $((a - b)) "$tck")
     echo "round $r $t: $mbs MB/s, $g CPU-s/GB"
     mb[$t]="${mb[$t]:-} $mbs"; cpugb[$t]="${cpugb[$t]:-} $g"
   done
 done
-python3 - "${mb[off]}" "${mb[on]}" "${cpugb[off]}" "${cpugb[on]}" <<'PY'
-import sys, statistics as st
-off, on, coff, con = ([float(x) for x in a.split()] for a in sys.argv[1:5])
-print(f"median MB/s off {st.median(off)} on {st.median(on)} -> on/off {st.median(on)/st.median(off):.2f}")
-print(f"per-round on/off: {[round(b/a,2) for a,b in zip(off,on)]}")
-print(f"median CPU-s/GB off {st.median(coff):.3f} on {st.median(con):.3f}")
-PY
+figures masking-summary "${mb[off]}" "${mb[on]}" "${cpugb[off]}" "${cpugb[on]}"
 done

@@ -179,6 +179,15 @@ pub struct TestConfig {
     /// second time with `TALOS_TEST_WORKERS=1`: the single-threaded
     /// scheduler the benchmarks use.
     pub workers: Option<usize>,
+    /// `resolver.timeout_ms` (default 300).
+    pub resolver_timeout_ms: u64,
+    /// `upstream.connect_timeout_ms` and `limits.hello_timeout_ms`: short
+    /// in tests (2000, 700); `None` leaves the gateway's defaults (the
+    /// benchmarks' configs, `tests/src/bin/bench-figures.rs`).
+    pub connect_timeout_ms: Option<u64>,
+    pub hello_timeout_ms: Option<u64>,
+    /// Every session's tenant (default `acme`).
+    pub tenant: String,
 }
 
 /// `TALOS_TEST_WORKERS`, if set.
@@ -220,6 +229,10 @@ impl Default for TestConfig {
             secrets: Vec::new(),
             control: None,
             workers: test_workers(),
+            resolver_timeout_ms: 300,
+            connect_timeout_ms: Some(2000),
+            hello_timeout_ms: Some(700),
+            tenant: "acme".into(),
         }
     }
 }
@@ -239,6 +252,12 @@ pub struct TestSession {
 impl TestConfig {
     /// The TOML text, records in `dir` (see [`records_path`]).
     pub fn toml(&self, dir: &Path) -> String {
+        self.toml_with_records(&records_path(dir))
+    }
+
+    /// The TOML text with records written to `records`: the one writer of
+    /// the gateway's config for the tests and the bench scripts.
+    pub fn toml_with_records(&self, records: &Path) -> String {
         let quoted = |v: &[String]| {
             v.iter()
                 .map(|s| format!("{s:?}"))
@@ -260,20 +279,25 @@ admin = "127.0.0.1:0"
 path = {records:?}
 [resolver]
 nameservers = ["{dns}"]
-timeout_ms = 300
+timeout_ms = {resolver_timeout}
 attempts = 1
 permit_internal = [{permit}]
 [upstream]
 port = {port}
-connect_timeout_ms = 2000
-extra_trust_anchors = [{anchors}]
+{connect_timeout}extra_trust_anchors = [{anchors}]
 [limits]
-hello_timeout_ms = 700
-{limits}
+{hello_timeout}{limits}
 "#,
             id = self.gateway_id,
-            records = records_path(dir).display().to_string(),
+            records = records.display().to_string(),
             dns = self.dns,
+            resolver_timeout = self.resolver_timeout_ms,
+            connect_timeout = self
+                .connect_timeout_ms
+                .map_or(String::new(), |ms| format!("connect_timeout_ms = {ms}\n")),
+            hello_timeout = self
+                .hello_timeout_ms
+                .map_or(String::new(), |ms| format!("hello_timeout_ms = {ms}\n")),
             permit = quoted(&self.permit_internal),
             port = self.upstream_port,
             anchors = paths(&self.anchors),
@@ -284,8 +308,9 @@ hello_timeout_ms = 700
         }
         for s in &self.sessions {
             out.push_str(&format!(
-                "[[session]]\nid = {:?}\ntenant = \"acme\"\nsources = [{}]\nallowlist = [{}]\ntrust_file = {:?}\nattach = [{}]\n",
+                "[[session]]\nid = {:?}\ntenant = {:?}\nsources = [{}]\nallowlist = [{}]\ntrust_file = {:?}\nattach = [{}]\n",
                 s.id,
+                self.tenant,
                 quoted(&s.sources),
                 quoted(&s.allowlist),
                 s.trust_file.display().to_string(),

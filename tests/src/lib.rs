@@ -2,6 +2,7 @@
 //! ports the kernel picks.
 //!
 //! - [`dns`]: a real DNS server (UDP) answering from a table.
+//! - [`figures`]: the bench scripts' arithmetic and tables, from their raw output.
 //! - [`gateway`]: the `gateway` binary started as operators start it.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
@@ -13,6 +14,7 @@
 pub mod clients;
 pub mod control;
 pub mod dns;
+pub mod figures;
 pub mod gateway;
 pub mod grpc;
 pub mod origin;

@@ -1,0 +1,1310 @@
+//! The benchmarks' arithmetic and tables (`tests/src/bin/bench-figures.rs`).
+//!
+//! The bench scripts start the processes and keep every tool's raw output
+//! in their work folder: wrk's and h2load's output (`RUN.out`), the CPU
+//! ticks read from `/proc` around each run (`RUN.cpu`), the idle
+//! connections' readings (`idle.TARGET.res`), `openssl speed`'s output
+//! (`speed.out`) and the facts of the run (`run.env`). This module turns
+//! those files into the figures and the Markdown tables, so a kept work
+//! folder gives the same table again.
+//!
+//! The numbers are formatted as C's `printf` does (Rust's `{:.N}` rounds
+//! the exact binary value half to even, as glibc does), and where the
+//! scripts rounded a figure before computing with it (seconds to 3
+//! decimals, counts to integers), so does this.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The leading number of `s`, as awk reads a string as a number: leading
+/// blanks, then the longest prefix that is a decimal number; 0 if none.
+pub fn awk_num(s: &str) -> f64 {
+    let t = s.trim_start_matches([' ', '\t', '\n']);
+    let b = t.as_bytes();
+    let mut i = 0;
+    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+        i += 1;
+    }
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    let mut n = digits(&mut i);
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        n += digits(&mut i);
+    }
+    if n == 0 {
+        return 0.0;
+    }
+    let mut end = i;
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        let mut j = i + 1;
+        if j < b.len() && (b[j] == b'+' || b[j] == b'-') {
+            j += 1;
+        }
+        if digits(&mut j) > 0 {
+            end = j;
+        }
+    }
+    t[..end].parse().unwrap_or(0.0)
+}
+
+/// `v` as `printf("%.Nf")` prints it.
+pub fn fixed(v: f64, decimals: usize) -> String {
+    format!("{v:.decimals$}")
+}
+
+/// `v` rounded as `%.Nf` prints it, read back: what a figure is worth after
+/// a script printed it and computed with the printed text.
+fn rounded(v: f64, decimals: usize) -> f64 {
+    fixed(v, decimals).parse().unwrap_or(0.0)
+}
+
+/// The figures of one load run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Requests answered with a 2xx.
+    pub requests: f64,
+    /// The run's length in seconds, to the millisecond.
+    pub seconds: f64,
+    /// Bytes read by the client.
+    pub bytes: f64,
+    /// Failed requests: errors and non-2xx replies.
+    pub errors: f64,
+    /// Latency percentiles in µs (wrk's report script gives them).
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// Mean request time in µs (h2load gives it).
+    pub mean_us: Option<f64>,
+}
+
+impl Run {
+    /// What the scripts counted for a run that left no output they know.
+    pub const NONE: Run = Run {
+        requests: 0.0,
+        seconds: 0.0,
+        bytes: 0.0,
+        errors: 1.0,
+        p50_us: None,
+        p99_us: None,
+        mean_us: None,
+    };
+
+    /// The figures in one tool's output: the `RESULT` line of the wrk
+    /// script (`report.lua`), else h2load's summary, else [`Run::NONE`].
+    pub fn parse(out: &str) -> Run {
+        if out.lines().any(|l| l.starts_with("RESULT ")) {
+            return Self::wrk(out);
+        }
+        if out.lines().any(|l| l.starts_with("finished in")) {
+            return Self::h2load(out);
+        }
+        Run::NONE
+    }
+
+    /// [`Run::parse`] of a file; a missing file is [`Run::NONE`].
+    pub fn read(path: &Path) -> Run {
+        std::fs::read_to_string(path).map_or(Run::NONE, |s| Self::parse(&s))
+    }
+
+    /// `RESULT requests=N bytes=N duration_us=N errors=N non2xx=N p50_us=N p99_us=N`.
+    fn wrk(out: &str) -> Run {
+        let mut v: HashMap<&str, &str> = HashMap::new();
+        for l in out.lines() {
+            if let Some(rest) = l.strip_prefix("RESULT ") {
+                for kv in rest.split(' ') {
+                    let mut it = kv.split('=');
+                    let k = it.next().unwrap_or("");
+                    v.insert(k, it.next().unwrap_or(""));
+                }
+            }
+        }
+        let n = |k: &str| awk_num(v.get(k).copied().unwrap_or(""));
+        Run {
+            requests: rounded(n("requests") - n("non2xx"), 0),
+            seconds: rounded(n("duration_us") / 1e6, 3),
+            bytes: rounded(n("bytes"), 0),
+            errors: rounded(n("errors") + n("non2xx"), 0),
+            p50_us: Some(rounded(n("p50_us"), 0)),
+            p99_us: Some(rounded(n("p99_us"), 0)),
+            mean_us: None,
+        }
+    }
+
+    /// h2load's summary: `finished in`, `requests:`, `status codes:`,
+    /// `traffic:` and `time for request:` lines (the last of each counts).
+    fn h2load(out: &str) -> Run {
+        // h2load's durations: 12.3us, 4.5ms, 1.2s.
+        fn us(s: &str) -> f64 {
+            if s.ends_with("us") {
+                awk_num(s)
+            } else if s.ends_with("ms") {
+                awk_num(s) * 1000.0
+            } else {
+                awk_num(s) * 1e6
+            }
+        }
+        let (mut secs, mut ok, mut bad, mut ok2xx, mut bytes, mut mean) =
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for l in out.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let at = |i: usize| f.get(i - 1).copied().unwrap_or("");
+            if l.starts_with("finished in") {
+                secs = us(at(3).strip_suffix(',').unwrap_or(at(3))) / 1e6;
+            } else if l.starts_with("requests:") {
+                ok = awk_num(at(8));
+                bad = awk_num(at(10)) + awk_num(at(12)) + awk_num(at(14));
+            } else if l.starts_with("status codes:") {
+                ok2xx = awk_num(at(3));
+            } else if l.starts_with("traffic:") {
+                bytes = awk_num(&at(3).replace(['(', ')'], ""));
+            } else if l.starts_with("time for request:") {
+                mean = us(at(6));
+            }
+        }
+        if ok2xx < ok {
+            bad += ok - ok2xx;
+            ok = ok2xx;
+        }
+        Run {
+            requests: rounded(ok, 0),
+            seconds: rounded(secs, 3),
+            bytes: rounded(bytes, 0),
+            errors: rounded(bad, 0),
+            p50_us: None,
+            p99_us: None,
+            mean_us: Some(rounded(mean, 0)),
+        }
+    }
+}
+
+/// `key=value ...` words (a `.cpu` or `.res` file): the value of each key,
+/// the first if a key comes twice, "" for a missing one.
+#[derive(Debug, Clone, Default)]
+pub struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    pub fn parse(text: &str) -> Fields {
+        Fields(
+            text.split([' ', '\n'])
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    /// The fields of a file, `None` if it is missing.
+    pub fn read(path: &Path) -> Option<Fields> {
+        std::fs::read_to_string(path).ok().map(|s| Self::parse(&s))
+    }
+
+    pub fn get(&self, k: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(key, _)| key == k)
+            .map_or("", |(_, v)| v)
+    }
+
+    /// The value as awk reads it as a number.
+    pub fn num(&self, k: &str) -> f64 {
+        awk_num(self.get(k))
+    }
+}
+
+/// `run.env`: the facts of a run the tables name (one `key=value` a line,
+/// the value up to the line's end), written by the script before the
+/// table is printed, so a kept work folder gives the same header again.
+#[derive(Debug, Clone, Default)]
+pub struct RunEnv(HashMap<String, String>);
+
+impl RunEnv {
+    pub fn parse(text: &str) -> RunEnv {
+        RunEnv(
+            text.lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    pub fn read(path: &Path) -> Result<RunEnv, String> {
+        std::fs::read_to_string(path)
+            .map(|s| Self::parse(&s))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn get(&self, k: &str) -> &str {
+        self.0.get(k).map_or("", String::as_str)
+    }
+
+    /// A space-separated list (`refs`, `peers`).
+    pub fn list(&self, k: &str) -> Vec<String> {
+        self.get(k).split_whitespace().map(str::to_string).collect()
+    }
+
+    /// `clk_tck`: the unit of every CPU time in `/proc`.
+    pub fn tck(&self) -> f64 {
+        match awk_num(self.get("clk_tck")) {
+            t if t > 0.0 => t,
+            _ => 100.0,
+        }
+    }
+}
+
+/// What one core encrypts per second with AES-256-GCM, from `openssl
+/// speed -evp aes-256-gcm -bytes 16384` (its last line for the cipher, in
+/// thousands of bytes per second), in bytes per second; 0 if none.
+pub fn aes_bytes_per_second(speed_out: &str) -> f64 {
+    let mut v = "";
+    for l in speed_out.lines() {
+        if l.starts_with("AES-256-GCM") || l.starts_with("aes-256-gcm") {
+            v = l.split_whitespace().last().unwrap_or("");
+        }
+    }
+    rounded(awk_num(v.strip_suffix('k').unwrap_or(v)) * 1000.0, 0)
+}
+
+/// 1 when other jobs used more than a quarter of a CPU during a run of
+/// `seconds` whose `other_ticks` were `other`: the figure gets a star.
+fn disturbed(other: f64, tck: f64, seconds: f64) -> bool {
+    seconds > 0.0 && other / tck / seconds > 0.25
+}
+
+// --- benches/compare ----------------------------------------------------------
+
+/// The comparison harness's work folder (`benches/compare/run.sh`).
+#[derive(Debug)]
+pub struct Compare {
+    dir: PathBuf,
+    env: RunEnv,
+    tck: f64,
+    aes: f64,
+    /// The reference columns (`direct`, `relay`), the gateway, the peers.
+    refs: Vec<String>,
+    peers: Vec<String>,
+}
+
+impl Compare {
+    pub fn open(dir: &Path) -> Result<Compare, String> {
+        let env = RunEnv::read(&dir.join("run.env"))?;
+        let speed = std::fs::read_to_string(dir.join("speed.out")).unwrap_or_default();
+        Ok(Compare {
+            dir: dir.to_path_buf(),
+            tck: env.tck(),
+            aes: aes_bytes_per_second(&speed),
+            refs: env.list("refs"),
+            peers: env.list("peers"),
+            env,
+        })
+    }
+
+    /// Every target, as the table's columns: references, gateway, peers.
+    fn targets(&self) -> Vec<&str> {
+        self.refs
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once("gateway"))
+            .chain(self.peers.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// The targets with idle connections: the gateway and the peers.
+    fn proxies(&self) -> Vec<&str> {
+        std::iter::once("gateway")
+            .chain(self.peers.iter().map(String::as_str))
+            .collect()
+    }
+
+    fn run(&self, run: &str) -> Run {
+        Run::read(&self.dir.join(format!("{run}.out")))
+    }
+
+    /// One cell of a load run. Kinds: rps, p50, p99, mbps, cpu1k (CPU-s
+    /// per 1k requests, and per 100k after a slash), cpugb, syscpugb (the
+    /// kernel's part of cpugb), floor (CPU per GB over the two-pass
+    /// AES-GCM floor), busy (share of one core).
+    pub fn value(&self, run: &str, kind: &str) -> String {
+        let Some(cpu) = Fields::read(&self.dir.join(format!("{run}.cpu"))) else {
+            return "-".into();
+        };
+        let r = self.run(run);
+        let (n, s, b) = (r.requests, r.seconds, r.bytes);
+        let tck = self.tck;
+        let c = cpu.num("proxy_ticks") / tck;
+        let kt = cpu.num("proxy_sys_ticks");
+        let dash = || "-".to_string();
+        let ms = |us: Option<f64>| us.map_or_else(dash, |u| fixed(u / 1000.0, 2));
+        let mut v = match kind {
+            "rps" if s > 0.0 => fixed(n / s, 0),
+            "p50" => ms(r.p50_us),
+            "p99" => ms(r.p99_us),
+            "mbps" if s > 0.0 => fixed(b / s / 1e6, 0),
+            "cpu1k" if n > 0.0 => format!("{} / {}", fixed(c / n * 1e3, 4), fixed(c / n * 1e5, 2)),
+            "cpugb" if b > 0.0 => fixed(c / b * 1e9, 2),
+            "syscpugb" if b > 0.0 => fixed(kt / tck / b * 1e9, 2),
+            "floor" if b > 0.0 && self.aes > 0.0 => {
+                format!("{}x", fixed((c / b * 1e9) / (2.0 * 1e9 / self.aes), 1))
+            }
+            "busy" if s > 0.0 => format!("{}%", fixed(100.0 * c / s, 0)),
+            _ => dash(),
+        };
+        if disturbed(cpu.num("other_ticks"), tck, s) {
+            v.push('*');
+        }
+        // More than 1 % of the requests failed (integer division, as the
+        // script's shell arithmetic).
+        let (e, ni) = (r.errors as i64, r.requests as i64);
+        if e != 0 && e > ni / 100 {
+            let _ = write!(v, " (errors {e})");
+        }
+        v
+    }
+
+    /// One idle-connections cell. Kinds: rss0, rss1 (MiB), est, per_conn
+    /// (KiB per established connection).
+    pub fn idle_value(&self, target: &str, kind: &str) -> String {
+        if self.refs.iter().any(|r| r == target) {
+            return "-".into();
+        }
+        let Some(f) = Fields::read(&self.dir.join(format!("idle.{target}.res"))) else {
+            return "-".into();
+        };
+        let (r0, r1, est) = (f.num("rss0_kib"), f.num("rss1_kib"), f.num("established"));
+        match kind {
+            "rss0" => fixed(r0 / 1024.0, 1),
+            "rss1" => fixed(r1 / 1024.0, 1),
+            "est" => format!("{}", est as i64),
+            "per_conn" if est > 0.0 => fixed((r1 - r0) / est, 1),
+            _ => "-".into(),
+        }
+    }
+
+    /// gateway/peer for one cell pair: their leading numbers.
+    pub fn ratio(gw: &str, peer: &str) -> String {
+        let (a, b) = (awk_num(gw), awk_num(peer));
+        if a > 0.0 && b > 0.0 {
+            fixed(a / b, 2)
+        } else {
+            "-".into()
+        }
+    }
+
+    /// A table row over every target, then gateway/peer.
+    fn row(&self, out: &mut String, label: &str, cell: impl Fn(&str) -> String) {
+        let cells: Vec<String> = self.targets().into_iter().map(&cell).collect();
+        let gw = &cells[self.refs.len()];
+        let _ = write!(out, "| {label} |");
+        for c in &cells {
+            let _ = write!(out, " {c} |");
+        }
+        for (i, _) in self.peers.iter().enumerate() {
+            let peer = &cells[self.refs.len() + 1 + i];
+            let _ = write!(out, " {} |", Self::ratio(gw, peer));
+        }
+        out.push('\n');
+    }
+
+    /// The table, as the harness prints it.
+    pub fn table(&self) -> String {
+        let e = &self.env;
+        let aes = self.aes;
+        let mut o = String::new();
+        o.push('\n');
+        let _ = writeln!(
+            o,
+            "{}, nproc {}, {}, Linux {}, glibc {}, GLIBC_TUNABLES={}; {} s per load run, {} idle connections; AES-256-GCM floor {} MB/s = {} CPU-s per GB one pass, {} for decrypt + re-encrypt",
+            e.get("date"),
+            e.get("nproc"),
+            e.get("cpu"),
+            e.get("kernel"),
+            e.get("glibc"),
+            e.get("glibc_tunables"),
+            e.get("duration_s"),
+            e.get("idle_conns"),
+            fixed(aes / 1e6, 0),
+            fixed(1e9 / aes, 2),
+            fixed(2e9 / aes, 2),
+        );
+        o.push('\n');
+        o.push_str("| figure |");
+        for t in self.targets() {
+            let _ = write!(o, " {t} |");
+        }
+        for p in &self.peers {
+            let _ = write!(o, " gw/{p} |");
+        }
+        o.push('\n');
+        o.push_str("|---|");
+        for _ in 0..self.targets().len() + self.peers.len() {
+            o.push_str("---:|");
+        }
+        o.push('\n');
+        let run = |label: &str, run: &str, kind: &str| {
+            (label.to_string(), run.to_string(), kind.to_string())
+        };
+        let before_idle = [
+            run(
+                "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)",
+                "h1_small",
+                "cpu1k",
+            ),
+            run(
+                "CPU-s per 1k / per 100k req, HTTP/2 1 KiB",
+                "h2_small",
+                "cpu1k",
+            ),
+            run(
+                "CPU-s per 1k / per 100k new TLS connections",
+                "h1_newconn",
+                "cpu1k",
+            ),
+            run("CPU-s per GB, 1 MiB replies", "h1_1mib", "cpugb"),
+            run("… over the AES-GCM floor (2 passes)", "h1_1mib", "floor"),
+            run(
+                "… of which in the kernel (system time), CPU-s per GB",
+                "h1_1mib",
+                "syscpugb",
+            ),
+            run(
+                "HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32)",
+                "h1_small",
+                "rps",
+            ),
+            run("… p50 latency, ms", "h1_small", "p50"),
+            run("… p99 latency, ms", "h1_small", "p99"),
+            run(
+                "HTTP/2 multiplexed 1 KiB: req/s (h2load -c8 -m32)",
+                "h2_small",
+                "rps",
+            ),
+            run("1 MiB replies, HTTP/1.1: MB/s (wrk -c4)", "h1_1mib", "mbps"),
+            run(
+                "new TLS connections/s, one request each (wrk -c16)",
+                "h1_newconn",
+                "rps",
+            ),
+        ];
+        for (label, r, kind) in &before_idle {
+            self.row(&mut o, label, |t| self.value(&format!("{r}.{t}"), kind));
+        }
+        let idle_n = e.get("idle_conns");
+        let idle = [
+            ("idle: RSS MiB before".to_string(), "rss0"),
+            (
+                "idle: RSS MiB with the idle connections".to_string(),
+                "rss1",
+            ),
+            (
+                format!("idle: connections established (asked {idle_n})"),
+                "est",
+            ),
+            ("idle: KiB per connection".to_string(), "per_conn"),
+        ];
+        for (label, kind) in &idle {
+            self.row(&mut o, label, |t| self.idle_value(t, kind));
+        }
+        let busy = [
+            run(
+                "busy (share of one core), HTTP/1.1 1 KiB",
+                "h1_small",
+                "busy",
+            ),
+            run("busy, HTTP/2 1 KiB", "h2_small", "busy"),
+            run("busy, 1 MiB replies", "h1_1mib", "busy"),
+            run("busy, new connections", "h1_newconn", "busy"),
+        ];
+        for (label, r, kind) in &busy {
+            self.row(&mut o, label, |t| self.value(&format!("{r}.{t}"), kind));
+        }
+        o.push('\n');
+        o.push_str("The direct column's CPU figures are the origin's own.\n");
+        if self.refs.iter().any(|r| r == "relay") {
+            o.push_str("The relay's are HAProxy's in TCP mode, passing the TLS through without terminating it (the kernel's share of moving the bytes).\n");
+        }
+        o.push_str("\\* other jobs on the machine used more than a quarter of a CPU during that run. Ratios are\n");
+        o.push_str("gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1.\n");
+        o.push('\n');
+        o.push_str(
+            "Failed requests/connections per run (the end of a timed wrk run may cut a few):\n",
+        );
+        for r in ["h1_small", "h2_small", "h1_1mib", "h1_newconn"] {
+            let _ = write!(o, "  {r}:");
+            for t in self.targets() {
+                let _ = write!(o, " {t} {}", fixed(self.run(&format!("{r}.{t}")).errors, 0));
+            }
+            o.push('\n');
+        }
+        o.push_str("Idle connections (opened/failed by the client, seconds to open them all, the target's CPU-s for the handshakes):\n");
+        for t in self.proxies() {
+            let Some(f) = Fields::read(&self.dir.join(format!("idle.{t}.res"))) else {
+                continue;
+            };
+            let _ = writeln!(
+                o,
+                "  {t}: opened {} failed {} in {}s, {} CPU-s",
+                f.get("opened"),
+                f.get("failed"),
+                f.get("seconds"),
+                fixed(f.num("handshake_ticks") / self.tck, 2),
+            );
+        }
+        o
+    }
+
+    /// STRICT=1: every load run that ran got requests through and lost at
+    /// most 1 % of them, and every target held its idle connections.
+    /// Returns the complaints, one a line (none: it passed).
+    pub fn check(&self) -> Vec<String> {
+        let mut bad = Vec::new();
+        let names = |suffix: &str| {
+            let mut v: Vec<String> = std::fs::read_dir(&self.dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.ends_with(suffix))
+                .collect();
+            v.sort();
+            v
+        };
+        for f in names(".cpu") {
+            let run = f.trim_end_matches(".cpu");
+            let r = self.run(run);
+            let (n, e) = (r.requests as i64, r.errors as i64);
+            if n == 0 || e > n / 100 {
+                bad.push(format!("{run}: {n} requests, {e} failed"));
+            }
+        }
+        for f in names(".res").into_iter().filter(|n| n.starts_with("idle.")) {
+            let path = self.dir.join(&f);
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if Fields::parse(&text).get("failed") != "0" {
+                bad.push(format!(
+                    "{}: {}",
+                    f.trim_end_matches(".res"),
+                    text.trim_end_matches('\n')
+                ));
+            }
+        }
+        bad
+    }
+}
+
+// --- benches/load/quick.sh ------------------------------------------------------
+
+/// The load comparison's work folder (`benches/load/quick.sh`): each
+/// figure straight to the origin (`RUN.direct`) and through the gateway
+/// (`RUN.gw`), and the 1 MiB runs through a masking gateway (`RUN.gwm`).
+#[derive(Debug)]
+pub struct Load {
+    dir: PathBuf,
+    env: RunEnv,
+    tck: f64,
+}
+
+/// The load comparison's runs, in the order of its tables.
+pub const LOAD_RUNS: [&str; 7] = [
+    "h1_small",
+    "h2_small",
+    "h1_1mib",
+    "h2_1mib",
+    "h2_1mib_1",
+    "h1_newconn",
+    "h2_burst",
+];
+
+impl Load {
+    pub fn open(dir: &Path) -> Result<Load, String> {
+        let env = RunEnv::read(&dir.join("run.env"))?;
+        Ok(Load {
+            dir: dir.to_path_buf(),
+            tck: env.tck(),
+            env,
+        })
+    }
+
+    fn run(&self, run: &str) -> Run {
+        Run::read(&self.dir.join(format!("{run}.out")))
+    }
+
+    fn cpu(&self, run: &str) -> Fields {
+        Fields::read(&self.dir.join(format!("{run}.cpu"))).unwrap_or_default()
+    }
+
+    /// via/direct of two cells: their numbers without a star.
+    pub fn ratio(direct: &str, via: &str) -> String {
+        let a = direct.strip_suffix('*').unwrap_or(direct);
+        let b = via.strip_suffix('*').unwrap_or(via);
+        if awk_num(a) > 0.0 && b != "-" {
+            fixed(awk_num(b) / awk_num(a), 2)
+        } else {
+            "-".into()
+        }
+    }
+
+    /// A figure's row: RUN LABEL KIND (reqs | conns | mbps | p50 | p99 | mean).
+    fn figure_row(&self, o: &mut String, run: &str, label: &str, kind: &str) {
+        let cell = |side: &str| {
+            let name = format!("{run}.{side}");
+            let r = self.run(&name);
+            let ms = |u: Option<f64>| u.map_or_else(|| "-".into(), |u| fixed(u / 1000.0, 2));
+            let mut v = match kind {
+                "reqs" | "conns" if r.seconds > 0.0 => fixed(r.requests / r.seconds, 0),
+                "mbps" if r.seconds > 0.0 => fixed(r.bytes / r.seconds / 1e6, 0),
+                "p50" => ms(r.p50_us),
+                "p99" => ms(r.p99_us),
+                "mean" => ms(r.mean_us),
+                _ => "-".into(),
+            };
+            if disturbed(self.cpu(&name).num("other_ticks"), self.tck, r.seconds) {
+                v.push('*');
+            }
+            v
+        };
+        let (d, g) = (cell("direct"), cell("gw"));
+        let _ = writeln!(o, "| {label} | {d} | {g} | {} |", Self::ratio(&d, &g));
+    }
+
+    /// The report: the figures direct and via the gateway, the CPU time of
+    /// every process, failed requests, the gateway's threads (`threads`:
+    /// "NAME: TICKS" lines read at the end), then masking off against on.
+    pub fn table(&self) -> String {
+        let e = &self.env;
+        let tck = self.tck;
+        let burst = e.get("burst");
+        let mut o = String::new();
+        o.push('\n');
+        let _ = writeln!(
+            o,
+            "{}, {} CPUs, {}, {} s per run, gateway with {} runtime worker(s)",
+            e.get("date"),
+            e.get("nproc"),
+            e.get("cpu"),
+            e.get("duration_s"),
+            e.get("workers"),
+        );
+        o.push('\n');
+        o.push_str("| figure | direct | via gateway | via/direct |\n|---|---:|---:|---:|\n");
+        let rows = [
+            (
+                "h1_small",
+                "HTTP/1.1 keep-alive, small replies: req/s (wrk -c32)".to_string(),
+                "reqs",
+            ),
+            ("h1_small", "… latency p50, ms".into(), "p50"),
+            ("h1_small", "… latency p99, ms".into(), "p99"),
+            (
+                "h2_small",
+                "HTTP/2, small replies: req/s (h2load -c8 -m32)".into(),
+                "reqs",
+            ),
+            ("h2_small", "… mean latency, ms".into(), "mean"),
+            (
+                "h1_1mib",
+                "1 MiB replies, HTTP/1.1: MB/s (wrk -c4)".into(),
+                "mbps",
+            ),
+            (
+                "h2_1mib",
+                "1 MiB replies, HTTP/2: MB/s (h2load -c4 -m1)".into(),
+                "mbps",
+            ),
+            (
+                "h2_1mib_1",
+                "1 MiB replies one at a time, HTTP/2: MB/s (h2load -c1 -m1)".into(),
+                "mbps",
+            ),
+            (
+                "h1_newconn",
+                "new TLS connections/s, one request each (wrk -c16, Connection: close)".into(),
+                "conns",
+            ),
+            (
+                "h2_burst",
+                format!("burst of {burst} new connections: conn/s (h2load -c{burst} -n{burst})"),
+                "conns",
+            ),
+        ];
+        for (run, label, kind) in &rows {
+            self.figure_row(&mut o, run, label, kind);
+        }
+        o.push('\n');
+        o.push_str(
+            "\\* other jobs on the machine used more than a quarter of a CPU during that run.\n\n",
+        );
+        o.push_str("Gateway CPU time in the via-gateway runs; the other processes' CPU time in both (\"other\n");
+        o.push_str("jobs\": the rest of the machine, approximate: within about ±0.5 CPU-s per 10 s when quiet).\n\n");
+        o.push_str("| run | gateway CPU-s | gateway busy | gateway CPU-s per 1k req | gateway CPU-s per GB | origin CPU-s direct / via | client CPU-s direct / via | other jobs CPU-s direct / via | gateway records |\n");
+        o.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for run in LOAD_RUNS {
+            let r = self.run(&format!("{run}.gw"));
+            let (d, g) = (
+                self.cpu(&format!("{run}.direct")),
+                self.cpu(&format!("{run}.gw")),
+            );
+            let cpu = g.num("gw_ticks") / tck;
+            let or_dash = |ok: bool, v: String| if ok { v } else { "-".into() };
+            let _ = writeln!(
+                o,
+                "| {run} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} |",
+                fixed(cpu, 2),
+                or_dash(
+                    r.seconds > 0.0,
+                    format!("{}%", fixed(100.0 * cpu / r.seconds, 0))
+                ),
+                or_dash(r.requests > 0.0, fixed(cpu / r.requests * 1000.0, 4)),
+                or_dash(r.bytes > 0.0, fixed(cpu / r.bytes * 1e9, 2)),
+                fixed(d.num("origin_ticks") / tck, 2),
+                fixed(g.num("origin_ticks") / tck, 2),
+                fixed(d.num("client_ticks") / tck, 2),
+                fixed(g.num("client_ticks") / tck, 2),
+                fixed(d.num("other_ticks") / tck, 2),
+                fixed(g.num("other_ticks") / tck, 2),
+                g.num("records") as i64,
+            );
+        }
+        o.push('\n');
+        o.push_str("Failed requests/connections per run (0 expected; the end of a timed wrk run may cut a few):\n");
+        for run in LOAD_RUNS {
+            let _ = writeln!(
+                o,
+                "  {run}: direct {}, via gateway {}",
+                fixed(self.run(&format!("{run}.direct")).errors, 0),
+                fixed(self.run(&format!("{run}.gw")).errors, 0),
+            );
+        }
+        o.push('\n');
+        o.push_str("Gateway threads at the end (name: CPU ticks):\n");
+        let threads = std::fs::read_to_string(self.dir.join("threads")).unwrap_or_default();
+        for l in threads.lines() {
+            let _ = writeln!(o, "  {l}");
+        }
+        self.masked(&mut o);
+        o
+    }
+
+    /// Masking: the via-gateway 1 MiB runs against the same runs through
+    /// the masking gateway.
+    fn masked(&self, o: &mut String) {
+        o.push('\n');
+        o.push_str("Masking: the via-gateway 1 MiB runs above against the same runs through a gateway masking 4 attached values:\n\n");
+        o.push_str("| figure | masking off | masking on | on/off | CPU-s per GB off / on |\n");
+        o.push_str("|---|---:|---:|---:|---:|\n");
+        for (run, label) in [
+            ("h1_1mib", "1 MiB HTTP/1.1 MB/s"),
+            ("h2_1mib", "1 MiB HTTP/2 MB/s"),
+        ] {
+            let (off, on) = (
+                self.run(&format!("{run}.gw")),
+                self.run(&format!("{run}.gwm")),
+            );
+            let g0 = self.cpu(&format!("{run}.gw")).num("gw_ticks");
+            let g1 = self.cpu(&format!("{run}.gwm")).num("gw_ticks");
+            let rate = |r: &Run| {
+                if r.seconds > 0.0 {
+                    r.bytes / r.seconds / 1e6
+                } else {
+                    0.0
+                }
+            };
+            let per_gb = |g: f64, r: &Run| {
+                if r.bytes > 0.0 {
+                    g / self.tck / r.bytes * 1e9
+                } else {
+                    0.0
+                }
+            };
+            let (r0, r1) = (rate(&off), rate(&on));
+            let _ = writeln!(
+                o,
+                "| {label} | {} | {} | {} | {} / {} |",
+                fixed(r0, 0),
+                fixed(r1, 0),
+                fixed(if r0 > 0.0 { r1 / r0 } else { 0.0 }, 2),
+                fixed(per_gb(g0, &off), 2),
+                fixed(per_gb(g1, &on), 2),
+            );
+        }
+    }
+}
+
+// --- benches/load/gateway-ab.sh, masking-ab.sh --------------------------------
+
+/// The units of one A/B run from h2load's output (one or more summaries):
+/// bytes (`traffic: ... (N) total`) for `mib`, else succeeded requests.
+pub fn ab_units(workload: &str, out: &str) -> f64 {
+    let mut s = 0.0;
+    for l in out.lines() {
+        if workload == "mib" {
+            if let Some(i) = l.find("traffic: ") {
+                let rest = &l[i..];
+                if let (Some(a), Some(b)) = (rest.find('('), rest.find(") total")) {
+                    if a < b && rest[a + 1..b].bytes().all(|c| c.is_ascii_digit()) {
+                        s += awk_num(&rest[a + 1..b]);
+                    }
+                }
+            }
+        } else if l.starts_with("requests:") {
+            s += awk_num(l.split_whitespace().nth(7).unwrap_or(""));
+        }
+    }
+    s
+}
+
+/// One A/B round's line, "CPU-per-unit rate": CPU-s per GB and MB/s for
+/// `mib`, CPU-s per 1k requests and requests/s otherwise; "- -" without
+/// units. `cpu_s` and `seconds` count as printed to the millisecond.
+pub fn ab_round(workload: &str, units: f64, cpu_s: f64, seconds: f64) -> String {
+    let (u, c, s) = (units.trunc(), rounded(cpu_s, 3), rounded(seconds, 3));
+    if u == 0.0 {
+        "- -".into()
+    } else if workload == "mib" {
+        format!("{} {}", fixed(c / u * 1e9, 3), fixed(u / s / 1e6, 1))
+    } else {
+        format!("{} {}", fixed(c / u * 1e3, 4), fixed(u / s, 0))
+    }
+}
+
+/// The median, as Python's `statistics.median`.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The summary of an A/B workload from its rounds ("round R T: CPU RATE"
+/// lines, T being A or B): the medians of A and B and of B/A per round.
+pub fn ab_summary(rounds_text: &str, workload: &str) -> Result<String, String> {
+    let mut by: [HashMap<String, (f64, f64)>; 2] = [HashMap::new(), HashMap::new()];
+    for l in rounds_text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 5 || f[3] == "-" {
+            continue;
+        }
+        let side = match f[2] {
+            "A:" => 0,
+            "B:" => 1,
+            _ => continue,
+        };
+        by[side].insert(f[1].to_string(), (awk_num(f[3]), awk_num(f[4])));
+    }
+    // Rounds both sides have, in the order of their names as text.
+    let mut rounds: Vec<&String> = by[0].keys().filter(|k| by[1].contains_key(*k)).collect();
+    rounds.sort();
+    let (a, b) = (&by[0], &by[1]);
+    let col = |m: &HashMap<String, (f64, f64)>, i: usize| -> Vec<f64> {
+        rounds
+            .iter()
+            .map(|k| if i == 0 { m[*k].0 } else { m[*k].1 })
+            .collect()
+    };
+    let cpu: Vec<f64> = rounds.iter().map(|k| b[*k].0 / a[*k].0).collect();
+    let rate: Vec<f64> = rounds.iter().map(|k| b[*k].1 / a[*k].1).collect();
+    let med = |v: &[f64]| median(v).ok_or("no round with figures from both A and B");
+    let unit = if workload == "mib" { "MB/s" } else { "req/s" };
+    let list: Vec<String> = cpu.iter().map(|x| fixed(*x, 2)).collect();
+    Ok(format!(
+        "  CPU per unit: A {}  B {}  B/A median of rounds {} (rounds {})\n  rate ({unit}): A {}  B {}  B/A median of rounds {}\n",
+        fixed(med(&col(a, 0))?, 4),
+        fixed(med(&col(b, 0))?, 4),
+        fixed(med(&cpu)?, 3),
+        list.join(", "),
+        fixed(med(&col(a, 1))?, 0),
+        fixed(med(&col(b, 1))?, 0),
+        fixed(med(&rate)?, 3),
+    ))
+}
+
+/// A float as Python's `repr` prints it (the shortest text that reads back
+/// the same, with ".0" on whole numbers).
+pub fn py_float(v: f64) -> String {
+    let s = format!("{v}");
+    if s.contains(['.', 'e', 'i', 'N']) {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// Python's `round(v, n)` (correctly rounded, ties to even on the exact
+/// value: as `%.Nf`).
+pub fn py_round(v: f64, n: usize) -> f64 {
+    rounded(v, n)
+}
+
+/// One masking A/B round: "MB/s CPU-s-per-GB" over `seconds` of `bytes`
+/// with `ticks` of gateway CPU, as Python's `round` and `repr` print them.
+pub fn masking_round(bytes: f64, seconds: f64, ticks: f64, tck: f64) -> (f64, f64) {
+    (
+        py_round(bytes / 1e6 / seconds, 1),
+        py_round(ticks / tck / (bytes / 1e9), 3),
+    )
+}
+
+/// The masking A/B summary of the rounds' MB/s and CPU-s per GB, off and on.
+pub fn masking_summary(
+    off: &[f64],
+    on: &[f64],
+    cpu_off: &[f64],
+    cpu_on: &[f64],
+) -> Result<String, String> {
+    let med = |v: &[f64]| median(v).ok_or_else(|| "no rounds".to_string());
+    let (m0, m1) = (med(off)?, med(on)?);
+    let per: Vec<String> = off
+        .iter()
+        .zip(on)
+        .map(|(a, b)| py_float(py_round(b / a, 2)))
+        .collect();
+    Ok(format!(
+        "median MB/s off {} on {} -> on/off {}\nper-round on/off: [{}]\nmedian CPU-s/GB off {} on {}\n",
+        py_float(m0),
+        py_float(m1),
+        fixed(m1 / m0, 2),
+        per.join(", "),
+        fixed(med(cpu_off)?, 3),
+        fixed(med(cpu_on)?, 3),
+    ))
+}
+
+// --- benches/idle/run.sh ------------------------------------------------------
+
+/// One idle-memory run's line: MODE, N asked, VmRSS before and with the
+/// connections (KiB), how many opened, the client's own words.
+pub fn idle_line(mode: &str, n: f64, rss0: f64, rss1: f64, opened: f64, said: &str) -> String {
+    let per = if opened > 0.0 {
+        (rss1 - rss0) / opened
+    } else {
+        0.0
+    };
+    format!(
+        "{mode:<6} {:>5} rss0={:>6} KiB rss1={:>7} KiB  {per:>5.1} KiB/conn  ({said})",
+        n as i64, rss0 as i64, rss1 as i64
+    )
+}
+
+/// The slope per mode between the first and the last count of the runs
+/// ("MODE N DELTA_KIB OPENED" lines): what one more connection costs,
+/// one-time costs cancelled out. Modes in the order they first come;
+/// none if there are fewer than two counts.
+pub fn idle_slopes(deltas: &str) -> String {
+    let mut counts: Vec<&str> = Vec::new();
+    let mut modes: Vec<&str> = Vec::new();
+    let mut at: HashMap<(&str, &str), (f64, f64)> = HashMap::new();
+    for l in deltas.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(m), Some(n)) = (f.first().copied(), f.get(1).copied()) else {
+            continue;
+        };
+        let v = |i: usize| awk_num(f.get(i).copied().unwrap_or(""));
+        at.insert((m, n), (v(2), v(3)));
+        if !modes.contains(&m) {
+            modes.push(m);
+        }
+        if !counts.contains(&n) {
+            counts.push(n);
+        }
+    }
+    let mut out = String::new();
+    if counts.len() < 2 {
+        return out;
+    }
+    let (lo, hi) = (counts[0], counts[counts.len() - 1]);
+    for m in modes {
+        let get = |n| at.get(&(m, n)).copied().unwrap_or((0.0, 0.0));
+        let ((d0, o0), (d1, o1)) = (get(lo), get(hi));
+        if o1 > o0 {
+            let _ = writeln!(
+                out,
+                "{m:<6} slope {}..{}: {:.1} KiB/conn",
+                awk_num(lo) as i64,
+                awk_num(hi) as i64,
+                (d1 - d0) / (o1 - o0)
+            );
+        }
+    }
+    out
+}
+
+// --- readings and ready lines ---------------------------------------------------
+
+/// A field of the first JSON object in `text` (a ready line, or a command's
+/// JSON answer): a string as it is, anything else as JSON.
+pub fn json_field(text: &str, name: &str) -> Option<String> {
+    let mut it = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+    let v = it.next()?.ok()?;
+    match v.get(name)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+/// The fields of `/proc/PID/stat` after the command name (which is in
+/// parentheses and may hold spaces): utime, stime are the 12th and 13th,
+/// cutime, cstime the 14th and 15th.
+fn stat_fields(pid: &str) -> Result<Vec<u64>, String> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let rest = text
+        .rsplit_once(") ")
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("{path}: no command name"))?;
+    Ok(rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect())
+}
+
+fn stat_sum(pid: &str, at: &[usize]) -> Result<u64, String> {
+    let f = stat_fields(pid)?;
+    Ok(at.iter().map(|i| f.get(i - 1).copied().unwrap_or(0)).sum())
+}
+
+/// utime+stime of a process (all its threads) or of one thread
+/// (`PID/task/TID`), in clock ticks.
+pub fn ticks(pid: &str) -> Result<u64, String> {
+    stat_sum(pid, &[12, 13])
+}
+
+/// stime alone: the part of [`ticks`] spent in the kernel.
+pub fn sys_ticks(pid: &str) -> Result<u64, String> {
+    stat_sum(pid, &[13])
+}
+
+/// cutime+cstime: the CPU time of the children the process waited for.
+pub fn child_ticks(pid: &str) -> Result<u64, String> {
+    stat_sum(pid, &[14, 15])
+}
+
+/// Busy ticks of the whole machine: user, nice, system, irq, softirq,
+/// steal (`/proc/stat`'s `cpu` line).
+pub fn machine_ticks() -> Result<u64, String> {
+    let text = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .ok_or("/proc/stat: no cpu line")?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    Ok([0, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| f.get(i).copied().unwrap_or(0))
+        .sum())
+}
+
+/// Resident memory of a process (`VmRSS`), in KiB.
+pub fn rss_kib(pid: &str) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{path}: no VmRSS"))
+}
+
+/// "NAME: TICKS" for each thread of a process, in the order of their ids
+/// as text (a shell glob's).
+pub fn threads(pid: &str) -> Result<String, String> {
+    let dir = format!("/proc/{pid}/task");
+    let mut tids: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{dir}: {e}"))?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    tids.sort();
+    let mut out = String::new();
+    for t in tids {
+        let task = format!("{pid}/task/{t}");
+        let comm = std::fs::read_to_string(format!("/proc/{task}/comm")).unwrap_or_default();
+        let _ = writeln!(out, "{}: {}", comm.trim_end_matches('\n'), ticks(&task)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn testdata(p: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata")
+            .join(p)
+    }
+
+    /// The table and the STRICT=1 check of each kept work folder are what
+    /// the shell and awk report printed from the same files.
+    #[test]
+    fn compare_table_as_the_shell_printed_it() {
+        for d in ["smoke", "peers", "subset"] {
+            let dir = testdata(&format!("compare/{d}"));
+            let c = Compare::open(&dir).unwrap();
+            let want = std::fs::read_to_string(dir.join("table.md")).unwrap();
+            assert_eq!(c.table(), want, "{d}");
+            let check: String = c
+                .check()
+                .iter()
+                .map(|l| format!("compare: {l}\n"))
+                .collect();
+            let want = std::fs::read_to_string(dir.join("check.txt")).unwrap();
+            let verdict = if check.is_empty() {
+                "compare: every run got its requests through (STRICT=1)\n"
+            } else {
+                "compare: a run failed (STRICT=1)\n"
+            };
+            assert_eq!(format!("{check}{verdict}"), want, "{d}");
+        }
+    }
+
+    /// The load comparison's tables from a kept work folder.
+    #[test]
+    fn load_tables_as_printed() {
+        let dir = testdata("load/quick");
+        let want = std::fs::read_to_string(dir.join("table.md")).unwrap();
+        assert_eq!(Load::open(&dir).unwrap().table(), want);
+    }
+
+    /// As benches/idle/run.sh's awk printed them.
+    #[test]
+    fn idle_lines_and_slopes() {
+        assert_eq!(
+            idle_line("http1", 2000.0, 30208.0, 44544.0, 2000.0, "opened=2000 failed=0 seconds=1.9"),
+            "http1   2000 rss0= 30208 KiB rss1=  44544 KiB    7.2 KiB/conn  (opened=2000 failed=0 seconds=1.9)"
+        );
+        assert_eq!(
+            idle_line("h2", 5.0, 1.0, 2.0, 0.0, "opened=0"),
+            "h2         5 rss0=     1 KiB rss1=      2 KiB    0.0 KiB/conn  (opened=0)"
+        );
+        let deltas = "http1 2000 14336 2000\nhttp1 5000 35840 5000\nh2 2000 16384 2000\nh2 5000 40000 4990\n";
+        assert_eq!(
+            idle_slopes(deltas),
+            "http1  slope 2000..5000: 7.2 KiB/conn\nh2     slope 2000..5000: 7.9 KiB/conn\n"
+        );
+        assert_eq!(idle_slopes("http1 2000 14336 2000\n"), "");
+    }
+
+    #[test]
+    fn wrk_result_line() {
+        let out = std::fs::read_to_string(testdata("compare/smoke/h1_small.gateway.out")).unwrap();
+        let r = Run::parse(&out);
+        assert_eq!(r.requests, 1834.0);
+        assert_eq!(r.seconds, 1.107);
+        assert_eq!(r.bytes, 2021068.0);
+        assert_eq!(r.errors, 0.0);
+        assert_eq!(r.p50_us, Some(16088.0));
+        assert_eq!(r.p99_us, Some(109995.0));
+        assert_eq!(r.mean_us, None);
+    }
+
+    #[test]
+    fn h2load_summary() {
+        let out = std::fs::read_to_string(testdata("compare/smoke/h2_small.gateway.out")).unwrap();
+        let r = Run::parse(&out);
+        assert_eq!(r.requests, 3632.0);
+        assert_eq!(r.seconds, 1.02);
+        assert_eq!(r.bytes, 3814456.0);
+        assert_eq!(r.errors, 0.0);
+        assert_eq!(r.p50_us, None);
+        assert_eq!(r.mean_us, Some(64990.0));
+        // Failed, errored, timed out and non-2xx replies all count as failed.
+        let out =
+            std::fs::read_to_string(testdata("compare/peers/h2_small.mitmproxy.out")).unwrap();
+        let r = Run::parse(&out);
+        assert_eq!((r.requests, r.errors), (3590.0, 42.0));
+        assert_eq!(Run::parse("no summary"), Run::NONE);
+        assert_eq!(Run::read(&testdata("missing.out")), Run::NONE);
+    }
+
+    #[test]
+    fn aes_floor_from_openssl_speed() {
+        let out = std::fs::read_to_string(testdata("compare/smoke/speed.out")).unwrap();
+        assert_eq!(aes_bytes_per_second(&out), 4768318880.0);
+        assert_eq!(aes_bytes_per_second(""), 0.0);
+    }
+
+    #[test]
+    fn numbers_as_awk_reads_them() {
+        assert_eq!(awk_num("0.2672 / 26.72*"), 0.2672);
+        assert_eq!(awk_num("1657*"), 1657.0);
+        assert_eq!(awk_num("51%*"), 51.0);
+        assert_eq!(awk_num("6.7x*"), 6.7);
+        assert_eq!(awk_num("-"), 0.0);
+        assert_eq!(awk_num(" 1e3x"), 1000.0);
+        assert_eq!(awk_num("2e"), 2.0);
+        assert_eq!(awk_num(".5"), 0.5);
+        assert_eq!(Compare::ratio("0.2672 / 26.72*", "0.0713 / 7.13"), "3.75");
+        assert_eq!(Compare::ratio("-", "12"), "-");
+        assert_eq!(Load::ratio("100*", "250"), "2.50");
+        assert_eq!(Load::ratio("100", "-"), "-");
+        // printf's rounding: the exact binary value, ties to even.
+        assert_eq!(fixed(2.5, 0), "2");
+        assert_eq!(fixed(0.125, 2), "0.12");
+        assert_eq!(fixed(2.675, 2), "2.67");
+    }
+
+    #[test]
+    fn ready_line_fields() {
+        let line = r#"{"ready":true,"data":"127.0.0.1:4431","admin":"127.0.0.1:9","workers":1}"#;
+        assert_eq!(json_field(line, "data").as_deref(), Some("127.0.0.1:4431"));
+        assert_eq!(json_field(line, "workers").as_deref(), Some("1"));
+        assert_eq!(json_field(line, "control"), None);
+        // The first object only, and pretty-printed answers too.
+        assert_eq!(
+            json_field("{\"a\":\"x\"}\n{\"a\":\"y\"}\n", "a").as_deref(),
+            Some("x")
+        );
+        assert_eq!(
+            json_field("{\n  \"session_id\": \"s-1\"\n}\n", "session_id").as_deref(),
+            Some("s-1")
+        );
+    }
+
+    #[test]
+    fn ab_rounds_and_medians() {
+        let h2 = std::fs::read_to_string(testdata("compare/smoke/h2_small.gateway.out")).unwrap();
+        assert_eq!(ab_units("h2", &h2), 3632.0);
+        assert_eq!(ab_units("mib", &h2), 3814456.0);
+        // Two summaries (newconn's repeated runs) add up.
+        assert_eq!(ab_units("h2", &format!("{h2}\n{h2}")), 7264.0);
+        assert_eq!(ab_round("h2", 3632.0, 0.53, 1.0204), "0.1459 3561");
+        assert_eq!(ab_round("mib", 3814456.0, 0.53, 1.02), "138.945 3.7");
+        assert_eq!(ab_round("h1", 0.0, 0.5, 1.0), "- -");
+        let rounds = "round 1 A: 0.1000 1000\nround 1 B: 0.0900 1100\nround 2 B: 0.0800 1200\n\
+                      round 2 A: 0.1000 1000\nround 3 A: - -\nround 3 B: 0.0500 900\n";
+        assert_eq!(
+            ab_summary(rounds, "h1").unwrap(),
+            "  CPU per unit: A 0.1000  B 0.0850  B/A median of rounds 0.850 (rounds 0.90, 0.80)\n  \
+             rate (req/s): A 1000  B 1150  B/A median of rounds 1.150\n"
+        );
+        assert!(ab_summary("", "h1").is_err());
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn masking_rounds_as_python_printed_them() {
+        assert_eq!(
+            masking_round(2_000_000_000.0, 5.0, 250.0, 100.0),
+            (400.0, 1.25)
+        );
+        assert_eq!(py_float(400.0), "400.0");
+        assert_eq!(py_float(1.25), "1.25");
+        assert_eq!(
+            masking_summary(&[400.0, 500.0], &[380.0, 450.0], &[1.0, 1.2], &[1.3, 1.5]).unwrap(),
+            "median MB/s off 450.0 on 415.0 -> on/off 0.92\nper-round on/off: [0.95, 0.9]\n\
+             median CPU-s/GB off 1.100 on 1.400\n"
+        );
+    }
+}
