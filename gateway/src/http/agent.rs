@@ -19,7 +19,7 @@ use crate::http::answers::{self, ProxyBody};
 use crate::http::connection::Connection;
 use crate::records::record::RequestRecord;
 use crate::refusal::Refusal;
-use crate::session::approvals::{Ask, Outcome};
+use crate::session::approvals::Outcome;
 
 /// The path proposals are posted to.
 pub const PROPOSALS_PATH: &str = "/v1/proposals";
@@ -88,19 +88,9 @@ pub async fn answer(
     {
         return bad_request("digest: the SHA-384 of the exact call, 96 lowercase hex digits");
     }
-    let ask = Ask {
-        gateway_id: conn.gateway_id.as_ref(),
-        session_id: &conn.session.id,
-        attempt: conn.session.attempt,
-        tenant: &conn.session.tenant,
-        kind: talos_certs::ProposalKind::Agent,
-        destination: &conn.name,
-        method: "POST",
-        path: PROPOSALS_PATH,
-        attachments: Vec::new(),
-        tool: &proposal.tool,
-        call_digest: &proposal.digest,
-    };
+    let mut ask = conn.ask(talos_certs::ProposalKind::Agent, "POST", PROPOSALS_PATH);
+    ask.tool = &proposal.tool;
+    ask.call_digest = &proposal.digest;
     let Some(rule) = conn.session.approvals.rule_for(&ask).cloned() else {
         return json(
             StatusCode::OK,

@@ -96,6 +96,30 @@ impl Connection {
         self.tally(|t| t.request(entry));
     }
 
+    /// A proposal's fields that this connection fills: who asks, for which
+    /// destination, and the action (`method`, `path`); the caller adds
+    /// attachments, or the agent's tool and call digest.
+    pub fn ask<'a>(
+        &'a self,
+        kind: talos_certs::ProposalKind,
+        method: &'a str,
+        path: &'a str,
+    ) -> Ask<'a> {
+        Ask {
+            gateway_id: self.gateway_id.as_ref(),
+            session_id: &self.session.id,
+            attempt: self.session.attempt,
+            tenant: &self.session.tenant,
+            kind,
+            destination: &self.name,
+            method,
+            path,
+            attachments: Vec::new(),
+            tool: "",
+            call_digest: "",
+        }
+    }
+
     /// Hold a request under `rule` until a decision, counted in
     /// [`Connection::holds`] while it waits.
     pub async fn hold(&self, rule: &LockRule, ask: &Ask<'_>) -> (Outcome, ApprovalRecord) {

@@ -165,24 +165,16 @@ async fn check_lock(
     if approvals.rules().is_empty() {
         return Ok(());
     }
-    let attachments: Vec<&str> = conn
+    let mut ask = conn.ask(
+        talos_certs::ProposalKind::Request,
+        req.method().as_str(),
+        &entry.path,
+    );
+    ask.attachments = conn
         .session
         .attachments_for(&conn.name)
         .map(|a| a.secret.as_str())
         .collect();
-    let ask = crate::session::approvals::Ask {
-        gateway_id: conn.gateway_id.as_ref(),
-        session_id: &conn.session.id,
-        attempt: conn.session.attempt,
-        tenant: &conn.session.tenant,
-        kind: talos_certs::ProposalKind::Request,
-        destination: &conn.name,
-        method: req.method().as_str(),
-        path: &entry.path,
-        attachments,
-        tool: "",
-        call_digest: "",
-    };
     let Some(rule) = approvals.rule_for(&ask).cloned() else {
         return Ok(());
     };
