@@ -12,7 +12,8 @@
 //!
 //! Each module depends only on modules above it.
 //!
-//! - [`error`]: the one error enum and its stable codes.
+//! - [`error`]: the one error enum and its stable codes, and [`LinkError`]:
+//!   how a call to the gateways fails.
 //! - [`pb`]: the control channel's messages, client and server, compiled
 //!   from `gateway/proto/control.proto`.
 //! - [`names`]: well-formed tenants, secret names, destinations, sources,
@@ -55,12 +56,12 @@ pub mod approvals_api;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};
-pub use error::Error;
+pub use error::{Error, LinkError};
 pub use grpc_link::{GrpcLink, SignatureVerifier};
 pub use lifecycle::{Lifecycle, StartRequest, Status, Transition};
 pub use link::{
-    Attachment, CloseSession, DropReportView, FakeLink, FakeVerifier, GatewayLink, LinkError,
-    OpenSession, Opened, ReportVerifier,
+    Attachment, CloseSession, DropReportView, FakeLink, FakeVerifier, GatewayLink, OpenSession,
+    Opened, ReportVerifier,
 };
 pub use lock::LockRule;
 pub use model::{CloseReason, EndReason, LockMode, Mode, OpenCause, ProposalState, State};

@@ -25,6 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 use base64::Engine as _;
 use zeroize::Zeroizing;
 
+use crate::error::LinkError;
 use crate::lock::LockRule;
 use crate::model::{CloseReason, OpenCause};
 use crate::names::AttachSpec;
@@ -72,32 +73,6 @@ pub struct Described {
     pub gateway_id: String,
     /// Its Ed25519 public key, lowercase hex (64 digits).
     pub public_key_hex: String,
-}
-
-/// Why the link failed, before or instead of an answer.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LinkError {
-    /// No answer: the gateways could not be reached or did not answer in
-    /// time.
-    #[error("gateways unreachable: {0}")]
-    Unreachable(String),
-    /// A gateway answered, and refused.
-    #[error("gateway {gateway_id} refused: {reason}")]
-    Refused { gateway_id: String, reason: String },
-    /// A gateway answered something that does not parse.
-    #[error("gateway {gateway_id} answered something unreadable: {reason}")]
-    Invalid { gateway_id: String, reason: String },
-}
-
-impl LinkError {
-    /// The stable code, as in [`crate::Error::code`].
-    pub fn code(&self) -> &'static str {
-        match self {
-            LinkError::Unreachable(_) => "gateway_unreachable",
-            LinkError::Refused { .. } => "gateway_refused",
-            LinkError::Invalid { .. } => "gateway_reply_invalid",
-        }
-    }
 }
 
 /// What a gateway needs to serve a session's attempt.
