@@ -25,8 +25,9 @@
 //! - [`lock`]: the Lock's rules: what they match and how they are checked.
 //! - [`link`]: the control channel seen from here: [`GatewayLink`],
 //!   [`ReportVerifier`], and the [`FakeLink`] tests drive.
-//! - [`store`]: the SQLite store: schema, secret store, policy, sessions,
-//!   batches.
+//! - [`store`] (a folder): the SQLite store: the connection and the schema,
+//!   then one file per group of tables: sessions, reset, secrets, policy,
+//!   gateways, batches, approvals.
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]) and the
 //!   drop report signature check ([`SignatureVerifier`]).
 //! - [`lifecycle`]: the session state machine and the reset.
