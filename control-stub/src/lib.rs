@@ -28,6 +28,9 @@
 //! - [`store`] (a folder): the SQLite store: the connection and the schema,
 //!   then one file per group of tables: sessions, reset, secrets, policy,
 //!   gateways, batches, approvals.
+//! - [`batches`]: the batch consumer's check: a signed batch verified
+//!   (signature, sequence, chain) with talos-certs, and the store told
+//!   the verdict.
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]) and the
 //!   drop report signature check ([`SignatureVerifier`]).
 //! - [`lifecycle`]: the session state machine and the reset.
@@ -48,6 +51,7 @@ pub mod model;
 pub mod lock;
 pub mod link;
 pub mod store;
+pub mod batches;
 pub mod grpc_link;
 pub mod lifecycle;
 pub mod relay;

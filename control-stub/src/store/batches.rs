@@ -4,7 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::{ed25519_key, json_col, now, Store, Tx};
+use super::{json_col, now, Store, Tx};
 use crate::error::Error;
 use crate::names;
 
@@ -15,26 +15,6 @@ pub enum BatchOutcome {
     Recorded,
     AlreadyRecorded,
 }
-
-/// What [`Store::accept_batch`] made of a signed batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BatchVerdict {
-    /// Verified, new, recorded.
-    Accepted { gateway_id: String, seq: u64 },
-    /// Verified, and recorded before (a re-delivery).
-    Duplicate { gateway_id: String, seq: u64 },
-    /// Refused, and the refusal recorded. `gateway_id` and `seq` are what
-    /// the batch claimed (empty and 0 when it does not parse); `reason` is
-    /// the stable name ([`talos_certs::Rejection::as_str`]).
-    Rejected {
-        gateway_id: String,
-        seq: u64,
-        reason: &'static str,
-        detail: String,
-    },
-}
-
-pub use talos_certs::claimed_header;
 
 /// A connection record from a batch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -52,6 +32,15 @@ pub struct BatchInfo {
     pub seq: u64,
     pub digest: String,
     pub received_at: String,
+}
+
+/// A registered gateway and where the batch consumer stands in its chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainPosition {
+    pub gateway_id: String,
+    pub public_key_hex: String,
+    /// `None`: no batch of this gateway accepted yet.
+    pub state: Option<talos_certs::ChainState>,
 }
 
 /// A refused batch.
@@ -83,86 +72,6 @@ impl Store {
         self.write(|tx| tx.insert_batch(&gateway_id, seq, digest, records))
     }
 
-    /// Verify a signed batch (signature, sequence, chain) against the
-    /// registered keys and each gateway's chain position, and record the
-    /// outcome, all in one transaction: a new batch with its records and
-    /// the gateway's new chain position; a rejection with its reason; a
-    /// duplicate changes nothing.
-    pub fn accept_batch(&mut self, signed: &talos_certs::Signed) -> Result<BatchVerdict, Error> {
-        self.write(|tx| {
-            let mut verifier = talos_certs::ChainVerifier::new();
-            let mut stmt = tx.conn.prepare(
-                "SELECT g.id, g.public_key_hex, c.json FROM gateways g
-                 LEFT JOIN chain_state c ON c.gateway_id = g.id",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                ))
-            })?;
-            for row in rows {
-                let (id, key_hex, state) = row?;
-                // A registered key that is not an Ed25519 key verifies
-                // nothing: its gateway's batches are refused unknown_gateway.
-                let Some(key) = ed25519_key(&key_hex) else {
-                    continue;
-                };
-                let state = match state {
-                    Some(json) => serde_json::from_str(&json)?,
-                    None => talos_certs::ChainState::genesis(),
-                };
-                verifier.register(id, key, state);
-            }
-            drop(stmt);
-            match verifier.accept(signed) {
-                Ok(talos_certs::Accepted::New {
-                    header,
-                    records,
-                    digest,
-                }) => {
-                    let values = records
-                        .iter()
-                        .map(|r| serde_json::from_str(r))
-                        .collect::<Result<Vec<serde_json::Value>, _>>()?;
-                    tx.insert_batch(&header.gateway_id, header.seq, &digest, &values)?;
-                    let state = verifier
-                        .state(&header.gateway_id)
-                        .ok_or_else(|| Error::Store("chain state lost".into()))?;
-                    tx.conn.execute(
-                        "INSERT INTO chain_state (gateway_id, json) VALUES (?1, ?2)
-                         ON CONFLICT (gateway_id) DO UPDATE SET json = excluded.json",
-                        params![header.gateway_id, serde_json::to_string(state)?],
-                    )?;
-                    Ok(BatchVerdict::Accepted {
-                        gateway_id: header.gateway_id,
-                        seq: header.seq,
-                    })
-                }
-                Ok(talos_certs::Accepted::Duplicate { gateway_id, seq }) => {
-                    Ok(BatchVerdict::Duplicate { gateway_id, seq })
-                }
-                Err(rejection) => {
-                    let (gateway_id, seq) = claimed_header(&signed.payload);
-                    let reason = rejection.as_str();
-                    let gateway_id: String =
-                        gateway_id.chars().take(names::MAX_GATEWAY_ID_LEN).collect();
-                    tx.conn.execute(
-                        "INSERT INTO batch_rejections (gateway_id, seq, reason, at) VALUES (?1, ?2, ?3, ?4)",
-                        params![gateway_id, seq_to_sql(seq).unwrap_or(i64::MAX), reason, now()],
-                    )?;
-                    Ok(BatchVerdict::Rejected {
-                        gateway_id,
-                        seq,
-                        reason,
-                        detail: rejection.to_string(),
-                    })
-                }
-            }
-        })
-    }
-
     /// Record that the batch consumer refused batch `seq` of `gateway_id`
     /// (bad signature, a gap or repeat in the sequence, a broken chain).
     pub fn record_rejection(
@@ -171,16 +80,11 @@ impl Store {
         seq: u64,
         reason: &str,
     ) -> Result<(), Error> {
-        let seq_sql = seq_to_sql(seq)?;
+        // Out of SQLite's range, the number is refused here, not saturated.
+        seq_to_sql(seq)?;
         // The id is what the refused batch claimed: kept as given, bounded.
         let gateway_id: String = gateway_id.chars().take(names::MAX_GATEWAY_ID_LEN).collect();
-        self.write(|tx| {
-            tx.conn.execute(
-                "INSERT INTO batch_rejections (gateway_id, seq, reason, at) VALUES (?1, ?2, ?3, ?4)",
-                params![gateway_id, seq_sql, reason, now()],
-            )?;
-            Ok(())
-        })
+        self.write(|tx| tx.insert_rejection(&gateway_id, seq, reason))
     }
 }
 
@@ -233,6 +137,61 @@ impl Tx<'_> {
             ])?;
         }
         Ok(BatchOutcome::Recorded)
+    }
+
+    /// Every registered gateway with its public key (hex) and the batch
+    /// consumer's position in its chain (`None`: no batch accepted yet).
+    pub fn chain_positions(&self) -> Result<Vec<ChainPosition>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT g.id, g.public_key_hex, c.json FROM gateways g
+             LEFT JOIN chain_state c ON c.gateway_id = g.id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (gateway_id, public_key_hex, state) = row?;
+            out.push(ChainPosition {
+                gateway_id,
+                public_key_hex,
+                state: state.map(|json| serde_json::from_str(&json)).transpose()?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Set the batch consumer's position in `gateway_id`'s chain.
+    pub fn set_chain_state(
+        &self,
+        gateway_id: &str,
+        state: &talos_certs::ChainState,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO chain_state (gateway_id, json) VALUES (?1, ?2)
+             ON CONFLICT (gateway_id) DO UPDATE SET json = excluded.json",
+            params![gateway_id, serde_json::to_string(state)?],
+        )?;
+        Ok(())
+    }
+
+    /// Record that batch `seq` of `gateway_id` was refused for `reason`; a
+    /// sequence number beyond SQLite's range is recorded as its largest.
+    pub fn insert_rejection(&self, gateway_id: &str, seq: u64, reason: &str) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO batch_rejections (gateway_id, seq, reason, at) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                gateway_id,
+                seq_to_sql(seq).unwrap_or(i64::MAX),
+                reason,
+                now()
+            ],
+        )?;
+        Ok(())
     }
 
     /// Every connection record naming the session, by gateway, batch and

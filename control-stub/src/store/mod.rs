@@ -46,7 +46,8 @@
 //! - `secrets`: the secret store.
 //! - `policy`: the egress list and the Lock's rules.
 //! - `gateways`: the registered gateways and their keys.
-//! - `batches`: batches, their connection records, refused batches.
+//! - `batches`: batches, their connection records, refused batches, the
+//!   chain positions.
 //! - `approvals`: the approvers and the relay's proposals.
 
 use std::path::{Path, PathBuf};
@@ -66,9 +67,7 @@ mod batches;
 mod approvals;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
-pub use batches::{
-    claimed_header, BatchInfo, BatchOutcome, BatchRejection, BatchVerdict, ConnectionRecord,
-};
+pub use batches::{BatchInfo, BatchOutcome, BatchRejection, ChainPosition, ConnectionRecord};
 pub use gateways::{ed25519_key, GatewayInfo};
 pub use reset::{CaEvent, DropReport, ResetStep};
 pub use schema::SCHEMA_VERSION;
