@@ -23,8 +23,10 @@
 //! - [`model`]: the closed vocabularies: modes, states, causes, reasons,
 //!   reset steps.
 //! - [`lock`]: the Lock's rules: what they match and how they are checked.
-//! - [`link`]: the control channel seen from here: [`GatewayLink`],
-//!   [`ReportVerifier`], and the [`FakeLink`] tests drive.
+//! - [`link`]: the control channel seen from here: [`GatewayLink`] and
+//!   [`ReportVerifier`], and the stand-ins that reach no gateway.
+//! - `fake` (only with the `test-util` feature): the test doubles the
+//!   tests drive, `FakeLink` (a stand-in gateway pair) and `FakeVerifier`.
 //! - [`store`] (a folder): the SQLite store: the connection and the schema,
 //!   then one file per group of tables: sessions, reset, secrets, policy,
 //!   gateways, batches, approvals.
@@ -50,6 +52,8 @@ pub mod identity;
 pub mod model;
 pub mod lock;
 pub mod link;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod store;
 pub mod batches;
 pub mod grpc_link;
@@ -62,11 +66,12 @@ pub mod cli;
 
 pub use certificate::{certificate, Certificate};
 pub use error::{Error, LinkError};
+#[cfg(any(test, feature = "test-util"))]
+pub use fake::{FakeLink, FakeVerifier};
 pub use grpc_link::{GrpcLink, SignatureVerifier};
 pub use lifecycle::{Lifecycle, StartRequest, Status, Transition};
 pub use link::{
-    Attachment, CloseSession, DropReportView, FakeLink, FakeVerifier, GatewayLink, OpenSession,
-    Opened, ReportVerifier,
+    Attachment, CloseSession, DropReportView, GatewayLink, OpenSession, Opened, ReportVerifier,
 };
 pub use lock::LockRule;
 pub use model::{CloseReason, EndReason, LockMode, Mode, OpenCause, ProposalState, State};

@@ -5,7 +5,7 @@ mod common;
 
 use common::{request, Env};
 use talos_control_stub::error::LinkError;
-use talos_control_stub::link::{Call, FakeVerifier, Tamper};
+use talos_control_stub::fake::{Call, FakeVerifier, Tamper};
 use talos_control_stub::{
     certificate, CloseReason, EndReason, GatewayLink, Mode, OpenCause, OpenSession, Opened, State,
 };
