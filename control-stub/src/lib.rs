@@ -27,9 +27,9 @@
 //!   [`ReportVerifier`], and the stand-ins that reach no gateway.
 //! - `fake` (only with the `test-util` feature): the test doubles the
 //!   tests drive, `FakeLink` (a stand-in gateway pair) and `FakeVerifier`.
-//! - [`store`] (a folder): the SQLite store: the connection and the schema,
-//!   then one file per group of tables: sessions, reset, secrets, policy,
-//!   gateways, batches, approvals.
+//! - [`store`] (a folder): the SQLite store: the schema and the connection
+//!   (`schema`, `db`), then one file per group of tables: sessions, reset,
+//!   secrets, policy, gateways, batches, approvals.
 //! - [`batches`]: the batch consumer's check: a signed batch verified
 //!   (signature, sequence, chain) with talos-certs, and the store told
 //!   the verdict.

@@ -4,7 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::{json_col, now, parse_word, Store, Tx};
+use super::db::{json_col, now, parse_word, Store, Tx};
 use crate::error::Error;
 use crate::model::ProposalState;
 

@@ -4,7 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::{now, Store, Tx};
+use super::db::{now, Store, Tx};
 use crate::error::Error;
 use crate::names;
 

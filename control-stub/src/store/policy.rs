@@ -2,7 +2,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::{json_col, now, parse_word, Store, Tx};
+use super::db::{json_col, now, parse_word, Store, Tx};
 use crate::error::Error;
 use crate::lock::{LockRule, NewRule};
 use crate::model::LockMode;

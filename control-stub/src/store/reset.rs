@@ -4,7 +4,7 @@
 use rusqlite::params;
 use serde::Serialize;
 
-use super::{json_col, parse_word, Tx};
+use super::db::{json_col, parse_word, Tx};
 use crate::error::Error;
 use crate::model::CloseReason;
 

@@ -1,9 +1,10 @@
 //! The schema: its version, the tables of each version, and the upgrade
 //! of an older file in place.
 
-use rusqlite::TransactionBehavior;
+use std::path::Path;
 
-use super::Store;
+use rusqlite::{Connection, TransactionBehavior};
+
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
@@ -166,37 +167,36 @@ ALTER TABLE attempts ADD COLUMN lock TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE attempts ADD COLUMN relay_public_key TEXT;
 "#;
 
-impl Store {
-    pub(super) fn migrate(&mut self) -> Result<(), Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        match version {
-            0 => {
-                tx.execute_batch(SCHEMA_V1)?;
-                tx.execute_batch(SCHEMA_V2)?;
-                tx.execute_batch(SCHEMA_V3)?;
-                tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-            }
-            1 => {
-                tx.execute_batch(SCHEMA_V2)?;
-                tx.execute_batch(SCHEMA_V3)?;
-                tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-            }
-            2 => {
-                tx.execute_batch(SCHEMA_V3)?;
-                tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-            }
-            SCHEMA_VERSION => {}
-            v => {
-                return Err(Error::Store(format!(
-                    "{}: schema version {v} is not one this control stub knows (it knows {SCHEMA_VERSION})",
-                    self.path.display()
-                )))
-            }
+/// Bring the schema of the store at `path` up to [`SCHEMA_VERSION`], in one
+/// transaction; refuse a file from a newer version.
+pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    match version {
+        0 => {
+            tx.execute_batch(SCHEMA_V1)?;
+            tx.execute_batch(SCHEMA_V2)?;
+            tx.execute_batch(SCHEMA_V3)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
-        tx.commit()?;
-        Ok(())
+        1 => {
+            tx.execute_batch(SCHEMA_V2)?;
+            tx.execute_batch(SCHEMA_V3)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        2 => {
+            tx.execute_batch(SCHEMA_V3)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        SCHEMA_VERSION => {}
+        v => {
+            return Err(Error::Store(format!(
+                "{}: schema version {v} is not one this control stub knows \
+                 (it knows {SCHEMA_VERSION})",
+                path.display()
+            )))
+        }
     }
+    tx.commit()?;
+    Ok(())
 }

@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
-use super::{now, Store, Tx};
+use super::db::{now, Store, Tx};
 use crate::error::Error;
 use crate::names;
 

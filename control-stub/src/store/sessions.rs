@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::{json_col, parse_word, Tx};
+use super::db::{json_col, parse_word, Tx};
 use crate::error::Error;
 use crate::lock::LockRule;
 use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, State};
