@@ -38,9 +38,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use talos_certs::{GatewayKey, Verdict};
 use tokio::net::TcpListener;
 
-use crate::error::Error;
+use crate::error::{Error, LinkError};
 use crate::identity::Identity;
-use crate::link::{GatewayLink, LinkError};
+use crate::link::GatewayLink;
 use crate::store::Store;
 
 /// Connections served at once, and how long a client has for its TLS

@@ -47,8 +47,6 @@
 
 use std::fmt;
 
-use crate::link::LinkError;
-
 /// Everything a control stub operation can fail with.
 ///
 /// No variant carries a secret value: errors name secrets by name.
@@ -178,6 +176,33 @@ impl Error {
     pub(crate) fn invalid(reason: impl Into<String>) -> Error {
         Error::SandboxRequestInvalid {
             reason: reason.into(),
+        }
+    }
+}
+
+/// Why a call to the gateways over the link failed, before or instead of
+/// an answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// No answer: the gateways could not be reached or did not answer in
+    /// time.
+    #[error("gateways unreachable: {0}")]
+    Unreachable(String),
+    /// A gateway answered, and refused.
+    #[error("gateway {gateway_id} refused: {reason}")]
+    Refused { gateway_id: String, reason: String },
+    /// A gateway answered something that does not parse.
+    #[error("gateway {gateway_id} answered something unreadable: {reason}")]
+    Invalid { gateway_id: String, reason: String },
+}
+
+impl LinkError {
+    /// The stable code, as in [`Error::code`].
+    pub fn code(&self) -> &'static str {
+        match self {
+            LinkError::Unreachable(_) => "gateway_unreachable",
+            LinkError::Refused { .. } => "gateway_refused",
+            LinkError::Invalid { .. } => "gateway_reply_invalid",
         }
     }
 }

@@ -24,10 +24,10 @@ use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
+use crate::error::LinkError;
 use crate::identity::Identity;
 use crate::link::{
-    CloseSession, Described, DropReportView, GatewayLink, LinkError, OpenSession, Opened,
-    ReportVerifier,
+    CloseSession, Described, DropReportView, GatewayLink, OpenSession, Opened, ReportVerifier,
 };
 use crate::pb;
 use crate::pb::gateway_client::GatewayClient;

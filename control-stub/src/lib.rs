@@ -12,7 +12,8 @@
 //!
 //! Each module depends only on modules above it.
 //!
-//! - [`error`]: the one error enum and its stable codes.
+//! - [`error`]: the one error enum and its stable codes, and [`LinkError`]:
+//!   how a call to the gateways fails.
 //! - [`pb`]: the control channel's messages, client and server, compiled
 //!   from `gateway/proto/control.proto`.
 //! - [`names`]: well-formed tenants, secret names, destinations, sources,
@@ -22,10 +23,16 @@
 //! - [`model`]: the closed vocabularies: modes, states, causes, reasons,
 //!   reset steps.
 //! - [`lock`]: the Lock's rules: what they match and how they are checked.
-//! - [`link`]: the control channel seen from here: [`GatewayLink`],
-//!   [`ReportVerifier`], and the [`FakeLink`] tests drive.
-//! - [`store`]: the SQLite store: schema, secret store, policy, sessions,
-//!   batches.
+//! - [`link`]: the control channel seen from here: [`GatewayLink`] and
+//!   [`ReportVerifier`], and the stand-ins that reach no gateway.
+//! - `fake` (only with the `test-util` feature): the test doubles the
+//!   tests drive, `FakeLink` (a stand-in gateway pair) and `FakeVerifier`.
+//! - [`store`] (a folder): the SQLite store: the schema and the connection
+//!   (`schema`, `db`), then one file per group of tables: sessions, reset,
+//!   secrets, policy, gateways, batches, approvals.
+//! - [`batches`]: the batch consumer's check: a signed batch verified
+//!   (signature, sequence, chain) with talos-certs, and the store told
+//!   the verdict.
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]) and the
 //!   drop report signature check ([`SignatureVerifier`]).
 //! - [`lifecycle`]: the session state machine and the reset.
@@ -45,7 +52,10 @@ pub mod identity;
 pub mod model;
 pub mod lock;
 pub mod link;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod store;
+pub mod batches;
 pub mod grpc_link;
 pub mod lifecycle;
 pub mod relay;
@@ -55,12 +65,13 @@ pub mod approvals_api;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};
-pub use error::Error;
+pub use error::{Error, LinkError};
+#[cfg(any(test, feature = "test-util"))]
+pub use fake::{FakeLink, FakeVerifier};
 pub use grpc_link::{GrpcLink, SignatureVerifier};
 pub use lifecycle::{Lifecycle, StartRequest, Status, Transition};
 pub use link::{
-    Attachment, CloseSession, DropReportView, FakeLink, FakeVerifier, GatewayLink, LinkError,
-    OpenSession, Opened, ReportVerifier,
+    Attachment, CloseSession, DropReportView, GatewayLink, OpenSession, Opened, ReportVerifier,
 };
 pub use lock::LockRule;
 pub use model::{CloseReason, EndReason, LockMode, Mode, OpenCause, ProposalState, State};

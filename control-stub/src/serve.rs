@@ -3,7 +3,7 @@
 //!
 //! Mutual TLS 1.3 only: a client must present a certificate that chains to
 //! the control CA, or the handshake fails before any gRPC. Each batch is
-//! verified ([`Store::accept_batch`]: signature under the gateway's
+//! verified ([`batches::accept`]: signature under the gateway's
 //! registered key, sequence, chain) and recorded in one store transaction,
 //! so an `ACCEPTED` answer means the batch is on disk.
 //!
@@ -38,10 +38,11 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tonic::{Request, Response, Status};
 
+use crate::batches::{self, BatchVerdict};
 use crate::error::Error;
 use crate::pb;
 use crate::pb::control_plane_server::{ControlPlane, ControlPlaneServer};
-use crate::store::{BatchVerdict, Store};
+use crate::store::Store;
 
 /// Connections served at once: a pair of gateways needs two; the rest is
 /// room for reconnects while old connections drain.
@@ -126,7 +127,7 @@ impl ControlPlane for Consumer {
         let store = self.store.clone();
         let verdict = tokio::task::spawn_blocking(move || {
             let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
-            let (claimed, seq) = crate::store::claimed_header(&signed.payload);
+            let (claimed, seq) = talos_certs::claimed_header(&signed.payload);
             // A payload that names no gateway is refused `malformed` below.
             if !claimed.is_empty() && !certificate_names(peer.as_ref(), &claimed) {
                 store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH)?;
@@ -138,7 +139,7 @@ impl ControlPlane for Consumer {
                         .into(),
                 });
             }
-            store.accept_batch(&signed)
+            batches::accept(&mut store, &signed)
         })
         .await
         .map_err(|e| Status::internal(format!("batch consumer task: {e}")))?

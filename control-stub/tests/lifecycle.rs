@@ -4,7 +4,8 @@
 mod common;
 
 use common::{request, Env};
-use talos_control_stub::link::{Call, FakeVerifier, LinkError, Tamper};
+use talos_control_stub::error::LinkError;
+use talos_control_stub::fake::{Call, FakeVerifier, Tamper};
 use talos_control_stub::{
     certificate, CloseReason, EndReason, GatewayLink, Mode, OpenCause, OpenSession, Opened, State,
 };

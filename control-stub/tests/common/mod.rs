@@ -7,7 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use talos_control_stub::link::{FakeLink, FakeVerifier, ReportVerifier};
+use talos_control_stub::fake::{FakeLink, FakeVerifier};
+use talos_control_stub::link::ReportVerifier;
 use talos_control_stub::{Lifecycle, Mode, StartRequest, Store, Transition};
 
 pub const ACCEPT: FakeVerifier = FakeVerifier::accepting();

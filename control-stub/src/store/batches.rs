@@ -1,0 +1,269 @@
+//! The batch consumer's tables: the batches received, their connection
+//! records, the refused batches and each gateway's chain position.
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::db::{json_col, now, Store, Tx};
+use crate::error::Error;
+use crate::names;
+
+/// Whether [`Store::record_batch`] recorded the batch or had it already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchOutcome {
+    Recorded,
+    AlreadyRecorded,
+}
+
+/// A connection record from a batch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConnectionRecord {
+    pub gateway_id: String,
+    pub seq: u64,
+    pub idx: u32,
+    pub record: serde_json::Value,
+}
+
+/// A batch a session's records came in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BatchInfo {
+    pub gateway_id: String,
+    pub seq: u64,
+    pub digest: String,
+    pub received_at: String,
+}
+
+/// A registered gateway and where the batch consumer stands in its chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainPosition {
+    pub gateway_id: String,
+    pub public_key_hex: String,
+    /// `None`: no batch of this gateway accepted yet.
+    pub state: Option<talos_certs::ChainState>,
+}
+
+/// A refused batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BatchRejection {
+    pub gateway_id: String,
+    pub seq: u64,
+    pub reason: String,
+    pub at: String,
+}
+
+impl Store {
+    /// Record a verified batch: its digest and its connection records.
+    ///
+    /// The caller has checked the batch's signature, sequence and chain.
+    /// Idempotent per `(gateway_id, seq)`: the same batch again returns
+    /// [`BatchOutcome::AlreadyRecorded`] and changes nothing; another digest
+    /// under a recorded sequence number is `batch_conflict`. Each record's
+    /// `session_id` field files it under its session (records without one,
+    /// such as `unknown_source`, are kept under none).
+    pub fn record_batch(
+        &mut self,
+        gateway_id: &str,
+        seq: u64,
+        digest: &str,
+        records: &[serde_json::Value],
+    ) -> Result<BatchOutcome, Error> {
+        let gateway_id = names::gateway_id(gateway_id)?;
+        self.write(|tx| tx.insert_batch(&gateway_id, seq, digest, records))
+    }
+
+    /// Record that the batch consumer refused batch `seq` of `gateway_id`
+    /// (bad signature, a gap or repeat in the sequence, a broken chain).
+    pub fn record_rejection(
+        &mut self,
+        gateway_id: &str,
+        seq: u64,
+        reason: &str,
+    ) -> Result<(), Error> {
+        // Out of SQLite's range, the number is refused here, not saturated.
+        seq_to_sql(seq)?;
+        // The id is what the refused batch claimed: kept as given, bounded.
+        let gateway_id: String = gateway_id.chars().take(names::MAX_GATEWAY_ID_LEN).collect();
+        self.write(|tx| tx.insert_rejection(&gateway_id, seq, reason))
+    }
+}
+
+impl Tx<'_> {
+    /// Record a verified batch (see [`Store::record_batch`]).
+    pub fn insert_batch(
+        &self,
+        gateway_id: &str,
+        seq: u64,
+        digest: &str,
+        records: &[serde_json::Value],
+    ) -> Result<BatchOutcome, Error> {
+        let seq_sql = seq_to_sql(seq)?;
+        let recorded: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT digest FROM batches WHERE gateway_id = ?1 AND seq = ?2",
+                params![gateway_id, seq_sql],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match recorded {
+            Some(d) if d == digest => return Ok(BatchOutcome::AlreadyRecorded),
+            Some(d) => {
+                return Err(Error::BatchConflict {
+                    gateway_id: gateway_id.to_owned(),
+                    seq,
+                    recorded: d,
+                })
+            }
+            None => {}
+        }
+        self.conn.execute(
+            "INSERT INTO batches (gateway_id, seq, digest, received_at) VALUES (?1, ?2, ?3, ?4)",
+            params![gateway_id, seq_sql, digest, now()],
+        )?;
+        let mut stmt = self.conn.prepare(
+            "INSERT INTO connection_records (gateway_id, seq, idx, session_id, json)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (idx, record) in records.iter().enumerate() {
+            let session_id = record.get("session_id").and_then(|v| v.as_str());
+            let idx = i64::try_from(idx).map_err(|_| Error::Store("batch too long".into()))?;
+            stmt.execute(params![
+                gateway_id,
+                seq_sql,
+                idx,
+                session_id,
+                serde_json::to_string(record)?
+            ])?;
+        }
+        Ok(BatchOutcome::Recorded)
+    }
+
+    /// Every registered gateway with its public key (hex) and the batch
+    /// consumer's position in its chain (`None`: no batch accepted yet).
+    pub fn chain_positions(&self) -> Result<Vec<ChainPosition>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT g.id, g.public_key_hex, c.json FROM gateways g
+             LEFT JOIN chain_state c ON c.gateway_id = g.id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (gateway_id, public_key_hex, state) = row?;
+            out.push(ChainPosition {
+                gateway_id,
+                public_key_hex,
+                state: state.map(|json| serde_json::from_str(&json)).transpose()?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Set the batch consumer's position in `gateway_id`'s chain.
+    pub fn set_chain_state(
+        &self,
+        gateway_id: &str,
+        state: &talos_certs::ChainState,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO chain_state (gateway_id, json) VALUES (?1, ?2)
+             ON CONFLICT (gateway_id) DO UPDATE SET json = excluded.json",
+            params![gateway_id, serde_json::to_string(state)?],
+        )?;
+        Ok(())
+    }
+
+    /// Record that batch `seq` of `gateway_id` was refused for `reason`; a
+    /// sequence number beyond SQLite's range is recorded as its largest.
+    pub fn insert_rejection(&self, gateway_id: &str, seq: u64, reason: &str) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO batch_rejections (gateway_id, seq, reason, at) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                gateway_id,
+                seq_to_sql(seq).unwrap_or(i64::MAX),
+                reason,
+                now()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Every connection record naming the session, by gateway, batch and
+    /// position.
+    pub fn connection_records(&self, session_id: &str) -> Result<Vec<ConnectionRecord>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT gateway_id, seq, idx, json FROM connection_records
+             WHERE session_id = ?1 ORDER BY gateway_id, seq, idx",
+        )?;
+        let rows = stmt.query_map(params![session_id], |r| {
+            Ok(ConnectionRecord {
+                gateway_id: r.get(0)?,
+                seq: get_u64(r, 1)?,
+                idx: r.get(2)?,
+                record: json_col(3, r.get(3)?)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// The batches that carried records of the session.
+    pub fn batches_of(&self, session_id: &str) -> Result<Vec<BatchInfo>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT gateway_id, seq, digest, received_at FROM batches b
+             WHERE EXISTS (SELECT 1 FROM connection_records c
+                           WHERE c.gateway_id = b.gateway_id AND c.seq = b.seq
+                             AND c.session_id = ?1)
+             ORDER BY gateway_id, seq",
+        )?;
+        let rows = stmt.query_map(params![session_id], |r| {
+            Ok(BatchInfo {
+                gateway_id: r.get(0)?,
+                seq: get_u64(r, 1)?,
+                digest: r.get(2)?,
+                received_at: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Every refused batch from these gateways.
+    pub fn batch_rejections(&self, gateway_ids: &[String]) -> Result<Vec<BatchRejection>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT gateway_id, seq, reason, at FROM batch_rejections
+             WHERE gateway_id = ?1 ORDER BY rowid",
+        )?;
+        let mut out = Vec::new();
+        for g in gateway_ids {
+            let rows = stmt.query_map(params![g], |r| {
+                Ok(BatchRejection {
+                    gateway_id: r.get(0)?,
+                    seq: get_u64(r, 1)?,
+                    reason: r.get(2)?,
+                    at: r.get(3)?,
+                })
+            })?;
+            for row in rows {
+                out.push(row?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn seq_to_sql(seq: u64) -> Result<i64, Error> {
+    i64::try_from(seq).map_err(|_| Error::Store(format!("sequence number {seq} is out of range")))
+}
+
+/// A non-negative integer column (SQLite stores signed 64-bit integers).
+fn get_u64(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    let v: i64 = r.get(idx)?;
+    u64::try_from(v).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Integer, Box::new(e))
+    })
+}

@@ -1,0 +1,72 @@
+//! The control stub's store: one SQLite file.
+//!
+//! The file is created with mode 0600 (it holds the secret store), and an
+//! existing file that others may read or write is refused. It runs in WAL
+//! mode with `synchronous = FULL` (a recorded CA destruction survives a
+//! power cut) and `secure_delete = ON` (a deleted or replaced secret value
+//! is overwritten in the file, not just unlinked from the b-tree; the WAL is
+//! checkpointed and truncated after every change to a secret, so no old
+//! frame keeps it either — what the filesystem keeps of freed blocks is out
+//! of reach).
+//!
+//! The schema is versioned with `PRAGMA user_version` and created on first
+//! use (version 3; an older file is upgraded in place: version 1 gains
+//! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
+//! `relay_public_key`):
+//!
+//! | table | one row per | columns |
+//! |---|---|---|
+//! | `egress` | name on the account's egress list (one account; the list is global) | `name` (canonical), `added_at` |
+//! | `secrets` | secret of a tenant | `tenant`, `name`, `value` (BLOB, as given; no command prints it), `updated_at` |
+//! | `gateways` | registered gateway | `id`, `public_key_hex`, `registered_at` |
+//! | `sessions` | session | `id`, `tenant`, `mode`, `state`, `created_at`, `ended_at`, `end_reason`, `outcome`, `allow` (JSON: the names asked), `attach` (JSON: the attachments asked, no values), `sources` (JSON) |
+//! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with), `lock` (JSON: the Lock rules sent at this open), `relay_public_key` (hex; NULL when none was sent) |
+//! | `ca_events` | CA a gateway made for an attempt | `session_id`, `attempt`, `gateway_id`, `digest`, `cert_pem`, `made_at`, `destroyed_at`, `destroy_reason` (set only when a verified drop report names this digest) |
+//! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
+//! | `reset_steps` | reset step of an ended session | `session_id`, `step` (1–5), `name`, `confirmed`, `response` (JSON), `error`, `at` |
+//! | `batches` | verified batch received | `gateway_id`, `seq`, `digest`, `received_at` |
+//! | `connection_records` | connection record of a batch | `gateway_id`, `seq`, `idx` (position in the batch), `session_id` (from the record; NULL for `unknown_source`), `json` |
+//! | `batch_rejections` | batch refused by the batch consumer | `gateway_id`, `seq`, `reason`, `at` |
+//! | `chain_state` | gateway whose batches were accepted | `gateway_id`, `json` (talos-certs `ChainState`: last seq and recent digests) |
+//! | `lock_rules` | Lock rule | `n` (never reused), `id` (`lock-N`), `destination` (canonical or `*`), `attachment`, `method`, `path_prefix` (empty: any), `mode`, `approvers` (JSON, sorted), `created_at` |
+//! | `proposals` | proposal a gateway sent the relay | `proposal_id`, `gateway_id`, `session_id`, `attempt`, `rule`, `fields` (JSON: the talos-certs `Proposal`), `sentence`, `digest`, `state` (`pending`, `approved`, `declined`, `withdrawn`, `expired`), `approver`, `decided_at` (when it left `pending`), `created_at`, `expires_at` (the gateway's), `received_at`, `decision` (JSON: the signed envelope delivered), `outcome` (the gateway's answer: `released` or `refused`) |
+//! | `approvers` | approver of the approvals API | `name`, `token_sha256` (hex; the token itself is shown once and never stored), `created_at` |
+//!
+//! Every change runs in one transaction ([`Store::write`]); a failing
+//! operation changes nothing.
+//!
+//! # Layout
+//!
+//! This file only names the parts. One [`Store`] (and its [`Tx`] inside a
+//! transaction); its methods stand with the tables they touch, one file
+//! each, below the two they all rest on:
+//!
+//! - `schema`: the schema version, each version's tables, the upgrade.
+//! - `db`: the file opened, the transactions, the shared column helpers.
+//! - `sessions`: sessions and their attempts.
+//! - `reset`: the CAs, the drop reports and the reset steps.
+//! - `secrets`: the secret store.
+//! - `policy`: the egress list and the Lock's rules.
+//! - `gateways`: the registered gateways and their keys.
+//! - `batches`: batches, their connection records, refused batches, the
+//!   chain positions.
+//! - `approvals`: the approvers and the relay's proposals.
+
+mod schema;
+mod db;
+mod sessions;
+mod reset;
+mod secrets;
+mod policy;
+mod gateways;
+mod batches;
+mod approvals;
+
+pub use approvals::{ApproverInfo, ProposalRecord};
+pub use batches::{BatchInfo, BatchOutcome, BatchRejection, ChainPosition, ConnectionRecord};
+pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
+pub use gateways::{ed25519_key, GatewayInfo};
+pub use reset::{CaEvent, DropReport, ResetStep};
+pub use schema::SCHEMA_VERSION;
+pub use secrets::SecretInfo;
+pub use sessions::{Attempt, Session};

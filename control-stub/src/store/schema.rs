@@ -1,0 +1,202 @@
+//! The schema: its version, the tables of each version, and the upgrade
+//! of an older file in place.
+
+use std::path::Path;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::Error;
+
+/// The schema version this code writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 3;
+
+const SCHEMA_V1: &str = r#"
+CREATE TABLE egress (
+    name TEXT PRIMARY KEY NOT NULL,
+    added_at TEXT NOT NULL
+);
+CREATE TABLE secrets (
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value BLOB NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE gateways (
+    id TEXT PRIMARY KEY NOT NULL,
+    public_key_hex TEXT NOT NULL,
+    registered_at TEXT NOT NULL
+);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('agent', 'commands')),
+    state TEXT NOT NULL
+        CHECK (state IN ('running', 'paused', 'interrupted', 'ended', 'reset_incomplete')),
+    created_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_reason TEXT,
+    outcome TEXT,
+    allow TEXT NOT NULL,
+    attach TEXT NOT NULL,
+    sources TEXT NOT NULL
+);
+CREATE TABLE attempts (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    n INTEGER NOT NULL CHECK (n >= 1),
+    cause TEXT NOT NULL CHECK (cause IN ('launch', 'resume', 'recovery')),
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_cause TEXT,
+    allowlist TEXT NOT NULL,
+    attachments TEXT NOT NULL,
+    PRIMARY KEY (session_id, n)
+);
+CREATE TABLE ca_events (
+    session_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    gateway_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    cert_pem TEXT NOT NULL,
+    made_at TEXT NOT NULL,
+    destroyed_at TEXT,
+    destroy_reason TEXT,
+    PRIMARY KEY (session_id, attempt, gateway_id),
+    FOREIGN KEY (session_id, attempt) REFERENCES attempts (session_id, n)
+);
+CREATE TABLE drop_reports (
+    session_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    gateway_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    ca_digest TEXT NOT NULL,
+    secrets TEXT NOT NULL,
+    signed BLOB NOT NULL,
+    received_at TEXT NOT NULL,
+    verifier TEXT NOT NULL,
+    ca_error TEXT,
+    secrets_error TEXT,
+    FOREIGN KEY (session_id, attempt) REFERENCES attempts (session_id, n)
+);
+CREATE INDEX drop_reports_by_attempt ON drop_reports (session_id, attempt);
+CREATE TABLE reset_steps (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    step INTEGER NOT NULL CHECK (step BETWEEN 1 AND 5),
+    name TEXT NOT NULL,
+    confirmed INTEGER NOT NULL CHECK (confirmed IN (0, 1)),
+    response TEXT NOT NULL,
+    error TEXT,
+    at TEXT NOT NULL,
+    PRIMARY KEY (session_id, step)
+);
+CREATE TABLE batches (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, seq)
+);
+CREATE TABLE connection_records (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    session_id TEXT,
+    json TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, seq, idx),
+    FOREIGN KEY (gateway_id, seq) REFERENCES batches (gateway_id, seq)
+);
+CREATE INDEX connection_records_by_session ON connection_records (session_id);
+CREATE TABLE batch_rejections (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+"#;
+
+/// Version 2: the batch consumer's chain position per gateway, updated in
+/// the transaction that records each accepted batch.
+const SCHEMA_V2: &str = r#"
+CREATE TABLE chain_state (
+    gateway_id TEXT PRIMARY KEY NOT NULL,
+    json TEXT NOT NULL
+);
+"#;
+
+/// Version 3: the Lock's rules, the relay's proposals, the approvals API's
+/// approvers, and what each attempt opened with of the Lock.
+const SCHEMA_V3: &str = r#"
+CREATE TABLE lock_rules (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    destination TEXT NOT NULL,
+    attachment TEXT NOT NULL,
+    method TEXT NOT NULL,
+    path_prefix TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('first_use', 'every_request')),
+    approvers TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE proposals (
+    proposal_id TEXT PRIMARY KEY NOT NULL,
+    gateway_id TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    attempt INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    sentence TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    state TEXT NOT NULL
+        CHECK (state IN ('pending', 'approved', 'declined', 'withdrawn', 'expired')),
+    approver TEXT,
+    decided_at TEXT,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    decision TEXT,
+    outcome TEXT
+);
+CREATE INDEX proposals_by_session ON proposals (session_id);
+CREATE INDEX proposals_by_state ON proposals (state);
+CREATE TABLE approvers (
+    name TEXT PRIMARY KEY NOT NULL,
+    token_sha256 TEXT UNIQUE NOT NULL,
+    created_at TEXT NOT NULL
+);
+ALTER TABLE attempts ADD COLUMN lock TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE attempts ADD COLUMN relay_public_key TEXT;
+"#;
+
+/// Bring the schema of the store at `path` up to [`SCHEMA_VERSION`], in one
+/// transaction; refuse a file from a newer version.
+pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    match version {
+        0 => {
+            tx.execute_batch(SCHEMA_V1)?;
+            tx.execute_batch(SCHEMA_V2)?;
+            tx.execute_batch(SCHEMA_V3)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        1 => {
+            tx.execute_batch(SCHEMA_V2)?;
+            tx.execute_batch(SCHEMA_V3)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        2 => {
+            tx.execute_batch(SCHEMA_V3)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        SCHEMA_VERSION => {}
+        v => {
+            return Err(Error::Store(format!(
+                "{}: schema version {v} is not one this control stub knows \
+                 (it knows {SCHEMA_VERSION})",
+                path.display()
+            )))
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}

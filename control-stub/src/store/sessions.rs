@@ -1,0 +1,217 @@
+//! Sessions and their attempts: the state machine's rows.
+
+use std::net::IpAddr;
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::db::{json_col, parse_word, Tx};
+use crate::error::Error;
+use crate::lock::LockRule;
+use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, State};
+use crate::names::AttachSpec;
+
+/// A session row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub tenant: String,
+    pub mode: Mode,
+    pub state: State,
+    pub created_at: String,
+    pub ended_at: Option<String>,
+    pub end_reason: Option<EndReason>,
+    pub outcome: Option<String>,
+    /// The destinations the session asked for (`--allow`), canonical.
+    pub allow: Vec<String>,
+    /// The attachments the session asked for (`--attach`).
+    pub attach: Vec<AttachSpec>,
+    pub sources: Vec<IpAddr>,
+}
+
+/// An attempt row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Attempt {
+    pub n: u32,
+    pub cause: OpenCause,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub end_cause: Option<AttemptEnd>,
+    /// What this attempt opened with: the asked names still on the egress
+    /// list, and the attachments whose secret and destination remained.
+    pub allowlist: Vec<String>,
+    pub attachments: Vec<AttachSpec>,
+    /// The Lock rules this attempt opened with.
+    pub lock: Vec<LockRule>,
+    /// The relay key (hex) this attempt opened with, if any.
+    pub relay_public_key: Option<String>,
+}
+
+impl Tx<'_> {
+    /// A session id no session has yet: `sbx-` and 12 random hex digits
+    /// (SQLite's generator, seeded from the operating system).
+    pub fn new_session_id(&self) -> Result<String, Error> {
+        loop {
+            let id: String =
+                self.conn
+                    .query_row("SELECT 'sbx-' || lower(hex(randomblob(6)))", [], |r| {
+                        r.get(0)
+                    })?;
+            if self.session(&id)?.is_none() {
+                return Ok(id);
+            }
+        }
+    }
+
+    pub fn insert_session(&self, s: &Session) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO sessions (id, tenant, mode, state, created_at, ended_at, end_reason,
+                                   outcome, allow, attach, sources)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                s.id,
+                s.tenant,
+                s.mode.as_str(),
+                s.state.as_str(),
+                s.created_at,
+                s.ended_at,
+                s.end_reason.map(|r| r.as_str()),
+                s.outcome,
+                serde_json::to_string(&s.allow)?,
+                serde_json::to_string(&s.attach)?,
+                serde_json::to_string(&s.sources)?,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The session `id`, if there is one.
+    pub fn session(&self, id: &str) -> Result<Option<Session>, Error> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
+                        allow, attach, sources
+                 FROM sessions WHERE id = ?1",
+                params![id],
+                session_row,
+            )
+            .optional()?)
+    }
+
+    /// Sessions that have not ended.
+    pub fn live_sessions(&self) -> Result<Vec<Session>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
+                    allow, attach, sources
+             FROM sessions WHERE state NOT IN ('ended', 'reset_incomplete') ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], session_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn set_state(&self, id: &str, state: State) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE sessions SET state = ?2 WHERE id = ?1",
+            params![id, state.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// Mark the session over: its final state, why, and the outcome if any.
+    pub fn set_ended(
+        &self,
+        id: &str,
+        state: State,
+        reason: EndReason,
+        outcome: Option<&str>,
+        at: &str,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE sessions SET state = ?2, end_reason = ?3, outcome = ?4, ended_at = ?5
+             WHERE id = ?1",
+            params![id, state.as_str(), reason.as_str(), outcome, at],
+        )?;
+        Ok(())
+    }
+
+    pub fn insert_attempt(&self, session_id: &str, a: &Attempt) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO attempts (session_id, n, cause, started_at, ended_at, end_cause,
+                                   allowlist, attachments, lock, relay_public_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                session_id,
+                a.n,
+                a.cause.as_str(),
+                a.started_at,
+                a.ended_at,
+                a.end_cause.map(|c| c.as_str()),
+                serde_json::to_string(&a.allowlist)?,
+                serde_json::to_string(&a.attachments)?,
+                serde_json::to_string(&a.lock)?,
+                a.relay_public_key,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The session's attempts, in order.
+    pub fn attempts(&self, session_id: &str) -> Result<Vec<Attempt>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT n, cause, started_at, ended_at, end_cause, allowlist, attachments, lock,
+                    relay_public_key
+             FROM attempts WHERE session_id = ?1 ORDER BY n",
+        )?;
+        let rows = stmt.query_map(params![session_id], |r| {
+            Ok(Attempt {
+                n: r.get(0)?,
+                cause: parse_word(1, r.get(1)?, OpenCause::parse)?,
+                started_at: r.get(2)?,
+                ended_at: r.get(3)?,
+                end_cause: r
+                    .get::<_, Option<String>>(4)?
+                    .map(|t| parse_word(4, t, AttemptEnd::parse))
+                    .transpose()?,
+                allowlist: json_col(5, r.get(5)?)?,
+                attachments: json_col(6, r.get(6)?)?,
+                lock: json_col(7, r.get(7)?)?,
+                relay_public_key: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn end_attempt(
+        &self,
+        session_id: &str,
+        n: u32,
+        end: AttemptEnd,
+        at: &str,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE attempts SET ended_at = ?3, end_cause = ?4 WHERE session_id = ?1 AND n = ?2",
+            params![session_id, n, at, end.as_str()],
+        )?;
+        Ok(())
+    }
+}
+
+fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        id: r.get(0)?,
+        tenant: r.get(1)?,
+        mode: parse_word(2, r.get(2)?, Mode::parse)?,
+        state: parse_word(3, r.get(3)?, State::parse)?,
+        created_at: r.get(4)?,
+        ended_at: r.get(5)?,
+        end_reason: r
+            .get::<_, Option<String>>(6)?
+            .map(|t| parse_word(6, t, EndReason::parse))
+            .transpose()?,
+        outcome: r.get(7)?,
+        allow: json_col(8, r.get(8)?)?,
+        attach: json_col(9, r.get(9)?)?,
+        sources: json_col(10, r.get(10)?)?,
+    })
+}
