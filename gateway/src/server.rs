@@ -56,6 +56,10 @@ pub enum StartError {
     Secret(crate::secrets::secret::SecretError),
     #[error("{0}")]
     Control(String),
+    #[error("{0}")]
+    ControlTls(crate::tls::ControlTlsError),
+    #[error("{0}")]
+    PlaneTls(crate::tls::ControlTlsError),
     #[error(transparent)]
     SigningKey(#[from] talos_certs::KeyError),
     #[error(transparent)]
@@ -87,8 +91,8 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
     let chain =
         crate::config::read_pem_certs(c.cert_file.get_ref()).map_err(StartError::Control)?;
     let key = crate::config::read_private_key(c.key_file.get_ref()).map_err(StartError::Control)?;
-    let tls = crate::control::server_tls(&ca, chain.clone(), key.clone_key())
-        .map_err(StartError::Control)?;
+    let tls = crate::tls::control_server_config(&ca, chain.clone(), key.clone_key())
+        .map_err(StartError::ControlTls)?;
     let signing = talos_certs::GatewayKey::load_or_create(c.signing_key_file.get_ref())?;
     let batches = match (&c.plane, &c.spool_dir) {
         (Some(plane), Some(dir)) => {
@@ -105,8 +109,8 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
                 plane: crate::records::shipper::Plane {
                     addr: *plane.get_ref(),
                     name: c.plane_name.clone(),
-                    tls: crate::records::shipper::client_tls(&ca, chain, key)
-                        .map_err(StartError::Control)?,
+                    tls: crate::tls::plane_client_config(&ca, chain, key)
+                        .map_err(StartError::PlaneTls)?,
                 },
                 max_records: c.batch_max_records,
                 interval: std::time::Duration::from_millis(c.batch_interval_ms),
