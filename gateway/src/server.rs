@@ -283,18 +283,9 @@ impl Built {
     /// control channel; then print the ready line. Connections are
     /// accepted by [`Running::accept_until`].
     pub fn spawn(self) -> Running {
-        let Built {
-            config,
-            metrics,
-            upstream,
-            sessions,
-            resolver,
-            data,
-            admin,
-            mut control,
-            records,
-            mut writer,
-        } = self;
+        let config = self.config;
+        let mut control = self.control;
+        let mut writer = self.writer;
         // Signed batches: the sealer behind the record writer, the shipper
         // draining the spool, the proposals to the relay.
         let mut shipping = None;
@@ -336,23 +327,23 @@ impl Built {
             }
         }
         let writer = tokio::spawn(writer.run());
-        let data_addr = data.local_addr().unwrap_or(config.listen.data);
-        let admin_addr = admin.local_addr().unwrap_or(config.listen.admin);
+        let data_addr = self.data.local_addr().unwrap_or(config.listen.data);
+        let admin_addr = self.admin.local_addr().unwrap_or(config.listen.admin);
 
         let shutdown = CancellationToken::new();
         let ready = Arc::new(AtomicBool::new(true));
         let admin = tokio::spawn(crate::admin::serve(
-            admin,
-            metrics,
+            self.admin,
+            self.metrics,
             Arc::clone(&ready),
             shutdown.clone(),
         ));
 
         let shared = Arc::new(Shared {
             gateway_id: Arc::from(config.gateway_id.get_ref().as_str()),
-            sessions,
-            resolver,
-            records,
+            sessions: self.sessions,
+            resolver: self.resolver,
+            records: self.records,
             hello_max_bytes: config.limits.hello_max_bytes,
             hello_timeout: config.limits.hello_timeout(),
             handshake_timeout: config.limits.handshake_timeout(),
@@ -380,7 +371,8 @@ impl Built {
             let addr = c.listener.local_addr().ok();
             ready_line["control"] = serde_json::json!(addr);
             tracing::info!(control = ?addr, key_id = %c.key.key_id(), "control channel listening");
-            let service = crate::control::ControlService::new(Arc::clone(&shared), c.key, upstream);
+            let service =
+                crate::control::ControlService::new(Arc::clone(&shared), c.key, self.upstream);
             tokio::spawn(crate::control::serve(
                 c.listener,
                 c.tls,
@@ -399,7 +391,7 @@ impl Built {
         Running {
             grace: config.limits.shutdown_grace(),
             cap: Arc::new(Semaphore::new(config.limits.max_connections)),
-            data,
+            data: self.data,
             tracker: TaskTracker::new(),
             shared,
             shutdown,
@@ -521,53 +513,46 @@ impl Running {
     /// The drain, once accepting has stopped. Each wait is bounded by the
     /// grace (`shutdown_grace_ms`) on its own.
     pub async fn drain(self) {
-        let Running {
-            grace,
-            cap: _,
-            data,
-            tracker,
-            shared,
-            shutdown,
-            ready,
-            draining,
-            admin,
-            control,
-            writer,
-            shipping,
-        } = self;
-        tracing::info!(open = tracker.len(), "draining");
+        let grace = self.grace;
+        tracing::info!(open = self.tracker.len(), "draining");
         // 1. Stop the control channel: no session opens on a gateway that
         //    is going away. Open RPCs get the grace; a client that holds
         //    its connection open past it is cut.
-        draining.cancel();
-        if let Some(mut task) = control {
+        self.draining.cancel();
+        if let Some(mut task) = self.control {
             if tokio::time::timeout(grace, &mut task).await.is_err() {
                 task.abort();
             }
         }
         // 2. `/readyz` answers 503.
-        ready.store(false, Ordering::Relaxed);
+        self.ready.store(false, Ordering::Relaxed);
         // 3. Close the data listener: new connections are refused.
-        drop(data);
+        drop(self.data);
         // 4. Open connections get the grace to finish; 5. the rest are cut
         //    (their records say so) and finish.
-        tracker.close();
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-            tracing::warn!(open = tracker.len(), "grace over; cutting open connections");
-            shutdown.cancel();
-            tracker.wait().await;
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = self.tracker.len(),
+                "grace over; cutting open connections"
+            );
+            self.shutdown.cancel();
+            self.tracker.wait().await;
         }
         // 6. Stop the admin listener.
-        shutdown.cancel();
-        let _ = admin.await;
+        self.shutdown.cancel();
+        let _ = self.admin.await;
         // 7. Flush the record writer: with the last sink dropped it writes
         //    what is queued, seals the last batch and ends.
-        drop(shared);
-        let _ = writer.await;
+        drop(self.shared);
+        let _ = self.writer.await;
         // 8. Give the shipper the grace to deliver the spool, woken when
         //    it empties; what it cannot deliver stays spooled for the next
         //    start.
-        if let Some(s) = shipping {
+        if let Some(s) = self.shipping {
             s.deliver(grace).await;
         }
         // 9. Exit.
