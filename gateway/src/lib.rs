@@ -10,7 +10,7 @@
 //! - [`io`]: stream adapters: replayed hello bytes, byte counts, gathered writes, [`io::woken`].
 //! - [`gate`]: before the handshake: name, ClientHello, capture, address classes, resolution.
 //! - [`secrets`]: secret values and attachments; decoding and masking replies.
-//! - [`tls`]: every rustls config: toward sessions and destinations.
+//! - [`tls`]: every rustls config: toward sessions, destinations, and on the control channel.
 //! - [`pb`]: the control channel's generated messages and services.
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`session`]: a session's authority: the Lock and holds, the upstream pool, sessions by source.

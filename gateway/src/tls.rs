@@ -8,10 +8,18 @@
 //!   certificates against the public roots (webpki-roots) plus only those
 //!   extra anchors the config names explicitly. One per session so that not
 //!   even TLS resumption state is shared between sessions.
+//! - On the control channel, mutual TLS with the control CA as the only
+//!   root, ALPN `h2`: [`control_server_config`] for the control listener
+//!   (a client certificate chaining to the CA required), and
+//!   [`plane_client_config`] for the shipper's connection to the control
+//!   plane (the gateway's control certificate as its identity).
+//!
+//! Every function here takes certificates and keys as arguments: reading
+//! them from files is the config's business.
 
 use std::sync::Arc;
 
-use rustls::pki_types::CertificateDer;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use talos_certs::LeafCache;
@@ -23,13 +31,20 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// A config builder restricted to TLS 1.3, with `provider`.
+fn tls13<S: rustls::ConfigSide>(
+    builder: rustls::ConfigBuilder<S, rustls::WantsVersions>,
+) -> rustls::ConfigBuilder<S, rustls::WantsVerifier> {
+    // TLS 1.3 is supported by the provider; this cannot fail.
+    builder
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the aws-lc-rs provider supports TLS 1.3")
+}
+
 /// The server side for one session: TLS 1.3, ALPN h2 and http/1.1, the
 /// certificate chosen by SNI through `leaves`.
 pub fn server_config(leaves: Arc<dyn ResolvesServerCert>) -> Arc<rustls::ServerConfig> {
-    // TLS 1.3 is supported by the provider; building cannot fail.
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("the aws-lc-rs provider supports TLS 1.3")
+    let mut config = tls13(rustls::ServerConfig::builder_with_provider(provider()))
         .with_no_client_auth()
         .with_cert_resolver(leaves);
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
@@ -47,13 +62,70 @@ pub fn client_config(extra: &[CertificateDer<'static>]) -> Arc<rustls::ClientCon
         // Anchors were parsed and checked when the config was loaded.
         let _ = roots.add(anchor.clone());
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("the aws-lc-rs provider supports TLS 1.3")
+    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
     Arc::new(config)
+}
+
+/// Why a control-channel config could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlTlsError {
+    #[error("control CA: unusable certificate: {0}")]
+    UnusableCa(rustls::Error),
+    #[error("control CA: {0}")]
+    Verifier(rustls::server::VerifierBuilderError),
+    #[error("control certificate and key: {0}")]
+    CertAndKey(rustls::Error),
+}
+
+/// The control CA as the only roots.
+fn control_roots(ca: &[CertificateDer<'static>]) -> Result<rustls::RootCertStore, ControlTlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in ca {
+        roots.add(c.clone()).map_err(ControlTlsError::UnusableCa)?;
+    }
+    Ok(roots)
+}
+
+/// The control listener: TLS 1.3 only, ALPN `h2`, `chain` and `key` as
+/// the gateway's certificate, and a client certificate chaining to one of
+/// `ca` required.
+pub fn control_server_config(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
+    let provider = provider();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(control_roots(ca)?),
+        Arc::clone(&provider),
+    )
+    .build()
+    .map_err(ControlTlsError::Verifier)?;
+    let mut config = tls13(rustls::ServerConfig::builder_with_provider(provider))
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(ControlTlsError::CertAndKey)?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The shipper's connection to the control plane: TLS 1.3, the control CA
+/// `ca` as the only root, `chain` and `key` (the gateway's control
+/// certificate) as client identity, ALPN `h2`.
+pub fn plane_client_config(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
+    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
+        .with_root_certificates(control_roots(ca)?)
+        .with_client_auth_cert(chain, key)
+        .map_err(ControlTlsError::CertAndKey)?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// A certificate resolver over a session's leaf cache: a leaf of the

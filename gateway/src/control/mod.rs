@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use talos_certs::{DropReason, DropReport, GatewayKey};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -385,38 +384,10 @@ impl Gateway for ControlService {
     }
 }
 
-/// TLS for the control listener: TLS 1.3 only, ALPN `h2`, and a client
-/// certificate chaining to one of `ca` required.
-pub fn server_tls(
-    ca: &[CertificateDer<'static>],
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<Arc<rustls::ServerConfig>, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in ca {
-        roots
-            .add(c.clone())
-            .map_err(|e| format!("control CA: unusable certificate: {e}"))?;
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        Arc::clone(&provider),
-    )
-    .build()
-    .map_err(|e| format!("control CA: {e}"))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| format!("control TLS: {e}"))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("control certificate and key: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
-}
-
 /// Serve `service` on `listener` until `stop` fires: each connection is
-/// handshaken (mutual TLS, bounded in time) before gRPC sees a byte.
+/// handshaken (mutual TLS with `tls`, from
+/// [`crate::tls::control_server_config`], bounded in time) before gRPC sees
+/// a byte.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,

@@ -16,42 +16,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
 use crate::pb;
 use crate::records::spool::{read_batch, Spool};
-
-/// TLS for the shipper's connection to the control plane: TLS 1.3, the
-/// control CA as the only root, the gateway's certificate as client
-/// identity, ALPN h2.
-pub fn client_tls(
-    ca: &[CertificateDer<'static>],
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<Arc<rustls::ClientConfig>, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in ca {
-        roots
-            .add(c.clone())
-            .map_err(|e| format!("control CA: unusable certificate: {e}"))?;
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| format!("control TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .map_err(|e| format!("control certificate and key: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
-}
 
 /// Where and how the shipper reaches the control plane.
 #[derive(Clone, Debug)]
 pub struct Plane {
     pub addr: SocketAddr,
     pub name: String,
+    /// From [`crate::tls::plane_client_config`].
     pub tls: Arc<rustls::ClientConfig>,
 }
 

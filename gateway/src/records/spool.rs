@@ -11,6 +11,8 @@
 //! over mutual TLS and deletes it only when the answer is `ACCEPTED` or
 //! `DUPLICATE`. So a record survives a control-plane outage and a gateway
 //! restart: it is either in the control plane's store or in the spool.
+//! While the gateway drains, [`Spool::emptied`] tells it when the last
+//! batch is acknowledged (a change notification, not a poll).
 //!
 //! # Files
 //!
@@ -121,6 +123,8 @@ pub struct Spool {
     pub(crate) arrived: Notify,
     /// `true` while the gateway must not accept new connections.
     full: watch::Sender<bool>,
+    /// The number of batches waiting, sent at every change.
+    waiting: watch::Sender<usize>,
 }
 
 impl Spool {
@@ -229,6 +233,7 @@ impl Spool {
             }),
             arrived: Notify::new(),
             full: watch::channel(false).0,
+            waiting: watch::channel(0).0,
         };
         spool.update_full();
         Ok((spool, position))
@@ -238,6 +243,14 @@ impl Spool {
     /// connections.
     pub fn full(&self) -> watch::Receiver<bool> {
         self.full.subscribe()
+    }
+
+    /// Resolves once no batch waits: woken by each batch put or removed,
+    /// never by a timer.
+    pub async fn emptied(&self) {
+        let mut waiting = self.waiting.subscribe();
+        // The sender lives in `self`, so the wait cannot end in an error.
+        let _ = waiting.wait_for(|n| *n == 0).await;
     }
 
     /// The number of batches and bytes waiting.
@@ -339,6 +352,7 @@ impl Spool {
             let inner = self.lock();
             (inner.entries.len(), inner.bytes, inner.write_failed)
         };
+        self.waiting.send_replace(batches);
         metrics::gauge!("gateway_spool_batches").set(batches as f64);
         metrics::gauge!("gateway_spool_bytes").set(bytes as f64);
         let full = failed || batches >= self.limits.max_batches || bytes >= self.limits.max_bytes;
@@ -613,6 +627,33 @@ mod tests {
         drop(spool);
         let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
         assert!(*spool.full().borrow());
+    }
+
+    #[tokio::test]
+    async fn emptied_wakes_when_the_last_batch_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let spool = Arc::new(spool);
+        spool.emptied().await;
+        let mut w = BatchWriter::new(key, "gw");
+        for _ in 0..2 {
+            let (seq, s) = sealed(&mut w, 1);
+            spool.put(seq, &s).unwrap();
+        }
+        let waiter = tokio::spawn({
+            let spool = Arc::clone(&spool);
+            async move { spool.emptied().await }
+        });
+        tokio::task::yield_now().await;
+        spool.remove(1);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "batch 2 still waits");
+        spool.remove(2);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
     }
 
     #[tokio::test]
