@@ -105,9 +105,10 @@ impl Gateway {
             .collect()
     }
 
-    /// Wait (up to 10 s) until at least `n` records are written.
+    /// Wait (up to [`crate::wait::DEADLINE`]) until at least `n` records
+    /// are written; returns what there is then, for the caller to check.
     pub fn wait_records(&self, n: usize) -> Vec<serde_json::Value> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + crate::wait::DEADLINE;
         loop {
             let r = self.records();
             if r.len() >= n || Instant::now() > deadline {
