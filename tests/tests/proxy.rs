@@ -388,11 +388,14 @@ async fn the_runtime_serves_with_the_configured_workers() {
 /// on a slow reply: the request in flight gets its reply within the drain
 /// grace, the open connections are cut at its end, the gateway exits 0,
 /// and every connection has its record.
+///
+/// The slow reply is held at the origin: SIGTERM goes once the request is
+/// there, and the reply once the gateway says it is draining.
 #[tokio::test(flavor = "multi_thread")]
 async fn open_connections_are_cut_when_the_drain_grace_ends() {
     let mut rig = rig_with(
         talos_e2e::gateway::test_workers(),
-        "shutdown_grace_ms = 1500",
+        "shutdown_grace_ms = 3000",
     )
     .await;
     let get = |path: &str| {
@@ -412,18 +415,26 @@ async fn open_connections_are_cut_when_the_drain_grace_ends() {
     let mut quiet = rig.raw_tls(GOOD).await;
     let mut slow = rig.sender(GOOD, false).await;
     let in_flight = tokio::spawn(async move {
-        let resp = slow.send(get("/slow/500")).await?;
+        let resp = slow.send(get("/hold/in-flight/slow/0")).await?;
         let status = resp.status();
         resp.into_body()
             .collect()
             .await
             .map(|b| (status, b.to_bytes()))
     });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let holds = rig.origins[0].holds();
+    holds.wait_held("in-flight").await;
+    let log_path = rig.gateway.log_path.clone();
     let stopped = tokio::task::spawn_blocking(move || {
         let clean = rig.gateway.stop();
         (clean, rig)
     });
+    talos_e2e::wait::until_async("the gateway's \"draining\" log line", || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        talos_e2e::wait::check(log.contains("draining open="), |d| *d)
+    })
+    .await;
+    holds.release("in-flight");
     let (status, body) = in_flight
         .await
         .unwrap()
