@@ -357,15 +357,23 @@ async fn the_runtime_serves_with_the_configured_workers() {
         // Tokio names its pool's workers (and its blocking threads, none
         // of which exist before the first record) "tokio-rt-worker"; with
         // one worker the main thread is the runtime.
-        let pool: usize = std::fs::read_dir(format!("/proc/{}/task", rig.gateway.pid()))
-            .unwrap()
-            .filter(|t| {
-                let comm = t.as_ref().unwrap().path().join("comm");
-                std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
-            })
-            .count();
+        // A thread takes its name once it runs, which on a loaded machine
+        // may be a while after the ready line: wait for the pool to be all
+        // named (with one worker there is none to wait for).
+        let pool = || -> usize {
+            std::fs::read_dir(format!("/proc/{}/task", rig.gateway.pid()))
+                .unwrap()
+                .filter(|t| {
+                    let comm = t.as_ref().unwrap().path().join("comm");
+                    std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
+                })
+                .count()
+        };
         let want_pool = if expect == 1 { 0 } else { expect };
-        assert_eq!(pool, want_pool, "workers {workers:?}");
+        let named = talos_e2e::wait::until(&format!("{want_pool} named workers"), || {
+            talos_e2e::wait::check(pool(), |n| *n >= want_pool)
+        });
+        assert_eq!(named, want_pool, "workers {workers:?}");
         let mut n = 0;
         for name in [GOOD, H1_ONLY, H2_ONLY] {
             for h2 in [false, true] {
