@@ -261,15 +261,15 @@ admin = "127.0.0.1:0"
 path = {records:?}
 [resolver]
 nameservers = ["{dns}"]
-timeout_ms = 300
+timeout_ms = 2000
 attempts = 1
 permit_internal = [{permit}]
 [upstream]
 port = {port}
-connect_timeout_ms = 2000
+connect_timeout_ms = 5000
 extra_trust_anchors = [{anchors}]
 [limits]
-hello_timeout_ms = 700
+hello_timeout_ms = 2000
 {limits}
 "#,
             id = self.gateway_id,
