@@ -10,6 +10,8 @@
 //!   control CA, certificates, and a mutual-TLS `Gateway` client.
 //! - [`grpc`]: a tonic origin (HTTP/2 or HTTP/1.1-only) and a tonic client
 //!   that reaches it through the gateway.
+//! - [`wait`]: waiting, within a deadline, for what another process or
+//!   task does.
 
 pub mod clients;
 pub mod control;
@@ -20,3 +22,4 @@ pub mod grpc;
 pub mod origin;
 pub mod relay;
 pub mod stub;
+pub mod wait;

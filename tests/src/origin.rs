@@ -15,6 +15,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::wait::DEADLINE;
+
 /// A test CA that can sign origin certificates.
 #[derive(Debug)]
 pub struct TestCa {
@@ -88,9 +90,59 @@ impl TestCa {
 #[derive(Debug)]
 pub struct Origin {
     pub addr: SocketAddr,
-    /// TLS connections accepted so far.
-    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
+    events: Arc<Events>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// TLS connections the origin has seen so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Completed TLS handshakes.
+    pub accepted: usize,
+    /// Of those, connections that have ended (either side closed).
+    pub closed: usize,
+}
+
+/// What the origin's tasks tell the test.
+#[derive(Debug)]
+struct Events {
+    seen: tokio::sync::watch::Sender<Seen>,
+    /// Names of `/hold/NAME/…` requests that have arrived.
+    held: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
+    /// Names the test has released.
+    released: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
+}
+
+impl Events {
+    fn new() -> Events {
+        Events {
+            seen: tokio::sync::watch::Sender::new(Seen::default()),
+            held: tokio::sync::watch::Sender::new(Default::default()),
+            released: tokio::sync::watch::Sender::new(Default::default()),
+        }
+    }
+}
+
+/// Wait (at most [`DEADLINE`]) until `done` holds for the value in `tx`;
+/// panics naming `what` and the last value.
+async fn wait_for<T: std::fmt::Debug + Clone>(
+    tx: &tokio::sync::watch::Sender<T>,
+    what: &str,
+    done: impl FnMut(&T) -> bool,
+) -> T {
+    let mut rx = tx.subscribe();
+    let got = tokio::time::timeout(DEADLINE, async {
+        let v = rx.wait_for(done).await;
+        v.expect("the origin holds the sender").clone()
+    })
+    .await;
+    got.unwrap_or_else(|_| {
+        panic!(
+            "the origin did not see {what} within {} s: {:?}",
+            DEADLINE.as_secs(),
+            *tx.borrow()
+        )
+    })
 }
 
 impl Drop for Origin {
@@ -129,32 +181,96 @@ impl Origin {
             .expect("origin cert");
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = Arc::clone(&accepted);
+        let events = Arc::new(Events::new());
+        let shared = Arc::clone(&events);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
                 let acceptor = acceptor.clone();
-                let counter = Arc::clone(&counter);
+                let events = Arc::clone(&shared);
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let service = hyper::service::service_fn(answer);
+                    events.seen.send_modify(|s| s.accepted += 1);
+                    let for_requests = Arc::clone(&events);
+                    let service = hyper::service::service_fn(move |req| {
+                        answer(req, Arc::clone(&for_requests))
+                    });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(tls), service)
                         .await;
+                    events.seen.send_modify(|s| s.closed += 1);
                 });
             }
         });
-        Origin {
-            addr,
-            accepted,
-            task,
-        }
+        Origin { addr, events, task }
+    }
+
+    /// The connections seen so far.
+    pub fn seen(&self) -> Seen {
+        *self.events.seen.borrow()
+    }
+
+    /// Wait (at most [`DEADLINE`]) until at least `n` TLS connections have
+    /// been accepted; returns what was seen then.
+    pub async fn wait_accepted(&self, n: usize) -> Seen {
+        wait_for(
+            &self.events.seen,
+            &format!("{n} connections accepted"),
+            |s| s.accepted >= n,
+        )
+        .await
+    }
+
+    /// Wait (at most [`DEADLINE`]) until at least `n` connections have ended;
+    /// returns what was seen then.
+    pub async fn wait_closed(&self, n: usize) -> Seen {
+        wait_for(&self.events.seen, &format!("{n} connections closed"), |s| {
+            s.closed >= n
+        })
+        .await
+    }
+
+    /// The origin's held requests, as a handle a test can move elsewhere.
+    pub fn holds(&self) -> Holds {
+        Holds(Arc::clone(&self.events))
+    }
+
+    /// Wait (at most [`DEADLINE`]) until the request `/hold/NAME/…` has
+    /// arrived (it waits there until [`Origin::release`]).
+    pub async fn wait_held(&self, name: &str) {
+        self.holds().wait_held(name).await;
+    }
+
+    /// Let the request `/hold/NAME/…` (arrived or still to come) go on.
+    pub fn release(&self, name: &str) {
+        self.holds().release(name);
+    }
+}
+
+/// The `/hold/NAME/…` requests of one origin; see [`Origin::holds`].
+#[derive(Debug, Clone)]
+pub struct Holds(Arc<Events>);
+
+impl Holds {
+    /// See [`Origin::wait_held`].
+    pub async fn wait_held(&self, name: &str) {
+        wait_for(
+            &self.0.held,
+            &format!("the request /hold/{name}/…"),
+            |h| h.contains(name),
+        )
+        .await;
+    }
+
+    /// See [`Origin::release`].
+    pub fn release(&self, name: &str) {
+        self.0.released.send_modify(|r| {
+            r.insert(name.to_owned());
+        });
     }
 }
 
@@ -181,13 +297,27 @@ type DownloadStream = futures_util::stream::BoxStream<
 /// - `/bytes/N`: the first N bytes (at most 64 KiB) of the same pattern in
 ///   one body with a `Content-Length`, as a file server or an API answers a
 ///   small object: the benchmarks' small reply, cheap for the origin;
+/// - `/hold/NAME/REST`: tells the test it arrived ([`Origin::wait_held`]),
+///   waits until the test releases NAME ([`Origin::release`]), then
+///   answers as `/REST` would: a request the test knows is in flight;
 /// - anything else: `origin says hello: VERSION METHOD PATH`.
 async fn answer(
-    req: Request<hyper::body::Incoming>,
+    mut req: Request<hyper::body::Incoming>,
+    events: Arc<Events>,
 ) -> Result<Response<Body>, std::convert::Infallible> {
     use http_body_util::BodyExt;
     use sha2::Digest;
     let path = req.uri().path().to_owned();
+    if let Some((name, rest)) = path.strip_prefix("/hold/").and_then(|r| r.split_once('/')) {
+        let name = name.to_owned();
+        let mut released = events.released.subscribe();
+        events.held.send_modify(|h| {
+            h.insert(name.clone());
+        });
+        let _ = released.wait_for(|r| r.contains(&name)).await;
+        *req.uri_mut() = format!("/{rest}").parse().expect("a path");
+        return Box::pin(answer(req, events)).await;
+    }
     if path == "/reflect" {
         return Ok(reflect(&req));
     }

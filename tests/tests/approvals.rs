@@ -174,7 +174,7 @@ async fn a_held_http2_request_blocks_no_other_stream_nor_session_and_goes_on_whe
         http::Sender::H1(_) => unreachable!("h2 asked"),
     };
     let held = tokio::spawn(async move { send(&mut held_conn, "POST", "/merge/7").await });
-    let proposals = rig.relay.wait_proposals(1, 10).await;
+    let proposals = rig.relay.wait_proposals(1, 30).await;
     assert_eq!(proposals.len(), 1);
     let p = &proposals[0];
 
@@ -261,7 +261,7 @@ async fn forged_misdirected_or_unlisted_decisions_change_nothing_and_a_decline_r
         .await;
     let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, false).await;
     let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/1").await });
-    let p = rig.relay.wait_proposals(1, 10).await.remove(0);
+    let p = rig.relay.wait_proposals(1, 30).await.remove(0);
 
     let forger = GatewayKey::generate().unwrap();
     for (signed, why) in [
@@ -325,7 +325,7 @@ async fn a_pause_withdraws_the_held_request_and_it_can_no_longer_be_decided() {
         .await;
     let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
     let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/2").await });
-    let p = rig.relay.wait_proposals(1, 10).await.remove(0);
+    let p = rig.relay.wait_proposals(1, 30).await.remove(0);
     let closed = rig.close("sess-a", 1).await;
     assert_eq!(closed.approvals_withdrawn, 1);
     let (status, refusal, _) = tokio::time::timeout(Duration::from_secs(10), held)
@@ -363,7 +363,7 @@ async fn first_use_asks_once_per_authority_and_again_after_a_resume() {
         };
         let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/first").await });
         asked += 1;
-        let p = rig.relay.wait_proposals(asked, 10).await.remove(asked - 1);
+        let p = rig.relay.wait_proposals(asked, 30).await.remove(asked - 1);
         assert_eq!(p.attempt, attempt);
         rig.decide(rig.relay.decision(&p, "alice", Verdict::Approved))
             .await
@@ -502,7 +502,7 @@ async fn an_agent_proposes_with_curl_and_gets_the_decision() {
     let call_digest = "ab".repeat(48);
     let body = format!(r#"{{"tool":"deploy","digest":"{call_digest}"}}"#);
     let waiting = tokio::task::spawn_blocking(move || curl(&body));
-    let p = rig.relay.wait_proposals(1, 15).await.remove(0);
+    let p = rig.relay.wait_proposals(1, 30).await.remove(0);
     assert_eq!(p.kind, "agent");
     assert_eq!(
         (p.tool.as_str(), p.call_digest.as_str()),

@@ -21,6 +21,7 @@ use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::{Origin, TestCa};
 use talos_e2e::stub::Stub;
+use talos_e2e::wait;
 
 const API: &str = "api.test";
 const OTHER: &str = "other.test";
@@ -249,14 +250,17 @@ async fn is_cut(s: &mut talos_e2e::clients::http::Sender) -> bool {
 }
 
 /// Assert each gateway recorded the session's kept connection
-/// `session_ended`.
+/// `session_ended` (waiting for the record: the cut is seen by the client
+/// before the gateway has written it).
 fn assert_cut_recorded(rig: &Rig, id: &str) {
     for g in &rig.gateways {
-        let ended = g
-            .wait_records(1)
-            .iter()
-            .any(|r| r["session_id"] == id && r["verdict"] == "session_ended");
-        assert!(ended || g.records().iter().all(|r| r["session_id"] != id));
+        wait::until("a session_ended record on each gateway", || {
+            wait::check(g.records(), |records| {
+                records
+                    .iter()
+                    .any(|r| r["session_id"] == id && r["verdict"] == "session_ended")
+            })
+        });
     }
 }
 
@@ -266,22 +270,14 @@ fn assert_refused_unknown(rig: &Rig, bundle: &Path) {
         let (code, _, _) = get(g, bundle, API, "/hello");
         assert_eq!(code, 0, "no TLS for a source whose authority was dropped");
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    wait::until("unknown_source recorded on each gateway", || {
         let refused = rig
             .records()
             .iter()
             .filter(|r| r["verdict"] == "unknown_source")
             .count();
-        if refused >= rig.gateways.len() || std::time::Instant::now() > deadline {
-            assert!(
-                refused >= rig.gateways.len(),
-                "unknown_source recorded on each gateway"
-            );
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        wait::check(refused, |n| *n >= rig.gateways.len())
+    });
 }
 
 /// The drop reports of the session in `status`, for `attempt`.
@@ -654,21 +650,9 @@ async fn no_record_is_lost_or_doubled_across_an_outage_and_a_gateway_restart() {
     // The consumer goes away; traffic goes on, batches wait in the spools.
     rig.stub.kill_serve();
     made.extend(traffic(&rig, &bundle, 10, 10));
-    // Let the sealers spool what they hold.
-    std::thread::sleep(Duration::from_millis(300));
-    let spooled = |g: &Gateway| {
-        std::fs::read_dir(g.records_path.parent().unwrap().join("spool"))
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".batch"))
-            })
-            .count()
-    };
-    assert!(
-        rig.gateways.iter().all(|g| spooled(g) > 0),
-        "batches wait while the consumer is down"
-    );
+    // The sealers spool what they hold: batches wait while the consumer
+    // is down.
+    wait_spooled(&rig, |n| n > 0);
 
     // Pause, restart gateway gw-a (its spool still full), resume.
     rig.cli(&["sandbox", "pause", &id]).json();
@@ -714,13 +698,28 @@ async fn no_record_is_lost_or_doubled_across_an_outage_and_a_gateway_restart() {
         cert["batch_rejections"].as_array().unwrap().is_empty(),
         "{cert}"
     );
-    for g in &rig.gateways {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while spooled(g) > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert_eq!(spooled(g), 0, "acknowledged batches are deleted");
-    }
+    // Acknowledged batches are deleted.
+    wait_spooled(&rig, |n| n == 0);
+}
+
+/// The batches in `g`'s spool.
+fn spooled(g: &Gateway) -> usize {
+    std::fs::read_dir(g.records_path.parent().unwrap().join("spool"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".batch"))
+        })
+        .count()
+}
+
+/// Wait until every gateway's spool holds a number of batches for which
+/// `done` holds.
+fn wait_spooled(rig: &Rig, done: impl Fn(usize) -> bool) {
+    wait::until("the spooled batches of every gateway", || {
+        let counts: Vec<usize> = rig.gateways.iter().map(spooled).collect();
+        wait::check(counts, |c| c.iter().all(|n| done(*n)))
+    });
 }
 
 /// A batch altered on the gateway's disk is refused by the consumer
@@ -733,7 +732,7 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
     let bundle = rig.trust(&id, "trust.pem");
     rig.stub.kill_serve();
     traffic(&rig, &bundle, 0, 2);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_spooled(&rig, |n| n > 0);
     rig.cli(&["sandbox", "pause", &id]).json();
     let control = rig.gateways[0].control;
     assert!(rig.gateways[0].stop());
@@ -757,28 +756,19 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
     rig.gateways[0] = rig.start_gateway(0, control);
     rig.stub.start_serve();
     // The consumer records the refusal; the gateway keeps the batch.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let rejected = loop {
-        let log = rig.stub.serve_log();
-        if log.contains("bad_signature") || std::time::Instant::now() > deadline {
-            break log;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let rejected = wait::until("the consumer to log bad_signature", || {
+        wait::check(rig.stub.serve_log(), |log| log.contains("bad_signature"))
+    });
     assert!(rejected.contains("\"gateway_id\":\"gw-a\""), "{rejected}");
     assert!(oldest.exists(), "a refused batch stays in the spool");
     // The gateway logs the refusal once the answer reaches it, which may be
     // a moment after the consumer logged it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let log = loop {
-        let log = rig.gateways[0].log();
-        if log.contains("control plane refused a batch") || std::time::Instant::now() > deadline {
-            break log;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(log.contains("control plane refused a batch"), "{log}");
-    let cert = rig.stub.wait_certificate(&id, 10, |c| {
+    wait::until("the gateway to log the refusal", || {
+        wait::check(rig.gateways[0].log(), |log| {
+            log.contains("control plane refused a batch")
+        })
+    });
+    let cert = rig.stub.wait_certificate(&id, 30, |c| {
         c["batch_rejections"]
             .as_array()
             .is_some_and(|a| !a.is_empty())
@@ -813,7 +803,9 @@ async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
     for i in 0..2 {
         let (code, _, _) = get(g, &bundle, API, &format!("/fill/{i}"));
         assert_eq!(code, 200);
-        std::thread::sleep(Duration::from_millis(300));
+        wait::until(&format!("batch {} in the spool", i + 1), || {
+            wait::check(spooled(g), |n| *n > i)
+        });
     }
     let metric = |name: &str| -> String {
         let out = run_bounded(
@@ -828,7 +820,13 @@ async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
             .unwrap_or("")
             .to_owned()
     };
-    assert_eq!(metric("gateway_spool_full"), "gateway_spool_full 1");
+    // The spool is full once its second batch is written; the gateway
+    // says so when it next tries to seal.
+    wait::until("the spool_full metric at 1", || {
+        wait::check(metric("gateway_spool_full"), |m| {
+            m == "gateway_spool_full 1"
+        })
+    });
     let ready = run_bounded(
         "curl",
         &[
@@ -843,27 +841,29 @@ async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
         10,
     );
     assert_eq!(String::from_utf8_lossy(&ready.stdout), "503");
-    assert!(g.log().contains("record spool full"));
+    // Logged just after the metric is set.
+    wait::until("the gateway to log that its spool is full", || {
+        wait::check(g.log(), |log| log.contains("record spool full"))
+    });
     // A new connection is not served: the TLS handshake never completes.
     let (code, _, _) = curl_via(g.data, &bundle, API, "/blocked", &["--max-time", "2"]);
     assert_eq!(code, 0, "no connection is served while the spool is full");
 
     rig.stub.start_serve();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while metric("gateway_spool_full") != "gateway_spool_full 0"
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(metric("gateway_spool_full"), "gateway_spool_full 0");
+    wait::until("the spool_full metric back at 0", || {
+        wait::check(metric("gateway_spool_full"), |m| {
+            m == "gateway_spool_full 0"
+        })
+    });
     let (code, _, _) = get(&rig.gateways[0], &bundle, API, "/after");
     assert_eq!(code, 200, "accepting again");
     rig.cli(&["sandbox", "stop", &id]).json();
 }
 
-/// Waits (at most 20 s) for `n` pending cards and returns them.
+/// Waits (at most [`wait::DEADLINE`]) for `n` pending cards and returns
+/// them.
 fn wait_cards(rig: &Rig, n: usize) -> Vec<Value> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + wait::DEADLINE;
     loop {
         let cards = rig.cli(&["approvals", "list"]).json();
         let cards = cards.as_array().cloned().unwrap_or_default();

@@ -357,15 +357,23 @@ async fn the_runtime_serves_with_the_configured_workers() {
         // Tokio names its pool's workers (and its blocking threads, none
         // of which exist before the first record) "tokio-rt-worker"; with
         // one worker the main thread is the runtime.
-        let pool: usize = std::fs::read_dir(format!("/proc/{}/task", rig.gateway.pid()))
-            .unwrap()
-            .filter(|t| {
-                let comm = t.as_ref().unwrap().path().join("comm");
-                std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
-            })
-            .count();
+        // A thread takes its name once it runs, which on a loaded machine
+        // may be a while after the ready line: wait for the pool to be all
+        // named (with one worker there is none to wait for).
+        let pool = || -> usize {
+            std::fs::read_dir(format!("/proc/{}/task", rig.gateway.pid()))
+                .unwrap()
+                .filter(|t| {
+                    let comm = t.as_ref().unwrap().path().join("comm");
+                    std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
+                })
+                .count()
+        };
         let want_pool = if expect == 1 { 0 } else { expect };
-        assert_eq!(pool, want_pool, "workers {workers:?}");
+        let named = talos_e2e::wait::until(&format!("{want_pool} named workers"), || {
+            talos_e2e::wait::check(pool(), |n| *n >= want_pool)
+        });
+        assert_eq!(named, want_pool, "workers {workers:?}");
         let mut n = 0;
         for name in [GOOD, H1_ONLY, H2_ONLY] {
             for h2 in [false, true] {
@@ -388,11 +396,14 @@ async fn the_runtime_serves_with_the_configured_workers() {
 /// on a slow reply: the request in flight gets its reply within the drain
 /// grace, the open connections are cut at its end, the gateway exits 0,
 /// and every connection has its record.
+///
+/// The slow reply is held at the origin: SIGTERM goes once the request is
+/// there, and the reply once the gateway says it is draining.
 #[tokio::test(flavor = "multi_thread")]
 async fn open_connections_are_cut_when_the_drain_grace_ends() {
     let mut rig = rig_with(
         talos_e2e::gateway::test_workers(),
-        "shutdown_grace_ms = 1500",
+        "shutdown_grace_ms = 3000",
     )
     .await;
     let get = |path: &str| {
@@ -412,18 +423,26 @@ async fn open_connections_are_cut_when_the_drain_grace_ends() {
     let mut quiet = rig.raw_tls(GOOD).await;
     let mut slow = rig.sender(GOOD, false).await;
     let in_flight = tokio::spawn(async move {
-        let resp = slow.send(get("/slow/500")).await?;
+        let resp = slow.send(get("/hold/in-flight/slow/0")).await?;
         let status = resp.status();
         resp.into_body()
             .collect()
             .await
             .map(|b| (status, b.to_bytes()))
     });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let holds = rig.origins[0].holds();
+    holds.wait_held("in-flight").await;
+    let log_path = rig.gateway.log_path.clone();
     let stopped = tokio::task::spawn_blocking(move || {
         let clean = rig.gateway.stop();
         (clean, rig)
     });
+    talos_e2e::wait::until_async("the gateway's \"draining\" log line", || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        talos_e2e::wait::check(log.contains("draining open="), |d| *d)
+    })
+    .await;
+    holds.release("in-flight");
     let (status, body) = in_flight
         .await
         .unwrap()
@@ -610,11 +629,14 @@ fn tokio_stream_from(
 /// back at once; concurrent requests each get their own, pooled after;
 /// one the destination closes is replaced; one whose reply the session
 /// stopped reading is closed, not pooled.
+///
+/// "Concurrent" is made sure of, not hoped for: those requests are held
+/// at the origin until all of them have arrived there.
 #[tokio::test]
 async fn http1_destination_connections_are_reused_closed_and_replaced() {
-    use std::sync::atomic::Ordering::SeqCst;
     let rig = rig().await;
-    let accepted = || rig.origins[0].accepted.load(SeqCst);
+    let origin = &rig.origins[0];
+    let accepted = || origin.seen().accepted;
     async fn fetch(s: &mut http::Sender, method: &str, path: &str) -> (u16, Bytes) {
         let req = hyper::Request::builder()
             .method(method)
@@ -627,6 +649,16 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
         let body = resp.into_body().collect().await.expect("body").to_bytes();
         (status, body)
     }
+    // Lets the held requests `names` go once every one of them is at the
+    // origin, each (HTTP/1.1) on a destination connection of its own.
+    let release_together = |names: &'static [&'static str]| async move {
+        for name in names {
+            origin.wait_held(name).await;
+        }
+        for name in names {
+            origin.release(name);
+        }
+    };
     let pattern = |n: u64| (0..n).map(pattern_byte).collect::<Vec<u8>>();
 
     let mut a = rig.sender(GOOD, false).await;
@@ -643,27 +675,30 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
             assert_eq!(body, pattern(len as u64), "{path}");
         }
     }
+    // Every reply came over a connection the origin had counted before it
+    // answered: a second one would be counted by now.
     assert_eq!(accepted(), 1, "one destination connection for them all");
 
     // The destination closes after this reply: the next request gets a
     // new connection.
     assert_eq!(fetch(&mut a, "GET", "/close").await.0, 200);
     assert_eq!(fetch(&mut a, "GET", "/bytes/5").await.1, pattern(5));
-    assert_eq!(accepted(), 2);
+    assert_eq!(accepted(), 2, "the closed connection was replaced");
 
     // Two at once: two connections; then both are pooled.
     let mut b = rig.sender(GOOD, false).await;
-    let (ra, rb) = tokio::join!(
-        fetch(&mut a, "GET", "/download/2000000"),
-        fetch(&mut b, "GET", "/download/2000000")
+    let (ra, rb, ()) = tokio::join!(
+        fetch(&mut a, "GET", "/hold/a1/download/2000000"),
+        fetch(&mut b, "GET", "/hold/b1/download/2000000"),
+        release_together(&["a1", "b1"]),
     );
     assert_eq!(ra.1, pattern(2_000_000));
     assert_eq!(rb.1, pattern(2_000_000));
-    assert_eq!(accepted(), 3);
+    assert_eq!(accepted(), 3, "two requests at once, two connections");
     for s in [&mut a, &mut b] {
         assert_eq!(fetch(s, "GET", "/bytes/3").await.1, pattern(3));
     }
-    assert_eq!(accepted(), 3);
+    assert_eq!(accepted(), 3, "both were pooled and used again");
 
     // The session stops reading a reply and goes away: that destination
     // connection is closed, not pooled. The next two at once reuse the
@@ -682,16 +717,41 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
         }
         assert!(got.starts_with(b"HTTP/1.1 200"));
     }
-    assert!(
-        rig.gateway.wait_records(2).len() >= 2,
-        "both connections closed"
+    // Both session connections closed (their records are written); the
+    // wait gives the runtime to the client connections meanwhile.
+    talos_e2e::wait::until_async("the records of both closed connections", || {
+        talos_e2e::wait::check(rig.gateway.records().len(), |n| *n >= 2)
+    })
+    .await;
+    // The one the destination closed, and the one left mid-reply.
+    let seen = origin.wait_closed(2).await;
+    assert_eq!(
+        seen,
+        talos_e2e::origin::Seen {
+            accepted: 3,
+            closed: 2
+        }
     );
     let mut c = rig.sender(GOOD, false).await;
-    let (rb, rc) = tokio::join!(
-        fetch(&mut b, "GET", "/bytes/64"),
-        fetch(&mut c, "GET", "/download/100000")
+    let (rb, rc, ()) = tokio::join!(
+        fetch(&mut b, "GET", "/hold/b2/bytes/64"),
+        fetch(&mut c, "GET", "/hold/c2/download/100000"),
+        release_together(&["b2", "c2"]),
     );
     assert_eq!(rb.1, pattern(64));
     assert_eq!(rc.1, pattern(100_000));
-    assert_eq!(accepted(), 4);
+    assert_eq!(
+        accepted(),
+        4,
+        "the pooled connection used again, one more opened"
+    );
+    // The last two go away too; with the runtime free to close them, each
+    // session connection has its record (and the gateway's drain at the
+    // rig's end has nothing to wait for).
+    drop((b, c));
+    let records = talos_e2e::wait::until_async("the records of all four connections", || {
+        talos_e2e::wait::check(rig.gateway.records(), |r| r.len() >= 4)
+    })
+    .await;
+    assert_eq!(records.len(), 4, "{records:#?}");
 }
