@@ -230,6 +230,6 @@ mod tests {
         );
         let e = AttachSpec::from_parts("K", "10.0.0.1", "h", None).unwrap_err();
         assert_eq!(e.brief(), "an IP literal is not a name");
-        assert!(!AttachSpec::from_parts("K", "a.example", &"h".repeat(129), None).is_ok());
+        assert!(AttachSpec::from_parts("K", "a.example", &"h".repeat(129), None).is_err());
     }
 }

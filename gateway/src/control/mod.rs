@@ -1,4 +1,4 @@
-//! The control channel: the `Gateway` gRPC service (`proto/control.proto`)
+//! The control channel: the `Gateway` gRPC service (`contract/proto/control.proto`)
 //! over mutually authenticated TLS 1.3.
 //!
 //! The control plane opens a session's authority here (a fresh CA, the
@@ -14,8 +14,10 @@
 //! one. The control plane closes an authority before it opens the next one
 //! when it wants the report, as it does at every pause.
 //!
-//! Invalid requests are answered `INVALID_ARGUMENT` with a message naming
-//! the field; never a value, so secret values cannot reach a log.
+//! Requests are checked by the contract's rules ([`talos_contract::SessionSpec`],
+//! the same a static session in the config is checked by); invalid ones are
+//! answered `INVALID_ARGUMENT` with a message naming the field; never a
+//! value, so secret values cannot reach a log.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -38,7 +40,7 @@ use talos_contract::spec::{AttachDraft, ScopeDraft, SessionDraft};
 use crate::secrets::secret::{Attachment, SecretBytes};
 use crate::session::sessions::{RemoveError, Session, SessionSpec, UpstreamSettings};
 
-/// Code generated from `proto/control.proto`: the `Gateway` and
+/// Code generated from `contract/proto/control.proto`: the `Gateway` and
 /// `ControlPlane` services, servers and clients.
 use crate::pb;
 use pb::gateway_server::{Gateway, GatewayServer};
