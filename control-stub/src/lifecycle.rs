@@ -225,43 +225,7 @@ impl<'a> Lifecycle<'a> {
     /// the tenant's secrets, then open attempt 1 on the gateways.
     pub fn start(&mut self, req: &StartRequest) -> Result<Transition, Error> {
         let tenant = names::tenant(&req.tenant).map_err(|e| Error::invalid(e.to_string()))?;
-        if req.sources.is_empty() {
-            return Err(Error::invalid("a session needs at least one --source"));
-        }
-        let mut sources = Vec::new();
-        for s in &req.sources {
-            let addr = names::source(s)?;
-            if !sources.contains(&addr) {
-                sources.push(addr);
-            }
-        }
-        let mut allow = Vec::new();
-        for a in &req.allow {
-            let name = names::destination(a).map_err(|e| Error::invalid(e.to_string()))?;
-            if !allow.contains(&name) {
-                allow.push(name);
-            }
-        }
-        let mut attach: Vec<AttachSpec> = Vec::new();
-        for a in &req.attach {
-            let spec = AttachSpec::parse(a)?;
-            if !allow.contains(&spec.destination) {
-                return Err(Error::invalid(format!(
-                    "attachment {}: destination {} is not among the session's --allow names",
-                    spec.secret, spec.destination
-                )));
-            }
-            if attach
-                .iter()
-                .any(|b| b.destination == spec.destination && b.header == spec.header)
-            {
-                return Err(Error::invalid(format!(
-                    "two attachments set header {} on {}",
-                    spec.header, spec.destination
-                )));
-            }
-            attach.push(spec);
-        }
+        let (sources, allow, attach) = names::scope(&req.sources, &req.allow, &req.attach)?;
 
         self.transition(|tx, ctx| {
             let egress: BTreeSet<String> = tx.egress_names()?.into_iter().collect();

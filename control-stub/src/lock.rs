@@ -14,25 +14,16 @@
 //! to mean another rule.
 
 use serde::{Deserialize, Serialize};
+use talos_contract::lock as rules;
 
 use crate::error::Error;
 use crate::model::LockMode;
-use crate::names;
 
-/// Where a rule matches any destination.
-pub const ANY_DESTINATION: &str = "*";
-
-/// The longest path prefix a rule may hold, in bytes.
-pub const MAX_PATH_PREFIX_LEN: usize = 1024;
-
-/// The longest method a rule may name, in bytes (methods are short words).
-pub const MAX_METHOD_LEN: usize = 32;
-
+pub use talos_contract::lock::{
+    ANY_DESTINATION, MAX_APPROVERS, MAX_METHOD_LEN, MAX_PATH_PREFIX_LEN,
+};
 /// The longest approver name, in bytes.
-pub const MAX_APPROVER_LEN: usize = 64;
-
-/// At most this many approvers on one rule: a card goes to each.
-pub const MAX_APPROVERS: usize = 32;
+pub const MAX_APPROVER_LEN: usize = talos_contract::id::MAX_ID_LEN;
 
 /// A Lock rule as stored and as sent to the gateways. Empty `attachment`,
 /// `method` and `path_prefix` match anything (the control channel's
@@ -70,8 +61,11 @@ fn invalid(reason: impl Into<String>) -> Error {
 }
 
 impl NewRule {
-    /// Check and normalise a rule: the destination canonicalised (or `*`),
-    /// the method upper-cased, the approvers sorted without repeats.
+    /// Check and normalise a rule by the contract's rules
+    /// ([`talos_contract::lock`], the gateway's own): the destination
+    /// canonicalised (or `*`), the method upper-cased, the approvers sorted
+    /// without repeats. A flag given empty is refused (leave it out to
+    /// match anything).
     pub fn check(
         destination: &str,
         attachment: Option<&str>,
@@ -80,90 +74,43 @@ impl NewRule {
         mode: LockMode,
         approvers: &[String],
     ) -> Result<NewRule, Error> {
-        let destination = if destination == ANY_DESTINATION {
-            ANY_DESTINATION.to_owned()
-        } else {
-            names::destination(destination).map_err(|e| invalid(format!("--destination: {e}")))?
+        let flag = |name: &str, e: rules::RuleError| invalid(format!("--{name}: {}", e.reason));
+        let given = |name: &str, text: Option<&str>| match text {
+            Some("") => Err(invalid(format!(
+                "--{name}: empty (leave it out to match any)"
+            ))),
+            t => Ok(t.unwrap_or_default().to_owned()),
         };
-        let attachment = match attachment {
-            None => String::new(),
-            Some(a) => names::secret_name(a).map_err(|e| invalid(format!("--attachment: {e}")))?,
-        };
-        let method = match method {
-            None => String::new(),
-            Some(m) => http_method(m)?,
-        };
-        let path_prefix = match path_prefix {
-            None => String::new(),
-            Some(p) => path_prefix_checked(p)?,
-        };
-        if approvers.is_empty() {
-            return Err(invalid("a rule needs at least one --approver"));
-        }
-        let mut list = Vec::new();
-        for a in approvers {
-            list.push(approver(a).map_err(|e| invalid(e.to_string()))?);
-        }
-        list.sort();
-        list.dedup();
-        if list.len() > MAX_APPROVERS {
-            return Err(invalid(format!(
-                "a rule names at most {MAX_APPROVERS} approvers"
-            )));
-        }
+        let destination = rules::destination(destination)
+            .map_err(|e| flag("destination", e))?
+            .map_or_else(|| ANY_DESTINATION.to_owned(), |n| n.as_str().to_owned());
+        let attachment = given("attachment", attachment)?;
+        let attachment = rules::attachment(&attachment)
+            .map_err(|e| flag("attachment", e))?
+            .unwrap_or_default();
+        let method = given("method", method)?;
+        let method = rules::method(&method)
+            .map_err(|e| flag("method", e))?
+            .unwrap_or_default();
+        let path_prefix = given("path-prefix", path_prefix)?;
+        let path_prefix = rules::path_prefix(&path_prefix)
+            .map_err(|e| flag("path-prefix", e))?
+            .unwrap_or_default();
+        let approvers = rules::approvers(approvers).map_err(|e| flag("approver", e))?;
         Ok(NewRule {
             destination,
             attachment,
             method,
             path_prefix,
             mode,
-            approvers: list,
+            approvers,
         })
     }
 }
 
-/// An HTTP method as a rule holds it: an RFC 9110 token, upper-cased.
-fn http_method(text: &str) -> Result<String, Error> {
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if text.is_empty() || text.len() > MAX_METHOD_LEN || !text.bytes().all(token) {
-        return Err(invalid(format!(
-            "--method {:?}: a method is an HTTP token of 1 to {MAX_METHOD_LEN} characters",
-            text.chars().take(64).collect::<String>()
-        )));
-    }
-    Ok(text.to_ascii_uppercase())
-}
-
-/// A path prefix: starts with `/`, printable ASCII without spaces, no
-/// query or fragment (proposals carry the path without its query).
-fn path_prefix_checked(text: &str) -> Result<String, Error> {
-    let shown = || text.chars().take(64).collect::<String>();
-    if !text.starts_with('/') {
-        return Err(invalid(format!(
-            "--path-prefix {:?}: a path prefix starts with '/'",
-            shown()
-        )));
-    }
-    if text.len() > MAX_PATH_PREFIX_LEN
-        || !text.bytes().all(|b| b.is_ascii_graphic())
-        || text.contains(['?', '#'])
-    {
-        return Err(invalid(format!(
-            "--path-prefix {:?}: at most {MAX_PATH_PREFIX_LEN} printable characters, no spaces, no '?' or '#'",
-            shown()
-        )));
-    }
-    Ok(text.to_owned())
-}
-
-/// An approver's name: 1 to 64 of letters, digits, `.`, `_` and `-`.
+/// An approver's name: an id (1 to 64 letters, digits, `.`, `_` and `-`).
 pub fn approver(text: &str) -> Result<String, Error> {
-    let ok = !text.is_empty()
-        && text.len() <= MAX_APPROVER_LEN
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if !ok {
+    if !rules::is_approver(text) {
         return Err(Error::NameInvalid {
             what: "approver",
             got: text.chars().take(100).collect(),

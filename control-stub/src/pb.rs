@@ -1,7 +1,5 @@
 //! The control channel's messages and the tonic client and server of both
-//! services (`Gateway`, `ControlPlane`), generated from
-//! `gateway/proto/control.proto`.
+//! services (`Gateway`, `ControlPlane`): the contract crate's
+//! ([`talos_contract::pb`]), compiled once from its `proto/control.proto`.
 
-#![allow(missing_debug_implementations)]
-
-tonic::include_proto!("talos.control.v1");
+pub use talos_contract::pb::*;

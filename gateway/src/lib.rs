@@ -11,7 +11,8 @@
 //! - [`gate`]: before the handshake: name, ClientHello, capture, address classes, resolution.
 //! - [`secrets`]: secret values and attachments; decoding and masking replies.
 //! - [`tls`]: every rustls config: toward sessions, destinations, and on the control channel.
-//! - [`pb`]: the control channel's generated messages and services.
+//! - [`pb`]: the control channel's generated messages and services (the
+//!   `talos-contract` crate's, which also holds the session rules).
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`session`]: a session's authority: the Lock and holds, the upstream pool, sessions by source.
 //! - [`records`]: connection records, signed batches on disk, the shipper.

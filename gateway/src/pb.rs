@@ -1,5 +1,5 @@
-//! The control channel's messages and services, generated at build time
-//! from `proto/control.proto`.
+//! The control channel's generated messages and services: the contract
+//! crate's ([`talos_contract::pb`]), compiled once from its
+//! `proto/control.proto`.
 
-#![allow(missing_debug_implementations)]
-tonic::include_proto!("talos.control.v1");
+pub use talos_contract::pb::*;

@@ -15,6 +15,12 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
+use talos_contract::id::is_id;
+use talos_contract::source::canonical_ip;
+use talos_contract::spec::{
+    AttachDraft, Fault, Field, ScopeDraft, SessionDraft, SessionSpec, SpecError,
+};
+
 use crate::gate::name::Name;
 
 /// A config that failed to load, naming where and why.
@@ -430,6 +436,99 @@ impl StaticSession {
     fn default_attempt() -> u32 {
         1
     }
+
+    /// The session as a draft of the contract's spec (no Lock, no relay:
+    /// static sessions have no control plane).
+    pub fn draft(&self) -> SessionDraft<'_> {
+        SessionDraft {
+            id: self.id.get_ref(),
+            tenant: &self.tenant,
+            attempt: self.attempt,
+            scope: ScopeDraft {
+                sources: self
+                    .sources
+                    .get_ref()
+                    .iter()
+                    .map(|s| s.get_ref().to_string())
+                    .collect(),
+                allowlist: self
+                    .allowlist
+                    .iter()
+                    .map(|n| n.get_ref().as_str())
+                    .collect(),
+                attachments: self
+                    .attach
+                    .iter()
+                    .map(|a| AttachDraft::Text(a.get_ref()))
+                    .collect(),
+            },
+            ..SessionDraft::default()
+        }
+    }
+
+    /// The session's spec, checked by the contract's rules.
+    pub fn spec(&self) -> Result<SessionSpec, SpecError> {
+        SessionSpec::new(&self.draft())
+    }
+
+    /// Where a refusal points in the file, the field under `session[i]`,
+    /// and the message, as this file's errors say it.
+    fn refusal(&self, e: &SpecError) -> (std::ops::Range<usize>, String, String) {
+        let sid = self.id.get_ref();
+        let fault = e.fault.to_string();
+        match e.field {
+            Field::Id => (
+                self.id.span(),
+                "id".into(),
+                format!("{sid:?} must be 1-64 letters, digits, '-', '_' or '.'"),
+            ),
+            Field::Attempt => (self.id.span(), "attempt".into(), fault),
+            Field::Tenant => (self.id.span(), "tenant".into(), fault),
+            Field::Sources => (
+                self.sources.span(),
+                "sources".into(),
+                "a session needs at least one source address".into(),
+            ),
+            Field::Source(j) => (
+                self.sources.get_ref()[j].span(),
+                format!("sources[{j}]"),
+                fault,
+            ),
+            Field::Allowlist(j) => {
+                let name = &self.allowlist[j];
+                let message = match &e.fault {
+                    Fault::Repeated => format!("{} is listed twice", name.get_ref()),
+                    Fault::Name(n) => n.to_string(),
+                    _ => fault,
+                };
+                (name.span(), format!("allowlist[{j}]"), message)
+            }
+            Field::Attachment(j, _) => {
+                let text = &self.attach[j];
+                let message = match &e.fault {
+                    Fault::Attach(a) => format!(
+                        "attachment {:?}: {a}",
+                        text.get_ref().chars().take(200).collect::<String>()
+                    ),
+                    Fault::NotAllowed { destination } => {
+                        format!("{destination} is not on the session's allowlist")
+                    }
+                    Fault::TargetTaken {
+                        destination,
+                        header,
+                        earlier,
+                    } => format!(
+                        "{destination} already carries secret {earlier} in {header}: one attachment per destination and header"
+                    ),
+                    _ => fault,
+                };
+                (text.span(), format!("attach[{j}]"), message)
+            }
+            Field::Lock | Field::Rule(..) | Field::RelayKey => {
+                (self.id.span(), e.field.to_string(), fault)
+            }
+        }
+    }
 }
 
 /// Warnings that do not stop start-up but that an operator must see.
@@ -623,32 +722,15 @@ impl Config {
         for (i, s) in self.sessions.iter().enumerate() {
             let sid = s.id.get_ref();
             let field = |f: &str| format!("session[{i}].{f}");
-            if !is_id(sid) {
-                return Err(invalid(
-                    s.id.span(),
-                    &field("id"),
-                    format!("{sid:?} must be 1-64 letters, digits, '-', '_' or '.'"),
-                ));
-            }
+            let spec = s.spec().map_err(|e| {
+                let (span, name, message) = s.refusal(&e);
+                invalid(span, &field(&name), message)
+            })?;
             if ids.insert(sid, ()).is_some() {
                 return Err(invalid(
                     s.id.span(),
                     &field("id"),
                     format!("session id {sid:?} is used twice"),
-                ));
-            }
-            if s.tenant.is_empty() {
-                return Err(invalid(
-                    s.id.span(),
-                    &field("tenant"),
-                    "must not be empty".into(),
-                ));
-            }
-            if s.sources.get_ref().is_empty() {
-                return Err(invalid(
-                    s.sources.span(),
-                    &field("sources"),
-                    "a session needs at least one source address".into(),
                 ));
             }
             for (j, src) in s.sources.get_ref().iter().enumerate() {
@@ -661,48 +743,12 @@ impl Config {
                     ));
                 }
             }
-            let mut targets = HashMap::new();
-            for (j, spec) in s.attach.iter().enumerate() {
-                let field = field(&format!("attach[{j}]"));
-                let parsed = crate::secrets::secret::AttachSpec::parse(spec.get_ref())
-                    .map_err(|e| invalid(spec.span(), &field, e.to_string()))?;
-                let target = (parsed.destination.clone(), parsed.header.clone());
-                if let Some(other) = targets.insert(target, parsed.secret.clone()) {
+            for (j, a) in spec.scope().attachments().iter().enumerate() {
+                if !secret_names.contains_key(a.secret()) {
                     return Err(invalid(
-                        spec.span(),
-                        &field,
-                        format!(
-                            "{} already carries secret {other} in {}: one attachment per destination and header",
-                            parsed.destination, parsed.header
-                        ),
-                    ));
-                }
-                if !s
-                    .allowlist
-                    .iter()
-                    .any(|n| n.get_ref() == &parsed.destination)
-                {
-                    return Err(invalid(
-                        spec.span(),
-                        &field,
-                        format!("{} is not on the session's allowlist", parsed.destination),
-                    ));
-                }
-                if !secret_names.contains_key(parsed.secret.as_str()) {
-                    return Err(invalid(
-                        spec.span(),
-                        &field,
-                        format!("secret {} has no [[secret]] table", parsed.secret),
-                    ));
-                }
-            }
-            let mut seen = HashMap::new();
-            for (j, name) in s.allowlist.iter().enumerate() {
-                if seen.insert(name.get_ref().clone(), ()).is_some() {
-                    return Err(invalid(
-                        name.span(),
-                        &field(&format!("allowlist[{j}]")),
-                        format!("{} is listed twice", name.get_ref()),
+                        s.attach[j].span(),
+                        &field(&format!("attach[{j}]")),
+                        format!("secret {} has no [[secret]] table", a.secret()),
                     ));
                 }
             }
@@ -795,24 +841,6 @@ fn private_mode(path: &Path) -> Result<Option<u32>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
-}
-
-/// IPv4-mapped IPv6 sources (`::ffff:10.0.0.5`, as a dual-stack listener
-/// reports IPv4 peers) are the same session source as the plain IPv4 address.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => ip,
-        },
-        v4 => v4,
-    }
-}
-
-pub(crate) fn is_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// 1-based line number of byte offset `at` in `text`.
@@ -965,6 +993,55 @@ allowlist = ["API.example.com."]
         std::fs::write(&path, TEST_KEY_PEM).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         path
+    }
+
+    /// The contract's table of drafts, written as static sessions: each
+    /// valid one loads, each invalid one is refused naming its field
+    /// (sources and names that are no address or name are refused by the
+    /// TOML types themselves, naming the key).
+    #[test]
+    fn the_shared_cases_hold_here() {
+        for case in talos_contract::cases::CASES {
+            let mut text = format!(
+                "gateway_id = \"gw-a\"\n[records]\npath = \"/tmp/r.jsonl\"\n[[session]]\nid = {:?}\ntenant = {:?}\nattempt = {}\nsources = {:?}\nallowlist = {:?}\n",
+                case.id, case.tenant, case.attempt, case.sources, case.allowlist
+            );
+            let attach: Vec<String> = (0..case.attachments.len())
+                .map(|j| case.attach_text(j))
+                .collect();
+            text.push_str(&format!("attach = {attach:?}\n"));
+            let mut secrets: Vec<&str> = case.attachments.iter().map(|a| a.0).collect();
+            secrets.dedup();
+            for secret in secrets {
+                text.push_str(&format!("[[secret]]\nname = {secret:?}\nenv = \"T\"\n"));
+            }
+            let got = Config::parse(Path::new("t.toml"), &text);
+            let Some(want) = case.want else {
+                assert!(got.is_ok(), "{}: {:?}", case.name, got.err());
+                continue;
+            };
+            let (name, key) = match want {
+                Field::Id => ("id".to_owned(), "id"),
+                Field::Attempt => ("attempt".into(), "attempt"),
+                Field::Tenant => ("tenant".into(), "tenant"),
+                Field::Sources => ("sources".into(), "sources"),
+                Field::Source(j) => (format!("sources[{j}]"), "sources"),
+                Field::Allowlist(j) => (format!("allowlist[{j}]"), "allowlist"),
+                Field::Attachment(j, _) => (format!("attach[{j}]"), "attach"),
+                other => panic!("{}: {other} is not in a static session", case.name),
+            };
+            match got {
+                Err(ConfigError::Invalid { field, .. }) => {
+                    assert_eq!(field, format!("session[0].{name}"), "{}", case.name)
+                }
+                Err(ConfigError::Parse { message, .. })
+                    if matches!(want, Field::Source(_) | Field::Allowlist(_)) =>
+                {
+                    assert!(message.contains(key), "{}: {message}", case.name)
+                }
+                other => panic!("{}: {other:?}", case.name),
+            }
+        }
     }
 
     #[test]

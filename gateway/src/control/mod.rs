@@ -1,4 +1,4 @@
-//! The control channel: the `Gateway` gRPC service (`proto/control.proto`)
+//! The control channel: the `Gateway` gRPC service (`contract/proto/control.proto`)
 //! over mutually authenticated TLS 1.3.
 //!
 //! The control plane opens a session's authority here (a fresh CA, the
@@ -14,10 +14,11 @@
 //! one. The control plane closes an authority before it opens the next one
 //! when it wants the report, as it does at every pause.
 //!
-//! Invalid requests are answered `INVALID_ARGUMENT` with a message naming
-//! the field; never a value, so secret values cannot reach a log.
+//! Requests are checked by the contract's rules ([`talos_contract::SessionSpec`],
+//! the same a static session in the config is checked by); invalid ones are
+//! answered `INVALID_ARGUMENT` with a message naming the field; never a
+//! value, so secret values cannot reach a log.
 
-use std::collections::HashSet;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -32,11 +33,13 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::conn::Shared;
-use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes};
-use crate::session::approvals::LockRule;
+use talos_contract::lock::RuleDraft;
+use talos_contract::spec::{AttachDraft, ScopeDraft, SessionDraft};
+
+use crate::secrets::secret::{Attachment, SecretBytes};
 use crate::session::sessions::{RemoveError, Session, SessionSpec, UpstreamSettings};
 
-/// Code generated from `proto/control.proto`: the `Gateway` and
+/// Code generated from `contract/proto/control.proto`: the `Gateway` and
 /// `ControlPlane` services, servers and clients.
 use crate::pb;
 use pb::gateway_server::{Gateway, GatewayServer};
@@ -77,134 +80,75 @@ fn invalid(field: &str, message: &str) -> Status {
     Status::invalid_argument(format!("{field}: {message}"))
 }
 
-/// Check an `OpenSessionRequest` and turn it into a session spec and its
-/// sources. Takes the attachment values out of the request, so the only
-/// copy the gateway keeps is the one wiped on drop.
+/// The contract's draft of an `OpenSessionRequest`.
+fn draft_of(req: &pb::OpenSessionRequest) -> SessionDraft<'_> {
+    SessionDraft {
+        id: &req.session_id,
+        tenant: &req.tenant,
+        attempt: req.attempt,
+        scope: ScopeDraft {
+            sources: req.sources.clone(),
+            allowlist: req.allowlist.iter().map(String::as_str).collect(),
+            attachments: req
+                .attachments
+                .iter()
+                .map(|a| AttachDraft::Parts {
+                    secret: &a.secret,
+                    destination: &a.destination,
+                    header: &a.header,
+                    scheme: &a.scheme,
+                })
+                .collect(),
+        },
+        lock: req
+            .lock
+            .iter()
+            .map(|r| RuleDraft {
+                id: &r.id,
+                destination: &r.destination,
+                attachment: &r.attachment,
+                method: &r.method,
+                path_prefix: &r.path_prefix,
+                mode: &r.mode,
+                approvers: &r.approvers,
+            })
+            .collect(),
+        relay_key: &req.relay_public_key,
+    }
+}
+
+/// Check an `OpenSessionRequest` by the contract's rules and turn it into
+/// a session spec and its sources. Takes the attachment values out of the
+/// request, so the only copy the gateway keeps is the one wiped on drop.
 fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>), Status> {
-    if !crate::config::is_id(&req.session_id) {
-        return Err(invalid(
-            "session_id",
-            "must be 1-64 letters, digits, '-', '_' or '.'",
-        ));
-    }
-    if req.attempt == 0 {
-        return Err(invalid("attempt", "must be at least 1"));
-    }
-    if req.tenant.is_empty() {
-        return Err(invalid("tenant", "must not be empty"));
-    }
-    if req.sources.is_empty() {
-        return Err(invalid("sources", "a session needs at least one source"));
-    }
-    let mut sources = Vec::with_capacity(req.sources.len());
-    for (i, s) in req.sources.iter().enumerate() {
-        let ip: IpAddr = s
-            .parse()
-            .map_err(|_| invalid(&format!("sources[{i}]"), "not an IP address"))?;
-        sources.push(crate::config::canonical_ip(ip));
-    }
-    let mut allowlist = Vec::with_capacity(req.allowlist.len());
-    let mut seen = HashSet::new();
-    for (i, n) in req.allowlist.iter().enumerate() {
-        let field = format!("allowlist[{i}]");
-        let name = crate::gate::name::canonicalize(n).map_err(|e| {
-            invalid(
-                &field,
-                match e {
-                    crate::gate::name::NameError::IpLiteral { .. } => "an IP literal is not a name",
-                    _ => "not a host name",
-                },
-            )
-        })?;
-        if !seen.insert(name.clone()) {
-            return Err(invalid(&field, "listed twice"));
-        }
-        allowlist.push(name);
-    }
+    // The error names the field and the rule, never a value.
+    let spec = talos_contract::SessionSpec::new(&draft_of(req))
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     let mut attachments = Vec::with_capacity(req.attachments.len());
-    let mut targets = HashSet::new();
-    for (j, a) in req.attachments.iter_mut().enumerate() {
-        let field = |f: &str| format!("attachments[{j}].{f}");
-        // The parts go through the same parser as a static session's
-        // `SECRET=destination:header[:scheme]`, so a separator inside one
-        // part would change what the others mean.
-        for (part, name) in [
-            (&a.secret, "secret"),
-            (&a.destination, "destination"),
-            (&a.header, "header"),
-            (&a.scheme, "scheme"),
-        ] {
-            if part.contains(['=', ':']) {
-                return Err(invalid(&field(name), "must not contain '=' or ':'"));
-            }
-        }
-        let mut text = format!("{}={}:{}", a.secret, a.destination, a.header);
-        if !a.scheme.is_empty() {
-            text.push(':');
-            text.push_str(&a.scheme);
-        }
-        let spec = AttachSpec::parse(&text).map_err(|e| match e {
-            crate::secrets::secret::SecretError::BadAttachment { reason, .. } => {
-                invalid(&format!("attachments[{j}]"), &reason)
-            }
-            other => invalid(&format!("attachments[{j}]"), &other.to_string()),
-        })?;
-        if !seen.contains(&spec.destination) {
-            return Err(invalid(&field("destination"), "not on the allowlist"));
-        }
-        if !targets.insert((spec.destination.clone(), spec.header.clone())) {
-            return Err(invalid(
-                &field("header"),
-                "one attachment per destination and header",
-            ));
-        }
-        let value = SecretBytes::new(std::mem::take(&mut a.value));
+    for (j, (a, sent)) in spec
+        .scope()
+        .attachments()
+        .iter()
+        .zip(req.attachments.iter_mut())
+        .enumerate()
+    {
+        let value = SecretBytes::new(std::mem::take(&mut sent.value));
         // The error names the secret and the fault, never the value.
-        let attachment =
-            Attachment::new(&spec, value).map_err(|e| invalid(&field("value"), &e.to_string()))?;
+        let attachment = Attachment::new(a, value)
+            .map_err(|e| invalid(&format!("attachments[{j}].value"), &e.to_string()))?;
         attachments.push(attachment);
     }
-    if req.lock.len() > crate::session::approvals::MAX_RULES {
-        return Err(invalid("lock", "too many rules"));
-    }
-    let mut lock = Vec::with_capacity(req.lock.len());
-    let mut rule_ids = HashSet::new();
-    for (k, r) in req.lock.iter().enumerate() {
-        let rule = LockRule::new(
-            &r.id,
-            &r.destination,
-            &r.attachment,
-            &r.method,
-            &r.path_prefix,
-            &r.mode,
-            &r.approvers,
-        )
-        .map_err(|e| invalid(&format!("lock[{k}]"), &e))?;
-        if !rule_ids.insert(rule.id.clone()) {
-            return Err(invalid(&format!("lock[{k}].id"), "listed twice"));
-        }
-        lock.push(rule);
-    }
-    let relay_key = match req.relay_public_key.len() {
-        0 => None,
-        32 => {
-            let mut key = [0u8; 32];
-            key.copy_from_slice(&req.relay_public_key);
-            Some(key)
-        }
-        _ => return Err(invalid("relay_public_key", "must be 32 bytes (Ed25519)")),
-    };
     Ok((
         SessionSpec {
-            id: req.session_id.clone(),
-            tenant: req.tenant.clone(),
-            attempt: req.attempt,
-            allowlist,
+            id: spec.id().to_owned(),
+            tenant: spec.tenant().to_owned(),
+            attempt: spec.attempt(),
+            allowlist: spec.scope().allowlist().to_vec(),
             attachments,
-            lock,
-            relay_key,
+            lock: spec.lock().to_vec(),
+            relay_key: spec.relay_key(),
         },
-        sources,
+        spec.scope().sources().to_vec(),
     ))
 }
 
@@ -495,5 +439,55 @@ impl AsyncWrite for ControlIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contract's table of drafts, sent as `OpenSessionRequest`s: each
+    /// valid one converts, each invalid one is `INVALID_ARGUMENT` naming its
+    /// field and showing no value.
+    #[test]
+    fn the_shared_cases_hold_here() {
+        const VALUE: &str = "v4lue-never-shown";
+        for case in talos_contract::cases::CASES {
+            let mut req = pb::OpenSessionRequest {
+                session_id: case.id.into(),
+                attempt: case.attempt,
+                tenant: case.tenant.into(),
+                sources: case.sources.iter().map(|s| (*s).into()).collect(),
+                allowlist: case.allowlist.iter().map(|s| (*s).into()).collect(),
+                attachments: case
+                    .attachments
+                    .iter()
+                    .map(|&(secret, destination, header, scheme)| pb::Attachment {
+                        secret: secret.into(),
+                        destination: destination.into(),
+                        header: header.into(),
+                        scheme: scheme.into(),
+                        value: VALUE.into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            match (spec_of(&mut req), case.want) {
+                (Ok((spec, sources)), None) => {
+                    assert_eq!(spec.attachments.len(), case.attachments.len());
+                    assert_eq!(sources.len(), case.sources.len(), "{}", case.name);
+                }
+                (Err(status), Some(field)) => {
+                    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{}", case.name);
+                    assert!(
+                        status.message().starts_with(&format!("{field}: ")),
+                        "{}: {status:?}",
+                        case.name
+                    );
+                    assert!(!status.message().contains(VALUE), "{status:?}");
+                }
+                (got, want) => panic!("{}: {:?}, want {want:?}", case.name, got.err()),
+            }
+        }
     }
 }

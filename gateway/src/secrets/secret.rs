@@ -25,11 +25,11 @@ use hyper::header::{HeaderName, HeaderValue};
 use zeroize::Zeroizing;
 
 use crate::gate::name::Name;
+use talos_contract::secret::ValueError;
 
-/// The longest secret value accepted, in bytes. Credentials are tokens and
-/// keys, not documents; the bound also bounds the masker's per-stream
-/// memory (it holds back less than the longest pattern).
-pub const MAX_SECRET_LEN: usize = 8 * 1024;
+pub use talos_contract::attach::AttachSpec;
+/// The longest secret value accepted, in bytes (the contract's bound).
+pub use talos_contract::secret::MAX_SECRET_LEN;
 
 /// Owner of secret bytes: zeroed on drop.
 struct Wiped(Zeroizing<Vec<u8>>);
@@ -97,22 +97,17 @@ pub enum SecretError {
     BadAttachment { spec: String, reason: String },
 }
 
-/// Check a value can go into a header and the masker.
+/// Check a value can go into a header and the masker (the contract's
+/// bounds, [`talos_contract::secret::check_value`]).
 pub fn check_value(name: &str, value: &[u8]) -> Result<(), SecretError> {
-    if value.is_empty() {
-        return Err(SecretError::Empty { name: name.into() });
-    }
-    if value.len() > MAX_SECRET_LEN {
-        return Err(SecretError::TooLong {
-            name: name.into(),
-            len: value.len(),
-        });
-    }
-    // Visible ASCII, space, tab and obs-text (RFC 9110 field-value).
-    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-        return Err(SecretError::NotHeaderSafe { name: name.into() });
-    }
-    Ok(())
+    talos_contract::secret::check_value(value).map_err(|e| {
+        let name = name.into();
+        match e {
+            ValueError::Empty => SecretError::Empty { name },
+            ValueError::TooLong(len) => SecretError::TooLong { name, len },
+            ValueError::NotHeaderSafe => SecretError::NotHeaderSafe { name },
+        }
+    })
 }
 
 /// Read a secret from an environment variable.
@@ -134,91 +129,9 @@ pub fn from_file(name: &str, path: &Path) -> Result<SecretBytes, SecretError> {
         path: path.display().to_string(),
         reason: e.kind().to_string(),
     })?);
-    if value.ends_with(b"\n") {
-        value.pop();
-        if value.ends_with(b"\r") {
-            value.pop();
-        }
-    }
+    talos_contract::secret::trim_line_ending(&mut value);
     check_value(name, &value)?;
     Ok(SecretBytes::new(std::mem::take(&mut *value)))
-}
-
-/// `SECRET=destination:header[:scheme]`, as the spec's `--attach` writes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttachSpec {
-    pub secret: String,
-    pub destination: Name,
-    pub header: HeaderName,
-    pub scheme: Option<String>,
-}
-
-/// Headers an attachment may not set: framing, routing and hop-by-hop
-/// headers, whose meaning the gateway itself decides.
-const FORBIDDEN_HEADERS: [&str; 12] = [
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "upgrade",
-    "http2-settings",
-    "content-encoding",
-    "hangar-refusal",
-];
-
-impl AttachSpec {
-    /// Parse `SECRET=destination:header[:scheme]`.
-    pub fn parse(spec: &str) -> Result<AttachSpec, SecretError> {
-        let bad = |reason: &str| SecretError::BadAttachment {
-            spec: spec.chars().take(200).collect(),
-            reason: reason.into(),
-        };
-        let (secret, rest) = spec
-            .split_once('=')
-            .ok_or_else(|| bad("expected SECRET=destination:header[:scheme]"))?;
-        if secret.is_empty()
-            || !secret
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-        {
-            return Err(bad(
-                "the secret name must be letters, digits, '_', '-' or '.'",
-            ));
-        }
-        let mut parts = rest.splitn(3, ':');
-        let destination = parts.next().unwrap_or_default();
-        let header = parts
-            .next()
-            .ok_or_else(|| bad("no header after the destination"))?;
-        let scheme = parts.next();
-        let destination = crate::gate::name::canonicalize(destination)
-            .map_err(|e| bad(&format!("destination: {e}")))?;
-        let header = HeaderName::from_bytes(header.as_bytes())
-            .map_err(|_| bad("the header is not a valid header name"))?;
-        if FORBIDDEN_HEADERS.contains(&header.as_str()) {
-            return Err(bad(&format!(
-                "the gateway does not let an attachment set {}",
-                header.as_str()
-            )));
-        }
-        let scheme = match scheme {
-            None => None,
-            Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic()) => {
-                Some(s.to_owned())
-            }
-            Some(_) => return Err(bad("the scheme must be visible ASCII, without spaces")),
-        };
-        Ok(AttachSpec {
-            secret: secret.to_owned(),
-            destination,
-            header,
-            scheme,
-        })
-    }
 }
 
 /// A secret attached to a destination's requests, value included.
@@ -236,9 +149,16 @@ pub struct Attachment {
 impl Attachment {
     /// Attach `value` as `spec` says.
     pub fn new(spec: &AttachSpec, value: SecretBytes) -> Result<Attachment, SecretError> {
-        check_value(&spec.secret, value.expose())?;
+        check_value(spec.secret(), value.expose())?;
+        // Checked by the contract: a lower-case RFC 9110 token.
+        let header = HeaderName::from_bytes(spec.header().as_bytes()).map_err(|_| {
+            SecretError::BadAttachment {
+                spec: spec.to_string(),
+                reason: "the header is not a valid header name".into(),
+            }
+        })?;
         let mut full = Vec::with_capacity(value.len() + 16);
-        if let Some(scheme) = &spec.scheme {
+        if let Some(scheme) = spec.scheme() {
             full.extend_from_slice(scheme.as_bytes());
             full.push(b' ');
         }
@@ -246,13 +166,13 @@ impl Attachment {
         let shared = SecretBytes::new(full);
         let mut header_value =
             HeaderValue::from_maybe_shared(shared.0).map_err(|_| SecretError::NotHeaderSafe {
-                name: spec.secret.clone(),
+                name: spec.secret().to_owned(),
             })?;
         header_value.set_sensitive(true);
         Ok(Attachment {
-            secret: spec.secret.clone(),
-            destination: spec.destination.clone(),
-            header: spec.header.clone(),
+            secret: spec.secret().to_owned(),
+            destination: spec.destination().clone(),
+            header,
             value,
             header_value,
         })
@@ -284,30 +204,6 @@ pub fn inject<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn specs_parse_as_the_cli_writes_them() {
-        let s = AttachSpec::parse("GH=API.github.com:Authorization:Bearer").unwrap();
-        assert_eq!(s.secret, "GH");
-        assert_eq!(s.destination.as_str(), "api.github.com");
-        assert_eq!(s.header.as_str(), "authorization");
-        assert_eq!(s.scheme.as_deref(), Some("Bearer"));
-        let s = AttachSpec::parse("K=x.example:x-api-key").unwrap();
-        assert_eq!(s.scheme, None);
-        for bad in [
-            "nohost",
-            "=x.example:h",
-            "K=x.example",
-            "K=10.0.0.1:h",
-            "K=x.example:bad header",
-            "K=x.example:host",
-            "K=x.example:Content-Length",
-            "K=x.example:h:two words",
-            "K=x.example:h:",
-        ] {
-            assert!(AttachSpec::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn values_never_print() {

@@ -31,129 +31,14 @@ use talos_certs::{Decision, Proposal, ProposalKind, Signed, Verdict};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::gate::name::{self, Name};
+use crate::gate::name::Name;
 
 /// How long a held request waits for a decision.
 pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
-/// The longest Lock rule list a session may carry.
-pub const MAX_RULES: usize = 256;
-
-/// `first_use` or `every_request`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    FirstUse,
-    EveryRequest,
-}
-
-/// One Lock rule. `None` fields match anything.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LockRule {
-    pub id: String,
-    pub destination: Option<Name>,
-    pub attachment: Option<String>,
-    pub method: Option<String>,
-    pub path_prefix: Option<String>,
-    pub mode: Mode,
-    /// Sorted, without repeats, at least one.
-    pub approvers: Vec<String>,
-}
-
-/// Whether `text` is a plain identifier: 1-64 letters, digits, `-`, `_`,
-/// `.` (rule ids, approver names, secret names).
-fn is_word(text: &str) -> bool {
-    (1..=64).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-impl LockRule {
-    /// A rule from the control channel, checked. The error names the field.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: &str,
-        destination: &str,
-        attachment: &str,
-        method: &str,
-        path_prefix: &str,
-        mode: &str,
-        approvers: &[String],
-    ) -> Result<LockRule, String> {
-        if !is_word(id) {
-            return Err("id: must be 1-64 letters, digits, '-', '_' or '.'".into());
-        }
-        let destination = match destination {
-            "*" => None,
-            d => Some(name::canonicalize(d).map_err(|_| "destination: not a host name or *")?),
-        };
-        let attachment = match attachment {
-            "" => None,
-            a if is_word(a) => Some(a.to_owned()),
-            _ => return Err("attachment: not a secret name".into()),
-        };
-        let method = match method {
-            "" => None,
-            m if (1..=32).contains(&m.len()) && m.bytes().all(|b| b.is_ascii_alphabetic()) => {
-                Some(m.to_ascii_uppercase())
-            }
-            _ => return Err("method: not an HTTP method".into()),
-        };
-        let path_prefix = match path_prefix {
-            "" => None,
-            p if p.starts_with('/') && p.len() <= 1024 && !p.contains(['?', '#']) => {
-                Some(p.to_owned())
-            }
-            _ => return Err("path_prefix: must start with '/' and hold no query".into()),
-        };
-        let mode = match mode {
-            "first_use" => Mode::FirstUse,
-            "every_request" => Mode::EveryRequest,
-            _ => return Err("mode: must be first_use or every_request".into()),
-        };
-        let mut list: Vec<String> = Vec::with_capacity(approvers.len());
-        for a in approvers {
-            if !is_word(a) {
-                return Err("approvers: each must be 1-64 letters, digits, '-', '_' or '.'".into());
-            }
-            list.push(a.clone());
-        }
-        list.sort();
-        list.dedup();
-        if list.is_empty() {
-            return Err("approvers: a rule needs at least one approver".into());
-        }
-        Ok(LockRule {
-            id: id.to_owned(),
-            destination,
-            attachment,
-            method,
-            path_prefix,
-            mode,
-            approvers: list,
-        })
-    }
-
-    /// Whether a request with these traits matches the rule.
-    pub fn matches(
-        &self,
-        destination: &Name,
-        method: &str,
-        path: &str,
-        attachments: &[&str],
-    ) -> bool {
-        self.destination.as_ref().is_none_or(|d| d == destination)
-            && self.method.as_deref().is_none_or(|m| m == method)
-            && self
-                .path_prefix
-                .as_deref()
-                .is_none_or(|p| path.starts_with(p))
-            && self
-                .attachment
-                .as_deref()
-                .is_none_or(|a| attachments.contains(&a))
-    }
-}
+/// The Lock's rules as the contract checks them ([`talos_contract::lock`]):
+/// the control plane keeps the same rules when a rule is added.
+pub use talos_contract::lock::{LockRule, Mode, MAX_RULES};
 
 /// How a hold ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -506,19 +391,20 @@ fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::name;
     use std::sync::Arc;
     use talos_certs::GatewayKey;
 
     fn rule(mode: &str) -> LockRule {
-        LockRule::new(
-            "lock-1",
-            "api.example.com",
-            "",
-            "post",
-            "/merge",
+        LockRule::check(&talos_contract::lock::RuleDraft {
+            id: "lock-1",
+            destination: "api.example.com",
+            attachment: "",
+            method: "post",
+            path_prefix: "/merge",
             mode,
-            &["bob".into(), "alice".into()],
-        )
+            approvers: &["bob".into(), "alice".into()],
+        })
         .unwrap()
     }
 
@@ -588,45 +474,6 @@ mod tests {
             decided_at: "2026-11-29T10:00:00.000Z".into(),
         }
         .sign(relay)
-    }
-
-    #[test]
-    fn rules_match_on_every_field_and_are_checked() {
-        let r = rule("every_request");
-        let d = name::canonicalize("api.example.com").unwrap();
-        let other = name::canonicalize("other.example.com").unwrap();
-        assert!(r.matches(&d, "POST", "/merge/1", &[]));
-        assert!(!r.matches(&other, "POST", "/merge/1", &[]));
-        assert!(!r.matches(&d, "GET", "/merge/1", &[]));
-        assert!(!r.matches(&d, "POST", "/other", &[]));
-        let any = LockRule::new("r", "*", "GH", "", "", "first_use", &["a".into()]).unwrap();
-        assert!(any.matches(&other, "GET", "/", &["GH"]));
-        assert!(!any.matches(&other, "GET", "/", &["OTHER"]));
-        assert_eq!(r.approvers, ["alice", "bob"]);
-        for (bad, field) in [
-            (
-                LockRule::new("r", "*", "", "", "", "sometimes", &["a".into()]),
-                "mode",
-            ),
-            (
-                LockRule::new("r", "*", "", "", "", "first_use", &[]),
-                "approvers",
-            ),
-            (
-                LockRule::new("r", "*", "", "", "nope", "first_use", &["a".into()]),
-                "path_prefix",
-            ),
-            (
-                LockRule::new("r", "1.2.3.4", "", "", "", "first_use", &["a".into()]),
-                "destination",
-            ),
-            (
-                LockRule::new("r", "*", "", "GE T", "", "first_use", &["a".into()]),
-                "method",
-            ),
-        ] {
-            assert!(bad.unwrap_err().starts_with(field));
-        }
     }
 
     #[tokio::test(start_paused = true)]

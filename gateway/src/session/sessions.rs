@@ -11,10 +11,12 @@ use std::sync::{Arc, RwLock};
 
 use talos_certs::{CaParams, LeafCache, SessionCa};
 
-use crate::config::{canonical_ip, StaticSession};
+use talos_contract::source::canonical_ip;
+
+use crate::config::StaticSession;
 use crate::gate::name::Name;
 use crate::secrets::mask::MaskSet;
-use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes, SecretError};
+use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
 use crate::session::approvals::{Approvals, LockRule, Proposer};
 use crate::session::upstream::Pool;
 use crate::tls;
@@ -230,24 +232,28 @@ impl SessionSpec {
         s: &StaticSession,
         values: &HashMap<String, SecretBytes>,
     ) -> Result<SessionSpec, SecretError> {
+        // The config was checked when it loaded; this is the same check.
+        let spec = s.spec().map_err(|e| SecretError::BadAttachment {
+            spec: s.id.get_ref().clone(),
+            reason: e.to_string(),
+        })?;
         let mut attachments = Vec::new();
-        for spec in &s.attach {
-            let spec = AttachSpec::parse(spec.get_ref())?;
+        for a in spec.scope().attachments() {
             let value =
                 values
-                    .get(&spec.secret)
+                    .get(a.secret())
                     .cloned()
                     .ok_or_else(|| SecretError::BadAttachment {
-                        spec: spec.secret.clone(),
+                        spec: a.secret().to_owned(),
                         reason: "no such secret".into(),
                     })?;
-            attachments.push(Attachment::new(&spec, value)?);
+            attachments.push(Attachment::new(a, value)?);
         }
         Ok(SessionSpec {
-            id: s.id.get_ref().clone(),
-            tenant: s.tenant.clone(),
-            attempt: s.attempt,
-            allowlist: s.allowlist.iter().map(|n| n.get_ref().clone()).collect(),
+            id: spec.id().to_owned(),
+            tenant: spec.tenant().to_owned(),
+            attempt: spec.attempt(),
+            allowlist: spec.scope().allowlist().to_vec(),
             attachments,
             // Static sessions have no control plane, so no Lock.
             lock: Vec::new(),
