@@ -227,7 +227,10 @@ pub use digest::sha384_hex;
 pub use error::CertError;
 pub use leaf::Leaf;
 pub use names::APPROVALS_NAME;
-pub use report::{confirms, verify_drop_report, DropReason, DropReport, MAX_REPORT_LEN};
+pub use report::{
+    confirms, new_instance_id, verify_drop_report, verify_start_report, DropReason, DropReport,
+    StartReport, MAX_REPORT_LEN,
+};
 pub use signing::{
     digest, key_id_for, verify, GatewayKey, KeyError, Kind, Signed, VerifyError, KEY_ID_LEN,
     MAX_KEY_FILE_LEN,

@@ -874,6 +874,8 @@ impl Gateway for StandIn {
             gateway_id: self.id.clone(),
             ca_pem: ca.cert.pem(),
             ca_digest: digest,
+            instance: "00000000000000aa".into(),
+            lease_ms: 60_000,
         }))
     }
 
@@ -925,6 +927,20 @@ impl Gateway for StandIn {
             gateway_id: self.id.clone(),
             public_key: self.key.public_key().to_vec(),
             key_id: self.key.key_id(),
+            instance: "00000000000000aa".into(),
+            lease_ms: 60_000,
+        }))
+    }
+
+    async fn renew_leases(
+        &self,
+        request: Request<pb::RenewLeasesRequest>,
+    ) -> Result<Response<pb::RenewLeasesReply>, Status> {
+        Ok(Response::new(pb::RenewLeasesReply {
+            renewed: request.into_inner().leases,
+            not_held: Vec::new(),
+            lease_ms: 60_000,
+            instance: "00000000000000aa".into(),
         }))
     }
 }

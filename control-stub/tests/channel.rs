@@ -373,6 +373,7 @@ async fn batches_from_an_unregistered_gateway_or_another_key_are_rejected() {
 
     // A drop report is not a batch.
     let report = talos_certs::DropReport {
+        instance: "00000000000000aa".into(),
         gateway_id: "gw-a".into(),
         session_id: "sbx-3".into(),
         attempt: 1,

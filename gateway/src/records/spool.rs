@@ -1,8 +1,8 @@
 //! Signed batches of records, kept on disk until the control plane has
 //! them.
 //!
-//! The record writer ([`crate::records::record`]) hands every record it writes to a
-//! [`Sealer`] too. The sealer signs them in batches (talos-certs
+//! The journal ([`crate::records::journal`]) hands each of its segments to
+//! the [`Sealer`], which signs its entries as one batch (talos-certs
 //! `BatchWriter`: gateway id, sequence number, digest of the previous
 //! batch, the records, the gateway's Ed25519 signature) and puts each batch
 //! in the [`Spool`], a directory with one file per batch. The
@@ -47,6 +47,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use talos_certs::{BatchWriter, GatewayKey, Signed};
+
+use crate::records::journal::{mark_sealing, Segment};
 use tokio::sync::{watch, Notify};
 
 /// The chain position file in the spool directory.
@@ -447,6 +449,58 @@ impl Sealer {
     /// Add one record (one JSON object, no newline).
     pub fn push(&mut self, record: Vec<u8>) {
         self.pending.push(record);
+    }
+
+    /// Seal the journal's segments as they come, until the journal stops.
+    pub async fn run(mut self, mut segments: tokio::sync::mpsc::Receiver<Segment>) {
+        while let Some(segment) = segments.recv().await {
+            self.seal_segment(segment).await;
+        }
+    }
+
+    /// Seal one segment: mark it with the last sequence number its entries
+    /// become (synced), seal them (one batch unless recovery made it
+    /// larger than `max_records`), spool, then delete the segment. A
+    /// failure is retried every `interval`: the spool then fails closed
+    /// ([`Spool::full`]) and nothing is forgotten.
+    pub async fn seal_segment(&mut self, segment: Segment) {
+        let batches = segment.entries.len().div_ceil(self.max_records.max(1)) as u64;
+        if batches == 0 {
+            let _ = std::fs::remove_file(&segment.path);
+            return;
+        }
+        let last = self
+            .writer
+            .as_ref()
+            .map_or(0, |w| w.next_seq() + batches - 1);
+        loop {
+            let path = segment.path.clone();
+            let marked = tokio::task::spawn_blocking(move || mark_sealing(&path, last)).await;
+            match marked {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => {
+                    tracing::error!(path = %segment.path.display(), error = %e, "cannot mark a journal segment");
+                    metrics::counter!("gateway_batch_write_errors_total").increment(1);
+                    tokio::time::sleep(self.interval).await;
+                }
+                Err(_) => return,
+            }
+        }
+        self.pending.extend(segment.entries);
+        loop {
+            self.seal().await;
+            if self.pending.is_empty() {
+                break;
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+        let path = segment.path;
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot delete a sealed journal segment; the next start drops it");
+            }
+        })
+        .await;
     }
 
     /// Records waiting for the next batch.
