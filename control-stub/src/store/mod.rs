@@ -51,6 +51,7 @@
 //! - `batches`: batches, their connection records, refused batches, the
 //!   chain positions.
 //! - `approvals`: the approvers and the relay's proposals.
+//! - `certificates`: issued certificates, written once.
 
 mod schema;
 mod db;
@@ -61,12 +62,14 @@ mod policy;
 mod gateways;
 mod batches;
 mod approvals;
+mod certificates;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
 pub use batches::{BatchInfo, BatchOutcome, BatchRejection, ChainPosition, ConnectionRecord};
+pub use certificates::IssuedCertificate;
 pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
-pub use gateways::{ed25519_key, GatewayInfo};
-pub use reset::{CaEvent, DropReport, ResetStep};
-pub use schema::SCHEMA_VERSION;
+pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
+pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep};
+pub use schema::{ddl_through, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};
