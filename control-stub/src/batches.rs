@@ -181,6 +181,8 @@ fn chain_report(
                 secrets: report.secrets,
                 signed: bytes,
             };
+            metrics::counter!("stub_reports_accepted_total", "gateway" => gateway_id.to_owned(), "kind" => "drop_report")
+                .increment(1);
             confirm::chain_drop_report(tx, &SignatureVerifier, &view, seq)
         }
         talos_certs::Kind::StartReport => {
@@ -203,8 +205,11 @@ fn chain_report(
                 report_digest: talos_certs::sha384_hex(&bytes),
             };
             let digest = record.report_digest.clone();
-            tx.insert_start_report(&record, &bytes)?;
-            confirm::start_report(tx, gateway_id, &report.instance, &digest)?;
+            if tx.insert_start_report(&record, &bytes)? {
+                confirm::start_report(tx, gateway_id, &report.instance, &digest)?;
+                metrics::counter!("stub_reports_accepted_total", "gateway" => gateway_id.to_owned(), "kind" => "start_report")
+                    .increment(1);
+            }
             tx.gateway_seen_instance(gateway_id, &report.instance)
         }
         other => refuse(format!("a signed {other} is no report")),

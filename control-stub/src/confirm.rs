@@ -257,23 +257,29 @@ pub fn chain_drop_report(
     reevaluate(tx, &view.session_id)
 }
 
-/// A start report of `gateway_id` (instance `instance`), from its batch
-/// chain: every CA of that gateway made by a process that started before
-/// this one is gone. Which those are is read off the chain itself: an
-/// instance whose start report came before this one in the chain, or a CA
-/// recorded before instances were (no instance). A CA of an instance whose
-/// start report has not come yet is newer, and is left alone.
+/// A start report of `gateway_id` (instance `instance`, recorded with the
+/// batch that carried it), from its batch chain: every CA of that gateway
+/// made by a process that started before this one is gone. Which those are
+/// is read off the chain itself: an instance whose start report came in an
+/// earlier batch, or a CA recorded before instances were (no instance). A
+/// CA of an instance whose start report has not come yet is newer, and is
+/// left alone.
 pub fn start_report(
     tx: &Tx<'_>,
     gateway_id: &str,
     instance: &str,
     report_digest: &str,
 ) -> Result<Vec<String>, Error> {
-    let older: BTreeSet<String> = tx
-        .start_reports(gateway_id)?
+    // Older: the processes whose start reports came earlier in the chain.
+    let reports = tx.start_reports(gateway_id)?;
+    let this = reports
+        .iter()
+        .find(|r| r.instance == instance)
+        .map_or(u64::MAX, |r| r.batch_seq);
+    let older: BTreeSet<String> = reports
         .into_iter()
+        .filter(|r| r.instance != instance && r.batch_seq < this)
         .map(|r| r.instance)
-        .filter(|i| i != instance)
         .collect();
     let at = now();
     let mut touched = BTreeSet::new();

@@ -435,7 +435,8 @@ impl<'a> Lifecycle<'a> {
                     }),
                 }
             }
-            let n = latest_attempt(tx, id)?.n + 1;
+            // Numbered after every attempt, a failed start's too.
+            let n = tx.attempts(id)?.last().map_or(0, |a| a.n) + 1;
             attempted.set(Some(n));
             let opened = ctx.open(tx, &session, n, cause, &allowlist, &attach)?;
             tx.set_state(id, State::Running)?;
@@ -977,7 +978,9 @@ impl Ctx<'_> {
         // A member that did not answer may have opened it all the same:
         // owe it a close, and its lease ends it meanwhile.
         for u in &out.unreached {
-            if names::gateway_id(&u.gateway).is_ok() && tx.gateway_key(&u.gateway)?.is_some() {
+            // Named by its id (an address given without one is not a
+            // gateway id: nothing to key a close on).
+            if names::gateway_id(&u.gateway).is_ok() {
                 tx.insert_close_task(&session.id, n, &u.gateway, CloseReason::End, &at)?;
             }
         }

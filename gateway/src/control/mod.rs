@@ -17,6 +17,14 @@
 //! than the one it holds, is refused `FAILED_PRECONDITION`: no open brings
 //! an ended authority back.
 //!
+//! # Roles
+//!
+//! Every certificate of the control CA carries its role
+//! (talos-contract `role`): this service answers only a client whose
+//! certificate carries the control plane's. The other member of the pair
+//! (same CA, gateway role) is refused `PERMISSION_DENIED` at every call, so
+//! it can neither open, close, renew nor decide here.
+//!
 //! Requests are checked by the contract's rules ([`talos_contract::SessionSpec`],
 //! the same a static session in the config is checked by); invalid ones are
 //! answered `INVALID_ARGUMENT` with a message naming the field; never a
@@ -444,7 +452,7 @@ pub async fn serve(
     });
     let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
     let served = tonic::transport::Server::builder()
-        .add_service(GatewayServer::new(service))
+        .add_service(GatewayServer::with_interceptor(service, control_plane_only))
         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
         .await;
     if let Err(e) = served {
@@ -453,15 +461,58 @@ pub async fn serve(
     accepting.abort();
 }
 
+/// Refuses every call whose connection's certificate does not carry the
+/// control plane's role.
+#[allow(clippy::result_large_err)]
+fn control_plane_only(req: Request<()>) -> Result<Request<()>, Status> {
+    match req.extensions().get::<ControlPeer>() {
+        Some(peer) if peer.control_plane => Ok(req),
+        peer => {
+            tracing::warn!(
+                peer = ?peer.and_then(|p| p.addr),
+                "control call refused: the client certificate is not the control plane's"
+            );
+            Err(Status::permission_denied(
+                "the client certificate does not carry the control plane's role",
+            ))
+        }
+    }
+}
+
+/// Who is at the other end of a control connection, read once after its
+/// handshake.
+#[derive(Debug, Clone, Copy)]
+pub struct ControlPeer {
+    pub addr: Option<SocketAddr>,
+    /// Whether its certificate carries the control plane's role.
+    pub control_plane: bool,
+}
+
+/// Whether the end-entity certificate `leaf` names `role`.
+fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(role) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
 /// A control connection after its mutual TLS handshake.
 #[derive(Debug)]
 pub struct ControlIo(tokio_rustls::server::TlsStream<TcpStream>);
 
 impl tonic::transport::server::Connected for ControlIo {
-    type ConnectInfo = Option<SocketAddr>;
+    type ConnectInfo = ControlPeer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.peer_addr().ok()
+        let (tcp, tls) = self.0.get_ref();
+        ControlPeer {
+            addr: tcp.peer_addr().ok(),
+            control_plane: tls
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .is_some_and(|leaf| carries_role(leaf, talos_contract::role::CONTROL_PLANE)),
+        }
     }
 }
 
