@@ -79,9 +79,24 @@ fn every_kind_verifies_with_openssl_from_the_documented_bytes() {
         );
         // Another kind byte, another payload or another key: refused.
         let wrong_kind = message(byte ^ 0x07, &got_payload);
-        assert!(!openssl_verifies(dir.path(), &pem(&key.public_key()), &wrong_kind, &sig));
+        assert!(!openssl_verifies(
+            dir.path(),
+            &pem(&key.public_key()),
+            &wrong_kind,
+            &sig
+        ));
         let altered = message(byte, br#"{"any":"payload","n":2}"#);
-        assert!(!openssl_verifies(dir.path(), &pem(&key.public_key()), &altered, &sig));
-        assert!(!openssl_verifies(dir.path(), &pem(&other.public_key()), &msg, &sig));
+        assert!(!openssl_verifies(
+            dir.path(),
+            &pem(&key.public_key()),
+            &altered,
+            &sig
+        ));
+        assert!(!openssl_verifies(
+            dir.path(),
+            &pem(&other.public_key()),
+            &msg,
+            &sig
+        ));
     }
 }

@@ -370,7 +370,8 @@ mod tests {
         let s = Arc::new(
             Session::open(spec, "gw-a", &upstream, None, f.authority.new_lease()).unwrap(),
         );
-        f.sessions.replace(&["10.0.0.1".parse().unwrap()], Arc::clone(&s));
+        f.sessions
+            .replace(&["10.0.0.1".parse().unwrap()], Arc::clone(&s));
         s
     }
 
@@ -403,7 +404,10 @@ mod tests {
         // Renewed at 8 s: still live at 15 s.
         f.clock.advance(Duration::from_secs(8));
         assert!(f.authority.renew("sess-1", 2));
-        assert!(!f.authority.renew("sess-1", 1), "another attempt is not renewed");
+        assert!(
+            !f.authority.renew("sess-1", 1),
+            "another attempt is not renewed"
+        );
         f.clock.advance(Duration::from_secs(7));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(f.sessions.find("sess-1").is_some());

@@ -66,7 +66,9 @@ mod approvals;
 mod certificates;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
-pub use batches::{BatchInfo, BatchOutcome, BatchRejection, ChainPosition, ConnectionRecord};
+pub use batches::{
+    BatchInfo, BatchOutcome, BatchRejection, ChainGap, ChainPosition, ConnectionRecord,
+};
 pub use certificates::IssuedCertificate;
 pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
