@@ -41,4 +41,6 @@ pub mod http;
 pub mod conn;
 pub mod control;
 pub mod admin;
+pub mod process;
+pub mod handover;
 pub mod server;

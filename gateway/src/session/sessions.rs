@@ -143,7 +143,24 @@ impl Session {
             .map(|n| n.as_str().to_owned())
             .collect();
         let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
-        let leaves = Arc::new(LeafCache::new(ca));
+        Session::with_ca(
+            spec,
+            Arc::new(LeafCache::new(ca)),
+            upstream,
+            proposer,
+            lease,
+        )
+    }
+
+    /// A session's authority around a CA made already: by
+    /// [`Session::open`], or in the process that handed it over.
+    pub fn with_ca(
+        spec: SessionSpec,
+        leaves: Arc<LeafCache>,
+        upstream: &UpstreamSettings,
+        proposer: Option<&Proposer>,
+        lease: Lease,
+    ) -> Result<Session, OpenError> {
         let resolver = tls::LeafResolver::new(Arc::clone(&leaves));
         let mask = if spec.attachments.is_empty() {
             None
@@ -405,6 +422,23 @@ impl Sessions {
     /// The session whose source address is `ip`.
     pub fn by_source(&self, ip: IpAddr) -> Option<Arc<Session>> {
         self.read().by_source.get(&canonical_ip(ip)).cloned()
+    }
+
+    /// Every open session with the sources it holds, once each.
+    pub fn snapshot(&self) -> Vec<(Arc<Session>, Vec<IpAddr>)> {
+        let t = self.read();
+        let mut sources: HashMap<*const Session, Vec<IpAddr>> = HashMap::new();
+        for (ip, s) in &t.by_source {
+            sources.entry(Arc::as_ptr(s)).or_default().push(*ip);
+        }
+        t.by_id
+            .values()
+            .map(|s| {
+                let mut ips = sources.remove(&Arc::as_ptr(s)).unwrap_or_default();
+                ips.sort();
+                (Arc::clone(s), ips)
+            })
+            .collect()
     }
 
     /// Every open session, once each.
