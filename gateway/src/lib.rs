@@ -14,7 +14,7 @@
 //! - [`pb`]: the control channel's generated messages and services (the
 //!   `talos-contract` crate's, which also holds the session rules).
 //! - [`config`]: the TOML config, strictly validated.
-//! - [`session`]: a session's authority: the Lock and holds, the upstream pool, sessions by source.
+//! - [`session`]: a session's authority: its share (per-session bounds), the Lock and holds, the upstream pool, sessions by source.
 //! - [`records`]: connection records, signed batches on disk, the shipper.
 //! - [`http`]: one request: the proxy, and approvals.hangar.internal.
 //! - [`conn`]: one connection, stage by stage, top to bottom.

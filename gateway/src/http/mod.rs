@@ -29,6 +29,7 @@ pub async fn serve(
     conn: Arc<Connection>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    let _busy = conn.activity.begin();
     let mut entry = RequestRecord::new(req.method(), req.uri().path());
     let response = match &conn.destination {
         // Boxed: the proxy's future, spawned or moved for every request,

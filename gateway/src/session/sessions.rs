@@ -18,6 +18,7 @@ use crate::gate::name::Name;
 use crate::secrets::mask::MaskSet;
 use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
 use crate::session::approvals::{Approvals, LockRule, Proposer};
+use crate::session::share::{self, Share};
 use crate::session::upstream::Pool;
 use crate::tls;
 use tokio_util::sync::CancellationToken;
@@ -52,6 +53,8 @@ pub struct Session {
     /// The Lock: rules, held requests, decisions.
     pub approvals: Approvals,
     pub ended: CancellationToken,
+    /// The session's share of the gateway: its bounds, counted.
+    pub share: Arc<Share>,
     /// Connections of this session open now (see [`Session::track`]).
     live: AtomicU32,
 }
@@ -84,13 +87,16 @@ pub enum RemoveError {
     OtherAttempt { open: u32 },
 }
 
-/// What every session's TLS toward destinations uses.
+/// What every session is opened with: its TLS toward destinations, and
+/// the bounds of its share.
 #[derive(Debug, Clone)]
 pub struct UpstreamSettings {
     pub port: u16,
     pub connect_timeout: std::time::Duration,
     /// Public roots plus the configured extra anchors.
     pub tls: Arc<rustls::ClientConfig>,
+    /// Every session's bounds ([`Share`]).
+    pub share: share::Limits,
 }
 
 /// The identity of a session's authority.
@@ -160,6 +166,7 @@ impl Session {
             mask,
             leaves,
             ended: CancellationToken::new(),
+            share: Arc::new(Share::new(upstream.share)),
             live: AtomicU32::new(0),
         })
     }
@@ -370,6 +377,7 @@ mod tests {
             port: 443,
             connect_timeout: std::time::Duration::from_secs(1),
             tls: tls::client_config(&[]),
+            share: Default::default(),
         };
         let spec = SessionSpec {
             id: id.into(),
