@@ -137,7 +137,12 @@ impl Connection {
             talos_certs::ProposalKind::Agent => Held::Proposal,
             talos_certs::ProposalKind::Request => Held::Request,
         };
-        let _counted = self.session.share.hold(what)?;
+        // Without a relay nothing waits and no card is sent: nothing to count.
+        let _counted = if self.session.approvals.proposes() {
+            Some(self.session.share.hold(what)?)
+        } else {
+            None
+        };
         let guard = self.holds.enter();
         let held = self
             .session

@@ -201,6 +201,12 @@ impl Approvals {
         })
     }
 
+    /// Whether a hold sends a proposal: a relay key and a way to the relay.
+    /// Without, a hold is declined at once, and nothing is sent.
+    pub fn proposes(&self) -> bool {
+        self.relay_key.is_some() && self.proposer.is_some()
+    }
+
     /// Requests waiting now.
     pub fn pending_count(&self) -> usize {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
