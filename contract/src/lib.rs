@@ -10,6 +10,8 @@
 //! - [`secret`]: bounds on secret names and values (never their storage).
 //! - [`attach`]: `SECRET=destination:header[:scheme]` and the headers an
 //!   attachment may not set.
+//! - [`path`]: request paths as destinations route them: the canonical
+//!   form the gateway forwards and the lenient routing key Lock rules match.
 //! - [`lock`]: Lock rules: ids, destinations, methods, path prefixes, modes,
 //!   approvers; and how a rule matches a request.
 //! - [`spec`]: a session draft checked into a [`spec::SessionSpec`], the
@@ -31,6 +33,7 @@ pub mod id;
 pub mod source;
 pub mod secret;
 pub mod attach;
+pub mod path;
 pub mod lock;
 pub mod spec;
 pub mod role;

@@ -357,6 +357,7 @@ mod tests {
             port: 443,
             connect_timeout: Duration::from_secs(1),
             tls: crate::tls::client_config(&[]),
+            share: crate::session::share::Limits::default(),
         };
         let spec = SessionSpec {
             id: id.into(),

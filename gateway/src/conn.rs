@@ -36,6 +36,7 @@ use crate::records::journal::RecordSink;
 use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
 use crate::session::sessions::{Live, Session, Sessions};
+use crate::session::share::Slot;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -50,6 +51,10 @@ pub struct Shared {
     pub hello_timeout: Duration,
     /// How long the session-side TLS handshake may take.
     pub handshake_timeout: Duration,
+    /// How long an HTTP/2 session connection may answer nothing.
+    pub h2_idle_timeout: Duration,
+    /// How often an HTTP/2 session connection is pinged.
+    pub h2_ping_interval: Duration,
     /// Fires when open connections must be cut (end of the drain grace).
     pub shutdown: CancellationToken,
     /// Delivers held requests' proposals to the approval relay (with a
@@ -185,6 +190,8 @@ async fn run(
     if !session.lease.live() {
         return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
     }
+    // The session's share: counted open, and in its handshake until TLS is up.
+    let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;
 
     let mut first_bytes = Vec::new();
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
@@ -199,6 +206,7 @@ async fn run(
         shared,
         client,
         first_bytes,
+        handshake,
         &conn,
         record,
         journaled,
@@ -307,6 +315,7 @@ async fn terminate(
     shared: &Shared,
     client: &mut Client,
     first_bytes: Vec<u8>,
+    handshake: Slot,
     conn: &Arc<Connection>,
     record: &mut Record,
     journaled: crate::records::journal::Written,
@@ -332,6 +341,7 @@ async fn terminate(
             return Err(refused(Refusal::SessionEnded, Cause::EndedDuringTls));
         }
     };
+    drop(handshake);
     let tls = match accepted {
         Ok(Ok(tls)) => tls,
         // rustls has sent its own alert; the record says the session's
@@ -412,35 +422,52 @@ async fn terminate(
     // authority ends. Then requests held for approval first answer
     // `approval_withdrawn` (a graceful close lets their answers out, for at
     // most WITHDRAW_GRACE), and the connection is cut.
+    // An HTTP/2 connection that answers nothing for a while is closed
+    // gracefully (GOAWAY: streams open go on to their end), as an idle
+    // HTTP/1.1 one is by its header timeout.
     macro_rules! drive {
-        ($conn:expr) => {{
+        ($conn:expr, $idle:expr) => {{
             // On the heap, sized exactly, rather than inline in this future
             // beside the other stages' state.
             let mut conn = Box::pin($conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "session connection ended with an error");
-                    }
-                    Ok(())
-                }
-                stopped = &mut stop => match stopped {
-                    Stop::Shutdown => Ok(()),
-                    Stop::Ended => {
-                        if holding.holds.answers_pending() {
-                            conn.as_mut().graceful_shutdown();
-                            let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+            let idle = $idle;
+            tokio::pin!(idle);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "session connection ended with an error");
                         }
-                        Err(refused(Refusal::SessionEnded, Cause::SessionClosed))
+                        break Ok(());
+                    }
+                    () = &mut idle, if !closing => {
+                        tracing::debug!("session connection idle: closing");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                    stopped = &mut stop => break match stopped {
+                        Stop::Shutdown => Ok(()),
+                        Stop::Ended => {
+                            if holding.holds.answers_pending() {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+                            }
+                            Err(refused(Refusal::SessionEnded, Cause::SessionClosed))
+                        }
                     }
                 }
             }
         }};
     }
     if h2 {
+        let activity = Arc::clone(&holding);
         drive!(
             hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
+                // A peer that stops acknowledging pings is gone: closed.
+                .keep_alive_interval(shared.h2_ping_interval)
+                .keep_alive_timeout(H2_PING_TIMEOUT)
                 // Lets extended CONNECT arrive as a request, to be refused
                 // `upgrade_refused` rather than reset.
                 .enable_connect_protocol()
@@ -448,13 +475,17 @@ async fn terminate(
                 .serve_connection(
                     TokioIo::new(crate::io::gathered::Gathered::new(tls)),
                     service
-                )
+                ),
+            async move { activity.activity.idle(shared.h2_idle_timeout).await }
         )
     } else {
-        drive!(hyper::server::conn::http1::Builder::new()
-            .timer(FirstHeadBy::new(first_head_by.into_std()))
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(tls), service))
+        drive!(
+            hyper::server::conn::http1::Builder::new()
+                .timer(FirstHeadBy::new(first_head_by.into_std()))
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tls), service),
+            std::future::pending::<()>()
+        )
     }
 }
 
@@ -496,6 +527,10 @@ async fn first_request_byte(
     let bytes = tls.fill_buf().await?;
     Ok(bytes.is_empty())
 }
+
+/// How long an HTTP/2 session connection's ping may go unacknowledged
+/// before the connection is closed (hyper's default).
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long an HTTP/1.1 session may take to send a request's headers once
 /// it starts one (and how long an idle keep-alive connection stays open).

@@ -14,7 +14,7 @@
 //! - [`pb`]: the control channel's generated messages and services (the
 //!   `talos-contract` crate's, which also holds the session rules).
 //! - [`config`]: the TOML config, strictly validated.
-//! - [`session`]: a session's authority: the Lock and holds, the upstream pool, sessions by source.
+//! - [`session`]: a session's authority: its lease, its share (per-session bounds), the Lock and holds, the upstream pool, sessions by source.
 //! - [`records`]: connection records, the journal, signed batches on disk, the shipper.
 //! - [`authority`]: the end of a session's authority (close, lapse, replacement,
 //!   shutdown) with its signed drop report in the batch chain; the lease watcher.

@@ -268,6 +268,7 @@ impl Built {
             port: config.upstream.port,
             connect_timeout: config.upstream.connect_timeout(),
             tls: crate::tls::client_config(&anchors),
+            share: config.limits.share(),
         };
         let clock = boot_clock();
         let sessions = Arc::new(open_static_sessions(&config, &upstream, &clock)?);
@@ -436,6 +437,8 @@ impl Built {
             hello_max_bytes: config.limits.hello_max_bytes,
             hello_timeout: config.limits.hello_timeout(),
             handshake_timeout: config.limits.handshake_timeout(),
+            h2_idle_timeout: config.limits.h2_idle_timeout(),
+            h2_ping_interval: config.limits.h2_ping_interval(),
             shutdown: shutdown.clone(),
             proposer,
         });

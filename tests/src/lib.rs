@@ -6,6 +6,7 @@
 //! - [`gateway`]: the `gateway` binary started as operators start it.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`hostile`]: an origin that misbehaves on purpose, for the adversarial suite.
 //! - [`control`]: the control plane's side of the control channel: a
 //!   control CA, certificates, and a mutual-TLS `Gateway` client.
 //! - [`grpc`]: a tonic origin (HTTP/2 or HTTP/1.1-only) and a tonic client
@@ -19,6 +20,7 @@ pub mod dns;
 pub mod figures;
 pub mod gateway;
 pub mod grpc;
+pub mod hostile;
 pub mod origin;
 pub mod relay;
 pub mod stub;

@@ -347,6 +347,45 @@ pub struct Limits {
     /// milliseconds, before they are cut. Default 10000.
     #[serde(default = "Limits::default_shutdown_grace_ms")]
     pub shutdown_grace_ms: u64,
+    /// How long an HTTP/2 session connection may answer nothing before it
+    /// is closed (gracefully: GOAWAY), in milliseconds. Default 60000, as
+    /// an idle HTTP/1.1 connection waits for its next request.
+    #[serde(default = "Limits::default_h2_idle_timeout_ms")]
+    pub h2_idle_timeout_ms: u64,
+    /// How often an HTTP/2 session connection is pinged, in milliseconds;
+    /// one not acknowledged within 20 s closes it. Default 30000.
+    #[serde(default = "Limits::default_h2_ping_interval_ms")]
+    pub h2_ping_interval_ms: u64,
+    /// Per session: connections open at once. Default 256.
+    #[serde(default = "Limits::default_session_connections")]
+    pub session_connections: u32,
+    /// Per session: connections in the hello or the TLS handshake at once.
+    /// Default 64.
+    #[serde(default = "Limits::default_session_handshakes")]
+    pub session_handshakes: u32,
+    /// Per session: requests held for approval at once. Default 32.
+    #[serde(default = "Limits::default_session_held_requests")]
+    pub session_held_requests: u32,
+    /// Per session: agent proposals waiting for a decision at once.
+    /// Default 8.
+    #[serde(default = "Limits::default_session_pending_proposals")]
+    pub session_pending_proposals: u32,
+    /// Per session: proposals (held requests' and agents') per minute, on
+    /// average. Default 30.
+    #[serde(default = "Limits::default_session_proposals_per_minute")]
+    pub session_proposals_per_minute: u32,
+    /// Per session: proposals that may come at once before the rate
+    /// applies. Default 10.
+    #[serde(default = "Limits::default_session_proposal_burst")]
+    pub session_proposal_burst: u32,
+    /// Per reply: the most bytes a coded reply may decode to. Default
+    /// 1073741824 (1 GiB).
+    #[serde(default = "Limits::default_reply_decoded_max_bytes")]
+    pub reply_decoded_max_bytes: u64,
+    /// Per reply: the most decoded bytes per coded byte, once past 1 MiB.
+    /// Default 100.
+    #[serde(default = "Limits::default_reply_decoded_max_ratio")]
+    pub reply_decoded_max_ratio: u64,
 }
 
 impl Limits {
@@ -364,6 +403,59 @@ impl Limits {
     }
     fn default_shutdown_grace_ms() -> u64 {
         10_000
+    }
+    fn default_h2_idle_timeout_ms() -> u64 {
+        60_000
+    }
+    fn default_h2_ping_interval_ms() -> u64 {
+        30_000
+    }
+    fn default_session_connections() -> u32 {
+        crate::session::share::Limits::default().connections
+    }
+    fn default_session_handshakes() -> u32 {
+        crate::session::share::Limits::default().handshakes
+    }
+    fn default_session_held_requests() -> u32 {
+        crate::session::share::Limits::default().held_requests
+    }
+    fn default_session_pending_proposals() -> u32 {
+        crate::session::share::Limits::default().pending_proposals
+    }
+    fn default_session_proposals_per_minute() -> u32 {
+        crate::session::share::Limits::default().proposals_per_minute
+    }
+    fn default_session_proposal_burst() -> u32 {
+        crate::session::share::Limits::default().proposal_burst
+    }
+    fn default_reply_decoded_max_bytes() -> u64 {
+        crate::secrets::decode::Bounds::default().max_bytes
+    }
+    fn default_reply_decoded_max_ratio() -> u64 {
+        crate::secrets::decode::Bounds::default().max_ratio
+    }
+    /// The HTTP/2 idle timeout.
+    pub fn h2_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.h2_idle_timeout_ms)
+    }
+    /// The HTTP/2 ping interval.
+    pub fn h2_ping_interval(&self) -> Duration {
+        Duration::from_millis(self.h2_ping_interval_ms)
+    }
+    /// Every session's share.
+    pub fn share(&self) -> crate::session::share::Limits {
+        crate::session::share::Limits {
+            connections: self.session_connections,
+            handshakes: self.session_handshakes,
+            held_requests: self.session_held_requests,
+            pending_proposals: self.session_pending_proposals,
+            proposals_per_minute: self.session_proposals_per_minute,
+            proposal_burst: self.session_proposal_burst,
+            decode: crate::secrets::decode::Bounds {
+                max_bytes: self.reply_decoded_max_bytes,
+                max_ratio: self.reply_decoded_max_ratio,
+            },
+        }
     }
     /// The hello deadline.
     pub fn hello_timeout(&self) -> Duration {
@@ -387,6 +479,16 @@ impl Default for Limits {
             handshake_timeout_ms: Limits::default_handshake_timeout_ms(),
             max_connections: Limits::default_max_connections(),
             shutdown_grace_ms: Limits::default_shutdown_grace_ms(),
+            h2_idle_timeout_ms: Limits::default_h2_idle_timeout_ms(),
+            h2_ping_interval_ms: Limits::default_h2_ping_interval_ms(),
+            session_connections: Limits::default_session_connections(),
+            session_handshakes: Limits::default_session_handshakes(),
+            session_held_requests: Limits::default_session_held_requests(),
+            session_pending_proposals: Limits::default_session_pending_proposals(),
+            session_proposals_per_minute: Limits::default_session_proposals_per_minute(),
+            session_proposal_burst: Limits::default_session_proposal_burst(),
+            reply_decoded_max_bytes: Limits::default_reply_decoded_max_bytes(),
+            reply_decoded_max_ratio: Limits::default_reply_decoded_max_ratio(),
         }
     }
 }
@@ -598,6 +700,8 @@ impl Config {
         for (value, field) in [
             (l.hello_timeout_ms, "limits.hello_timeout_ms"),
             (l.handshake_timeout_ms, "limits.handshake_timeout_ms"),
+            (l.h2_idle_timeout_ms, "limits.h2_idle_timeout_ms"),
+            (l.h2_ping_interval_ms, "limits.h2_ping_interval_ms"),
             (self.resolver.timeout_ms, "resolver.timeout_ms"),
             (
                 self.upstream.connect_timeout_ms,
@@ -618,6 +722,49 @@ impl Config {
                 find_key(text, "max_connections"),
                 "limits.max_connections",
                 "must be at least 1".into(),
+            ));
+        }
+        for (value, key) in [
+            (l.session_connections, "session_connections"),
+            (l.session_handshakes, "session_handshakes"),
+            (l.session_held_requests, "session_held_requests"),
+            (l.session_pending_proposals, "session_pending_proposals"),
+            (
+                l.session_proposals_per_minute,
+                "session_proposals_per_minute",
+            ),
+            (l.session_proposal_burst, "session_proposal_burst"),
+        ] {
+            if value == 0 {
+                return Err(invalid(
+                    find_key(text, key),
+                    &format!("limits.{key}"),
+                    "must be at least 1 (0 would refuse everything it bounds)".into(),
+                ));
+            }
+        }
+        if l.session_handshakes > l.session_connections {
+            return Err(invalid(
+                find_key(text, "session_handshakes"),
+                "limits.session_handshakes",
+                format!(
+                    "{} is more than limits.session_connections ({}): connections in their handshake are open connections",
+                    l.session_handshakes, l.session_connections
+                ),
+            ));
+        }
+        if l.reply_decoded_max_bytes < 1024 * 1024 {
+            return Err(invalid(
+                find_key(text, "reply_decoded_max_bytes"),
+                "limits.reply_decoded_max_bytes",
+                format!("{} is less than 1 MiB (1048576)", l.reply_decoded_max_bytes),
+            ));
+        }
+        if !(2..=100_000).contains(&l.reply_decoded_max_ratio) {
+            return Err(invalid(
+                find_key(text, "reply_decoded_max_ratio"),
+                "limits.reply_decoded_max_ratio",
+                format!("{} is outside 2-100000", l.reply_decoded_max_ratio),
             ));
         }
         if let Some(n) = &self.runtime.workers {

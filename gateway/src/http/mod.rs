@@ -30,6 +30,7 @@ pub async fn serve(
     conn: Arc<Connection>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    let _busy = conn.activity.begin();
     let mut entry = RequestRecord::new(req.method(), req.uri().path());
     // Every request is checked against the authority's lease: a member
     // that wakes from a long stop serves not one request of an authority
@@ -44,7 +45,11 @@ pub async fn serve(
             "request refused"
         );
         entry.refusal = Some(reason);
-        answers::refusal(&conn, reason, proxy::is_grpc(req.headers()))
+        answers::refusal(
+            &conn,
+            crate::refusal::Refused::new(reason, proxy::Cause::LeaseExpired.as_str()),
+            proxy::is_grpc(req.headers()),
+        )
     } else {
         match &conn.destination {
             // Boxed: the proxy's future, spawned or moved for every request,

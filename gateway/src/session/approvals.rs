@@ -39,6 +39,7 @@ pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The Lock's rules as the contract checks them ([`talos_contract::lock`]):
 /// the control plane keeps the same rules when a rule is added.
 pub use talos_contract::lock::{LockRule, Mode, MAX_RULES};
+pub use talos_contract::path::RoutedPath;
 
 /// How a hold ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,7 +188,8 @@ pub struct Ask<'a> {
     pub kind: ProposalKind,
     pub destination: &'a Name,
     pub method: &'a str,
-    pub path: &'a str,
+    /// The path as the Lock judges it; proposals carry its canonical form.
+    pub path: &'a RoutedPath,
     pub attachments: Vec<&'a str>,
     pub tool: &'a str,
     pub call_digest: &'a str,
@@ -263,6 +265,12 @@ impl Approvals {
         }
     }
 
+    /// Whether a hold sends a proposal: a relay key and a way to the relay.
+    /// Without, a hold is declined at once, and nothing is sent.
+    pub fn proposes(&self) -> bool {
+        self.relay_key.is_some() && self.proposer.is_some()
+    }
+
     /// Requests waiting now.
     pub fn pending_count(&self) -> usize {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -304,7 +312,7 @@ impl Approvals {
             kind: ask.kind,
             destination: ask.destination.as_str().to_owned(),
             method: ask.method.to_owned(),
-            path: ask.path.to_owned(),
+            path: ask.path.canonical().to_owned(),
             attachments,
             rule: rule.id.clone(),
             tool: ask.tool.to_owned(),
@@ -517,6 +525,8 @@ mod tests {
     }
 
     fn ask(dest: &Name) -> Ask<'_> {
+        static PATH: std::sync::LazyLock<RoutedPath> =
+            std::sync::LazyLock::new(|| RoutedPath::new("/merge/7"));
         Ask {
             gateway_id: "gw-a",
             session_id: "sbx-1",
@@ -525,7 +535,7 @@ mod tests {
             kind: ProposalKind::Request,
             destination: dest,
             method: "POST",
-            path: "/merge/7",
+            path: &PATH,
             attachments: vec!["GH"],
             tool: "",
             call_digest: "",

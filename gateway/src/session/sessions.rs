@@ -19,6 +19,7 @@ use crate::secrets::mask::MaskSet;
 use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
 use crate::session::approvals::{Approvals, LockRule, Proposer};
 use crate::session::lease::Lease;
+use crate::session::share::{self, Share};
 use crate::session::upstream::Pool;
 use crate::tls;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +60,8 @@ pub struct Session {
     /// Connections of this session open now (see [`Session::track`]):
     /// one token each, held until the connection's record is on disk.
     live: TaskTracker,
+    /// The session's share of the gateway: its bounds, counted.
+    pub share: Arc<Share>,
 }
 
 /// Counts one open connection of a session until dropped; holds the
@@ -94,13 +97,16 @@ pub enum RemoveError {
     OtherAttempt { open: u32 },
 }
 
-/// What every session's TLS toward destinations uses.
+/// What every session is opened with: its TLS toward destinations, and
+/// the bounds of its share.
 #[derive(Debug, Clone)]
 pub struct UpstreamSettings {
     pub port: u16,
     pub connect_timeout: std::time::Duration,
     /// Public roots plus the configured extra anchors.
     pub tls: Arc<rustls::ClientConfig>,
+    /// Every session's bounds ([`Share`]).
+    pub share: share::Limits,
 }
 
 /// The identity of a session's authority.
@@ -190,6 +196,7 @@ impl Session {
             ended: CancellationToken::new(),
             lease,
             live: TaskTracker::new(),
+            share: Arc::new(Share::new(upstream.share)),
         })
     }
 
@@ -475,6 +482,7 @@ mod tests {
             port: 443,
             connect_timeout: std::time::Duration::from_secs(1),
             tls: tls::client_config(&[]),
+            share: Default::default(),
         };
         let spec = SessionSpec {
             id: id.into(),
