@@ -76,6 +76,9 @@ pub struct Authority {
     recent: Mutex<Recent>,
     /// Ends in progress, so the drain can wait for their reports.
     ending: TaskTracker,
+    /// The process this one took over from, until it exits: an end here
+    /// ends the authority's connections there too, before the report.
+    predecessor: std::sync::OnceLock<Arc<crate::handover::link::Predecessor>>,
 }
 
 #[derive(Debug, Default)]
@@ -92,6 +95,7 @@ impl Authority {
         sessions: Arc<Sessions>,
         clock: SharedClock,
         lease: Duration,
+        lapsed: Arc<Notify>,
     ) -> Authority {
         Authority {
             gateway_id,
@@ -99,11 +103,59 @@ impl Authority {
             records,
             sessions,
             clock,
-            lapsed: Arc::new(Notify::new()),
+            lapsed,
             lease_ms: AtomicU64::new(millis(lease)),
             recent: Mutex::new(Recent::default()),
             ending: TaskTracker::new(),
+            predecessor: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The process this one took over from: ends wait for it too.
+    pub fn set_predecessor(&self, p: Arc<crate::handover::link::Predecessor>) {
+        let _ = self.predecessor.set(p);
+    }
+
+    /// The process this one took over from, while it runs.
+    pub fn predecessor(&self) -> Option<&Arc<crate::handover::link::Predecessor>> {
+        self.predecessor.get().filter(|p| !p.is_gone())
+    }
+
+    /// Wait until no end is in progress (a handover's snapshot; nothing
+    /// starts one meanwhile: the control channel and the lease watcher are
+    /// stopped).
+    pub async fn quiesce(&self) {
+        self.ending.close();
+        self.ending.wait().await;
+        self.ending.reopen();
+    }
+
+    /// Every end this process remembers, with its report.
+    pub fn recent_reports(&self) -> Vec<(Arc<str>, u32, Signed)> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .order
+            .iter()
+            .filter_map(|key| {
+                let report = recent.reports.get(key)?.borrow().clone()?;
+                Some((Arc::clone(&key.0), key.1, report))
+            })
+            .collect()
+    }
+
+    /// Remember an end the process this one took over from made.
+    pub fn adopt_ended(&self, id: &str, attempt: u32, report: Signed) {
+        let (_, rx) = watch::channel(Some(report));
+        self.remember((Arc::from(id), attempt), rx);
+    }
+
+    /// A lease ending at `until` (a lease handed over).
+    pub fn lease_until(&self, until: crate::session::lease::Millis) -> Lease {
+        Lease::ending_at(
+            Arc::clone(&self.clock),
+            until,
+            Some(Arc::clone(&self.lapsed)),
+        )
     }
 
     /// The length of a lease given now.
@@ -137,13 +189,19 @@ impl Authority {
         let key = (Arc::clone(&session.id), session.attempt);
         let (tx, rx) = watch::channel(None);
         self.remember(key, rx);
-        let (cut, withdrawn) = session.end_and_withdraw();
+        let (mut cut, mut withdrawn) = session.end_and_withdraw();
         if !session.connections_done(CONNECTIONS_BOUND).await {
             tracing::error!(
                 session = %session.id,
                 attempt = session.attempt,
                 "connections of an ended authority are not all recorded in time; the drop report goes on"
             );
+        }
+        // Connections the process this one took over from still serves.
+        if let Some(p) = self.predecessor() {
+            let there = p.end(&session.id, session.attempt).await;
+            cut += there.connections_closed;
+            withdrawn += there.approvals_withdrawn;
         }
         let report = DropReport {
             gateway_id: self.gateway_id.to_string(),
@@ -177,6 +235,23 @@ impl Authority {
             connections_closed: cut,
             approvals_withdrawn: withdrawn,
         }
+    }
+
+    /// End `session` for `reason` on a task of its own, and wait for it:
+    /// the end goes on even if the caller is dropped (a control call cut
+    /// short), and a drain or a handover waits for it.
+    pub async fn end_tracked(
+        self: &Arc<Self>,
+        session: Arc<Session>,
+        reason: DropReason,
+    ) -> Option<Ended> {
+        let this = Arc::clone(self);
+        let task = self
+            .ending
+            .spawn(async move { this.end(session, reason).await });
+        // `None` only if the end's task panicked: a bug, logged by the
+        // runtime; a repeated close then finds no report.
+        task.await.ok()
     }
 
     /// End `session` for `reason` on a task of its own (the drain waits for
@@ -283,6 +358,45 @@ impl Authority {
     }
 }
 
+/// The lease watcher ([`Authority::watch_leases`]) as a task a handover
+/// stops while it hands over, and starts again if the handover fails.
+#[derive(Debug)]
+pub struct LeaseWatcher {
+    authority: Arc<Authority>,
+    running: Mutex<Option<CancellationToken>>,
+}
+
+impl LeaseWatcher {
+    pub fn new(authority: Arc<Authority>) -> LeaseWatcher {
+        LeaseWatcher {
+            authority,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Watch, unless watching already.
+    pub fn start(&self) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.is_none() {
+            let stop = CancellationToken::new();
+            tokio::spawn(Arc::clone(&self.authority).watch_leases(stop.clone()));
+            *running = Some(stop);
+        }
+    }
+
+    /// Stop watching.
+    pub fn stop(&self) {
+        if let Some(stop) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            stop.cancel();
+        }
+    }
+}
+
 /// What an end did.
 #[derive(Debug, Clone)]
 pub struct Ended {
@@ -329,6 +443,7 @@ mod tests {
             }),
             gateway_id: Arc::clone(&gateway),
             instance,
+            first_conn: 1,
         })
         .unwrap();
         let clock = ManualClock::new(1_000_000);
@@ -341,6 +456,7 @@ mod tests {
             Arc::clone(&sessions),
             clock.clone(),
             Duration::from_secs(10),
+            Arc::new(Notify::new()),
         ));
         Fixture {
             _dir: dir,
@@ -353,12 +469,12 @@ mod tests {
     }
 
     fn open(f: &Fixture, id: &str, attempt: u32) -> Arc<Session> {
-        let upstream = UpstreamSettings {
-            port: 443,
-            connect_timeout: Duration::from_secs(1),
-            tls: crate::tls::client_config(&[]),
-            share: crate::session::share::Limits::default(),
-        };
+        let upstream = UpstreamSettings::new(
+            crate::tls::client_config(&[]),
+            443,
+            Duration::from_secs(1),
+            crate::session::share::Limits::default(),
+        );
         let spec = SessionSpec {
             id: id.into(),
             tenant: "acme".into(),

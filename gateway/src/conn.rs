@@ -45,6 +45,9 @@ pub struct Shared {
     pub sessions: Arc<Sessions>,
     pub resolver: Resolver,
     pub records: RecordSink,
+    /// How sessions opened now reach destinations, and their share's
+    /// bounds.
+    pub upstream: crate::session::sessions::UpstreamSettings,
     /// The most bytes read while waiting for a whole ClientHello.
     pub hello_max_bytes: usize,
     /// How long a client has to send its whole ClientHello.
@@ -60,6 +63,27 @@ pub struct Shared {
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
     pub proposer: Option<crate::session::approvals::Proposer>,
+}
+
+/// The [`Shared`] that new connections and control calls get: a reload
+/// replaces it whole, and connections open at the time keep theirs.
+#[derive(Debug)]
+pub struct Current(std::sync::RwLock<Arc<Shared>>);
+
+impl Current {
+    pub fn new(shared: Arc<Shared>) -> Current {
+        Current(std::sync::RwLock::new(shared))
+    }
+
+    /// The settings in force now.
+    pub fn get(&self) -> Arc<Shared> {
+        Arc::clone(&self.0.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replace the settings for what comes next.
+    pub fn set(&self, shared: Arc<Shared>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = shared;
+    }
 }
 
 /// What cut a connection short.

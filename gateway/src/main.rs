@@ -30,6 +30,33 @@ enum Command {
         /// Log as JSON lines instead of text.
         #[arg(long)]
         json_logs: bool,
+        /// Take over from the process on the config's process socket (the
+        /// running gateway starts its successor with this; see
+        /// `gateway upgrade`).
+        #[arg(long, hide = true)]
+        takeover: bool,
+    },
+    /// Reload the running gateway's config (as SIGHUP does) and say how it
+    /// went: exit 0 with the new config's digest, or 1 with the file, line
+    /// and field at fault (the running config then stays whole).
+    ///
+    /// Reaches the process on the config's `[process] socket`.
+    Reload {
+        /// The gateway's config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Hand the running gateway over to a new process (as SIGUSR2 does):
+    /// it starts the binary installed at its own path with the same
+    /// config, hands it every live authority and its listening sockets,
+    /// drains and exits. Exit 0 with the new process's id, or 1 with why
+    /// the old process goes on serving.
+    ///
+    /// Reaches the process on the config's `[process] socket`.
+    Upgrade {
+        /// The gateway's config file.
+        #[arg(long, short)]
+        config: PathBuf,
     },
     /// Check a config file and exit: 0 if the gateway would start with it.
     ///
@@ -134,7 +161,13 @@ enum SpoolCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config, json_logs } => run(&config, json_logs),
+        Command::Run {
+            config,
+            json_logs,
+            takeover,
+        } => run(&config, json_logs, takeover),
+        Command::Reload { config } => ask(&config, talos_gateway::handover::Request::Reload),
+        Command::Upgrade { config } => ask(&config, talos_gateway::handover::Request::Upgrade),
         Command::CheckConfig { file } => check_config(&file),
         Command::InspectHello { files } => inspect_hello(&files),
         Command::Classify { addresses } => classify(&addresses),
@@ -149,18 +182,7 @@ fn main() -> ExitCode {
 }
 
 fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    talos_gateway::logging::init(json, "info");
 }
 
 /// The runtime that serves connections: with one worker, tokio's
@@ -178,21 +200,37 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
-fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
-    init_logs(json_logs);
-    let config = match Config::load(path) {
+fn run(path: &std::path::Path, json_logs: bool, takeover: bool) -> ExitCode {
+    // The config's path as reloads and a successor read it again.
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gateway: bad config: {e}");
+            if takeover {
+                // Say why to the process that started this one.
+                if let Ok(rt) = runtime(1) {
+                    rt.block_on(talos_gateway::handover::refuse_early(&format!(
+                        "bad config: {e}"
+                    )));
+                }
+            }
             return ExitCode::from(1);
         }
     };
+    let log = talos_gateway::logging::init(json_logs, config.log.directives());
     let rt = match runtime(config.runtime.workers()) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("gateway: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
+    };
+    let options = talos_gateway::server::Options {
+        config_path: path,
+        json_logs,
+        takeover,
+        log: Some(log),
     };
     // The server (its accept loop above all) runs as a task. With a pool,
     // that puts it on a worker, not on this thread: `block_on`'s future is
@@ -201,14 +239,58 @@ fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
     // worker to run the connection's task. With one worker this thread is
     // the worker and runs both.
     let served = rt.block_on(async {
-        tokio::spawn(talos_gateway::server::run(config))
+        tokio::spawn(talos_gateway::server::run(config, options))
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            tracing::error!(error = %e, "cannot start");
             eprintln!("gateway: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `gateway reload` and `gateway upgrade`: ask the running process on the
+/// config's process socket, print its answer.
+fn ask(path: &std::path::Path, request: talos_gateway::handover::Request) -> ExitCode {
+    // Only the socket is read here: the running process judges the rest.
+    let socket = match Config::process_socket(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gateway: bad config: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some(socket) = socket else {
+        eprintln!(
+            "gateway: {}: no [process] socket: the running gateway cannot be reached (SIGHUP reloads it)",
+            path.display()
+        );
+        return ExitCode::from(1);
+    };
+    // An upgrade waits for the successor to take over; a reload for the
+    // reload.
+    let wait = talos_gateway::handover::TAKEOVER_TIMEOUT + std::time::Duration::from_secs(30);
+    let answer = runtime(1)
+        .and_then(|rt| rt.block_on(talos_gateway::handover::ask(&socket, &request, wait)));
+    match answer {
+        Ok(a) => {
+            println!("{}", serde_json::to_string(&a).unwrap_or_default());
+            if a.ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("gateway: {}", a.message);
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!(
+                "gateway: cannot reach the gateway at {}: {e}",
+                socket.display()
+            );
             ExitCode::from(1)
         }
     }

@@ -36,12 +36,21 @@ pub struct Offer {
     /// The successor's generation: its connections are numbered from
     /// `generation << 40`, its journal is its own.
     pub generation: u64,
+    /// The running process's own generation: its journal is the one the
+    /// successor reads once it has exited.
+    pub from_generation: u64,
     /// The signing key's id: the successor must sign with the same key,
     /// so the batch chain goes on under one signer.
     pub key_id: Option<String>,
     /// How the running process's listeners are configured, in the order
-    /// of the descriptors that follow; the successor's config must agree.
+    /// of the descriptors that follow.
     pub listeners: Vec<ListenerState>,
+    /// The running config's fields that only a restart changes, with
+    /// their values: the successor's config must have the same.
+    pub restart_only: Vec<(String, String)>,
+    /// The sessions from the running config's file, as it defined them:
+    /// the successor keeps those its own config defines the same.
+    pub statics: Vec<(String, crate::reload::StaticEntry)>,
     /// Every live authority.
     pub sessions: Vec<SessionState>,
     /// Authorities ended recently, with their reports (a repeated close
@@ -125,6 +134,9 @@ pub enum StateError {
     Secrets,
 }
 
+/// Secret frames, each in a buffer wiped on drop.
+pub type Secrets = Vec<Zeroizing<Vec<u8>>>;
+
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
 }
@@ -135,7 +147,7 @@ impl SessionState {
     pub fn export(
         session: &Session,
         sources: Vec<IpAddr>,
-    ) -> Result<(SessionState, Vec<Zeroizing<Vec<u8>>>), talos_certs::CertError> {
+    ) -> Result<(SessionState, Secrets), talos_certs::CertError> {
         let exported = session.leaves.ca().export_for_handover()?;
         let mut secrets = Vec::new();
         let mut intermediates = Vec::new();

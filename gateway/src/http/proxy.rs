@@ -462,7 +462,7 @@ fn rewrite_response(
         body,
         mask,
         plan,
-        conn.session.share.limits().decode,
+        conn.session.share.decode(),
         Arc::clone(conn) as Arc<dyn reply::MaskedReport>,
     )?;
     Ok(Response::from_parts(

@@ -147,6 +147,13 @@ impl Lease {
         }
     }
 
+    /// The authority went to a successor process, which holds its lease
+    /// now and ends it there and here ([`crate::handover::link`]): this
+    /// process stops reading the lease.
+    pub fn hand_over(&self) {
+        self.until.store(NONE, Ordering::Release);
+    }
+
     /// Where the lease ends; `None` without a lease.
     pub fn until(&self) -> Option<Millis> {
         match self.until.load(Ordering::Acquire) {

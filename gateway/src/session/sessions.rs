@@ -20,7 +20,7 @@ use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
 use crate::session::approvals::{Approvals, LockRule, Proposer};
 use crate::session::lease::Lease;
 use crate::session::share::{self, Share};
-use crate::session::upstream::Pool;
+use crate::session::upstream::{Dialing, Pool};
 use crate::tls;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::{TaskTracker, TaskTrackerToken};
@@ -97,16 +97,30 @@ pub enum RemoveError {
     OtherAttempt { open: u32 },
 }
 
-/// What every session is opened with: its TLS toward destinations, and
-/// the bounds of its share.
+/// What every session is opened with: how its upstream connections are
+/// made, and the bounds of its share. A reload changes both for every
+/// session ([`Session::retune`]).
 #[derive(Debug, Clone)]
 pub struct UpstreamSettings {
-    pub port: u16,
-    pub connect_timeout: std::time::Duration,
-    /// Public roots plus the configured extra anchors.
-    pub tls: Arc<rustls::ClientConfig>,
+    /// TLS toward destinations (public roots plus the configured extra
+    /// anchors), the port, the connect timeout.
+    pub dialing: Arc<Dialing>,
     /// Every session's bounds ([`Share`]).
     pub share: share::Limits,
+}
+
+impl UpstreamSettings {
+    pub fn new(
+        tls: Arc<rustls::ClientConfig>,
+        port: u16,
+        connect_timeout: Duration,
+        share: share::Limits,
+    ) -> UpstreamSettings {
+        UpstreamSettings {
+            dialing: Arc::new(Dialing::new(tls, port, connect_timeout)),
+            share,
+        }
+    }
 }
 
 /// The identity of a session's authority.
@@ -184,11 +198,7 @@ impl Session {
             attempt: spec.attempt,
             allowlist: spec.allowlist.into_iter().collect(),
             tls: tls::server_config(Arc::new(resolver)),
-            pool: Pool::new(
-                Arc::clone(&upstream.tls),
-                upstream.port,
-                upstream.connect_timeout,
-            ),
+            pool: Pool::new(Arc::clone(&upstream.dialing)),
             attachments: spec.attachments,
             approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned()),
             mask,
@@ -211,6 +221,13 @@ impl Session {
     /// How many connections of this session are open now.
     pub fn live_connections(&self) -> u32 {
         u32::try_from(self.live.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Apply a reload's settings: new upstream connections are made as
+    /// `upstream` says, and the share's bounds are its bounds.
+    pub fn retune(&self, upstream: &UpstreamSettings) {
+        self.pool.redial(Arc::clone(&upstream.dialing));
+        self.share.set_limits(&upstream.share);
     }
 
     /// Whether the authority may be used now: not ended, lease not lapsed.
@@ -478,12 +495,12 @@ mod tests {
     use super::*;
 
     fn session(id: &str, attempt: u32) -> Arc<Session> {
-        let upstream = UpstreamSettings {
-            port: 443,
-            connect_timeout: std::time::Duration::from_secs(1),
-            tls: tls::client_config(&[]),
-            share: Default::default(),
-        };
+        let upstream = UpstreamSettings::new(
+            tls::client_config(&[]),
+            443,
+            std::time::Duration::from_secs(1),
+            Default::default(),
+        );
         let spec = SessionSpec {
             id: id.into(),
             tenant: "acme".into(),
