@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what scripts/check-ops.sh and the session-image test need on a
-# Debian machine: systemd-analyze, nft, unshare and setpriv, NSS's certutil
-# and tstclnt, wget (the GnuTLS build), a JDK (java, keytool), and promtool.
+# Installs what scripts/check-ops.sh and the session-image test
+# (tests/tests/session_image.rs) need on a Debian machine: systemd-analyze,
+# nft, unshare, nsenter and setpriv, ip, NSS's certutil and tstclnt, wget
+# (Debian's is built with GnuTLS), a JDK (java, keytool), Chromium, and
+# promtool.
 # Idempotent; installs only what is missing.
 #
 # promtool comes from Debian's `prometheus` package, but installing that
@@ -25,12 +27,20 @@ command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v nft >/dev/null || need+=(nftables)
 command -v unshare >/dev/null || need+=(util-linux)
 command -v setpriv >/dev/null || need+=(util-linux)
+command -v nsenter >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)
 command -v certutil >/dev/null || need+=(libnss3-tools)
 command -v tstclnt >/dev/null || need+=(libnss3-tools)
 command -v wget >/dev/null || need+=(wget)
 command -v java >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v keytool >/dev/null || need+=(openjdk-17-jdk-headless)
+# Headless Chromium checks the session image's Chromium policy (trust and
+# encrypted client hello off) through the gateway: about a minute to
+# install once; no service.
+command -v chromium >/dev/null || need+=(chromium)
+command -v python3 >/dev/null || need+=(python3)
+command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
   echo "installing: ${need[*]}"
