@@ -41,6 +41,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
+command -v node >/dev/null || need+=(nodejs)
+command -v git >/dev/null || need+=(git)
 if [ ${#need[@]} -gt 0 ]; then
   mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
   echo "installing: ${need[*]}"

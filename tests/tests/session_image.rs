@@ -11,8 +11,8 @@
 //!   writes it, and `ops/session-image/trust-session-ca.sh install` then
 //!   `apply` run as an image's build and entrypoint would;
 //! - Java's HttpClient, wget (GnuTLS), NSS's tstclnt, headless Chromium,
-//!   curl (with and without the variables), Python's urllib and
-//!   `openssl s_client` then reach an allowed name, and each shows what a
+//!   curl (with and without the variables), Python's urllib, Node's fetch,
+//!   git and `openssl s_client` then reach an allowed name, and each shows what a
 //!   refusal looks like in it: a name off the allowlist (a TLS alert before
 //!   the handshake) and a per-request refusal (an HTTP 502 with a
 //!   `hangar-refusal` header). Java, wget and Chromium are tried before
@@ -572,6 +572,39 @@ async fn session_image_inner() {
             &["-c", &format!("import urllib.request; print(urllib.request.urlopen('{}').status)", url(ALLOWED))],
         );
         assert_eq!(py.stdout.trim(), "200", "python: {py:?}");
+        let fetch = |name: &str| {
+            format!("import urllib.request\ntry:\n  urllib.request.urlopen('{}')\nexcept Exception as e:\n  print(type(e).__name__, e)", url(name))
+        };
+        let py = session.run(&vars, "python3", &["-c", &fetch(BADCERT)]);
+        assert_eq!(py.stdout.trim(), "HTTPError HTTP Error 502: Bad Gateway", "python: {py:?}");
+        let py = session.run(&vars, "python3", &["-c", &fetch(OFFLIST)]);
+        assert!(
+            py.stdout.starts_with("URLError <urlopen error [SSL: TLSV1_UNRECOGNIZED_NAME]"),
+            "python, off the allowlist: {py:?}"
+        );
+
+        // Node's fetch: NODE_EXTRA_CA_CERTS.
+        let node = |name: &str| {
+            let script = format!(
+                "fetch('{}').then(async r => console.log(r.status, r.headers.get('hangar-refusal'), await r.text())).catch(e => console.log('error', e.cause && e.cause.code))",
+                url(name)
+            );
+            session.run(&vars, "node", &["-e", &script]).stdout
+        };
+        assert!(node(ALLOWED).starts_with("200 null origin says hello"), "node: {}", node(ALLOWED));
+        assert!(node(BADCERT).starts_with("502 upstream_failed {"), "node: {}", node(BADCERT));
+        assert_eq!(node(OFFLIST).trim(), "error ERR_SSL_TLSV1_UNRECOGNIZED_NAME", "node, off the allowlist");
+
+        // git (Debian's: libcurl with GnuTLS): GIT_SSL_CAINFO. The origin
+        // is no git server: getting that far means TLS was trusted.
+        let git = session.run(&vars, "git", &["ls-remote", &format!("https://{ALLOWED}/repo")]);
+        assert!(git.stderr.contains("is this a git repository?"), "git: {git:?}");
+        let git = session.run(&vars, "git", &["ls-remote", &format!("https://{OFFLIST}/repo")]);
+        assert!(
+            git.stderr.contains("The server name sent was not recognized")
+                || git.stderr.contains("unrecognized name"),
+            "git, off the allowlist: {git:?}"
+        );
 
         // openssl s_client with the CA file.
         let s = session.run(
