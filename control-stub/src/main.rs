@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use talos_control_stub::cli::{report, run, Cli, EXIT_FAILURE};
-use talos_control_stub::grpc_link::{GrpcLink, SignatureVerifier};
+use talos_control_stub::grpc_link::GrpcLink;
+use talos_control_stub::SignatureVerifier;
 
 fn main() -> ExitCode {
     not_dumpable();

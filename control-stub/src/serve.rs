@@ -83,16 +83,19 @@ impl Consumer {
 #[derive(Clone, Debug)]
 struct PeerCerts(Arc<Vec<rustls::pki_types::CertificateDer<'static>>>);
 
-/// Whether the client's certificate names `gateway_id` as a DNS name.
+/// Whether the client's certificate carries the gateway role and names
+/// `gateway_id`, both as DNS names (talos-contract `role`).
 fn certificate_names(peer: Option<&PeerCerts>, gateway_id: &str) -> bool {
     let Some(leaf) = peer.and_then(|p| p.0.first()) else {
         return false;
     };
-    let Ok(name) = rustls::pki_types::ServerName::try_from(gateway_id) else {
-        return false;
+    let names = |name: &str| {
+        rustls::pki_types::ServerName::try_from(name).is_ok_and(|name| {
+            webpki::EndEntityCert::try_from(leaf)
+                .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+        })
     };
-    webpki::EndEntityCert::try_from(leaf)
-        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    names(talos_contract::role::GATEWAY) && names(gateway_id)
 }
 
 /// The envelope as talos-certs reads it, or why not.
@@ -130,7 +133,8 @@ impl ControlPlane for Consumer {
             let (claimed, seq) = talos_certs::claimed_header(&signed.payload);
             // A payload that names no gateway is refused `malformed` below.
             if !claimed.is_empty() && !certificate_names(peer.as_ref(), &claimed) {
-                store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH)?;
+                let sessions = crate::batches::claimed_sessions(&signed.payload);
+                store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH, &sessions)?;
                 return Ok(BatchVerdict::Rejected {
                     gateway_id: claimed,
                     seq,
@@ -149,11 +153,15 @@ impl ControlPlane for Consumer {
         })?;
         use pb::batch_ack::Status as S;
         let ack = match verdict {
-            BatchVerdict::Accepted { seq, .. } => pb::BatchAck {
-                status: S::Accepted as i32,
-                seq,
-                reason: String::new(),
-            },
+            BatchVerdict::Accepted { seq, gateway_id } => {
+                metrics::counter!("stub_batches_accepted_total", "gateway" => gateway_id)
+                    .increment(1);
+                pb::BatchAck {
+                    status: S::Accepted as i32,
+                    seq,
+                    reason: String::new(),
+                }
+            }
             BatchVerdict::Duplicate { seq, .. } => pb::BatchAck {
                 status: S::Duplicate as i32,
                 seq,
@@ -169,6 +177,8 @@ impl ControlPlane for Consumer {
                     "{}",
                     serde_json::json!({"batch_rejected": reason, "gateway_id": gateway_id, "seq": seq, "detail": detail})
                 );
+                metrics::counter!("stub_batches_rejected_total", "gateway" => gateway_id.chars().take(64).collect::<String>(), "reason" => reason)
+                    .increment(1);
                 pb::BatchAck {
                     status: S::Rejected as i32,
                     seq,
@@ -354,25 +364,91 @@ fn log_refused(log_key: &str, peer: SocketAddr, why: &str) {
     );
 }
 
-/// Resolves at SIGTERM or SIGINT.
+/// Resolves at SIGTERM, SIGINT or SIGQUIT, each logged.
 pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut quit = signal(SignalKind::quit()).ok();
+    let name = tokio::select! {
+        Some(()) = recv(term.as_mut()) => "SIGTERM",
+        Some(()) = recv(quit.as_mut()) => "SIGQUIT",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    };
+    eprintln!(
+        "{}",
+        serde_json::json!({"signal": name, "action": "shutting down"})
+    );
+}
+
+async fn recv(s: Option<&mut tokio::signal::unix::Signal>) -> Option<()> {
+    match s {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Signals whose default action would end `serve` without a word: each is
+/// logged and ignored (SIGHUP included: `serve` reads no config file to
+/// reload).
+const LOGGED_SIGNALS: [(i32, &str); 9] = [
+    (1, "SIGHUP"),
+    (10, "SIGUSR1"),
+    (12, "SIGUSR2"),
+    (14, "SIGALRM"),
+    (16, "SIGSTKFLT"),
+    (26, "SIGVTALRM"),
+    (27, "SIGPROF"),
+    (29, "SIGIO"),
+    (30, "SIGPWR"),
+];
+
+/// Log every signal of [`LOGGED_SIGNALS`] that arrives, for the process's
+/// life.
+pub async fn log_other_signals() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut set = tokio::task::JoinSet::new();
+    for (raw, name) in LOGGED_SIGNALS {
+        if let Ok(mut s) = signal(SignalKind::from_raw(raw)) {
+            set.spawn(async move {
+                while s.recv().await.is_some() {
+                    eprintln!(
+                        "{}",
+                        serde_json::json!({"signal": name, "action": "ignored"})
+                    );
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            });
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+    while set.join_next().await.is_some() {}
+}
+
+/// Serve Prometheus metrics (plain HTTP, any path answers the text
+/// exposition; `/metrics` by convention) on `listener`, for the process's
+/// life.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |_req| {
+                let body = handle.render();
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        hyper::Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4")
+                            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                            .unwrap_or_default(),
+                    )
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
     }
 }

@@ -32,15 +32,16 @@ use crate::http::connection::{Connection, Destination, Target};
 use crate::io::counted::{Counted, WireBytes};
 use crate::io::replay::Replay;
 use crate::io::woken::WokenOnly;
-use crate::records::record::{Record, RecordSink};
+use crate::records::journal::RecordSink;
+use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
-use crate::session::sessions::{Session, Sessions};
+use crate::session::sessions::{Live, Session, Sessions};
 
 /// What every connection shares.
 #[derive(Debug)]
 pub struct Shared {
     pub gateway_id: Arc<str>,
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
     pub resolver: Resolver,
     pub records: RecordSink,
     /// The most bytes read while waiting for a whole ClientHello.
@@ -83,6 +84,9 @@ causes! {
         EndedDuringTls => "ended_during_tls",
         /// `session_ended`: with the connection open.
         SessionClosed => "session_closed",
+        /// `session_ended`: the authority's lease had lapsed (nobody renewed
+        /// it) when the connection came.
+        LeaseExpired => "lease_expired",
         /// Allowed: the session's TLS handshake failed (an untrusting client, say).
         SessionHandshakeFailed => "session_handshake_failed",
         /// Allowed: the session's TLS handshake did not finish in time.
@@ -117,14 +121,23 @@ enum Alert {
 }
 
 /// Serve one client connection and write its record.
+///
+/// The record is on disk before the connection counts as closed: before a
+/// refusal's alert and close reach the client, before the connection's
+/// slot and its session's count of open connections are given back
+/// ([`crate::records::journal`]).
 pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     metrics::gauge!("gateway_connections_open").increment(1.0);
-    let mut record = Record::open(Arc::clone(&shared.gateway_id), peer);
+    let mut record = shared.records.open(peer).await;
     let wire = Arc::new(WireBytes::default());
     let mut client = Counted::new(client, Arc::clone(&wire));
+    // Counts the connection on its session until its record is written.
+    let mut live: Option<Live> = None;
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
-    if let Err(refused) = Box::pin(run(shared, &mut client, peer, &mut record)).await {
+    let outcome = Box::pin(run(shared, &mut client, peer, &mut record, &mut live)).await;
+    let mut alert = None;
+    if let Err(refused) = outcome {
         tracing::info!(
             source = %peer,
             session = record.session_id.as_deref().unwrap_or("-"),
@@ -133,52 +146,75 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
             cause = %refused.cause,
             "refused"
         );
-        if let Some(alert) = alert_for(refused.reason) {
-            send_alert(&mut client, alert).await;
-        }
+        alert = alert_for(refused.reason);
         record.refuse(refused);
     }
-    let _ = client.shutdown().await;
     record.bytes_from_session = wire.read.load(Ordering::Relaxed);
-    record.bytes_to_session = wire.written.load(Ordering::Relaxed);
-    metrics::gauge!("gateway_connections_open").decrement(1.0);
+    record.bytes_to_session =
+        wire.written.load(Ordering::Relaxed) + if alert.is_some() { ALERT_LEN as u64 } else { 0 };
     // Boxed too: handing the record over takes a future that holds the
     // record twice, and its room would be kept in every idle connection's
     // task (beside `record` itself) for nothing.
     Box::pin(shared.records.close(record)).await;
+    if let Some(alert) = alert {
+        send_alert(&mut client, alert).await;
+    }
+    let _ = client.shutdown().await;
+    drop(live);
+    metrics::gauge!("gateway_connections_open").decrement(1.0);
 }
 
 type Client = Counted<TcpStream>;
 
-/// The stages, in order. Fills `record` as it learns.
+/// The stages, in order. Fills `record` as it learns; counts the
+/// connection on its session in `live`.
 async fn run(
     shared: &Shared,
     client: &mut Client,
     peer: SocketAddr,
     record: &mut Record,
+    live: &mut Option<Live>,
 ) -> Result<(), Refused> {
-    let session = session_of(&shared.sessions, peer.ip())?;
-    let _live = session.track();
+    let session = Arc::clone(
+        live.insert(session_of(&shared.sessions, peer.ip())?)
+            .session(),
+    );
     record.session_id = Some(Arc::clone(&session.id));
     record.attempt = Some(session.attempt);
     record.tenant = Some(Arc::clone(&session.tenant));
+    if !session.lease.live() {
+        return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
+    }
 
     let mut first_bytes = Vec::new();
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
     let destination = destination(shared, &session, &name, record).await?;
     tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
+    // The opening goes on the record with its session and name; it is
+    // written before the first request is read (see `terminate`).
+    let journaled = shared.records.gate(record).await;
     let (conn, tally) = Connection::new(Arc::clone(&shared.gateway_id), session, name, destination);
     let conn = Arc::new(conn);
-    let result = Box::pin(terminate(shared, client, first_bytes, &conn, record)).await;
+    let result = Box::pin(terminate(
+        shared,
+        client,
+        first_bytes,
+        &conn,
+        record,
+        journaled,
+    ))
+    .await;
     drop(conn);
     record.absorb(tally.when_done(REPORTS_WAIT).await);
     result
 }
 
-/// Stage 1: the session is named by the connection's source address.
-fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Arc<Session>, Refused> {
+/// Stage 1: the session is named by the connection's source address; the
+/// connection counts on it from here.
+fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Live, Refused> {
     sessions
         .by_source(source)
+        .map(|s| s.track())
         .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))
 }
 
@@ -273,6 +309,7 @@ async fn terminate(
     first_bytes: Vec<u8>,
     conn: &Arc<Connection>,
     record: &mut Record,
+    journaled: crate::records::journal::Written,
 ) -> Result<(), Refused> {
     // The authority may have ended while the hello was read or the name
     // resolved: no handshake with a dropped CA.
@@ -318,6 +355,10 @@ async fn terminate(
     });
     let h2 = rustls_conn.alpn_protocol() == Some(b"h2");
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
+    // No request is read before the connection's opening is written: a
+    // crash from here on leaves it on the record, cut by the crash. The
+    // line went to the writer before the handshake, so this rarely waits.
+    journaled.wait().await;
 
     // The two ends that can interrupt a connection, polled only when one
     // of them fires (`WokenOnly`), not at each of the connection's wake-ups.

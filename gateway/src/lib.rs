@@ -15,7 +15,9 @@
 //!   `talos-contract` crate's, which also holds the session rules).
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`session`]: a session's authority: the Lock and holds, the upstream pool, sessions by source.
-//! - [`records`]: connection records, signed batches on disk, the shipper.
+//! - [`records`]: connection records, the journal, signed batches on disk, the shipper.
+//! - [`authority`]: the end of a session's authority (close, lapse, replacement,
+//!   shutdown) with its signed drop report in the batch chain; the lease watcher.
 //! - [`http`]: one request: the proxy, and approvals.hangar.internal.
 //! - [`conn`]: one connection, stage by stage, top to bottom.
 //! - [`control`]: the control channel: sessions opened and closed over
@@ -34,6 +36,7 @@ pub mod pb;
 pub mod config;
 pub mod session;
 pub mod records;
+pub mod authority;
 pub mod http;
 pub mod conn;
 pub mod control;

@@ -29,11 +29,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::authority::{report_entry, Authority};
 use crate::config::Config;
 use crate::conn::{self, Shared};
 use crate::gate::resolve::Resolver;
-use crate::records::record::{RecordSink, RecordWriter};
+use crate::records::journal::{self, JournalSetup, WriterConfig, WriterThread};
 use crate::secrets::secret::SecretBytes;
+use crate::session::lease::{boot_clock, Lease, SharedClock};
 use crate::session::sessions::{Session, SessionSpec, Sessions, UpstreamSettings};
 
 /// Why the gateway could not start.
@@ -77,6 +79,8 @@ pub enum StartError {
     SigningKey(#[from] talos_certs::KeyError),
     #[error(transparent)]
     Spool(#[from] crate::records::spool::SpoolError),
+    #[error(transparent)]
+    Journal(#[from] crate::records::journal::JournalError),
 }
 
 /// The control channel, ready to serve once the data path's state exists.
@@ -96,6 +100,10 @@ struct BatchSetup {
     plane: crate::records::shipper::Plane,
     max_records: usize,
     interval: Duration,
+    /// The journal directory, and what an earlier process left there.
+    journal_dir: std::path::PathBuf,
+    /// Filled by [`Built::new`] once the instance is known.
+    recovered: Option<journal::Recovered>,
 }
 
 /// Load the control channel's keys and certificates (config validation
@@ -129,6 +137,8 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
                 },
                 max_records: c.batch_max_records,
                 interval: Duration::from_millis(c.batch_interval_ms),
+                journal_dir: dir.get_ref().join(journal::JOURNAL_DIR),
+                recovered: None,
             })
         }
         _ => None,
@@ -167,22 +177,28 @@ fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartEr
 }
 
 /// Open the config file's sessions: each gets a fresh CA made here, its
-/// certificate written where the config says.
+/// certificate written where the config says. They have no lease: no
+/// control plane renews them; they last as long as the process.
 fn open_static_sessions(
     config: &Config,
     upstream: &UpstreamSettings,
+    clock: &SharedClock,
 ) -> Result<Sessions, StartError> {
     let values = load_secrets(config)?;
     let sessions = Sessions::default();
     for s in &config.sessions {
         let spec = SessionSpec::from_static(s, &values).map_err(StartError::Secret)?;
-        let session =
-            Session::open(spec, config.gateway_id.get_ref(), upstream, None).map_err(|source| {
-                StartError::SessionCa {
-                    session: s.id.get_ref().clone(),
-                    source,
-                }
-            })?;
+        let session = Session::open(
+            spec,
+            config.gateway_id.get_ref(),
+            upstream,
+            None,
+            Lease::none(Arc::clone(clock)),
+        )
+        .map_err(|source| StartError::SessionCa {
+            session: s.id.get_ref().clone(),
+            source,
+        })?;
         if let Some(path) = &s.trust_file {
             std::fs::write(path, session.ca_pem()).map_err(|source| StartError::TrustFile {
                 session: s.id.get_ref().clone(),
@@ -207,7 +223,8 @@ fn open_static_sessions(
 
 /// Run the gateway until a shutdown signal: build, run, drain.
 pub async fn run(config: Config) -> Result<(), StartError> {
-    let running = Built::new(config).await?.spawn();
+    let running = Built::new(config).await?.spawn().await;
+    tokio::spawn(log_other_signals());
     running.accept_until(shutdown_signal()).await;
     running.drain().await;
     Ok(())
@@ -221,13 +238,14 @@ pub struct Built {
     config: Config,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     upstream: UpstreamSettings,
-    sessions: Sessions,
+    clock: SharedClock,
+    /// This process's instance id: its records and reports name it.
+    instance: Arc<str>,
+    sessions: Arc<Sessions>,
     resolver: Resolver,
     data: TcpListener,
     admin: TcpListener,
     control: Option<ControlSetup>,
-    records: RecordSink,
-    writer: RecordWriter,
 }
 
 impl Built {
@@ -251,16 +269,33 @@ impl Built {
             connect_timeout: config.upstream.connect_timeout(),
             tls: crate::tls::client_config(&anchors),
         };
-        let sessions = open_static_sessions(&config, &upstream)?;
+        let clock = boot_clock();
+        let sessions = Arc::new(open_static_sessions(&config, &upstream, &clock)?);
         let resolver = Resolver::new(&config.resolver.settings()).map_err(StartError::Resolver)?;
         let data = bind("data", config.listen.data).await?;
         let admin = bind("admin", config.listen.admin).await?;
-        let control = match &config.control {
+        let instance: Arc<str> = Arc::from(talos_certs::new_instance_id());
+        let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
+        let mut control = match &config.control {
             Some(c) => Some(setup_control(c).await?),
             None => None,
         };
-        let (records, writer) =
-            RecordSink::open_file(&config.records.path).map_err(|source| StartError::Records {
+        // What an earlier process left in the journal: records to seal,
+        // connections its crash cut.
+        if let Some(b) = control.as_mut().and_then(|c| c.batches.as_mut()) {
+            b.recovered = Some(journal::recover(
+                &b.journal_dir,
+                b.position.last_seq,
+                &gateway_id,
+                &instance,
+            )?);
+        }
+        // The record file must be writable before anything runs.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&config.records.path)
+            .map_err(|source| StartError::Records {
                 path: config.records.path.clone(),
                 source,
             })?;
@@ -268,44 +303,62 @@ impl Built {
             config,
             metrics,
             upstream,
+            clock,
+            instance,
             sessions,
             resolver,
             data,
             admin,
             control,
-            records,
-            writer,
         })
     }
 
-    /// Start everything built: the shipper and the proposals to the relay
-    /// (with signed batches), the record writer, the admin listener, the
-    /// control channel; then print the ready line. Connections are
-    /// accepted by [`Running::accept_until`].
-    pub fn spawn(self) -> Running {
+    /// Start everything built: the record writer (and, with signed
+    /// batches, the sealer, the shipper and the proposals to the relay,
+    /// and this process's start report), the admin listener, the control
+    /// channel and its lease watcher; then print the ready line.
+    /// Connections are accepted by [`Running::accept_until`].
+    pub async fn spawn(self) -> Running {
         let config = self.config;
         let mut control = self.control;
-        let mut writer = self.writer;
-        // Signed batches: the sealer behind the record writer, the shipper
-        // draining the spool, the proposals to the relay.
+        let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
+        // Signed batches: the journal's segments sealed, the spool shipped,
+        // the proposals to the relay.
         let mut shipping = None;
         let mut proposer = None;
+        let mut journal_setup = None;
+        let mut recovered_summary = None;
         if let Some(c) = control.as_mut() {
-            if let Some(b) = c.batches.take() {
+            if let Some(mut b) = c.batches.take() {
                 tracing::info!(
                     plane = %b.plane.addr,
                     spooled = b.spool.len().0,
                     next_seq = b.position.last_seq + 1,
                     "shipping signed batches"
                 );
-                writer = writer.with_sealer(crate::records::spool::Sealer::new(
+                let recovered = b.recovered.take().unwrap_or_default();
+                recovered_summary = Some((
+                    recovered.previous_instance.clone(),
+                    recovered.cut_by_crash,
+                    recovered.entries.len(),
+                ));
+                let (segments_tx, segments_rx) = tokio::sync::mpsc::channel(SEGMENTS_QUEUE);
+                let sealer = crate::records::spool::Sealer::new(
                     Arc::clone(&c.key),
                     config.gateway_id.get_ref(),
                     b.position,
                     Arc::clone(&b.spool),
                     b.max_records,
                     b.interval,
-                ));
+                );
+                let sealing = tokio::spawn(sealer.run(segments_rx));
+                journal_setup = Some(JournalSetup {
+                    dir: b.journal_dir,
+                    recovered,
+                    sealer: segments_tx,
+                    max_records: b.max_records,
+                    interval: b.interval,
+                });
                 let stop = CancellationToken::new();
                 let (p, proposals) = crate::session::approvals::Proposer::new();
                 proposer = Some(p);
@@ -322,11 +375,47 @@ impl Built {
                 shipping = Some(Shipping {
                     spool: b.spool,
                     task,
+                    sealing,
                     stop,
                 });
             }
         }
-        let writer = tokio::spawn(writer.run());
+        let (records, writer) = match journal::start(WriterConfig {
+            records_path: config.records.path.clone(),
+            journal: journal_setup,
+            gateway_id: Arc::clone(&gateway_id),
+            instance: Arc::clone(&self.instance),
+        }) {
+            Ok(w) => w,
+            Err(e) => {
+                // Checked writable in `Built::new`: only a disk that failed
+                // since then gets here. Nothing can be recorded: stop.
+                tracing::error!(error = %e, "cannot start the record writer");
+                std::process::exit(1);
+            }
+        };
+        // This process's word that it started afresh: after what recovery
+        // sealed again, before anything of its own.
+        if let (Some(c), Some((previous, cut, resealed))) = (&control, &recovered_summary) {
+            let report = talos_certs::StartReport {
+                gateway_id: gateway_id.to_string(),
+                instance: self.instance.to_string(),
+                started_at: crate::records::record::now(),
+                key_id: c.key.key_id(),
+                previous_instance: previous.clone().unwrap_or_default(),
+                cut_by_crash: *cut,
+            }
+            .sign(&c.key);
+            records.entry(report_entry(&report)).await;
+            records.seal().await;
+            tracing::info!(
+                instance = %self.instance,
+                previous_instance = previous.as_deref().unwrap_or("-"),
+                cut_by_crash = cut,
+                resealed = resealed,
+                "start report signed"
+            );
+        }
         let data_addr = self.data.local_addr().unwrap_or(config.listen.data);
         let admin_addr = self.admin.local_addr().unwrap_or(config.listen.admin);
 
@@ -340,10 +429,10 @@ impl Built {
         ));
 
         let shared = Arc::new(Shared {
-            gateway_id: Arc::from(config.gateway_id.get_ref().as_str()),
-            sessions: self.sessions,
+            gateway_id: Arc::clone(&gateway_id),
+            sessions: Arc::clone(&self.sessions),
             resolver: self.resolver,
-            records: self.records,
+            records: records.clone(),
             hello_max_bytes: config.limits.hello_max_bytes,
             hello_timeout: config.limits.hello_timeout(),
             handshake_timeout: config.limits.handshake_timeout(),
@@ -354,6 +443,7 @@ impl Built {
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
         tracing::info!(
             gateway_id = %shared.gateway_id,
+            instance = %self.instance,
             data = %data_addr,
             admin = %admin_addr,
             sessions = config.sessions.len(),
@@ -365,14 +455,34 @@ impl Built {
         // follower below.
         let draining = CancellationToken::new();
         let mut ready_line = serde_json::json!(
-            {"event": "ready", "data": data_addr, "admin": admin_addr, "workers": workers}
+            {"event": "ready", "data": data_addr, "admin": admin_addr, "workers": workers, "instance": &*self.instance}
         );
+        let watching = CancellationToken::new();
+        let mut authority = None;
         let control = control.map(|c| {
             let addr = c.listener.local_addr().ok();
             ready_line["control"] = serde_json::json!(addr);
             tracing::info!(control = ?addr, key_id = %c.key.key_id(), "control channel listening");
-            let service =
-                crate::control::ControlService::new(Arc::clone(&shared), c.key, self.upstream);
+            let lease = config
+                .control
+                .as_ref()
+                .map_or(Duration::from_secs(60), crate::config::Control::lease);
+            let auth = Arc::new(Authority::new(
+                Arc::clone(&gateway_id),
+                Arc::clone(&c.key),
+                records.clone(),
+                Arc::clone(&self.sessions),
+                Arc::clone(&self.clock),
+                lease,
+            ));
+            tokio::spawn(Arc::clone(&auth).watch_leases(watching.clone()));
+            authority = Some(Arc::clone(&auth));
+            let service = crate::control::ControlService::new(
+                Arc::clone(&shared),
+                c.key,
+                auth,
+                self.upstream,
+            );
             tokio::spawn(crate::control::serve(
                 c.listener,
                 c.tls,
@@ -380,6 +490,7 @@ impl Built {
                 draining.clone(),
             ))
         });
+        drop(records);
         println!("{ready_line}");
         if let Some(s) = &shipping {
             tokio::spawn(follow_spool(
@@ -399,11 +510,17 @@ impl Built {
             draining,
             admin,
             control,
+            authority,
+            watching,
             writer,
             shipping,
         }
     }
 }
+
+/// Segments waiting for the sealer before the journal's writer waits: a
+/// few batch intervals' worth.
+const SEGMENTS_QUEUE: usize = 8;
 
 /// `/readyz` follows the spool: not ready while it is full, until
 /// `draining` fires.
@@ -425,11 +542,13 @@ async fn follow_spool(
     }
 }
 
-/// The spool and the shipper delivering it.
+/// The sealer, the spool and the shipper delivering it.
 #[derive(Debug)]
 struct Shipping {
     spool: Arc<crate::records::spool::Spool>,
     task: JoinHandle<()>,
+    /// Seals the journal's segments; ends when the journal's writer does.
+    sealing: JoinHandle<()>,
     /// Stops the shipper and the proposals to the relay.
     stop: CancellationToken,
 }
@@ -453,7 +572,11 @@ pub struct Running {
     draining: CancellationToken,
     admin: JoinHandle<()>,
     control: Option<JoinHandle<()>>,
-    writer: JoinHandle<()>,
+    /// Ends authorities; present with a control channel.
+    authority: Option<Arc<Authority>>,
+    /// Stops the lease watcher.
+    watching: CancellationToken,
+    writer: WriterThread,
     shipping: Option<Shipping>,
 }
 
@@ -545,25 +668,35 @@ impl Running {
         // 6. Stop the admin listener.
         self.shutdown.cancel();
         let _ = self.admin.await;
-        // 7. Flush the record writer: with the last sink dropped it writes
-        //    what is queued, seals the last batch and ends.
+        // 7. End every authority the control plane opened (reason
+        //    `shutdown`): their reports go on the record after every
+        //    record of their connections.
+        self.watching.cancel();
+        if let Some(authority) = self.authority {
+            authority.shutdown().await;
+        }
+        // 8. The record writer: with the last sink dropped it writes what
+        //    is queued, hands its last segment to the sealer and ends; the
+        //    sealer seals it and ends.
         drop(self.shared);
-        let _ = self.writer.await;
-        // 8. Give the shipper the grace to deliver the spool, woken when
+        self.writer.finished().await;
+        // 9. Give the shipper the grace to deliver the spool, woken when
         //    it empties; what it cannot deliver stays spooled for the next
         //    start.
         if let Some(s) = self.shipping {
             s.deliver(grace).await;
         }
-        // 9. Exit.
+        // 10. Exit.
         tracing::info!("stopped");
     }
 }
 
 impl Shipping {
-    /// Wait up to `grace` for the spool to empty, then stop the shipper and
-    /// say what is left.
+    /// Wait for the sealer to seal the last segment, then up to `grace` for
+    /// the spool to empty; then stop the shipper and say what is left.
     async fn deliver(self, grace: Duration) {
+        // The sealer ends once the writer has handed over its last segment.
+        let _ = self.sealing.await;
         let delivered = tokio::time::timeout(grace, self.spool.emptied())
             .await
             .is_ok();
@@ -604,6 +737,8 @@ async fn spool_fills(full: Option<&mut tokio::sync::watch::Receiver<bool>>) {
     }
 }
 
+/// Resolves at SIGTERM, SIGINT or SIGQUIT (each logged): the graceful
+/// drain.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = match signal(SignalKind::terminate()) {
@@ -613,8 +748,47 @@ async fn shutdown_signal() {
             return std::future::pending().await;
         }
     };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = tokio::signal::ctrl_c() => {},
+    let mut quit = signal(SignalKind::quit()).ok();
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        Some(()) = async { match quit.as_mut() { Some(q) => q.recv().await, None => None } } => "SIGQUIT",
+    };
+    tracing::info!(signal = name, "shutting down: draining");
+}
+
+/// Signals whose default action would end the process without a word:
+/// each is logged and ignored, so that no signal but SIGKILL ends the
+/// gateway silently. (SIGHUP reloads the config and SIGUSR2 hands over to
+/// a new process where those are built; until then they are logged too.)
+const LOGGED_SIGNALS: [(i32, &str); 9] = [
+    (1, "SIGHUP"),
+    (10, "SIGUSR1"),
+    (12, "SIGUSR2"),
+    (14, "SIGALRM"),
+    (26, "SIGVTALRM"),
+    (27, "SIGPROF"),
+    (29, "SIGIO"),
+    (30, "SIGPWR"),
+    (16, "SIGSTKFLT"),
+];
+
+/// Log every signal of [`LOGGED_SIGNALS`] that arrives, for the process's
+/// life.
+async fn log_other_signals() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut set = tokio::task::JoinSet::new();
+    for (raw, name) in LOGGED_SIGNALS {
+        match signal(SignalKind::from_raw(raw)) {
+            Ok(mut s) => {
+                set.spawn(async move {
+                    while s.recv().await.is_some() {
+                        tracing::warn!(signal = name, "signal received and ignored");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(signal = name, error = %e, "cannot listen for a signal"),
+        }
     }
+    while set.join_next().await.is_some() {}
 }

@@ -130,6 +130,14 @@ pub struct Control {
     /// 1 GiB; at least 1 MiB.
     #[serde(default = "Control::default_spool_max_bytes")]
     pub spool_max_bytes: u64,
+    /// The lease of every authority the control plane opens, in
+    /// milliseconds: an authority whose lease nobody renews within this
+    /// time is dropped (reason `lease_expired`). Default 60000 (one
+    /// minute); range 1000-3600000. Shorter ends the authority of a member
+    /// cut off from the control plane sooner; longer rides out a longer
+    /// control-plane outage (docs/operators.md, "Leases").
+    #[serde(default = "Control::default_lease_ms")]
+    pub lease_ms: u64,
 }
 
 impl Control {
@@ -138,6 +146,14 @@ impl Control {
     }
     fn default_batch_max_records() -> usize {
         1000
+    }
+    fn default_lease_ms() -> u64 {
+        60_000
+    }
+
+    /// [`Control::lease_ms`] as a duration.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.lease_ms)
     }
     fn default_batch_interval_ms() -> u64 {
         1000
@@ -686,6 +702,7 @@ impl Config {
                 (c.batch_interval_ms, 10..=60_000, "batch_interval_ms"),
                 (c.spool_max_batches as u64, 1..=1000, "spool_max_batches"),
                 (c.spool_max_bytes, 1 << 20..=u64::MAX, "spool_max_bytes"),
+                (c.lease_ms, 1000..=3_600_000, "lease_ms"),
             ] {
                 if !range.contains(&value) {
                     return Err(invalid(

@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 
 use crate::records::record::RequestRecord;
+use crate::refusal::Refusal;
 use answers::ProxyBody;
 use connection::{Connection, Destination};
 
@@ -30,12 +31,28 @@ pub async fn serve(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let mut entry = RequestRecord::new(req.method(), req.uri().path());
-    let response = match &conn.destination {
-        // Boxed: the proxy's future, spawned or moved for every request,
-        // stays its own size.
-        Destination::Approvals => Box::pin(agent::answer(&conn, req, &mut entry)).await,
-        Destination::Origin { target, addrs } => {
-            proxy::handle(&conn, target, addrs, req, &mut entry).await
+    // Every request is checked against the authority's lease: a member
+    // that wakes from a long stop serves not one request of an authority
+    // whose lease lapsed meanwhile (the lease watcher then ends it).
+    let response = if !conn.session.lease.live() {
+        let reason = Refusal::SessionEnded;
+        tracing::info!(
+            session = %conn.session.id,
+            destination = %conn.name,
+            reason = reason.as_str(),
+            cause = proxy::Cause::LeaseExpired.as_str(),
+            "request refused"
+        );
+        entry.refusal = Some(reason);
+        answers::refusal(&conn, reason, proxy::is_grpc(req.headers()))
+    } else {
+        match &conn.destination {
+            // Boxed: the proxy's future, spawned or moved for every request,
+            // stays its own size.
+            Destination::Approvals => Box::pin(agent::answer(&conn, req, &mut entry)).await,
+            Destination::Origin { target, addrs } => {
+                proxy::handle(&conn, target, addrs, req, &mut entry).await
+            }
         }
     };
     entry.status = response.status().as_u16();

@@ -60,6 +60,9 @@ causes! {
         NoDecision => "no_decision",
         /// `approval_declined`: no approval relay to ask.
         NoRelay => "no_relay",
+        /// `session_ended`: the authority's lease had lapsed when the
+        /// request came.
+        LeaseExpired => "lease_expired",
     }
 }
 
@@ -248,7 +251,7 @@ fn check_no_upgrade(req: &Request<Incoming>) -> Result<(), Refused> {
     Ok(())
 }
 
-fn is_grpc(headers: &HeaderMap) -> bool {
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

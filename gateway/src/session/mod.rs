@@ -1,9 +1,11 @@
 //! A session's authority on this gateway.
 //!
+//! - [`lease`]: authority leases and the clock they are read against.
 //! - [`approvals`]: the Lock's rules, requests held for approval, decisions.
 //! - [`upstream`]: connections to destinations, pooled per session.
 //! - [`sessions`]: sessions by source address: allowlist, CA, TLS, pool, attachments.
 
+pub mod lease;
 pub mod approvals;
 pub mod upstream;
 pub mod sessions;
