@@ -22,3 +22,7 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"
 fi
+
+# The ops checks and the session-image client test: systemd-analyze, nft,
+# NSS tools, wget, a JDK, promtool (unpacked, not installed as a service).
+"$(dirname "$0")/install-ops-tools.sh"

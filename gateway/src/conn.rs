@@ -86,6 +86,36 @@ impl Current {
     }
 }
 
+/// Why a session's TLS handshake failed, in a few words fit for a metric
+/// label: the alert the client sent (`unknown_ca`: it does not trust the
+/// session CA; `bad_certificate`, `certificate_unknown`, …), `eof` (it
+/// closed), or `tls_error` (anything else rustls refused).
+fn handshake_failure(e: &std::io::Error) -> &'static str {
+    use rustls::AlertDescription as A;
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return "eof";
+    }
+    match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::AlertReceived(alert)) => match alert {
+            A::UnknownCA => "unknown_ca",
+            A::BadCertificate => "bad_certificate",
+            A::CertificateUnknown => "certificate_unknown",
+            A::CertificateExpired => "certificate_expired",
+            A::CertificateRevoked => "certificate_revoked",
+            A::UnsupportedCertificate => "unsupported_certificate",
+            A::AccessDenied => "access_denied",
+            A::HandshakeFailure => "handshake_failure",
+            A::ProtocolVersion => "protocol_version",
+            A::NoApplicationProtocol => "no_application_protocol",
+            A::DecryptError => "decrypt_error",
+            A::UserCanceled => "user_canceled",
+            _ => "other_alert",
+        },
+        Some(_) => "tls_error",
+        None => "io_error",
+    }
+}
+
 /// What cut a connection short.
 enum Stop {
     /// The gateway's drain grace ran out.
@@ -371,11 +401,16 @@ async fn terminate(
         // rustls has sent its own alert; the record says the session's
         // handshake failed (an untrusting client, say), which is no refusal.
         Ok(Err(e)) => {
-            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, "session TLS handshake failed");
+            let why = handshake_failure(&e);
+            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, cause = why, "session TLS handshake failed");
+            metrics::counter!("gateway_session_handshake_failures_total", "cause" => why)
+                .increment(1);
             record.cause = Some(Cause::SessionHandshakeFailed.as_str());
             return Ok(());
         }
         Err(_) => {
+            metrics::counter!("gateway_session_handshake_failures_total", "cause" => "timeout")
+                .increment(1);
             record.cause = Some(Cause::SessionHandshakeTimeout.as_str());
             return Ok(());
         }

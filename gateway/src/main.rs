@@ -159,6 +159,7 @@ enum SpoolCommand {
 }
 
 fn main() -> ExitCode {
+    not_dumpable();
     let cli = Cli::parse();
     match cli.command {
         Command::Run {
@@ -178,6 +179,21 @@ fn main() -> ExitCode {
             secret_files,
             chunk,
         } => mask(&secrets, &secret_files, chunk as usize),
+    }
+}
+
+/// Core dumps off for this process, and with them every other process of
+/// the same user shut out of `/proc/PID/mem`, `/proc/PID/environ` and
+/// ptrace: the session CAs' keys and the attached values it holds must
+/// never reach a dump file or another process. Done first, before any key
+/// or value exists; an `exec` (an upgrade's new binary) turns it back on,
+/// so every start does it again. A failure is logged and the process goes
+/// on (logging is not set up yet, so the line goes to standard error
+/// directly); the systemd unit's `LimitCORE=0` still stops dump files.
+fn not_dumpable() {
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+        eprintln!("gateway: warning: cannot turn core dumps off (prctl PR_SET_DUMPABLE): {e}");
     }
 }
 

@@ -885,13 +885,6 @@ impl Config {
                     ),
                 ));
             }
-            if !p.parent().is_some_and(Path::is_dir) {
-                return Err(invalid(
-                    socket.span(),
-                    "process.socket",
-                    format!("the directory of {} does not exist", p.display()),
-                ));
-            }
         }
         let l = &self.limits;
         if !(512..=65_536).contains(&l.hello_max_bytes) {

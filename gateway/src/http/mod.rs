@@ -61,6 +61,10 @@ pub async fn serve(
         }
     };
     entry.status = response.status().as_u16();
+    if let Some(reason) = entry.refusal {
+        metrics::counter!("gateway_requests_refused_total", "reason" => reason.as_str())
+            .increment(1);
+    }
     conn.note(entry);
     Ok(response)
 }
