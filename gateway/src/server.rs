@@ -223,9 +223,16 @@ fn open_static_sessions(
 
 /// Run the gateway until a shutdown signal: build, run, drain.
 pub async fn run(config: Config) -> Result<(), StartError> {
-    let running = Built::new(config).await?.spawn().await;
-    tokio::spawn(log_other_signals());
-    running.accept_until(shutdown_signal()).await;
+    let built = Built::new(config).await?;
+    // Before the ready line: a signal sent the moment it is read must find
+    // its handler, not the default action (which ends the process without
+    // a word, and without the drain).
+    let signals = Signals::listen();
+    let running = built.spawn().await;
+    tokio::spawn(log_signals(signals.logged));
+    running
+        .accept_until(shutdown_signal(signals.shutdown))
+        .await;
     running.drain().await;
     Ok(())
 }
@@ -737,24 +744,60 @@ async fn spool_fills(full: Option<&mut tokio::sync::watch::Receiver<bool>>) {
     }
 }
 
-/// Resolves at SIGTERM, SIGINT or SIGQUIT (each logged): the graceful
-/// drain.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            return std::future::pending().await;
+/// The signals the gateway acts on or logs, each with its handler
+/// installed when [`Signals::listen`] returns.
+#[derive(Debug)]
+struct Signals {
+    /// SIGTERM, SIGINT, SIGQUIT: the graceful drain.
+    shutdown: Vec<(&'static str, tokio::signal::unix::Signal)>,
+    /// [`LOGGED_SIGNALS`]: logged and ignored.
+    logged: Vec<(&'static str, tokio::signal::unix::Signal)>,
+}
+
+/// The signals that start the graceful drain.
+const SHUTDOWN_SIGNALS: [(i32, &str); 3] = [(15, "SIGTERM"), (2, "SIGINT"), (3, "SIGQUIT")];
+
+impl Signals {
+    /// Install the handlers now (inside the runtime). A signal that cannot
+    /// be listened for is logged as an error and keeps its default action.
+    fn listen() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |list: &[(i32, &'static str)]| {
+            list.iter()
+                .filter_map(|&(raw, name)| match signal(SignalKind::from_raw(raw)) {
+                    Ok(s) => Some((name, s)),
+                    Err(e) => {
+                        tracing::error!(signal = name, error = %e, "cannot listen for a signal");
+                        None
+                    }
+                })
+                .collect()
+        };
+        Signals {
+            shutdown: install(&SHUTDOWN_SIGNALS),
+            logged: install(&LOGGED_SIGNALS),
         }
-    };
-    let mut quit = signal(SignalKind::quit()).ok();
-    let name = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        Some(()) = async { match quit.as_mut() { Some(q) => q.recv().await, None => None } } => "SIGQUIT",
-    };
-    tracing::info!(signal = name, "shutting down: draining");
+    }
+}
+
+/// Resolves at the first of `signals` (SIGTERM, SIGINT or SIGQUIT,
+/// logged): the graceful drain. Never resolves if none could be listened
+/// for.
+async fn shutdown_signal(signals: Vec<(&'static str, tokio::signal::unix::Signal)>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    for (name, mut s) in signals {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if s.recv().await.is_some() {
+                let _ = tx.send(name).await;
+            }
+        });
+    }
+    drop(tx);
+    match rx.recv().await {
+        Some(name) => tracing::info!(signal = name, "shutting down: draining"),
+        None => std::future::pending().await,
+    }
 }
 
 /// Signals whose default action would end the process without a word:
@@ -773,22 +816,15 @@ const LOGGED_SIGNALS: [(i32, &str); 9] = [
     (16, "SIGSTKFLT"),
 ];
 
-/// Log every signal of [`LOGGED_SIGNALS`] that arrives, for the process's
-/// life.
-async fn log_other_signals() {
-    use tokio::signal::unix::{signal, SignalKind};
+/// Log every signal of `signals` that arrives, for the process's life.
+async fn log_signals(signals: Vec<(&'static str, tokio::signal::unix::Signal)>) {
     let mut set = tokio::task::JoinSet::new();
-    for (raw, name) in LOGGED_SIGNALS {
-        match signal(SignalKind::from_raw(raw)) {
-            Ok(mut s) => {
-                set.spawn(async move {
-                    while s.recv().await.is_some() {
-                        tracing::warn!(signal = name, "signal received and ignored");
-                    }
-                });
+    for (name, mut s) in signals {
+        set.spawn(async move {
+            while s.recv().await.is_some() {
+                tracing::warn!(signal = name, "signal received and ignored");
             }
-            Err(e) => tracing::warn!(signal = name, error = %e, "cannot listen for a signal"),
-        }
+        });
     }
     while set.join_next().await.is_some() {}
 }

@@ -1351,6 +1351,56 @@ async fn sighup_to_both_binaries_is_logged_and_changes_nothing() {
     );
 }
 
+/// Starts of each binary in the signal tests below: enough that a window
+/// between the ready line and the signal handlers shows.
+const STARTS: usize = 8;
+
+/// SIGHUP the instant the ready line is read (as a service manager that
+/// reloads right after start does): the gateway lives and logs it, every
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sighup_right_after_the_ready_line_never_ends_the_gateway() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = TestConfig::default().toml(dir.path());
+    for n in 0..STARTS {
+        let mut g = Gateway::start(dir.path(), &config);
+        g.signal(Signal::Hup);
+        let outcome = wait::until("the SIGHUP logged, or the gateway gone", || {
+            if g.log().contains("SIGHUP") {
+                return Ok("logged");
+            }
+            match g.exited() {
+                Some(status) => Ok(if status.success() {
+                    "exited 0"
+                } else {
+                    "ended by the signal"
+                }),
+                None => Err("running, nothing logged yet"),
+            }
+        });
+        assert_eq!(
+            outcome, "logged",
+            "start {n}: SIGHUP right after the ready line"
+        );
+        assert!(g.stop(), "start {n}: drains and exits 0 after the SIGHUP");
+    }
+}
+
+/// SIGTERM the instant the ready line is read: the gateway drains and
+/// exits 0 (not ended by the signal's default action), every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_right_after_the_ready_line_drains_the_gateway() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = TestConfig::default().toml(dir.path());
+    for n in 0..STARTS {
+        let mut g = Gateway::start(dir.path(), &config);
+        assert!(
+            g.stop(),
+            "start {n}: SIGTERM right after the ready line: no drain"
+        );
+    }
+}
+
 /// The signed-message prefix docs/records.md states.
 const DOMAIN: &[u8] = b"talos-v1\0";
 
