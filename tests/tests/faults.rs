@@ -1401,6 +1401,37 @@ async fn sigterm_right_after_the_ready_line_drains_the_gateway() {
     }
 }
 
+/// SIGHUP, then SIGTERM, the instant `serve`'s ready line is read: it
+/// lives through the first and drains on the second, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn signals_right_after_the_ready_line_of_serve() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut stub = Stub::init(dir.path(), &IDS);
+    for n in 0..STARTS {
+        stub.start_serve();
+        signals::send(stub.serve_pid().unwrap(), Signal::Hup);
+        let outcome = wait::until("serve to log the SIGHUP, or be gone", || {
+            if stub.serve_log().matches("SIGHUP").count() > n {
+                return Ok("logged");
+            }
+            match stub.serve_exited() {
+                Some(_) => Ok("ended by the signal"),
+                None => Err("running, nothing logged yet"),
+            }
+        });
+        assert_eq!(
+            outcome, "logged",
+            "start {n}: SIGHUP right after serve's ready line"
+        );
+        assert!(stub.stop_serve(), "start {n}: serve drains and exits 0");
+        stub.start_serve();
+        assert!(
+            stub.stop_serve(),
+            "start {n}: SIGTERM right after serve's ready line: no drain"
+        );
+    }
+}
+
 /// The signed-message prefix docs/records.md states.
 const DOMAIN: &[u8] = b"talos-v1\0";
 
