@@ -65,11 +65,16 @@ pub fn accept(store: &mut Store, signed: &talos_certs::Signed) -> Result<BatchVe
                     .iter()
                     .map(|r| serde_json::from_str(r))
                     .collect::<Result<Vec<serde_json::Value>, _>>()?;
-                let (reports, connections): (Vec<_>, Vec<_>) =
-                    values.into_iter().partition(|v| v.get("report").is_some());
+                let (entries, connections): (Vec<_>, Vec<_>) = values
+                    .into_iter()
+                    .partition(|v| v.get("report").is_some() || v.get("gap").is_some());
                 tx.insert_batch(&header.gateway_id, header.seq, &digest, &connections)?;
-                for entry in &reports {
-                    chain_report(tx, &header.gateway_id, header.seq, &entry["report"])?;
+                for entry in &entries {
+                    if let Some(report) = entry.get("report") {
+                        chain_report(tx, &header.gateway_id, header.seq, report)?;
+                    } else if let Some(gap) = entry.get("gap") {
+                        chain_gap(tx, &header.gateway_id, gap)?;
+                    }
                 }
                 let state = verifier
                     .state(&header.gateway_id)
@@ -214,4 +219,23 @@ fn chain_report(
         }
         other => refuse(format!("a signed {other} is no report")),
     }
+}
+
+/// A gap entry of a verified batch from `gateway_id`: a batch its operator
+/// set aside. Recorded, counted, and shown on every certificate it touches.
+fn chain_gap(tx: &Tx<'_>, gateway_id: &str, entry: &serde_json::Value) -> Result<(), Error> {
+    let Ok(mut gap) = serde_json::from_value::<crate::store::ChainGap>(entry.clone()) else {
+        eprintln!(
+            "{}",
+            serde_json::json!({"gap_refused": "not a gap entry", "gateway_id": gateway_id})
+        );
+        return Ok(());
+    };
+    gap.gateway_id = gateway_id.to_owned();
+    eprintln!(
+        "{}",
+        serde_json::json!({"chain_gap": gap.seq, "gateway_id": gateway_id, "found": gap.found, "reason": gap.reason})
+    );
+    metrics::counter!("stub_spool_gaps_total", "gateway" => gateway_id.to_owned()).increment(1);
+    tx.insert_gap(&gap)
 }

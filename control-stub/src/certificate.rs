@@ -77,8 +77,12 @@ pub struct Certificate {
     pub secrets: Vec<SecretUse>,
     /// The signed batches the records came in.
     pub batches: Vec<BatchInfo>,
-    /// Batches from the session's gateways that the batch consumer refused.
+    /// Batches refused by the batch consumer that named the session.
     pub batch_rejections: Vec<BatchRejection>,
+    /// Batches a gateway's operator set aside as signed gaps whose window
+    /// this session was live in on that gateway: records of the session
+    /// may be missing there.
+    pub gaps: Vec<crate::store::ChainGap>,
     /// Every proposal the gateways sent the approval relay for the
     /// session, and what became of it.
     pub proposals: Vec<CertProposal>,
@@ -430,6 +434,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
             secrets: secrets.into_values().collect(),
             batches: tx.batches_of(id)?,
             batch_rejections: tx.batch_rejections(id)?,
+            gaps: tx.gaps_touching(id)?,
             proposals: tx
                 .proposals(Some(id), None)?
                 .into_iter()

@@ -570,7 +570,21 @@ pub fn run(
                 store.register_gateway(id, public_key)?;
                 json(&serde_json::json!({"registered": id}))?
             }
-            GatewayCommand::List => json(&store.gateways()?)?,
+            GatewayCommand::List => {
+                // Each key also as PEM, the form openssl verifies with.
+                let mut list = serde_json::to_value(store.gateways()?)?;
+                if let Some(items) = list.as_array_mut() {
+                    for g in items {
+                        let key = g["public_key_hex"]
+                            .as_str()
+                            .and_then(crate::store::ed25519_key);
+                        if let Some(key) = key {
+                            g["public_key_pem"] = ed25519_pem(&key).into();
+                        }
+                    }
+                }
+                json(&list)?
+            }
         },
         Command::Certificate { id, signed } => {
             if let Some(dir) = &cli.control_dir {

@@ -366,3 +366,65 @@ fn the_certificate_shows_each_attempt_with_its_cause_and_end() {
     );
     assert_eq!(cert["issued"], true);
 }
+
+#[test]
+fn a_gap_a_gateway_set_aside_shows_on_the_certificates_it_touches() {
+    let mut env = Env::new().with_policy();
+    let key = std::sync::Arc::new(talos_certs::GatewayKey::generate().unwrap());
+    env.store
+        .register_gateway("gw-a", &hex::encode(key.public_key()))
+        .unwrap();
+    let live = env.start(Mode::Agent).session_id;
+    let live_made = env.life().status(&live).unwrap().attempts[0].ca[0]
+        .made_at
+        .clone();
+    let gap = json!({"gap": {
+        "seq": 1, "found": "bad_signature", "reason": "disk fault",
+        "expected_digest": null, "window_after": null,
+        "window_before": live_made, "set_aside_file": "00000000000000000001.batch.x",
+        "set_aside_at": "2026-12-02T00:00:00.000Z"
+    }});
+    let signed = talos_certs::BatchWriter::new(key, "gw-a")
+        .seal(
+            "2026-12-02T00:00:00.000Z",
+            &[serde_json::to_vec(&gap).unwrap()],
+        )
+        .unwrap();
+    let verdict = talos_control_stub::batches::accept(&mut env.store, &signed).unwrap();
+    assert!(matches!(
+        verdict,
+        talos_control_stub::batches::BatchVerdict::Accepted { .. }
+    ));
+    let shown = certificate(&env.store, &live).unwrap();
+    let gaps = shown["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{shown}");
+    assert_eq!(gaps[0]["gateway_id"], "gw-a");
+    assert_eq!(gaps[0]["found"], "bad_signature");
+    assert_eq!(gaps[0]["reason"], "disk fault");
+    // A gap is no connection.
+    assert!(shown["connections"].as_array().unwrap().is_empty());
+    // A session that ended before the gap's window is not touched.
+    let mut other = common::request(Mode::Agent);
+    other.sources = vec!["10.1.0.9".into()];
+    let early = env.life().start(&other).unwrap().session_id;
+    env.life().stop(&early).unwrap();
+    let late = json!({"gap": {
+        "seq": 2, "found": "missing", "reason": "lost",
+        "expected_digest": null, "window_after": "2999-01-01T00:00:00.000Z",
+        "window_before": "2999-01-02T00:00:00.000Z", "set_aside_file": null,
+        "set_aside_at": "2999-01-02T00:00:00.000Z"
+    }});
+    env.store
+        .write(|tx| {
+            let mut g: talos_control_stub::store::ChainGap =
+                serde_json::from_value(late["gap"].clone()).unwrap();
+            g.gateway_id = "gw-a".into();
+            tx.insert_gap(&g)
+        })
+        .unwrap();
+    let early_cert = certificate(&env.store, &early).unwrap();
+    assert!(
+        early_cert["gaps"].as_array().unwrap().is_empty(),
+        "{early_cert}"
+    );
+}

@@ -81,6 +81,12 @@ enum Command {
         #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
         chunk: u32,
     },
+    /// The spool of signed batches: check it, set a bad batch aside.
+    ///
+    /// Both take the spool's lock: stop the gateway first (a running one
+    /// holds it). See docs/runbook.md, "A spool blocked by a bad batch".
+    #[command(subcommand)]
+    Spool(SpoolCommand),
     /// Capture the first bytes of real clients' connections, for tests.
     ///
     /// Listens on ADDR, and for each NAME accepts one connection, reads its
@@ -99,6 +105,32 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum SpoolCommand {
+    /// Check every batch waiting: present, readable, signed with this
+    /// gateway's key, numbered as its file, linked to its predecessor.
+    /// Prints one JSON object; exits 1 if a batch is bad.
+    Verify {
+        /// The gateway's config (its [control] spool_dir and signing key).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Set the first bad batch aside: the file is moved to
+    /// <spool_dir>/set-aside/ (never deleted), a signed gap takes its
+    /// number, and the batches after it are sealed again to follow. The
+    /// control plane shows the gap on every certificate it touches.
+    SetAside {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The sequence number `verify` reported.
+        #[arg(long)]
+        seq: u64,
+        /// Why, in the operator's words (it goes on the certificates).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -107,6 +139,7 @@ fn main() -> ExitCode {
         Command::InspectHello { files } => inspect_hello(&files),
         Command::Classify { addresses } => classify(&addresses),
         Command::CaptureHello { listen, out, names } => capture(listen, &out, &names),
+        Command::Spool(cmd) => spool(cmd),
         Command::Mask {
             secrets,
             secret_files,
@@ -177,6 +210,75 @@ fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
         Err(e) => {
             eprintln!("gateway: {e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+fn spool(cmd: SpoolCommand) -> ExitCode {
+    let path = match &cmd {
+        SpoolCommand::Verify { config } | SpoolCommand::SetAside { config, .. } => config,
+    };
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gateway: bad config: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some((dir, key_file)) = config.control.as_ref().and_then(|c| {
+        c.spool_dir
+            .as_ref()
+            .map(|d| (d.get_ref().clone(), c.signing_key_file.get_ref().clone()))
+    }) else {
+        eprintln!(
+            "gateway: {}: no [control] spool_dir: this gateway keeps no spool",
+            path.display()
+        );
+        return ExitCode::from(1);
+    };
+    let key = match talos_certs::GatewayKey::load_or_create(&key_file) {
+        Ok(k) => std::sync::Arc::new(k),
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match cmd {
+        SpoolCommand::Verify { .. } => {
+            match talos_gateway::records::repair::verify(&dir, &key.public_key()) {
+                Ok(report) => {
+                    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                    if report.findings.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("gateway: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        SpoolCommand::SetAside { seq, reason, .. } => {
+            let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+            match talos_gateway::records::repair::set_aside(
+                &dir,
+                key,
+                config.gateway_id.get_ref(),
+                seq,
+                &reason,
+                &now,
+            ) {
+                Ok(done) => {
+                    println!("{}", serde_json::to_string(&done).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gateway: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
     }
 }

@@ -353,3 +353,94 @@ fn get_u64(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
         rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Integer, Box::new(e))
     })
 }
+
+/// A batch a gateway's operator set aside (`gateway spool set-aside`): its
+/// records may be lost; it stands in the chain as a signed gap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ChainGap {
+    #[serde(default)]
+    pub gateway_id: String,
+    pub seq: u64,
+    /// What was wrong: `missing`, `unreadable`, `bad_signature`,
+    /// `wrong_seq`, `broken_link`.
+    pub found: String,
+    /// The operator's words.
+    pub reason: String,
+    /// The digest the batch should have had, when its successor said.
+    pub expected_digest: Option<String>,
+    /// The time the lost records may fall in: after the batch before it
+    /// (when known), before the one after it.
+    pub window_after: Option<String>,
+    pub window_before: String,
+    pub set_aside_file: Option<String>,
+    pub set_aside_at: String,
+    #[serde(default)]
+    pub received_at: String,
+}
+
+impl Tx<'_> {
+    /// Record a gap from `gateway_id`'s chain; a window with no start is
+    /// given the time the batch before it was received here.
+    pub fn insert_gap(&self, gap: &ChainGap) -> Result<(), Error> {
+        let after = match &gap.window_after {
+            Some(a) => Some(a.clone()),
+            None => self
+                .conn
+                .query_row(
+                    "SELECT received_at FROM batches WHERE gateway_id = ?1 AND seq = ?2",
+                    params![gap.gateway_id, seq_to_sql(gap.seq.saturating_sub(1))?],
+                    |r| r.get(0),
+                )
+                .optional()?,
+        };
+        self.conn.execute(
+            "INSERT OR IGNORE INTO chain_gaps (gateway_id, seq, found, reason, expected_digest,
+                 window_after, window_before, set_aside_file, set_aside_at, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                gap.gateway_id,
+                seq_to_sql(gap.seq)?,
+                gap.found,
+                gap.reason,
+                gap.expected_digest,
+                after,
+                gap.window_before,
+                gap.set_aside_file,
+                gap.set_aside_at,
+                now(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Every gap that touches session `id`: in the chain of a gateway that
+    /// held an authority of the session at some time in the gap's window.
+    pub fn gaps_touching(&self, id: &str) -> Result<Vec<ChainGap>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT g.gateway_id, g.seq, g.found, g.reason, g.expected_digest, g.window_after,
+                    g.window_before, g.set_aside_file, g.set_aside_at, g.received_at
+             FROM chain_gaps g
+             WHERE EXISTS (SELECT 1 FROM ca_events c
+                           WHERE c.session_id = ?1 AND c.gateway_id = g.gateway_id
+                             AND c.made_at <= g.window_before
+                             AND (g.window_after IS NULL OR c.destroyed_at IS NULL
+                                  OR c.destroyed_at >= g.window_after))
+             ORDER BY g.gateway_id, g.seq",
+        )?;
+        let rows = stmt.query_map(params![id], |r| {
+            Ok(ChainGap {
+                gateway_id: r.get(0)?,
+                seq: get_u64(r, 1)?,
+                found: r.get(2)?,
+                reason: r.get(3)?,
+                expected_digest: r.get(4)?,
+                window_after: r.get(5)?,
+                window_before: r.get(6)?,
+                set_aside_file: r.get(7)?,
+                set_aside_at: r.get(8)?,
+                received_at: r.get(9)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}

@@ -240,6 +240,19 @@ ALTER TABLE connection_records ADD COLUMN conn INTEGER;
 ALTER TABLE connection_records ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX connection_records_by_conn ON connection_records (gateway_id, instance, conn);
 ALTER TABLE batch_rejections ADD COLUMN sessions TEXT NOT NULL DEFAULT '[]';
+CREATE TABLE chain_gaps (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    found TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    expected_digest TEXT,
+    window_after TEXT,
+    window_before TEXT NOT NULL,
+    set_aside_file TEXT,
+    set_aside_at TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, seq)
+);
 CREATE TABLE certificates (
     session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id),
     issued_at TEXT NOT NULL,
