@@ -577,6 +577,17 @@ fn accept_queue(addr: SocketAddr) -> usize {
         .sum()
 }
 
+/// How long after `since` gateway `g` logged that it ended a session's
+/// authority (its log's first such line after `since`), if it did.
+fn ended_in_log(g: &Gateway, since: std::time::SystemTime) -> Option<Duration> {
+    g.log()
+        .lines()
+        .filter(|l| l.contains("session authority ended"))
+        .filter_map(|l| humantime::parse_rfc3339_weak(l.split_whitespace().next()?).ok())
+        .filter_map(|t| t.duration_since(since).ok())
+        .min()
+}
+
 /// The value of metric `name` (a line without labels) on `g`'s admin
 /// listener.
 fn metric(g: &Gateway, name: &str) -> Option<f64> {
@@ -624,6 +635,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     })
     .await;
 
+    let asked = std::time::SystemTime::now();
     let (ran, took) = rig.timed(&["sandbox", "revoke-all", &id]);
     let t = ran.json();
     matrix(
@@ -632,6 +644,14 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
         t["state"].as_str().unwrap_or("?"),
         took,
     );
+    if let Some(after) = ended_in_log(&rig.gateways[1], asked) {
+        matrix(
+            "SIGSTOP gw-a",
+            "sandbox revoke-all: gw-b ends the authority",
+            "after the command started",
+            after,
+        );
+    }
     assert_eq!(t["state"], "reset_incomplete", "{t}");
     let owed: Vec<&str> = t["closes_owed"]
         .as_array()
@@ -1668,15 +1688,23 @@ async fn every_signature_verifies_with_openssl_alone() {
     let gateway_keys: Vec<PathBuf> = IDS
         .iter()
         .map(|id_| {
-            let hex_key = listed
+            let g = listed
                 .as_array()
                 .unwrap()
                 .iter()
                 .find(|g| g["id"] == *id_)
-                .and_then(|g| g["public_key_hex"].as_str())
-                .expect("registered key")
-                .to_owned();
-            raw_key_pem(&keydir, id_, &hex_key)
+                .expect("registered")
+                .clone();
+            let pem = keydir.join(format!("{id_}.pem"));
+            std::fs::write(&pem, g["public_key_pem"].as_str().expect("its PEM")).unwrap();
+            // The PEM is the raw key the list also gives, as openssl reads it.
+            let raw = raw_key_pem(
+                &keydir,
+                &format!("{id_}-raw"),
+                g["public_key_hex"].as_str().unwrap(),
+            );
+            assert_eq!(std::fs::read(&raw).unwrap(), std::fs::read(&pem).unwrap());
+            pem
         })
         .collect();
     let plane = rig.stub.run(&[], &["plane-key"], b"").json();
@@ -1719,6 +1747,46 @@ async fn every_signature_verifies_with_openssl_alone() {
         ));
     }
     eprintln!("verified with openssl: {checked:?}, 1 decision, 1 certificate");
+
+    // The commands docs/records.md gives a reviewer, run as given (with
+    // this rig's store and directory), on the certificate and on a batch
+    // from gw-a's spool.
+    let (_, batch) = envelopes
+        .iter()
+        .find(|(i, e)| *i == 0 && e["kind"] == "batch")
+        .expect("a batch of gw-a");
+    std::fs::write(keydir.join("batch.json"), batch.to_string()).unwrap();
+    let script = r#"set -eu
+cd "$KEYDIR"
+"$STUB" --db "$DB" --control-dir "$CONTROL" plane-key | jq -r .public_key_pem > key.pem
+"$STUB" --db "$DB" --control-dir "$CONTROL" certificate "$ID" --signed > env.json
+printf 'talos-v1\000' > msg
+printf '\005' >> msg
+jq -r .payload env.json | base64 -d >> msg
+jq -r .signature env.json | base64 -d > sig
+openssl pkeyutl -verify -pubin -inkey key.pem -rawin -in msg -sigfile sig
+"$STUB" --db "$DB" gateway list | jq -r '.[] | select(.id == "gw-a") | .public_key_pem' > key.pem
+printf 'talos-v1\000' > msg
+printf '\001' >> msg
+jq -r .payload batch.json | base64 -d >> msg
+jq -r .signature batch.json | base64 -d > sig
+openssl pkeyutl -verify -pubin -inkey key.pem -rawin -in msg -sigfile sig
+"#;
+    let out = std::process::Command::new("timeout")
+        .args(["60", "sh", "-c", script])
+        .env("KEYDIR", &keydir)
+        .env("STUB", talos_e2e::gateway::workspace_bin("control-stub"))
+        .env("DB", &rig.stub.db)
+        .env("CONTROL", &rig.stub.control_dir)
+        .env("ID", &id)
+        .output()
+        .expect("sh");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.matches("Signature Verified Successfully").count() == 2,
+        "the documented commands: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A member that crashed and lost its signing key (started again with a
@@ -1777,7 +1845,19 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let only_b = vec![("gw-b".to_owned(), rig.controls[1])];
     let t = rig.stub.run(&only_b, &["sandbox", "stop", &id], b"").json();
-    assert_eq!(t["state"], "reset_incomplete", "{t}");
+    // Over; `ended` already if serve closed gw-a before the command ran
+    // its reset (serve asks owed closes every tick).
+    assert!(
+        ["reset_incomplete", "ended"].contains(&t["state"].as_str().unwrap_or("")),
+        "{t}"
+    );
+    let given: Vec<&str> = t["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["gateway_id"].as_str())
+        .collect();
+    assert_eq!(given, ["gw-b"], "the command reached gw-b alone: {t}");
     assert_eq!(
         curl_get(SOURCE, rig.gateways[1].data, &bundle, "/after-stop/b"),
         0
@@ -1924,4 +2004,253 @@ async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
         "the request that reached the destination is on the record: {record:#}"
     );
     assert_eq!(record["request_count"], 1, "{record:#}");
+}
+
+/// Every transition with one member down (SIGKILLed, not started again):
+/// `pause`, `resume`, `interrupt`, `recover` work through the other
+/// member; no attempt's authority is live on the dead one; `sandbox
+/// trust` lists only the live member's CA. With both down a resume fails
+/// `gateway_unreachable`, its attempt ends `start_failed`, and the session
+/// stays paused. Started again, the member serves from the next attempt;
+/// the certificate is issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_transition_works_with_a_member_down() {
+    let mut rig = Rig::new().await;
+    let id = rig.start_session(SOURCE);
+    rig.gateways[0].kill();
+    let b = rig.gateways[1].data;
+    for (command, want) in [
+        ("pause", "paused"),
+        ("resume", "running"),
+        ("interrupt", "interrupted"),
+        ("recover", "running"),
+    ] {
+        let (ran, took) = rig.timed(&["sandbox", command, &id]);
+        let t = ran.json();
+        matrix(
+            "gw-a SIGKILLed (down)",
+            &format!("sandbox {command}"),
+            t["state"].as_str().unwrap_or("?"),
+            took,
+        );
+        assert_eq!(t["state"], want, "{t}");
+        if want == "running" {
+            let unreached: Vec<&str> = t["unreached"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|u| u["gateway"].as_str())
+                .collect();
+            assert_eq!(unreached, ["gw-a"], "{t}");
+            let digests = rig.digests(&id);
+            assert_eq!(digests.keys().collect::<Vec<_>>(), ["gw-b"], "{digests:?}");
+            let (bundle, listed) = rig.trust(&id, &format!("trust-{command}.pem"));
+            assert_eq!(listed, [digests["gw-b"].clone()]);
+            assert_eq!(curl_get(SOURCE, b, &bundle, &format!("/{command}")), 200);
+        }
+    }
+    // Both down: a resume opens nothing, and changes nothing but the
+    // record of a failed attempt.
+    rig.cli(&["sandbox", "pause", &id]).json();
+    rig.gateways[1].kill();
+    let (ran, took) = rig.timed(&["sandbox", "resume", &id]);
+    matrix(
+        "both members SIGKILLed",
+        "sandbox resume",
+        &format!("refused: {}", ran.code()),
+        took,
+    );
+    assert_eq!(ran.code(), "gateway_unreachable");
+    let status = rig.status(&id);
+    assert_eq!(status["state"], "paused", "{status}");
+    let last = status["attempts"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["end_cause"], "start_failed", "{last}");
+    // Both back: the next attempt opens on both.
+    rig.restart_gateway(0);
+    rig.restart_gateway(1);
+    let t = rig.cli(&["sandbox", "resume", &id]).json();
+    assert_eq!(t["state"], "running", "{t}");
+    assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
+    let (bundle, listed) = rig.trust(&id, "trust-both.pem");
+    assert_eq!(listed.len(), 2);
+    for g in &rig.gateways {
+        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/both-back"), 200);
+    }
+    let t = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(t["state"], "ended", "{t}");
+    let cert = rig.wait_issued(&id);
+    for attempt in cert["attempts"].as_array().unwrap() {
+        for ca in attempt["ca"].as_array().unwrap() {
+            assert!(ca["destroyed_at"].is_string(), "{ca}");
+        }
+    }
+}
+
+/// The control plane hung (SIGSTOP of `serve`) past the lease: both
+/// members end the session's authority by themselves (fail closed, each
+/// with its `lease_expired` report); woken, `serve` takes the reports, and
+/// `sandbox trust` lists no CA; a pause and a resume open a new attempt on
+/// both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() {
+    let rig = Rig::new().await;
+    let id = rig.start_session(SOURCE);
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    let mut kept = Kept::open(SOURCE, rig.gateways[0].data, &bundle, "/kept").await;
+    let serve = rig.stub.serve_pid().expect("serve runs");
+    signals::send(serve, Signal::Stop);
+    let stopped_at = Instant::now();
+    for g in &rig.gateways {
+        wait::until("the lease to lapse on each member", || {
+            wait::check(metric(g, "gateway_leases_lapsed_total"), |n| {
+                *n == Some(1.0)
+            })
+        });
+    }
+    matrix(
+        "serve SIGSTOPped",
+        "(leases on both members)",
+        "lapsed on both",
+        stopped_at.elapsed(),
+    );
+    assert!(
+        kept.get("/after-lapse").await.is_err(),
+        "the kept connection is cut"
+    );
+    for g in &rig.gateways {
+        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/after-lapse"), 0);
+    }
+    signals::send(serve, Signal::Cont);
+    let status = wait::until("both lease_expired reports at the stub", || {
+        wait::check(rig.status(&id), |s| {
+            IDS.iter().all(|g| {
+                reports_from(s, g, 1)
+                    .iter()
+                    .any(|r| r["reason"] == "lease_expired")
+            })
+        })
+    });
+    assert_eq!(status["state"], "running", "{status}");
+    let (_, listed) = rig.trust(&id, "trust-none.pem");
+    assert!(listed.is_empty(), "no live CA is handed out: {listed:?}");
+    rig.cli(&["sandbox", "pause", &id]).json();
+    let t = rig.cli(&["sandbox", "resume", &id]).json();
+    assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
+    let (bundle, _) = rig.trust(&id, "trust-2.pem");
+    for g in &rig.gateways {
+        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/resumed"), 200);
+    }
+    assert_eq!(reached(&rig.origin, "/after-lapse"), Vec::<String>::new());
+    rig.cli(&["sandbox", "stop", &id]).json();
+    rig.wait_issued(&id);
+}
+
+/// The CLI killed in the middle of `stop`, after the end is committed and
+/// while a hung member keeps it waiting: the end stands (no command
+/// brings the session back), and `serve` finishes it: the other member's
+/// report comes through its chain, the woken member's close is asked
+/// again; the session ends and its certificate is issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cli_killed_in_the_middle_of_stop_leaves_serve_to_finish_it() {
+    let lease = Duration::from_secs(20);
+    let rig = Rig::with_lease(lease).await;
+    let id = rig.start_session(SOURCE);
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    let pid = rig.gateways[0].pid();
+    rig.gateways[0].signal(Signal::Stop);
+    wait::until("gw-a to be stopped", || {
+        wait::check(signals::state(pid), |s| *s == Some('T'))
+    });
+    let mut cli = std::process::Command::new(talos_e2e::gateway::workspace_bin("control-stub"));
+    cli.arg("--db")
+        .arg(&rig.stub.db)
+        .arg("--control-dir")
+        .arg(&rig.stub.control_dir);
+    for (g, addr) in rig.links() {
+        cli.arg("--gateway").arg(format!("{g}={addr}"));
+    }
+    let mut cli = cli
+        .args(["sandbox", "stop", &id])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("control-stub sandbox stop");
+    // Committed: the store says so while the command still waits on gw-a.
+    wait::until("the end committed", || {
+        wait::check(rig.status(&id)["state"].clone(), |s| s != "running")
+    });
+    signals::send(cli.id(), Signal::Kill);
+    let _ = cli.wait();
+    let killed_at = Instant::now();
+    assert_eq!(rig.cli(&["sandbox", "resume", &id]).code(), "sandbox_ended");
+    // serve closes the session on the live member (its retry, not a lapse:
+    // the lease is 20 s).
+    let b = rig.gateways[1].data;
+    wait::until("gw-b to refuse the ended session", || {
+        wait::check(curl_get(SOURCE, b, &bundle, "/after-kill"), |c| *c == 0)
+    });
+    matrix(
+        "SIGSTOP gw-a; the stop CLI SIGKILLed after its commit",
+        "(serve closes gw-b)",
+        "gw-b refuses",
+        killed_at.elapsed(),
+    );
+    let status = rig.status(&id);
+    assert!(
+        reports_from(&status, "gw-b", 1)
+            .iter()
+            .any(|r| r["reason"] == "end"),
+        "{status}"
+    );
+    rig.gateways[0].signal(Signal::Cont);
+    let status = wait::until("serve to finish the end", || {
+        wait::check(rig.status(&id), |s| s["state"] == "ended")
+    });
+    for g in IDS {
+        let c = closes_of(&status, g);
+        assert!(c[0]["confirmed_at"].is_string(), "{status}");
+    }
+    rig.wait_issued(&id);
+}
+
+/// Closes owed survive a restart of `serve`: a hung member's close is
+/// owed, `serve` is killed and started again, the member wakes inside its
+/// lease; the new `serve` asks the close again and the member confirms it
+/// in its reply (reason `end`, not a lapse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_close_owed_survives_a_restart_of_serve() {
+    let lease = Duration::from_secs(20);
+    let mut rig = Rig::with_lease(lease).await;
+    let id = rig.start_session(SOURCE);
+    let pid = rig.gateways[0].pid();
+    rig.gateways[0].signal(Signal::Stop);
+    wait::until("gw-a to be stopped", || {
+        wait::check(signals::state(pid), |s| *s == Some('T'))
+    });
+    let stopped_at = Instant::now();
+    let t = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(t["state"], "reset_incomplete", "{t}");
+    rig.stub.kill_serve();
+    rig.gateways[0].signal(Signal::Cont);
+    rig.stub.start_serve();
+    let status = wait::until("the new serve to confirm gw-a's close", || {
+        wait::check(rig.status(&id), |s| {
+            closes_of(s, "gw-a")[0]["confirmed_at"].is_string()
+        })
+    });
+    matrix(
+        "SIGSTOP gw-a, stop, serve SIGKILLed and started again, SIGCONT",
+        "(close owed, asked by the new serve)",
+        "confirmed",
+        stopped_at.elapsed(),
+    );
+    // Asked again before the lease ran out: the report is the close's.
+    let report = reports_from(&status, "gw-a", 1);
+    assert!(report.iter().any(|r| r["reason"] == "end"), "{status}");
+    rig.wait_issued(&id);
 }
