@@ -668,7 +668,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     if let Ok((status, refusal)) = &woke {
         assert_eq!(
             (*status, refusal.as_deref()),
-            (403, Some("session_ended")),
+            (503, Some("session_ended")),
             "a request on the kept connection after the wake is refused"
         );
     }
