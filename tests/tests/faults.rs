@@ -2254,3 +2254,45 @@ async fn a_close_owed_survives_a_restart_of_serve() {
     assert!(report.iter().any(|r| r["reason"] == "end"), "{status}");
     rig.wait_issued(&id);
 }
+
+/// SIGKILL a member the instant its close's reply is in (`stop` has
+/// returned): the drop report it signed is in its journal, so the next
+/// process seals it into the chain and the certificate, which waits for
+/// it, is issued; the certificate holds the session's records from that
+/// member once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_right_after_the_close_reply_loses_no_report() {
+    let mut rig = Rig::new().await;
+    let id = rig.start_session(SOURCE);
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    traffic(&rig, SOURCE, &bundle, "before", 4);
+    // Hold back the chain: the report must come from the journal, not
+    // from a batch shipped before the kill.
+    rig.stub.kill_serve();
+    let t = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(t["state"], "ended", "both replies confirm: {t}");
+    rig.gateways[0].kill();
+    rig.restart_gateway(0);
+    rig.stub.start_serve();
+    let start = Instant::now();
+    let cert = rig.wait_issued(&id);
+    matrix(
+        "serve down, stop, SIGKILL gw-a at once, restart both",
+        "certificate",
+        "issued",
+        start.elapsed(),
+    );
+    let from_a: Vec<&Value> = cert_records(&cert, "gw-a");
+    assert_eq!(
+        from_a.iter().filter(|r| r["verdict"] == "allowed").count(),
+        2,
+        "{from_a:?}"
+    );
+    let status = rig.status(&id);
+    assert!(
+        reports_from(&status, "gw-a", 1)
+            .iter()
+            .any(|r| r["via"] == "chain" && r["reason"] == "end"),
+        "gw-a's report came through its chain: {status}"
+    );
+}
