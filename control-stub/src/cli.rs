@@ -783,6 +783,8 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
             Some(a) => Some(bind(a).await?),
             None => None,
         };
+        // Before the ready line (see `Signals`).
+        let signals = crate::serve::Signals::listen();
         let mut ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
         if let Some((_, a)) = &approvals {
             ready["approvals"] = serde_json::Value::String(a.to_string());
@@ -792,7 +794,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         }
         write_out(stdout, &ready.to_string())?;
         let _ = stdout.flush();
-        tokio::spawn(crate::serve::log_other_signals());
+        let shutdown = signals.handle();
         if let (Some((listener, _)), Some(handle)) = (metrics_listener, metrics) {
             tokio::spawn(crate::serve::serve_metrics(listener, handle));
         }
@@ -800,7 +802,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
             listener,
             tls,
             crate::serve::Consumer::shared(store.clone()),
-            crate::serve::shutdown_signal(),
+            shutdown.clone().wait(),
         );
         match (approvals, api.clone(), api_tls) {
             (Some((listener, _)), Some(api), Some(api_tls)) => {
@@ -808,7 +810,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
                     listener,
                     api_tls,
                     api,
-                    crate::serve::shutdown_signal(),
+                    shutdown.clone().wait(),
                 );
                 tokio::join!(grpc, http);
             }

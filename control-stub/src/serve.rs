@@ -364,28 +364,21 @@ fn log_refused(log_key: &str, peer: SocketAddr, why: &str) {
     );
 }
 
-/// Resolves at SIGTERM, SIGINT or SIGQUIT, each logged.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut quit = signal(SignalKind::quit()).ok();
-    let name = tokio::select! {
-        Some(()) = recv(term.as_mut()) => "SIGTERM",
-        Some(()) = recv(quit.as_mut()) => "SIGQUIT",
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-    };
-    eprintln!(
-        "{}",
-        serde_json::json!({"signal": name, "action": "shutting down"})
-    );
+/// The signals `serve` acts on or logs, each with its handler installed
+/// when [`Signals::listen`] returns: `serve` listens before it prints its
+/// ready line, so a signal sent the moment the line is read finds its
+/// handler rather than the default action (which ends the process without
+/// a word).
+#[derive(Debug)]
+pub struct Signals {
+    /// SIGTERM, SIGINT, SIGQUIT: shutting down.
+    shutdown: Vec<(&'static str, tokio::signal::unix::Signal)>,
+    /// [`LOGGED_SIGNALS`]: logged and ignored.
+    logged: Vec<(&'static str, tokio::signal::unix::Signal)>,
 }
 
-async fn recv(s: Option<&mut tokio::signal::unix::Signal>) -> Option<()> {
-    match s {
-        Some(s) => s.recv().await,
-        None => std::future::pending().await,
-    }
-}
+/// The signals that end `serve`.
+const SHUTDOWN_SIGNALS: [(i32, &str); 3] = [(15, "SIGTERM"), (2, "SIGINT"), (3, "SIGQUIT")];
 
 /// Signals whose default action would end `serve` without a word: each is
 /// logged and ignored (SIGHUP included: `serve` reads no config file to
@@ -402,14 +395,54 @@ const LOGGED_SIGNALS: [(i32, &str); 9] = [
     (30, "SIGPWR"),
 ];
 
-/// Log every signal of [`LOGGED_SIGNALS`] that arrives, for the process's
-/// life.
-pub async fn log_other_signals() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut set = tokio::task::JoinSet::new();
-    for (raw, name) in LOGGED_SIGNALS {
-        if let Ok(mut s) = signal(SignalKind::from_raw(raw)) {
-            set.spawn(async move {
+impl Signals {
+    /// Install the handlers now (inside the runtime). A signal that cannot
+    /// be listened for keeps its default action, and says so.
+    pub fn listen() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |list: &[(i32, &'static str)]| {
+            list.iter()
+                .filter_map(|&(raw, name)| match signal(SignalKind::from_raw(raw)) {
+                    Ok(s) => Some((name, s)),
+                    Err(e) => {
+                        eprintln!(
+                            "{}",
+                            serde_json::json!({"signal": name, "error": format!("cannot listen for it: {e}")})
+                        );
+                        None
+                    }
+                })
+                .collect()
+        };
+        Signals {
+            shutdown: install(&SHUTDOWN_SIGNALS),
+            logged: install(&LOGGED_SIGNALS),
+        }
+    }
+
+    /// Handle them from now on, for the process's life: each logged signal
+    /// is logged and ignored; the first shutdown signal is logged and
+    /// fires the [`Shutdown`] returned.
+    pub fn handle(self) -> Shutdown {
+        let (fire, fired) = tokio::sync::watch::channel(false);
+        let fire = std::sync::Arc::new(fire);
+        for (name, mut s) in self.shutdown {
+            let fire = std::sync::Arc::clone(&fire);
+            tokio::spawn(async move {
+                // Every one of them is kept listening: a second signal while
+                // shutting down is caught too, never the default action.
+                while s.recv().await.is_some() {
+                    if !fire.send_replace(true) {
+                        eprintln!(
+                            "{}",
+                            serde_json::json!({"signal": name, "action": "shutting down"})
+                        );
+                    }
+                }
+            });
+        }
+        for (name, mut s) in self.logged {
+            tokio::spawn(async move {
                 while s.recv().await.is_some() {
                     eprintln!(
                         "{}",
@@ -418,8 +451,22 @@ pub async fn log_other_signals() {
                 }
             });
         }
+        Shutdown(fired)
     }
-    while set.join_next().await.is_some() {}
+}
+
+/// Fired by the first shutdown signal ([`Signals::handle`]).
+#[derive(Clone, Debug)]
+pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Resolves once a shutdown signal has come (at once if one came
+    /// before); never, if none can.
+    pub async fn wait(mut self) {
+        if self.0.wait_for(|fired| *fired).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Serve Prometheus metrics (plain HTTP, any path answers the text

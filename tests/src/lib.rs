@@ -11,6 +11,8 @@
 //!   control CA, certificates, and a mutual-TLS `Gateway` client.
 //! - [`grpc`]: a tonic origin (HTTP/2 or HTTP/1.1-only) and a tonic client
 //!   that reaches it through the gateway.
+//! - [`signals`]: signals to a process by its PID (SIGKILL, SIGSTOP,
+//!   SIGCONT, SIGTERM, SIGHUP), and its scheduler state.
 //! - [`wait`]: waiting, within a deadline, for what another process or
 //!   task does.
 
@@ -23,5 +25,6 @@ pub mod grpc;
 pub mod hostile;
 pub mod origin;
 pub mod relay;
+pub mod signals;
 pub mod stub;
 pub mod wait;
