@@ -232,7 +232,15 @@ pub async fn run(config: Config, options: Options) -> Result<(), StartError> {
             return Err(e);
         }
     };
-    let running = built.spawn(link).await?;
+    let running = match built.spawn(&mut link).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(s) = link.as_mut() {
+                crate::handover::refuse_on(s, &e.to_string()).await;
+            }
+            return Err(e);
+        }
+    };
     let (running, end) = running.serve(signals).await;
     running.drain(end).await;
     Ok(())
@@ -442,7 +450,7 @@ impl Built {
     /// successor then says `ready` on `link` and waits for `go`: from then
     /// on it holds every authority. Connections are accepted by
     /// [`Running::serve`].
-    pub async fn spawn(self, link: Option<UnixStream>) -> Result<Running, StartError> {
+    pub async fn spawn(self, link: &mut Option<UnixStream>) -> Result<Running, StartError> {
         let config = self.config;
         let mut control = self.control;
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
@@ -668,7 +676,7 @@ impl Built {
             watcher: watcher.clone(),
         }));
         // A successor: ready, and wait for go.
-        if let Some(mut stream) = link {
+        if let Some(mut stream) = link.take() {
             crate::handover::ready_and_go(&mut stream)
                 .await
                 .map_err(|e| StartError::Takeover(e.to_string()))?;

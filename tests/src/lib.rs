@@ -4,6 +4,8 @@
 //! - [`dns`]: a real DNS server (UDP) answering from a table.
 //! - [`figures`]: the bench scripts' arithmetic and tables, from their raw output.
 //! - [`gateway`]: the `gateway` binary started as operators start it.
+//! - [`member`]: a `gateway` followed across handovers, with `gateway
+//!   reload` and `gateway upgrade`.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
 //! - [`hostile`]: an origin that misbehaves on purpose, for the adversarial suite.
@@ -23,6 +25,7 @@ pub mod figures;
 pub mod gateway;
 pub mod grpc;
 pub mod hostile;
+pub mod member;
 pub mod origin;
 pub mod relay;
 pub mod signals;

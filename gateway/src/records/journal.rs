@@ -827,6 +827,15 @@ impl JournalFiles {
     /// the old files.
     fn start(setup: JournalSetup, instance: &Arc<str>) -> Result<JournalFiles, JournalError> {
         let dir = setup.dir;
+        // A successor's journal is new (recovery made a cold start's).
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(io_err(&dir))?;
+        }
         let recovered = setup.recovered;
         let mut segment = SegmentFile::create(&dir, recovered.next_segment)?;
         let mut bytes = Vec::new();
