@@ -293,7 +293,7 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
     // origin holds it until told): the old process drains it, and it
     // succeeds.
     let mut in_flight = Vec::new();
-    for i in 0..IDS.len() {
+    for (i, id) in IDS.iter().enumerate() {
         let before = made.load(Ordering::Relaxed);
         let name = format!("across-{i}");
         let path = format!("/hold/{name}/load/held/m{i}");
@@ -313,7 +313,7 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
         );
         in_flight.push(path);
         tokio::task::block_in_place(|| {
-            wait::until(&format!("{}'s old process to exit", IDS[i]), || {
+            wait::until(&format!("{id}'s old process to exit"), || {
                 wait::check(alive(old), |a| !a)
             })
         });
