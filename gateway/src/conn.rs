@@ -275,8 +275,7 @@ async fn run(
 /// connection counts on it from here.
 fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Live, Refused> {
     sessions
-        .by_source(source)
-        .map(|s| s.track())
+        .track_by_source(source)
         .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))
 }
 

@@ -1963,7 +1963,6 @@ async fn a_member_woken_inside_its_lease_is_closed_by_serve_and_what_it_served_i
 /// connection; it reached the destination, so the record and the
 /// certificate list it, and the connection's request count counts it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known bug: a request cut in flight by the end of its authority is not on the record (request_count 0, no entry) though it reached the destination with its credential; run with --ignored"]
 async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
     let rig = Rig::new().await;
     let id = rig.start_session(SOURCE);
@@ -2004,6 +2003,9 @@ async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
         "the request that reached the destination is on the record: {record:#}"
     );
     assert_eq!(record["request_count"], 1, "{record:#}");
+    let request = &record["requests"][0];
+    assert_eq!(request["cut"], true, "{record:#}");
+    assert_eq!(request["status"], 0, "{record:#}");
 }
 
 /// Every transition with one member down (SIGKILLed, not started again):

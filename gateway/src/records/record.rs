@@ -254,6 +254,12 @@ pub struct RequestRecord {
     /// decision, the approver and the times.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::session::approvals::ApprovalRecord>,
+    /// The request was cut before its answer was written (its connection
+    /// ended under it: the session's authority ended, the drain's grace
+    /// ran out, the client went away). It may have reached the
+    /// destination; `status` is 0.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
 }
 
 /// The longest path kept in a request record.
@@ -269,6 +275,7 @@ impl RequestRecord {
             status: 0,
             refusal: None,
             approval: None,
+            cut: false,
         }
     }
 

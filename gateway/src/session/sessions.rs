@@ -443,6 +443,19 @@ impl Sessions {
         t.by_id.drain().map(|(_, s)| s).collect()
     }
 
+    /// The session whose source address is `ip`, with the connection
+    /// counted on it ([`Session::track`]). The count is taken under the
+    /// table's lock, so a session found here has not been removed yet, and
+    /// an end (which removes it first, then waits for its connections)
+    /// waits for this one too: no connection of an ended authority can be
+    /// recorded after its drop report.
+    pub fn track_by_source(&self, ip: IpAddr) -> Option<Live> {
+        self.read()
+            .by_source
+            .get(&canonical_ip(ip))
+            .map(Session::track)
+    }
+
     /// The session whose source address is `ip`.
     pub fn by_source(&self, ip: IpAddr) -> Option<Arc<Session>> {
         self.read().by_source.get(&canonical_ip(ip)).cloned()
