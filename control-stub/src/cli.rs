@@ -327,7 +327,8 @@ where
             return if e.use_stderr() { EXIT_FAILURE } else { 0 };
         }
     };
-    report(run(&cli, link, verifier, stdin, stdout), stderr)
+    let result = run(&cli, link, verifier, stdin, stdout, stderr);
+    report(result, stderr)
 }
 
 /// Print `result`'s error, if any, and return the exit status.
@@ -348,6 +349,7 @@ pub fn run(
     verifier: &dyn ReportVerifier,
     stdin: &mut dyn Read,
     stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
 ) -> Result<(), Error> {
     match &cli.command {
         Command::Init { dir } => {
@@ -399,7 +401,7 @@ pub fn run(
     }
     let mut store = Store::open(&cli.db)?;
     if needs_gateways(&cli.command) {
-        register_gateways(&mut store, link)?;
+        register_gateways(&mut store, link, stderr)?;
     }
     let out = match &cli.command {
         Command::Init { .. } | Command::Serve { .. } | Command::PlaneKey => {
@@ -666,15 +668,36 @@ pub fn ed25519_pem(public: &[u8; 32]) -> String {
 }
 
 /// Ask each gateway who it is and register its key at first contact; a
-/// known id with another key is `gateway_key_conflict`. A gateway that
-/// cannot be reached is skipped here: the commands go on through the
+/// known id with another key is `gateway_key_conflict`: logged, and no
+/// authority is opened on it (its word cannot be trusted), but commands go
+/// on — a stop or a Revoke All must reach the other members. A gateway
+/// that cannot be reached is skipped here: the commands go on through the
 /// others.
-fn register_gateways(store: &mut Store, link: &dyn GatewayLink) -> Result<(), Error> {
+fn register_gateways(
+    store: &mut Store,
+    link: &dyn GatewayLink,
+    stderr: &mut dyn Write,
+) -> Result<(), Error> {
     for reply in link.describe() {
         let Ok(d) = reply.result else {
             continue;
         };
-        store.register_gateway(&d.gateway_id, &d.public_key_hex)?;
+        match store.register_gateway(&d.gateway_id, &d.public_key_hex) {
+            Ok(_) => {}
+            // Its word cannot be trusted, but it must not stop a stop or
+            // a Revoke All from reaching the others: say so, open nothing
+            // there, go on.
+            Err(e @ Error::GatewayKeyConflict { .. }) => {
+                let _ = writeln!(
+                    stderr,
+                    "{}",
+                    serde_json::json!({"warning": e.code(), "gateway": d.gateway_id, "message": e.to_string(), "action": "no authority is opened on it; closes still reach it"})
+                );
+                link.distrust(&d.gateway_id);
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
         let at = crate::store::now();
         store.write(|tx| tx.gateway_seen(&d.gateway_id, &d.instance, d.lease_ms, &at))?;
     }
@@ -759,20 +782,32 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     // The upkeep loop: its own store connection and control channel
     // client, on a thread of its own (the link blocks on its own runtime).
     // Dropped when serving ends: the loop sees the channel close.
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let upkeep = {
+    let stopped = std::sync::Arc::new(Stop::default());
+    let mut upkeep = Vec::new();
+    // One loop for closes, time-driven events and certificates; one per
+    // member for its leases.
+    let mut loops: Vec<(String, Vec<String>, bool)> =
+        vec![("upkeep".into(), cli.gateways.clone(), false)];
+    for (i, g) in cli.gateways.iter().enumerate() {
+        loops.push((format!("renew-{i}"), vec![g.clone()], true));
+    }
+    for (name, gateways, renewer) in loops {
         let db = cli.db.clone();
-        let gateways = cli.gateways.clone();
         let control_dir = dir.to_owned();
         let settings = settings.clone();
-        std::thread::Builder::new()
-            .name("upkeep".into())
-            .spawn(move || upkeep_loop(&db, &gateways, &control_dir, &settings, &stopped))
-            .map_err(|e| Error::Io {
-                what: "upkeep thread".into(),
-                reason: e.to_string(),
-            })?
-    };
+        let stopped = std::sync::Arc::clone(&stopped);
+        upkeep.push(
+            std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || {
+                    upkeep_loop(&db, &gateways, &control_dir, &settings, renewer, &stopped);
+                })
+                .map_err(|e| Error::Io {
+                    what: format!("{name} thread"),
+                    reason: e.to_string(),
+                })?,
+        );
+    }
     let result = runtime.block_on(async {
         let (listener, addr) = bind(settings.listen).await?;
         let approvals = match settings.approvals {
@@ -818,22 +853,26 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         }
         Ok(())
     });
-    drop(stop);
-    let _ = upkeep.join();
+    stopped.stop();
+    for t in upkeep {
+        let _ = t.join();
+    }
     drop(runtime);
     drop(api);
     result
 }
 
-/// The upkeep loop until `stopped` closes: a tick every `settings.tick`,
-/// renewing every `settings.renew`. A tick that fails (the store busy, say)
+/// An upkeep loop until `stopped` closes: with `renewer`, the member's
+/// own loop (describe and renew every `settings.renew`); without, the
+/// tick (every `settings.tick`). A round that fails (the store busy, say)
 /// is logged and the next one tries again.
 fn upkeep_loop(
     db: &std::path::Path,
     gateways: &[String],
     control_dir: &std::path::Path,
     settings: &ServeSettings,
-    stopped: &std::sync::mpsc::Receiver<()>,
+    renewer: bool,
+    stopped: &Stop,
 ) {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         eprintln!(
@@ -857,12 +896,13 @@ fn upkeep_loop(
         .ok()
         .map(|k| k.public_key());
     let verifier = crate::confirm::SignatureVerifier;
-    let mut last_renew: Option<std::time::Instant> = None;
+    let every = if renewer {
+        settings.renew
+    } else {
+        settings.tick
+    };
     loop {
-        let renew = last_renew.is_none_or(|t| t.elapsed() >= settings.renew);
-        if renew {
-            last_renew = Some(std::time::Instant::now());
-        }
+        let started = std::time::Instant::now();
         let mut upkeep = crate::upkeep::Upkeep {
             store: &mut store,
             link: &link,
@@ -870,7 +910,12 @@ fn upkeep_loop(
             plane_key: Some(&plane_key),
             relay_public_key: relay,
         };
-        match upkeep.tick(std::time::SystemTime::now(), renew) {
+        let round = if renewer {
+            upkeep.keep_members()
+        } else {
+            upkeep.tick(std::time::SystemTime::now(), false)
+        };
+        match round {
             Ok(report) => {
                 if !report.events.is_empty()
                     || !report.issued.is_empty()
@@ -880,13 +925,36 @@ fn upkeep_loop(
                     eprintln!("{}", serde_json::json!({"upkeep": report}));
                 }
             }
-            Err(e) => fail("tick", &e),
+            Err(e) => fail(if renewer { "renew" } else { "tick" }, &e),
         }
-        // Wait a tick, or until serving ends.
-        match stopped.recv_timeout(settings.tick) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
+        // Wait out the rest of the period, or until serving ends.
+        if stopped.wait(every.saturating_sub(started.elapsed())) {
+            return;
         }
+    }
+}
+
+/// Tells the upkeep loops that serving has ended, waking each at once.
+#[derive(Debug, Default)]
+struct Stop {
+    stopped: std::sync::Mutex<bool>,
+    wake: std::sync::Condvar,
+}
+
+impl Stop {
+    fn stop(&self) {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake.notify_all();
+    }
+
+    /// Wait up to `span`; whether serving has ended.
+    fn wait(&self, span: std::time::Duration) -> bool {
+        let guard = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        let (stopped, _) = self
+            .wake
+            .wait_timeout_while(guard, span, |stopped| !*stopped)
+            .unwrap_or_else(|p| p.into_inner());
+        *stopped
     }
 }
 

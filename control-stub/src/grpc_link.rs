@@ -85,6 +85,8 @@ pub struct GrpcLink {
     /// id each gateway stated (checked against `ID=` when given). A
     /// channel reconnects by itself after a member restarts.
     clients: Mutex<Vec<Option<Conn>>>,
+    /// Members no authority is opened on ([`GatewayLink::distrust`]).
+    distrusted: Mutex<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -120,6 +122,7 @@ impl GrpcLink {
             control_dir,
             runtime,
             clients: Mutex::new(vec![None; gateways.len()]),
+            distrusted: Mutex::new(Vec::new()),
         })
     }
 
@@ -196,27 +199,27 @@ impl GrpcLink {
                     (i, made)
                 });
             }
-            let mut made: Vec<(usize, Result<Conn, LinkError>)> = Vec::new();
-            while let Some(joined) = set.join_next().await {
-                if let Ok(m) = joined {
-                    made.push(m);
-                }
-            }
-            made.sort_by_key(|(i, _)| *i);
+            // Each member's call starts as soon as its own connection is
+            // made: one that is slow to connect (hung, far away) delays
+            // only its own call, never another member's.
             let mut calls = tokio::task::JoinSet::new();
             let mut out: Vec<(usize, Option<Conn>, Result<T, LinkError>)> = Vec::new();
-            for (i, m) in made {
-                match m {
-                    Ok(c) => {
-                        let fut = op(c.clone());
-                        calls.spawn(async move { (i, Some(c), fut.await) });
+            loop {
+                tokio::select! {
+                    Some(joined) = set.join_next(), if !set.is_empty() => match joined {
+                        Ok((i, Ok(c))) => {
+                            let fut = op(c.clone());
+                            calls.spawn(async move { (i, Some(c), fut.await) });
+                        }
+                        Ok((i, Err(e))) => out.push((i, None, Err(e))),
+                        Err(_) => {}
+                    },
+                    Some(joined) = calls.join_next(), if !calls.is_empty() => {
+                        if let Ok(r) = joined {
+                            out.push(r);
+                        }
                     }
-                    Err(e) => out.push((i, None, Err(e))),
-                }
-            }
-            while let Some(joined) = calls.join_next().await {
-                if let Ok(r) = joined {
-                    out.push(r);
+                    else => break,
                 }
             }
             out.sort_by_key(|(i, _, _)| *i);
@@ -340,6 +343,13 @@ fn status_error(gateway: &str, s: tonic::Status) -> LinkError {
 }
 
 impl GatewayLink for GrpcLink {
+    fn distrust(&self, gateway_id: &str) {
+        let mut distrusted = self.distrusted.lock().unwrap_or_else(|p| p.into_inner());
+        if !distrusted.iter().any(|d| d == gateway_id) {
+            distrusted.push(gateway_id.to_owned());
+        }
+    }
+
     fn describe(&self) -> Vec<Reply<Described>> {
         self.each(None, |c| async move {
             let reply = c
@@ -409,7 +419,22 @@ impl GatewayLink for GrpcLink {
             relay_public_key: req.relay_public_key.map(|k| k.to_vec()).unwrap_or_default(),
         };
         let shared = Arc::new(msg.clone());
-        let replies = self.each(None, move |c| {
+        // Every member but those distrusted (known by the id each stated
+        // when it was described).
+        let only: Option<Vec<String>> = {
+            let distrusted = self.distrusted.lock().unwrap_or_else(|p| p.into_inner());
+            (!distrusted.is_empty()).then(|| {
+                self.clients
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .flatten()
+                    .map(|c| c.id.clone())
+                    .filter(|id| !distrusted.contains(id))
+                    .collect()
+            })
+        };
+        let replies = self.each(only.as_deref(), move |c| {
             let msg = Arc::clone(&shared);
             async move {
                 let reply = c

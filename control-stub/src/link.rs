@@ -63,6 +63,12 @@ pub trait GatewayLink {
     /// outcome (`released` or `refused`).
     fn decide(&self, gateway_id: &str, decision: &talos_certs::Signed)
         -> Result<String, LinkError>;
+
+    /// From now on open no authority on member `gateway_id`: it signs with
+    /// a key other than the one registered for its id, so nothing it says
+    /// (its drop reports, its batches) can be trusted, and an authority
+    /// opened there could never be confirmed ended. Closes still reach it.
+    fn distrust(&self, _gateway_id: &str) {}
 }
 
 /// A member (gateway id) and the (session, attempt) pairs whose leases it

@@ -22,16 +22,18 @@ fn main() -> ExitCode {
         }
     };
     let verifier = SignatureVerifier;
-    let status = report(
-        run(
-            &cli,
-            &link,
-            &verifier,
-            &mut std::io::stdin().lock(),
-            &mut std::io::stdout().lock(),
-        ),
-        &mut std::io::stderr().lock(),
+    // Not locked for the run: `serve`'s threads write their own lines to
+    // standard error while the command runs.
+    let mut stderr = std::io::stderr();
+    let result = run(
+        &cli,
+        &link,
+        &verifier,
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+        &mut stderr,
     );
+    let status = report(result, &mut stderr);
     ExitCode::from(u8::try_from(status).unwrap_or(2))
 }
 

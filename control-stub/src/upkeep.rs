@@ -1,19 +1,26 @@
 //! What `control-stub serve` does while nobody types a command: the
 //! control plane's long-running part.
 //!
-//! One loop ([`Upkeep::tick`], every `--tick-ms`), on a store connection
-//! and a control channel client of its own:
+//! Per member given, a loop of its own ([`Upkeep::keep_members`], every
+//! `--renew-ms`, on a thread, a store connection and a control channel
+//! client of that member's own, so that a member that hangs — each call to
+//! it waits out a connect or call timeout — never delays the renewals of
+//! another):
 //!
-//! 1. **Who the members are** (every `--renew-ms`): each gateway given is
+//! 1. **Who the members are**: each gateway given is
 //!    asked `Describe`; a new one is registered (first contact), and the
 //!    process instance and lease each runs are recorded.
-//! 2. **Leases** (every `--renew-ms`): one `RenewLeases` call per member,
+//! 2. **Leases**: one `RenewLeases` call per member,
 //!    listing every (session, attempt) it holds live by the store (a
 //!    running session's latest attempt, a CA of that member not yet
 //!    destroyed). A renewal never brings back an authority the member
 //!    closed, replaced or let lapse; the member says so (`not_held`), and
 //!    its report in its batch chain settles it.
-//! 3. **Closes owed**: every close due is asked again, each member at once;
+//!
+//! And one loop ([`Upkeep::tick`], every `--tick-ms`) for the rest:
+//!
+//! 3. **Closes owed**: every close due is asked again, each member at once
+//!    (each member's call as soon as it is connected);
 //!    a failure is asked again after a delay that doubles up to a minute
 //!    ([`crate::confirm`]). The owed closes live in the store, so they
 //!    survive a restart of `serve`.
@@ -112,6 +119,17 @@ impl Upkeep<'_> {
         self.time_events(now, &mut report)?;
         self.certificates(&mut report)?;
         self.gauges()?;
+        Ok(report)
+    }
+
+    /// Describe the link's members and renew their leases: what `serve`
+    /// does every `--renew-ms` for each member, on a thread of that
+    /// member's own (so a member that hangs never delays another's
+    /// renewals).
+    pub fn keep_members(&mut self) -> Result<TickReport, Error> {
+        let mut report = TickReport::default();
+        self.members(&mut report)?;
+        self.renew(&mut report)?;
         Ok(report)
     }
 
