@@ -520,3 +520,139 @@ async fn an_agent_proposes_with_curl_and_gets_the_decision() {
     assert_eq!(v["approver"], "carol");
     assert_eq!(v["proposal_digest"], p.digest.as_str());
 }
+
+/// A member upgraded in place while a request is held: the decision comes
+/// to the successor (which holds the authority now), reaches the old
+/// process, which releases the request it holds; the first use approved
+/// there counts in the successor, whose next matching request is not held.
+/// A first use approved before the handover is carried over too.
+#[tokio::test(flavor = "multi_thread")]
+async fn held_requests_and_first_uses_survive_an_upgrade() {
+    use talos_e2e::member::{alive, Member};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_owned();
+    let peers = LoopbackOrigin::start(&dir, API).await;
+    let pki = ControlPki::new(&dir);
+    let relay = Relay::start(&pki).await;
+    let mut control = pki.files.clone();
+    control.extra = format!(
+        "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
+        relay.addr,
+        dir.join("spool").display().to_string()
+    );
+    let config = TestConfig {
+        control: Some(control),
+        ..peers.config()
+    };
+    let mut text = config.toml(&dir);
+    text.push_str(&format!(
+        "[process]\nsocket = {:?}\n",
+        dir.join("gateway.sock").display().to_string()
+    ));
+    let mut member = Member::start(&dir, &text);
+    let control_addr = member.control();
+    let client = || gateway_client(control_addr, &pki.ca.cert_pem, Some(pki.client_identity()));
+    // Two sessions, a first_use rule each: one approved before the
+    // handover, one held across it.
+    let mut cas = Vec::new();
+    for (id, source) in [
+        ("sess-before", SESSION_SOURCE),
+        ("sess-across", "127.0.0.3"),
+    ] {
+        let opened = client()
+            .open_session(pb::OpenSessionRequest {
+                session_id: id.into(),
+                attempt: 1,
+                tenant: "acme".into(),
+                sources: vec![source.into()],
+                allowlist: vec![API.into()],
+                attachments: vec![pb::Attachment {
+                    secret: "API_TOKEN".into(),
+                    destination: API.into(),
+                    header: "authorization".into(),
+                    scheme: "Bearer".into(),
+                    value: SECRET.as_bytes().to_vec(),
+                }],
+                cause: "launch".into(),
+                lock: vec![rule("first_use")],
+                relay_public_key: relay.key.public_key().to_vec(),
+            })
+            .await
+            .expect("open")
+            .into_inner();
+        let path = dir.join(format!("{id}.pem"));
+        std::fs::write(&path, opened.ca_pem).expect("ca");
+        cas.push((source, path));
+    }
+    let decide = |signed: pb::Signed| async move {
+        client()
+            .decide(signed)
+            .await
+            .map(|r| r.into_inner().outcome)
+    };
+
+    // Before: approved, so the next use passes.
+    let (source, ca) = &cas[0];
+    let before = http::connect(source, member.data(), API, ca, true).await;
+    let mut first = match &before {
+        http::Sender::H2(s) => http::Sender::H2(s.clone()),
+        http::Sender::H1(_) => unreachable!("h2 asked"),
+    };
+    let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/1").await });
+    let p = relay.wait_proposals(1, 30).await.remove(0);
+    assert_eq!(
+        decide(relay.decision(&p, "alice", Verdict::Approved))
+            .await
+            .unwrap(),
+        "released"
+    );
+    assert_eq!(held.await.unwrap().0, 200);
+
+    // Across: held on the old process when the upgrade comes.
+    let (source, ca) = &cas[1];
+    let across = http::connect(source, member.data(), API, ca, true).await;
+    let mut first = match &across {
+        http::Sender::H2(s) => http::Sender::H2(s.clone()),
+        http::Sender::H1(_) => unreachable!("h2 asked"),
+    };
+    let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/2").await });
+    let p = relay.wait_proposals(2, 30).await.remove(1);
+    let old = member.pid();
+    let (ok, out, err) = tokio::task::block_in_place(|| member.command("upgrade"));
+    assert!(ok, "upgrade: {out} {err}\n{}", member.log());
+    member.wait_ready(2);
+    assert!(alive(old), "the old process drains the held request");
+    // The successor answers the control channel and passes the decision on.
+    assert_eq!(
+        decide(relay.decision(&p, "bob", Verdict::Approved))
+            .await
+            .unwrap(),
+        "released"
+    );
+    let (status, refusal, body) = held.await.unwrap();
+    assert_eq!((status, refusal.as_str()), (200, ""), "{body}");
+    drop(across);
+    drop(before);
+    tokio::task::block_in_place(|| {
+        talos_e2e::wait::until("the old process to exit", || {
+            talos_e2e::wait::check(alive(old), |a| !a)
+        })
+    });
+
+    // On the successor, both sessions' first uses are done: not held.
+    for (i, (source, ca)) in cas.iter().enumerate() {
+        let mut conn = http::connect(source, member.data(), API, ca, true).await;
+        let (status, refusal, body) = tokio::time::timeout(
+            Duration::from_secs(20),
+            send(&mut conn, "POST", &format!("/merge/after/{i}")),
+        )
+        .await
+        .expect("not held");
+        assert_eq!((status, refusal.as_str()), (200, ""), "{body}");
+    }
+    assert_eq!(
+        relay.proposals().len(),
+        2,
+        "no new proposal after the upgrade"
+    );
+}
