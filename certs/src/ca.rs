@@ -158,16 +158,7 @@ impl SessionCa {
             });
         }
 
-        let mut names = BTreeSet::new();
-        for name in &params.names {
-            check_host_name(name)?;
-            names.insert(name.clone());
-        }
-        names.insert(APPROVALS_NAME.to_owned());
-        let names: Vec<String> = names.into_iter().collect();
-        let levels = nesting_levels(&names);
-        // Levels run from 0 without a gap, and there is at least one name.
-        let level_count = levels.iter().max().map_or(1, |highest| highest + 1);
+        let (names, levels, level_count) = checked_names(&params.names)?;
 
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -241,15 +232,7 @@ impl SessionCa {
     /// that there is one intermediate per nesting level, and that each key
     /// is the one its certificate names.
     pub fn import_handover(h: CaHandover) -> Result<SessionCa, CertError> {
-        let mut names = BTreeSet::new();
-        for name in &h.names {
-            check_host_name(name)?;
-            names.insert(name.clone());
-        }
-        names.insert(APPROVALS_NAME.to_owned());
-        let names: Vec<String> = names.into_iter().collect();
-        let levels = nesting_levels(&names);
-        let level_count = levels.iter().max().map_or(1, |highest| highest + 1);
+        let (names, levels, level_count) = checked_names(&h.names)?;
         let bad = |reason: &'static str| CertError::Handover { reason };
         if h.intermediates.len() != level_count {
             return Err(bad("the intermediates are not one per nesting level"));
@@ -459,6 +442,22 @@ fn issue_chain(
     // The root's key goes here (an early return above drops it too).
     drop(root);
     Ok((root_der, intermediates))
+}
+
+/// `names` checked, with the approvals name, sorted without repeats; each
+/// one's nesting level, and how many levels there are (from 0 without a
+/// gap; at least one, since there is at least one name).
+fn checked_names(names: &[String]) -> Result<(Vec<String>, Vec<usize>, usize), CertError> {
+    let mut set = BTreeSet::new();
+    for name in names {
+        check_host_name(name)?;
+        set.insert(name.clone());
+    }
+    set.insert(APPROVALS_NAME.to_owned());
+    let names: Vec<String> = set.into_iter().collect();
+    let levels = nesting_levels(&names);
+    let level_count = levels.iter().max().map_or(1, |highest| highest + 1);
+    Ok((names, levels, level_count))
 }
 
 /// A CA certificate's parameters and its common name (for errors).

@@ -95,23 +95,42 @@ impl Tuned {
 }
 
 impl Shared {
-    /// This with `tuned`'s settings: what new connections get after a
-    /// reload (the sessions, the record writer and the rest are the same).
-    pub fn retuned(&self, tuned: Tuned) -> Shared {
+    /// What every connection shares, with `tuned`'s settings.
+    pub fn new(
+        gateway_id: Arc<str>,
+        sessions: Arc<Sessions>,
+        records: crate::records::journal::RecordSink,
+        shutdown: tokio_util::sync::CancellationToken,
+        proposer: Option<crate::session::approvals::Proposer>,
+        tuned: Tuned,
+    ) -> Shared {
         Shared {
-            gateway_id: Arc::clone(&self.gateway_id),
-            sessions: Arc::clone(&self.sessions),
+            gateway_id,
+            sessions,
             resolver: tuned.resolver,
-            records: self.records.clone(),
+            records,
             upstream: tuned.upstream,
             hello_max_bytes: tuned.hello_max_bytes,
             hello_timeout: tuned.hello_timeout,
             handshake_timeout: tuned.handshake_timeout,
             h2_idle_timeout: tuned.h2_idle_timeout,
             h2_ping_interval: tuned.h2_ping_interval,
-            shutdown: self.shutdown.clone(),
-            proposer: self.proposer.clone(),
+            shutdown,
+            proposer,
         }
+    }
+
+    /// This with `tuned`'s settings: what new connections get after a
+    /// reload (the sessions, the record writer and the rest are the same).
+    pub fn retuned(&self, tuned: Tuned) -> Shared {
+        Shared::new(
+            Arc::clone(&self.gateway_id),
+            Arc::clone(&self.sessions),
+            self.records.clone(),
+            self.shutdown.clone(),
+            self.proposer.clone(),
+            tuned,
+        )
     }
 }
 

@@ -559,20 +559,14 @@ impl Built {
         ));
         let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
         let log_directives = tuned.log.clone();
-        let shared = Shared {
-            gateway_id: Arc::clone(&gateway_id),
-            sessions: Arc::clone(&self.sessions),
-            resolver: tuned.resolver,
-            records: records.clone(),
-            upstream: tuned.upstream,
-            hello_max_bytes: tuned.hello_max_bytes,
-            hello_timeout: tuned.hello_timeout,
-            handshake_timeout: tuned.handshake_timeout,
-            h2_idle_timeout: tuned.h2_idle_timeout,
-            h2_ping_interval: tuned.h2_ping_interval,
-            shutdown: shutdown.clone(),
-            proposer: proposer.clone(),
-        };
+        let shared = Shared::new(
+            Arc::clone(&gateway_id),
+            Arc::clone(&self.sessions),
+            records.clone(),
+            shutdown.clone(),
+            proposer.clone(),
+            tuned,
+        );
         let current = Arc::new(Current::new(Arc::new(shared)));
         let mut authority = None;
         let mut runner = None;

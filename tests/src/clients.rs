@@ -59,10 +59,30 @@ pub fn run_bounded(program: &str, args: &[&str], stdin: Option<&[u8]>, secs: u64
 
 /// An HTTP connection through the gateway, made by hand: TCP from
 /// `source`, TLS trusting only `ca_pem` with SNI `name`, ALPN `alpn`.
+/// A session's TLS client: TLS 1.3, trusting only the PEM bundle at
+/// `bundle` (the session CA, or both members' CAs), offering `alpn`.
+pub fn session_tls(
+    bundle: &std::path::Path,
+    alpn: &[&[u8]],
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let pem = std::fs::read(bundle).expect("the session's trust bundle");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(c.expect("pem")).expect("anchor");
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("tls13")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    std::sync::Arc::new(config)
+}
+
 pub mod http {
     use std::net::SocketAddr;
     use std::path::Path;
-    use std::sync::Arc;
 
     use http_body_util::combinators::BoxBody;
     use hyper::client::conn::{http1, http2};
@@ -130,23 +150,9 @@ pub mod http {
         h2: bool,
     ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let tcp = super::connect_from(source, gateway).await;
-        let pem = std::fs::read(ca_pem).expect("session CA");
-        let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-            roots.add(c.expect("pem")).expect("anchor");
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("tls13")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![if h2 {
-            b"h2".to_vec()
-        } else {
-            b"http/1.1".to_vec()
-        }];
-        tokio_rustls::TlsConnector::from(Arc::new(config))
+        let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
+        let config = super::session_tls(ca_pem, &[alpn]);
+        tokio_rustls::TlsConnector::from(config)
             .connect(ServerName::try_from(name.to_owned()).expect("name"), tcp)
             .await
             .expect("TLS through the gateway")

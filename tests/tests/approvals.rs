@@ -32,23 +32,58 @@ struct Rig {
     gateway: Gateway,
 }
 
+/// The origin, the control PKI, the relay, and a gateway config that
+/// ships its batches and proposals to the relay, in `dir`.
+async fn parts(dir: &std::path::Path) -> (LoopbackOrigin, ControlPki, Relay, TestConfig) {
+    let peers = LoopbackOrigin::start(dir, API).await;
+    let pki = ControlPki::new(dir);
+    let relay = Relay::start(&pki).await;
+    let mut control = pki.files.clone();
+    control.extra = format!(
+        "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
+        relay.addr,
+        dir.join("spool").display().to_string()
+    );
+    let config = TestConfig {
+        control: Some(control),
+        ..peers.config()
+    };
+    (peers, pki, relay, config)
+}
+
+/// OpenSession for session `id` (attempt `attempt`) from `source` with
+/// `rules` and the relay's key; `API_TOKEN` attached to the API.
+fn open_request(
+    id: &str,
+    attempt: u32,
+    source: &str,
+    rules: Vec<pb::LockRule>,
+    relay: &Relay,
+) -> pb::OpenSessionRequest {
+    pb::OpenSessionRequest {
+        session_id: id.into(),
+        attempt,
+        tenant: "acme".into(),
+        sources: vec![source.into()],
+        allowlist: vec![API.into()],
+        attachments: vec![pb::Attachment {
+            secret: "API_TOKEN".into(),
+            destination: API.into(),
+            header: "authorization".into(),
+            scheme: "Bearer".into(),
+            value: SECRET.as_bytes().to_vec(),
+        }],
+        cause: if attempt == 1 { "launch" } else { "resume" }.into(),
+        lock: rules,
+        relay_public_key: relay.key.public_key().to_vec(),
+    }
+}
+
 impl Rig {
     async fn new() -> Rig {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_owned();
-        let peers = LoopbackOrigin::start(&dir, API).await;
-        let pki = ControlPki::new(&dir);
-        let relay = Relay::start(&pki).await;
-        let mut control = pki.files.clone();
-        control.extra = format!(
-            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-            relay.addr,
-            dir.join("spool").display().to_string()
-        );
-        let config = TestConfig {
-            control: Some(control),
-            ..peers.config()
-        };
+        let (peers, pki, relay, config) = parts(&dir).await;
         let gateway = Gateway::start(&dir, &config.toml(&dir));
         Rig {
             _tmp: tmp,
@@ -79,23 +114,7 @@ impl Rig {
     ) -> PathBuf {
         let opened = self
             .client()
-            .open_session(pb::OpenSessionRequest {
-                session_id: id.into(),
-                attempt,
-                tenant: "acme".into(),
-                sources: vec![source.into()],
-                allowlist: vec![API.into()],
-                attachments: vec![pb::Attachment {
-                    secret: "API_TOKEN".into(),
-                    destination: API.into(),
-                    header: "authorization".into(),
-                    scheme: "Bearer".into(),
-                    value: SECRET.as_bytes().to_vec(),
-                }],
-                cause: if attempt == 1 { "launch" } else { "resume" }.into(),
-                lock: rules,
-                relay_public_key: self.relay.key.public_key().to_vec(),
-            })
+            .open_session(open_request(id, attempt, source, rules, &self.relay))
             .await
             .expect("open")
             .into_inner();
@@ -531,19 +550,7 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
     use talos_e2e::member::{alive, Member};
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_owned();
-    let peers = LoopbackOrigin::start(&dir, API).await;
-    let pki = ControlPki::new(&dir);
-    let relay = Relay::start(&pki).await;
-    let mut control = pki.files.clone();
-    control.extra = format!(
-        "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-        relay.addr,
-        dir.join("spool").display().to_string()
-    );
-    let config = TestConfig {
-        control: Some(control),
-        ..peers.config()
-    };
+    let (_peers, pki, relay, config) = parts(&dir).await;
     let mut text = config.toml(&dir);
     text.push_str(&format!(
         "[process]\nsocket = {:?}\n",
@@ -560,23 +567,7 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
         ("sess-across", "127.0.0.3"),
     ] {
         let opened = client()
-            .open_session(pb::OpenSessionRequest {
-                session_id: id.into(),
-                attempt: 1,
-                tenant: "acme".into(),
-                sources: vec![source.into()],
-                allowlist: vec![API.into()],
-                attachments: vec![pb::Attachment {
-                    secret: "API_TOKEN".into(),
-                    destination: API.into(),
-                    header: "authorization".into(),
-                    scheme: "Bearer".into(),
-                    value: SECRET.as_bytes().to_vec(),
-                }],
-                cause: "launch".into(),
-                lock: vec![rule("first_use")],
-                relay_public_key: relay.key.public_key().to_vec(),
-            })
+            .open_session(open_request(id, 1, source, vec![rule("first_use")], &relay))
             .await
             .expect("open")
             .into_inner();

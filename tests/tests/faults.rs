@@ -1121,19 +1121,7 @@ async fn one_connection(
 
 /// A client TLS config trusting only the PEM bundle at `path`.
 fn client_tls(path: &Path) -> Arc<rustls::ClientConfig> {
-    let pem = std::fs::read(path).expect("bundle");
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(c.expect("pem")).expect("anchor");
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("tls13")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
+    talos_e2e::clients::session_tls(path, &[b"http/1.1"])
 }
 
 /// SIGKILL a member under load, five times over (each round: four

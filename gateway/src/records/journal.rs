@@ -255,16 +255,7 @@ pub fn generation_dir(dir: &Path, g: u64) -> PathBuf {
 /// sealed. Returns the segment to hand to the sealer.
 pub fn write_segment(dir: &Path, n: u64, entries: Vec<Vec<u8>>) -> Result<Segment, JournalError> {
     let mut segment = SegmentFile::create(dir, n)?;
-    let mut bytes = Vec::new();
-    for e in &entries {
-        bytes.extend_from_slice(e);
-        bytes.push(b'\n');
-    }
-    segment
-        .file
-        .write_all(&bytes)
-        .and_then(|()| segment.file.sync_data())
-        .map_err(io_err(&segment.path))?;
+    segment.write_synced(&entries)?;
     sync_dir(dir)?;
     Ok(Segment {
         path: segment.path,
@@ -804,6 +795,21 @@ impl SegmentFile {
     }
 }
 
+impl SegmentFile {
+    /// Write `entries`, one a line, and sync them.
+    fn write_synced(&mut self, entries: &[Vec<u8>]) -> Result<(), JournalError> {
+        let mut bytes = Vec::new();
+        for e in entries {
+            bytes.extend_from_slice(e);
+            bytes.push(b'\n');
+        }
+        self.file
+            .write_all(&bytes)
+            .and_then(|()| self.file.sync_data())
+            .map_err(io_err(&self.path))
+    }
+}
+
 fn create_private(path: &Path) -> Result<File, JournalError> {
     use std::os::unix::fs::OpenOptionsExt;
     OpenOptions::new()
@@ -838,16 +844,7 @@ impl JournalFiles {
         }
         let recovered = setup.recovered;
         let mut segment = SegmentFile::create(&dir, recovered.next_segment)?;
-        let mut bytes = Vec::new();
-        for e in &recovered.entries {
-            bytes.extend_from_slice(e);
-            bytes.push(b'\n');
-        }
-        segment
-            .file
-            .write_all(&bytes)
-            .and_then(|()| segment.file.sync_data())
-            .map_err(io_err(&segment.path))?;
+        segment.write_synced(&recovered.entries)?;
         if !recovered.entries.is_empty() {
             segment.first_at = Some(Instant::now());
         }
