@@ -199,9 +199,28 @@ pub fn verify_drop_report(
     public_key: &[u8; 32],
     signed: &Signed,
 ) -> Result<DropReport, VerifyError> {
-    if signed.kind != Kind::DropReport {
+    let report: DropReport = verified_report(public_key, signed, Kind::DropReport)?;
+    let malformed = |reason: String| VerifyError::Malformed { reason };
+    let mut same = SameBytes {
+        rest: &signed.payload,
+    };
+    let written = serde_json::to_writer(&mut same, &ReportOut::new(&report));
+    if written.is_err() || !same.rest.is_empty() {
+        return Err(malformed("not in the canonical report encoding".into()));
+    }
+    Ok(report)
+}
+
+/// A report of `kind`, signed by `public_key`, within the size bound,
+/// decoded (its canonical encoding is the caller's to check).
+fn verified_report<T: serde::de::DeserializeOwned>(
+    public_key: &[u8; 32],
+    signed: &Signed,
+    kind: Kind,
+) -> Result<T, VerifyError> {
+    if signed.kind != kind {
         return Err(VerifyError::WrongKind {
-            expected: Kind::DropReport,
+            expected: kind,
             got: signed.kind,
         });
     }
@@ -213,16 +232,7 @@ pub fn verify_drop_report(
         )));
     }
     verify(public_key, signed)?;
-    let report: DropReport =
-        serde_json::from_slice(&signed.payload).map_err(|e| malformed(json_error(&e)))?;
-    let mut same = SameBytes {
-        rest: &signed.payload,
-    };
-    let written = serde_json::to_writer(&mut same, &ReportOut::new(&report));
-    if written.is_err() || !same.rest.is_empty() {
-        return Err(malformed("not in the canonical report encoding".into()));
-    }
-    Ok(report)
+    serde_json::from_slice(&signed.payload).map_err(|e| malformed(json_error(&e)))
 }
 
 /// Whether `report` confirms reset steps 4 and 5 for what the control
@@ -279,22 +289,8 @@ pub fn verify_start_report(
     public_key: &[u8; 32],
     signed: &Signed,
 ) -> Result<StartReport, VerifyError> {
-    if signed.kind != Kind::StartReport {
-        return Err(VerifyError::WrongKind {
-            expected: Kind::StartReport,
-            got: signed.kind,
-        });
-    }
+    let report: StartReport = verified_report(public_key, signed, Kind::StartReport)?;
     let malformed = |reason: String| VerifyError::Malformed { reason };
-    if signed.payload.len() > MAX_REPORT_LEN {
-        return Err(malformed(format!(
-            "report is {} bytes, over the {MAX_REPORT_LEN}-byte limit",
-            signed.payload.len()
-        )));
-    }
-    verify(public_key, signed)?;
-    let report: StartReport =
-        serde_json::from_slice(&signed.payload).map_err(|e| malformed(json_error(&e)))?;
     if report.payload() != signed.payload {
         return Err(malformed("not in the canonical report encoding".into()));
     }

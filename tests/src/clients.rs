@@ -80,6 +80,55 @@ pub fn session_tls(
     std::sync::Arc::new(config)
 }
 
+/// One connection on `socket` (bound by the caller: the session's source,
+/// a chosen port) through `gateway`, TLS with `tls` for `name`, one
+/// HTTP/1.1 GET `path`: the status and the whole body, or what went wrong
+/// (bounded by 20 s).
+pub async fn get_once(
+    socket: TcpSocket,
+    gateway: SocketAddr,
+    tls: std::sync::Arc<rustls::ClientConfig>,
+    name: &str,
+    path: &str,
+) -> Result<(u16, bytes::Bytes), String> {
+    use http_body_util::BodyExt;
+    let fut = async {
+        let tcp = socket
+            .connect(gateway)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let server =
+            rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(tls)
+            .connect(server, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let (mut s, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .map_err(|e| e.to_string())?;
+        let driver = tokio::spawn(conn);
+        let req = hyper::Request::get(path)
+            .header("host", name)
+            .body(http::empty())
+            .map_err(|e| e.to_string())?;
+        let resp = s.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        drop(s);
+        let _ = driver.await;
+        Ok((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+}
+
 pub mod http {
     use std::net::SocketAddr;
     use std::path::Path;

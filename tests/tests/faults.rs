@@ -1083,40 +1083,12 @@ async fn one_connection(
     tls: Arc<rustls::ClientConfig>,
     path: &str,
 ) -> Result<(), String> {
-    let fut = async {
-        let tcp = socket.connect(gateway).await.map_err(|e| e.to_string())?;
-        let name = rustls::pki_types::ServerName::try_from(API).unwrap();
-        let tls = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("tls: {e}"))?;
-        let (mut s, conn) = http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| e.to_string())?;
-        let driver = tokio::spawn(conn);
-        let req = hyper::Request::get(path)
-            .header("host", API)
-            .body(http::empty())
-            .unwrap();
-        let resp = s.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        drop(s);
-        let _ = driver.await;
-        if status == 200 && body.len() == LOAD_REPLY {
-            Ok(())
-        } else {
-            Err(format!("status {status}, {} bytes", body.len()))
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(15), fut)
-        .await
-        .unwrap_or_else(|_| Err("timed out".into()))
+    let (status, body) = talos_e2e::clients::get_once(socket, gateway, tls, API, path).await?;
+    if status == 200 && body.len() == LOAD_REPLY {
+        Ok(())
+    } else {
+        Err(format!("status {status}, {} bytes", body.len()))
+    }
 }
 
 /// A client TLS config trusting only the PEM bundle at `path`.

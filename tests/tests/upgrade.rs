@@ -19,11 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_body_util::BodyExt;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use talos_e2e::clients::http;
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::TestConfig;
 use talos_e2e::member::{alive, Member};
@@ -149,52 +145,21 @@ async fn one_request(
     tls: Arc<rustls::ClientConfig>,
     path: &str,
 ) -> Result<(), String> {
-    let fut = async {
-        let socket = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
-        socket
-            .bind(format!("{SOURCE}:0").parse().expect("addr"))
-            .map_err(|e| e.to_string())?;
-        let tcp = socket
-            .connect(gateway)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let name = rustls::pki_types::ServerName::try_from(API).expect("name");
-        let tls = tokio_rustls::TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("tls: {e}"))?;
-        let (mut s, conn) = http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| e.to_string())?;
-        let driver = tokio::spawn(conn);
-        let req = hyper::Request::get(path)
-            .header("host", API)
-            .body(http::empty())
-            .expect("request");
-        let resp = s.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        drop(s);
-        let _ = driver.await;
-        // A held request is answered as the path after `/hold/NAME`.
-        let answered = match path.strip_prefix("/hold/").and_then(|r| r.split_once('/')) {
-            Some((_, rest)) => format!(" GET /{rest}\n"),
-            None => format!(" GET {path}\n"),
-        };
-        if status == 200 && body.ends_with(answered.as_bytes()) {
-            Ok(())
-        } else {
-            Err(format!("status {status}, {} bytes", body.len()))
-        }
+    let socket = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+    socket
+        .bind(format!("{SOURCE}:0").parse().expect("addr"))
+        .map_err(|e| e.to_string())?;
+    let (status, body) = talos_e2e::clients::get_once(socket, gateway, tls, API, path).await?;
+    // A held request is answered as the path after `/hold/NAME`.
+    let answered = match path.strip_prefix("/hold/").and_then(|r| r.split_once('/')) {
+        Some((_, rest)) => format!(" GET /{rest}\n"),
+        None => format!(" GET {path}\n"),
     };
-    tokio::time::timeout(Duration::from_secs(20), fut)
-        .await
-        .unwrap_or_else(|_| Err("timed out".into()))
+    if status == 200 && body.ends_with(answered.as_bytes()) {
+        Ok(())
+    } else {
+        Err(format!("status {status}, {} bytes", body.len()))
+    }
 }
 
 /// What the load saw.

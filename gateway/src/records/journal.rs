@@ -901,6 +901,17 @@ impl JournalFiles {
         })
     }
 
+    /// Add a chain entry to the current segment; its line to `buf`, the
+    /// bytes the segment file gets at the next write.
+    fn push_entry(&mut self, json: Vec<u8>, buf: &mut Vec<u8>) {
+        buf.extend_from_slice(&json);
+        buf.push(b'\n');
+        if self.segment.entries.is_empty() {
+            self.segment.first_at = Some(Instant::now());
+        }
+        self.segment.entries.push(json);
+    }
+
     /// When the current segment must be handed over at the latest.
     fn due(&self) -> Option<Instant> {
         self.segment.first_at.map(|t| t + self.interval)
@@ -1068,12 +1079,7 @@ impl Writer {
                         records_buf.extend_from_slice(&json);
                         records_buf.push(b'\n');
                         if let Some(j) = self.journal.as_mut() {
-                            segment_buf.extend_from_slice(&json);
-                            segment_buf.push(b'\n');
-                            if j.segment.entries.is_empty() {
-                                j.segment.first_at = Some(Instant::now());
-                            }
-                            j.segment.entries.push(json);
+                            j.push_entry(json, &mut segment_buf);
                             if j.live.remove(&conn) {
                                 if let Ok(mut line) =
                                     serde_json::to_vec(&OpensLine::Closed { conn })
@@ -1089,12 +1095,7 @@ impl Writer {
                     }
                     Msg::Entry { json, ack } => {
                         if let Some(j) = self.journal.as_mut() {
-                            segment_buf.extend_from_slice(&json);
-                            segment_buf.push(b'\n');
-                            if j.segment.entries.is_empty() {
-                                j.segment.first_at = Some(Instant::now());
-                            }
-                            j.segment.entries.push(json);
+                            j.push_entry(json, &mut segment_buf);
                         }
                         synced_acks.push(ack);
                     }
