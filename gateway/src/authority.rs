@@ -78,7 +78,7 @@ pub struct Authority {
     ending: TaskTracker,
     /// The process this one took over from, until it exits: an end here
     /// ends the authority's connections there too, before the report.
-    predecessor: std::sync::OnceLock<Arc<crate::handover::link::Predecessor>>,
+    predecessor: std::sync::OnceLock<Arc<crate::process::link::Predecessor>>,
 }
 
 #[derive(Debug, Default)]
@@ -112,12 +112,12 @@ impl Authority {
     }
 
     /// The process this one took over from: ends wait for it too.
-    pub fn set_predecessor(&self, p: Arc<crate::handover::link::Predecessor>) {
+    pub fn set_predecessor(&self, p: Arc<crate::process::link::Predecessor>) {
         let _ = self.predecessor.set(p);
     }
 
     /// The process this one took over from, while it runs.
-    pub fn predecessor(&self) -> Option<&Arc<crate::handover::link::Predecessor>> {
+    pub fn predecessor(&self) -> Option<&Arc<crate::process::link::Predecessor>> {
         self.predecessor.get().filter(|p| !p.is_gone())
     }
 

@@ -17,6 +17,8 @@
 //! - [`logging`]: logs on standard error, at a level a reload changes.
 //! - [`session`]: a session's authority: its lease, its share (per-session bounds), the Lock and holds, the upstream pool, sessions by source.
 //! - [`records`]: connection records, the journal, signed batches on disk, the shipper.
+//! - [`process`]: the process socket's frames, readiness notifications, the
+//!   link to the process this one took over from.
 //! - [`authority`]: the end of a session's authority (close, lapse, replacement,
 //!   shutdown) with its signed drop report in the batch chain; the lease watcher.
 //! - [`http`]: one request: the proxy, and approvals.hangar.internal.
@@ -26,7 +28,6 @@
 //! - [`reload`]: the config read again, built whole, then applied at once
 //!   or not at all.
 //! - [`admin`]: metrics and health on the admin listener.
-//! - [`process`]: the process socket's frames, readiness notifications.
 //! - [`handover`]: every live authority and the listeners handed to a
 //!   successor process (restarts and upgrades that keep every session).
 //! - [`server`]: listeners, the connection cap, graceful shutdown.
@@ -43,12 +44,12 @@ pub mod config;
 pub mod logging;
 pub mod session;
 pub mod records;
+pub mod process;
 pub mod authority;
 pub mod http;
 pub mod conn;
 pub mod control;
 pub mod reload;
 pub mod admin;
-pub mod process;
 pub mod handover;
 pub mod server;

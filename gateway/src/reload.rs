@@ -36,7 +36,7 @@ use crate::conn::{Current, Shared};
 use crate::gate::resolve::Resolver;
 use crate::secrets::secret::SecretBytes;
 use crate::session::lease::{Lease, SharedClock};
-use crate::session::sessions::{Session, SessionSpec, Sessions, UpstreamSettings};
+use crate::session::sessions::{Session, Sessions, UpstreamSettings};
 
 /// What a config sets that a reload can change, built.
 #[derive(Debug)]
@@ -261,7 +261,7 @@ pub fn plan_static(
     upstream: &UpstreamSettings,
     clock: &SharedClock,
 ) -> Result<StaticPlan, String> {
-    let values = crate::server::load_secrets(config).map_err(|e| e.to_string())?;
+    let values = config.secret_values().map_err(|e| e.to_string())?;
     let mut plan = StaticPlan::default();
     let result = (|| {
         for s in &config.sessions {
@@ -275,7 +275,7 @@ pub fn plan_static(
                 plan.kept += 1;
                 continue;
             }
-            let spec = SessionSpec::from_static(s, &values).map_err(|e| e.to_string())?;
+            let spec = s.session_spec(&values).map_err(|e| e.to_string())?;
             let session = Session::open(
                 spec,
                 config.gateway_id.get_ref(),

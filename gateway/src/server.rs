@@ -48,7 +48,6 @@ use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal::{self, JournalSetup, WriterConfig, WriterThread};
 use crate::records::spool::{ChainPosition, Spool, SpoolLimits};
 use crate::reload::{Cap, Reloader, StaticPlan, StaticSet, Tuned};
-use crate::secrets::secret::SecretBytes;
 use crate::session::approvals::Proposer;
 use crate::session::lease::{boot_clock, Lease, SharedClock};
 use crate::session::sessions::Sessions;
@@ -187,23 +186,6 @@ async fn setup_control(
         key: Arc::new(signing),
         batches,
     })
-}
-
-/// Read the static sessions' secret values from their sources (config
-/// validation guarantees exactly one source each).
-pub(crate) fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartError> {
-    let mut values = HashMap::new();
-    for src in &config.secrets {
-        let name = src.name.get_ref();
-        let value = match (&src.env, &src.file) {
-            (Some(var), _) => crate::secrets::secret::from_env(name, var),
-            (None, Some(path)) => crate::secrets::secret::from_file(name, path),
-            (None, None) => Err(crate::secrets::secret::SecretError::Empty { name: name.clone() }),
-        }
-        .map_err(StartError::Secret)?;
-        values.insert(name.clone(), value);
-    }
-    Ok(values)
 }
 
 /// Run the gateway until a shutdown signal or a handover: build, run,
@@ -463,7 +445,7 @@ impl Built {
             None => (None, None),
         };
         let (predecessor_tx, predecessor_rx) =
-            oneshot::channel::<Arc<crate::handover::link::Predecessor>>();
+            oneshot::channel::<Arc<crate::process::link::Predecessor>>();
         let mut predecessor_tx = Some(predecessor_tx);
         if let Some(c) = control.as_mut() {
             if let Some(mut b) = c.batches.take() {
@@ -674,7 +656,7 @@ impl Built {
             crate::handover::ready_and_go(&mut stream)
                 .await
                 .map_err(|e| StartError::Takeover(e.to_string()))?;
-            let p = crate::handover::link::Predecessor::start(stream, Arc::clone(&self.sessions));
+            let p = crate::process::link::Predecessor::start(stream, Arc::clone(&self.sessions));
             if let Some(a) = &authority {
                 a.set_predecessor(Arc::clone(&p));
             }
@@ -749,7 +731,7 @@ enum Gate {
     /// Once the predecessor has exited: its journal (`dir`) is read for
     /// what it left, and sealed first, through `own`.
     Predecessor {
-        link: oneshot::Receiver<Arc<crate::handover::link::Predecessor>>,
+        link: oneshot::Receiver<Arc<crate::process::link::Predecessor>>,
         dir: PathBuf,
         own: PathBuf,
     },

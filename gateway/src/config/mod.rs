@@ -690,6 +690,45 @@ impl StaticSession {
     }
 }
 
+impl StaticSession {
+    /// The spec of a session from the config file, with secret values
+    /// looked up by name in `values`.
+    pub fn session_spec(
+        &self,
+        values: &HashMap<String, crate::secrets::secret::SecretBytes>,
+    ) -> Result<crate::session::sessions::SessionSpec, crate::secrets::secret::SecretError> {
+        use crate::secrets::secret::{Attachment, SecretError};
+        let s = self;
+        // The config was checked when it loaded; this is the same check.
+        let spec = s.spec().map_err(|e| SecretError::BadAttachment {
+            spec: s.id.get_ref().clone(),
+            reason: e.to_string(),
+        })?;
+        let mut attachments = Vec::new();
+        for a in spec.scope().attachments() {
+            let value =
+                values
+                    .get(a.secret())
+                    .cloned()
+                    .ok_or_else(|| SecretError::BadAttachment {
+                        spec: a.secret().to_owned(),
+                        reason: "no such secret".into(),
+                    })?;
+            attachments.push(Attachment::new(a, value)?);
+        }
+        Ok(crate::session::sessions::SessionSpec {
+            id: spec.id().to_owned(),
+            tenant: spec.tenant().to_owned(),
+            attempt: spec.attempt(),
+            allowlist: spec.scope().allowlist().to_vec(),
+            attachments,
+            // Static sessions have no control plane, so no Lock.
+            lock: Vec::new(),
+            relay_key: None,
+        })
+    }
+}
+
 /// Warnings that do not stop start-up but that an operator must see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning(pub String);
@@ -732,6 +771,29 @@ impl Config {
             .and_then(|p| p.get("socket"))
             .and_then(toml::Value::as_str)
             .map(PathBuf::from))
+    }
+
+    /// The static sessions' secret values, read from their sources (the
+    /// validation guarantees exactly one source each); an error names the
+    /// secret, never the value.
+    pub fn secret_values(
+        &self,
+    ) -> Result<
+        HashMap<String, crate::secrets::secret::SecretBytes>,
+        crate::secrets::secret::SecretError,
+    > {
+        use crate::secrets::secret::{from_env, from_file, SecretError};
+        let mut values = HashMap::new();
+        for src in &self.secrets {
+            let name = src.name.get_ref();
+            let value = match (&src.env, &src.file) {
+                (Some(var), _) => from_env(name, var),
+                (None, Some(path)) => from_file(name, path),
+                (None, None) => Err(SecretError::Empty { name: name.clone() }),
+            }?;
+            values.insert(name.clone(), value);
+        }
+        Ok(values)
     }
 
     /// The SHA-384 (hex) of the file's text: which config is loaded.

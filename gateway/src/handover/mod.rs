@@ -41,7 +41,7 @@
 //!    listeners' backlogs, which both processes share: none is refused),
 //!    says `go`, and the successor accepts. From here the successor holds
 //!    every authority; the old process drains the connections it had
-//!    accepted, within the grace, and exits ([`link`]).
+//!    accepted, within the grace, and exits ([`crate::process::link`]).
 //! 7. Any failure before `go` — a refusal, a crash, a timeout — and the
 //!    old process unfreezes and goes on serving; the successor, if still
 //!    running, is killed. `gateway_handover_total{result}` counts both.
@@ -55,7 +55,6 @@
 //! numbered from `generation << 40`. It makes no start report: nothing
 //! started afresh.
 
-pub mod link;
 pub mod state;
 
 use std::collections::HashMap;
@@ -72,7 +71,7 @@ use zeroize::Zeroizing;
 
 use crate::authority::Authority;
 use crate::config::Config;
-use crate::process::wire;
+use crate::process::{link, wire};
 use crate::reload::{Reloader, StaticEntry};
 use crate::session::approvals::Proposer;
 use crate::session::sessions::Sessions;

@@ -13,10 +13,9 @@ use talos_certs::{CaParams, LeafCache, SessionCa};
 
 use talos_contract::source::canonical_ip;
 
-use crate::config::StaticSession;
 use crate::gate::name::Name;
 use crate::secrets::mask::MaskSet;
-use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
+use crate::secrets::secret::Attachment;
 use crate::session::approvals::{Approvals, LockRule, Proposer};
 use crate::session::lease::Lease;
 use crate::session::share::{self, Share};
@@ -290,43 +289,6 @@ impl Session {
     /// The session CA certificate, PEM.
     pub fn ca_pem(&self) -> String {
         self.leaves.ca().cert_pem()
-    }
-}
-
-impl SessionSpec {
-    /// The spec of a session from the config file, with secret values
-    /// looked up by name in `values`.
-    pub fn from_static(
-        s: &StaticSession,
-        values: &HashMap<String, SecretBytes>,
-    ) -> Result<SessionSpec, SecretError> {
-        // The config was checked when it loaded; this is the same check.
-        let spec = s.spec().map_err(|e| SecretError::BadAttachment {
-            spec: s.id.get_ref().clone(),
-            reason: e.to_string(),
-        })?;
-        let mut attachments = Vec::new();
-        for a in spec.scope().attachments() {
-            let value =
-                values
-                    .get(a.secret())
-                    .cloned()
-                    .ok_or_else(|| SecretError::BadAttachment {
-                        spec: a.secret().to_owned(),
-                        reason: "no such secret".into(),
-                    })?;
-            attachments.push(Attachment::new(a, value)?);
-        }
-        Ok(SessionSpec {
-            id: spec.id().to_owned(),
-            tenant: spec.tenant().to_owned(),
-            attempt: spec.attempt(),
-            allowlist: spec.scope().allowlist().to_vec(),
-            attachments,
-            // Static sessions have no control plane, so no Lock.
-            lock: Vec::new(),
-            relay_key: None,
-        })
     }
 }
 
