@@ -1359,6 +1359,107 @@ mod tests {
         assert_eq!(not_yet.entries.len(), 1);
     }
 
+    /// A writer of generation `g` of instance `aa` in `journal`'s
+    /// generation directory.
+    fn generation(
+        dir: &Path,
+        g: u64,
+    ) -> (
+        RecordSink,
+        WriterThread,
+        tokio::sync::mpsc::Receiver<Segment>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let (sink, thread) = start(WriterConfig {
+            records_path: dir.join("records.jsonl"),
+            journal: Some(JournalSetup {
+                dir: generation_dir(&dir.join(JOURNAL_DIR), g),
+                recovered: Recovered::fresh(),
+                sealer: tx,
+                max_records: 100,
+                interval: Duration::from_secs(3600),
+            }),
+            gateway_id: Arc::from("gw-a"),
+            instance: Arc::from("00000000000000aa"),
+            first_conn: first_conn(g),
+        })
+        .unwrap();
+        (sink, thread, rx)
+    }
+
+    /// Two generations of one instance (a process and its successor)
+    /// killed with records unsealed and connections open: a cold start
+    /// recovers both journals, the older's records first, every crash
+    /// record after them, each connection numbered in its generation; and
+    /// the successor's journal goes once it is written again.
+    #[tokio::test]
+    async fn a_cold_start_recovers_every_generations_journal_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for g in [0, 1] {
+            let (sink, thread, segments) = generation(dir.path(), g);
+            let done = sink.open(src(1)).await;
+            sink.close(done).await;
+            let open = sink.open(src(2)).await;
+            sink.gate(&Record::open(
+                Arc::from("x"),
+                Arc::from("y"),
+                u64::MAX,
+                src(9),
+            ))
+            .await
+            .wait()
+            .await;
+            std::mem::forget(open);
+            std::mem::forget(sink);
+            std::mem::forget(thread);
+            std::mem::forget(segments);
+        }
+        let journal = dir.path().join(JOURNAL_DIR);
+        assert!(journal.join("gen-1").is_dir());
+        let gateway: Arc<str> = Arc::from("gw-a");
+        let found = recover_all(&journal, 0, &gateway, &Arc::from("00000000000000bb")).unwrap();
+        let entries: Vec<serde_json::Value> = found
+            .entries
+            .iter()
+            .map(|e| serde_json::from_slice(e).unwrap())
+            .collect();
+        let conns: Vec<(u64, Option<&str>)> = entries
+            .iter()
+            .map(|e| (e["conn"].as_u64().unwrap(), e["cause"].as_str()))
+            .collect();
+        let g1 = first_conn(1);
+        assert_eq!(
+            conns,
+            [
+                (1, None),
+                (g1, None),
+                (2, Some("cut_by_crash")),
+                (g1 + 1, Some("cut_by_crash")),
+            ]
+        );
+        assert!(entries.iter().all(|e| e["instance"] == "00000000000000aa"));
+        assert_eq!(found.cut_by_crash, 2);
+        // Written again by the next writer: the successor's journal goes.
+        let (tx, _rx) = tokio::sync::mpsc::channel(16);
+        let (sink, thread) = start(WriterConfig {
+            records_path: dir.path().join("records.jsonl"),
+            journal: Some(JournalSetup {
+                dir: journal.clone(),
+                recovered: found,
+                sealer: tx,
+                max_records: 100,
+                interval: Duration::from_secs(3600),
+            }),
+            gateway_id: gateway,
+            instance: Arc::from("00000000000000bb"),
+            first_conn: 1,
+        })
+        .unwrap();
+        drop(sink);
+        thread.finished().await;
+        assert!(!journal.join("gen-1").exists());
+    }
+
     #[test]
     fn a_line_cut_short_is_left_out() {
         let dir = tempfile::tempdir().unwrap();
