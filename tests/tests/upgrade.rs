@@ -322,3 +322,85 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
     );
     assert_eq!(on_cert, wanted);
 }
+
+/// The old process SIGKILLed while it drains after an upgrade, a request
+/// of its still in flight: the successor, which holds the authority,
+/// seals what the old process left (its connection cut by the crash) ahead
+/// of its own records, and the certificate at the end holds it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_old_process_killed_while_it_drains_loses_nothing() {
+    let mut pair = Pair::new().await;
+    let t = pair
+        .cli(&[
+            "sandbox", "start", "--tenant", "acme", "--source", SOURCE, "--allow", API, "--mode",
+            "commands",
+        ])
+        .json();
+    let id = t["session_id"].as_str().expect("id").to_owned();
+    let (bundle, _) = pair.trust(&id, "trust.pem");
+    let tls = client_tls(&bundle);
+    let a = pair.members[0].data();
+    assert_eq!(
+        one_request(a, Arc::clone(&tls), "/load/before").await,
+        Ok(())
+    );
+    let held = tokio::spawn({
+        let tls = Arc::clone(&tls);
+        async move { one_request(a, tls, "/hold/killed/load/held").await }
+    });
+    pair.origin.wait_held("killed").await;
+    let old = tokio::task::block_in_place(|| start_upgrade(&mut pair, 0));
+    talos_e2e::member::signal(old, "KILL");
+    tokio::task::block_in_place(|| {
+        wait::until("the killed process to be gone", || {
+            wait::check(alive(old), |a| !a)
+        })
+    });
+    pair.origin.release("killed");
+    assert!(
+        held.await.expect("task").is_err(),
+        "its connection died with it"
+    );
+    // The successor serves on.
+    assert_eq!(
+        one_request(a, Arc::clone(&tls), "/load/after").await,
+        Ok(())
+    );
+
+    let t = pair.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(t["state"], "ended", "{t}");
+    let cert = pair
+        .stub
+        .wait_certificate(&id, wait::DEADLINE.as_secs(), |c| c["issued"] == true);
+    assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
+    assert_eq!(cert["gaps"], Value::Array(Vec::new()), "{cert}");
+    assert_eq!(cert["batch_rejections"], Value::Array(Vec::new()), "{cert}");
+    let of_a: Vec<&Value> = cert["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .filter(|c| c["gateway_id"] == "gw-a")
+        .collect();
+    let cut: Vec<&&Value> = of_a
+        .iter()
+        .filter(|c| c["cause"] == "cut_by_crash")
+        .collect();
+    assert_eq!(
+        cut.len(),
+        1,
+        "the held connection, cut by the crash: {cert:#}"
+    );
+    let paths: Vec<&str> = of_a
+        .iter()
+        .flat_map(|c| c["requests"].as_array().into_iter().flatten())
+        .filter_map(|r| r["path"].as_str())
+        .collect();
+    assert!(
+        paths.contains(&"/load/before") && paths.contains(&"/load/after"),
+        "{paths:?}"
+    );
+    // One instance throughout: no start report was made.
+    let instances: std::collections::BTreeSet<&str> =
+        of_a.iter().filter_map(|c| c["instance"].as_str()).collect();
+    assert_eq!(instances.len(), 1, "{instances:?}");
+}
