@@ -268,3 +268,61 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
     let (ok, out, err) = member.command("upgrade");
     assert!(ok, "{out} {err}");
 }
+
+/// One GET from `source`, trusting `ca`: the status, or what failed.
+async fn get_from(member: &Member, source: &str, ca: &std::path::Path) -> Result<u16, String> {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{source}:0").parse().expect("addr"))
+        .expect("bind");
+    let tls = talos_e2e::clients::session_tls(ca, &[b"http/1.1"]);
+    talos_e2e::clients::get_once(socket, member.data(), tls, NAME, "/hello")
+        .await
+        .map(|(status, _)| status)
+}
+
+/// The config's sessions follow a reload: one added opens (its CA made,
+/// its trust file written), an unchanged one keeps its CA, one removed
+/// ends (its source is refused at once).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_opens_keeps_and_ends_the_configs_sessions() {
+    let rig = rig().await;
+    let member = Member::start(&rig.dir, &rig.config(""));
+    let first_ca = ca_bytes(&rig);
+    let two_ca = rig.dir.join("two-ca.pem");
+    let with_two = rig.config("").replacen(
+        "[[session]]",
+        &format!(
+            "[[session]]\nid = \"sess-two\"\ntenant = \"acme\"\nsources = [\"127.0.0.3\"]\nallowlist = [\"{NAME}\"]\ntrust_file = {:?}\n[[session]]",
+            two_ca.display().to_string()
+        ),
+        1,
+    );
+    member.rewrite(&with_two);
+    let (ok, out, err) = member.command("reload");
+    assert!(ok, "{out} {err}");
+    assert!(
+        out.contains("1 session(s) opened, 0 closed, 1 kept"),
+        "{out}"
+    );
+    assert_eq!(get_from(&member, "127.0.0.3", &two_ca).await, Ok(200));
+    assert_eq!(
+        ca_bytes(&rig),
+        first_ca,
+        "the unchanged session keeps its CA"
+    );
+    assert_eq!(rig.curl(&member), 200);
+
+    member.rewrite(&rig.config(""));
+    let (ok, out, err) = member.command("reload");
+    assert!(ok, "{out} {err}");
+    assert!(
+        out.contains("0 session(s) opened, 1 closed, 1 kept"),
+        "{out}"
+    );
+    assert!(
+        get_from(&member, "127.0.0.3", &two_ca).await.is_err(),
+        "a session no longer in the config is refused"
+    );
+    assert_eq!(rig.curl(&member), 200);
+}
