@@ -84,6 +84,9 @@ signing_key_file = "$work/gw-demo-signing.key"
 plane = "$plane"
 spool_dir = "$work/spool"
 batch_interval_ms = 200
+[process]
+# Where \`gateway reload\` and \`gateway upgrade\` reach the running process.
+socket = "$work/gateway.sock"
 TOML
 
 say "Checking the config"
@@ -237,6 +240,24 @@ echo "alice declines it:"
 stub approvals decline "$card" --as alice | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"])'
 wait "$held" || true
 grep -iE '^HTTP|^hangar-refusal' "$work/held2.out"
+
+say "Reload: a config with a bad line is refused, naming it; the running config stays whole"
+cp "$work/gateway.toml" "$work/gateway.toml.good"
+sed -i 's/^batch_interval_ms = 200$/batch_interval_ms = 200\n[limits]\nhello_max_bytes = 10/' "$work/gateway.toml"
+"$bin/gateway" reload --config "$work/gateway.toml" 2>&1 >/dev/null | sed 's/^/  /' || true
+cp "$work/gateway.toml.good" "$work/gateway.toml"
+"$bin/gateway" reload --config "$work/gateway.toml" | python3 -c 'import json,sys; a=json.load(sys.stdin); print(" ", a["message"], "- config", a["digest"][:16] + "...")'
+path=/hello through origin.demo.test --http2
+
+say "Upgrade in place: a new gateway process takes over every live session and the listeners; the session's CA stays"
+old_pid=$(echo "$gw_line" | json_field pid)
+new_pid=$("$bin/gateway" upgrade --config "$work/gateway.toml" | json_field pid)
+pids+=("$new_pid")
+echo "process $new_pid took over from process $old_pid (same instance, the CA keys handed over memory to memory)"
+for _ in $(seq 100); do kill -0 "$old_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$old_pid" 2>/dev/null && echo "the old process still drains" || echo "the old process has drained and exited"
+echo "the same session CA file, a new connection:"
+path=/hello through origin.demo.test --http2
 
 say "Pause: the gateway closes the session's connections, destroys its CA and drops the credential"
 # A slow download that is still running when the pause comes.
