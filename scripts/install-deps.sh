@@ -10,6 +10,8 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 command -v timeout >/dev/null || need+=(coreutils)
 command -v kill >/dev/null || need+=(procps)
+# ss shows the gateway's TCP keep-alive timers in the adversarial tests.
+command -v ss >/dev/null || need+=(iproute2)
 # h2load drives many HTTP/2 streams through the gateway in the client tests.
 command -v h2load >/dev/null || need+=(nghttp2-client)
 # g++ builds libFuzzer for the fuzz smoke run.

@@ -349,7 +349,7 @@ impl Built {
             hello_timeout: config.limits.hello_timeout(),
             handshake_timeout: config.limits.handshake_timeout(),
             h2_idle_timeout: config.limits.h2_idle_timeout(),
-            h2_ping_interval: config.limits.h2_ping_interval(),
+            tcp_keepalive: config.limits.tcp_keepalive(),
             shutdown: shutdown.clone(),
             proposer,
         });
