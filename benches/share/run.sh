@@ -27,8 +27,9 @@ import json, sys
 r = json.loads(sys.stdin.read())
 print(json.dumps(r, indent=2))
 print()
-print("session B, p99 (median of {rounds} rounds of {count}): keep-alive {median_keepalive_p99_alone_us} us alone, "
-      "{median_keepalive_p99_loaded_us} us beside A at every bound ({keepalive_p99_ratio:.2f}x); "
-      "new connections {median_newconn_p99_alone_us} us alone, {median_newconn_p99_loaded_us} us beside A "
-      "({newconn_p99_ratio:.2f}x); A refused {a_refused_while_b_measured} times meanwhile".format(**r))
+print("session B, p99 (median of {rounds} rounds of {count} requests): keep-alive {median_keepalive_p99_alone_us} us alone, "
+      "{median_keepalive_p99_holding_us} us beside A holding every bound ({keepalive_p99_ratio_holding:.2f}x), "
+      "{median_keepalive_p99_pushing_us} us beside A also pushing at each ({keepalive_p99_ratio_pushing:.2f}x); "
+      "new connections {median_newconn_p99_alone_us} us, {median_newconn_p99_holding_us} us ({newconn_p99_ratio_holding:.2f}x), "
+      "{median_newconn_p99_pushing_us} us ({newconn_p99_ratio_pushing:.2f}x); A refused {a_refused_while_b_measured} times".format(**r))
 '

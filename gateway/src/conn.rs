@@ -132,14 +132,21 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
     if let Err(refused) = Box::pin(run(shared, &mut client, peer, &mut record)).await {
-        tracing::info!(
-            source = %peer,
-            session = record.session_id.as_deref().unwrap_or("-"),
-            sni = record.sni.as_deref().unwrap_or("-"),
-            reason = refused.reason.as_str(),
-            cause = %refused.cause,
-            "refused"
-        );
+        // A session pushing at a bound of its share is recorded and
+        // counted; logged at debug, so that a flood does not become one of
+        // log lines.
+        if refused.reason == Refusal::SessionLimit {
+            tracing::debug!(source = %peer, cause = %refused.cause, "refused at a bound of the session's share");
+        } else {
+            tracing::info!(
+                source = %peer,
+                session = record.session_id.as_deref().unwrap_or("-"),
+                sni = record.sni.as_deref().unwrap_or("-"),
+                reason = refused.reason.as_str(),
+                cause = %refused.cause,
+                "refused"
+            );
+        }
         if let Some(alert) = alert_for(refused.reason) {
             send_alert(&mut client, alert).await;
         }

@@ -851,7 +851,10 @@ async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
     .expect("h2");
     let driven = tokio::spawn(conn);
     // The gateway's side of it carries a keep-alive timer.
-    let filter = format!("dst {SESSION_SOURCE} and sport = :{}", rig.gateway.data.port());
+    let filter = format!(
+        "dst {SESSION_SOURCE} and sport = :{}",
+        rig.gateway.data.port()
+    );
     let ss = run_bounded("ss", &["-tnoH", "state", "established", &filter], None, 10);
     let ss = String::from_utf8_lossy(&ss.stdout);
     assert!(ss.contains("timer:(keepalive"), "{ss}");

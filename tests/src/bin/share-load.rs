@@ -3,7 +3,8 @@
 //! TLS origin, a test control plane whose relay never decides) and the
 //! gateway binary (one runtime worker, as the benchmarks run it), opens
 //! session A (127.0.0.2) and session B (127.0.0.3), then measures B's
-//! latency, alone and with A at every bound at once, in alternating rounds:
+//! latency in rounds of three phases: alone, beside A holding every bound
+//! at once, and beside A holding them and pushing at each:
 //!
 //! - B: `COUNT` requests one after another on an HTTP/1.1 keep-alive
 //!   connection (1 KiB replies), and `COUNT / 10` requests each on a new TLS
@@ -11,9 +12,9 @@
 //! - A, before the first loaded round: every connection it may open
 //!   (`session_connections`, 256), of which `session_handshakes` (64) are
 //!   half-sent hellos, every request it may hold (32) and every proposal
-//!   it may have waiting (8), with every card spent; during each loaded
-//!   round it keeps pushing at each bound as fast as the answers come (a
-//!   new connection, a held request, a proposal: each refused at once).
+//!   it may have waiting (8), with every card spent; in the third phase it
+//!   also keeps pushing at each bound as fast as the answers come (a new
+//!   connection, a held request, a proposal: each refused at once).
 //!
 //! Prints one JSON line: per round, B's p50 and p99 in microseconds, and
 //! the medians. Bounded: every wait has a deadline and the whole run stops
@@ -183,8 +184,11 @@ async fn measure(dir: PathBuf, count: usize, rounds: usize) -> serde_json::Value
     // Warm up B: its leaf, the destination connection.
     b_round(gw, &ca_b, 50).await;
 
+    // Per round: B alone (A's session idle, or not yet filled), B beside A
+    // holding every bound, B beside A holding them and pushing at each.
     let mut alone = Vec::new();
-    let mut loaded = Vec::new();
+    let mut holding = Vec::new();
+    let mut pushing = Vec::new();
     let mut a_ready = None;
     let pushed = Arc::new(AtomicU64::new(0));
     for round in 0..rounds {
@@ -193,34 +197,47 @@ async fn measure(dir: PathBuf, count: usize, rounds: usize) -> serde_json::Value
             a_ready = Some(fill_a(gw, &ca_a, &relay).await);
         }
         let a = a_ready.as_ref().expect("A at its bounds");
+        holding.push(b_round(gw, &ca_b, count).await);
         let stop = Arc::new(AtomicBool::new(false));
-        let pushing = push_a(gw, a, Arc::clone(&stop), Arc::clone(&pushed));
-        loaded.push(b_round(gw, &ca_b, count).await);
+        let pushers = push_a(gw, a, Arc::clone(&stop), Arc::clone(&pushed));
+        pushing.push(b_round(gw, &ca_b, count).await);
         stop.store(true, Ordering::Relaxed);
-        for task in pushing {
+        for task in pushers {
             let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
         }
         eprintln!(
-            "share-load: round {} alone {:?} loaded {:?}",
+            "share-load: round {}: alone {:?}, beside A holding {:?}, beside A pushing {:?}",
             round + 1,
             alone[round],
-            loaded[round]
+            holding[round],
+            pushing[round]
         );
     }
     let col = |v: &[[u64; 4]], i: usize| median(v.iter().map(|r| r[i]).collect());
+    let rows = |v: &[[u64; 4]]| {
+        v.iter()
+            .map(|r| serde_json::json!({"keepalive_p50": r[0], "keepalive_p99": r[1], "newconn_p50": r[2], "newconn_p99": r[3]}))
+            .collect::<Vec<_>>()
+    };
+    let ratio = |v: &[[u64; 4]], i: usize| col(v, i) as f64 / col(&alone, i).max(1) as f64;
     let figures = serde_json::json!({
         "count": count,
         "rounds": rounds,
         "a_bounds": {"connections": CONNECTIONS, "handshakes": HANDSHAKES, "held_requests": HELD, "pending_proposals": PROPOSALS},
         "a_refused_while_b_measured": pushed.load(Ordering::Relaxed),
-        "alone_us": alone.iter().map(|r| serde_json::json!({"keepalive_p50": r[0], "keepalive_p99": r[1], "newconn_p50": r[2], "newconn_p99": r[3]})).collect::<Vec<_>>(),
-        "loaded_us": loaded.iter().map(|r| serde_json::json!({"keepalive_p50": r[0], "keepalive_p99": r[1], "newconn_p50": r[2], "newconn_p99": r[3]})).collect::<Vec<_>>(),
+        "alone_us": rows(&alone),
+        "holding_us": rows(&holding),
+        "pushing_us": rows(&pushing),
         "median_keepalive_p99_alone_us": col(&alone, 1),
-        "median_keepalive_p99_loaded_us": col(&loaded, 1),
-        "keepalive_p99_ratio": col(&loaded, 1) as f64 / col(&alone, 1).max(1) as f64,
+        "median_keepalive_p99_holding_us": col(&holding, 1),
+        "median_keepalive_p99_pushing_us": col(&pushing, 1),
+        "keepalive_p99_ratio_holding": ratio(&holding, 1),
+        "keepalive_p99_ratio_pushing": ratio(&pushing, 1),
         "median_newconn_p99_alone_us": col(&alone, 3),
-        "median_newconn_p99_loaded_us": col(&loaded, 3),
-        "newconn_p99_ratio": col(&loaded, 3) as f64 / col(&alone, 3).max(1) as f64,
+        "median_newconn_p99_holding_us": col(&holding, 3),
+        "median_newconn_p99_pushing_us": col(&pushing, 3),
+        "newconn_p99_ratio_holding": ratio(&holding, 3),
+        "newconn_p99_ratio_pushing": ratio(&pushing, 3),
     });
     drop(a_ready);
     drop(gateway);
