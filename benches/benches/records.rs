@@ -1,9 +1,11 @@
-//! The gateway's whole record path, in records per second: connections
-//! closing hand their records to the writer (`RecordSink::close`), which
-//! writes them as JSON lines, seals them into signed batches of 1,000
-//! (`Sealer`: canonical payload, SHA-384 chain link, Ed25519 signature)
-//! and writes each batch to the spool (synced file, renamed, `chain.json`
-//! synced too) — everything but shipping.
+//! The gateway's whole record path, in records per second: 10,000
+//! connections at once each journal their opening and their gate line
+//! (`RecordSink::open`, `gate`) and close their record (`close`, which
+//! returns once the record is synced in the journal); the journal's writer
+//! writes the JSON lines, hands segments of 1,000 to the sealer, which
+//! seals each into a signed batch (`Sealer`: canonical payload, SHA-384
+//! chain link, Ed25519 signature) and writes it to the spool (synced file,
+//! renamed, `chain.json` synced too) — everything but shipping.
 //!
 //! Target: at least 50,000 connection records per second on one core.
 //! The runtime here has one thread, as a gateway with `WORKERS=1`; sealing
@@ -28,14 +30,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use talos_gateway::records::record::{Record, RecordSink, RequestRecord};
+use talos_gateway::records::journal::{self, JournalSetup, WriterConfig};
+use talos_gateway::records::record::{Record, RequestRecord};
 use talos_gateway::records::spool::{Sealer, Spool, SpoolLimits};
 
 const RECORDS: u64 = 10_000;
 
-fn record(gateway: &Arc<str>, session: &Arc<str>, n: u64) -> Record {
-    let source = SocketAddr::from(([10, 20, 30, 40], 10_000 + (n % 50_000) as u16));
-    let mut r = Record::open(Arc::clone(gateway), source);
+/// A connection's record as the gate leaves it, from `record` (made by the
+/// sink at accept), and what its requests add.
+fn fill(r: &mut Record, session: &Arc<str>) {
     r.session_id = Some(Arc::clone(session));
     r.attempt = Some(1);
     r.tenant = Some(Arc::from("acme"));
@@ -51,7 +54,10 @@ fn record(gateway: &Arc<str>, session: &Arc<str>, n: u64) -> Record {
     r.attachments_used.push("GITHUB_TOKEN".into());
     r.bytes_from_session = 812;
     r.bytes_to_session = 2_406;
-    r
+}
+
+fn source(n: u64) -> SocketAddr {
+    SocketAddr::from(([10, 20, 30, 40], 10_000 + (n % 50_000) as u16))
 }
 
 fn records(c: &mut Criterion) {
@@ -82,25 +88,51 @@ fn records(c: &mut Criterion) {
                 let sealer = Sealer::new(
                     Arc::clone(&key),
                     "gw-a",
-                    position,
+                    position.clone(),
                     Arc::clone(&spool),
                     1000,
                     Duration::from_secs(60),
                 );
-                let (sink, writer) =
-                    RecordSink::open_file(&dir.path().join("records.jsonl")).expect("records");
-                let writer = writer.with_sealer(sealer);
-                let prepared: Vec<Record> = (0..RECORDS)
-                    .map(|n| record(&gateway, &session, n))
-                    .collect();
+                let instance: Arc<str> = Arc::from("00000000000000aa");
+                let journal_dir = dir.path().join("spool").join(journal::JOURNAL_DIR);
+                let recovered =
+                    journal::recover(&journal_dir, position.last_seq, &gateway, &instance)
+                        .expect("journal");
                 let start = Instant::now();
                 runtime.block_on(async {
-                    let task = tokio::spawn(writer.run());
-                    for r in prepared {
-                        sink.close(r).await;
+                    let (segments_tx, segments_rx) = tokio::sync::mpsc::channel(8);
+                    let sealing = tokio::spawn(sealer.run(segments_rx));
+                    let (sink, writer) = journal::start(WriterConfig {
+                        records_path: dir.path().join("records.jsonl"),
+                        journal: Some(JournalSetup {
+                            dir: journal_dir,
+                            recovered,
+                            sealer: segments_tx,
+                            max_records: 1000,
+                            interval: Duration::from_secs(60),
+                        }),
+                        gateway_id: Arc::clone(&gateway),
+                        instance,
+                        first_conn: 1,
+                    })
+                    .expect("records");
+                    // Every connection at once, as connections closing
+                    // together share the journal's syncs.
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for n in 0..RECORDS {
+                        let sink = sink.clone();
+                        let session = Arc::clone(&session);
+                        tasks.spawn(async move {
+                            let mut r = sink.open(source(n)).await;
+                            fill(&mut r, &session);
+                            sink.gate(&r).await.wait().await;
+                            sink.close(r).await;
+                        });
                     }
+                    while tasks.join_next().await.is_some() {}
                     drop(sink);
-                    task.await.expect("writer");
+                    writer.finished().await;
+                    sealing.await.expect("sealer");
                 });
                 total += start.elapsed();
                 assert_eq!(black_box(spool.len().0), (RECORDS / 1000) as usize);

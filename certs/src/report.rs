@@ -13,15 +13,34 @@
 //! One JSON object, keys in this order, no whitespace:
 //!
 //! ```text
-//! {"gateway_id":"gw-a","session_id":"sess-1","attempt":2,"ca_digest":"<96 hex>","secrets":["github","openai"],"reason":"pause","at":"2026-11-29T10:00:00Z"}
+//! {"gateway_id":"gw-a","instance":"<16 hex>","session_id":"sess-1","attempt":2,"ca_digest":"<96 hex>","secrets":["github","openai"],"reason":"pause","at":"2026-11-29T10:00:00Z"}
 //! ```
 //!
-//! `secrets` is sorted (by bytes) and without repeats, whatever order the
-//! gateway dropped them in, so one set of names has one encoding; `reason`
-//! is one of `pause`, `interruption`, `end`, `revoke_all`; `at` is when
-//! the drop happened, as the gateway wrote it (RFC 3339 by convention). The
+//! `instance` names the gateway process that held the authority (see
+//! [`StartReport`]); `secrets` is sorted (by bytes) and without repeats,
+//! whatever order the gateway dropped them in, so one set of names has one
+//! encoding; `reason` is one of [`DropReason`]'s names; `at` is when the
+//! drop happened, as the gateway wrote it (RFC 3339 by convention). The
 //! payload is signed as [`Kind::DropReport`] (see `crate::signing`): a
 //! report can never pass for a batch, nor a batch for a report.
+//!
+//! # Start reports
+//!
+//! A gateway process that starts without taking over from a running one
+//! signs a [`StartReport`]: its gateway id, a fresh `instance` id, when it
+//! started, and its key id. Every session authority lives in the memory of
+//! the process that made it, so the report says that every authority any
+//! earlier instance of that gateway held is gone. Payload, keys in this
+//! order, no whitespace, signed as [`Kind::StartReport`]:
+//!
+//! ```text
+//! {"gateway_id":"gw-a","instance":"<16 hex>","started_at":"2026-11-29T10:00:00Z","key_id":"<16 hex>","previous_instance":"<16 hex or empty>","cut_by_crash":3}
+//! ```
+//!
+//! `previous_instance` is the instance this one follows on the same
+//! records directory (empty when none is known); `cut_by_crash` counts the
+//! connections that instance left open when it died, recorded at this
+//! start as cut by the crash.
 //!
 //! # What the control plane checks
 //!
@@ -60,6 +79,13 @@ pub enum DropReason {
     End,
     /// An operator revoked every session's authority at once.
     RevokeAll,
+    /// Nobody renewed the authority's lease in time: the gateway dropped it
+    /// by its own clock.
+    LeaseExpired,
+    /// A newer open for the same session or sources displaced it.
+    Replaced,
+    /// The gateway process was shut down (SIGTERM) without a successor.
+    Shutdown,
 }
 
 impl DropReason {
@@ -70,7 +96,26 @@ impl DropReason {
             DropReason::Interruption => "interruption",
             DropReason::End => "end",
             DropReason::RevokeAll => "revoke_all",
+            DropReason::LeaseExpired => "lease_expired",
+            DropReason::Replaced => "replaced",
+            DropReason::Shutdown => "shutdown",
         }
+    }
+
+    /// Every reason, in a fixed order.
+    pub const ALL: [DropReason; 7] = [
+        DropReason::Pause,
+        DropReason::Interruption,
+        DropReason::End,
+        DropReason::RevokeAll,
+        DropReason::LeaseExpired,
+        DropReason::Replaced,
+        DropReason::Shutdown,
+    ];
+
+    /// The reason named `name`, if any.
+    pub fn from_name(name: &str) -> Option<DropReason> {
+        DropReason::ALL.into_iter().find(|r| r.as_str() == name)
     }
 }
 
@@ -86,6 +131,8 @@ impl fmt::Display for DropReason {
 pub struct DropReport {
     /// The reporting gateway (pair member).
     pub gateway_id: String,
+    /// The gateway process that held the authority.
+    pub instance: String,
     /// The session.
     pub session_id: String,
     /// The session's attempt number.
@@ -104,6 +151,7 @@ pub struct DropReport {
 #[derive(Serialize)]
 struct ReportOut<'a> {
     gateway_id: &'a str,
+    instance: &'a str,
     session_id: &'a str,
     attempt: u32,
     ca_digest: &'a str,
@@ -117,6 +165,7 @@ impl<'a> ReportOut<'a> {
         let secrets: BTreeSet<&str> = report.secrets.iter().map(String::as_str).collect();
         ReportOut {
             gateway_id: &report.gateway_id,
+            instance: &report.instance,
             session_id: &report.session_id,
             attempt: report.attempt,
             ca_digest: &report.ca_digest,
@@ -188,4 +237,75 @@ pub fn confirms<S: AsRef<str>>(
     let reported: BTreeSet<&str> = report.secrets.iter().map(String::as_str).collect();
     let expected: BTreeSet<&str> = expected_secret_names.iter().map(AsRef::as_ref).collect();
     report.ca_digest == expected_ca_digest && reported == expected
+}
+
+/// A gateway process's word that it started afresh: every authority an
+/// earlier process of that gateway held is gone (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartReport {
+    /// The gateway (pair member).
+    pub gateway_id: String,
+    /// The new process's instance id.
+    pub instance: String,
+    /// When it started (RFC 3339 by convention).
+    pub started_at: String,
+    /// The key id it signs with.
+    pub key_id: String,
+    /// The instance it follows on the same records directory; empty when
+    /// none is known.
+    pub previous_instance: String,
+    /// Connections the previous instance left open when it died, recorded
+    /// at this start as cut by the crash.
+    pub cut_by_crash: u64,
+}
+
+impl StartReport {
+    /// The report's payload: the fields in declaration order, no
+    /// whitespace.
+    pub fn payload(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("strings and numbers always serialise into a Vec")
+    }
+
+    /// The report, signed by the gateway as [`Kind::StartReport`].
+    pub fn sign(&self, key: &GatewayKey) -> Signed {
+        key.sign(Kind::StartReport, self.payload())
+    }
+}
+
+/// Checks that `signed` is a start report signed by `public_key`, in the
+/// canonical encoding, and returns it.
+pub fn verify_start_report(
+    public_key: &[u8; 32],
+    signed: &Signed,
+) -> Result<StartReport, VerifyError> {
+    if signed.kind != Kind::StartReport {
+        return Err(VerifyError::WrongKind {
+            expected: Kind::StartReport,
+            got: signed.kind,
+        });
+    }
+    let malformed = |reason: String| VerifyError::Malformed { reason };
+    if signed.payload.len() > MAX_REPORT_LEN {
+        return Err(malformed(format!(
+            "report is {} bytes, over the {MAX_REPORT_LEN}-byte limit",
+            signed.payload.len()
+        )));
+    }
+    verify(public_key, signed)?;
+    let report: StartReport =
+        serde_json::from_slice(&signed.payload).map_err(|e| malformed(json_error(&e)))?;
+    if report.payload() != signed.payload {
+        return Err(malformed("not in the canonical report encoding".into()));
+    }
+    Ok(report)
+}
+
+/// A fresh process instance id: 16 lowercase hex digits (64 random bits
+/// from aws-lc's generator). It names a gateway process in its reports, so
+/// the control plane can tell which authorities a restart ended.
+pub fn new_instance_id() -> String {
+    let mut bytes = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut bytes).expect("aws-lc's generator does not fail");
+    crate::digest::lower_hex(&bytes)
 }

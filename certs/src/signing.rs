@@ -27,7 +27,8 @@
 //! b"talos-v1\0" || kind tag (1 byte) || payload
 //! ```
 //!
-//! with the tags `0x01` batch, `0x02` drop report, `0x03` decision. The
+//! with the tags `0x01` batch, `0x02` drop report, `0x03` decision,
+//! `0x04` start report, `0x05` session certificate. The
 //! prefix names this protocol and its version, so a TALOS signature is
 //! never valid for any other protocol's message; the tag binds the kind,
 //! so a signature over a drop report can never verify as a batch (or the
@@ -42,7 +43,8 @@
 //! {"kind":"batch","key_id":"<16 hex>","payload":"<base64>","signature":"<base64>"}
 //! ```
 //!
-//! with `kind` one of `batch`, `drop_report`, `decision`, and the bytes in
+//! with `kind` one of `batch`, `drop_report`, `decision`, `start_report`,
+//! `certificate`, and the bytes in
 //! standard base64 with padding (RFC 4648 section 4), decoded strictly.
 //!
 //! [`digest`] names a signed payload by the SHA-384 of its bytes: the
@@ -93,6 +95,10 @@ pub enum Kind {
     DropReport,
     /// An approval decision, signed by the approval relay (`crate::approval`).
     Decision,
+    /// A gateway process's start (`crate::report`).
+    StartReport,
+    /// A session certificate, signed by the control plane.
+    Certificate,
 }
 
 impl Kind {
@@ -102,7 +108,23 @@ impl Kind {
             Kind::Batch => "batch",
             Kind::DropReport => "drop_report",
             Kind::Decision => "decision",
+            Kind::StartReport => "start_report",
+            Kind::Certificate => "certificate",
         }
+    }
+
+    /// Every kind, in tag order.
+    pub const ALL: [Kind; 5] = [
+        Kind::Batch,
+        Kind::DropReport,
+        Kind::Decision,
+        Kind::StartReport,
+        Kind::Certificate,
+    ];
+
+    /// The kind named `name` (as in the envelope's `kind` field), if any.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == name)
     }
 
     /// The byte that binds the kind into the signed message.
@@ -111,6 +133,8 @@ impl Kind {
             Kind::Batch => 0x01,
             Kind::DropReport => 0x02,
             Kind::Decision => 0x03,
+            Kind::StartReport => 0x04,
+            Kind::Certificate => 0x05,
         }
     }
 }
@@ -517,7 +541,12 @@ mod tests {
         let public = key.public_key();
         let signed = key.sign(Kind::DropReport, b"{}".to_vec());
         verify(&public, &signed).unwrap();
-        for kind in [Kind::Batch, Kind::Decision] {
+        for kind in [
+            Kind::Batch,
+            Kind::Decision,
+            Kind::StartReport,
+            Kind::Certificate,
+        ] {
             let relabelled = Signed {
                 kind,
                 ..signed.clone()

@@ -285,6 +285,7 @@ fn a_drop_report_is_not_a_batch() {
     let (key, _, mut verifier) = pair();
     let report = DropReport {
         gateway_id: GW.into(),
+        instance: "00112233aabbccdd".into(),
         session_id: "sess-1".into(),
         attempt: 1,
         ca_digest: "ab".repeat(48),

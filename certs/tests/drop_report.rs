@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use talos_certs::{
-    confirms, verify_drop_report, BatchWriter, CaParams, DropReason, DropReport, GatewayKey, Kind,
-    SessionCa, Signed, VerifyError,
+    confirms, new_instance_id, verify_drop_report, verify_start_report, BatchWriter, CaParams,
+    DropReason, DropReport, GatewayKey, Kind, SessionCa, Signed, StartReport, VerifyError,
 };
 
 fn report(ca_digest: &str, secrets: &[&str]) -> DropReport {
     DropReport {
         gateway_id: "gw-a".into(),
+        instance: "00112233aabbccdd".into(),
         session_id: "sess-1".into(),
         attempt: 2,
         ca_digest: ca_digest.into(),
@@ -43,7 +44,7 @@ fn signed_report_round_trip() {
     assert_eq!(
         String::from_utf8(signed.payload.clone()).unwrap(),
         format!(
-            r#"{{"gateway_id":"gw-a","session_id":"sess-1","attempt":2,"ca_digest":"{}","secrets":["github","openai"],"reason":"pause","at":"2026-11-29T10:00:00Z"}}"#,
+            r#"{{"gateway_id":"gw-a","instance":"00112233aabbccdd","session_id":"sess-1","attempt":2,"ca_digest":"{}","secrets":["github","openai"],"reason":"pause","at":"2026-11-29T10:00:00Z"}}"#,
             ca.digest()
         )
     );
@@ -61,7 +62,11 @@ fn every_reason_has_its_name() {
         (DropReason::Interruption, "interruption"),
         (DropReason::End, "end"),
         (DropReason::RevokeAll, "revoke_all"),
+        (DropReason::LeaseExpired, "lease_expired"),
+        (DropReason::Replaced, "replaced"),
+        (DropReason::Shutdown, "shutdown"),
     ] {
+        assert_eq!(DropReason::from_name(name), Some(reason));
         assert_eq!(reason.as_str(), name);
         let r = DropReport {
             reason,
@@ -129,7 +134,7 @@ fn only_the_gateway_key_and_the_report_kind_verify() {
 #[test]
 fn non_canonical_reports_are_malformed() {
     let key = GatewayKey::generate().unwrap();
-    let body = r#""gateway_id":"gw-a","session_id":"s","attempt":1,"ca_digest":"d""#;
+    let body = r#""gateway_id":"gw-a","instance":"i","session_id":"s","attempt":1,"ca_digest":"d""#;
     for (what, payload) in [
         (
             "names unsorted",
@@ -205,4 +210,58 @@ fn confirms_only_the_exact_digest_and_names() {
     let no_names: &[&str] = &[];
     assert!(confirms(&none, &digest, no_names));
     assert!(!confirms(&none, &digest, &["github"]));
+}
+
+#[test]
+fn start_reports_are_signed_as_their_own_kind() {
+    let key = GatewayKey::generate().unwrap();
+    let instance = new_instance_id();
+    assert_eq!(instance.len(), 16);
+    assert!(instance.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(instance, new_instance_id());
+    let report = StartReport {
+        gateway_id: "gw-a".into(),
+        instance: instance.clone(),
+        started_at: "2026-11-29T10:00:00Z".into(),
+        key_id: key.key_id(),
+        previous_instance: String::new(),
+        cut_by_crash: 2,
+    };
+    let signed = report.sign(&key);
+    assert_eq!(signed.kind, Kind::StartReport);
+    assert_eq!(
+        String::from_utf8(signed.payload.clone()).unwrap(),
+        format!(
+            r#"{{"gateway_id":"gw-a","instance":"{instance}","started_at":"2026-11-29T10:00:00Z","key_id":"{}","previous_instance":"","cut_by_crash":2}}"#,
+            key.key_id()
+        )
+    );
+    assert_eq!(
+        verify_start_report(&key.public_key(), &signed).unwrap(),
+        report
+    );
+    // A start report is no drop report, and the reverse.
+    assert!(matches!(
+        verify_drop_report(&key.public_key(), &signed),
+        Err(VerifyError::WrongKind { .. })
+    ));
+    let relabelled = Signed {
+        kind: Kind::DropReport,
+        ..signed.clone()
+    };
+    assert!(verify_start_report(&key.public_key(), &relabelled).is_err());
+    // Whitespace is not the canonical encoding.
+    let spaced = key.sign(
+        Kind::StartReport,
+        String::from_utf8(signed.payload.clone())
+            .unwrap()
+            .replace(",", ", ")
+            .into_bytes(),
+    );
+    assert_eq!(
+        verify_start_report(&key.public_key(), &spaced)
+            .unwrap_err()
+            .as_str(),
+        "malformed"
+    );
 }

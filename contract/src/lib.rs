@@ -16,6 +16,8 @@
 //!   approvers; and how a rule matches a request.
 //! - [`spec`]: a session draft checked into a [`spec::SessionSpec`], the
 //!   error naming the field.
+//! - [`role`]: the roles a control-channel certificate carries (control
+//!   plane, gateway).
 //! - [`pb`]: the control channel's messages and services, compiled once
 //!   from `proto/control.proto`.
 //! - `cases` (feature `cases`): the table of drafts every entry point's
@@ -34,6 +36,7 @@ pub mod attach;
 pub mod path;
 pub mod lock;
 pub mod spec;
+pub mod role;
 pub mod pb;
 #[cfg(any(test, feature = "cases"))]
 pub mod cases;

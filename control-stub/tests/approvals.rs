@@ -621,7 +621,7 @@ fn a_pause_withdraws_pending_proposals_and_they_cannot_be_decided() {
         state_of(&r.env.store, &q.proposal_id),
         ProposalState::Withdrawn
     );
-    let cert = talos_control_stub::certificate(&r.env.store, &session).unwrap();
+    let cert = talos_control_stub::certificate::live(&r.env.store, &session).unwrap();
     let shown: BTreeMap<&str, (ProposalState, Option<&str>)> = cert
         .proposals
         .iter()
@@ -874,6 +874,8 @@ impl Gateway for StandIn {
             gateway_id: self.id.clone(),
             ca_pem: ca.cert.pem(),
             ca_digest: digest,
+            instance: "00000000000000aa".into(),
+            lease_ms: 60_000,
         }))
     }
 
@@ -925,6 +927,20 @@ impl Gateway for StandIn {
             gateway_id: self.id.clone(),
             public_key: self.key.public_key().to_vec(),
             key_id: self.key.key_id(),
+            instance: "00000000000000aa".into(),
+            lease_ms: 60_000,
+        }))
+    }
+
+    async fn renew_leases(
+        &self,
+        request: Request<pb::RenewLeasesRequest>,
+    ) -> Result<Response<pb::RenewLeasesReply>, Status> {
+        Ok(Response::new(pb::RenewLeasesReply {
+            renewed: request.into_inner().leases,
+            not_held: Vec::new(),
+            lease_ms: 60_000,
+            instance: "00000000000000aa".into(),
         }))
     }
 }
@@ -1330,7 +1346,7 @@ fn approval_refusals_from_the_gateways_records_show_on_the_certificate() {
         .store
         .record_batch("gw-a", 1, "d1", &[record])
         .unwrap();
-    let cert = talos_control_stub::certificate(&r.env.store, &r.session).unwrap();
+    let cert = talos_control_stub::certificate::live(&r.env.store, &r.session).unwrap();
     let refusals: Vec<(&str, Option<&str>)> = cert
         .refusals
         .iter()

@@ -53,6 +53,8 @@ impl Gateway for StandIn {
             gateway_id: self.id.clone(),
             ca_pem: ca.cert.pem(),
             ca_digest: digest,
+            instance: "00000000000000aa".into(),
+            lease_ms: 60_000,
         }))
     }
 
@@ -74,6 +76,7 @@ impl Gateway for StandIn {
         };
         let signed = DropReport {
             gateway_id: self.id.clone(),
+            instance: "00000000000000aa".into(),
             session_id: req.session_id,
             attempt,
             ca_digest: digest,
@@ -111,6 +114,20 @@ impl Gateway for StandIn {
             gateway_id: self.id.clone(),
             public_key: self.key.public_key().to_vec(),
             key_id: self.key.key_id(),
+            instance: "00000000000000aa".into(),
+            lease_ms: 60_000,
+        }))
+    }
+
+    async fn renew_leases(
+        &self,
+        request: Request<pb::RenewLeasesRequest>,
+    ) -> Result<Response<pb::RenewLeasesReply>, Status> {
+        Ok(Response::new(pb::RenewLeasesReply {
+            renewed: request.into_inner().leases,
+            not_held: Vec::new(),
+            lease_ms: 60_000,
+            instance: "00000000000000aa".into(),
         }))
     }
 }
@@ -158,18 +175,18 @@ impl Setup {
 }
 
 fn request() -> StartRequest {
-    StartRequest {
-        tenant: "acme".into(),
-        sources: vec!["10.1.0.2".into()],
-        allow: vec!["api.github.com".into()],
-        attach: vec!["GH=api.github.com:authorization:Bearer".into()],
-        mode: Mode::Commands,
-    }
+    StartRequest::new(
+        "acme",
+        vec!["10.1.0.2".into()],
+        vec!["api.github.com".into()],
+        vec!["GH=api.github.com:authorization:Bearer".into()],
+        Mode::Commands,
+    )
 }
 
 fn register(store: &mut Store, link: &GrpcLink) {
     use talos_control_stub::GatewayLink;
-    for d in link.describe().unwrap() {
+    for d in link.describe().into_iter().map(|r| r.result.unwrap()) {
         store
             .register_gateway(&d.gateway_id, &d.public_key_hex)
             .unwrap();
@@ -227,7 +244,9 @@ fn reports_signed_by_another_key_do_not_confirm_the_reset() {
     let err = stopped.reports[0].ca_error.as_deref().unwrap();
     assert!(err.contains("signature"), "{err}");
 
-    // And first contact with the changed key is a conflict.
+    // And first contact with the changed key is a conflict: said, and the
+    // command goes on (a pause, a stop, a Revoke All must reach the other
+    // members), opening nothing there.
     let mut cli_out = Vec::new();
     let mut cli_err = Vec::new();
     let db = s.tmp.path().join("stub.db");
@@ -247,9 +266,15 @@ fn reports_signed_by_another_key_do_not_confirm_the_reset() {
         &mut cli_out,
         &mut cli_err,
     );
-    assert_eq!(status, 2);
     let err = String::from_utf8_lossy(&cli_err);
-    assert!(err.contains("gateway_key_conflict"), "{err}");
+    assert!(
+        err.contains("\"warning\":\"gateway_key_conflict\""),
+        "{err}"
+    );
+    // The command itself went on (and fails on its own account: the
+    // session is not running).
+    assert!(err.contains("sandbox_not_running"), "{err}");
+    assert_eq!(status, 2, "{err}");
 }
 
 #[test]
@@ -284,15 +309,22 @@ fn a_gateway_that_is_not_there_or_not_who_it_should_be_is_refused() {
     drop(closed);
     let link = s.link(&[format!("gw-a={addr}")]);
     use talos_control_stub::GatewayLink;
-    assert_eq!(link.describe().unwrap_err().code(), "gateway_unreachable");
+    assert_eq!(
+        link.describe()[0].result.as_ref().unwrap_err().code(),
+        "gateway_unreachable"
+    );
 
     // gw-b's certificate does not name gw-a: the TLS name check fails.
     let b = StandIn::new("gw-b");
     let link = s.link(&[format!("gw-a={}", b.serve(&s.dir()))]);
-    assert_eq!(link.describe().unwrap_err().code(), "gateway_unreachable");
+    assert_eq!(
+        link.describe()[0].result.as_ref().unwrap_err().code(),
+        "gateway_unreachable"
+    );
 
     // Without an id, `localhost` is checked and the gateway's own id used.
     let link = s.link(&[b.serve(&s.dir()).to_string()]);
-    let d = link.describe().unwrap();
-    assert_eq!(d[0].gateway_id, "gw-b");
+    let d = link.describe();
+    assert_eq!(d[0].result.as_ref().unwrap().gateway_id, "gw-b");
+    assert_eq!(d[0].member, "gw-b");
 }

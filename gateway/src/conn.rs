@@ -32,18 +32,22 @@ use crate::http::connection::{Connection, Destination, Target};
 use crate::io::counted::{Counted, WireBytes};
 use crate::io::replay::Replay;
 use crate::io::woken::WokenOnly;
-use crate::records::record::{Record, RecordSink};
+use crate::records::journal::RecordSink;
+use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
-use crate::session::sessions::{Session, Sessions};
+use crate::session::sessions::{Live, Session, Sessions};
 use crate::session::share::Slot;
 
 /// What every connection shares.
 #[derive(Debug)]
 pub struct Shared {
     pub gateway_id: Arc<str>,
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
     pub resolver: Resolver,
     pub records: RecordSink,
+    /// How sessions opened now reach destinations, and their share's
+    /// bounds.
+    pub upstream: crate::session::sessions::UpstreamSettings,
     /// The most bytes read while waiting for a whole ClientHello.
     pub hello_max_bytes: usize,
     /// How long a client has to send its whole ClientHello.
@@ -60,6 +64,57 @@ pub struct Shared {
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
     pub proposer: Option<crate::session::approvals::Proposer>,
+}
+
+/// The [`Shared`] that new connections and control calls get: a reload
+/// replaces it whole, and connections open at the time keep theirs.
+#[derive(Debug)]
+pub struct Current(std::sync::RwLock<Arc<Shared>>);
+
+impl Current {
+    pub fn new(shared: Arc<Shared>) -> Current {
+        Current(std::sync::RwLock::new(shared))
+    }
+
+    /// The settings in force now.
+    pub fn get(&self) -> Arc<Shared> {
+        Arc::clone(&self.0.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replace the settings for what comes next.
+    pub fn set(&self, shared: Arc<Shared>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = shared;
+    }
+}
+
+/// Why a session's TLS handshake failed, in a few words fit for a metric
+/// label: the alert the client sent (`unknown_ca`: it does not trust the
+/// session CA; `bad_certificate`, `certificate_unknown`, …), `eof` (it
+/// closed), or `tls_error` (anything else rustls refused).
+fn handshake_failure(e: &std::io::Error) -> &'static str {
+    use rustls::AlertDescription as A;
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return "eof";
+    }
+    match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::AlertReceived(alert)) => match alert {
+            A::UnknownCA => "unknown_ca",
+            A::BadCertificate => "bad_certificate",
+            A::CertificateUnknown => "certificate_unknown",
+            A::CertificateExpired => "certificate_expired",
+            A::CertificateRevoked => "certificate_revoked",
+            A::UnsupportedCertificate => "unsupported_certificate",
+            A::AccessDenied => "access_denied",
+            A::HandshakeFailure => "handshake_failure",
+            A::ProtocolVersion => "protocol_version",
+            A::NoApplicationProtocol => "no_application_protocol",
+            A::DecryptError => "decrypt_error",
+            A::UserCanceled => "user_canceled",
+            _ => "other_alert",
+        },
+        Some(_) => "tls_error",
+        None => "io_error",
+    }
 }
 
 /// What cut a connection short.
@@ -89,6 +144,9 @@ causes! {
         EndedDuringTls => "ended_during_tls",
         /// `session_ended`: with the connection open.
         SessionClosed => "session_closed",
+        /// `session_ended`: the authority's lease had lapsed (nobody renewed
+        /// it) when the connection came.
+        LeaseExpired => "lease_expired",
         /// Allowed: the session's TLS handshake failed (an untrusting client, say).
         SessionHandshakeFailed => "session_handshake_failed",
         /// Allowed: the session's TLS handshake did not finish in time.
@@ -123,15 +181,24 @@ enum Alert {
 }
 
 /// Serve one client connection and write its record.
+///
+/// The record is on disk before the connection counts as closed: before a
+/// refusal's alert and close reach the client, before the connection's
+/// slot and its session's count of open connections are given back
+/// ([`crate::records::journal`]).
 pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     metrics::gauge!("gateway_connections_open").increment(1.0);
     keep_alive(&client, shared.tcp_keepalive);
-    let mut record = Record::open(Arc::clone(&shared.gateway_id), peer);
+    let mut record = shared.records.open(peer).await;
     let wire = Arc::new(WireBytes::default());
     let mut client = Counted::new(client, Arc::clone(&wire));
+    // Counts the connection on its session until its record is written.
+    let mut live: Option<Live> = None;
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
-    if let Err(refused) = Box::pin(run(shared, &mut client, peer, &mut record)).await {
+    let outcome = Box::pin(run(shared, &mut client, peer, &mut record, &mut live)).await;
+    let mut alert = None;
+    if let Err(refused) = outcome {
         // A session pushing at a bound of its share is recorded and
         // counted; logged at debug, so that a flood does not become one of
         // log lines.
@@ -147,35 +214,45 @@ pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
                 "refused"
             );
         }
-        if let Some(alert) = alert_for(refused.reason) {
-            send_alert(&mut client, alert).await;
-        }
+        alert = alert_for(refused.reason);
         record.refuse(refused);
     }
-    let _ = client.shutdown().await;
     record.bytes_from_session = wire.read.load(Ordering::Relaxed);
-    record.bytes_to_session = wire.written.load(Ordering::Relaxed);
-    metrics::gauge!("gateway_connections_open").decrement(1.0);
+    record.bytes_to_session =
+        wire.written.load(Ordering::Relaxed) + if alert.is_some() { ALERT_LEN as u64 } else { 0 };
     // Boxed too: handing the record over takes a future that holds the
     // record twice, and its room would be kept in every idle connection's
     // task (beside `record` itself) for nothing.
     Box::pin(shared.records.close(record)).await;
+    if let Some(alert) = alert {
+        send_alert(&mut client, alert).await;
+    }
+    let _ = client.shutdown().await;
+    drop(live);
+    metrics::gauge!("gateway_connections_open").decrement(1.0);
 }
 
 type Client = Counted<TcpStream>;
 
-/// The stages, in order. Fills `record` as it learns.
+/// The stages, in order. Fills `record` as it learns; counts the
+/// connection on its session in `live`.
 async fn run(
     shared: &Shared,
     client: &mut Client,
     peer: SocketAddr,
     record: &mut Record,
+    live: &mut Option<Live>,
 ) -> Result<(), Refused> {
-    let session = session_of(&shared.sessions, peer.ip())?;
-    let _live = session.track();
+    let session = Arc::clone(
+        live.insert(session_of(&shared.sessions, peer.ip())?)
+            .session(),
+    );
     record.session_id = Some(Arc::clone(&session.id));
     record.attempt = Some(session.attempt);
     record.tenant = Some(Arc::clone(&session.tenant));
+    if !session.lease.live() {
+        return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
+    }
     // The session's share: counted open, and in its handshake until TLS is up.
     let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;
 
@@ -183,6 +260,9 @@ async fn run(
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
     let destination = destination(shared, &session, &name, record).await?;
     tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
+    // The opening goes on the record with its session and name; it is
+    // written before the first request is read (see `terminate`).
+    let journaled = shared.records.gate(record).await;
     let (conn, tally) = Connection::new(Arc::clone(&shared.gateway_id), session, name, destination);
     let conn = Arc::new(conn);
     let result = Box::pin(terminate(
@@ -192,6 +272,7 @@ async fn run(
         handshake,
         &conn,
         record,
+        journaled,
     ))
     .await;
     drop(conn);
@@ -199,10 +280,11 @@ async fn run(
     result
 }
 
-/// Stage 1: the session is named by the connection's source address.
-fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Arc<Session>, Refused> {
+/// Stage 1: the session is named by the connection's source address; the
+/// connection counts on it from here.
+fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Live, Refused> {
     sessions
-        .by_source(source)
+        .track_by_source(source)
         .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))
 }
 
@@ -298,6 +380,7 @@ async fn terminate(
     handshake: Slot,
     conn: &Arc<Connection>,
     record: &mut Record,
+    journaled: crate::records::journal::Written,
 ) -> Result<(), Refused> {
     // The authority may have ended while the hello was read or the name
     // resolved: no handshake with a dropped CA.
@@ -326,11 +409,16 @@ async fn terminate(
         // rustls has sent its own alert; the record says the session's
         // handshake failed (an untrusting client, say), which is no refusal.
         Ok(Err(e)) => {
-            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, "session TLS handshake failed");
+            let why = handshake_failure(&e);
+            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, cause = why, "session TLS handshake failed");
+            metrics::counter!("gateway_session_handshake_failures_total", "cause" => why)
+                .increment(1);
             record.cause = Some(Cause::SessionHandshakeFailed.as_str());
             return Ok(());
         }
         Err(_) => {
+            metrics::counter!("gateway_session_handshake_failures_total", "cause" => "timeout")
+                .increment(1);
             record.cause = Some(Cause::SessionHandshakeTimeout.as_str());
             return Ok(());
         }
@@ -344,6 +432,10 @@ async fn terminate(
     });
     let h2 = rustls_conn.alpn_protocol() == Some(b"h2");
     record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
+    // No request is read before the connection's opening is written: a
+    // crash from here on leaves it on the record, cut by the crash. The
+    // line went to the writer before the handshake, so this rarely waits.
+    journaled.wait().await;
 
     // The two ends that can interrupt a connection, polled only when one
     // of them fires (`WokenOnly`), not at each of the connection's wake-ups.

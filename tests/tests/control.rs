@@ -178,7 +178,9 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
         &["API_TOKEN"]
     ));
 
-    // Closing again finds nothing; a wrong attempt is refused.
+    // Closing again (a retry whose answer was lost) answers the same
+    // signed report; an open of that attempt again is refused, and so is
+    // a close of an attempt never held; a wrong attempt is refused.
     let again = client
         .close_session(pb::CloseSessionRequest {
             session_id: "sess-c".into(),
@@ -186,8 +188,26 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
             reason: "end".into(),
         })
         .await
-        .expect_err("already closed");
-    assert_eq!(again.code(), Code::NotFound);
+        .expect("a repeated close answers the report again")
+        .into_inner();
+    let again = again.drop_report.expect("drop report");
+    assert_eq!(again.payload, signed.payload);
+    assert_eq!(again.signature, signed.signature);
+    let reopen = client
+        .open_session(open_request("sess-c", 1, SESSION_SOURCE))
+        .await
+        .expect_err("an ended attempt never comes back");
+    assert_eq!(reopen.code(), Code::FailedPrecondition);
+    assert!(reopen.message().starts_with("attempt:"), "{reopen:?}");
+    let never = client
+        .close_session(pb::CloseSessionRequest {
+            session_id: "sess-c".into(),
+            attempt: 7,
+            reason: "end".into(),
+        })
+        .await
+        .expect_err("never held");
+    assert_eq!(never.code(), Code::NotFound);
     client
         .open_session(open_request("sess-d", 2, "127.0.0.5"))
         .await
@@ -202,6 +222,11 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
         .expect_err("wrong attempt");
     assert_eq!(wrong.code(), Code::FailedPrecondition);
     assert!(wrong.message().starts_with("attempt:"), "{wrong:?}");
+    let older = client
+        .open_session(open_request("sess-d", 1, "127.0.0.5"))
+        .await
+        .expect_err("an older attempt does not displace a newer one");
+    assert_eq!(older.code(), Code::FailedPrecondition);
 
     // No log line holds the value.
     assert!(!rig.gateway.log().contains(SECRET));
@@ -234,6 +259,8 @@ async fn a_newer_open_replaces_the_sources_authority() {
     std::fs::write(&ca_path, &second.ca_pem).unwrap();
     let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
     assert_eq!(code, 200);
+    // Attempt 1 was ended by the newer open: a close of it answers that
+    // end's signed report, reason `replaced`.
     let old = client
         .close_session(pb::CloseSessionRequest {
             session_id: "sess-r".into(),
@@ -241,8 +268,13 @@ async fn a_newer_open_replaces_the_sources_authority() {
             reason: "end".into(),
         })
         .await
-        .expect_err("attempt 1 is gone");
-    assert_eq!(old.code(), Code::FailedPrecondition);
+        .expect("attempt 1's end has its report")
+        .into_inner()
+        .drop_report
+        .expect("drop report");
+    let old: talos_certs::DropReport = serde_json::from_slice(&old.payload).expect("a report");
+    assert_eq!(old.reason, talos_certs::DropReason::Replaced);
+    assert_eq!(old.ca_digest, first.ca_digest);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -317,11 +349,44 @@ async fn clients_without_a_control_certificate_cannot_call() {
         "{}",
         rig.gateway.log()
     );
-    // A client with a certificate from the control CA is served.
+    // The other member of the pair has a certificate from the same CA,
+    // with the gateway role: every call is refused PERMISSION_DENIED, so it
+    // can neither open, replace, close nor renew a session here.
+    let mut peer = gateway_client(
+        addr,
+        &rig.pki.ca.cert_pem,
+        Some(rig.pki.peer_gateway_identity()),
+    );
+    let opened = peer
+        .open_session(open_request("sess-peer", 1, SESSION_SOURCE))
+        .await
+        .expect_err("a peer gateway cannot open");
+    assert_eq!(opened.code(), Code::PermissionDenied, "{opened:?}");
+    for status in [
+        peer.describe(pb::DescribeRequest {}).await.map(|_| ()),
+        peer.close_session(pb::CloseSessionRequest {
+            session_id: "sess-peer".into(),
+            attempt: 1,
+            reason: "end".into(),
+        })
+        .await
+        .map(|_| ()),
+        peer.renew_leases(pb::RenewLeasesRequest::default())
+            .await
+            .map(|_| ()),
+    ] {
+        assert_eq!(status.unwrap_err().code(), Code::PermissionDenied);
+    }
+    assert!(
+        rig.gateway.log().contains("not the control plane's"),
+        "{}",
+        rig.gateway.log()
+    );
+    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    assert_eq!(code, 0, "no session was opened");
+    // The control plane's certificate is served.
     rig.client()
         .describe(pb::DescribeRequest {})
         .await
         .expect("describe");
-    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
-    assert_eq!(code, 0, "no session was opened");
 }

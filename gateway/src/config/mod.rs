@@ -79,6 +79,47 @@ pub struct Config {
     /// the static sessions.
     #[serde(default)]
     pub control: Option<Control>,
+    /// The process socket: reloads and upgrades.
+    #[serde(default)]
+    pub process: Process,
+    /// What is logged.
+    #[serde(default)]
+    pub log: Log,
+    /// The file's text, as read: its digest names the config loaded, and
+    /// errors found after parsing (a reload's) point into it.
+    #[serde(skip)]
+    source: String,
+}
+
+/// The process socket (`[process]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    /// A Unix socket (made mode 0600; its directory should be the
+    /// gateway user's alone) where `gateway reload` and `gateway upgrade`
+    /// reach the running process, and where a successor takes over from
+    /// it. Optional: without it SIGHUP still reloads, and upgrades cannot
+    /// be made (SIGUSR2 says so).
+    #[serde(default)]
+    pub socket: Option<Spanned<PathBuf>>,
+}
+
+/// Logging (`[log]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    /// What is logged, as `RUST_LOG` directives (`info`,
+    /// `warn,talos_gateway=debug`, …). Default `info`. `RUST_LOG`, when
+    /// set, wins; a reload applies a changed level at once.
+    #[serde(default)]
+    pub level: Option<Spanned<String>>,
+}
+
+impl Log {
+    /// The directives in force: the config's, or `info`.
+    pub fn directives(&self) -> &str {
+        self.level.as_ref().map_or("info", |l| l.get_ref().as_str())
+    }
 }
 
 /// The control channel (`[control]`): the `Gateway` gRPC service over
@@ -130,6 +171,14 @@ pub struct Control {
     /// 1 GiB; at least 1 MiB.
     #[serde(default = "Control::default_spool_max_bytes")]
     pub spool_max_bytes: u64,
+    /// The lease of every authority the control plane opens, in
+    /// milliseconds: an authority whose lease nobody renews within this
+    /// time is dropped (reason `lease_expired`). Default 60000 (one
+    /// minute); range 1000-3600000. Shorter ends the authority of a member
+    /// cut off from the control plane sooner; longer rides out a longer
+    /// control-plane outage (docs/operators.md, "Leases").
+    #[serde(default = "Control::default_lease_ms")]
+    pub lease_ms: u64,
 }
 
 impl Control {
@@ -138,6 +187,14 @@ impl Control {
     }
     fn default_batch_max_records() -> usize {
         1000
+    }
+    fn default_lease_ms() -> u64 {
+        60_000
+    }
+
+    /// [`Control::lease_ms`] as a duration.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.lease_ms)
     }
     fn default_batch_interval_ms() -> u64 {
         1000
@@ -650,12 +707,138 @@ impl Config {
 
     /// Parse and validate config text; `path` only names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
         })?;
         config.validate(path, text)?;
+        config.source = text.to_owned();
         Ok(config)
+    }
+
+    /// The `[process] socket` a config file names, read leniently: the
+    /// rest of the file may be wrong (`gateway reload` asks the running
+    /// process, which says what is wrong with it).
+    pub fn process_socket(path: &Path) -> Result<Option<PathBuf>, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        Ok(table
+            .get("process")
+            .and_then(|p| p.get("socket"))
+            .and_then(toml::Value::as_str)
+            .map(PathBuf::from))
+    }
+
+    /// The SHA-384 (hex) of the file's text: which config is loaded.
+    pub fn digest(&self) -> String {
+        talos_certs::sha384_hex(self.source.as_bytes())
+    }
+
+    /// The fields only a restart changes, each with its value as text (see
+    /// `docs/operators.md`, "Reload"): listen addresses, the gateway's id,
+    /// the control identity and channel, the record file, the spool and
+    /// its batches, the threads, the process socket.
+    pub fn restart_only(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("gateway_id", self.gateway_id.get_ref().clone()),
+            ("listen.data", self.listen.data.to_string()),
+            ("listen.admin", self.listen.admin.to_string()),
+            ("records.path", self.records.path.display().to_string()),
+            (
+                "runtime.workers",
+                format!("{:?}", self.runtime.workers.as_ref().map(|w| *w.get_ref())),
+            ),
+            (
+                "process.socket",
+                format!("{:?}", self.process.socket.as_ref().map(|s| s.get_ref())),
+            ),
+        ];
+        match &self.control {
+            None => fields.push(("control", "none".into())),
+            Some(c) => fields.extend([
+                ("control.listen", c.listen.get_ref().to_string()),
+                ("control.ca_file", c.ca_file.get_ref().display().to_string()),
+                (
+                    "control.cert_file",
+                    c.cert_file.get_ref().display().to_string(),
+                ),
+                (
+                    "control.key_file",
+                    c.key_file.get_ref().display().to_string(),
+                ),
+                (
+                    "control.signing_key_file",
+                    c.signing_key_file.get_ref().display().to_string(),
+                ),
+                (
+                    "control.plane",
+                    format!("{:?}", c.plane.as_ref().map(|p| *p.get_ref())),
+                ),
+                ("control.plane_name", c.plane_name.clone()),
+                (
+                    "control.spool_dir",
+                    format!("{:?}", c.spool_dir.as_ref().map(|d| d.get_ref())),
+                ),
+                ("control.batch_max_records", c.batch_max_records.to_string()),
+                ("control.batch_interval_ms", c.batch_interval_ms.to_string()),
+                ("control.spool_max_batches", c.spool_max_batches.to_string()),
+                ("control.spool_max_bytes", c.spool_max_bytes.to_string()),
+            ]),
+        }
+        fields
+    }
+
+    /// The first field only a restart changes whose value differs between
+    /// `running` (its fields as [`Config::restart_only`] gave them) and this
+    /// config, as an error naming its line in this file.
+    pub fn check_restart_only(
+        &self,
+        path: &Path,
+        running: &[(&'static str, String)],
+    ) -> Result<(), ConfigError> {
+        let mine = self.restart_only();
+        for (field, was) in running {
+            let now = mine
+                .iter()
+                .find(|(f, _)| f == field)
+                .map(|(_, v)| v.as_str());
+            // `control` (the whole table) is reported under its own name.
+            let differs = match now {
+                Some(now) => now != was,
+                None => true,
+            };
+            if differs {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line: line_of(&self.source, find_field(&self.source, field).start),
+                    field: (*field).to_owned(),
+                    message: format!(
+                        "changes only with a restart or an upgrade (running: {was}; here: {})",
+                        now.unwrap_or("none")
+                    ),
+                });
+            }
+        }
+        if let Some((field, now)) = mine
+            .iter()
+            .find(|(f, _)| !running.iter().any(|(r, _)| r == f))
+        {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                line: line_of(&self.source, find_field(&self.source, field).start),
+                field: (*field).to_owned(),
+                message: format!(
+                    "changes only with a restart or an upgrade (running: none; here: {now})"
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
@@ -673,6 +856,36 @@ impl Config {
                 "gateway_id",
                 format!("{id:?} must be 1-64 letters, digits, '-', '_' or '.'"),
             ));
+        }
+        if let Some(level) = &self.log.level {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level.get_ref()) {
+                return Err(invalid(
+                    level.span(),
+                    "log.level",
+                    format!("{:?} is not a log filter: {e}", level.get_ref()),
+                ));
+            }
+        }
+        if let Some(socket) = &self.process.socket {
+            let p = socket.get_ref();
+            if !p.is_absolute() {
+                return Err(invalid(
+                    socket.span(),
+                    "process.socket",
+                    format!("{} must be an absolute path", p.display()),
+                ));
+            }
+            // sun_path holds 107 bytes and a NUL.
+            if p.as_os_str().len() > 107 {
+                return Err(invalid(
+                    socket.span(),
+                    "process.socket",
+                    format!(
+                        "{} is longer than a Unix socket path may be (107 bytes)",
+                        p.display()
+                    ),
+                ));
+            }
         }
         let l = &self.limits;
         if !(512..=65_536).contains(&l.hello_max_bytes) {
@@ -843,6 +1056,7 @@ impl Config {
                 (c.batch_interval_ms, 10..=60_000, "batch_interval_ms"),
                 (c.spool_max_batches as u64, 1..=1000, "spool_max_batches"),
                 (c.spool_max_bytes, 1 << 20..=u64::MAX, "spool_max_bytes"),
+                (c.lease_ms, 1000..=3_600_000, "lease_ms"),
             ] {
                 if !range.contains(&value) {
                     return Err(invalid(
@@ -1007,6 +1221,40 @@ fn line_of(text: &str, at: usize) -> usize {
         .filter(|&&b| b == b'\n')
         .count()
         + 1
+}
+
+/// Span of the line that sets the dotted `field` (`control.listen`: key
+/// `listen` under the `[control]` table; a bare key: before any table), or
+/// of its table's header when the key is not set there; the start of the
+/// file when neither is.
+fn find_field(text: &str, field: &str) -> std::ops::Range<usize> {
+    let (table, key) = match field.rsplit_once('.') {
+        Some((t, k)) => (t, k),
+        None => ("", field),
+    };
+    let mut offset = 0;
+    let mut current = String::new();
+    let mut header = None;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            current = name.trim_matches(|c| c == '[' || c == ' ').to_owned();
+            if current == table && header.is_none() {
+                header = Some(offset..offset + line.len());
+            }
+        } else if current == table {
+            if let Some(rest) = t.strip_prefix(key) {
+                if rest.trim_start().starts_with('=') {
+                    return offset..offset + line.len();
+                }
+            }
+        }
+        offset += line.len();
+    }
+    if table.is_empty() {
+        return 0..0;
+    }
+    header.unwrap_or(0..0)
 }
 
 /// Span of the first line that sets `key`, for values that carry no span of

@@ -62,6 +62,9 @@ causes! {
         NoDecision => "no_decision",
         /// `approval_declined`: no approval relay to ask.
         NoRelay => "no_relay",
+        /// `session_ended`: the authority's lease had lapsed when the
+        /// request came.
+        LeaseExpired => "lease_expired",
         /// `upstream_failed`: the canonical path would not form a request
         /// (never seen: it is made of the bytes of a path hyper accepted).
         PathNotForwardable => "path_not_forwardable",
@@ -320,7 +323,7 @@ fn check_no_upgrade(req: &Request<Incoming>) -> Result<(), Refused> {
     Ok(())
 }
 
-fn is_grpc(headers: &HeaderMap) -> bool {
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     // application/grpc, application/grpc+proto, …; not grpc-web, which is
     // made for HTTP/1.1.
     headers
@@ -476,7 +479,7 @@ fn rewrite_response(
         body,
         mask,
         plan,
-        conn.session.share.limits().decode,
+        conn.session.share.decode(),
         Arc::clone(conn) as Arc<dyn reply::MaskedReport>,
     )?;
     Ok(Response::from_parts(

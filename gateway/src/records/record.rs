@@ -2,42 +2,25 @@
 //!
 //! A record holds what an auditor needs to see what the session reached and
 //! what was refused — and nothing that could carry a secret: no body, no
-//! header value, no query string. Records are written as JSON lines by one
-//! writer task, which also hands each one to the batch [`Sealer`] when the
-//! gateway ships signed batches to a control plane.
+//! header value, no query string. The journal ([`crate::records::journal`])
+//! writes them, as JSON lines for operators and, when the gateway ships
+//! signed batches to a control plane, to disk for the sealer.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde::Serialize;
-use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
-
-use crate::records::spool::Sealer;
 use crate::refusal::{Refusal, Refused};
-
-/// How many records may wait for the writer before connections closing
-/// wait for it in turn. At ~300 bytes each, 4096 is about 1.2 MiB: enough
-/// to ride out a slow disk for a moment, small enough to bound memory.
-pub const RECORD_QUEUE: usize = 4096;
-
-/// How long the writer, woken by a record, waits for more before writing
-/// them all at once. Each write goes through tokio's blocking pool (a
-/// thread hand-off there and back); at a high connection rate records come
-/// closely spaced, and written one at a time they cost a hand-off each.
-/// The wait only delays when a record reaches the file.
-pub const RECORD_GATHER: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// The most records one write takes.
-const RECORD_BATCH: usize = 1024;
+use serde::Serialize;
 
 /// The outcome of a connection: allowed, or the refusal reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Allowed,
     Refused(Refusal),
+    /// Only in the record of a connection cut by a crash before the gate
+    /// judged it ([`crate::records::journal`]).
+    Undecided,
 }
 
 impl Verdict {
@@ -46,6 +29,7 @@ impl Verdict {
         match self {
             Verdict::Allowed => "allowed",
             Verdict::Refused(r) => r.as_str(),
+            Verdict::Undecided => "undecided",
         }
     }
 }
@@ -61,6 +45,11 @@ impl Serialize for Verdict {
 pub struct Record {
     /// The gateway that served the connection.
     pub gateway_id: Arc<str>,
+    /// The gateway process that served it, and the connection's number
+    /// there: together they name the connection, so a record sealed twice
+    /// after a crash is recognised.
+    pub instance: Arc<str>,
+    pub conn: u64,
     /// The session, when the source address named one.
     pub session_id: Option<Arc<str>>,
     pub attempt: Option<u32>,
@@ -120,10 +109,13 @@ pub struct Record {
 }
 
 impl Record {
-    /// A record for a connection that just arrived.
-    pub fn open(gateway_id: Arc<str>, source: SocketAddr) -> Record {
+    /// A record for connection `conn` of process `instance`, just arrived
+    /// from `source`.
+    pub fn open(gateway_id: Arc<str>, instance: Arc<str>, conn: u64, source: SocketAddr) -> Record {
         Record {
             gateway_id,
+            instance,
+            conn,
             session_id: None,
             attempt: None,
             tenant: None,
@@ -262,6 +254,12 @@ pub struct RequestRecord {
     /// decision, the approver and the times.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::session::approvals::ApprovalRecord>,
+    /// The request was cut before its answer was written (its connection
+    /// ended under it: the session's authority ended, the drain's grace
+    /// ran out, the client went away). It may have reached the
+    /// destination; `status` is 0.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
 }
 
 /// The longest path kept in a request record.
@@ -277,6 +275,7 @@ impl RequestRecord {
             status: 0,
             refusal: None,
             approval: None,
+            cut: false,
         }
     }
 
@@ -304,145 +303,4 @@ fn is_zero(n: &u64) -> bool {
 /// The current time, RFC 3339 UTC with milliseconds.
 pub fn now() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
-
-/// Where records go: a handle connections send their records through.
-#[derive(Clone, Debug)]
-pub struct RecordSink {
-    tx: mpsc::Sender<Record>,
-}
-
-impl RecordSink {
-    /// Open (append, create) the JSON-lines file and start its writer task.
-    pub fn open_file(path: &Path) -> std::io::Result<(RecordSink, RecordWriter)> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        let (tx, rx) = mpsc::channel(RECORD_QUEUE);
-        Ok((
-            RecordSink { tx },
-            RecordWriter {
-                rx,
-                file: tokio::fs::File::from_std(file),
-                path: path.to_owned(),
-                sealer: None,
-            },
-        ))
-    }
-
-    /// Close a record: stamp its end and hand it to the writer. Waits when
-    /// the writer is behind, so records are never dropped.
-    pub async fn close(&self, mut record: Record) {
-        record.closed_at = now();
-        metrics::counter!("gateway_connections_total", "verdict" => record.verdict.as_str())
-            .increment(1);
-        if self.tx.send(record).await.is_err() {
-            tracing::error!("record writer has stopped; a record was lost");
-        }
-    }
-}
-
-/// The task that writes records, one JSON object per line, and seals them
-/// into batches when a [`Sealer`] is set.
-#[derive(Debug)]
-pub struct RecordWriter {
-    rx: mpsc::Receiver<Record>,
-    file: tokio::fs::File,
-    path: PathBuf,
-    sealer: Option<Sealer>,
-}
-
-impl RecordWriter {
-    /// Seal every record into signed batches too.
-    pub fn with_sealer(mut self, sealer: Sealer) -> Self {
-        self.sealer = Some(sealer);
-        self
-    }
-
-    /// Write records until every sink is dropped, then seal what is left.
-    /// Each wake-up waits [`RECORD_GATHER`] for more records, then writes
-    /// all waiting records with one write and one flush. A batch is sealed
-    /// when it has `max_records` records or its first record has waited
-    /// `interval`.
-    pub async fn run(mut self) {
-        let mut batch = Vec::with_capacity(64);
-        let mut buf = Vec::with_capacity(64 * 1024);
-        // When the oldest unsealed record must be sealed at the latest.
-        let mut deadline: Option<tokio::time::Instant> = None;
-        loop {
-            let received = tokio::select! {
-                n = self.rx.recv_many(&mut batch, RECORD_BATCH) => n,
-                () = sleep_until(deadline) => {
-                    deadline = None;
-                    if let Some(sealer) = &mut self.sealer {
-                        sealer.seal().await;
-                        if sealer.pending() > 0 {
-                            // The write failed: try again after a while.
-                            deadline = Some(tokio::time::Instant::now() + sealer.interval);
-                        }
-                    }
-                    continue;
-                }
-            };
-            if received == 0 {
-                break;
-            }
-            if batch.len() < RECORD_BATCH {
-                tokio::time::sleep(RECORD_GATHER).await;
-                while batch.len() < RECORD_BATCH {
-                    match self.rx.try_recv() {
-                        Ok(r) => batch.push(r),
-                        // Empty, or every sink dropped: the next
-                        // `recv_many` says which.
-                        Err(_) => break,
-                    }
-                }
-            }
-            buf.clear();
-            for r in batch.drain(..) {
-                let start = buf.len();
-                // A Record is plain data: serialising it cannot fail.
-                if serde_json::to_writer(&mut buf, &r).is_ok() {
-                    if let Some(sealer) = &mut self.sealer {
-                        sealer.push(buf[start..].to_vec());
-                    }
-                    buf.push(b'\n');
-                }
-            }
-            let written = match self.file.write_all(&buf).await {
-                Ok(()) => self.file.flush().await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
-                tracing::error!(path = %self.path.display(), error = %e, "cannot write records");
-            }
-            if let Some(sealer) = &mut self.sealer {
-                if sealer.pending() >= sealer.max_records {
-                    sealer.seal_full().await;
-                    deadline = None;
-                }
-                if sealer.pending() > 0 && deadline.is_none() {
-                    deadline = Some(tokio::time::Instant::now() + sealer.interval);
-                }
-            }
-        }
-        if let Some(sealer) = &mut self.sealer {
-            sealer.seal().await;
-            if sealer.pending() > 0 {
-                tracing::error!(
-                    records = sealer.pending(),
-                    "records could not be sealed before exit; they are in the record file only"
-                );
-            }
-        }
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
 }

@@ -1,8 +1,8 @@
 //! Signed batches of records, kept on disk until the control plane has
 //! them.
 //!
-//! The record writer ([`crate::records::record`]) hands every record it writes to a
-//! [`Sealer`] too. The sealer signs them in batches (talos-certs
+//! The journal ([`crate::records::journal`]) hands each of its segments to
+//! the [`Sealer`], which signs its entries as one batch (talos-certs
 //! `BatchWriter`: gateway id, sequence number, digest of the previous
 //! batch, the records, the gateway's Ed25519 signature) and puts each batch
 //! in the [`Spool`], a directory with one file per batch. The
@@ -47,20 +47,72 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use talos_certs::{BatchWriter, GatewayKey, Signed};
+
+use crate::records::journal::{mark_sealing, Segment};
 use tokio::sync::{watch, Notify};
 
 /// The chain position file in the spool directory.
 const CHAIN_FILE: &str = "chain.json";
 /// The extension of a batch file.
-const BATCH_EXT: &str = "batch";
+pub(crate) const BATCH_EXT: &str = "batch";
+/// The lock file: one process at a time uses a spool.
+const LOCK_FILE: &str = "lock";
+
+/// An exclusive lock on a spool directory (`flock` on `<dir>/lock`), held
+/// while a gateway process (or a repair) uses it: two writers would fork
+/// the chain. Released when dropped, or when the process dies.
+#[derive(Debug)]
+pub struct SpoolLock {
+    _file: std::fs::File,
+}
+
+impl SpoolLock {
+    /// Take the lock, or fail at once naming the directory.
+    pub fn take(dir: &Path) -> Result<SpoolLock, SpoolError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |e| SpoolError::Busy {
+                path: dir.to_owned(),
+                reason: e.to_string(),
+            },
+        )?;
+        Ok(SpoolLock { _file: file })
+    }
+}
+
+/// The chain position recorded in `dir` (`chain.json`), or the genesis.
+pub fn read_position(dir: &Path) -> Result<ChainPosition, SpoolError> {
+    match std::fs::read(dir.join(CHAIN_FILE)) {
+        Ok(bytes) => {
+            serde_json::from_slice::<ChainPosition>(&bytes).map_err(|e| SpoolError::Corrupt {
+                path: dir.join(CHAIN_FILE),
+                reason: format!("not a chain position: {e}"),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ChainPosition::genesis()),
+        Err(e) => Err(io_err(&dir.join(CHAIN_FILE), e)),
+    }
+}
 
 /// Why the spool could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
     #[error("spool {path}: {reason}")]
     Io { path: PathBuf, reason: String },
-    #[error("spool {path}: {reason}")]
+    #[error("spool {path}: {reason} (`gateway spool verify` says what, `gateway spool set-aside` sets a bad batch aside as a signed gap)")]
     Corrupt { path: PathBuf, reason: String },
+    #[error(
+        "spool {path} is in use by another process ({reason}): a running gateway, or a repair"
+    )]
+    Busy { path: PathBuf, reason: String },
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> SpoolError {
@@ -117,6 +169,7 @@ struct Inner {
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
+    _lock: SpoolLock,
     limits: SpoolLimits,
     inner: Mutex<Inner>,
     /// Wakes the shipper when a batch arrives.
@@ -144,16 +197,8 @@ impl Spool {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| io_err(dir, e))?;
         }
-        let mut position = match std::fs::read(dir.join(CHAIN_FILE)) {
-            Ok(bytes) => serde_json::from_slice::<ChainPosition>(&bytes).map_err(|e| {
-                SpoolError::Corrupt {
-                    path: dir.join(CHAIN_FILE),
-                    reason: format!("not a chain position: {e}"),
-                }
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ChainPosition::genesis(),
-            Err(e) => return Err(io_err(&dir.join(CHAIN_FILE), e)),
-        };
+        let lock = SpoolLock::take(dir)?;
+        let mut position = read_position(dir)?;
         let mut entries = Vec::new();
         for item in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
             let item = item.map_err(|e| io_err(dir, e))?;
@@ -225,6 +270,7 @@ impl Spool {
         let bytes = entries.iter().map(|e| e.bytes).sum();
         let spool = Spool {
             dir: dir.to_owned(),
+            _lock: lock,
             limits,
             inner: Mutex::new(Inner {
                 entries: entries.into(),
@@ -378,7 +424,7 @@ impl Spool {
 }
 
 /// Write `body` to `path` through a synced temporary file and a rename.
-fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -447,6 +493,58 @@ impl Sealer {
     /// Add one record (one JSON object, no newline).
     pub fn push(&mut self, record: Vec<u8>) {
         self.pending.push(record);
+    }
+
+    /// Seal the journal's segments as they come, until the journal stops.
+    pub async fn run(mut self, mut segments: tokio::sync::mpsc::Receiver<Segment>) {
+        while let Some(segment) = segments.recv().await {
+            self.seal_segment(segment).await;
+        }
+    }
+
+    /// Seal one segment: mark it with the last sequence number its entries
+    /// become (synced), seal them (one batch unless recovery made it
+    /// larger than `max_records`), spool, then delete the segment. A
+    /// failure is retried every `interval`: the spool then fails closed
+    /// ([`Spool::full`]) and nothing is forgotten.
+    pub async fn seal_segment(&mut self, segment: Segment) {
+        let batches = segment.entries.len().div_ceil(self.max_records.max(1)) as u64;
+        if batches == 0 {
+            let _ = std::fs::remove_file(&segment.path);
+            return;
+        }
+        let last = self
+            .writer
+            .as_ref()
+            .map_or(0, |w| w.next_seq() + batches - 1);
+        loop {
+            let path = segment.path.clone();
+            let marked = tokio::task::spawn_blocking(move || mark_sealing(&path, last)).await;
+            match marked {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => {
+                    tracing::error!(path = %segment.path.display(), error = %e, "cannot mark a journal segment");
+                    metrics::counter!("gateway_batch_write_errors_total").increment(1);
+                    tokio::time::sleep(self.interval).await;
+                }
+                Err(_) => return,
+            }
+        }
+        self.pending.extend(segment.entries);
+        loop {
+            self.seal().await;
+            if self.pending.is_empty() {
+                break;
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+        let path = segment.path;
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot delete a sealed journal segment; the next start drops it");
+            }
+        })
+        .await;
     }
 
     /// Records waiting for the next batch.

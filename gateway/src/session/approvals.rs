@@ -24,7 +24,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use talos_certs::{Decision, Proposal, ProposalKind, Signed, Verdict};
@@ -107,6 +107,17 @@ struct Pending {
 #[derive(Clone, Debug)]
 pub struct Proposer {
     tx: mpsc::UnboundedSender<(Proposal, String, String)>,
+    /// Told of every first use approved, once this process has handed its
+    /// authorities to a successor (which must count them too).
+    first_uses: Arc<Mutex<Option<mpsc::UnboundedSender<FirstUse>>>>,
+}
+
+/// A `first_use` rule's first use approved under one authority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FirstUse {
+    pub session_id: String,
+    pub attempt: u32,
+    pub rule: String,
 }
 
 impl Proposer {
@@ -116,11 +127,33 @@ impl Proposer {
         mpsc::UnboundedReceiver<(Proposal, String, String)>,
     ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Proposer { tx }, rx)
+        (
+            Proposer {
+                tx,
+                first_uses: Arc::default(),
+            },
+            rx,
+        )
     }
 
     fn send(&self, p: Proposal, sentence: String, digest: String) -> bool {
         self.tx.send((p, sentence, digest)).is_ok()
+    }
+
+    /// From now on, tell `to` of every first use approved.
+    pub fn report_first_uses(&self, to: mpsc::UnboundedSender<FirstUse>) {
+        *self.first_uses.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+    }
+
+    fn first_use(&self, session_id: &str, attempt: u32, rule: &str) {
+        let to = self.first_uses.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(to) = to.as_ref() {
+            let _ = to.send(FirstUse {
+                session_id: session_id.to_owned(),
+                attempt,
+                rule: rule.to_owned(),
+            });
+        }
     }
 }
 
@@ -199,6 +232,37 @@ impl Approvals {
             r.matches(ask.destination, ask.method, ask.path, &ask.attachments)
                 && !(r.mode == Mode::FirstUse && done.contains(&r.id))
         })
+    }
+
+    /// The approval relay's public key, if the authority has one.
+    pub fn relay_key(&self) -> Option<[u8; 32]> {
+        self.relay_key
+    }
+
+    /// The rules whose first use was approved under this authority, sorted.
+    pub fn first_uses(&self) -> Vec<String> {
+        let done = self
+            .first_use_done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut rules: Vec<String> = done.iter().cloned().collect();
+        rules.sort();
+        rules
+    }
+
+    /// Count `rule`'s first use as approved (one approved under this
+    /// authority in the process that handed it over).
+    pub fn mark_first_use(&self, rule: &str) {
+        if self
+            .rules
+            .iter()
+            .any(|r| r.id == rule && r.mode == Mode::FirstUse)
+        {
+            self.first_use_done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rule.to_owned());
+        }
     }
 
     /// Whether a hold sends a proposal: a relay key and a way to the relay.
@@ -317,6 +381,9 @@ impl Approvals {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(rule.id.clone());
+                if let Some(p) = &self.proposer {
+                    p.first_use(ask.session_id, ask.attempt, &rule.id);
+                }
             }
         }
         metrics::counter!("gateway_approvals_total", "outcome" => outcome.as_str()).increment(1);

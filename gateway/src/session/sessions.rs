@@ -6,8 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use talos_certs::{CaParams, LeafCache, SessionCa};
 
@@ -18,10 +18,12 @@ use crate::gate::name::Name;
 use crate::secrets::mask::MaskSet;
 use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
 use crate::session::approvals::{Approvals, LockRule, Proposer};
+use crate::session::lease::Lease;
 use crate::session::share::{self, Share};
-use crate::session::upstream::Pool;
+use crate::session::upstream::{Dialing, Pool};
 use crate::tls;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::{TaskTracker, TaskTrackerToken};
 
 /// What the gateway knows of one session's current authority: its names,
 /// its CA and leaves, its TLS configs and its upstream connections. All of
@@ -47,25 +49,33 @@ pub struct Session {
     /// Every attached value and its encodings, for masking replies; none
     /// when the session has no attachments.
     pub mask: Option<Arc<MaskSet>>,
-    /// Fires when the session's authority ends (a close, or a newer
-    /// authority for its sources): every open connection of the session is
-    /// cut `session_ended`.
     /// The Lock: rules, held requests, decisions.
     pub approvals: Approvals,
+    /// Fires when the session's authority ends (a close, a lapse, or a
+    /// newer authority for its sources): every open connection of the
+    /// session is cut `session_ended`.
     pub ended: CancellationToken,
+    /// Until when the authority may be used ([`crate::session::lease`]).
+    pub lease: Lease,
+    /// Connections of this session open now (see [`Session::track`]):
+    /// one token each, held until the connection's record is on disk.
+    live: TaskTracker,
     /// The session's share of the gateway: its bounds, counted.
     pub share: Arc<Share>,
-    /// Connections of this session open now (see [`Session::track`]).
-    live: AtomicU32,
 }
 
-/// Counts one open connection of a session until dropped.
+/// Counts one open connection of a session until dropped; holds the
+/// session.
 #[derive(Debug)]
-pub struct Live(Arc<Session>);
+pub struct Live {
+    _token: TaskTrackerToken,
+    session: Arc<Session>,
+}
 
-impl Drop for Live {
-    fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::Relaxed);
+impl Live {
+    /// The session counted.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
     }
 }
 
@@ -87,16 +97,30 @@ pub enum RemoveError {
     OtherAttempt { open: u32 },
 }
 
-/// What every session is opened with: its TLS toward destinations, and
-/// the bounds of its share.
+/// What every session is opened with: how its upstream connections are
+/// made, and the bounds of its share. A reload changes both for every
+/// session ([`Session::retune`]).
 #[derive(Debug, Clone)]
 pub struct UpstreamSettings {
-    pub port: u16,
-    pub connect_timeout: std::time::Duration,
-    /// Public roots plus the configured extra anchors.
-    pub tls: Arc<rustls::ClientConfig>,
+    /// TLS toward destinations (public roots plus the configured extra
+    /// anchors), the port, the connect timeout.
+    pub dialing: Arc<Dialing>,
     /// Every session's bounds ([`Share`]).
     pub share: share::Limits,
+}
+
+impl UpstreamSettings {
+    pub fn new(
+        tls: Arc<rustls::ClientConfig>,
+        port: u16,
+        connect_timeout: Duration,
+        share: share::Limits,
+    ) -> UpstreamSettings {
+        UpstreamSettings {
+            dialing: Arc::new(Dialing::new(tls, port, connect_timeout)),
+            share,
+        }
+    }
 }
 
 /// The identity of a session's authority.
@@ -131,6 +155,7 @@ impl Session {
         gateway_id: &str,
         upstream: &UpstreamSettings,
         proposer: Option<&Proposer>,
+        lease: Lease,
     ) -> Result<Session, OpenError> {
         let names: Vec<String> = spec
             .allowlist
@@ -138,7 +163,24 @@ impl Session {
             .map(|n| n.as_str().to_owned())
             .collect();
         let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
-        let leaves = Arc::new(LeafCache::new(ca));
+        Session::with_ca(
+            spec,
+            Arc::new(LeafCache::new(ca)),
+            upstream,
+            proposer,
+            lease,
+        )
+    }
+
+    /// A session's authority around a CA made already: by
+    /// [`Session::open`], or in the process that handed it over.
+    pub fn with_ca(
+        spec: SessionSpec,
+        leaves: Arc<LeafCache>,
+        upstream: &UpstreamSettings,
+        proposer: Option<&Proposer>,
+        lease: Lease,
+    ) -> Result<Session, OpenError> {
         let resolver = tls::LeafResolver::new(Arc::clone(&leaves));
         let mask = if spec.attachments.is_empty() {
             None
@@ -156,30 +198,41 @@ impl Session {
             attempt: spec.attempt,
             allowlist: spec.allowlist.into_iter().collect(),
             tls: tls::server_config(Arc::new(resolver)),
-            pool: Pool::new(
-                Arc::clone(&upstream.tls),
-                upstream.port,
-                upstream.connect_timeout,
-            ),
+            pool: Pool::new(Arc::clone(&upstream.dialing)),
             attachments: spec.attachments,
             approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned()),
             mask,
             leaves,
             ended: CancellationToken::new(),
+            lease,
+            live: TaskTracker::new(),
             share: Arc::new(Share::new(upstream.share)),
-            live: AtomicU32::new(0),
         })
     }
 
     /// Count a connection as open on this session until the guard drops.
     pub fn track(self: &Arc<Session>) -> Live {
-        self.live.fetch_add(1, Ordering::Relaxed);
-        Live(Arc::clone(self))
+        Live {
+            _token: self.live.token(),
+            session: Arc::clone(self),
+        }
     }
 
     /// How many connections of this session are open now.
     pub fn live_connections(&self) -> u32 {
-        self.live.load(Ordering::Relaxed)
+        u32::try_from(self.live.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Apply a reload's settings: new upstream connections are made as
+    /// `upstream` says, and the share's bounds are its bounds.
+    pub fn retune(&self, upstream: &UpstreamSettings) {
+        self.pool.redial(Arc::clone(&upstream.dialing));
+        self.share.set_limits(&upstream.share);
+    }
+
+    /// Whether the authority may be used now: not ended, lease not lapsed.
+    pub fn usable(&self) -> bool {
+        !self.ended.is_cancelled() && self.lease.live()
     }
 
     /// End the session's authority for its open connections: each is cut
@@ -188,8 +241,16 @@ impl Session {
     /// before this is called, and each connection's goes as it closes.
     pub fn end(&self) -> u32 {
         let open = self.live_connections();
+        self.live.close();
         self.ended.cancel();
         open
+    }
+
+    /// Wait, at most `bound`, until every connection counted by
+    /// [`Session::track`] is gone (after [`Session::end`]: their records
+    /// are then on disk). Returns whether they all went in time.
+    pub async fn connections_done(&self, bound: Duration) -> bool {
+        tokio::time::timeout(bound, self.live.wait()).await.is_ok()
     }
 
     /// End the authority as [`end`](Session::end) does, and withdraw every
@@ -269,24 +330,55 @@ impl SessionSpec {
     }
 }
 
-/// Every open session, by source address.
+/// Every open session, by source address and by id.
 ///
 /// Reads (one per connection) far outnumber writes (one per session event),
-/// so a read-write lock over a map is enough; the lock is never held across
-/// an await.
+/// so a read-write lock over two maps is enough; the lock is never held
+/// across an await.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    // invariant: keys are canonical (IPv4-mapped IPv6 stored as IPv4).
-    by_source: RwLock<HashMap<IpAddr, Arc<Session>>>,
+    table: RwLock<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    // invariant: keys are canonical (IPv4-mapped IPv6 stored as IPv4), and
+    // a session is in `by_source` under some source exactly when it is in
+    // `by_id` under its id: every change below keeps both.
+    by_source: HashMap<IpAddr, Arc<Session>>,
+    by_id: HashMap<Arc<str>, Arc<Session>>,
+}
+
+impl Table {
+    /// Take `gone` out of both maps.
+    fn remove(&mut self, gone: &[Arc<Session>]) {
+        let ptrs: HashSet<*const Session> = gone.iter().map(Arc::as_ptr).collect();
+        self.by_source
+            .retain(|_, s| !ptrs.contains(&Arc::as_ptr(s)));
+        for g in gone {
+            if self.by_id.get(&g.id).is_some_and(|s| Arc::ptr_eq(s, g)) {
+                self.by_id.remove(&g.id);
+            }
+        }
+    }
 }
 
 impl Sessions {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.table.write().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Map each of `sources` to `session`, replacing whatever was there.
     pub fn insert(&self, sources: &[IpAddr], session: Arc<Session>) {
-        let mut map = self.by_source.write().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.write();
         for ip in sources {
-            map.insert(canonical_ip(*ip), Arc::clone(&session));
+            t.by_source.insert(canonical_ip(*ip), Arc::clone(&session));
         }
+        t.by_id.insert(Arc::clone(&session.id), session);
     }
 
     /// Map each of `sources` to `session`, first removing every authority
@@ -295,71 +387,105 @@ impl Sessions {
     /// close). A displaced session loses all of its sources, not only the
     /// ones taken over. Returns the displaced sessions, once each.
     pub fn replace(&self, sources: &[IpAddr], session: Arc<Session>) -> Vec<Arc<Session>> {
-        let mut map = self.by_source.write().unwrap_or_else(|p| p.into_inner());
-        let mut displaced: Vec<Arc<Session>> = Vec::new();
-        for old in map.values() {
-            let hit = old.id == session.id
-                || sources.iter().any(|ip| {
-                    map.get(&canonical_ip(*ip))
-                        .is_some_and(|s| Arc::ptr_eq(s, old))
-                });
-            if hit && !displaced.iter().any(|d| Arc::ptr_eq(d, old)) {
-                displaced.push(Arc::clone(old));
-            }
-        }
-        map.retain(|_, s| !displaced.iter().any(|d| Arc::ptr_eq(d, s)));
+        let mut t = self.write();
+        let by_source = sources
+            .iter()
+            .filter_map(|ip| t.by_source.get(&canonical_ip(*ip)));
+        let displaced = distinct(by_source.chain(t.by_id.get(&session.id)));
+        t.remove(&displaced);
         for ip in sources {
-            map.insert(canonical_ip(*ip), Arc::clone(&session));
+            t.by_source.insert(canonical_ip(*ip), Arc::clone(&session));
         }
+        t.by_id.insert(Arc::clone(&session.id), session);
         displaced
     }
 
     /// Remove session `id`, attempt `attempt`, from every source it holds.
-    ///
-    /// # Limits
-    ///
-    /// Walks the whole table: session events are rare next to connections,
-    /// which look sessions up by source.
     pub fn remove(&self, id: &str, attempt: u32) -> Result<Arc<Session>, RemoveError> {
-        let mut map = self.by_source.write().unwrap_or_else(|p| p.into_inner());
-        let found = map
-            .values()
-            .find(|s| &*s.id == id)
-            .cloned()
-            .ok_or(RemoveError::NotOpen)?;
+        let mut t = self.write();
+        let found = t.by_id.get(id).cloned().ok_or(RemoveError::NotOpen)?;
         if found.attempt != attempt {
             return Err(RemoveError::OtherAttempt {
                 open: found.attempt,
             });
         }
-        map.retain(|_, s| !Arc::ptr_eq(s, &found));
+        t.remove(std::slice::from_ref(&found));
         Ok(found)
+    }
+
+    /// The open session with id `id`, if any.
+    pub fn find(&self, id: &str) -> Option<Arc<Session>> {
+        self.read().by_id.get(id).cloned()
+    }
+
+    /// Remove every session whose lease has lapsed; returns them, once
+    /// each.
+    pub fn remove_lapsed(&self) -> Vec<Arc<Session>> {
+        // Most looks find nothing: under the read lock only.
+        if self.read().by_id.values().all(|s| s.lease.live()) {
+            return Vec::new();
+        }
+        let mut t = self.write();
+        let lapsed: Vec<Arc<Session>> = t
+            .by_id
+            .values()
+            .filter(|s| !s.lease.live())
+            .cloned()
+            .collect();
+        t.remove(&lapsed);
+        lapsed
+    }
+
+    /// Remove every session; returns them, once each.
+    pub fn remove_all(&self) -> Vec<Arc<Session>> {
+        let mut t = self.write();
+        t.by_source.clear();
+        t.by_id.drain().map(|(_, s)| s).collect()
+    }
+
+    /// The session whose source address is `ip`, with the connection
+    /// counted on it ([`Session::track`]). The count is taken under the
+    /// table's lock, so a session found here has not been removed yet, and
+    /// an end (which removes it first, then waits for its connections)
+    /// waits for this one too: no connection of an ended authority can be
+    /// recorded after its drop report.
+    pub fn track_by_source(&self, ip: IpAddr) -> Option<Live> {
+        self.read()
+            .by_source
+            .get(&canonical_ip(ip))
+            .map(Session::track)
     }
 
     /// The session whose source address is `ip`.
     pub fn by_source(&self, ip: IpAddr) -> Option<Arc<Session>> {
-        let map = self.by_source.read().unwrap_or_else(|p| p.into_inner());
-        map.get(&canonical_ip(ip)).cloned()
+        self.read().by_source.get(&canonical_ip(ip)).cloned()
     }
 
-    /// Every distinct open session.
-    pub fn all(&self) -> Vec<Arc<Session>> {
-        let map = self.by_source.read().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<Arc<Session>> = Vec::new();
-        for s in map.values() {
-            if !out.iter().any(|o| Arc::ptr_eq(o, s)) {
-                out.push(Arc::clone(s));
-            }
+    /// Every open session with the sources it holds, once each.
+    pub fn snapshot(&self) -> Vec<(Arc<Session>, Vec<IpAddr>)> {
+        let t = self.read();
+        let mut sources: HashMap<*const Session, Vec<IpAddr>> = HashMap::new();
+        for (ip, s) in &t.by_source {
+            sources.entry(Arc::as_ptr(s)).or_default().push(*ip);
         }
-        out
+        t.by_id
+            .values()
+            .map(|s| {
+                let mut ips = sources.remove(&Arc::as_ptr(s)).unwrap_or_default();
+                ips.sort();
+                (Arc::clone(s), ips)
+            })
+            .collect()
+    }
+
+    /// Every open session, once each.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.read().by_id.values().cloned().collect()
     }
 
     /// How many source addresses are mapped.
     pub fn len(&self) -> usize {
-        self.by_source
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        self.read().by_source.len()
     }
 
     /// Whether no session is open.
@@ -368,17 +494,26 @@ impl Sessions {
     }
 }
 
+/// Each session of `sessions` once, in first-seen order.
+fn distinct<'a>(sessions: impl Iterator<Item = &'a Arc<Session>>) -> Vec<Arc<Session>> {
+    let mut seen: HashSet<*const Session> = HashSet::new();
+    sessions
+        .filter(|s| seen.insert(Arc::as_ptr(s)))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn session(id: &str, attempt: u32) -> Arc<Session> {
-        let upstream = UpstreamSettings {
-            port: 443,
-            connect_timeout: std::time::Duration::from_secs(1),
-            tls: tls::client_config(&[]),
-            share: Default::default(),
-        };
+        let upstream = UpstreamSettings::new(
+            tls::client_config(&[]),
+            443,
+            std::time::Duration::from_secs(1),
+            Default::default(),
+        );
         let spec = SessionSpec {
             id: id.into(),
             tenant: "acme".into(),
@@ -388,7 +523,8 @@ mod tests {
             lock: Vec::new(),
             relay_key: None,
         };
-        Arc::new(Session::open(spec, "gw-a", &upstream, None).unwrap())
+        let lease = Lease::none(crate::session::lease::boot_clock());
+        Arc::new(Session::open(spec, "gw-a", &upstream, None, lease).unwrap())
     }
 
     fn ip(s: &str) -> IpAddr {

@@ -28,7 +28,7 @@
 //! and cheap for the gateway. No bound queues: a queue would be one more
 //! thing a session could fill.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -136,7 +136,12 @@ pub enum Held {
 /// One session's counts against its [`Limits`].
 #[derive(Debug)]
 pub struct Share {
-    limits: Limits,
+    // Each bound is read on its own (a reload may change them while
+    // connections count against them; a count above a lowered bound only
+    // refuses until it falls back under).
+    bounds: Bounds4,
+    decode_bytes: AtomicU64,
+    decode_ratio: AtomicU64,
     connections: AtomicU32,
     handshakes: AtomicU32,
     held_requests: AtomicU32,
@@ -145,6 +150,42 @@ pub struct Share {
 }
 
 /// A token bucket of cards: `tokens` as of `at`.
+/// The counted bounds of [`Limits`], each its own word.
+#[derive(Debug)]
+struct Bounds4 {
+    connections: AtomicU32,
+    handshakes: AtomicU32,
+    held_requests: AtomicU32,
+    pending_proposals: AtomicU32,
+    proposals_per_minute: AtomicU32,
+    proposal_burst: AtomicU32,
+}
+
+impl Bounds4 {
+    fn new(l: &Limits) -> Bounds4 {
+        Bounds4 {
+            connections: AtomicU32::new(l.connections),
+            handshakes: AtomicU32::new(l.handshakes),
+            held_requests: AtomicU32::new(l.held_requests),
+            pending_proposals: AtomicU32::new(l.pending_proposals),
+            proposals_per_minute: AtomicU32::new(l.proposals_per_minute),
+            proposal_burst: AtomicU32::new(l.proposal_burst),
+        }
+    }
+
+    fn set(&self, l: &Limits) {
+        self.connections.store(l.connections, Ordering::Relaxed);
+        self.handshakes.store(l.handshakes, Ordering::Relaxed);
+        self.held_requests.store(l.held_requests, Ordering::Relaxed);
+        self.pending_proposals
+            .store(l.pending_proposals, Ordering::Relaxed);
+        self.proposals_per_minute
+            .store(l.proposals_per_minute, Ordering::Relaxed);
+        self.proposal_burst
+            .store(l.proposal_burst, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
@@ -175,7 +216,9 @@ impl Share {
                 tokens: f64::from(limits.proposal_burst),
                 at: Instant::now(),
             }),
-            limits,
+            bounds: Bounds4::new(&limits),
+            decode_bytes: AtomicU64::new(limits.decode.max_bytes),
+            decode_ratio: AtomicU64::new(limits.decode.max_ratio),
             connections: AtomicU32::new(0),
             handshakes: AtomicU32::new(0),
             held_requests: AtomicU32::new(0),
@@ -184,8 +227,36 @@ impl Share {
     }
 
     /// The bounds.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    pub fn limits(&self) -> Limits {
+        let b = &self.bounds;
+        let get = |a: &AtomicU32| a.load(Ordering::Relaxed);
+        Limits {
+            connections: get(&b.connections),
+            handshakes: get(&b.handshakes),
+            held_requests: get(&b.held_requests),
+            pending_proposals: get(&b.pending_proposals),
+            proposals_per_minute: get(&b.proposals_per_minute),
+            proposal_burst: get(&b.proposal_burst),
+            decode: self.decode(),
+        }
+    }
+
+    /// How far one reply may be decoded.
+    pub fn decode(&self) -> Bounds {
+        Bounds {
+            max_bytes: self.decode_bytes.load(Ordering::Relaxed),
+            max_ratio: self.decode_ratio.load(Ordering::Relaxed),
+        }
+    }
+
+    /// New bounds (a reload): counts stay; what they allow changes from
+    /// the next connection, hold or reply.
+    pub fn set_limits(&self, limits: &Limits) {
+        self.bounds.set(limits);
+        self.decode_bytes
+            .store(limits.decode.max_bytes, Ordering::Relaxed);
+        self.decode_ratio
+            .store(limits.decode.max_ratio, Ordering::Relaxed);
     }
 
     /// How many are counted against `bound` now.
@@ -204,11 +275,12 @@ impl Share {
 
     fn limit(&self, bound: Bound) -> u32 {
         match bound {
-            Bound::Connections => self.limits.connections,
-            Bound::Handshakes => self.limits.handshakes,
-            Bound::HeldRequests => self.limits.held_requests,
-            Bound::PendingProposals | Bound::ProposalRate => self.limits.pending_proposals,
+            Bound::Connections => &self.bounds.connections,
+            Bound::Handshakes => &self.bounds.handshakes,
+            Bound::HeldRequests => &self.bounds.held_requests,
+            Bound::PendingProposals | Bound::ProposalRate => &self.bounds.pending_proposals,
         }
+        .load(Ordering::Relaxed)
     }
 
     /// Count one against `bound` if that stays within it.
@@ -247,8 +319,8 @@ impl Share {
 
     /// Take one card from the bucket, or say when one will be there.
     fn card(&self) -> Result<(), AtBound> {
-        let per_second = f64::from(self.limits.proposals_per_minute) / 60.0;
-        let burst = f64::from(self.limits.proposal_burst.max(1));
+        let per_second = f64::from(self.bounds.proposals_per_minute.load(Ordering::Relaxed)) / 60.0;
+        let burst = f64::from(self.bounds.proposal_burst.load(Ordering::Relaxed).max(1));
         let mut bucket = self.cards.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
