@@ -855,9 +855,13 @@ async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
         "dst {SESSION_SOURCE} and sport = :{}",
         rig.gateway.data.port()
     );
-    let ss = run_bounded("ss", &["-tnoH", "state", "established", &filter], None, 10);
-    let ss = String::from_utf8_lossy(&ss.stdout);
-    assert!(ss.contains("timer:(keepalive"), "{ss}");
+    // (ss shows one timer: a retransmission's while bytes are unacknowledged.)
+    wait::until_async("the keep-alive timer on the gateway's side", || {
+        let ss = run_bounded("ss", &["-tnoH", "state", "established", &filter], None, 10);
+        let ss = String::from_utf8_lossy(&ss.stdout).into_owned();
+        wait::check(ss, |ss| ss.contains("timer:(keepalive"))
+    })
+    .await;
     let req = hyper::Request::builder()
         .uri(format!("https://{H2}/hello"))
         .body(http::empty())
