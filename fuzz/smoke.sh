@@ -22,10 +22,12 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
 fi
 
-# Seeds: the real captured hellos (fuzz/corpus/ is not committed).
-seed_dir() {
+# Seeds (fuzz/corpus/ is not committed): the real captured hellos, and a
+# few inputs of each other target's own format in fuzz/seeds/TARGET/.
+seed_files() {
     case "$1" in
-    client_hello) echo "$here/../gateway/testdata/hellos" ;;
+    client_hello) echo "$here/../gateway/testdata/hellos"/*.bin ;;
+    *) if [ -d "$here/seeds/$1" ]; then echo "$here/seeds/$1"/*; fi ;;
     esac
 }
 
@@ -33,9 +35,10 @@ status=0
 for target in $(cargo fuzz list); do
     corpus="$here/corpus/$target"
     mkdir -p "$corpus"
-    seeds="$(seed_dir "$target")"
+    seeds="$(seed_files "$target")"
     if [ -n "$seeds" ]; then
-        cp "$seeds"/*.bin "$corpus/"
+        # shellcheck disable=SC2086 # a list of paths without spaces
+        cp $seeds "$corpus/"
     fi
     echo "smoke.sh: fuzzing $target for ${seconds}s" >&2
     if ! cargo fuzz run --sanitizer none "$target" "$corpus" -- \

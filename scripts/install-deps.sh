@@ -10,8 +10,9 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 command -v timeout >/dev/null || need+=(coreutils)
 command -v kill >/dev/null || need+=(procps)
-# ss shows a listener's accept queue (the fault tests); jq runs the
-# signature checks docs/records.md gives reviewers.
+# ss shows a listener's accept queue (the fault tests) and the gateway's
+# TCP keep-alive timers (the adversarial tests); jq runs the signature
+# checks docs/records.md gives reviewers.
 command -v ss >/dev/null || need+=(iproute2)
 command -v jq >/dev/null || need+=(jq)
 # h2load drives many HTTP/2 streams through the gateway in the client tests.

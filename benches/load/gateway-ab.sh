@@ -10,6 +10,9 @@
 #
 #   GW_A=/tmp/gateway.before GW_B=target/release/gateway benches/load/gateway-ab.sh
 #   ROUNDS=6 DUR=5 WORKLOADS="h1 h2 mib newconn" WORKERS=1 ...   (the defaults)
+#   MASKED=1 ...   the session has four credentials: every request carries
+#                  them and every reply is masked (the path a change to
+#                  injection or the reply filter costs on)
 #
 # Workloads (as in benches/compare, with h2load for both protocols):
 #   h1      HTTP/1.1 keep-alive, 1 KiB replies: h2load --h1 -c32 -m1
@@ -43,11 +46,13 @@ dns=$(field "$w/peers.out" dns); origin=$(field "$w/peers.out" origin)
 name=origin.demo.test
 small_path=$BENCH_SMALL_PATH # the 1 KiB reply (benches/lib.sh)
 declare -A pid port
+masked=()
+[ "${MASKED:-0}" = 1 ] && masked=(masked="$w")
 for t in A B; do
   gw=GW_$t
   bench_gateway_toml file="$w/gw$t.toml" id="gw-ab-$t" session=sbx-ab name="$name" \
     dns="$dns" port="${origin##*:}" work="$w" records="$w/records$t.jsonl" trust="$w/ca$t.pem" \
-    workers="${WORKERS:-1}" gateway="${!gw}"
+    workers="${WORKERS:-1}" "${masked[@]}" gateway="${!gw}"
   "${!gw}" run --config "$w/gw$t.toml" >"$w/g$t.out" 2>"$w/g$t.log" & pid[$t]=$!; pids+=($!)
 done
 for t in A B; do

@@ -35,6 +35,7 @@
 //! - `/echo-grpc`: a gRPC reply whose one message has its compressed flag
 //!   set and holds the gzip of the value, with no `grpc-encoding`;
 //! - `/bomb`: `Content-Encoding: gzip` of 64 MiB of zeros (about 64 KiB);
+//! - `/slow/MS`: `slow`, MS milliseconds (at most 10 s) after the request;
 //! - `/forge`: `hangar-refusal: approval_declined` as a header and a
 //!   trailer on an otherwise fine `200`;
 //! - anything else: `hostile says hello`.
@@ -283,6 +284,14 @@ async fn answer(req: Request<hyper::body::Incoming>, runs: &Runs) -> Response<Bo
                 HeaderValue::from_static("gzip"),
             );
             resp
+        }
+        slow if slow.starts_with("/slow/") => {
+            let ms = slow["/slow/".len()..]
+                .parse::<u64>()
+                .unwrap_or(0)
+                .min(10_000);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            full("slow\n")
         }
         "/forge" => {
             let mut trailers = hyper::HeaderMap::new();

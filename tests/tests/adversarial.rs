@@ -836,14 +836,11 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
 }
 
 /// An HTTP/2 connection that answers nothing for `h2_idle_timeout_ms` is
-/// closed by the gateway; one with a request still being answered is not.
+/// closed by the gateway; one with a request still being answered is not;
+/// and the kernel probes a silent session connection (TCP keep-alive).
 #[tokio::test(flavor = "multi_thread")]
-async fn idle_http2_connections_are_closed() {
-    let rig = Rig::new(
-        "h2_idle_timeout_ms = 300\nh2_ping_interval_ms = 100\n",
-        false,
-    )
-    .await;
+async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
+    let rig = Rig::new("h2_idle_timeout_ms = 300\n", false).await;
     let ca = rig.open("sess-idle", SESSION_SOURCE, Vec::new()).await;
     let tls = http::tls(SESSION_SOURCE, rig.gateway.data, H2, &ca, true).await;
     let (mut sender, conn) = hyper::client::conn::http2::handshake(
@@ -853,8 +850,29 @@ async fn idle_http2_connections_are_closed() {
     .await
     .expect("h2");
     let driven = tokio::spawn(conn);
+    // The gateway's side of it carries a keep-alive timer.
+    let filter = format!(
+        "dst {SESSION_SOURCE} and sport = :{}",
+        rig.gateway.data.port()
+    );
+    // (ss shows one timer: a retransmission's while bytes are unacknowledged.)
+    wait::until_async("the keep-alive timer on the gateway's side", || {
+        let ss = run_bounded("ss", &["-tnoH", "state", "established", &filter], None, 10);
+        let ss = String::from_utf8_lossy(&ss.stdout).into_owned();
+        wait::check(ss, |ss| ss.contains("timer:(keepalive"))
+    })
+    .await;
     let req = hyper::Request::builder()
         .uri(format!("https://{H2}/hello"))
+        .body(http::empty())
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("answer");
+    assert_eq!(resp.status(), 200);
+    drop(resp);
+    // A request being answered for longer than the idle timeout keeps the
+    // connection: its answer comes.
+    let req = hyper::Request::builder()
+        .uri(format!("https://{H2}/slow/1500"))
         .body(http::empty())
         .expect("request");
     let resp = sender.send_request(req).await.expect("answer");

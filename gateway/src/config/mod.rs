@@ -393,10 +393,11 @@ pub struct Limits {
     /// an idle HTTP/1.1 connection waits for its next request.
     #[serde(default = "Limits::default_h2_idle_timeout_ms")]
     pub h2_idle_timeout_ms: u64,
-    /// How often an HTTP/2 session connection is pinged, in milliseconds;
-    /// one not acknowledged within 20 s closes it. Default 30000.
-    #[serde(default = "Limits::default_h2_ping_interval_ms")]
-    pub h2_ping_interval_ms: u64,
+    /// How long a session connection may be silent before TCP keep-alive
+    /// probes it, in milliseconds; a peer that answers none of three probes
+    /// (a third of this apart) is cut. Default 30000.
+    #[serde(default = "Limits::default_tcp_keepalive_ms")]
+    pub tcp_keepalive_ms: u64,
     /// Per session: connections open at once. Default 256.
     #[serde(default = "Limits::default_session_connections")]
     pub session_connections: u32,
@@ -448,7 +449,7 @@ impl Limits {
     fn default_h2_idle_timeout_ms() -> u64 {
         60_000
     }
-    fn default_h2_ping_interval_ms() -> u64 {
+    fn default_tcp_keepalive_ms() -> u64 {
         30_000
     }
     fn default_session_connections() -> u32 {
@@ -479,9 +480,9 @@ impl Limits {
     pub fn h2_idle_timeout(&self) -> Duration {
         Duration::from_millis(self.h2_idle_timeout_ms)
     }
-    /// The HTTP/2 ping interval.
-    pub fn h2_ping_interval(&self) -> Duration {
-        Duration::from_millis(self.h2_ping_interval_ms)
+    /// The TCP keep-alive idle time.
+    pub fn tcp_keepalive(&self) -> Duration {
+        Duration::from_millis(self.tcp_keepalive_ms)
     }
     /// Every session's share.
     pub fn share(&self) -> crate::session::share::Limits {
@@ -521,7 +522,7 @@ impl Default for Limits {
             max_connections: Limits::default_max_connections(),
             shutdown_grace_ms: Limits::default_shutdown_grace_ms(),
             h2_idle_timeout_ms: Limits::default_h2_idle_timeout_ms(),
-            h2_ping_interval_ms: Limits::default_h2_ping_interval_ms(),
+            tcp_keepalive_ms: Limits::default_tcp_keepalive_ms(),
             session_connections: Limits::default_session_connections(),
             session_handshakes: Limits::default_session_handshakes(),
             session_held_requests: Limits::default_session_held_requests(),
@@ -960,7 +961,6 @@ impl Config {
             (l.hello_timeout_ms, "limits.hello_timeout_ms"),
             (l.handshake_timeout_ms, "limits.handshake_timeout_ms"),
             (l.h2_idle_timeout_ms, "limits.h2_idle_timeout_ms"),
-            (l.h2_ping_interval_ms, "limits.h2_ping_interval_ms"),
             (self.resolver.timeout_ms, "resolver.timeout_ms"),
             (
                 self.upstream.connect_timeout_ms,
@@ -1001,6 +1001,16 @@ impl Config {
                     "must be at least 1 (0 would refuse everything it bounds)".into(),
                 ));
             }
+        }
+        if !(3_000..=600_000).contains(&l.tcp_keepalive_ms) {
+            return Err(invalid(
+                find_key(text, "tcp_keepalive_ms"),
+                "limits.tcp_keepalive_ms",
+                format!(
+                    "{} ms is outside 3000-600000 ms (probes go a third of it apart, at least 1 s)",
+                    l.tcp_keepalive_ms
+                ),
+            ));
         }
         if l.session_handshakes > l.session_connections {
             return Err(invalid(

@@ -105,6 +105,8 @@ pub async fn answer(
         Err(at) => {
             let refused = at.refused();
             entry.refusal = Some(refused.reason);
+            // As a held request's (`http::proxy`): paused, not logged.
+            tokio::time::sleep(crate::session::share::REFUSAL_PAUSE).await;
             return answers::json(
                 conn,
                 StatusCode::from_u16(refused.reason.http_status())

@@ -27,6 +27,7 @@ use crate::refusal::REFUSAL_HEADER;
 use crate::refusal::{causes, Refusal, Refused};
 use crate::secrets::{decode, reply};
 use crate::session::approvals::{Outcome, RoutedPath};
+use crate::session::share;
 use crate::session::upstream::{Proto, Sender, Want};
 
 causes! {
@@ -86,6 +87,22 @@ pub async fn handle(
     let grpc = is_grpc(req.headers());
     match forward(conn, target, addrs, req, grpc, entry).await {
         Ok(resp) => resp,
+        Err(refusal) if refusal.reason == Refusal::SessionLimit => {
+            // A session pushing at a bound of its share: recorded and
+            // counted, logged at debug (a flood must not become one of
+            // log lines), and answered after a pause, so that pushing
+            // costs the session time rather than the gateway work.
+            tracing::debug!(
+                session = %conn.session.id,
+                destination = %conn.name,
+                cause = refusal.cause,
+                "request refused at a bound of the session's share"
+            );
+            entry.refusal = Some(refusal.reason);
+            // Boxed: rare, and a timer would widen every request's future.
+            Box::pin(tokio::time::sleep(share::REFUSAL_PAUSE)).await;
+            answers::refusal(conn, refusal, grpc)
+        }
         Err(refusal) => {
             tracing::info!(
                 session = %conn.session.id,

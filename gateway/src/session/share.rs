@@ -23,8 +23,10 @@
 //! the bound's name as the cause ([`Bound`]), counts it in
 //! `gateway_session_limit_total{bound}`, and holds nothing for it: a
 //! connection is closed before its hello is read, a request or proposal is
-//! answered at once (429, with `retry-after` for the rate). No bound waits
-//! or queues: a queue would be one more thing a session could fill.
+//! answered (429, with `retry-after` for the rate) after a short pause
+//! ([`REFUSAL_PAUSE`]) that makes pushing at a bound slow for the session
+//! and cheap for the gateway. No bound queues: a queue would be one more
+//! thing a session could fill.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +36,14 @@ use tokio::time::Instant;
 
 use crate::refusal::{causes, Refusal, Refused};
 use crate::secrets::decode::Bounds;
+
+/// How long a request or proposal refused at a bound waits for its answer.
+/// A session that pushes at a bound as fast as the answers come then makes
+/// a few attempts a second per stream, not thousands: the gateway's work
+/// for it stays small beside the other sessions', and nothing is held for
+/// it but the stream it already has (within its connections' bound). A
+/// client that honours the answer (and `retry-after`) loses nothing.
+pub const REFUSAL_PAUSE: Duration = Duration::from_millis(250);
 
 /// The bounds of every session's share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
