@@ -484,9 +484,15 @@ impl Driver {
 
     async fn close_all(&mut self, conc: u64) -> Result<Value, String> {
         let client = self.client()?;
-        // Out of the renewal list first: no renewal races a close.
-        let all: Vec<(u64, Open)> = std::mem::take(&mut *self.open.lock().expect("open"))
-            .into_iter()
+        // Each session stays on the renewal list until its close is
+        // answered, as a control plane keeps renewing what it has not
+        // seen closed: closing 10,000 can take longer than a lease.
+        let all: Vec<(u64, Open)> = self
+            .open
+            .lock()
+            .expect("open")
+            .iter()
+            .map(|(k, s)| (*k, s.clone()))
             .collect();
         let n = all.len();
         let sem = Arc::new(Semaphore::new(conc.max(1) as usize));
@@ -513,6 +519,7 @@ impl Driver {
         while let Some(done) = set.join_next().await {
             let (k, r, t) = done.map_err(|e| e.to_string())?;
             took.push(t);
+            self.open.lock().expect("open").remove(&k);
             match r.map(tonic::Response::into_inner) {
                 Ok(reply)
                     if reply
@@ -661,7 +668,14 @@ async fn renew_every(
         match r {
             Ok(reply) => {
                 s.renewed += reply.renewed.len() as u64;
-                s.not_held += reply.not_held.len() as u64;
+                // A session closed while the call was under way is not
+                // held, rightly: only one still open counts.
+                let open = open.lock().expect("open");
+                s.not_held += reply
+                    .not_held
+                    .iter()
+                    .filter(|l| open.values().any(|o| o.id == l.session_id))
+                    .count() as u64;
             }
             Err(e) => {
                 s.errors += 1;
