@@ -163,6 +163,11 @@ fn session_id(k: u64) -> String {
     format!("sbx-{k:012x}")
 }
 
+/// The k of a [`session_id`].
+fn session_k(id: &str) -> Option<u64> {
+    u64::from_str_radix(id.strip_prefix("sbx-")?, 16).ok()
+}
+
 /// A session this driver holds open on the member.
 #[derive(Debug, Clone)]
 struct Open {
@@ -171,6 +176,8 @@ struct Open {
     /// The session CA the member returned (PEM): the data connections
     /// trust it alone.
     ca_pem: String,
+    /// A close has been sent: the member may have dropped it already.
+    closing: bool,
 }
 
 /// Renewals done in the background, for the answers.
@@ -354,6 +361,7 @@ impl Driver {
             id: id.clone(),
             source: WARM_SOURCE,
             ca_pem: opened.ca_pem,
+            closing: false,
         };
         let (ok, failed, first) = self.requests(vec![session], 3).await?;
         client
@@ -397,10 +405,15 @@ impl Driver {
                 Ok(ca_pem) => {
                     ok += 1;
                     let id = session_id(k);
-                    self.open
-                        .lock()
-                        .expect("open")
-                        .insert(k, Open { id, source, ca_pem });
+                    self.open.lock().expect("open").insert(
+                        k,
+                        Open {
+                            id,
+                            source,
+                            ca_pem,
+                            closing: false,
+                        },
+                    );
                 }
                 Err(e) => {
                     failed += 1;
@@ -500,6 +513,9 @@ impl Driver {
         let started = Instant::now();
         for (k, s) in all {
             let permit = Arc::clone(&sem).acquire_owned().await.expect("semaphore");
+            if let Some(o) = self.open.lock().expect("open").get_mut(&k) {
+                o.closing = true;
+            }
             let mut c = client.clone();
             set.spawn(async move {
                 let t = Instant::now();
@@ -668,13 +684,17 @@ async fn renew_every(
         match r {
             Ok(reply) => {
                 s.renewed += reply.renewed.len() as u64;
-                // A session closed while the call was under way is not
-                // held, rightly: only one still open counts.
+                // A session whose close was sent is not held, rightly:
+                // only one open with no close sent counts.
                 let open = open.lock().expect("open");
                 s.not_held += reply
                     .not_held
                     .iter()
-                    .filter(|l| open.values().any(|o| o.id == l.session_id))
+                    .filter(|l| {
+                        session_k(&l.session_id)
+                            .and_then(|k| open.get(&k))
+                            .is_some_and(|o| !o.closing)
+                    })
                     .count() as u64;
             }
             Err(e) => {
@@ -705,6 +725,8 @@ mod tests {
         assert!(source(PER_OCTET * 255).is_some());
         assert!(source(PER_OCTET * 255 + 1).is_none());
         assert_eq!(session_id(10_000), "sbx-000000002710");
+        assert_eq!(session_k(&session_id(10_000)), Some(10_000));
+        assert_eq!(session_k("sbx-warm-up"), None);
     }
 
     #[test]
