@@ -13,6 +13,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The end-to-end tests start the binaries as operators do.
 cargo build --workspace --bins --locked
+# The operator's kit in ops/, each file checked by the tool that reads it
+# (systemd units against the binaries just built, nftables, Prometheus
+# rules and their unit tests, the dashboard's queries).
+scripts/check-ops.sh
 cargo test --workspace --locked
 # The end-to-end tests again with `[runtime] workers = 1`: the first pass
 # ran the default (one worker per CPU, a work-stealing pool), this one the

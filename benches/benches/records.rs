@@ -113,6 +113,7 @@ fn records(c: &mut Criterion) {
                         }),
                         gateway_id: Arc::clone(&gateway),
                         instance,
+                        first_conn: 1,
                     })
                     .expect("records");
                     // Every connection at once, as connections closing

@@ -206,6 +206,8 @@ start_gateway() {
     sources="$idle_sources" dns="$dns" port="$origin_port" work="$work" \
     records="$work/records.jsonl" trust="$work/session-ca.pem" \
     limits="max_connections = 30000
+session_connections = 30000
+session_handshakes = 30000
 shutdown_grace_ms = 2000" gateway="$bin/gateway"
   "$bin/gateway" run --config "$work/gateway.toml" \
     >"$work/gateway.out" 2>"$work/gateway.log" &

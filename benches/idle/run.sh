@@ -69,6 +69,8 @@ origin_port=$(echo "$line" | figures json-field origin | sed 's/.*://')
 bench_gateway_toml file="$work/gateway.toml" id=gw-idle session=sbx-idle name="$name" \
   sources="$sources" dns="$dns" port="$origin_port" work="$work" records="$work/records.jsonl" \
   trust="$work/session-ca.pem" limits="max_connections = 30000
+session_connections = 30000
+session_handshakes = 30000
 shutdown_grace_ms = 500" gateway="$bin/gateway"
 
 # one MODE N: prints "MODE N rss0 rss1 opened kib_per_conn"

@@ -190,6 +190,17 @@ pub fn batch_payload<R: AsRef<[u8]>>(
     Ok(out)
 }
 
+/// The records of a batch payload, each as its exact bytes, after checking
+/// the payload is in the canonical encoding (not its signature: verify
+/// that first). For sealing the same records again (a spool repair).
+pub fn batch_records(payload: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let (_, records) = parse_batch(payload)?;
+    Ok(records
+        .iter()
+        .map(|r| r.get().as_bytes().to_vec())
+        .collect())
+}
+
 /// The gateway id and seq a batch payload claims, unverified (empty and 0
 /// when it names none): to name a batch in a rejection record or a spool
 /// file before, or instead of, checking it.

@@ -7,11 +7,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rcgen::string::Ia5String;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa, Issuer,
     KeyUsagePurpose, NameConstraints, SanType,
 };
 use rustls::pki_types::CertificateDer;
 use time::OffsetDateTime;
+use zeroize::Zeroizing;
 
 use crate::digest::{certificate_pem, sha384_hex};
 use crate::error::CertError;
@@ -117,8 +118,12 @@ pub struct SessionCa {
     digest: String,
     // invariant: `intermediates[k]` is signed by the root's key and its
     // Name Constraints permit exactly the names at level k; its key was
-    // made by `EcKey::generate` in `new` and is never encoded. Never empty.
-    intermediates: Vec<CertifiedIssuer<'static, EcKey>>,
+    // made by `EcKey::generate` in `new` (possibly in a predecessor
+    // process: `import_handover`) and is encoded only by
+    // `export_for_handover`. Never empty.
+    intermediates: Vec<Intermediate>,
+    /// The root's common name; each intermediate's is it plus ` level <k>`.
+    root_name: String,
     // invariant: sorted, deduplicated, each passed `check_host_name`,
     // contains APPROVALS_NAME; exactly the names of the root's permitted
     // subtrees.
@@ -174,38 +179,19 @@ impl SessionCa {
             "TALOS session CA {} attempt {} ({})",
             params.session_id, params.attempt, params.gateway_id
         );
-        let ca_params = |common_name: String, path_len: u8, constraints: NameConstraints| {
-            let mut cert_params = CertificateParams::default();
-            cert_params.distinguished_name = DistinguishedName::new();
-            cert_params
-                .distinguished_name
-                .push(DnType::CommonName, common_name.as_str());
-            cert_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(path_len));
-            cert_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-            cert_params.name_constraints = Some(constraints);
-            cert_params.not_before = not_before;
-            cert_params.not_after = not_after;
-            (common_name, cert_params)
-        };
-
-        let root = ca_params(root_name.clone(), 1, root_name_constraints(&names));
+        let root = (
+            root_name.clone(),
+            ca_params(
+                &root_name,
+                1,
+                root_name_constraints(&names),
+                not_before,
+                not_after,
+            ),
+        );
         let intermediates = (0..level_count)
             .map(|level| {
-                let level_names: Vec<&str> = names
-                    .iter()
-                    .zip(&levels)
-                    .filter(|(_, name_level)| **name_level == level)
-                    .map(|(name, _)| name.as_str())
-                    .collect();
-                let (subject, mut intermediate) = ca_params(
-                    format!("{root_name} level {level}"),
-                    0,
-                    exact_name_constraints(&level_names),
-                );
-                // OpenSSL's strict mode (Python 3.13's default) wants an
-                // AKI on every certificate that is not self-signed.
-                intermediate.use_authority_key_identifier_extension = true;
-                (subject, intermediate)
+                intermediate_params(&root_name, &names, &levels, level, not_before, not_after)
             })
             .collect();
         let (root, intermediates) = issue_chain(root, intermediates)?;
@@ -215,10 +201,91 @@ impl SessionCa {
             root,
             digest,
             intermediates,
+            root_name,
             names,
             levels,
             session_id: params.session_id.clone(),
             attempt: params.attempt,
+            not_before,
+            not_after,
+        })
+    }
+
+    /// Everything a successor process needs to go on being this CA — the
+    /// root's certificate, each intermediate's certificate and key (PKCS#8
+    /// DER, in buffers wiped on drop), the names and validity — for a
+    /// handover over a Unix socket between two gateway processes on one
+    /// machine (the gateway's `handover`). This is the one place a session
+    /// key is ever encoded: the buffers go to the successor's socket and
+    /// nowhere else, never to a disk. The root's key is long gone, so the
+    /// successor can mint leaves but never another intermediate.
+    pub fn export_for_handover(&self) -> Result<CaHandover, CertError> {
+        let mut intermediates = Vec::with_capacity(self.intermediates.len());
+        for i in &self.intermediates {
+            intermediates.push((i.der.to_vec(), i.key().export_pkcs8()?));
+        }
+        Ok(CaHandover {
+            session_id: self.session_id.clone(),
+            attempt: self.attempt,
+            root_name: self.root_name.clone(),
+            names: self.names.clone(),
+            not_before: self.not_before.unix_timestamp(),
+            not_after: self.not_after.unix_timestamp(),
+            root_der: self.root.to_vec(),
+            intermediates,
+        })
+    }
+
+    /// The CA a predecessor process exported: the same root (digest), the
+    /// same intermediates and keys. Checks that the names hold together,
+    /// that there is one intermediate per nesting level, and that each key
+    /// is the one its certificate names.
+    pub fn import_handover(h: CaHandover) -> Result<SessionCa, CertError> {
+        let mut names = BTreeSet::new();
+        for name in &h.names {
+            check_host_name(name)?;
+            names.insert(name.clone());
+        }
+        names.insert(APPROVALS_NAME.to_owned());
+        let names: Vec<String> = names.into_iter().collect();
+        let levels = nesting_levels(&names);
+        let level_count = levels.iter().max().map_or(1, |highest| highest + 1);
+        let bad = |reason: &'static str| CertError::Handover { reason };
+        if h.intermediates.len() != level_count {
+            return Err(bad("the intermediates are not one per nesting level"));
+        }
+        let not_before =
+            OffsetDateTime::from_unix_timestamp(h.not_before).map_err(|_| bad("validity"))?;
+        let not_after =
+            OffsetDateTime::from_unix_timestamp(h.not_after).map_err(|_| bad("validity"))?;
+        let mut intermediates = Vec::with_capacity(level_count);
+        for (level, (der, key)) in h.intermediates.into_iter().enumerate() {
+            let key = EcKey::import_pkcs8(&key)?;
+            // The certificate's SubjectPublicKeyInfo holds the key's public
+            // point: a key that is not the certificate's never signs.
+            if !der
+                .windows(key.public_point().len())
+                .any(|w| w == key.public_point())
+            {
+                return Err(bad("an intermediate's key is not its certificate's"));
+            }
+            let (_, params) =
+                intermediate_params(&h.root_name, &names, &levels, level, not_before, not_after);
+            intermediates.push(Intermediate {
+                issuer: Issuer::new(params, key),
+                der: CertificateDer::from(der),
+            });
+        }
+        let root = CertificateDer::from(h.root_der);
+        Ok(SessionCa {
+            digest: sha384_hex(&root),
+            root,
+            intermediates,
+            root_name: h.root_name,
+            names,
+            levels,
+            session_id: h.session_id,
+            attempt: h.attempt,
             not_before,
             not_after,
         })
@@ -249,7 +316,7 @@ impl SessionCa {
     /// The DER of the intermediate that signs the leaves of `level`'s
     /// names, if there is such a level. Leaves carry it in their chain.
     pub fn intermediate_der(&self, level: usize) -> Option<&CertificateDer<'static>> {
-        self.intermediates.get(level).map(|issuer| issuer.der())
+        self.intermediates.get(level).map(|i| &i.der)
     }
 
     /// [`intermediate_der`](SessionCa::intermediate_der) as PEM.
@@ -345,8 +412,8 @@ impl SessionCa {
     fn sign(&self, level: usize, name: &str, san: SanType) -> Result<Leaf, CertError> {
         let intermediate = &self.intermediates[level];
         leaf::sign(
-            intermediate,
-            intermediate.der(),
+            &intermediate.issuer,
+            &intermediate.der,
             name,
             san,
             self.not_before,
@@ -367,13 +434,7 @@ impl SessionCa {
 fn issue_chain(
     root: Named,
     intermediates: Vec<Named>,
-) -> Result<
-    (
-        CertificateDer<'static>,
-        Vec<CertifiedIssuer<'static, EcKey>>,
-    ),
-    CertError,
-> {
+) -> Result<(CertificateDer<'static>, Vec<Intermediate>), CertError> {
     let (root_name, root_params) = root;
     let root = CertifiedIssuer::self_signed(root_params, EcKey::generate()?).map_err(|source| {
         CertError::Build {
@@ -384,8 +445,14 @@ fn issue_chain(
     let intermediates = intermediates
         .into_iter()
         .map(|(subject, params)| {
-            CertifiedIssuer::signed_by(params, EcKey::generate()?, &root)
-                .map_err(|source| CertError::Build { subject, source })
+            let key = EcKey::generate()?;
+            let cert = params
+                .signed_by(&key, &root)
+                .map_err(|source| CertError::Build { subject, source })?;
+            Ok(Intermediate {
+                der: cert.der().clone(),
+                issuer: Issuer::new(params, key),
+            })
         })
         .collect::<Result<Vec<_>, CertError>>()?;
     let root_der = root.der().clone();
@@ -396,6 +463,97 @@ fn issue_chain(
 
 /// A CA certificate's parameters and its common name (for errors).
 type Named = (String, CertificateParams);
+
+/// An intermediate: the issuer that signs its level's leaves (its key and
+/// subject) and its certificate.
+struct Intermediate {
+    issuer: Issuer<'static, EcKey>,
+    der: CertificateDer<'static>,
+}
+
+impl Intermediate {
+    fn key(&self) -> &EcKey {
+        self.issuer.key()
+    }
+}
+
+/// What [`SessionCa::export_for_handover`] gives and
+/// [`SessionCa::import_handover`] takes. `Debug` shows no key.
+pub struct CaHandover {
+    pub session_id: String,
+    pub attempt: u32,
+    pub root_name: String,
+    pub names: Vec<String>,
+    /// Validity, seconds since the epoch.
+    pub not_before: i64,
+    pub not_after: i64,
+    pub root_der: Vec<u8>,
+    /// Each level's certificate DER and key (PKCS#8 DER, wiped on drop).
+    pub intermediates: Vec<(Vec<u8>, Zeroizing<Vec<u8>>)>,
+}
+
+impl fmt::Debug for CaHandover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaHandover")
+            .field("session_id", &self.session_id)
+            .field("attempt", &self.attempt)
+            .field("names", &self.names.len())
+            .field("intermediates", &self.intermediates.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A CA certificate's parameters: its subject, path length, name
+/// constraints and validity.
+fn ca_params(
+    common_name: &str,
+    path_len: u8,
+    constraints: NameConstraints,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> CertificateParams {
+    let mut cert_params = CertificateParams::default();
+    cert_params.distinguished_name = DistinguishedName::new();
+    cert_params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    cert_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(path_len));
+    cert_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    cert_params.name_constraints = Some(constraints);
+    cert_params.not_before = not_before;
+    cert_params.not_after = not_after;
+    cert_params
+}
+
+/// The parameters of the intermediate of `level`: what `new` signs, and
+/// what `import_handover` rebuilds the same issuer from.
+fn intermediate_params(
+    root_name: &str,
+    names: &[String],
+    levels: &[usize],
+    level: usize,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> Named {
+    let level_names: Vec<&str> = names
+        .iter()
+        .zip(levels)
+        .filter(|(_, name_level)| **name_level == level)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let subject = format!("{root_name} level {level}");
+    let mut params = ca_params(
+        &subject,
+        0,
+        exact_name_constraints(&level_names),
+        not_before,
+        not_after,
+    );
+    // OpenSSL's strict mode (Python 3.13's default) wants an AKI on every
+    // certificate that is not self-signed.
+    params.use_authority_key_identifier_extension = true;
+    (subject, params)
+}
 
 impl fmt::Debug for SessionCa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

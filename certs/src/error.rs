@@ -64,4 +64,13 @@ pub enum CertError {
         #[source]
         source: rcgen::Error,
     },
+
+    /// What a predecessor process handed over is not a CA this crate made
+    /// (a key that is not its certificate's, the wrong number of
+    /// intermediates, a validity no certificate carries).
+    #[error("the session CA handed over is unusable: {reason}")]
+    Handover {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }

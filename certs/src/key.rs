@@ -16,6 +16,8 @@ use rustls::pki_types::SubjectPublicKeyInfoDer;
 use rustls::sign::{Signer, SigningKey as RustlsSigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
 
+use zeroize::Zeroizing;
+
 use crate::error::CertError;
 
 /// An ECDSA P-256 private key held by aws-lc.
@@ -23,8 +25,9 @@ use crate::error::CertError;
 /// Deliberately not `Clone`: there is one owner (a CA, or a leaf's
 /// [`LeafKey`] through an `Arc`), and dropping it frees the key.
 pub(crate) struct EcKey {
-    // invariant: made by `EcdsaKeyPair::generate`; never passed to any
-    // function that encodes the private key.
+    // invariant: made by `EcdsaKeyPair::generate` (or handed over by the
+    // process that generated it); encoded only by `export_pkcs8`, for a
+    // handover to a successor process.
     pair: EcdsaKeyPair,
 }
 
@@ -34,6 +37,35 @@ impl EcKey {
         let pair = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_ASN1_SIGNING)
             .map_err(|_| CertError::KeyGeneration)?;
         Ok(EcKey { pair })
+    }
+
+    /// The key as PKCS#8 (v1) DER, for a handover to a successor process
+    /// only (`SessionCa::export_for_handover`), in a buffer wiped on drop.
+    pub(crate) fn export_pkcs8(&self) -> Result<Zeroizing<Vec<u8>>, CertError> {
+        // aws-lc's document is copied once into the wiping buffer; the
+        // document itself wipes its bytes when dropped at the end of this
+        // function.
+        let doc = self
+            .pair
+            .to_pkcs8v1()
+            .map_err(|_| CertError::KeyGeneration)?;
+        Ok(Zeroizing::new(doc.as_ref().to_vec()))
+    }
+
+    /// A key handed over by a predecessor process (PKCS#8 DER).
+    pub(crate) fn import_pkcs8(der: &[u8]) -> Result<Self, CertError> {
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, der).map_err(|_| {
+                CertError::Handover {
+                    reason: "a key is not a P-256 PKCS#8 key",
+                }
+            })?;
+        Ok(EcKey { pair })
+    }
+
+    /// The uncompressed public point (65 bytes).
+    pub(crate) fn public_point(&self) -> &[u8] {
+        self.pair.public_key().as_ref()
     }
 
     /// An ASN.1 (DER) ECDSA signature over SHA-256 of `message`: the form

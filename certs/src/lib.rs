@@ -49,9 +49,13 @@
 //! (`EcdsaKeyPair::generate`) inside the process, and it stays inside
 //! aws-lc's own allocation for its whole life:
 //!
-//! - **Never serialised.** No PKCS#8, no PEM, no raw scalar is ever asked
-//!   of aws-lc, so no copy of the key bytes exists in Rust memory to leak,
-//!   log or wipe. rcgen signs certificates through this crate's
+//! - **Never serialised, but for one handover.** No PEM and no raw scalar
+//!   is ever asked of aws-lc. The one exception is a planned upgrade: an
+//!   old gateway process hands each live session's intermediates to its
+//!   successor on the same machine ([`SessionCa::export_for_handover`],
+//!   [`SessionCa::import_handover`]), as PKCS#8 in buffers wiped on drop
+//!   (`zeroize`), over a Unix socket only the gateway's user can open; they
+//!   never reach a disk, a log or a `Debug`. rcgen signs certificates through this crate's
 //!   `rcgen::SigningKey` implementation, and rustls signs handshakes through
 //!   its `rustls::sign::SigningKey` implementation; both only ask aws-lc for
 //!   a signature. No type of this crate that holds a key implements
@@ -61,8 +65,8 @@
 //! - **Wiped on drop.** aws-lc frees the key's `EC_KEY` (and its private
 //!   scalar) with `OPENSSL_free`, which cleanses every allocation
 //!   (`OPENSSL_cleanse` over its full size) before returning it to the
-//!   allocator. That is why no `zeroize` wrapper appears here: there are no
-//!   key bytes on the Rust side to zeroize.
+//!   allocator. Outside the handover there are no key bytes on the Rust
+//!   side to zeroize.
 //! - **The root's key is gone before the session sees the root.**
 //!   [`SessionCa::new`] generates it, signs the root certificate and the
 //!   intermediates with it, and drops it (so aws-lc cleanses it) before it
@@ -218,10 +222,13 @@ pub use approval::{
     Verdict, MAX_DECISION_LEN,
 };
 pub use batch::{
-    batch_payload, claimed_header, Accepted, BatchHeader, BatchWriter, ChainState, ChainStateError,
-    ChainVerifier, Rejection, SealError, DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST, MAX_PAYLOAD_LEN,
+    batch_payload, batch_records, claimed_header, Accepted, BatchHeader, BatchWriter, ChainState,
+    ChainStateError, ChainVerifier, Rejection, SealError, DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST,
+    MAX_PAYLOAD_LEN,
 };
-pub use ca::{CaParams, SessionCa, DEFAULT_CA_LIFETIME, MAX_CA_LIFETIME, NOT_BEFORE_SKEW};
+pub use ca::{
+    CaHandover, CaParams, SessionCa, DEFAULT_CA_LIFETIME, MAX_CA_LIFETIME, NOT_BEFORE_SKEW,
+};
 pub use cache::LeafCache;
 pub use digest::sha384_hex;
 pub use error::CertError;

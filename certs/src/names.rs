@@ -1,7 +1,5 @@
 //! Host names a session CA may vouch for, and how its certificate says so.
 
-use std::net::IpAddr;
-
 use rcgen::{CidrSubnet, GeneralSubtree, NameConstraints};
 
 use crate::error::CertError;
@@ -10,15 +8,11 @@ use crate::error::CertError;
 /// Every session CA permits it, whatever the session's allowlist.
 pub const APPROVALS_NAME: &str = "approvals.hangar.internal";
 
-/// RFC 1035: a name of at most 253 characters in text form.
-const MAX_NAME_LEN: usize = 253;
-
-/// RFC 1035: a label of at most 63 octets.
-const MAX_LABEL_LEN: usize = 63;
-
-/// Checks that `name` is a canonical DNS host name: lower-case ASCII
-/// letters, digits, `-` and `_` in non-empty labels, no trailing dot, no
-/// wildcard, not an IP literal.
+/// Checks that `name` is a canonical DNS host name, by the one rule the
+/// gateway and the control plane keep ([`talos_contract::name`]): letters,
+/// digits, `-` and `_` in labels of 1 to 63 bytes that neither start nor
+/// end with `-`, at most 253 bytes, lower case, no trailing dot, no
+/// wildcard, not an IP literal in any form.
 ///
 /// The control plane canonicalises names before they reach the gateway;
 /// this is the last check before a name goes into a certificate, where a
@@ -30,52 +24,13 @@ pub(crate) fn check_host_name(name: &str) -> Result<(), CertError> {
             reason,
         })
     };
-
-    if name.is_empty() {
-        return refuse("it is empty");
-    }
-    if name.contains('*') {
-        return refuse("a wildcard is not a host name");
-    }
-    if name.parse::<IpAddr>().is_ok() || name.starts_with('[') {
-        return refuse("an IP literal is not a host name");
-    }
-    if name.len() > MAX_NAME_LEN {
-        return refuse("it is longer than 253 characters");
-    }
-    if name.ends_with('.') {
-        return refuse("it ends with a dot (names are given without the root's)");
-    }
-    if name.bytes().any(|b| b.is_ascii_uppercase()) {
-        return refuse("it is not in lower case");
-    }
-
-    let mut last = "";
-    for label in name.split('.') {
-        if label.is_empty() {
-            return refuse("it has an empty label");
+    match talos_contract::name::canonicalize(name) {
+        Err(e) => refuse(e.rule()),
+        Ok(canonical) if canonical.as_str() != name => {
+            refuse("it is not in canonical form (lower case, without the root's dot)")
         }
-        if label.len() > MAX_LABEL_LEN {
-            return refuse("it has a label longer than 63 characters");
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        {
-            return refuse("it has a character other than a-z, 0-9, '-' and '_'");
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            return refuse("it has a label that starts or ends with '-'");
-        }
-        last = label;
+        Ok(_) => Ok(()),
     }
-    // "127.1" and "1.2.3.4.5" are not IP literals to Rust's parser, but
-    // inet_aton reads the first as 127.0.0.1; no top-level domain is
-    // all digits, so neither is any host name.
-    if last.bytes().all(|b| b.is_ascii_digit()) {
-        return refuse("its last label is all digits, as an IP address's is");
-    }
-    Ok(())
 }
 
 /// Every proper suffix of `name` that starts at a label, longest first:

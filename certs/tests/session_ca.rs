@@ -405,3 +405,81 @@ proptest! {
         }
     }
 }
+
+/// A successor process that imports what its predecessor exported is the
+/// same CA: the same root and digest, the same intermediates, and leaves
+/// that OpenSSL verifies against the root the session already trusts.
+#[test]
+fn a_handed_over_ca_is_the_same_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = SessionCa::new(&params(&[
+        "example.com",
+        "api.example.com",
+        "v2.api.example.com",
+    ]))
+    .unwrap();
+    let exported = ca.export_for_handover().unwrap();
+    let debug = format!("{exported:?}");
+    assert!(!debug.contains("intermediates: ["), "{debug}");
+    let successor = SessionCa::import_handover(exported).unwrap();
+    assert_eq!(successor.digest(), ca.digest());
+    assert_eq!(successor.cert_der(), ca.cert_der());
+    assert_eq!(successor.names(), ca.names());
+    assert_eq!(successor.not_after(), ca.not_after());
+    assert_eq!(successor.level_count(), 3);
+    let root = write(dir.path(), "root.pem", ca.cert_pem().as_bytes());
+    for name in ca.names() {
+        let level = ca.level_of(name).unwrap();
+        assert_eq!(
+            successor.intermediate_der(level),
+            ca.intermediate_der(level)
+        );
+        let leaf = successor.mint_leaf(name).unwrap();
+        let chain = write(
+            dir.path(),
+            "chain.pem",
+            successor.intermediate_pem(level).unwrap().as_bytes(),
+        );
+        let leaf_file = write(dir.path(), "leaf.pem", leaf.cert_pem().as_bytes());
+        openssl(&[
+            "verify",
+            "-x509_strict",
+            "-CAfile",
+            &root,
+            "-untrusted",
+            &chain,
+            "-verify_hostname",
+            name,
+            &leaf_file,
+        ]);
+    }
+    assert!(successor.mint_leaf("other.test").is_err());
+}
+
+/// What does not hold together is refused: a key that is not its
+/// certificate's, an intermediate too few, a key that is not a key.
+#[test]
+fn a_handover_that_does_not_hold_together_is_refused() {
+    let a = SessionCa::new(&params(&["api.example.com"])).unwrap();
+    let b = SessionCa::new(&params(&["api.example.com"])).unwrap();
+    let mut swapped = a.export_for_handover().unwrap();
+    swapped.intermediates[0].1 = b.export_for_handover().unwrap().intermediates[0].1.clone();
+    assert!(matches!(
+        SessionCa::import_handover(swapped),
+        Err(CertError::Handover { .. })
+    ));
+
+    let mut short = a.export_for_handover().unwrap();
+    short.names.push("v2.api.example.com".into());
+    assert!(matches!(
+        SessionCa::import_handover(short),
+        Err(CertError::Handover { .. })
+    ));
+
+    let mut garbage = a.export_for_handover().unwrap();
+    garbage.intermediates[0].1 = zeroize::Zeroizing::new(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
+    assert!(matches!(
+        SessionCa::import_handover(garbage),
+        Err(CertError::Handover { .. })
+    ));
+}

@@ -10,10 +10,14 @@
 //! - [`secret`]: bounds on secret names and values (never their storage).
 //! - [`attach`]: `SECRET=destination:header[:scheme]` and the headers an
 //!   attachment may not set.
+//! - [`path`]: request paths as destinations route them: the canonical
+//!   form the gateway forwards and the lenient routing key Lock rules match.
 //! - [`lock`]: Lock rules: ids, destinations, methods, path prefixes, modes,
 //!   approvers; and how a rule matches a request.
 //! - [`spec`]: a session draft checked into a [`spec::SessionSpec`], the
 //!   error naming the field.
+//! - [`role`]: the roles a control-channel certificate carries (control
+//!   plane, gateway).
 //! - [`pb`]: the control channel's messages and services, compiled once
 //!   from `proto/control.proto`.
 //! - `cases` (feature `cases`): the table of drafts every entry point's
@@ -29,8 +33,10 @@ pub mod id;
 pub mod source;
 pub mod secret;
 pub mod attach;
+pub mod path;
 pub mod lock;
 pub mod spec;
+pub mod role;
 pub mod pb;
 #[cfg(any(test, feature = "cases"))]
 pub mod cases;

@@ -10,6 +10,7 @@ use std::fmt;
 use crate::attach::is_tchar;
 use crate::id::is_id;
 use crate::name::{self, Name};
+use crate::path::{self, RoutedPath};
 use crate::secret::is_secret_name;
 
 /// The longest Lock rule list a session may carry.
@@ -117,7 +118,10 @@ pub fn attachment(text: &str) -> Result<Option<String>, RuleError> {
 }
 
 /// Empty (any) or an HTTP method: an RFC 9110 token of at most
-/// [`MAX_METHOD_LEN`] bytes, upper-cased.
+/// [`MAX_METHOD_LEN`] bytes, upper-cased. Requests' methods are compared
+/// without regard to ASCII case: a rule for `POST` also holds `post` and
+/// `Post`, which some destinations route as `POST` (Express lower-cases
+/// methods before routing).
 pub fn method(text: &str) -> Result<Option<String>, RuleError> {
     match text {
         "" => Ok(None),
@@ -133,7 +137,8 @@ pub fn method(text: &str) -> Result<Option<String>, RuleError> {
 
 /// Empty (any) or a path prefix: starts with `/`, at most
 /// [`MAX_PATH_PREFIX_LEN`] printable ASCII characters without spaces, no
-/// query or fragment (proposals carry the path without its query).
+/// query or fragment (proposals carry the path without its query); kept in
+/// its canonical form ([`path::canonical`]), the form requests are judged in.
 pub fn path_prefix(text: &str) -> Result<Option<String>, RuleError> {
     match text {
         "" => Ok(None),
@@ -142,7 +147,7 @@ pub fn path_prefix(text: &str) -> Result<Option<String>, RuleError> {
             && p.bytes().all(|b| b.is_ascii_graphic())
             && !p.contains(['?', '#']) =>
         {
-            Ok(Some(p.to_owned()))
+            Ok(Some(path::canonical(p).into_owned()))
         }
         _ => Err(bad(
             RuleField::PathPrefix,
@@ -209,7 +214,10 @@ pub struct LockRule {
     pub attachment: Option<String>,
     /// Upper case.
     pub method: Option<String>,
+    /// Canonical ([`path::canonical`]).
     pub path_prefix: Option<String>,
+    /// The prefix's routing key ([`path::routing_key`]).
+    pub path_key: Option<String>,
     pub mode: Mode,
     /// Sorted, without repeats, at least one.
     pub approvers: Vec<String>,
@@ -221,31 +229,46 @@ impl LockRule {
         if !is_id(d.id) {
             return Err(bad(RuleField::Id, crate::id::ID_RULE));
         }
+        let path_prefix = path_prefix(d.path_prefix)?;
         Ok(LockRule {
             id: d.id.to_owned(),
             destination: destination(d.destination)?,
             attachment: attachment(d.attachment)?,
             method: method(d.method)?,
-            path_prefix: path_prefix(d.path_prefix)?,
+            path_key: path_prefix.as_deref().map(path::routing_key),
+            path_prefix,
             mode: mode(d.mode)?,
             approvers: approvers(d.approvers)?,
         })
     }
 
-    /// Whether a request with these traits matches the rule.
+    /// Whether the rule can hold requests to `destination` at all.
+    pub fn governs(&self, destination: &Name) -> bool {
+        self.destination.as_ref().is_none_or(|d| d == destination)
+    }
+
+    /// Whether a request with these traits matches the rule: the method
+    /// in any ASCII case, the path under the prefix in its canonical form
+    /// or in its routing key (see [`crate::path`]).
     pub fn matches(
         &self,
         destination: &Name,
         method: &str,
-        path: &str,
+        path: &RoutedPath,
         attachments: &[&str],
     ) -> bool {
-        self.destination.as_ref().is_none_or(|d| d == destination)
-            && self.method.as_deref().is_none_or(|m| m == method)
+        self.governs(destination)
             && self
-                .path_prefix
+                .method
                 .as_deref()
-                .is_none_or(|p| path.starts_with(p))
+                .is_none_or(|m| m.eq_ignore_ascii_case(method))
+            && self.path_prefix.as_deref().is_none_or(|p| {
+                path.canonical().starts_with(p)
+                    || self
+                        .path_key
+                        .as_deref()
+                        .is_some_and(|k| path.key().starts_with(k))
+            })
             && self
                 .attachment
                 .as_deref()
@@ -277,10 +300,33 @@ mod tests {
         assert_eq!(r.approvers, ["alice", "bob"]);
         let d = name::canonicalize("api.example.com").unwrap();
         let other = name::canonicalize("other.example.com").unwrap();
-        assert!(r.matches(&d, "POST", "/merge/1", &[]));
-        assert!(!r.matches(&other, "POST", "/merge/1", &[]));
-        assert!(!r.matches(&d, "GET", "/merge/1", &[]));
-        assert!(!r.matches(&d, "POST", "/other", &[]));
+        let p = RoutedPath::new;
+        assert!(r.matches(&d, "POST", &p("/merge/1"), &[]));
+        assert!(!r.matches(&other, "POST", &p("/merge/1"), &[]));
+        assert!(!r.matches(&d, "GET", &p("/merge/1"), &[]));
+        assert!(!r.matches(&d, "POST", &p("/other"), &[]));
+        // Every spelling a destination may route as POST /merge.
+        for method in ["POST", "post", "Post", "pOsT"] {
+            assert!(r.matches(&d, method, &p("/merge"), &[]), "{method}");
+        }
+        for path in [
+            "/%6Derge/1",
+            "/./merge",
+            "/x/../merge",
+            "/%2e/merge",
+            "//merge",
+            "/MERGE",
+            "/x%2F..%2Fmerge",
+            "/x/..;/merge",
+            "/merge;v=1",
+            "/x\\..\\merge",
+        ] {
+            assert!(r.matches(&d, "POST", &p(path), &[]), "{path}");
+        }
+        for path in ["/mer", "/x/merge", "/%2Fmerge%2F..", "/me%72ge%2F../x"] {
+            let held = r.matches(&d, "POST", &p(path), &[]);
+            assert_eq!(held, path.starts_with("/me%72ge"), "{path}");
+        }
         let any = LockRule::check(&RuleDraft {
             destination: "*",
             attachment: "GH",
@@ -289,8 +335,16 @@ mod tests {
             ..draft(&who)
         })
         .unwrap();
-        assert!(any.matches(&other, "GET", "/", &["GH"]));
-        assert!(!any.matches(&other, "GET", "/", &["OTHER"]));
+        assert!(any.matches(&other, "GET", &p("/"), &["GH"]));
+        assert!(!any.matches(&other, "GET", &p("/"), &["OTHER"]));
+        // Prefixes are kept canonical.
+        let odd = LockRule::check(&RuleDraft {
+            path_prefix: "/x/../%64eploy/./",
+            ..draft(&who)
+        })
+        .unwrap();
+        assert_eq!(odd.path_prefix.as_deref(), Some("/deploy/"));
+        assert_eq!(odd.path_key.as_deref(), Some("/deploy/"));
     }
 
     #[test]

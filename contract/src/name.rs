@@ -1,12 +1,17 @@
 //! Destination names: one canonical form, compared exactly.
 //!
 //! Every name the gateway compares — a hello's SNI, an allowlist entry, a
-//! `Host` header — and every name the control plane stores goes through
-//! [`canonicalize`] first: ASCII lower case and
-//! one trailing dot removed. Nothing else is rewritten: no IDNA mapping, no
-//! percent-decoding, no wildcard. A name that is an IP literal, in any form a
-//! resolver might read as one (`10.0.0.1`, `127.1`, `0x7f.1`, `[::1]`), is not
-//! a name and never matches.
+//! `Host` header — every name the control plane stores, and every name a
+//! session CA is made for (`talos_certs`) goes through [`canonicalize`]
+//! first: ASCII lower case and one trailing dot removed. Nothing else is
+//! rewritten: no IDNA mapping, no percent-decoding, no wildcard. What is
+//! not a name within DNS's limits is refused here, once, for every side: a
+//! label of more than 63 octets, a name of more than 253 (255 on the wire),
+//! an empty label, a byte outside letters, digits, `-`, `_` and `.`, and a
+//! label that starts or ends with `-` (RFC 1123 host names; certificate
+//! verifiers refuse such names too). A name that is an IP literal, in any
+//! form a resolver might read as one (`10.0.0.1`, `127.1`, `0x7f.1`,
+//! `[::1]`), is not a name and never matches.
 
 use std::fmt;
 
@@ -69,6 +74,8 @@ pub enum NameError {
     LabelTooLong { got: String },
     #[error("{got:?} has a byte that is not a letter, digit, '-', '_' or '.'")]
     BadByte { got: String },
+    #[error("{got:?} has a label that starts or ends with '-'")]
+    EdgeHyphen { got: String },
     #[error("{got:?} is an IP literal, not a name")]
     IpLiteral { got: String },
 }
@@ -79,6 +86,21 @@ impl NameError {
         match self {
             NameError::IpLiteral { .. } => "an IP literal is not a name",
             _ => "not a host name",
+        }
+    }
+
+    /// The rule broken, without the text.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            NameError::Empty => "it is empty",
+            NameError::TooLong { .. } => "it is longer than 253 bytes",
+            NameError::EmptyLabel { .. } => "it has an empty label",
+            NameError::LabelTooLong { .. } => "it has a label longer than 63 bytes",
+            NameError::BadByte { .. } => {
+                "it has a byte other than a letter, digit, '-', '_' or '.'"
+            }
+            NameError::EdgeHyphen { .. } => "it has a label that starts or ends with '-'",
+            NameError::IpLiteral { .. } => "an IP literal is not a host name",
         }
     }
 }
@@ -112,6 +134,9 @@ pub fn canonicalize(text: &str) -> Result<Name, NameError> {
         }
         if label.len() > MAX_LABEL_LEN {
             return Err(NameError::LabelTooLong { got: got() });
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(NameError::EdgeHyphen { got: got() });
         }
     }
     if looks_like_ip(trimmed) {
@@ -182,6 +207,11 @@ mod tests {
             "1.2.3.4.example" => Ok("1.2.3.4.example"),
             "example.123" => Err(()),
             "localhost" => Ok("localhost"),
+            "-a.example" => Err(()),
+            "a-.example" => Err(()),
+            "a.-example" => Err(()),
+            "a-b.example" => Ok("a-b.example"),
+            "*.example" => Err(()),
         }
     }
 
@@ -189,9 +219,32 @@ mod tests {
     fn length_limits() {
         let label = "a".repeat(MAX_LABEL_LEN);
         assert!(canonicalize(&format!("{label}.example")).is_ok());
-        assert!(canonicalize(&format!("a{label}.example")).is_err());
+        assert!(matches!(
+            canonicalize(&format!("a{label}.example")),
+            Err(NameError::LabelTooLong { .. })
+        ));
         let long = ["abcdefghi"; 26].join(".");
         assert!(long.len() > MAX_NAME_LEN);
-        assert!(canonicalize(&long).is_err());
+        assert!(matches!(
+            canonicalize(&long),
+            Err(NameError::TooLong { .. })
+        ));
+        // 253 bytes is a name, with or without the root's dot (255 octets
+        // on the wire); 254 is not, nor 255 with a dot.
+        let at = |n: usize| {
+            let mut name = ["a"; 130].join(".");
+            name.truncate(n);
+            if name.ends_with('.') {
+                name.pop();
+                name.push('b');
+            }
+            name
+        };
+        assert_eq!(at(253).len(), 253);
+        assert!(canonicalize(&at(253)).is_ok());
+        assert!(canonicalize(&format!("{}.", at(253))).is_ok());
+        assert!(canonicalize(&at(254)).is_err());
+        assert!(canonicalize(&at(255)).is_err());
+        assert!(canonicalize(&format!("{}.", at(254))).is_err());
     }
 }

@@ -3,11 +3,29 @@
 //!
 //! The certificate is built from the store alone: attempts and their CAs
 //! from the state machine, connection records from the signed batches, the
-//! reset steps. It is issued (`issued: true`) only for a session that has
-//! ended with all five reset steps confirmed; otherwise it is shown with
-//! `issued: false` and the reason.
+//! reset steps.
 //!
-//! The control stub does not sign the certificate.
+//! # Complete when issued, and final
+//!
+//! It is issued ([`issue`]) only when all of these hold:
+//!
+//! - the session has ended with all five reset steps confirmed;
+//! - for every CA made for the session, the batch chain of the gateway that
+//!   made it has been accepted up to the end of that authority: the drop
+//!   report the gateway put in its chain after the records of the
+//!   authority's connections, or the start report of its next process
+//!   (which comes after the records of the connections its crash cut).
+//!   Batches are accepted in order, so every record of the session from
+//!   every member is then in.
+//!
+//! Issuing signs the certificate's JSON (the payload: every field but
+//! `signature`, compact, in the order below) with the control plane's
+//! Ed25519 key (`<control-dir>/plane.key`) as talos-certs kind
+//! `certificate`, and stores payload and signature once. From then on the
+//! certificate is read from the store as issued, byte for byte: records
+//! that arrive later (a batch sealed again after a crash, say) never change
+//! it. Until then it is built live and shown with `issued: false` and the
+//! reason.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +34,8 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::lifecycle::load;
-use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, ProposalState, State};
-use crate::store::{BatchInfo, BatchRejection, ResetStep, Store};
+use crate::model::{AttemptEnd, CloseReason, EndReason, Mode, OpenCause, ProposalState, State};
+use crate::store::{BatchInfo, BatchRejection, IssuedCertificate, ResetStep, Store, Tx};
 
 /// The kind of this certificate (spec: "The session certificate follows,
 /// with the kind sandbox session").
@@ -59,15 +77,35 @@ pub struct Certificate {
     pub secrets: Vec<SecretUse>,
     /// The signed batches the records came in.
     pub batches: Vec<BatchInfo>,
-    /// Batches from the session's gateways that the batch consumer refused.
+    /// Batches refused by the batch consumer that named the session.
     pub batch_rejections: Vec<BatchRejection>,
+    /// Batches a gateway's operator set aside as signed gaps whose window
+    /// this session was live in on that gateway: records of the session
+    /// may be missing there.
+    pub gaps: Vec<crate::store::ChainGap>,
     /// Every proposal the gateways sent the approval relay for the
     /// session, and what became of it.
     pub proposals: Vec<CertProposal>,
     pub reset: Vec<ResetStep>,
     pub issued: bool,
+    /// When the control plane signed it (spec: `certificate_signed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_signed: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_issued_because: Option<String>,
+    /// The control plane's signature over the payload (see the module
+    /// docs); not part of the payload itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<CertSignature>,
+}
+
+/// The signature on an issued certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CertSignature {
+    /// talos-certs key id of the control plane's key.
+    pub key_id: String,
+    /// Ed25519, standard base64.
+    pub signature: String,
 }
 
 /// An attempt on the certificate.
@@ -166,17 +204,117 @@ pub struct SecretAttachment {
     pub attempts: Vec<u32>,
 }
 
-/// Build session `id`'s certificate.
-pub fn certificate(store: &Store, id: &str) -> Result<Certificate, Error> {
+/// Session `id`'s certificate: as issued (from the store, byte for byte)
+/// once it is, else built live with `issued: false` and the reason.
+pub fn certificate(store: &Store, id: &str) -> Result<serde_json::Value, Error> {
+    store.read(|tx| match tx.issued_certificate(id)? {
+        Some(issued) => issued_json(&issued),
+        None => {
+            let mut cert = build(tx, id)?;
+            if cert.issued {
+                // Complete, but nothing is issued until it is signed.
+                cert.issued = false;
+                cert.not_issued_because = Some(
+                    "complete, but not signed yet: `control-stub serve` signs it, or `certificate` with --control-dir".into(),
+                );
+            }
+            Ok(serde_json::to_value(cert)?)
+        }
+    })
+}
+
+/// Session `id`'s issued certificate as a signed envelope (talos-certs
+/// `Signed`, kind `certificate`): what `openssl` verifies.
+pub fn signed(store: &Store, id: &str) -> Result<Option<talos_certs::Signed>, Error> {
     store.read(|tx| {
+        Ok(tx.issued_certificate(id)?.map(|c| talos_certs::Signed {
+            kind: talos_certs::Kind::Certificate,
+            key_id: c.key_id,
+            payload: c.payload,
+            signature: c.signature,
+        }))
+    })
+}
+
+/// Session `id`'s certificate built live from the store, typed, whether
+/// or not it is issued (what an issued one said is [`certificate`]'s).
+pub fn live(store: &Store, id: &str) -> Result<Certificate, Error> {
+    store.read(|tx| build(tx, id))
+}
+
+fn issued_json(issued: &IssuedCertificate) -> Result<serde_json::Value, Error> {
+    use base64::Engine as _;
+    let mut value: serde_json::Value = serde_json::from_slice(&issued.payload)?;
+    value["signature"] = serde_json::to_value(CertSignature {
+        key_id: issued.key_id.clone(),
+        signature: base64::engine::general_purpose::STANDARD.encode(&issued.signature),
+    })?;
+    Ok(value)
+}
+
+/// Issue session `id`'s certificate, signed with `key`, if it can be
+/// issued now (see the module docs). Returns whether it is issued (now or
+/// before).
+pub fn issue(store: &mut Store, id: &str, key: &talos_certs::GatewayKey) -> Result<bool, Error> {
+    store.write(|tx| {
+        if tx.issued_certificate(id)?.is_some() {
+            return Ok(true);
+        }
+        let mut cert = build(tx, id)?;
+        if !cert.issued {
+            return Ok(false);
+        }
+        let at = crate::store::now();
+        cert.certificate_signed = Some(at.clone());
+        cert.signature = None;
+        let payload = serde_json::to_vec(&cert)?;
+        let signed = key.sign(talos_certs::Kind::Certificate, payload);
+        tx.insert_certificate(
+            id,
+            &IssuedCertificate {
+                issued_at: at,
+                payload: signed.payload,
+                signature: signed.signature,
+                key_id: signed.key_id,
+            },
+        )?;
+        metrics::counter!("stub_certificates_issued_total").increment(1);
+        Ok(true)
+    })
+}
+
+/// What a certificate of session `id` still waits for in the gateways'
+/// batch chains: for each CA, the entry that ends its authority (see the
+/// module docs). Empty when every chain is in.
+fn chains_missing(tx: &Tx<'_>, id: &str) -> Result<Vec<String>, Error> {
+    let reports = tx.drop_reports(id)?;
+    let mut missing = Vec::new();
+    for ca in tx.cas(id)? {
+        let ended_by_start = ca.destroy_reason == Some(CloseReason::GatewayRestarted);
+        let in_chain = reports.iter().any(|r| {
+            r.via == "chain"
+                && r.attempt == ca.attempt
+                && r.gateway_id == ca.gateway_id
+                && r.ca_error.is_none()
+        });
+        if !ended_by_start && !in_chain {
+            missing.push(format!(
+                "gateway {}'s batches through the end of attempt {} (its drop report in its chain)",
+                ca.gateway_id, ca.attempt
+            ));
+        }
+    }
+    Ok(missing)
+}
+
+/// Build session `id`'s certificate from the store as it stands.
+fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
+    {
         let session = load(tx, id)?;
         let cas = tx.cas(id)?;
         let attempts = tx.attempts(id)?;
         let records = tx.connection_records(id)?;
         let reset = tx.reset_steps(id)?;
-        let mut gateways: Vec<String> = cas.iter().map(|c| c.gateway_id.clone()).collect();
-        gateways.sort();
-        gateways.dedup();
 
         let cert_attempts = attempts
             .iter()
@@ -245,11 +383,19 @@ pub fn certificate(store: &Store, id: &str) -> Result<Certificate, Error> {
             refusals.extend(refusals_of(rec));
         }
 
+        let missing = chains_missing(tx, id)?;
         let not_issued_because = if !session.state.is_over() {
             Some(format!(
                 "the session is {} and has not ended",
                 session.state
             ))
+        } else if session.state != State::Ended {
+            Some(format!(
+                "the session is {}: a gateway has not confirmed its close",
+                session.state
+            ))
+        } else if !missing.is_empty() {
+            Some(format!("waiting for {}", missing.join("; ")))
         } else {
             let unconfirmed: Vec<&str> = reset
                 .iter()
@@ -287,7 +433,8 @@ pub fn certificate(store: &Store, id: &str) -> Result<Certificate, Error> {
             refusals,
             secrets: secrets.into_values().collect(),
             batches: tx.batches_of(id)?,
-            batch_rejections: tx.batch_rejections(&gateways)?,
+            batch_rejections: tx.batch_rejections(id)?,
+            gaps: tx.gaps_touching(id)?,
             proposals: tx
                 .proposals(Some(id), None)?
                 .into_iter()
@@ -310,9 +457,11 @@ pub fn certificate(store: &Store, id: &str) -> Result<Certificate, Error> {
                 .collect(),
             reset,
             issued: not_issued_because.is_none(),
+            certificate_signed: None,
             not_issued_because,
+            signature: None,
         })
-    })
+    }
 }
 
 fn secret_entry<'m>(map: &'m mut BTreeMap<String, SecretUse>, name: &str) -> &'m mut SecretUse {

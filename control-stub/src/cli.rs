@@ -71,7 +71,23 @@ pub enum Command {
         /// the gateways given with --gateway ID=ADDR.
         #[arg(long, value_name = "ADDR")]
         approvals_listen: Option<std::net::SocketAddr>,
+        /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this
+        /// address.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// How often leases are renewed on every gateway given, in
+        /// milliseconds (default 10000; at most a third of the gateways'
+        /// lease).
+        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        renew_ms: u64,
+        /// How often closes owed are asked again, time-driven events run
+        /// and certificates are issued, in milliseconds (default 1000).
+        #[arg(long, value_name = "MS", default_value_t = 1_000)]
+        tick_ms: u64,
     },
+    /// Print the control plane's public key, which signs certificates
+    /// (`<control-dir>/plane.key`, made if missing): hex, PEM and key id.
+    PlaneKey,
     /// Sessions: start, pause, resume, interrupt, recover, stop, revoke-all, status.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
@@ -90,11 +106,19 @@ pub enum Command {
     /// Who may use the approvals API: each approver has a bearer token.
     #[command(subcommand)]
     Approvers(ApproversCommand),
-    /// Print a session's certificate (JSON). Exits with certificate_not_issued
-    /// while the session has not ended with every reset step confirmed.
+    /// Print a session's certificate (JSON), issuing it first if it can be
+    /// issued now (needs --control-dir for the signing key). Exits with
+    /// certificate_not_issued while it cannot: the session has not ended
+    /// with every reset step confirmed, or a gateway's batches through the
+    /// end of its authority are not all in.
     Certificate {
         /// The session id.
         id: String,
+        /// Print the issued certificate as its signed envelope (kind
+        /// `certificate`: the exact payload bytes and the signature), for
+        /// checking with openssl (docs/records.md).
+        #[arg(long)]
+        signed: bool,
     },
 }
 
@@ -119,7 +143,17 @@ pub enum SandboxCommand {
         /// `agent` (default) or `commands`; only `commands` can pause.
         #[arg(long, default_value = "agent", value_parser = parse_mode)]
         mode: Mode,
+        /// Mode commands only: pause or end after this many idle seconds
+        /// (60-86400, default 900).
+        #[arg(long, value_name = "SECONDS")]
+        idle_timeout_seconds: Option<u32>,
+        /// Mode commands only: `end` (default) or `pause` at the idle timeout.
+        #[arg(long, value_name = "ACTION")]
+        idle_action: Option<String>,
     },
+    /// A client attaches: prints the session's status; idle time counts
+    /// from now.
+    Attach { id: String },
     /// Pause a running session in mode commands.
     Pause { id: String },
     /// Resume a paused session from the current policy and secrets.
@@ -332,7 +366,35 @@ pub fn run(
         Command::Serve {
             listen,
             approvals_listen,
-        } => return serve(cli, *listen, *approvals_listen, stdout),
+            metrics_listen,
+            renew_ms,
+            tick_ms,
+        } => {
+            return serve(
+                cli,
+                &ServeSettings {
+                    listen: *listen,
+                    approvals: *approvals_listen,
+                    metrics: *metrics_listen,
+                    renew: std::time::Duration::from_millis(*renew_ms),
+                    tick: std::time::Duration::from_millis(*tick_ms),
+                },
+                stdout,
+            )
+        }
+        Command::PlaneKey => {
+            let dir = control_dir(cli, "plane-key")?;
+            let key = crate::identity::plane_key(dir)?;
+            let public = key.public_key();
+            return write_out(
+                stdout,
+                &json(&serde_json::json!({
+                    "key_id": key.key_id(),
+                    "public_key_hex": hex::encode(public),
+                    "public_key_pem": ed25519_pem(&public),
+                }))?,
+            );
+        }
         _ => {}
     }
     let mut store = Store::open(&cli.db)?;
@@ -340,7 +402,9 @@ pub fn run(
         register_gateways(&mut store, link)?;
     }
     let out = match &cli.command {
-        Command::Init { .. } | Command::Serve { .. } => unreachable!("handled above"),
+        Command::Init { .. } | Command::Serve { .. } | Command::PlaneKey => {
+            unreachable!("handled above")
+        }
         Command::Sandbox(cmd) => {
             // The relay's key travels with every open; other transitions
             // do not need it (and must not fail for want of it).
@@ -362,13 +426,18 @@ pub fn run(
                     allow,
                     attach,
                     mode,
+                    idle_timeout_seconds,
+                    idle_action,
                 } => json(&life.start(&StartRequest {
                     tenant: tenant.clone(),
                     sources: sources.clone(),
                     allow: allow.clone(),
                     attach: attach.clone(),
                     mode: *mode,
+                    idle_timeout_seconds: *idle_timeout_seconds,
+                    idle_action: idle_action.clone(),
                 })?)?,
+                SandboxCommand::Attach { id } => json(&life.attach(id)?)?,
                 SandboxCommand::Pause { id } => json(&life.pause(id)?)?,
                 SandboxCommand::Resume { id } => json(&life.resume(id)?)?,
                 SandboxCommand::Interrupt { id } => json(&life.interrupt(id)?)?,
@@ -384,8 +453,13 @@ pub fn run(
                             state: status.session.state.as_str(),
                         });
                     }
+                    // The CAs of the current attempt that are live: not
+                    // reported destroyed, and not made by a gateway process
+                    // that has since restarted (its start report says so).
                     let mut bundle = String::new();
-                    if let Some(current) = status.attempts.last() {
+                    if let Some(current) = status.attempts.iter().rev().find(|a| {
+                        a.attempt.end_cause != Some(crate::model::AttemptEnd::StartFailed)
+                    }) {
                         for ca in current.ca.iter().filter(|c| c.destroyed_at.is_none()) {
                             bundle.push_str(&ca.cert_pem);
                         }
@@ -496,15 +570,51 @@ pub fn run(
                 store.register_gateway(id, public_key)?;
                 json(&serde_json::json!({"registered": id}))?
             }
-            GatewayCommand::List => json(&store.gateways()?)?,
+            GatewayCommand::List => {
+                // Each key also as PEM, the form openssl verifies with.
+                let mut list = serde_json::to_value(store.gateways()?)?;
+                if let Some(items) = list.as_array_mut() {
+                    for g in items {
+                        let key = g["public_key_hex"]
+                            .as_str()
+                            .and_then(crate::store::ed25519_key);
+                        if let Some(key) = key {
+                            g["public_key_pem"] = ed25519_pem(&key).into();
+                        }
+                    }
+                }
+                json(&list)?
+            }
         },
-        Command::Certificate { id } => {
+        Command::Certificate { id, signed } => {
+            if let Some(dir) = &cli.control_dir {
+                let key = crate::identity::plane_key(dir)?;
+                store.write(|tx| crate::confirm::reevaluate(tx, id))?;
+                crate::certificate::issue(&mut store, id, &key)?;
+            }
+            if *signed {
+                return match crate::certificate::signed(&store, id)? {
+                    Some(env) => write_out(stdout, &json(&env)?),
+                    None => Err(Error::CertificateNotIssued {
+                        id: id.clone(),
+                        reason: "no certificate is issued yet".into(),
+                    }),
+                };
+            }
             let cert = certificate(&store, id)?;
             write_out(stdout, &json(&cert)?)?;
-            if let Some(reason) = cert.not_issued_because {
+            if let Some(reason) = cert.get("not_issued_because").and_then(|r| r.as_str()) {
                 return Err(Error::CertificateNotIssued {
                     id: id.clone(),
-                    reason,
+                    reason: reason.to_owned(),
+                });
+            }
+            if cert.get("issued") != Some(&serde_json::Value::Bool(true)) {
+                return Err(Error::CertificateNotIssued {
+                    id: id.clone(),
+                    reason:
+                        "it can be issued, but not without the signing key: give --control-dir DIR"
+                            .into(),
                 });
             }
             return Ok(());
@@ -529,43 +639,89 @@ fn relay_key(cli: &Cli) -> Result<talos_certs::GatewayKey, Error> {
 
 /// Whether `command` may reach the gateways.
 fn needs_gateways(command: &Command) -> bool {
-    matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. } | SandboxCommand::Trust { .. }))
+    matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. } | SandboxCommand::Trust { .. } | SandboxCommand::Attach { .. }))
+}
+
+/// `--control-dir`, which `what` needs.
+fn control_dir<'c>(cli: &'c Cli, what: &str) -> Result<&'c std::path::Path, Error> {
+    cli.control_dir.as_deref().ok_or_else(|| Error::Io {
+        what: what.to_owned(),
+        reason: "--control-dir DIR is needed (the directory init wrote)".into(),
+    })
+}
+
+/// An Ed25519 public key as a PEM `PUBLIC KEY` (SubjectPublicKeyInfo), the
+/// form `openssl pkeyutl -verify -pubin` reads.
+pub fn ed25519_pem(public: &[u8; 32]) -> String {
+    use base64::Engine as _;
+    // SEQUENCE { SEQUENCE { OID 1.3.101.112 } BIT STRING { key } }
+    let mut der = vec![
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    der.extend_from_slice(public);
+    format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        base64::engine::general_purpose::STANDARD.encode(der)
+    )
 }
 
 /// Ask each gateway who it is and register its key at first contact; a
 /// known id with another key is `gateway_key_conflict`. A gateway that
-/// cannot be reached is skipped here: the command fails
-/// `gateway_unreachable` if it needs it, and works if it does not (a stop
-/// of a paused session).
+/// cannot be reached is skipped here: the commands go on through the
+/// others.
 fn register_gateways(store: &mut Store, link: &dyn GatewayLink) -> Result<(), Error> {
-    let Ok(described) = link.describe() else {
-        return Ok(());
-    };
-    for d in described {
+    for reply in link.describe() {
+        let Ok(d) = reply.result else {
+            continue;
+        };
         store.register_gateway(&d.gateway_id, &d.public_key_hex)?;
+        let at = crate::store::now();
+        store.write(|tx| tx.gateway_seen(&d.gateway_id, &d.instance, d.lease_ms, &at))?;
     }
     Ok(())
 }
 
-/// `serve`: the ControlPlane service on `listen`, and the approvals API on
-/// `approvals`, until SIGTERM/SIGINT.
-fn serve(
-    cli: &Cli,
+/// What `serve` listens on and how often its loop runs.
+#[derive(Debug, Clone)]
+struct ServeSettings {
     listen: std::net::SocketAddr,
     approvals: Option<std::net::SocketAddr>,
-    stdout: &mut dyn Write,
-) -> Result<(), Error> {
-    let dir = cli.control_dir.as_deref().ok_or_else(|| Error::Io {
-        what: "serve".into(),
-        reason: "--control-dir DIR is needed (the directory init wrote)".into(),
-    })?;
+    metrics: Option<std::net::SocketAddr>,
+    renew: std::time::Duration,
+    tick: std::time::Duration,
+}
+
+/// `serve`: the ControlPlane service on `listen`, the approvals API and
+/// the metrics if asked, and the upkeep loop ([`crate::upkeep`]) on a
+/// thread of its own, until SIGTERM/SIGINT/SIGQUIT.
+fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<(), Error> {
+    let dir = control_dir(cli, "serve")?;
+    if settings.tick.is_zero() || settings.renew < settings.tick {
+        return Err(Error::invalid(
+            "--tick-ms must be at least 1 and --renew-ms at least --tick-ms",
+        ));
+    }
     let identity = crate::identity::Identity::load(dir, "stub")?;
     let tls = identity.server_config()?;
     let store = std::sync::Arc::new(std::sync::Mutex::new(Store::open(&cli.db)?));
+    // Checked now so a bad key file stops the start, not the first
+    // certificate.
+    crate::identity::plane_key(dir)?;
+    let metrics = match settings.metrics {
+        Some(_) => Some(
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| Error::Io {
+                    what: "metrics".into(),
+                    reason: e.to_string(),
+                })?,
+        ),
+        None => None,
+    };
     // The API's link and key exist only with the API. The link owns a
     // runtime of its own, which must be dropped outside the serving
     // runtime: declared first, it is dropped last.
-    let api = match approvals {
+    let api = match settings.approvals {
         Some(_) => Some(crate::approvals_api::Api::new(
             store.clone(),
             std::sync::Arc::new(crate::identity::relay_key(dir)?),
@@ -576,7 +732,7 @@ fn serve(
         )),
         None => None,
     };
-    let api_tls = match approvals {
+    let api_tls = match settings.approvals {
         Some(_) => Some(crate::approvals_api::server_config(&identity)?),
         None => None,
     };
@@ -600,23 +756,53 @@ fn serve(
         })?;
         Ok::<_, Error>((listener, bound))
     };
+    // The upkeep loop: its own store connection and control channel
+    // client, on a thread of its own (the link blocks on its own runtime).
+    // Dropped when serving ends: the loop sees the channel close.
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let upkeep = {
+        let db = cli.db.clone();
+        let gateways = cli.gateways.clone();
+        let control_dir = dir.to_owned();
+        let settings = settings.clone();
+        std::thread::Builder::new()
+            .name("upkeep".into())
+            .spawn(move || upkeep_loop(&db, &gateways, &control_dir, &settings, &stopped))
+            .map_err(|e| Error::Io {
+                what: "upkeep thread".into(),
+                reason: e.to_string(),
+            })?
+    };
     let result = runtime.block_on(async {
-        let (listener, addr) = bind(listen).await?;
-        let approvals = match approvals {
+        let (listener, addr) = bind(settings.listen).await?;
+        let approvals = match settings.approvals {
             Some(a) => Some(bind(a).await?),
             None => None,
         };
+        let metrics_listener = match settings.metrics {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        // Before the ready line (see `Signals`).
+        let signals = crate::serve::Signals::listen();
         let mut ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
         if let Some((_, a)) = &approvals {
             ready["approvals"] = serde_json::Value::String(a.to_string());
         }
+        if let Some((_, a)) = &metrics_listener {
+            ready["metrics"] = serde_json::Value::String(a.to_string());
+        }
         write_out(stdout, &ready.to_string())?;
         let _ = stdout.flush();
+        let shutdown = signals.handle();
+        if let (Some((listener, _)), Some(handle)) = (metrics_listener, metrics) {
+            tokio::spawn(crate::serve::serve_metrics(listener, handle));
+        }
         let grpc = crate::serve::serve(
             listener,
             tls,
             crate::serve::Consumer::shared(store.clone()),
-            crate::serve::shutdown_signal(),
+            shutdown.clone().wait(),
         );
         match (approvals, api.clone(), api_tls) {
             (Some((listener, _)), Some(api), Some(api_tls)) => {
@@ -624,7 +810,7 @@ fn serve(
                     listener,
                     api_tls,
                     api,
-                    crate::serve::shutdown_signal(),
+                    shutdown.clone().wait(),
                 );
                 tokio::join!(grpc, http);
             }
@@ -632,9 +818,76 @@ fn serve(
         }
         Ok(())
     });
+    drop(stop);
+    let _ = upkeep.join();
     drop(runtime);
     drop(api);
     result
+}
+
+/// The upkeep loop until `stopped` closes: a tick every `settings.tick`,
+/// renewing every `settings.renew`. A tick that fails (the store busy, say)
+/// is logged and the next one tries again.
+fn upkeep_loop(
+    db: &std::path::Path,
+    gateways: &[String],
+    control_dir: &std::path::Path,
+    settings: &ServeSettings,
+    stopped: &std::sync::mpsc::Receiver<()>,
+) {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        eprintln!(
+            "{}",
+            serde_json::json!({"upkeep": "failed", "what": what, "error": e.to_string()})
+        );
+    };
+    let mut store = match Store::open(db) {
+        Ok(s) => s,
+        Err(e) => return fail("store", &e),
+    };
+    let link = match crate::grpc_link::GrpcLink::new(gateways, Some(control_dir.to_owned())) {
+        Ok(l) => l,
+        Err(e) => return fail("link", &e),
+    };
+    let plane_key = match crate::identity::plane_key(control_dir) {
+        Ok(k) => k,
+        Err(e) => return fail("plane key", &e),
+    };
+    let relay = crate::identity::relay_key(control_dir)
+        .ok()
+        .map(|k| k.public_key());
+    let verifier = crate::confirm::SignatureVerifier;
+    let mut last_renew: Option<std::time::Instant> = None;
+    loop {
+        let renew = last_renew.is_none_or(|t| t.elapsed() >= settings.renew);
+        if renew {
+            last_renew = Some(std::time::Instant::now());
+        }
+        let mut upkeep = crate::upkeep::Upkeep {
+            store: &mut store,
+            link: &link,
+            verifier: &verifier,
+            plane_key: Some(&plane_key),
+            relay_public_key: relay,
+        };
+        match upkeep.tick(std::time::SystemTime::now(), renew) {
+            Ok(report) => {
+                if !report.events.is_empty()
+                    || !report.issued.is_empty()
+                    || report.closes_confirmed > 0
+                    || !report.members_down.is_empty()
+                {
+                    eprintln!("{}", serde_json::json!({"upkeep": report}));
+                }
+            }
+            Err(e) => fail("tick", &e),
+        }
+        // Wait a tick, or until serving ends.
+        match stopped.recv_timeout(settings.tick) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
 }
 
 /// Read a secret value, at most one byte more than a value may hold (so a

@@ -12,7 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 use base64::Engine as _;
 
 use crate::error::LinkError;
-use crate::link::{CloseSession, DropReportView, GatewayLink, OpenSession, Opened, ReportVerifier};
+use crate::link::{
+    CloseAnswer, CloseSession, Described, DropReportView, GatewayLink, OpenSession, Opened,
+    Renewed, Reply, ReportVerifier,
+};
 
 /// A verifier for tests: accepts every report, or refuses every one.
 #[derive(Clone, Copy, Debug)]
@@ -54,7 +57,9 @@ impl ReportVerifier for FakeVerifier {
 #[derive(Clone, Debug)]
 pub enum Call {
     Open(OpenSession),
-    Close(CloseSession),
+    /// A close and the members it was sent to (`None`: every member).
+    Close(CloseSession, Option<Vec<String>>),
+    Renew(Vec<crate::link::MemberLeases>),
     /// A decision delivered to a gateway: its id and the signed envelope.
     Decide {
         gateway_id: String,
@@ -78,8 +83,12 @@ pub enum Tamper {
 /// Each gateway "makes" a CA per open: the certificate is made-up bytes in a
 /// PEM wrapper, and its digest is the true SHA-384 of those bytes, so the
 /// control stub's digest check runs for real. A close reports, per gateway,
-/// the digest and secret names it opened — a gateway that holds no
-/// authority for the session refuses, as a real one would.
+/// the digest and secret names it opened, and the same report again for an
+/// authority it already ended; a gateway that never held the attempt
+/// answers "not held", as a real one does. Each member can be taken down
+/// (every call to it fails unreachable), made to refuse opens, restarted
+/// (a new instance: everything it held is gone), or have an authority
+/// lapse.
 #[derive(Debug)]
 pub struct FakeLink {
     state: Mutex<FakeState>,
@@ -87,16 +96,27 @@ pub struct FakeLink {
 
 #[derive(Debug, Default)]
 struct FakeState {
-    gateways: Vec<String>,
+    gateways: Vec<Member>,
     calls: Vec<Call>,
     failure: Option<LinkError>,
     tamper: Option<Tamper>,
-    /// (session, gateway) → what that gateway holds for the session.
-    live: BTreeMap<(String, String), Live>,
     serial: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
+struct Member {
+    id: String,
+    instance: String,
+    down: bool,
+    refuse_open: bool,
+    restarts: u32,
+    /// session → what this gateway holds for it.
+    live: BTreeMap<String, Live>,
+    /// (session, attempt) → the report of an authority it ended.
+    ended: BTreeMap<(String, u32), DropReportView>,
+}
+
+#[derive(Debug, Clone)]
 struct Live {
     attempt: u32,
     digest: String,
@@ -109,12 +129,22 @@ impl Default for FakeLink {
     }
 }
 
+/// The fake lease every member gives.
+pub const FAKE_LEASE_MS: u64 = 60_000;
+
 impl FakeLink {
     /// A pair (or any number) of fake gateways with these ids.
     pub fn new(gateways: &[&str]) -> FakeLink {
         FakeLink {
             state: Mutex::new(FakeState {
-                gateways: gateways.iter().map(|g| (*g).to_owned()).collect(),
+                gateways: gateways
+                    .iter()
+                    .map(|g| Member {
+                        id: (*g).to_owned(),
+                        instance: instance_of(g, 0),
+                        ..Member::default()
+                    })
+                    .collect(),
                 ..FakeState::default()
             }),
         }
@@ -133,7 +163,7 @@ impl FakeLink {
     pub fn last_open(&self) -> Option<OpenSession> {
         self.state().calls.iter().rev().find_map(|c| match c {
             Call::Open(o) => Some(o.clone()),
-            Call::Close(_) | Call::Decide { .. } => None,
+            _ => None,
         })
     }
 
@@ -147,15 +177,81 @@ impl FakeLink {
                     gateway_id,
                     decision,
                 } => Some((gateway_id.clone(), decision.clone())),
-                Call::Open(_) | Call::Close(_) => None,
+                _ => None,
             })
             .collect()
     }
 
-    /// Fail every call with `error` from now on (`None`: answer again).
-    /// A failing call changes nothing on the fake gateways.
+    /// Fail every call to every member with `error` from now on (`None`:
+    /// answer again). A failing call changes nothing on the fake gateways.
     pub fn fail_with(&self, error: Option<LinkError>) {
         self.state().failure = error;
+    }
+
+    /// Take member `id` down (`true`: every call to it fails unreachable,
+    /// and it changes nothing) or bring it back.
+    pub fn set_down(&self, id: &str, down: bool) {
+        if let Some(m) = self.state().gateways.iter_mut().find(|m| m.id == id) {
+            m.down = down;
+        }
+    }
+
+    /// Make member `id` refuse every open (or stop refusing).
+    pub fn refuse_opens(&self, id: &str, refuse: bool) {
+        if let Some(m) = self.state().gateways.iter_mut().find(|m| m.id == id) {
+            m.refuse_open = refuse;
+        }
+    }
+
+    /// Restart member `id`: a new instance, holding nothing. Returns the
+    /// new instance id.
+    pub fn restart(&self, id: &str) -> String {
+        let mut st = self.state();
+        let m = st
+            .gateways
+            .iter_mut()
+            .find(|m| m.id == id)
+            .expect("a member of the fake pair");
+        m.restarts += 1;
+        m.instance = instance_of(&m.id, m.restarts);
+        m.live.clear();
+        m.ended.clear();
+        m.instance.clone()
+    }
+
+    /// The instance member `id` runs now.
+    pub fn instance(&self, id: &str) -> String {
+        self.state()
+            .gateways
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| m.instance.clone())
+            .unwrap_or_default()
+    }
+
+    /// Let member `id`'s authority for `session_id` lapse: it ends it as a
+    /// real gateway does (reason `lease_expired`) and returns the report it
+    /// would put in its batch chain.
+    pub fn lapse(&self, id: &str, session_id: &str) -> Option<DropReportView> {
+        let mut st = self.state();
+        let m = st.gateways.iter_mut().find(|m| m.id == id)?;
+        let live = m.live.remove(session_id)?;
+        let report = fake_report(m, session_id, &live, "lease_expired");
+        m.ended
+            .insert((session_id.to_owned(), live.attempt), report.clone());
+        Some(report)
+    }
+
+    /// Every report a member put in its batch chain so far (each authority
+    /// it ended: closed, lapsed, replaced), in the order they ended, with
+    /// the member: what the batch consumer would receive.
+    pub fn chain_reports(&self) -> Vec<DropReportView> {
+        let st = self.state();
+        let mut out = Vec::new();
+        for m in &st.gateways {
+            out.extend(m.ended.values().cloned());
+        }
+        out
     }
 
     /// Spoil the first report of the next close.
@@ -165,44 +261,236 @@ impl FakeLink {
 
     /// Whether some fake gateway holds an authority for `session_id`.
     pub fn holds(&self, session_id: &str) -> bool {
-        self.state().live.keys().any(|(s, _)| s == session_id)
+        self.state()
+            .gateways
+            .iter()
+            .any(|m| m.live.contains_key(session_id))
+    }
+
+    /// Whether member `id` holds an authority for `session_id`.
+    pub fn member_holds(&self, id: &str, session_id: &str) -> bool {
+        self.state()
+            .gateways
+            .iter()
+            .any(|m| m.id == id && m.live.contains_key(session_id))
     }
 }
 
+fn instance_of(id: &str, restarts: u32) -> String {
+    // 16 hex digits, different per member and restart.
+    let digest = talos_certs::sha384_hex(format!("{id}/{restarts}").as_bytes());
+    digest[..16].to_owned()
+}
+
+fn fake_report(m: &Member, session_id: &str, live: &Live, reason: &str) -> DropReportView {
+    let mut report = DropReportView {
+        gateway_id: m.id.clone(),
+        instance: m.instance.clone(),
+        session_id: session_id.to_owned(),
+        attempt: live.attempt,
+        reason: reason.to_owned(),
+        ca_digest: live.digest.clone(),
+        secrets: live.secrets.clone(),
+        signed: Vec::new(),
+    };
+    report.signed = signed_bytes(&report);
+    report
+}
+
+fn signed_bytes(r: &DropReportView) -> Vec<u8> {
+    format!(
+        "fake drop report: gateway {} instance {} session {} attempt {} reason {} ca {} secrets {}",
+        r.gateway_id,
+        r.instance,
+        r.session_id,
+        r.attempt,
+        r.reason,
+        r.ca_digest,
+        r.secrets.join(",")
+    )
+    .into_bytes()
+}
+
+fn unreachable(id: &str) -> LinkError {
+    LinkError::Unreachable(format!("{id}: the fake gateway is down"))
+}
+
 impl GatewayLink for FakeLink {
-    fn open(&self, req: &OpenSession) -> Result<Vec<Opened>, LinkError> {
+    fn describe(&self) -> Vec<Reply<Described>> {
+        let st = self.state();
+        st.gateways
+            .iter()
+            .map(|m| Reply {
+                member: m.id.clone(),
+                result: match (&st.failure, m.down) {
+                    (Some(e), _) => Err(e.clone()),
+                    (None, true) => Err(unreachable(&m.id)),
+                    (None, false) => Ok(Described {
+                        gateway_id: m.id.clone(),
+                        // A made-up key, the same for a member every time:
+                        // FakeVerifier checks no signature.
+                        public_key_hex: talos_certs::sha384_hex(m.id.as_bytes())[..64].to_owned(),
+                        instance: m.instance.clone(),
+                        lease_ms: FAKE_LEASE_MS,
+                    }),
+                },
+            })
+            .collect()
+    }
+
+    fn open(&self, req: &OpenSession) -> Vec<Reply<Opened>> {
         let mut st = self.state();
         st.calls.push(Call::Open(req.clone()));
-        if let Some(e) = &st.failure {
-            return Err(e.clone());
-        }
+        let failure = st.failure.clone();
         let mut secrets: Vec<String> = req.attachments.iter().map(|a| a.secret.clone()).collect();
         secrets.sort();
         secrets.dedup();
         let mut out = Vec::new();
-        for gateway_id in st.gateways.clone() {
-            st.serial += 1;
-            let der = format!(
-                "fake session CA: gateway {gateway_id}, session {}, attempt {}, serial {}",
-                req.session_id, req.attempt, st.serial
-            )
-            .into_bytes();
-            let digest = talos_certs::sha384_hex(&der);
-            st.live.insert(
-                (req.session_id.clone(), gateway_id.clone()),
-                Live {
-                    attempt: req.attempt,
-                    digest: digest.clone(),
-                    secrets: secrets.clone(),
-                },
-            );
-            out.push(Opened {
-                gateway_id,
-                ca_cert_pem: pem(&der),
-                ca_digest: digest,
+        let mut serial = st.serial;
+        for m in st.gateways.iter_mut() {
+            let result = if let Some(e) = &failure {
+                Err(e.clone())
+            } else if m.down {
+                Err(unreachable(&m.id))
+            } else if m.refuse_open {
+                Err(LinkError::Refused {
+                    gateway_id: m.id.clone(),
+                    reason: "the fake gateway refuses every open".into(),
+                })
+            } else if m.ended.contains_key(&(req.session_id.clone(), req.attempt)) {
+                Err(LinkError::Refused {
+                    gateway_id: m.id.clone(),
+                    reason: format!("attempt: attempt {} was ended here", req.attempt),
+                })
+            } else {
+                serial += 1;
+                let der = format!(
+                    "fake session CA: gateway {}, session {}, attempt {}, serial {serial}",
+                    m.id, req.session_id, req.attempt
+                )
+                .into_bytes();
+                let digest = talos_certs::sha384_hex(&der);
+                // A newer open replaces what the member held for the session.
+                if let Some(old) = m.live.remove(&req.session_id) {
+                    let report = fake_report(m, &req.session_id, &old, "replaced");
+                    m.ended
+                        .insert((req.session_id.clone(), old.attempt), report);
+                }
+                m.live.insert(
+                    req.session_id.clone(),
+                    Live {
+                        attempt: req.attempt,
+                        digest: digest.clone(),
+                        secrets: secrets.clone(),
+                    },
+                );
+                Ok(Opened {
+                    gateway_id: m.id.clone(),
+                    ca_cert_pem: pem(&der),
+                    ca_digest: digest,
+                    instance: m.instance.clone(),
+                    lease_ms: FAKE_LEASE_MS,
+                })
+            };
+            out.push(Reply {
+                member: m.id.clone(),
+                result,
             });
         }
-        Ok(out)
+        st.serial = serial;
+        out
+    }
+
+    fn close(&self, req: &CloseSession, only: Option<&[String]>) -> Vec<Reply<CloseAnswer>> {
+        let mut st = self.state();
+        st.calls
+            .push(Call::Close(req.clone(), only.map(<[String]>::to_vec)));
+        let failure = st.failure.clone();
+        let mut tamper = st.tamper.take();
+        let mut out = Vec::new();
+        for m in st.gateways.iter_mut() {
+            if only.is_some_and(|o| !o.contains(&m.id)) {
+                continue;
+            }
+            let result = if let Some(e) = &failure {
+                Err(e.clone())
+            } else if m.down {
+                Err(unreachable(&m.id))
+            } else if let Some(done) = m.ended.get(&(req.session_id.clone(), req.attempt)) {
+                Ok(CloseAnswer::Report(done.clone()))
+            } else {
+                match m.live.get(&req.session_id) {
+                    Some(live) if live.attempt == req.attempt => {
+                        let live = m.live.remove(&req.session_id).expect("present");
+                        let mut report =
+                            fake_report(m, &req.session_id, &live, req.reason.as_str());
+                        match tamper.take() {
+                            None => {}
+                            Some(Tamper::WrongDigest) => {
+                                report.ca_digest = talos_certs::sha384_hex(b"other")
+                            }
+                            Some(Tamper::OmitSecret(name)) => report.secrets.retain(|s| *s != name),
+                            Some(Tamper::WrongAttempt) => report.attempt += 1,
+                        }
+                        report.signed = signed_bytes(&report);
+                        // Asked again, a gateway answers the report it
+                        // signed: the same one.
+                        m.ended
+                            .insert((req.session_id.clone(), live.attempt), report.clone());
+                        Ok(CloseAnswer::Report(report))
+                    }
+                    Some(live) => Err(LinkError::Refused {
+                        gateway_id: m.id.clone(),
+                        reason: format!("attempt: the session's open attempt is {}", live.attempt),
+                    }),
+                    None => Ok(CloseAnswer::NotHeld {
+                        instance: Some(m.instance.clone()),
+                        message: format!(
+                            "session_id: no session with this id is open (instance {})",
+                            m.instance
+                        ),
+                    }),
+                }
+            };
+            out.push(Reply {
+                member: m.id.clone(),
+                result,
+            });
+        }
+        out
+    }
+
+    fn renew(&self, leases: &[crate::link::MemberLeases]) -> Vec<Reply<Renewed>> {
+        let mut st = self.state();
+        st.calls.push(Call::Renew(leases.to_vec()));
+        let failure = st.failure.clone();
+        let mut out = Vec::new();
+        for (gateway, list) in leases {
+            let Some(m) = st.gateways.iter().find(|m| &m.id == gateway) else {
+                continue;
+            };
+            let result = if let Some(e) = &failure {
+                Err(e.clone())
+            } else if m.down {
+                Err(unreachable(&m.id))
+            } else {
+                let (renewed, not_held) = list
+                    .iter()
+                    .cloned()
+                    .partition(|(s, a)| m.live.get(s).is_some_and(|l| l.attempt == *a));
+                Ok(Renewed {
+                    renewed,
+                    not_held,
+                    instance: m.instance.clone(),
+                    lease_ms: FAKE_LEASE_MS,
+                })
+            };
+            out.push(Reply {
+                member: gateway.clone(),
+                result,
+            });
+        }
+        out
     }
 
     fn decide(
@@ -211,60 +499,6 @@ impl GatewayLink for FakeLink {
         decision: &talos_certs::Signed,
     ) -> Result<String, LinkError> {
         self.take_decision(gateway_id, decision)
-    }
-
-    fn close(&self, req: &CloseSession) -> Result<Vec<DropReportView>, LinkError> {
-        let mut st = self.state();
-        st.calls.push(Call::Close(req.clone()));
-        if let Some(e) = &st.failure {
-            return Err(e.clone());
-        }
-        let gateways = st.gateways.clone();
-        if let Some(g) = gateways.iter().find(|g| {
-            !st.live
-                .contains_key(&(req.session_id.clone(), (*g).clone()))
-        }) {
-            return Err(LinkError::Refused {
-                gateway_id: g.clone(),
-                reason: format!("no authority for session {}", req.session_id),
-            });
-        }
-        let mut tamper = st.tamper.take();
-        let mut out = Vec::new();
-        for gateway_id in gateways {
-            let Some(live) = st
-                .live
-                .remove(&(req.session_id.clone(), gateway_id.clone()))
-            else {
-                continue;
-            };
-            let mut report = DropReportView {
-                gateway_id,
-                session_id: req.session_id.clone(),
-                attempt: live.attempt,
-                ca_digest: live.digest,
-                secrets: live.secrets,
-                signed: Vec::new(),
-            };
-            match tamper.take() {
-                None => {}
-                Some(Tamper::WrongDigest) => report.ca_digest = talos_certs::sha384_hex(b"other"),
-                Some(Tamper::OmitSecret(name)) => report.secrets.retain(|s| *s != name),
-                Some(Tamper::WrongAttempt) => report.attempt += 1,
-            }
-            report.signed = format!(
-                "fake drop report: gateway {} session {} attempt {} reason {} ca {} secrets {}",
-                report.gateway_id,
-                report.session_id,
-                report.attempt,
-                req.reason,
-                report.ca_digest,
-                report.secrets.join(",")
-            )
-            .into_bytes();
-            out.push(report);
-        }
-        Ok(out)
     }
 }
 
@@ -286,10 +520,14 @@ impl FakeLink {
         if let Some(e) = &st.failure {
             return Err(e.clone());
         }
-        if !st.gateways.iter().any(|g| g == gateway_id) {
-            return Err(LinkError::Unreachable(format!(
-                "gateway {gateway_id} is not one of the pair"
-            )));
+        match st.gateways.iter().find(|m| m.id == gateway_id) {
+            None => {
+                return Err(LinkError::Unreachable(format!(
+                    "gateway {gateway_id} is not one of the pair"
+                )))
+            }
+            Some(m) if m.down => return Err(unreachable(gateway_id)),
+            Some(_) => {}
         }
         let parsed: talos_certs::Decision =
             serde_json::from_slice(&decision.payload).map_err(|e| LinkError::Refused {
@@ -344,7 +582,7 @@ mod tests {
             relay_public_key: None,
         };
         let link = FakeLink::default();
-        link.open(&open).unwrap();
+        assert!(link.open(&open).iter().all(|r| r.result.is_ok()));
         let shown = format!("{open:?} {link:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("<redacted, 19 bytes>"));

@@ -1,7 +1,6 @@
 //! The real control channel client: [`GrpcLink`], a [`GatewayLink`] that
 //! speaks the `Gateway` gRPC service to each gateway of the pair over
-//! mutual TLS 1.3, and [`SignatureVerifier`], the [`ReportVerifier`] that
-//! checks drop reports under the gateways' registered keys.
+//! mutual TLS 1.3.
 //!
 //! Each gateway is given as `ID=HOST:PORT` (its certificate must name `ID`
 //! as a DNS name) or `HOST:PORT` (its certificate must name `localhost`, as
@@ -12,8 +11,10 @@
 //! process.
 //!
 //! The link is synchronous, as [`GatewayLink`] is: it owns a
-//! single-threaded tokio runtime and blocks on each call, bounded by
-//! [`CONNECT_TIMEOUT`] and [`RPC_TIMEOUT`].
+//! single-threaded tokio runtime and blocks on each call, which reaches
+//! every member at once; each member's part is bounded by
+//! [`CONNECT_TIMEOUT`] and [`RPC_TIMEOUT`], so a member that is down or
+//! hung costs the call at most that, and the others answer regardless.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,11 +28,11 @@ use tonic::Code;
 use crate::error::LinkError;
 use crate::identity::Identity;
 use crate::link::{
-    CloseSession, Described, DropReportView, GatewayLink, OpenSession, Opened, ReportVerifier,
+    CloseAnswer, CloseSession, Described, DropReportView, GatewayLink, OpenSession, Opened,
+    Renewed, Reply,
 };
 use crate::pb;
 use crate::pb::gateway_client::GatewayClient;
-use crate::store::ed25519_key;
 
 /// How long a connection (TCP and TLS) to a gateway may take: a gateway on
 /// the same network answers in milliseconds; more means it is down.
@@ -80,9 +81,10 @@ pub struct GrpcLink {
     gateways: Vec<GatewayAddr>,
     control_dir: Option<std::path::PathBuf>,
     runtime: tokio::runtime::Runtime,
-    /// Connected clients, made at first use, with the id each gateway
-    /// stated (checked against `ID=` when given).
-    clients: Mutex<Option<Vec<Conn>>>,
+    /// Connected clients, one slot per member, made at first use with the
+    /// id each gateway stated (checked against `ID=` when given). A
+    /// channel reconnects by itself after a member restarts.
+    clients: Mutex<Vec<Option<Conn>>>,
 }
 
 #[derive(Clone)]
@@ -117,7 +119,7 @@ impl GrpcLink {
             gateways: gateways.iter().map(|g| GatewayAddr::parse(g)).collect(),
             control_dir,
             runtime,
-            clients: Mutex::new(None),
+            clients: Mutex::new(vec![None; gateways.len()]),
         })
     }
 
@@ -147,34 +149,97 @@ impl GrpcLink {
         Ok(Arc::new(tls))
     }
 
-    fn conns(&self) -> Result<Vec<Conn>, LinkError> {
-        let mut cached = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = cached.as_ref() {
-            return Ok(c.clone());
-        }
+    /// Run `op` on every member at once (those `only` names, when given),
+    /// connecting first where there is no client yet; one reply per member.
+    fn each<T, F, Fut>(&self, only: Option<&[String]>, op: F) -> Vec<Reply<T>>
+    where
+        T: Send + 'static,
+        F: Fn(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T, LinkError>> + Send + 'static,
+    {
         if self.gateways.is_empty() {
-            return Err(LinkError::Unreachable(
-                "no gateway given (--gateway [ID=]ADDR)".into(),
-            ));
+            return vec![Reply {
+                member: "(none)".into(),
+                result: Err(LinkError::Unreachable(
+                    "no gateway given (--gateway [ID=]ADDR)".into(),
+                )),
+            }];
         }
-        let tls = self.tls()?;
-        let conns = self.runtime.block_on(async {
-            let mut out = Vec::new();
-            for g in &self.gateways {
-                out.push(connect(g, tls.clone()).await?);
-            }
-            Ok::<_, LinkError>(out)
-        })?;
-        for (i, c) in conns.iter().enumerate() {
-            if conns[..i].iter().any(|o| o.id == c.id) {
-                return Err(LinkError::Invalid {
-                    gateway_id: c.id.clone(),
-                    reason: "two addresses answer as the same gateway".into(),
+        let tls = self.tls();
+        let cached: Vec<Option<Conn>> = self
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let results = self.runtime.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for (i, g) in self.gateways.iter().enumerate() {
+                let known = cached[i].as_ref().map(|c| c.id.clone()).or(g.id.clone());
+                if let (Some(only), Some(id)) = (only, &known) {
+                    if !only.contains(id) {
+                        continue;
+                    }
+                }
+                let conn = cached[i].clone();
+                let g = g.clone();
+                let tls = tls.clone();
+                // The connection first, if there is none: bounded by
+                // CONNECT_TIMEOUT and RPC_TIMEOUT (for Describe).
+                set.spawn(async move {
+                    let made = match conn {
+                        Some(c) => Ok(c),
+                        None => match tls {
+                            Ok(tls) => connect(&g, tls).await,
+                            Err(e) => Err(e),
+                        },
+                    };
+                    (i, made)
                 });
             }
+            let mut made: Vec<(usize, Result<Conn, LinkError>)> = Vec::new();
+            while let Some(joined) = set.join_next().await {
+                if let Ok(m) = joined {
+                    made.push(m);
+                }
+            }
+            made.sort_by_key(|(i, _)| *i);
+            let mut calls = tokio::task::JoinSet::new();
+            let mut out: Vec<(usize, Option<Conn>, Result<T, LinkError>)> = Vec::new();
+            for (i, m) in made {
+                match m {
+                    Ok(c) => {
+                        let fut = op(c.clone());
+                        calls.spawn(async move { (i, Some(c), fut.await) });
+                    }
+                    Err(e) => out.push((i, None, Err(e))),
+                }
+            }
+            while let Some(joined) = calls.join_next().await {
+                if let Ok(r) = joined {
+                    out.push(r);
+                }
+            }
+            out.sort_by_key(|(i, _, _)| *i);
+            out
+        });
+        let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let mut replies = Vec::new();
+        for (i, conn, result) in results {
+            if let Some(c) = conn {
+                cache[i] = Some(c);
+            }
+            // A member unreachable now may come back as another process:
+            // connect afresh next time (its id and key are checked again).
+            if matches!(result, Err(LinkError::Unreachable(_))) {
+                cache[i] = None;
+            }
+            let member = match &cache[i] {
+                Some(c) => c.id.clone(),
+                None => self.gateways[i].label(),
+            };
+            replies.push(Reply { member, result });
         }
-        *cached = Some(conns.clone());
-        Ok(conns)
+        replies
     }
 }
 
@@ -275,9 +340,42 @@ fn status_error(gateway: &str, s: tonic::Status) -> LinkError {
 }
 
 impl GatewayLink for GrpcLink {
-    fn open(&self, req: &OpenSession) -> Result<Vec<Opened>, LinkError> {
-        let conns = self.conns()?;
-        let msg = pb::OpenSessionRequest {
+    fn describe(&self) -> Vec<Reply<Described>> {
+        self.each(None, |c| async move {
+            let reply = c
+                .client
+                .clone()
+                .describe(pb::DescribeRequest {})
+                .await
+                .map_err(|s| status_error(&c.id, s))?
+                .into_inner();
+            if reply.gateway_id != c.id {
+                return Err(LinkError::Invalid {
+                    gateway_id: c.id.clone(),
+                    reason: format!(
+                        "it now says it is {:?}",
+                        reply.gateway_id.chars().take(128).collect::<String>()
+                    ),
+                });
+            }
+            let key = hex::encode(&reply.public_key);
+            if key != c.public_key_hex {
+                return Err(LinkError::Invalid {
+                    gateway_id: c.id.clone(),
+                    reason: "it now signs with another key".into(),
+                });
+            }
+            Ok(Described {
+                gateway_id: reply.gateway_id,
+                public_key_hex: key,
+                instance: reply.instance,
+                lease_ms: reply.lease_ms,
+            })
+        })
+    }
+
+    fn open(&self, req: &OpenSession) -> Vec<Reply<Opened>> {
+        let mut msg = pb::OpenSessionRequest {
             session_id: req.session_id.clone(),
             attempt: req.attempt,
             tenant: req.tenant.clone(),
@@ -310,104 +408,104 @@ impl GatewayLink for GrpcLink {
                 .collect(),
             relay_public_key: req.relay_public_key.map(|k| k.to_vec()).unwrap_or_default(),
         };
-        let result = self.runtime.block_on(async {
-            let mut opened: Vec<Opened> = Vec::new();
-            let mut failure = None;
-            for c in &conns {
-                let mut client = c.client.clone();
-                match client.open_session(msg.clone()).await {
-                    Ok(reply) => {
-                        let reply = reply.into_inner();
-                        if reply.gateway_id != c.id {
-                            // It opened, whatever it calls itself: undo below.
-                            opened.push(Opened {
-                                gateway_id: c.id.clone(),
-                                ca_cert_pem: String::new(),
-                                ca_digest: String::new(),
-                            });
-                            failure = Some(LinkError::Invalid {
-                                gateway_id: c.id.clone(),
-                                reason: format!(
-                                    "the reply names gateway {:?}",
-                                    reply.gateway_id.chars().take(128).collect::<String>()
-                                ),
-                            });
-                            break;
-                        }
-                        if reply.ca_pem.is_empty() || reply.ca_digest.is_empty() {
-                            opened.push(Opened {
-                                gateway_id: c.id.clone(),
-                                ca_cert_pem: String::new(),
-                                ca_digest: String::new(),
-                            });
-                            failure = Some(LinkError::Invalid {
-                                gateway_id: c.id.clone(),
-                                reason: "the reply has no CA certificate or digest".into(),
-                            });
-                            break;
-                        }
-                        opened.push(Opened {
-                            gateway_id: c.id.clone(),
-                            ca_cert_pem: reply.ca_pem,
-                            ca_digest: reply.ca_digest,
-                        });
-                    }
-                    Err(s) => {
-                        failure = Some(status_error(&c.id, s));
-                        break;
-                    }
+        let shared = Arc::new(msg.clone());
+        let replies = self.each(None, move |c| {
+            let msg = Arc::clone(&shared);
+            async move {
+                let reply = c
+                    .client
+                    .clone()
+                    .open_session((*msg).clone())
+                    .await
+                    .map_err(|s| status_error(&c.id, s))?
+                    .into_inner();
+                let invalid = |reason: String| LinkError::Invalid {
+                    gateway_id: c.id.clone(),
+                    reason,
+                };
+                if reply.gateway_id != c.id {
+                    return Err(invalid(format!(
+                        "the reply names gateway {:?}",
+                        reply.gateway_id.chars().take(128).collect::<String>()
+                    )));
                 }
-            }
-            if let Some(e) = failure {
-                // Close what opened, so no gateway keeps an authority the
-                // store will not know. Best effort: their answers change
-                // nothing.
-                for o in &opened {
-                    if let Some(c) = conns.iter().find(|c| c.id == o.gateway_id) {
-                        let _ = c
-                            .client
-                            .clone()
-                            .close_session(pb::CloseSessionRequest {
-                                session_id: req.session_id.clone(),
-                                attempt: req.attempt,
-                                reason: "end".into(),
-                            })
-                            .await;
-                    }
+                if reply.ca_pem.is_empty() || reply.ca_digest.is_empty() {
+                    return Err(invalid("the reply has no CA certificate or digest".into()));
                 }
-                return Err(e);
+                Ok(Opened {
+                    gateway_id: c.id.clone(),
+                    ca_cert_pem: reply.ca_pem,
+                    ca_digest: reply.ca_digest,
+                    instance: reply.instance,
+                    lease_ms: reply.lease_ms,
+                })
             }
-            Ok(opened)
         });
         // Wipe the request's copy of the values. (The copies tonic encodes
         // from are freed without wiping: prost's buffers are not ours.)
-        let mut msg = msg;
         for a in &mut msg.attachments {
             zeroize::Zeroize::zeroize(&mut a.value);
         }
-        result
+        replies
     }
 
-    fn close(&self, req: &CloseSession) -> Result<Vec<DropReportView>, LinkError> {
-        let conns = self.conns()?;
+    fn close(&self, req: &CloseSession, only: Option<&[String]>) -> Vec<Reply<CloseAnswer>> {
         let msg = pb::CloseSessionRequest {
             session_id: req.session_id.clone(),
             attempt: req.attempt,
             reason: req.reason.as_str().to_owned(),
         };
-        self.runtime.block_on(async {
-            let mut out = Vec::new();
-            for c in &conns {
+        self.each(only, move |c| {
+            let msg = msg.clone();
+            async move {
+                match c.client.clone().close_session(msg).await {
+                    Ok(reply) => Ok(CloseAnswer::Report(report_view(&c.id, reply.into_inner())?)),
+                    Err(s) if s.code() == Code::NotFound => Ok(CloseAnswer::NotHeld {
+                        instance: instance_in(s.message()),
+                        message: s.message().chars().take(300).collect(),
+                    }),
+                    Err(s) => Err(status_error(&c.id, s)),
+                }
+            }
+        })
+    }
+
+    fn renew(&self, leases: &[crate::link::MemberLeases]) -> Vec<Reply<Renewed>> {
+        let only: Vec<String> = leases.iter().map(|(g, _)| g.clone()).collect();
+        let leases: Arc<Vec<crate::link::MemberLeases>> = Arc::new(leases.to_vec());
+        self.each(Some(&only), move |c| {
+            let leases = Arc::clone(&leases);
+            async move {
+                let list = leases
+                    .iter()
+                    .find(|(g, _)| *g == c.id)
+                    .map(|(_, l)| l.clone())
+                    .unwrap_or_default();
                 let reply = c
                     .client
                     .clone()
-                    .close_session(msg.clone())
+                    .renew_leases(pb::RenewLeasesRequest {
+                        leases: list
+                            .into_iter()
+                            .map(|(session_id, attempt)| pb::SessionAttempt {
+                                session_id,
+                                attempt,
+                            })
+                            .collect(),
+                    })
                     .await
                     .map_err(|s| status_error(&c.id, s))?
                     .into_inner();
-                out.push(report_view(&c.id, reply)?);
+                let pairs = |v: Vec<pb::SessionAttempt>| {
+                    v.into_iter().map(|l| (l.session_id, l.attempt)).collect()
+                };
+                Ok(Renewed {
+                    renewed: pairs(reply.renewed),
+                    not_held: pairs(reply.not_held),
+                    instance: reply.instance,
+                    lease_ms: reply.lease_ms,
+                })
             }
-            Ok(out)
         })
     }
 
@@ -422,59 +520,46 @@ impl GatewayLink for GrpcLink {
             payload: decision.payload.clone(),
             signature: decision.signature.clone(),
         };
-        // A gateway given as `ID=ADDR` is reached alone; otherwise every
-        // gateway is asked who it is, to find the one that proposed.
-        let cached = self
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let conn = match cached {
-            Some(conns) => conns.into_iter().find(|c| c.id == gateway_id),
-            None => match self
-                .gateways
-                .iter()
-                .find(|g| g.id.as_deref() == Some(gateway_id))
-            {
-                Some(g) => {
-                    let tls = self.tls()?;
-                    Some(self.runtime.block_on(connect(g, tls))?)
+        let only = [gateway_id.to_owned()];
+        let replies = self.each(Some(&only), move |c| {
+            let msg = msg.clone();
+            async move {
+                let reply = c
+                    .client
+                    .clone()
+                    .decide(msg)
+                    .await
+                    .map_err(|s| status_error(&c.id, s))?
+                    .into_inner();
+                match reply.outcome.as_str() {
+                    "released" | "refused" => Ok(reply.outcome),
+                    other => Err(LinkError::Invalid {
+                        gateway_id: c.id.clone(),
+                        reason: format!(
+                            "the outcome {:?} is neither released nor refused",
+                            other.chars().take(40).collect::<String>()
+                        ),
+                    }),
                 }
-                None => self.conns()?.into_iter().find(|c| c.id == gateway_id),
-            },
-        };
-        let conn = conn.ok_or_else(|| {
-            LinkError::Unreachable(format!(
-                "gateway {gateway_id} is not among the gateways given (--gateway {gateway_id}=ADDR)"
-            ))
-        })?;
-        let reply = self
-            .runtime
-            .block_on(conn.client.clone().decide(msg))
-            .map_err(|s| status_error(&conn.id, s))?
-            .into_inner();
-        match reply.outcome.as_str() {
-            "released" | "refused" => Ok(reply.outcome),
-            other => Err(LinkError::Invalid {
-                gateway_id: conn.id,
-                reason: format!(
-                    "the outcome {:?} is neither released nor refused",
-                    other.chars().take(40).collect::<String>()
-                ),
-            }),
-        }
-    }
-
-    fn describe(&self) -> Result<Vec<Described>, LinkError> {
-        Ok(self
-            .conns()?
+            }
+        });
+        replies
             .into_iter()
-            .map(|c| Described {
-                gateway_id: c.id,
-                public_key_hex: c.public_key_hex,
+            .find(|r| r.member == gateway_id)
+            .map(|r| r.result)
+            .unwrap_or_else(|| {
+                Err(LinkError::Unreachable(format!(
+                    "gateway {gateway_id} is not among the gateways given (--gateway {gateway_id}=ADDR)"
+                )))
             })
-            .collect())
     }
+}
+
+/// The instance a gateway's `NOT_FOUND` message names ("… instance X …").
+fn instance_in(message: &str) -> Option<String> {
+    let rest = message.split("instance ").nth(1)?;
+    let id: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+    (id.len() == 16).then_some(id)
 }
 
 /// A close reply as a [`DropReportView`]: the fields read from the signed
@@ -517,54 +602,12 @@ fn report_view(
     let signed = serde_json::to_vec(&signed).map_err(|e| invalid(e.to_string()))?;
     Ok(DropReportView {
         gateway_id: report.gateway_id,
+        instance: report.instance,
         session_id: report.session_id,
         attempt: report.attempt,
+        reason: report.reason.as_str().to_owned(),
         ca_digest: report.ca_digest,
         secrets: report.secrets,
         signed,
     })
-}
-
-/// Checks a drop report's Ed25519 signature under the gateway's registered
-/// key (talos-certs `verify_drop_report`, which also insists on the
-/// canonical encoding), and that the signed report says exactly what the
-/// view's fields say.
-///
-/// `report.signed` is the signed envelope as JSON (talos-certs `Signed`),
-/// as [`GrpcLink`] makes it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SignatureVerifier;
-
-impl ReportVerifier for SignatureVerifier {
-    fn verify(&self, report: &DropReportView, gateway_key: Option<&str>) -> Result<(), String> {
-        let key_hex = gateway_key
-            .ok_or_else(|| format!("gateway {} is not registered", report.gateway_id))?;
-        let key = ed25519_key(key_hex).ok_or_else(|| {
-            format!(
-                "the registered key of gateway {} is not an Ed25519 public key",
-                report.gateway_id
-            )
-        })?;
-        let signed: talos_certs::Signed = serde_json::from_slice(&report.signed)
-            .map_err(|e| format!("the signed report does not parse: {e}"))?;
-        let signed_report =
-            talos_certs::verify_drop_report(&key, &signed).map_err(|e| e.to_string())?;
-        let mut view_secrets = report.secrets.clone();
-        view_secrets.sort();
-        view_secrets.dedup();
-        let same = signed_report.gateway_id == report.gateway_id
-            && signed_report.session_id == report.session_id
-            && signed_report.attempt == report.attempt
-            && signed_report.ca_digest == report.ca_digest
-            && signed_report.secrets == view_secrets;
-        if same {
-            Ok(())
-        } else {
-            Err("the signed report does not say what its fields say".into())
-        }
-    }
-
-    fn describe(&self) -> &'static str {
-        "Ed25519 signature under the gateway's registered key (talos-certs verify_drop_report); fields as signed"
-    }
 }

@@ -43,6 +43,9 @@ pub const STUB_NAME: &str = "control-stub";
 /// session open.
 pub const RELAY_KEY: &str = "relay.key";
 
+/// The file of the control plane's Ed25519 key that signs certificates.
+pub const PLANE_KEY: &str = "plane.key";
+
 /// How long the certificates `init` makes are valid: two years. The
 /// channel's identities are rotated by running `init` into a new
 /// directory; a short life would make a demo pair stop without notice.
@@ -97,7 +100,12 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
     for id in &ids {
         plan.push((id, format!("{id}.pem"), format!("{id}.key")));
     }
-    let mut all = vec![dir.join(CA_CERT), dir.join(CA_KEY), dir.join(RELAY_KEY)];
+    let mut all = vec![
+        dir.join(CA_CERT),
+        dir.join(CA_KEY),
+        dir.join(RELAY_KEY),
+        dir.join(PLANE_KEY),
+    ];
     for (_, cert, key) in &plan {
         all.push(dir.join(cert));
         all.push(dir.join(key));
@@ -132,13 +140,22 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
         &mut files,
     )?;
     for (who, cert_file, key_file) in &plan {
-        let (dns, cn) = if *who == "stub" {
-            (STUB_NAME.to_owned(), "TALOS control stub".to_owned())
+        // Each certificate carries its role (talos-contract `role`).
+        let (dns, role, cn) = if *who == "stub" {
+            (
+                STUB_NAME.to_owned(),
+                talos_contract::role::CONTROL_PLANE,
+                "TALOS control stub".to_owned(),
+            )
         } else {
-            ((*who).to_owned(), format!("TALOS gateway {who}"))
+            (
+                (*who).to_owned(),
+                talos_contract::role::GATEWAY,
+                format!("TALOS gateway {who}"),
+            )
         };
         let key = new_key()?;
-        let mut p = params(vec![dns, "localhost".into()])?;
+        let mut p = params(vec![dns, "localhost".into(), role.into()])?;
         p.subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         p.distinguished_name = name(&cn);
@@ -164,10 +181,22 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
     }
     relay_key(dir)?;
     files.push(dir.join(RELAY_KEY));
+    plane_key(dir)?;
+    files.push(dir.join(PLANE_KEY));
     Ok(Written {
         dir: dir.to_owned(),
         files,
         note: "move ca.key offline now: no running process needs it; give each gateway its <id>.pem, <id>.key and ca.pem",
+    })
+}
+
+/// The control plane's signing key in `dir`, made (mode 0600) if the file
+/// does not exist; an existing key is never replaced. It signs session
+/// certificates (talos-certs kind `certificate`).
+pub fn plane_key(dir: &Path) -> Result<talos_certs::GatewayKey, Error> {
+    talos_certs::GatewayKey::load_or_create(dir.join(PLANE_KEY)).map_err(|e| Error::Io {
+        what: dir.join(PLANE_KEY).display().to_string(),
+        reason: e.to_string(),
     })
 }
 

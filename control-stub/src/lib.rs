@@ -28,18 +28,26 @@
 //! - `fake` (only with the `test-util` feature): the test doubles the
 //!   tests drive, `FakeLink` (a stand-in gateway pair) and `FakeVerifier`.
 //! - [`store`] (a folder): the SQLite store: the schema and the connection
-//!   (`schema`, `db`), then one file per group of tables: sessions, reset,
-//!   secrets, policy, gateways, batches, approvals.
+//!   (`schema`, `db`), then one file per group of tables: sessions, reset
+//!   (CAs, drop reports, closes owed, steps), secrets, policy, gateways (and
+//!   start reports), batches, approvals, certificates.
+//! - [`confirm`]: what confirms that an authority is gone — a close's
+//!   reply, a drop report or start report from a gateway's batch chain —
+//!   the drop report signature check ([`SignatureVerifier`]), and the
+//!   reset steps resting on them.
 //! - [`batches`]: the batch consumer's check: a signed batch verified
-//!   (signature, sequence, chain) with talos-certs, and the store told
-//!   the verdict.
-//! - [`grpc_link`]: the control channel client ([`GrpcLink`]) and the
-//!   drop report signature check ([`SignatureVerifier`]).
-//! - [`lifecycle`]: the session state machine and the reset.
+//!   (signature, sequence, chain) with talos-certs, its reports confirmed,
+//!   and the store told the verdict.
+//! - [`grpc_link`]: the control channel client ([`GrpcLink`]).
+//! - [`lifecycle`]: the session state machine: opens on every member that
+//!   answers, ends committed first and closes owed until confirmed.
 //! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
+//! - [`upkeep`]: `serve`'s loop: members described, leases renewed,
+//!   closes owed asked again, the spec's time-driven events, certificates
+//!   issued, metrics.
 //! - [`serve`]: the `ControlPlane` service: the batch consumer and the
-//!   relay's `Propose`.
+//!   relay's `Propose`; signals; the metrics listener.
 //! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
 //! - [`cli`]: the `control-stub` command line.
 
@@ -55,20 +63,23 @@ pub mod link;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod store;
+pub mod confirm;
 pub mod batches;
 pub mod grpc_link;
 pub mod lifecycle;
 pub mod relay;
 pub mod certificate;
+pub mod upkeep;
 pub mod serve;
 pub mod approvals_api;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};
+pub use confirm::SignatureVerifier;
 pub use error::{Error, LinkError};
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeLink, FakeVerifier};
-pub use grpc_link::{GrpcLink, SignatureVerifier};
+pub use grpc_link::GrpcLink;
 pub use lifecycle::{Lifecycle, StartRequest, Status, Transition};
 pub use link::{
     Attachment, CloseSession, DropReportView, GatewayLink, OpenSession, Opened, ReportVerifier,

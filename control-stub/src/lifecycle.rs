@@ -10,62 +10,70 @@
 //!   (mode commands)     ▼  │                            │
 //!                    interrupted                        │
 //!                       │                               │
-//!   stop / revoke-all from any of the three; interrupt in mode agent
+//!   stop / revoke-all from any state before the end; interrupt in mode agent
 //!                       ▼                               ▼
-//!                 the reset: ended, or reset_incomplete when a step is not confirmed
+//!        stopping ──► ended, or reset_incomplete until every gateway confirms
 //! ```
 //!
-//! Each transition is one store transaction that calls the [`GatewayLink`]
-//! inside it: a link that fails, or a check that fails, leaves the store as
-//! it was. When the store fails after the gateways opened an authority, the
-//! opening is undone with a best-effort close (reason `end`), so no gateway
-//! keeps an authority the store does not know.
+//! # Opening: on every member that answers
 //!
-//! What each transition does at the gateways:
+//! **start** (attempt 1, cause `launch`), **resume** (`resume`) and
+//! **recover** (`recovery`) open an authority on every member of the pair
+//! at once, inside the store transaction that records the attempt: each
+//! member makes a fresh CA and receives the attachments with values read
+//! from the secret store at that moment. The control stub recomputes each
+//! CA's SHA-384 digest from its PEM and records it, with the member process
+//! that made it. A resume or recovery opens with the names the session
+//! asked for that are still on the egress list, and the attachments whose
+//! secret still exists and whose destination is still listed.
 //!
-//! - **start** (attempt 1, cause `launch`), **resume** (`resume`) and
-//!   **recover** (`recovery`) open an authority: each gateway makes a fresh
-//!   CA and receives the attachments with values read from the secret store
-//!   at that moment. The control stub recomputes each CA's SHA-384 digest
-//!   from its PEM and records it. A resume or recovery opens with the names
-//!   the session asked for that are still on the egress list, and the
-//!   attachments whose secret still exists and whose destination is still
-//!   listed.
-//! - **pause**, **interrupt**, and **stop**/**revoke-all** of a running
-//!   session drop the authority: each gateway returns a signed drop report.
-//!   A report counts when the [`ReportVerifier`] accepts its signature, it
-//!   names this session and attempt, the CA digest recorded when that
-//!   gateway made the CA, and exactly the secret names attached at that
-//!   attempt's open. Only then is the CA recorded destroyed.
-//! - **stop**/**revoke-all** then run the reset. Steps 1–3 are stub
-//!   responses (this control stub runs no instances). Step 4
-//!   (`gateway_ca_destroyed`) is confirmed when every CA made for the
-//!   session, in every attempt, was named destroyed by a report that
-//!   counted; step 5 (`secrets_detached`) when, for every attempt and
-//!   gateway, a report that counted named the secrets attached. A session
-//!   that was paused or interrupted is confirmed from the report made then.
-//!   A step not confirmed is recorded with its error and the session is
-//!   `reset_incomplete`: it has ended, but its certificate is not issued.
+//! A member that cannot be reached does not stop the session: it goes on
+//! through the members that opened (its trust bundle holds their CAs), and
+//! a close is owed to the unreachable member in case the open reached it
+//! unseen. A member that *refuses*, or answers something that does not hold
+//! together, fails the transition: the members that opened are closed again
+//! and nothing is recorded. With no member opened, a start fails
+//! `gateway_unreachable`; a resume or recovery fails too, and its attempt is
+//! recorded ended `start_failed` (the session stays paused or interrupted).
+//!
+//! # Closing: the control plane decides, the members follow
+//!
+//! **pause**, **interrupt**, **stop** and **revoke-all** commit first, in one
+//! transaction: the new state (`paused`, `interrupted`, or `stopping`), the
+//! attempt's end, every pending approval withdrawn, and a close owed to
+//! every member whose CA is not yet confirmed destroyed. Only then are the
+//! members asked, all at once, each within the link's deadline; each answer
+//! is recorded as it is ([`crate::confirm`]). A member that does not confirm
+//! leaves its close owed: `control-stub serve` asks again, with growing
+//! delays, until the member's signed word is in — a drop report in a reply
+//! or in its batch chain, or its successor's start report — and the
+//! member's lease ends the authority meanwhile if nobody renews it. So
+//! these commands work whatever members are down, hung or restarted, and
+//! never leave authority live anywhere once the lease has run.
+//!
+//! **stop**/**revoke-all** then run the reset: steps 1–3 are stub responses
+//! (this control stub runs no instances); step 4 (`gateway_ca_destroyed`)
+//! and step 5 (`secrets_detached`) are confirmed by the gateways' signed
+//! words for every attempt. The session is `reset_incomplete` while a close
+//! is owed, and `ended` once every step is confirmed; its certificate is
+//! issued after that ([`crate::certificate`]).
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
+use std::time::SystemTime;
 
 use serde::Serialize;
-use serde_json::json;
 
-use crate::error::Error;
+use crate::confirm;
+use crate::error::{Error, LinkError};
 use crate::link::{Attachment, CloseSession, GatewayLink, OpenSession, ReportVerifier};
 use crate::model::{
-    AttemptEnd, CloseReason, EndReason, Mode, OpenCause, State, OUTCOME_UNKNOWN, RESET_STEPS,
+    limits, AttemptEnd, CloseReason, EndReason, IdleAction, Mode, OpenCause, State, OUTCOME_UNKNOWN,
 };
 use crate::names::{self, AttachSpec};
-use crate::store::{now, Attempt, CaEvent, DropReport, ResetStep, Session, Store, Tx};
+use crate::store::{now, Attempt, CaEvent, CloseTask, DropReport, ResetStep, Session, Store, Tx};
 
-/// The response recorded for reset steps 1–3, which this control stub
-/// cannot perform: it runs no instances, security groups or credentials.
-pub fn stub_response() -> serde_json::Value {
-    json!({"stub": true, "note": "stub response: this control stub runs no instances"})
-}
+pub use crate::confirm::stub_response;
 
 /// `sandbox start`, before any check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +86,30 @@ pub struct StartRequest {
     /// Attachments (`--attach SECRET=destination:header[:scheme]`), as given.
     pub attach: Vec<String>,
     pub mode: Mode,
+    /// `--idle-timeout-seconds` and `--idle-action`, as given.
+    pub idle_timeout_seconds: Option<u32>,
+    pub idle_action: Option<String>,
+}
+
+impl StartRequest {
+    /// A request with no idle settings (each mode's default).
+    pub fn new(
+        tenant: &str,
+        sources: Vec<String>,
+        allow: Vec<String>,
+        attach: Vec<String>,
+        mode: Mode,
+    ) -> StartRequest {
+        StartRequest {
+            tenant: tenant.to_owned(),
+            sources,
+            allow,
+            attach,
+            mode,
+            idle_timeout_seconds: None,
+            idle_action: None,
+        }
+    }
 }
 
 /// What a transition did: printed by the CLI as JSON.
@@ -98,9 +130,17 @@ pub struct Transition {
     /// What a resume or recovery left out, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
+    /// Members that could not be reached when the authority opened: the
+    /// session goes on through the others.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreached: Vec<Unreached>,
     /// The drop reports the transition received, as checked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reports: Vec<DropReport>,
+    /// Closes still owed after this transition: the members that did not
+    /// confirm (asked again by `control-stub serve` until they do).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub closes_owed: Vec<CloseTask>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<EndReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -117,6 +157,13 @@ pub struct CaView {
     pub digest: String,
 }
 
+/// A member an open could not reach.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unreached {
+    pub gateway: String,
+    pub error: String,
+}
+
 /// A name or attachment the session asked for that a resume or recovery
 /// did not open with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -131,14 +178,19 @@ pub struct LeftOut {
 }
 
 /// `sandbox status`: the session, its attempts with their CAs, the drop
-/// reports and the reset.
+/// reports, the closes owed and settled per member, and the reset.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Status {
     #[serde(flatten)]
     pub session: Session,
     pub attempts: Vec<AttemptStatus>,
     pub drop_reports: Vec<DropReport>,
+    /// Every close asked of a member, with its state: owed (`confirmed_at`
+    /// null, with the last error and the next ask) or confirmed.
+    pub closes: Vec<CloseTask>,
     pub reset: Vec<ResetStep>,
+    /// Whether the certificate is issued.
+    pub certificate_issued: bool,
 }
 
 /// An attempt with the CAs made for it.
@@ -202,7 +254,6 @@ impl<'a> Lifecycle<'a> {
         let opening: Opening = Cell::new(None);
         let ctx = Ctx {
             link: self.link,
-            verifier: self.verifier,
             opening: &opening,
             relay_public_key: self.relay_public_key,
         };
@@ -210,12 +261,15 @@ impl<'a> Lifecycle<'a> {
         if result.is_err() {
             if let Some((session_id, attempt)) = opening.take() {
                 // Best effort: the store does not know this authority, so no
-                // gateway should hold it. Its answer changes nothing here.
-                let _ = self.link.close(&CloseSession {
-                    session_id,
-                    attempt,
-                    reason: CloseReason::End,
-                });
+                // gateway should hold it; and nobody renews its lease.
+                let _ = self.link.close(
+                    &CloseSession {
+                        session_id,
+                        attempt,
+                        reason: CloseReason::End,
+                    },
+                    None,
+                );
             }
         }
         result
@@ -226,6 +280,7 @@ impl<'a> Lifecycle<'a> {
     pub fn start(&mut self, req: &StartRequest) -> Result<Transition, Error> {
         let tenant = names::tenant(&req.tenant).map_err(|e| Error::invalid(e.to_string()))?;
         let (sources, allow, attach) = names::scope(&req.sources, &req.allow, &req.attach)?;
+        let (idle_timeout_seconds, idle_action) = idle_settings(req)?;
 
         self.transition(|tx, ctx| {
             let egress: BTreeSet<String> = tx.egress_names()?.into_iter().collect();
@@ -248,23 +303,28 @@ impl<'a> Lifecycle<'a> {
                     });
                 }
             }
+            let at = now();
             let session = Session {
                 id: tx.new_session_id()?,
                 tenant: tenant.clone(),
                 mode: req.mode,
                 state: State::Running,
-                created_at: now(),
+                created_at: at.clone(),
                 ended_at: None,
                 end_reason: None,
                 outcome: None,
                 allow: allow.clone(),
                 attach: attach.clone(),
                 sources: sources.clone(),
+                idle_timeout_seconds,
+                idle_action,
+                last_activity_at: Some(at),
             };
             tx.insert_session(&session)?;
-            let ca = ctx.open(tx, &session, 1, OpenCause::Launch, &allow, &attach)?;
+            let opened = ctx.open(tx, &session, 1, OpenCause::Launch, &allow, &attach)?;
             Ok(Transition {
-                ca,
+                ca: opened.ca,
+                unreached: opened.unreached,
                 allowlist: Some(allow.clone()),
                 attachments: Some(attach.clone()),
                 ..Transition::new(&session.id, State::Running, 1)
@@ -275,7 +335,7 @@ impl<'a> Lifecycle<'a> {
     /// `sandbox pause`: a running session in mode commands drops its
     /// authority and waits, paused.
     pub fn pause(&mut self, id: &str) -> Result<Transition, Error> {
-        self.transition(|tx, ctx| {
+        let (session, attempt) = self.store.write(|tx| {
             let session = load(tx, id)?;
             if session.mode == Mode::Agent {
                 return Err(Error::PauseUnavailable { id: id.to_owned() });
@@ -287,13 +347,18 @@ impl<'a> Lifecycle<'a> {
                 });
             }
             let attempt = latest_attempt(tx, id)?;
-            let reports = ctx.close(tx, &session, &attempt, CloseReason::Pause)?;
-            tx.end_attempt(id, attempt.n, AttemptEnd::Paused, &now())?;
+            let at = now();
+            tx.end_attempt(id, attempt.n, AttemptEnd::Paused, &at)?;
             tx.set_state(id, State::Paused)?;
-            Ok(Transition {
-                reports,
-                ..Transition::new(id, State::Paused, attempt.n)
-            })
+            tx.withdraw_proposals(id, &at)?;
+            owe_closes(tx, id, Some(attempt.n), CloseReason::Pause)?;
+            Ok((session, attempt))
+        })?;
+        let reports = self.ask_owed(&session.id)?;
+        Ok(Transition {
+            reports,
+            closes_owed: self.owed(&session.id)?,
+            ..Transition::new(id, State::Paused, attempt.n)
         })
     }
 
@@ -310,7 +375,8 @@ impl<'a> Lifecycle<'a> {
     }
 
     fn reopen(&mut self, id: &str, cause: OpenCause) -> Result<Transition, Error> {
-        self.transition(|tx, ctx| {
+        let attempted: Cell<Option<u32>> = Cell::new(None);
+        let result = self.transition(|tx, ctx| {
             let session = load(tx, id)?;
             let from = match cause {
                 OpenCause::Recovery => State::Interrupted,
@@ -369,17 +435,47 @@ impl<'a> Lifecycle<'a> {
                     }),
                 }
             }
-            let n = latest_attempt(tx, id)?.n + 1;
-            let ca = ctx.open(tx, &session, n, cause, &allowlist, &attach)?;
+            // Numbered after every attempt, a failed start's too.
+            let n = tx.attempts(id)?.last().map_or(0, |a| a.n) + 1;
+            attempted.set(Some(n));
+            let opened = ctx.open(tx, &session, n, cause, &allowlist, &attach)?;
             tx.set_state(id, State::Running)?;
+            tx.touch(id, &now())?;
             Ok(Transition {
-                ca,
+                ca: opened.ca,
+                unreached: opened.unreached,
                 allowlist: Some(allowlist),
                 attachments: Some(attach),
                 left_out,
                 ..Transition::new(id, State::Running, n)
             })
-        })
+        });
+        // "If the instance does not start, the session returns to paused.
+        // The attempt ends with the reason start_failed." Here: no gateway
+        // opened the authority.
+        if let (Err(Error::Link(LinkError::Unreachable(_))), Some(n)) = (&result, attempted.get()) {
+            self.store.write(|tx| {
+                let at = now();
+                let session = load(tx, id)?;
+                tx.insert_attempt(
+                    id,
+                    &Attempt {
+                        n,
+                        cause,
+                        started_at: at.clone(),
+                        ended_at: Some(at),
+                        end_cause: Some(AttemptEnd::StartFailed),
+                        allowlist: Vec::new(),
+                        attachments: Vec::new(),
+                        lock: Vec::new(),
+                        relay_public_key: None,
+                    },
+                )?;
+                let _ = session;
+                Ok(())
+            })?;
+        }
+        result
     }
 
     /// `sandbox interrupt`: the instance was lost without a pause. The
@@ -387,7 +483,7 @@ impl<'a> Lifecycle<'a> {
     /// interrupted, and a session in mode agent ends with the outcome
     /// `outcome_unknown` (`interruption_lost`).
     pub fn interrupt(&mut self, id: &str) -> Result<Transition, Error> {
-        self.transition(|tx, ctx| {
+        let (session, attempt) = self.store.write(|tx| {
             let session = load(tx, id)?;
             if session.state.is_over() {
                 return Err(Error::Ended {
@@ -402,32 +498,34 @@ impl<'a> Lifecycle<'a> {
                 });
             }
             let attempt = latest_attempt(tx, id)?;
-            let reports = ctx.close(tx, &session, &attempt, CloseReason::Interruption)?;
-            tx.end_attempt(id, attempt.n, AttemptEnd::Interrupted, &now())?;
+            let at = now();
+            tx.end_attempt(id, attempt.n, AttemptEnd::Interrupted, &at)?;
+            tx.withdraw_proposals(id, &at)?;
             match session.mode {
                 Mode::Commands => {
                     tx.set_state(id, State::Interrupted)?;
-                    Ok(Transition {
-                        reports,
-                        ..Transition::new(id, State::Interrupted, attempt.n)
-                    })
+                    owe_closes(tx, id, Some(attempt.n), CloseReason::Interruption)?;
                 }
-                Mode::Agent => {
-                    let (state, reset) = reset(
-                        tx,
-                        &session,
-                        EndReason::InterruptionLost,
-                        Some(OUTCOME_UNKNOWN),
-                    )?;
-                    Ok(Transition {
-                        reports,
-                        end_reason: Some(EndReason::InterruptionLost),
-                        outcome: Some(OUTCOME_UNKNOWN.to_owned()),
-                        reset,
-                        ..Transition::new(id, state, attempt.n)
-                    })
-                }
+                Mode::Agent => commit_end(
+                    tx,
+                    &session,
+                    EndReason::InterruptionLost,
+                    Some(OUTCOME_UNKNOWN),
+                    CloseReason::Interruption,
+                )?,
             }
+            Ok((session, attempt))
+        })?;
+        let reports = self.ask_owed(&session.id)?;
+        if session.mode == Mode::Agent {
+            let mut t = self.finish_end(&session.id, EndReason::InterruptionLost)?;
+            t.reports = reports;
+            return Ok(t);
+        }
+        Ok(Transition {
+            reports,
+            closes_owed: self.owed(&session.id)?,
+            ..Transition::new(id, State::Interrupted, attempt.n)
         })
     }
 
@@ -441,8 +539,19 @@ impl<'a> Lifecycle<'a> {
         self.end(id, EndReason::RevokeAll)
     }
 
-    fn end(&mut self, id: &str, why: EndReason) -> Result<Transition, Error> {
-        self.transition(|tx, ctx| {
+    /// End the session for `why`, from any state before the end: the end
+    /// is committed first, then every member is asked to close (see the
+    /// module docs). Also what the time-driven events end sessions with.
+    pub fn end(&mut self, id: &str, why: EndReason) -> Result<Transition, Error> {
+        let outcome = match why {
+            EndReason::InterruptionLost => Some(OUTCOME_UNKNOWN),
+            _ => None,
+        };
+        let close = match why {
+            EndReason::RevokeAll => CloseReason::RevokeAll,
+            _ => CloseReason::End,
+        };
+        self.store.write(|tx| {
             let session = load(tx, id)?;
             if session.state.is_over() {
                 return Err(Error::Ended {
@@ -450,30 +559,211 @@ impl<'a> Lifecycle<'a> {
                     state: session.state.as_str(),
                 });
             }
-            let attempt = latest_attempt(tx, id)?;
-            let mut reports = Vec::new();
-            if session.state == State::Running {
-                let reason = match why {
-                    EndReason::RevokeAll => CloseReason::RevokeAll,
-                    EndReason::Stop | EndReason::InterruptionLost => CloseReason::End,
-                };
-                reports = ctx.close(tx, &session, &attempt, reason)?;
-                tx.end_attempt(id, attempt.n, AttemptEnd::SessionEnded, &now())?;
-            }
-            let (state, reset) = reset(tx, &session, why, None)?;
-            Ok(Transition {
-                reports,
-                end_reason: Some(why),
-                reset,
-                ..Transition::new(id, state, attempt.n)
-            })
+            commit_end(tx, &session, why, outcome, close)
+        })?;
+        let reports = self.ask_owed(id)?;
+        let mut t = self.finish_end(id, why)?;
+        t.reports = reports;
+        Ok(t)
+    }
+
+    /// The reset, run once the members have been asked: the transition a
+    /// stop, a Revoke All or an agent's interruption shows.
+    fn finish_end(&mut self, id: &str, why: EndReason) -> Result<Transition, Error> {
+        let (state, attempt, reset, outcome) = self.store.write(|tx| {
+            let session = load(tx, id)?;
+            let (state, reset) = confirm::reset(tx, &session, why, session.outcome.as_deref())?;
+            Ok((state, latest_attempt(tx, id)?.n, reset, session.outcome))
+        })?;
+        Ok(Transition {
+            end_reason: Some(why),
+            outcome,
+            reset,
+            closes_owed: self.owed(id)?,
+            ..Transition::new(id, state, attempt)
         })
+    }
+
+    /// Ask every member the session owes a close, all at once (one call
+    /// per attempt), and record each answer. Returns the reports received.
+    fn ask_owed(&mut self, id: &str) -> Result<Vec<DropReport>, Error> {
+        let owed: Vec<CloseTask> = self.owed(id)?;
+        ask_closes(
+            self.store,
+            self.link,
+            self.verifier,
+            id,
+            &owed,
+            SystemTime::now(),
+        )
+    }
+
+    fn owed(&self, id: &str) -> Result<Vec<CloseTask>, Error> {
+        self.store.read(|tx| {
+            Ok(tx
+                .close_tasks(id)?
+                .into_iter()
+                .filter(|t| t.confirmed_at.is_none())
+                .collect())
+        })
+    }
+
+    /// `sandbox attach`: a client attached; idle time counts from now.
+    pub fn attach(&mut self, id: &str) -> Result<Status, Error> {
+        self.store.write(|tx| {
+            let session = load(tx, id)?;
+            if !session.state.is_over() {
+                tx.touch(id, &now())?;
+            }
+            Ok(())
+        })?;
+        status(self.store, id)
     }
 
     /// `sandbox status`.
     pub fn status(&self, id: &str) -> Result<Status, Error> {
         status(self.store, id)
     }
+}
+
+/// Check the idle settings of a start request (spec: "Idle timeout"). In
+/// mode agent any idle setting is refused: `idle_action pause` with
+/// `sandbox_pause_unavailable`, anything else `sandbox_request_invalid`. In
+/// mode commands the timeout is 60–86,400 seconds (default 900) and the
+/// action `end` (default) or `pause`.
+fn idle_settings(req: &StartRequest) -> Result<(Option<u32>, Option<IdleAction>), Error> {
+    match req.mode {
+        Mode::Agent => {
+            if req.idle_action.as_deref() == Some("pause") {
+                return Err(Error::PauseUnavailable {
+                    id: "(new session in mode agent)".into(),
+                });
+            }
+            if req.idle_timeout_seconds.is_some() || req.idle_action.is_some() {
+                return Err(Error::invalid(
+                    "a session in mode agent runs its agent for as long as it exists and takes no idle_timeout_seconds or idle_action",
+                ));
+            }
+            Ok((None, None))
+        }
+        Mode::Commands => {
+            let secs = req
+                .idle_timeout_seconds
+                .unwrap_or(limits::IDLE_DEFAULT_SECS);
+            if !(limits::IDLE_MIN_SECS..=limits::IDLE_MAX_SECS).contains(&secs) {
+                return Err(Error::invalid(format!(
+                    "idle_timeout_seconds {secs} is outside {}-{}",
+                    limits::IDLE_MIN_SECS,
+                    limits::IDLE_MAX_SECS
+                )));
+            }
+            let action = match req.idle_action.as_deref() {
+                None => IdleAction::End,
+                Some(text) => IdleAction::parse(text).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "idle_action {:?} is neither end nor pause",
+                        text.chars().take(40).collect::<String>()
+                    ))
+                })?,
+            };
+            Ok((Some(secs), Some(action)))
+        }
+    }
+}
+
+/// Commit a session's end: state `stopping`, why, every pending approval
+/// withdrawn, the running attempt ended, and a close owed to every member
+/// whose CA, of any attempt, is not yet confirmed destroyed.
+fn commit_end(
+    tx: &Tx<'_>,
+    session: &Session,
+    why: EndReason,
+    outcome: Option<&str>,
+    close: CloseReason,
+) -> Result<(), Error> {
+    let at = now();
+    let attempt = latest_attempt(tx, &session.id)?;
+    if attempt.ended_at.is_none() {
+        tx.end_attempt(&session.id, attempt.n, AttemptEnd::SessionEnded, &at)?;
+    }
+    tx.withdraw_proposals(&session.id, &at)?;
+    tx.set_ended(&session.id, State::Stopping, why, outcome, &at)?;
+    owe_closes(tx, &session.id, None, close)
+}
+
+/// Owe a close to every member whose CA of `attempt` (of every attempt when
+/// `None`) is not yet confirmed destroyed.
+fn owe_closes(
+    tx: &Tx<'_>,
+    session_id: &str,
+    attempt: Option<u32>,
+    reason: CloseReason,
+) -> Result<(), Error> {
+    let at = now();
+    for ca in tx.cas(session_id)? {
+        if ca.destroyed_at.is_none() && attempt.is_none_or(|a| a == ca.attempt) {
+            tx.insert_close_task(session_id, ca.attempt, &ca.gateway_id, reason, &at)?;
+        }
+    }
+    Ok(())
+}
+
+/// Ask the members the closes `owed` (of session `id`) at once, one call
+/// per attempt, and record each answer in its own transaction (`clock`
+/// dates the next ask of a close that failed). Returns the reports
+/// received. Used by the transitions and by `serve`'s retries.
+pub fn ask_closes(
+    store: &mut Store,
+    link: &dyn GatewayLink,
+    verifier: &dyn ReportVerifier,
+    id: &str,
+    owed: &[CloseTask],
+    clock: SystemTime,
+) -> Result<Vec<DropReport>, Error> {
+    let mut attempts: Vec<u32> = owed.iter().map(|t| t.attempt).collect();
+    attempts.sort_unstable();
+    attempts.dedup();
+    let mut reports = Vec::new();
+    for attempt in attempts {
+        let tasks: Vec<&CloseTask> = owed.iter().filter(|t| t.attempt == attempt).collect();
+        let members: Vec<String> = tasks.iter().map(|t| t.gateway_id.clone()).collect();
+        let reason = tasks[0].reason;
+        let answers = link.close(
+            &CloseSession {
+                session_id: id.to_owned(),
+                attempt,
+                reason,
+            },
+            Some(&members),
+        );
+        store.write(|tx| {
+            for task in &tasks {
+                let answer = answers
+                    .iter()
+                    .find(|a| a.member == task.gateway_id)
+                    .map(|a| a.result.clone())
+                    .unwrap_or_else(|| {
+                        Err(LinkError::Unreachable(format!(
+                            "{}: not among the gateways given (--gateway {}=ADDR)",
+                            task.gateway_id, task.gateway_id
+                        )))
+                    });
+                let report = confirm::close_answered(
+                    tx,
+                    verifier,
+                    id,
+                    attempt,
+                    &task.gateway_id,
+                    task.reason,
+                    &answer,
+                    clock,
+                )?;
+                reports.extend(report);
+            }
+            confirm::reevaluate(tx, id)
+        })?;
+    }
+    Ok(reports)
 }
 
 /// `sandbox status`, read from the store alone.
@@ -497,7 +787,9 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
             session,
             attempts,
             drop_reports: tx.drop_reports(id)?,
+            closes: tx.close_tasks(id)?,
             reset: tx.reset_steps(id)?,
+            certificate_issued: tx.issued_certificate(id)?.is_some(),
         })
     })
 }
@@ -512,7 +804,9 @@ impl Transition {
             allowlist: None,
             attachments: None,
             left_out: Vec::new(),
+            unreached: Vec::new(),
             reports: Vec::new(),
+            closes_owed: Vec::new(),
             end_reason: None,
             outcome: None,
             reset: Vec::new(),
@@ -528,21 +822,29 @@ pub(crate) fn load(tx: &Tx<'_>, id: &str) -> Result<Session, Error> {
 
 fn latest_attempt(tx: &Tx<'_>, id: &str) -> Result<Attempt, Error> {
     tx.attempts(id)?
-        .pop()
+        .into_iter()
+        .rev()
+        .find(|a| a.end_cause != Some(AttemptEnd::StartFailed))
         .ok_or_else(|| Error::Store(format!("session {id} has no attempt")))
+}
+
+/// What an open made.
+struct Opened {
+    ca: Vec<CaView>,
+    unreached: Vec<Unreached>,
 }
 
 /// What a transition reaches the gateways with.
 struct Ctx<'a> {
     link: &'a dyn GatewayLink,
-    verifier: &'a dyn ReportVerifier,
     opening: &'a Opening,
     relay_public_key: Option<[u8; 32]>,
 }
 
 impl Ctx<'_> {
     /// Open attempt `n` on the gateways, with values read now, and record
-    /// the attempt and the CAs made.
+    /// the attempt, the CAs made, and the closes owed to the members that
+    /// could not be reached.
     fn open(
         &self,
         tx: &Tx<'_>,
@@ -551,7 +853,7 @@ impl Ctx<'_> {
         cause: OpenCause,
         allowlist: &[String],
         attach: &[AttachSpec],
-    ) -> Result<Vec<CaView>, Error> {
+    ) -> Result<Opened, Error> {
         let at = now();
         // The rules as they stand now travel with the session; the gateway
         // counts first_use afresh under this authority.
@@ -597,18 +899,32 @@ impl Ctx<'_> {
             lock,
             relay_public_key: self.relay_public_key,
         };
-        let opened = self.link.open(&req)?;
-        self.opening.set(Some((session.id.clone(), n)));
+        let replies = self.link.open(&req);
         drop(req);
-
-        if opened.is_empty() {
-            return Err(Error::GatewayReplyInvalid {
-                gateway_id: "(none)".into(),
-                reason: "no gateway opened the session".into(),
-            });
+        if replies.iter().any(|r| r.result.is_ok()) {
+            self.opening.set(Some((session.id.clone(), n)));
         }
-        let mut out = Vec::new();
-        for o in &opened {
+        // A refusal or a reply that does not hold together fails the whole
+        // open (the transition then closes what opened); members that did
+        // not answer do not.
+        let mut out = Opened {
+            ca: Vec::new(),
+            unreached: Vec::new(),
+        };
+        let mut first_unreachable = None;
+        for r in &replies {
+            let o = match &r.result {
+                Ok(o) => o,
+                Err(e @ LinkError::Unreachable(_)) => {
+                    out.unreached.push(Unreached {
+                        gateway: r.member.clone(),
+                        error: e.to_string(),
+                    });
+                    first_unreachable.get_or_insert_with(|| e.clone());
+                    continue;
+                }
+                Err(e) => return Err(Error::Link(e.clone())),
+            };
             let bad = |reason: String| Error::GatewayReplyInvalid {
                 gateway_id: o
                     .gateway_id
@@ -618,7 +934,7 @@ impl Ctx<'_> {
                 reason,
             };
             names::gateway_id(&o.gateway_id).map_err(|e| bad(e.to_string()))?;
-            if out.iter().any(|c: &CaView| c.gateway_id == o.gateway_id) {
+            if out.ca.iter().any(|c: &CaView| c.gateway_id == o.gateway_id) {
                 return Err(bad("the gateway answered twice".into()));
             }
             let digest = pem_digest(&o.ca_cert_pem).map_err(bad)?;
@@ -636,108 +952,37 @@ impl Ctx<'_> {
                     digest: digest.clone(),
                     cert_pem: o.ca_cert_pem.clone(),
                     made_at: at.clone(),
+                    instance: Some(o.instance.clone()).filter(|i| !i.is_empty()),
                     destroyed_at: None,
                     destroy_reason: None,
+                    destroy_report: None,
                 },
             )?;
-            out.push(CaView {
+            if !o.instance.is_empty() {
+                tx.gateway_seen(&o.gateway_id, &o.instance, o.lease_ms, &at)?;
+            }
+            out.ca.push(CaView {
                 gateway_id: o.gateway_id.clone(),
                 digest,
             });
         }
-        Ok(out)
-    }
-
-    /// Drop the attempt's authority on the gateways and record each report,
-    /// checked against what was recorded at the attempt's open.
-    fn close(
-        &self,
-        tx: &Tx<'_>,
-        session: &Session,
-        attempt: &Attempt,
-        reason: CloseReason,
-    ) -> Result<Vec<DropReport>, Error> {
-        let views = self.link.close(&CloseSession {
-            session_id: session.id.clone(),
-            attempt: attempt.n,
-            reason,
-        })?;
-        // The gateways dropped what they held, pending approvals with it: a
-        // card still showing would be decided for nothing.
-        tx.withdraw_proposals(&session.id, &now())?;
-        let cas: Vec<CaEvent> = tx
-            .cas(&session.id)?
-            .into_iter()
-            .filter(|c| c.attempt == attempt.n)
-            .collect();
-        let attached: BTreeSet<&str> = attempt
-            .attachments
-            .iter()
-            .map(|a| a.secret.as_str())
-            .collect();
-        let at = now();
-        let mut out = Vec::new();
-        for view in &views {
-            let key = tx.gateway_key(&view.gateway_id)?;
-            let ca = cas.iter().find(|c| c.gateway_id == view.gateway_id);
-            let common = match self.verifier.verify(view, key.as_deref()) {
-                Err(e) => Some(format!("signature: {e}")),
-                Ok(()) if view.session_id != session.id => Some(format!(
-                    "the report names session {}, not {}",
-                    view.session_id, session.id
-                )),
-                Ok(()) if view.attempt != attempt.n => Some(format!(
-                    "the report names attempt {}, not {}",
-                    view.attempt, attempt.n
-                )),
-                Ok(()) if ca.is_none() => Some(format!(
-                    "gateway {} made no CA for attempt {}",
-                    view.gateway_id, attempt.n
-                )),
-                Ok(()) => None,
-            };
-            let ca_error = common.clone().or_else(|| {
-                let recorded = &ca?.digest;
-                (!view.ca_digest.eq_ignore_ascii_case(recorded)).then(|| {
-                    format!(
-                        "the report names CA {}, but the CA recorded at open is {recorded}",
-                        view.ca_digest
-                    )
-                })
+        if out.ca.is_empty() {
+            return Err(match first_unreachable {
+                Some(e) => Error::Link(e),
+                None => Error::GatewayReplyInvalid {
+                    gateway_id: "(none)".into(),
+                    reason: "no gateway opened the session".into(),
+                },
             });
-            let reported: BTreeSet<&str> = view.secrets.iter().map(String::as_str).collect();
-            let secrets_error = common.or_else(|| {
-                (reported != attached).then(|| {
-                    format!(
-                        "the report names secrets {:?}, but {:?} were attached at open",
-                        reported, attached
-                    )
-                })
-            });
-            if ca_error.is_none() {
-                tx.mark_ca_destroyed(
-                    &session.id,
-                    attempt.n,
-                    &view.gateway_id,
-                    &view.ca_digest.to_ascii_lowercase(),
-                    reason,
-                    &at,
-                )?;
+        }
+        // A member that did not answer may have opened it all the same:
+        // owe it a close, and its lease ends it meanwhile.
+        for u in &out.unreached {
+            // Named by its id (an address given without one is not a
+            // gateway id: nothing to key a close on).
+            if names::gateway_id(&u.gateway).is_ok() {
+                tx.insert_close_task(&session.id, n, &u.gateway, CloseReason::End, &at)?;
             }
-            let report = DropReport {
-                attempt: attempt.n,
-                gateway_id: view.gateway_id.clone(),
-                reason,
-                ca_digest: view.ca_digest.to_ascii_lowercase(),
-                secrets: view.secrets.clone(),
-                report_digest: talos_certs::sha384_hex(&view.signed),
-                received_at: at.clone(),
-                verifier: self.verifier.describe().to_owned(),
-                ca_error,
-                secrets_error,
-            };
-            tx.insert_drop_report(&session.id, &report, &view.signed)?;
-            out.push(report);
         }
         Ok(out)
     }
@@ -756,172 +1001,4 @@ fn pem_digest(pem: &str) -> Result<String, String> {
             other.len()
         )),
     }
-}
-
-/// Run the sandbox reset and mark the session over: `ended` when all five
-/// steps are confirmed, `reset_incomplete` otherwise.
-fn reset(
-    tx: &Tx<'_>,
-    session: &Session,
-    why: EndReason,
-    outcome: Option<&str>,
-) -> Result<(State, Vec<ResetStep>), Error> {
-    let at = now();
-    // Nothing of an ended session can be decided any more.
-    tx.withdraw_proposals(&session.id, &at)?;
-    let cas = tx.cas(&session.id)?;
-    let reports = tx.drop_reports(&session.id)?;
-    let attempts = tx.attempts(&session.id)?;
-    let counted = |attempt: u32, gateway: &str| -> Vec<&DropReport> {
-        reports
-            .iter()
-            .filter(|r| r.attempt == attempt && r.gateway_id == gateway)
-            .collect()
-    };
-
-    let mut steps: Vec<ResetStep> = RESET_STEPS[..3]
-        .iter()
-        .enumerate()
-        .map(|(i, name)| ResetStep {
-            step: step_number(i),
-            name: (*name).to_owned(),
-            confirmed: true,
-            response: stub_response(),
-            error: None,
-            at: at.clone(),
-        })
-        .collect();
-
-    // Step 4: every CA made for the session named destroyed by a report
-    // that counted, with the digest recorded when it was made.
-    let mut ca_errors = Vec::new();
-    let mut ca_items = Vec::new();
-    for ca in &cas {
-        let good = counted(ca.attempt, &ca.gateway_id)
-            .into_iter()
-            .find(|r| r.ca_error.is_none() && r.ca_digest.eq_ignore_ascii_case(&ca.digest));
-        match good {
-            Some(r) => ca_items.push(json!({
-                "attempt": ca.attempt,
-                "gateway_id": ca.gateway_id,
-                "digest": ca.digest,
-                "destroyed_at": r.received_at,
-                "reason": r.reason,
-                "report_digest": r.report_digest,
-            })),
-            None => {
-                let why = counted(ca.attempt, &ca.gateway_id)
-                    .into_iter()
-                    .rev()
-                    .find_map(|r| r.ca_error.clone())
-                    .unwrap_or_else(|| "no drop report from this gateway".into());
-                ca_errors.push(format!(
-                    "attempt {}, gateway {}, CA {}: {why}",
-                    ca.attempt, ca.gateway_id, ca.digest
-                ));
-                ca_items.push(json!({
-                    "attempt": ca.attempt,
-                    "gateway_id": ca.gateway_id,
-                    "digest": ca.digest,
-                    "destroyed_at": null,
-                    "error": why,
-                }));
-            }
-        }
-    }
-    steps.push(gateway_step(
-        3,
-        json!({
-            "check": "each CA made for the session is named by a verified drop report with the digest recorded when the gateway made it",
-            "cas": ca_items,
-        }),
-        ca_errors,
-        &at,
-    ));
-
-    // Step 5: for every attempt and gateway, a report that counted named
-    // exactly the secrets attached at that attempt's open.
-    let mut secret_errors = Vec::new();
-    let mut secret_items = Vec::new();
-    for attempt in &attempts {
-        let mut attached: Vec<&str> = attempt
-            .attachments
-            .iter()
-            .map(|a| a.secret.as_str())
-            .collect();
-        attached.sort_unstable();
-        attached.dedup();
-        for ca in cas.iter().filter(|c| c.attempt == attempt.n) {
-            let good = counted(attempt.n, &ca.gateway_id)
-                .into_iter()
-                .find(|r| r.secrets_error.is_none());
-            match good {
-                Some(r) => secret_items.push(json!({
-                    "attempt": attempt.n,
-                    "gateway_id": ca.gateway_id,
-                    "attached": attached,
-                    "reported": r.secrets,
-                    "report_digest": r.report_digest,
-                })),
-                None => {
-                    let why = counted(attempt.n, &ca.gateway_id)
-                        .into_iter()
-                        .rev()
-                        .find_map(|r| r.secrets_error.clone())
-                        .unwrap_or_else(|| "no drop report from this gateway".into());
-                    secret_errors.push(format!(
-                        "attempt {}, gateway {}: {why}",
-                        attempt.n, ca.gateway_id
-                    ));
-                    secret_items.push(json!({
-                        "attempt": attempt.n,
-                        "gateway_id": ca.gateway_id,
-                        "attached": attached,
-                        "error": why,
-                    }));
-                }
-            }
-        }
-    }
-    steps.push(gateway_step(
-        4,
-        json!({
-            "check": "for each attempt and gateway, a verified drop report names exactly the secrets attached at the attempt's open",
-            "detached": secret_items,
-        }),
-        secret_errors,
-        &at,
-    ));
-
-    for step in &steps {
-        tx.insert_reset_step(&session.id, step)?;
-    }
-    let state = if steps.iter().all(|s| s.confirmed) {
-        State::Ended
-    } else {
-        State::ResetIncomplete
-    };
-    tx.set_ended(&session.id, state, why, outcome, &at)?;
-    Ok((state, steps))
-}
-
-fn gateway_step(
-    index: usize,
-    response: serde_json::Value,
-    errors: Vec<String>,
-    at: &str,
-) -> ResetStep {
-    ResetStep {
-        step: step_number(index),
-        name: RESET_STEPS[index].to_owned(),
-        confirmed: errors.is_empty(),
-        response,
-        error: (!errors.is_empty()).then(|| errors.join("; ")),
-        at: at.to_owned(),
-    }
-}
-
-/// Step numbers run from 1; there are five.
-fn step_number(index: usize) -> u8 {
-    u8::try_from(index + 1).unwrap_or(u8::MAX)
 }

@@ -2,8 +2,8 @@
 //! gateways of a pair, and what they answer.
 //!
 //! [`GatewayLink`] is the seam between the session state machine and the
-//! network: the state machine calls it inside the store transaction of each
-//! transition, so a link that fails leaves the store as it was. One
+//! network: every call reaches each member of the pair at once and answers
+//! per member, so one member down or hung holds up nothing. One
 //! implementation lives here, the real one in [`crate::grpc_link`], and the
 //! tests' in `fake` (feature `test-util`):
 //!
@@ -28,35 +28,35 @@ use crate::lock::LockRule;
 use crate::model::{CloseReason, OpenCause};
 use crate::names::AttachSpec;
 
-/// Opens and drops a session's authority on every gateway of the pair.
+/// Reaches each gateway of the pair: every call goes to every member (or
+/// the members named) at once, and answers per member.
 ///
 /// # Contract
 ///
-/// - `open` succeeds only when every gateway of the pair opened; on an
-///   error no gateway keeps the authority (an implementation undoes a
-///   partial open itself).
-/// - `close` returns one report per gateway that held the authority. The
-///   state machine checks the reports; it does not trust the link for them.
-/// - Calls are bounded in time by the implementation: the state machine
-///   holds the store's write lock while it waits (see
-///   [`crate::store::BUSY_TIMEOUT`]).
+/// - Each member answers, or fails, within a deadline the implementation
+///   sets: one member that is down or hung never holds up the others or
+///   the caller for longer than that.
+/// - A member is named by its gateway id when known (given as `ID=ADDR`,
+///   or stated by the member), else by its address as given.
+/// - Nothing here decides what an answer means: the state machine checks
+///   reports (through a [`ReportVerifier`]) and keeps the closes it still
+///   owes.
 pub trait GatewayLink {
-    /// Open (launch/resume/recovery) a session's authority on every gateway
-    /// of the pair; returns, per gateway, its id and the new CA certificate
-    /// PEM with its SHA-384 digest.
-    fn open(&self, req: &OpenSession) -> Result<Vec<Opened>, LinkError>;
+    /// Who each member is: its id, the public key that signs its reports
+    /// and batches, its process instance and the lease it gives.
+    fn describe(&self) -> Vec<Reply<Described>>;
 
-    /// Drop a session's authority (pause/interruption/end/Revoke All);
-    /// returns, per gateway, its signed drop report (the signed bytes and
-    /// the fields parsed from them).
-    fn close(&self, req: &CloseSession) -> Result<Vec<DropReportView>, LinkError>;
+    /// Open (launch/resume/recovery) a session's authority on every
+    /// member.
+    fn open(&self, req: &OpenSession) -> Vec<Reply<Opened>>;
 
-    /// Who each gateway is: its id and the public key that signs its
-    /// reports and batches, for registration at first contact. A link
-    /// without that knowledge (a fake) answers none.
-    fn describe(&self) -> Result<Vec<Described>, LinkError> {
-        Ok(Vec::new())
-    }
+    /// Drop a session's authority on the members `only` names (every
+    /// member when `None`).
+    fn close(&self, req: &CloseSession, only: Option<&[String]>) -> Vec<Reply<CloseAnswer>>;
+
+    /// Renew leases: for each member named, the (session, attempt) pairs
+    /// the control plane holds live there.
+    fn renew(&self, leases: &[MemberLeases]) -> Vec<Reply<Renewed>>;
 
     /// Deliver the relay's signed decision (kind `decision`) to the gateway
     /// `gateway_id`, which holds the proposal; returns the gateway's
@@ -65,12 +65,53 @@ pub trait GatewayLink {
         -> Result<String, LinkError>;
 }
 
+/// A member (gateway id) and the (session, attempt) pairs whose leases it
+/// is asked to renew.
+pub type MemberLeases = (String, Vec<(String, u32)>);
+
+/// One member's answer.
+#[derive(Clone, Debug)]
+pub struct Reply<T> {
+    /// The member: its gateway id when known, else its address as given.
+    pub member: String,
+    pub result: Result<T, LinkError>,
+}
+
+/// A member's answer to a close.
+#[derive(Clone, Debug)]
+pub enum CloseAnswer {
+    /// The signed drop report (also for an authority the member ended
+    /// earlier: a lapse, a replacement, a close whose answer was lost).
+    Report(DropReportView),
+    /// The member's running process never held the attempt (`NOT_FOUND`):
+    /// not a confirmation by itself; `instance` is the process that said
+    /// so, when known.
+    NotHeld {
+        instance: Option<String>,
+        message: String,
+    },
+}
+
+/// One member's answer to [`GatewayLink::renew`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    pub renewed: Vec<(String, u32)>,
+    /// Not held live by the member (never opened there, ended, lapsed):
+    /// not renewed, and never will be.
+    pub not_held: Vec<(String, u32)>,
+    pub instance: String,
+    pub lease_ms: u64,
+}
+
 /// One gateway's answer to [`GatewayLink::describe`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Described {
     pub gateway_id: String,
     /// Its Ed25519 public key, lowercase hex (64 digits).
     pub public_key_hex: String,
+    /// Its running process.
+    pub instance: String,
+    pub lease_ms: u64,
 }
 
 /// What a gateway needs to serve a session's attempt.
@@ -143,6 +184,10 @@ pub struct Opened {
     /// SHA-384 of the certificate's DER, lowercase hex, as the gateway
     /// states it. The control stub recomputes it from the PEM.
     pub ca_digest: String,
+    /// The gateway process that made it.
+    pub instance: String,
+    /// The lease the authority has from now, in milliseconds.
+    pub lease_ms: u64,
 }
 
 /// Drop a session's authority.
@@ -160,8 +205,13 @@ pub struct CloseSession {
 #[derive(Clone, PartialEq, Eq)]
 pub struct DropReportView {
     pub gateway_id: String,
+    /// The gateway process that held the authority.
+    pub instance: String,
     pub session_id: String,
     pub attempt: u32,
+    /// Why the gateway dropped it, as it reports (`pause`, …,
+    /// `lease_expired`, `replaced`, `shutdown`).
+    pub reason: String,
     /// The digest of the CA the gateway dropped.
     pub ca_digest: String,
     /// The name of every secret value the gateway dropped.
@@ -174,8 +224,10 @@ impl fmt::Debug for DropReportView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DropReportView")
             .field("gateway_id", &self.gateway_id)
+            .field("instance", &self.instance)
             .field("session_id", &self.session_id)
             .field("attempt", &self.attempt)
+            .field("reason", &self.reason)
             .field("ca_digest", &self.ca_digest)
             .field("secrets", &self.secrets)
             .field("signed", &format_args!("<{} bytes>", self.signed.len()))
@@ -236,12 +288,20 @@ impl UnavailableLink {
 }
 
 impl GatewayLink for UnavailableLink {
-    fn open(&self, _req: &OpenSession) -> Result<Vec<Opened>, LinkError> {
-        Err(self.error())
+    fn describe(&self) -> Vec<Reply<Described>> {
+        self.each()
     }
 
-    fn close(&self, _req: &CloseSession) -> Result<Vec<DropReportView>, LinkError> {
-        Err(self.error())
+    fn open(&self, _req: &OpenSession) -> Vec<Reply<Opened>> {
+        self.each()
+    }
+
+    fn close(&self, _req: &CloseSession, _only: Option<&[String]>) -> Vec<Reply<CloseAnswer>> {
+        self.each()
+    }
+
+    fn renew(&self, _leases: &[MemberLeases]) -> Vec<Reply<Renewed>> {
+        self.each()
     }
 
     fn decide(
@@ -250,5 +310,17 @@ impl GatewayLink for UnavailableLink {
         _decision: &talos_certs::Signed,
     ) -> Result<String, LinkError> {
         Err(self.error())
+    }
+}
+
+impl UnavailableLink {
+    fn each<T>(&self) -> Vec<Reply<T>> {
+        self.gateways
+            .iter()
+            .map(|g| Reply {
+                member: g.clone(),
+                result: Err(self.error()),
+            })
+            .collect()
     }
 }

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use talos_control_stub::cli::{report, run, Cli, EXIT_FAILURE};
-use talos_control_stub::grpc_link::{GrpcLink, SignatureVerifier};
+use talos_control_stub::grpc_link::GrpcLink;
+use talos_control_stub::SignatureVerifier;
 
 fn main() -> ExitCode {
+    not_dumpable();
     let cli = Cli::parse();
     // The link reads the control channel identity and connects only when a
     // command first needs the gateways.
@@ -31,4 +33,17 @@ fn main() -> ExitCode {
         &mut std::io::stderr().lock(),
     );
     ExitCode::from(u8::try_from(status).unwrap_or(2))
+}
+
+/// Core dumps off for this process, and with them other processes of the
+/// same user shut out of `/proc/PID/mem`, `/proc/PID/environ` and ptrace:
+/// the stub holds the tenants' secret values, its signing key and the
+/// control channel's keys in memory. A failure is logged on standard
+/// error and the process goes on (the systemd unit's `LimitCORE=0` still
+/// stops dump files).
+fn not_dumpable() {
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+        eprintln!("control-stub: warning: cannot turn core dumps off (prctl PR_SET_DUMPABLE): {e}");
+    }
 }

@@ -73,26 +73,36 @@ words! {
 words! {
     /// A session's state, as the store keeps it.
     ///
-    /// The spec's transient states (`launching`, `pausing`, `resuming`,
-    /// `stopping`) never reach the store here: each transition runs in one
-    /// store transaction, so it is either done or not. `failed` needs an
+    /// `launching`, `pausing` and `resuming` never reach the store here:
+    /// those transitions run in one store transaction each, so they are
+    /// either done or not. `stopping` does: a stop or Revoke All commits
+    /// the end first, then asks every gateway to close. `failed` needs an
     /// instance that failed to launch, which the control stub does not run.
     pub enum State {
         Running => "running",
         Paused => "paused",
         Interrupted => "interrupted",
+        /// The end is committed (tokens revoked, approvals withdrawn); the
+        /// reset runs (spec: `stopping`).
+        Stopping => "stopping",
         /// The reset ran and every step is confirmed.
         Ended => "ended",
-        /// The reset ran and at least one step is not confirmed; the session
-        /// certificate waits (spec: `reset_incomplete`). The session is over.
+        /// The reset ran and at least one step is not confirmed yet: a
+        /// gateway has not confirmed its close. The session is over and
+        /// never comes back; it becomes `ended` once every step is
+        /// confirmed, and only then has a certificate (spec:
+        /// `reset_incomplete`).
         ResetIncomplete => "reset_incomplete",
     }
 }
 
 impl State {
-    /// True once the session has ended, whatever its reset showed.
+    /// True once the session's end is committed, whatever its reset shows.
     pub fn is_over(self) -> bool {
-        matches!(self, State::Ended | State::ResetIncomplete)
+        matches!(
+            self,
+            State::Stopping | State::Ended | State::ResetIncomplete
+        )
     }
 }
 
@@ -106,12 +116,24 @@ words! {
 }
 
 words! {
-    /// Why the gateways drop a session's authority.
+    /// Why a session's authority was dropped on a gateway: the reasons the
+    /// control stub asks for (`pause`, `interruption`, `end`, `revoke_all`)
+    /// and those a gateway reports on its own (talos-certs `DropReason`),
+    /// and a restart of the gateway, which its start report tells.
     pub enum CloseReason {
         Pause => "pause",
         Interruption => "interruption",
         End => "end",
         RevokeAll => "revoke_all",
+        /// Nobody renewed the lease in time.
+        LeaseExpired => "lease_expired",
+        /// A newer open displaced it.
+        Replaced => "replaced",
+        /// The gateway process was shut down.
+        Shutdown => "shutdown",
+        /// The gateway process that held it ended (its successor's start
+        /// report says so).
+        GatewayRestarted => "gateway_restarted",
     }
 }
 
@@ -121,6 +143,9 @@ words! {
         Paused => "paused",
         Interrupted => "interrupted",
         SessionEnded => "session_ended",
+        /// A resume or recovery that no gateway opened: the session stays
+        /// (or returns to) paused or interrupted.
+        StartFailed => "start_failed",
     }
 }
 
@@ -131,8 +156,22 @@ words! {
         Stop => "stop",
         /// `sandbox revoke-all`: a cancellation as Revoke All.
         RevokeAll => "revoke_all",
-        /// An interruption of a session in mode agent (`interruption_lost`).
+        /// An interruption of a session in mode agent, or of a session in
+        /// mode commands that did not recover within 30 minutes
+        /// (`interruption_lost`).
         InterruptionLost => "interruption_lost",
+        /// The idle timeout ended the session (`idle_action` `end`).
+        IdleTimeout => "idle_timeout",
+        /// The session stayed paused for 7 days.
+        PausedTooLong => "paused_too_long",
+    }
+}
+
+words! {
+    /// What the idle timeout does (spec: "Idle timeout").
+    pub enum IdleAction {
+        End => "end",
+        Pause => "pause",
     }
 }
 
@@ -166,6 +205,20 @@ words! {
 
 /// The outcome recorded when an interruption ends a session in mode agent.
 pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
+
+/// The spec's limits on the time-driven events ("Sandbox sessions").
+pub mod limits {
+    use std::time::Duration;
+
+    /// An interrupted session in mode commands waits this long to recover.
+    pub const INTERRUPTION_WAIT: Duration = Duration::from_secs(30 * 60);
+    /// A session is paused for at most this long.
+    pub const PAUSE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// The idle timeout's range and default, in seconds.
+    pub const IDLE_MIN_SECS: u32 = 60;
+    pub const IDLE_MAX_SECS: u32 = 86_400;
+    pub const IDLE_DEFAULT_SECS: u32 = 900;
+}
 
 /// The five steps of the sandbox reset, in order (spec: "The sandbox reset").
 pub const RESET_STEPS: [&str; 5] = [

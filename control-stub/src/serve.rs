@@ -83,16 +83,19 @@ impl Consumer {
 #[derive(Clone, Debug)]
 struct PeerCerts(Arc<Vec<rustls::pki_types::CertificateDer<'static>>>);
 
-/// Whether the client's certificate names `gateway_id` as a DNS name.
+/// Whether the client's certificate carries the gateway role and names
+/// `gateway_id`, both as DNS names (talos-contract `role`).
 fn certificate_names(peer: Option<&PeerCerts>, gateway_id: &str) -> bool {
     let Some(leaf) = peer.and_then(|p| p.0.first()) else {
         return false;
     };
-    let Ok(name) = rustls::pki_types::ServerName::try_from(gateway_id) else {
-        return false;
+    let names = |name: &str| {
+        rustls::pki_types::ServerName::try_from(name).is_ok_and(|name| {
+            webpki::EndEntityCert::try_from(leaf)
+                .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+        })
     };
-    webpki::EndEntityCert::try_from(leaf)
-        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    names(talos_contract::role::GATEWAY) && names(gateway_id)
 }
 
 /// The envelope as talos-certs reads it, or why not.
@@ -130,7 +133,8 @@ impl ControlPlane for Consumer {
             let (claimed, seq) = talos_certs::claimed_header(&signed.payload);
             // A payload that names no gateway is refused `malformed` below.
             if !claimed.is_empty() && !certificate_names(peer.as_ref(), &claimed) {
-                store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH)?;
+                let sessions = crate::batches::claimed_sessions(&signed.payload);
+                store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH, &sessions)?;
                 return Ok(BatchVerdict::Rejected {
                     gateway_id: claimed,
                     seq,
@@ -149,11 +153,15 @@ impl ControlPlane for Consumer {
         })?;
         use pb::batch_ack::Status as S;
         let ack = match verdict {
-            BatchVerdict::Accepted { seq, .. } => pb::BatchAck {
-                status: S::Accepted as i32,
-                seq,
-                reason: String::new(),
-            },
+            BatchVerdict::Accepted { seq, gateway_id } => {
+                metrics::counter!("stub_batches_accepted_total", "gateway" => gateway_id)
+                    .increment(1);
+                pb::BatchAck {
+                    status: S::Accepted as i32,
+                    seq,
+                    reason: String::new(),
+                }
+            }
             BatchVerdict::Duplicate { seq, .. } => pb::BatchAck {
                 status: S::Duplicate as i32,
                 seq,
@@ -169,6 +177,8 @@ impl ControlPlane for Consumer {
                     "{}",
                     serde_json::json!({"batch_rejected": reason, "gateway_id": gateway_id, "seq": seq, "detail": detail})
                 );
+                metrics::counter!("stub_batches_rejected_total", "gateway" => gateway_id.chars().take(64).collect::<String>(), "reason" => reason)
+                    .increment(1);
                 pb::BatchAck {
                     status: S::Rejected as i32,
                     seq,
@@ -354,25 +364,138 @@ fn log_refused(log_key: &str, peer: SocketAddr, why: &str) {
     );
 }
 
-/// Resolves at SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
+/// The signals `serve` acts on or logs, each with its handler installed
+/// when [`Signals::listen`] returns: `serve` listens before it prints its
+/// ready line, so a signal sent the moment the line is read finds its
+/// handler rather than the default action (which ends the process without
+/// a word).
+#[derive(Debug)]
+pub struct Signals {
+    /// SIGTERM, SIGINT, SIGQUIT: shutting down.
+    shutdown: Vec<(&'static str, tokio::signal::unix::Signal)>,
+    /// [`LOGGED_SIGNALS`]: logged and ignored.
+    logged: Vec<(&'static str, tokio::signal::unix::Signal)>,
+}
+
+/// The signals that end `serve`.
+const SHUTDOWN_SIGNALS: [(i32, &str); 3] = [(15, "SIGTERM"), (2, "SIGINT"), (3, "SIGQUIT")];
+
+/// Signals whose default action would end `serve` without a word: each is
+/// logged and ignored (SIGHUP included: `serve` reads no config file to
+/// reload).
+const LOGGED_SIGNALS: [(i32, &str); 9] = [
+    (1, "SIGHUP"),
+    (10, "SIGUSR1"),
+    (12, "SIGUSR2"),
+    (14, "SIGALRM"),
+    (16, "SIGSTKFLT"),
+    (26, "SIGVTALRM"),
+    (27, "SIGPROF"),
+    (29, "SIGIO"),
+    (30, "SIGPWR"),
+];
+
+impl Signals {
+    /// Install the handlers now (inside the runtime). A signal that cannot
+    /// be listened for keeps its default action, and says so.
+    pub fn listen() -> Signals {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+        let install = |list: &[(i32, &'static str)]| {
+            list.iter()
+                .filter_map(|&(raw, name)| match signal(SignalKind::from_raw(raw)) {
+                    Ok(s) => Some((name, s)),
+                    Err(e) => {
+                        eprintln!(
+                            "{}",
+                            serde_json::json!({"signal": name, "error": format!("cannot listen for it: {e}")})
+                        );
+                        None
+                    }
+                })
+                .collect()
+        };
+        Signals {
+            shutdown: install(&SHUTDOWN_SIGNALS),
+            logged: install(&LOGGED_SIGNALS),
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Handle them from now on, for the process's life: each logged signal
+    /// is logged and ignored; the first shutdown signal is logged and
+    /// fires the [`Shutdown`] returned.
+    pub fn handle(self) -> Shutdown {
+        let (fire, fired) = tokio::sync::watch::channel(false);
+        let fire = std::sync::Arc::new(fire);
+        for (name, mut s) in self.shutdown {
+            let fire = std::sync::Arc::clone(&fire);
+            tokio::spawn(async move {
+                // Every one of them is kept listening: a second signal while
+                // shutting down is caught too, never the default action.
+                while s.recv().await.is_some() {
+                    if !fire.send_replace(true) {
+                        eprintln!(
+                            "{}",
+                            serde_json::json!({"signal": name, "action": "shutting down"})
+                        );
+                    }
+                }
+            });
+        }
+        for (name, mut s) in self.logged {
+            tokio::spawn(async move {
+                while s.recv().await.is_some() {
+                    eprintln!(
+                        "{}",
+                        serde_json::json!({"signal": name, "action": "ignored"})
+                    );
+                }
+            });
+        }
+        Shutdown(fired)
+    }
+}
+
+/// Fired by the first shutdown signal ([`Signals::handle`]).
+#[derive(Clone, Debug)]
+pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Resolves once a shutdown signal has come (at once if one came
+    /// before); never, if none can.
+    pub async fn wait(mut self) {
+        if self.0.wait_for(|fired| *fired).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Serve Prometheus metrics (plain HTTP, any path answers the text
+/// exposition; `/metrics` by convention) on `listener`, for the process's
+/// life.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |_req| {
+                let body = handle.render();
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        hyper::Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4")
+                            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                            .unwrap_or_default(),
+                    )
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
     }
 }

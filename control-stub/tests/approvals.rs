@@ -621,7 +621,7 @@ fn a_pause_withdraws_pending_proposals_and_they_cannot_be_decided() {
         state_of(&r.env.store, &q.proposal_id),
         ProposalState::Withdrawn
     );
-    let cert = talos_control_stub::certificate(&r.env.store, &session).unwrap();
+    let cert = talos_control_stub::certificate::live(&r.env.store, &session).unwrap();
     let shown: BTreeMap<&str, (ProposalState, Option<&str>)> = cert
         .proposals
         .iter()
@@ -1346,7 +1346,7 @@ fn approval_refusals_from_the_gateways_records_show_on_the_certificate() {
         .store
         .record_batch("gw-a", 1, "d1", &[record])
         .unwrap();
-    let cert = talos_control_stub::certificate(&r.env.store, &r.session).unwrap();
+    let cert = talos_control_stub::certificate::live(&r.env.store, &r.session).unwrap();
     let refusals: Vec<(&str, Option<&str>)> = cert
         .refusals
         .iter()

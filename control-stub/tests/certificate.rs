@@ -4,8 +4,8 @@ mod common;
 
 use common::Env;
 use serde_json::json;
-use talos_control_stub::certificate::{ISOLATION_STATEMENT, KIND};
-use talos_control_stub::{certificate, BatchOutcome, Mode};
+use talos_control_stub::certificate::{issue, signed, ISOLATION_STATEMENT, KIND};
+use talos_control_stub::{certificate, BatchOutcome, Mode, State};
 
 fn records(session: &str) -> Vec<serde_json::Value> {
     vec![
@@ -62,9 +62,15 @@ fn record_batch_is_idempotent_per_gateway_and_sequence() {
     );
 }
 
+/// The control plane's key for these tests.
+fn plane_key() -> talos_certs::GatewayKey {
+    talos_certs::GatewayKey::generate().unwrap()
+}
+
 #[test]
 fn the_certificate_holds_records_refusals_secrets_and_the_reset() {
     let mut env = Env::new().with_policy();
+    let key = plane_key();
     let id = env.start(Mode::Agent).session_id;
     env.store
         .record_batch("gw-a", 1, "d1", &records(&id))
@@ -82,61 +88,224 @@ fn the_certificate_holds_records_refusals_secrets_and_the_reset() {
         )
         .unwrap();
     env.store
-        .record_rejection("gw-a", 2, "the batch's previous digest is not batch 1's")
+        .record_rejection(
+            "gw-a",
+            2,
+            "the batch's previous digest is not batch 1's",
+            std::slice::from_ref(&id),
+        )
+        .unwrap();
+    // A rejection of a batch that named only another session is not this
+    // session's.
+    env.store
+        .record_rejection("gw-a", 3, "bad_signature", &["sbx-other".into()])
         .unwrap();
 
     let open = certificate(&env.store, &id).unwrap();
-    assert!(!open.issued);
-    assert!(open.not_issued_because.unwrap().contains("has not ended"));
+    assert_eq!(open["issued"], false);
+    assert!(open["not_issued_because"]
+        .as_str()
+        .unwrap()
+        .contains("has not ended"));
+    assert!(!issue(&mut env.store, &id, &key).unwrap());
 
-    env.life().stop(&id).unwrap();
-    let cert = certificate(&env.store, &id).unwrap();
-    assert!(cert.issued, "{:?}", cert.not_issued_because);
-    assert_eq!(cert.kind, KIND);
-    assert_eq!(cert.kind, "sandbox session");
-    assert_eq!(cert.isolation_statement, ISOLATION_STATEMENT);
-    assert!(cert
-        .isolation_statement
-        .starts_with("One fresh instance served this session alone"));
-    assert_eq!(cert.tenant, "acme");
-
-    assert_eq!(cert.attempts.len(), 1);
-    assert_eq!(cert.attempts[0].ca.len(), 2);
-    assert!(cert.attempts[0].ca.iter().all(|c| c.destroyed_at.is_some()));
-    assert_eq!(
-        cert.attempts[0].end_cause.map(|e| e.as_str()),
-        Some("session_ended")
+    let stopped = env.life().stop(&id).unwrap();
+    assert_eq!(stopped.state, State::Ended);
+    // Ended, but the gateways' batches through the end of the authority
+    // (their drop reports, in their chains) are not in yet.
+    let waiting = certificate(&env.store, &id).unwrap();
+    assert_eq!(waiting["issued"], false);
+    assert!(
+        waiting["not_issued_because"]
+            .as_str()
+            .unwrap()
+            .contains("batches through the end of attempt 1"),
+        "{waiting}"
     );
+    assert!(!issue(&mut env.store, &id, &key).unwrap());
+
+    env.deliver_chain();
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+    let cert = certificate(&env.store, &id).unwrap();
+    assert_eq!(cert["issued"], true, "{cert}");
+    assert!(cert["certificate_signed"].as_str().is_some());
+    assert_eq!(cert["kind"], KIND);
+    assert_eq!(cert["kind"], "sandbox session");
+    assert_eq!(cert["isolation_statement"], ISOLATION_STATEMENT);
+    assert!(ISOLATION_STATEMENT.starts_with("One fresh instance served this session alone"));
+    assert_eq!(cert["tenant"], "acme");
+
+    let attempts = cert["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1);
+    let cas = attempts[0]["ca"].as_array().unwrap();
+    assert_eq!(cas.len(), 2);
+    assert!(cas.iter().all(|c| c["destroyed_at"].is_string()));
+    assert_eq!(attempts[0]["end_cause"], "session_ended");
 
     // The unknown_source record is no session's.
-    assert_eq!(cert.connections.len(), 3);
-    let reasons: Vec<(&str, &str)> = cert
-        .refusals
+    assert_eq!(cert["connections"].as_array().unwrap().len(), 3);
+    let reasons: Vec<(String, String)> = cert["refusals"]
+        .as_array()
+        .unwrap()
         .iter()
-        .map(|r| (r.kind, r.reason.as_str()))
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     assert_eq!(
         reasons,
         [
-            ("request", "host_mismatch"),
-            ("connection", "not_on_allowlist")
+            ("request".to_owned(), "host_mismatch".to_owned()),
+            ("connection".to_owned(), "not_on_allowlist".to_owned())
         ]
     );
-    assert_eq!(cert.refusals[0].path.as_deref(), Some("/x"));
+    assert_eq!(cert["refusals"][0]["path"], "/x");
 
-    let gh = cert.secrets.iter().find(|s| s.name == "GH").unwrap();
-    assert_eq!((gh.connections_used, gh.masked), (2, 3));
-    assert_eq!(gh.attachments[0].destination, "api.github.com");
-    assert_eq!(gh.attachments[0].attempts, [1]);
-    let ex = cert.secrets.iter().find(|s| s.name == "EX").unwrap();
-    assert_eq!((ex.connections_used, ex.masked), (0, 0));
+    let secret = |name: &str| {
+        cert["secrets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let gh = secret("GH");
+    assert_eq!(
+        (gh["connections_used"].clone(), gh["masked"].clone()),
+        (json!(2), json!(3))
+    );
+    assert_eq!(gh["attachments"][0]["destination"], "api.github.com");
+    assert_eq!(gh["attachments"][0]["attempts"], json!([1]));
+    let ex = secret("EX");
+    assert_eq!(
+        (ex["connections_used"].clone(), ex["masked"].clone()),
+        (json!(0), json!(0))
+    );
 
-    assert_eq!(cert.batches.len(), 2);
-    assert_eq!(cert.batch_rejections.len(), 1);
-    assert_eq!(cert.batch_rejections[0].seq, 2);
-    assert_eq!(cert.reset.len(), 5);
-    assert!(cert.reset.iter().all(|s| s.confirmed));
-    assert_eq!(cert.reset[0].response["stub"], true);
+    assert_eq!(cert["batches"].as_array().unwrap().len(), 2);
+    let rejections = cert["batch_rejections"].as_array().unwrap();
+    assert_eq!(
+        rejections.len(),
+        1,
+        "only the rejection naming this session"
+    );
+    assert_eq!(rejections[0]["seq"], 2);
+    assert_eq!(rejections[0]["resolved"], false);
+    let reset = cert["reset"].as_array().unwrap();
+    assert_eq!(reset.len(), 5);
+    assert!(reset.iter().all(|s| s["confirmed"] == true));
+    assert_eq!(reset[0]["response"]["stub"], true);
+}
+
+#[test]
+fn an_issued_certificate_is_signed_and_never_changes() {
+    let mut env = Env::new().with_policy();
+    let key = plane_key();
+    let id = env.start(Mode::Agent).session_id;
+    env.store
+        .record_batch("gw-a", 1, "d1", &records(&id))
+        .unwrap();
+    env.life().stop(&id).unwrap();
+    env.deliver_chain();
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+    let first = certificate(&env.store, &id).unwrap();
+    let envelope = signed(&env.store, &id).unwrap().expect("issued");
+
+    // The signature covers the payload, as kind certificate, under the
+    // control plane's key; the payload is the certificate without its
+    // signature.
+    assert_eq!(envelope.kind, talos_certs::Kind::Certificate);
+    talos_certs::verify(&key.public_key(), &envelope).expect("verifies");
+    let mut without: serde_json::Value = first.clone();
+    without.as_object_mut().unwrap().remove("signature");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&envelope.payload).unwrap(),
+        without
+    );
+    // Signed as another kind, or altered, it does not verify.
+    let as_batch = talos_certs::Signed {
+        kind: talos_certs::Kind::Batch,
+        ..envelope.clone()
+    };
+    assert!(talos_certs::verify(&key.public_key(), &as_batch).is_err());
+
+    // More records for the session, a record sealed twice, a batch
+    // refused, another issue attempt with another key: nothing changes.
+    env.store
+        .record_batch(
+            "gw-b",
+            9,
+            "d9",
+            &[json!({
+                "gateway_id": "gw-b", "session_id": id, "verdict": "allowed",
+                "opened_at": "2026-11-29T11:00:00.000Z"
+            })],
+        )
+        .unwrap();
+    env.store
+        .record_rejection("gw-a", 5, "gap", std::slice::from_ref(&id))
+        .unwrap();
+    assert!(issue(&mut env.store, &id, &plane_key()).unwrap());
+    assert_eq!(certificate(&env.store, &id).unwrap(), first);
+    assert_eq!(signed(&env.store, &id).unwrap(), Some(envelope));
+}
+
+#[test]
+fn a_record_sealed_twice_or_cut_then_whole_is_on_the_certificate_once() {
+    let mut env = Env::new().with_policy();
+    let key = plane_key();
+    let id = env.start(Mode::Agent).session_id;
+    let record = |conn: u64, cut: bool| {
+        let mut r = json!({
+            "gateway_id": "gw-a", "instance": "00000000000000aa", "conn": conn,
+            "session_id": id, "attempt": 1, "verdict": "allowed",
+            "opened_at": "2026-11-29T10:00:00.000Z", "request_count": if cut { 0 } else { 3 }
+        });
+        if cut {
+            r["cause"] = json!("cut_by_crash");
+        }
+        r
+    };
+    // Connection 1 whole, then again (a segment sealed twice); connection
+    // 2 cut by a crash, then whole (its record reached the journal before
+    // the crash but its close mark did not); connection 3 whole, then cut.
+    env.store
+        .record_batch(
+            "gw-a",
+            1,
+            "d1",
+            &[record(1, false), record(2, true), record(3, false)],
+        )
+        .unwrap();
+    env.store
+        .record_batch(
+            "gw-a",
+            2,
+            "d2",
+            &[record(1, false), record(2, false), record(3, true)],
+        )
+        .unwrap();
+    env.life().stop(&id).unwrap();
+    env.deliver_chain();
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+    let cert = certificate(&env.store, &id).unwrap();
+    let mut seen: Vec<(u64, u64)> = cert["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["conn"].as_u64().unwrap(),
+                c["request_count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [(1, 3), (2, 3), (3, 3)]);
 }
 
 #[test]
@@ -148,35 +317,114 @@ fn the_certificate_shows_each_attempt_with_its_cause_and_end() {
     env.life().pause(&id).unwrap();
     env.life().resume(&id).unwrap();
     env.life().revoke_all(&id).unwrap();
+    env.deliver_chain();
+    assert!(issue(&mut env.store, &id, &plane_key()).unwrap());
     let cert = certificate(&env.store, &id).unwrap();
-    let attempts: Vec<(u32, &str, Option<&str>)> = cert
-        .attempts
+    let attempts: Vec<(u64, String, String)> = cert["attempts"]
+        .as_array()
+        .unwrap()
         .iter()
-        .map(|a| (a.attempt, a.cause.as_str(), a.end_cause.map(|e| e.as_str())))
+        .map(|a| {
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["cause"].as_str().unwrap().to_owned(),
+                a["end_cause"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     assert_eq!(
         attempts,
         [
-            (1, "launch", Some("interrupted")),
-            (2, "recovery", Some("paused")),
-            (3, "resume", Some("session_ended")),
+            (1, "launch".into(), "interrupted".into()),
+            (2, "recovery".into(), "paused".into()),
+            (3, "resume".into(), "session_ended".into()),
         ]
     );
-    let reasons: Vec<Option<&str>> = cert
-        .attempts
+    let reasons: Vec<String> = cert["attempts"]
+        .as_array()
+        .unwrap()
         .iter()
-        .flat_map(|a| a.ca.iter().map(|c| c.destroy_reason.as_deref()))
+        .flat_map(|a| {
+            a["ca"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["destroy_reason"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert_eq!(
         reasons,
         [
-            Some("interruption"),
-            Some("interruption"),
-            Some("pause"),
-            Some("pause"),
-            Some("revoke_all"),
-            Some("revoke_all")
+            "interruption",
+            "interruption",
+            "pause",
+            "pause",
+            "revoke_all",
+            "revoke_all"
         ]
     );
-    assert!(cert.issued);
+    assert_eq!(cert["issued"], true);
+}
+
+#[test]
+fn a_gap_a_gateway_set_aside_shows_on_the_certificates_it_touches() {
+    let mut env = Env::new().with_policy();
+    let key = std::sync::Arc::new(talos_certs::GatewayKey::generate().unwrap());
+    env.store
+        .register_gateway("gw-a", &hex::encode(key.public_key()))
+        .unwrap();
+    let live = env.start(Mode::Agent).session_id;
+    let live_made = env.life().status(&live).unwrap().attempts[0].ca[0]
+        .made_at
+        .clone();
+    let gap = json!({"gap": {
+        "seq": 1, "found": "bad_signature", "reason": "disk fault",
+        "expected_digest": null, "window_after": null,
+        "window_before": live_made, "set_aside_file": "00000000000000000001.batch.x",
+        "set_aside_at": "2026-12-02T00:00:00.000Z"
+    }});
+    let signed = talos_certs::BatchWriter::new(key, "gw-a")
+        .seal(
+            "2026-12-02T00:00:00.000Z",
+            &[serde_json::to_vec(&gap).unwrap()],
+        )
+        .unwrap();
+    let verdict = talos_control_stub::batches::accept(&mut env.store, &signed).unwrap();
+    assert!(matches!(
+        verdict,
+        talos_control_stub::batches::BatchVerdict::Accepted { .. }
+    ));
+    let shown = certificate(&env.store, &live).unwrap();
+    let gaps = shown["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{shown}");
+    assert_eq!(gaps[0]["gateway_id"], "gw-a");
+    assert_eq!(gaps[0]["found"], "bad_signature");
+    assert_eq!(gaps[0]["reason"], "disk fault");
+    // A gap is no connection.
+    assert!(shown["connections"].as_array().unwrap().is_empty());
+    // A session that ended before the gap's window is not touched.
+    let mut other = common::request(Mode::Agent);
+    other.sources = vec!["10.1.0.9".into()];
+    let early = env.life().start(&other).unwrap().session_id;
+    env.life().stop(&early).unwrap();
+    let late = json!({"gap": {
+        "seq": 2, "found": "missing", "reason": "lost",
+        "expected_digest": null, "window_after": "2999-01-01T00:00:00.000Z",
+        "window_before": "2999-01-02T00:00:00.000Z", "set_aside_file": null,
+        "set_aside_at": "2999-01-02T00:00:00.000Z"
+    }});
+    env.store
+        .write(|tx| {
+            let mut g: talos_control_stub::store::ChainGap =
+                serde_json::from_value(late["gap"].clone()).unwrap();
+            g.gateway_id = "gw-a".into();
+            tx.insert_gap(&g)
+        })
+        .unwrap();
+    let early_cert = certificate(&env.store, &early).unwrap();
+    assert!(
+        early_cert["gaps"].as_array().unwrap().is_empty(),
+        "{early_cert}"
+    );
 }

@@ -28,10 +28,11 @@ fn init_writes_private_keys_and_refuses_to_overwrite() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("control");
     let written = identity::init(&dir, &["gw-a".into(), "gw-b".into()]).unwrap();
-    // CA, stub and two gateways (a certificate and key each), and the
-    // relay's signing key.
-    assert_eq!(written.files.len(), 9);
+    // CA, stub and two gateways (a certificate and key each), the relay's
+    // signing key and the control plane's (certificates).
+    assert_eq!(written.files.len(), 10);
     assert_eq!(mode(&dir.join("relay.key")), 0o600);
+    assert_eq!(mode(&dir.join("plane.key")), 0o600);
     for f in ["ca.key", "stub.key", "gw-a.key", "gw-b.key"] {
         assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
@@ -42,11 +43,36 @@ fn init_writes_private_keys_and_refuses_to_overwrite() {
             .unwrap()
             .contains("BEGIN CERTIFICATE"));
     }
-    // Each identity loads and makes both TLS configs.
-    for who in ["stub", "gw-a", "gw-b"] {
+    // Each identity loads and makes both TLS configs, and carries its
+    // role beside its name.
+    for (who, name, role) in [
+        ("stub", "control-stub", talos_contract::role::CONTROL_PLANE),
+        ("gw-a", "gw-a", talos_contract::role::GATEWAY),
+        ("gw-b", "gw-b", talos_contract::role::GATEWAY),
+    ] {
         let id = Identity::load(&dir, who).unwrap();
         id.client_config().unwrap();
         id.server_config().unwrap();
+        let pem = std::fs::read(dir.join(format!("{who}.pem"))).unwrap();
+        let der = rustls_pemfile::certs(&mut &pem[..])
+            .next()
+            .unwrap()
+            .unwrap();
+        let cert = webpki::EndEntityCert::try_from(&der).unwrap();
+        for n in [name, role] {
+            let n = rustls::pki_types::ServerName::try_from(n).unwrap();
+            cert.verify_is_valid_for_subject_name(&n).unwrap();
+        }
+        let other = if role == talos_contract::role::GATEWAY {
+            talos_contract::role::CONTROL_PLANE
+        } else {
+            talos_contract::role::GATEWAY
+        };
+        let other = rustls::pki_types::ServerName::try_from(other).unwrap();
+        assert!(
+            cert.verify_is_valid_for_subject_name(&other).is_err(),
+            "{who}"
+        );
     }
 
     let before: Vec<Vec<u8>> = written
@@ -89,7 +115,7 @@ fn init_through_the_command_line_prints_what_it_wrote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed["files"].as_array().unwrap().len(), 7);
+    assert_eq!(printed["files"].as_array().unwrap().len(), 8);
     assert!(printed["note"].as_str().unwrap().contains("offline"));
     // init needs no store.
     assert!(!tmp.path().join("control-stub.db").exists());
@@ -504,74 +530,78 @@ fn serve_prints_its_address_accepts_a_batch_and_stops_at_sigterm() {
     assert!(status.success(), "{status:?}");
 }
 
-#[test]
-fn a_version_1_store_gains_the_chain_state_table() {
-    let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("stub.db");
-    drop(Store::open(&db).unwrap());
+/// A store made by an earlier version (its tables only, as that version
+/// made them), with one session of that version's shape when it has
+/// sessions.
+fn old_store(db: &std::path::Path, version: i64) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute_batch(&talos_control_stub::store::ddl_through(version))
+        .unwrap();
+    conn.execute_batch(&format!(
+        "INSERT INTO sessions (id, tenant, mode, state, created_at, allow, attach, sources)
+         VALUES ('sbx-000000000001', 'acme', 'commands', 'paused', '2026-11-29T10:00:00.000Z',
+                 '[\"api.github.com\"]', '[]', '[\"10.1.0.2\"]');
+         INSERT INTO attempts (session_id, n, cause, started_at, ended_at, end_cause,
+                               allowlist, attachments)
+         VALUES ('sbx-000000000001', 1, 'launch', '2026-11-29T10:00:00.000Z',
+                 '2026-11-29T10:05:00.000Z', 'paused', '[\"api.github.com\"]', '[]');
+         INSERT INTO ca_events (session_id, attempt, gateway_id, digest, cert_pem, made_at)
+         VALUES ('sbx-000000000001', 1, 'gw-a', 'd', 'pem', '2026-11-29T10:00:00.000Z');
+         PRAGMA user_version = {version};"
+    ))
+    .unwrap();
+    #[cfg(unix)]
     {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(&format!(
-            "DROP TABLE chain_state; {UNDO_V3} PRAGMA user_version = 1;"
-        ))
-        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(db, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
-    drop(Store::open(&db).unwrap());
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 3);
-    let n: i64 = conn
-        .query_row("SELECT count(*) FROM chain_state", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(n, 0);
-    let n: i64 = conn
-        .query_row("SELECT count(*) FROM proposals", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(n, 0);
 }
 
-/// What version 3 added, taken away again: a version 2 store.
-const UNDO_V3: &str = "DROP TABLE lock_rules; DROP TABLE proposals; DROP TABLE approvers;
-     ALTER TABLE attempts DROP COLUMN lock; ALTER TABLE attempts DROP COLUMN relay_public_key;";
-
 #[test]
-fn a_version_2_store_gains_the_lock_and_keeps_its_sessions() {
-    let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("stub.db");
-    let mut store = Store::open(&db).unwrap();
-    store.egress_add("api.github.com").unwrap();
-    let link = talos_control_stub::FakeLink::default();
-    let verifier = talos_control_stub::FakeVerifier::accepting();
-    let id = talos_control_stub::Lifecycle::new(&mut store, &link, &verifier)
-        .start(&talos_control_stub::StartRequest {
-            tenant: "acme".into(),
-            sources: vec!["10.1.0.2".into()],
-            allow: vec!["api.github.com".into()],
-            attach: vec![],
-            mode: talos_control_stub::Mode::Commands,
-        })
-        .unwrap()
-        .session_id;
-    drop(store);
-    {
+fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
+    for version in 1..talos_control_stub::store::SCHEMA_VERSION {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("stub.db");
+        old_store(&db, version);
+        let store = Store::open(&db).unwrap();
+        let status = talos_control_stub::lifecycle::status(&store, "sbx-000000000001").unwrap();
+        assert_eq!(status.session.state, talos_control_stub::State::Paused);
+        assert_eq!(status.attempts.len(), 1);
+        assert!(status.attempts[0].attempt.lock.is_empty());
+        assert_eq!(status.attempts[0].attempt.relay_public_key, None);
+        // What the CA's process was is unknown for a CA recorded before.
+        assert_eq!(status.attempts[0].ca[0].instance, None);
+        assert!(status.closes.is_empty());
+        assert!(store.lock_list().unwrap().is_empty());
+        drop(store);
         let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(&format!("{UNDO_V3} PRAGMA user_version = 2;"))
+        let v: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-    }
-    let store = Store::open(&db).unwrap();
-    let status = talos_control_stub::lifecycle::status(&store, &id).unwrap();
-    assert_eq!(status.attempts.len(), 1);
-    assert!(status.attempts[0].attempt.lock.is_empty());
-    assert_eq!(status.attempts[0].attempt.relay_public_key, None);
-    assert!(store.lock_list().unwrap().is_empty());
-    drop(store);
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
+        assert_eq!(
+            v,
+            talos_control_stub::store::SCHEMA_VERSION,
+            "from {version}"
+        );
+        for table in [
+            "chain_state",
+            "proposals",
+            "close_tasks",
+            "start_reports",
+            "certificates",
+        ] {
+            let n: i64 = conn
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 0, "{table} from {version}");
+        }
+        // The rebuilt sessions table takes the new state.
+        conn.execute(
+            "UPDATE sessions SET state = 'stopping' WHERE id = 'sbx-000000000001'",
+            [],
+        )
         .unwrap();
-    assert_eq!(version, 3);
+    }
 }
 
 #[test]

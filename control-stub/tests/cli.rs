@@ -245,11 +245,57 @@ fn stopping_a_paused_session_needs_no_gateway() {
     assert_eq!(out.status, 0, "{out:?}");
     let t: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(t["state"], "ended");
+    // Ended; the certificate waits for the gateways' batches through the
+    // end of the authority (their drop reports, in their chains).
     let out = bin(&db, &["certificate", &id], b"");
+    assert_eq!(out.code(), Some("certificate_not_issued"));
+    assert!(out.stderr.contains("batches through the end"), "{out:?}");
+    let mut store = talos_control_stub::Store::open(&db).unwrap();
+    store
+        .write(|tx| {
+            for (i, view) in env.link.chain_reports().iter().enumerate() {
+                talos_control_stub::confirm::chain_drop_report(
+                    tx,
+                    &common::ACCEPT,
+                    view,
+                    i as u64 + 1,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    drop(store);
+    // Without the signing key it can be issued but is not.
+    let out = bin(&db, &["certificate", &id], b"");
+    assert_eq!(out.code(), Some("certificate_not_issued"));
+    assert!(out.stderr.contains("--control-dir"), "{out:?}");
+    let keys = env.dir.path().join("control");
+    std::fs::create_dir_all(&keys).unwrap();
+    let keys = keys.to_str().unwrap();
+    let out = bin(&db, &["--control-dir", keys, "certificate", &id], b"");
     assert_eq!(out.status, 0, "{out:?}");
     let cert: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(cert["issued"], true);
     assert_eq!(cert["kind"], "sandbox session");
+    assert!(cert["signature"]["key_id"].as_str().is_some());
+    // As a signed envelope, it verifies under the key plane-key prints.
+    let out = bin(
+        &db,
+        &["--control-dir", keys, "certificate", &id, "--signed"],
+        b"",
+    );
+    let env_json: talos_certs::Signed = serde_json::from_str(&out.stdout).unwrap();
+    let out = bin(&db, &["--control-dir", keys, "plane-key"], b"");
+    let key: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let public: [u8; 32] = hex::decode(key["public_key_hex"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    talos_certs::verify(&public, &env_json).unwrap();
+    assert!(key["public_key_pem"]
+        .as_str()
+        .unwrap()
+        .starts_with("-----BEGIN PUBLIC KEY-----"));
 }
 
 #[test]

@@ -175,18 +175,18 @@ impl Setup {
 }
 
 fn request() -> StartRequest {
-    StartRequest {
-        tenant: "acme".into(),
-        sources: vec!["10.1.0.2".into()],
-        allow: vec!["api.github.com".into()],
-        attach: vec!["GH=api.github.com:authorization:Bearer".into()],
-        mode: Mode::Commands,
-    }
+    StartRequest::new(
+        "acme",
+        vec!["10.1.0.2".into()],
+        vec!["api.github.com".into()],
+        vec!["GH=api.github.com:authorization:Bearer".into()],
+        Mode::Commands,
+    )
 }
 
 fn register(store: &mut Store, link: &GrpcLink) {
     use talos_control_stub::GatewayLink;
-    for d in link.describe().unwrap() {
+    for d in link.describe().into_iter().map(|r| r.result.unwrap()) {
         store
             .register_gateway(&d.gateway_id, &d.public_key_hex)
             .unwrap();
@@ -301,15 +301,22 @@ fn a_gateway_that_is_not_there_or_not_who_it_should_be_is_refused() {
     drop(closed);
     let link = s.link(&[format!("gw-a={addr}")]);
     use talos_control_stub::GatewayLink;
-    assert_eq!(link.describe().unwrap_err().code(), "gateway_unreachable");
+    assert_eq!(
+        link.describe()[0].result.as_ref().unwrap_err().code(),
+        "gateway_unreachable"
+    );
 
     // gw-b's certificate does not name gw-a: the TLS name check fails.
     let b = StandIn::new("gw-b");
     let link = s.link(&[format!("gw-a={}", b.serve(&s.dir()))]);
-    assert_eq!(link.describe().unwrap_err().code(), "gateway_unreachable");
+    assert_eq!(
+        link.describe()[0].result.as_ref().unwrap_err().code(),
+        "gateway_unreachable"
+    );
 
     // Without an id, `localhost` is checked and the gateway's own id used.
     let link = s.link(&[b.serve(&s.dir()).to_string()]);
-    let d = link.describe().unwrap();
-    assert_eq!(d[0].gateway_id, "gw-b");
+    let d = link.describe();
+    assert_eq!(d[0].result.as_ref().unwrap().gateway_id, "gw-b");
+    assert_eq!(d[0].member, "gw-b");
 }

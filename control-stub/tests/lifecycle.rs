@@ -6,8 +6,9 @@ mod common;
 use common::{request, Env};
 use talos_control_stub::error::LinkError;
 use talos_control_stub::fake::{Call, FakeVerifier, Tamper};
+use talos_control_stub::link::{CloseAnswer, Described, Renewed, Reply};
 use talos_control_stub::{
-    certificate, CloseReason, EndReason, GatewayLink, Mode, OpenCause, OpenSession, Opened, State,
+    CloseReason, EndReason, GatewayLink, Mode, OpenCause, OpenSession, Opened, State,
 };
 
 fn closes(env: &Env) -> Vec<CloseReason> {
@@ -15,8 +16,8 @@ fn closes(env: &Env) -> Vec<CloseReason> {
         .calls()
         .into_iter()
         .filter_map(|c| match c {
-            Call::Close(c) => Some(c.reason),
-            Call::Open(_) | Call::Decide { .. } => None,
+            Call::Close(c, _) => Some(c.reason),
+            _ => None,
         })
         .collect()
 }
@@ -205,9 +206,9 @@ fn interruption_lost_ends_an_agent_session_with_outcome_unknown() {
     assert_eq!(t.reset.len(), 5);
     assert!(t.reset.iter().all(|s| s.confirmed), "{:#?}", t.reset);
     assert_eq!(closes(&env), [CloseReason::Interruption]);
-    let cert = certificate(&env.store, &id).unwrap();
-    assert!(cert.issued);
-    assert_eq!(cert.outcome.as_deref(), Some("outcome_unknown"));
+    let cert = env.issue(&id);
+    assert_eq!(cert["issued"], true, "{cert}");
+    assert_eq!(cert["outcome"], "outcome_unknown");
     // An agent session never recovers.
     assert_eq!(env.life().recover(&id).unwrap_err().code(), "sandbox_ended");
 }
@@ -253,7 +254,7 @@ fn cancellation_from_running() {
         .ca
         .iter()
         .all(|c| c.destroy_reason == Some(CloseReason::End)));
-    assert!(certificate(&env.store, &id).unwrap().issued);
+    assert_eq!(env.issue(&id)["issued"], true);
 }
 
 #[test]
@@ -280,7 +281,7 @@ fn cancellation_from_paused_confirms_steps_4_and_5_from_the_pause_report() {
         step5.response["detached"][0]["reported"],
         serde_json::json!(["EX", "GH"])
     );
-    assert!(certificate(&env.store, &id).unwrap().issued);
+    assert_eq!(env.issue(&id)["issued"], true);
 }
 
 #[test]
@@ -343,12 +344,19 @@ fn a_report_with_a_wrong_digest_leaves_step_4_unconfirmed() {
     assert_eq!(gw_a.gateway_id, "gw-a");
     assert_eq!(gw_a.destroyed_at, None, "not recorded destroyed");
 
-    let cert = certificate(&env.store, &id).unwrap();
-    assert!(!cert.issued);
-    assert!(cert
-        .not_issued_because
+    // The close stays owed (the report did not confirm it), and the
+    // certificate waits.
+    let status = env.life().status(&id).unwrap();
+    assert!(status
+        .closes
+        .iter()
+        .any(|c| c.gateway_id == "gw-a" && c.confirmed_at.is_none()));
+    let cert = env.issue(&id);
+    assert_eq!(cert["issued"], false);
+    assert!(cert["not_issued_because"]
+        .as_str()
         .unwrap()
-        .contains("gateway_ca_destroyed"));
+        .contains("reset_incomplete"));
     // Over, all the same: it never comes back.
     assert_eq!(env.life().stop(&id).unwrap_err().code(), "sandbox_ended");
 }
@@ -366,7 +374,7 @@ fn a_pause_report_missing_a_secret_name_leaves_step_5_unconfirmed() {
     assert!(t.reset[3].confirmed);
     assert!(!t.reset[4].confirmed);
     assert!(t.reset[4].error.as_deref().unwrap().contains("GH"));
-    assert!(!certificate(&env.store, &id).unwrap().issued);
+    assert_eq!(env.issue(&id)["issued"], false);
 }
 
 #[test]
@@ -391,62 +399,91 @@ fn a_report_whose_signature_fails_confirms_nothing() {
 }
 
 #[test]
-fn a_link_failure_changes_nothing() {
+fn a_start_no_member_answers_changes_nothing() {
     let mut env = Env::new().with_policy();
-    let id = env.start(Mode::Commands).session_id;
     let before = env.dump();
     env.link
         .fail_with(Some(LinkError::Unreachable("test: no route".into())));
-    let mut other = request(Mode::Commands);
-    other.sources = vec!["10.1.0.9".into()];
     assert_eq!(
-        env.life().start(&other).unwrap_err().code(),
-        "gateway_unreachable"
-    );
-    assert_eq!(
-        env.life().pause(&id).unwrap_err().code(),
-        "gateway_unreachable"
-    );
-    assert_eq!(
-        env.life().interrupt(&id).unwrap_err().code(),
-        "gateway_unreachable"
-    );
-    assert_eq!(
-        env.life().stop(&id).unwrap_err().code(),
-        "gateway_unreachable"
-    );
-    assert_eq!(
-        env.life().revoke_all(&id).unwrap_err().code(),
+        env.life()
+            .start(&request(Mode::Commands))
+            .unwrap_err()
+            .code(),
         "gateway_unreachable"
     );
     assert_eq!(env.dump(), before);
-
     env.link.fail_with(Some(LinkError::Refused {
         gateway_id: "gw-b".into(),
         reason: "busy".into(),
     }));
-    assert_eq!(env.life().pause(&id).unwrap_err().code(), "gateway_refused");
+    assert_eq!(
+        env.life()
+            .start(&request(Mode::Commands))
+            .unwrap_err()
+            .code(),
+        "gateway_refused"
+    );
     assert_eq!(env.dump(), before);
+}
 
-    env.link.fail_with(None);
-    assert_eq!(env.life().pause(&id).unwrap().state, State::Paused);
+#[test]
+fn ends_are_committed_whatever_the_members_answer() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    env.link
+        .fail_with(Some(LinkError::Unreachable("test: no route".into())));
+    // The pause is committed; the closes stay owed, with the error.
+    let t = env.life().pause(&id).unwrap();
+    assert_eq!(t.state, State::Paused);
+    assert!(t.reports.is_empty());
+    assert_eq!(t.closes_owed.len(), 2);
+    assert!(t
+        .closes_owed
+        .iter()
+        .all(|c| c.tries == 1 && c.last_error.as_deref().unwrap().contains("no route")));
+    // So is the stop: the session is over and never comes back, its reset
+    // incomplete while the closes are owed.
+    let t = env.life().stop(&id).unwrap();
+    assert_eq!(t.state, State::ResetIncomplete);
+    assert!(!t.reset[3].confirmed && !t.reset[4].confirmed);
+    assert!(
+        t.reset[3]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("close owed since"),
+        "{:#?}",
+        t.reset[3]
+    );
+    assert_eq!(env.life().resume(&id).unwrap_err().code(), "sandbox_ended");
 }
 
 /// A link that opens on the fake pair, then misstates one digest.
 struct LyingLink<'a>(&'a talos_control_stub::FakeLink);
 
 impl GatewayLink for LyingLink<'_> {
-    fn open(&self, req: &OpenSession) -> Result<Vec<Opened>, LinkError> {
-        let mut opened = self.0.open(req)?;
-        opened[1].ca_digest = "00".repeat(48);
-        Ok(opened)
+    fn describe(&self) -> Vec<Reply<Described>> {
+        self.0.describe()
+    }
+
+    fn open(&self, req: &OpenSession) -> Vec<Reply<Opened>> {
+        let mut opened = self.0.open(req);
+        if let Ok(o) = &mut opened[1].result {
+            o.ca_digest = "00".repeat(48);
+        }
+        opened
     }
 
     fn close(
         &self,
         req: &talos_control_stub::CloseSession,
-    ) -> Result<Vec<talos_control_stub::DropReportView>, LinkError> {
-        self.0.close(req)
+        only: Option<&[String]>,
+    ) -> Vec<Reply<CloseAnswer>> {
+        self.0.close(req, only)
+    }
+
+    fn renew(&self, leases: &[talos_control_stub::link::MemberLeases]) -> Vec<Reply<Renewed>> {
+        self.0.renew(leases)
     }
 
     fn decide(
@@ -477,8 +514,8 @@ fn a_misstated_ca_digest_refuses_the_start_and_undoes_the_opening() {
     let opened = link.last_open().unwrap();
     assert!(!link.holds(&opened.session_id), "the opening was undone");
     match link.calls().last().unwrap() {
-        Call::Close(c) => assert_eq!(c.reason, CloseReason::End),
-        Call::Open(_) | Call::Decide { .. } => panic!("no undo"),
+        Call::Close(c, None) => assert_eq!(c.reason, CloseReason::End),
+        other => panic!("no undo: {other:?}"),
     }
 }
 

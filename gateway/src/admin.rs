@@ -54,7 +54,7 @@ fn describe() {
 
 /// Serve the admin listener until `shutdown` fires.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     handle: PrometheusHandle,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
@@ -92,8 +92,17 @@ fn answer(
     let (status, body) = match req.uri().path() {
         "/metrics" => (StatusCode::OK, handle.render()),
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
-        "/readyz" if ready.load(Ordering::Relaxed) => (StatusCode::OK, "ready\n".to_owned()),
-        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned()),
+        "/readyz" => {
+            let config = crate::reload::config_digest().unwrap_or_default();
+            if ready.load(Ordering::Relaxed) {
+                (StatusCode::OK, format!("ready\nconfig {config}\n"))
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready\nconfig {config}\n"),
+                )
+            }
+        }
         _ => (StatusCode::NOT_FOUND, "not found\n".to_owned()),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));

@@ -76,6 +76,9 @@ pub struct Authority {
     recent: Mutex<Recent>,
     /// Ends in progress, so the drain can wait for their reports.
     ending: TaskTracker,
+    /// The process this one took over from, until it exits: an end here
+    /// ends the authority's connections there too, before the report.
+    predecessor: std::sync::OnceLock<Arc<crate::handover::link::Predecessor>>,
 }
 
 #[derive(Debug, Default)]
@@ -92,6 +95,7 @@ impl Authority {
         sessions: Arc<Sessions>,
         clock: SharedClock,
         lease: Duration,
+        lapsed: Arc<Notify>,
     ) -> Authority {
         Authority {
             gateway_id,
@@ -99,11 +103,59 @@ impl Authority {
             records,
             sessions,
             clock,
-            lapsed: Arc::new(Notify::new()),
+            lapsed,
             lease_ms: AtomicU64::new(millis(lease)),
             recent: Mutex::new(Recent::default()),
             ending: TaskTracker::new(),
+            predecessor: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The process this one took over from: ends wait for it too.
+    pub fn set_predecessor(&self, p: Arc<crate::handover::link::Predecessor>) {
+        let _ = self.predecessor.set(p);
+    }
+
+    /// The process this one took over from, while it runs.
+    pub fn predecessor(&self) -> Option<&Arc<crate::handover::link::Predecessor>> {
+        self.predecessor.get().filter(|p| !p.is_gone())
+    }
+
+    /// Wait until no end is in progress (a handover's snapshot; nothing
+    /// starts one meanwhile: the control channel and the lease watcher are
+    /// stopped).
+    pub async fn quiesce(&self) {
+        self.ending.close();
+        self.ending.wait().await;
+        self.ending.reopen();
+    }
+
+    /// Every end this process remembers, with its report.
+    pub fn recent_reports(&self) -> Vec<(Arc<str>, u32, Signed)> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .order
+            .iter()
+            .filter_map(|key| {
+                let report = recent.reports.get(key)?.borrow().clone()?;
+                Some((Arc::clone(&key.0), key.1, report))
+            })
+            .collect()
+    }
+
+    /// Remember an end the process this one took over from made.
+    pub fn adopt_ended(&self, id: &str, attempt: u32, report: Signed) {
+        let (_, rx) = watch::channel(Some(report));
+        self.remember((Arc::from(id), attempt), rx);
+    }
+
+    /// A lease ending at `until` (a lease handed over).
+    pub fn lease_until(&self, until: crate::session::lease::Millis) -> Lease {
+        Lease::ending_at(
+            Arc::clone(&self.clock),
+            until,
+            Some(Arc::clone(&self.lapsed)),
+        )
     }
 
     /// The length of a lease given now.
@@ -137,13 +189,19 @@ impl Authority {
         let key = (Arc::clone(&session.id), session.attempt);
         let (tx, rx) = watch::channel(None);
         self.remember(key, rx);
-        let (cut, withdrawn) = session.end_and_withdraw();
+        let (mut cut, mut withdrawn) = session.end_and_withdraw();
         if !session.connections_done(CONNECTIONS_BOUND).await {
             tracing::error!(
                 session = %session.id,
                 attempt = session.attempt,
                 "connections of an ended authority are not all recorded in time; the drop report goes on"
             );
+        }
+        // Connections the process this one took over from still serves.
+        if let Some(p) = self.predecessor() {
+            let there = p.end(&session.id, session.attempt).await;
+            cut += there.connections_closed;
+            withdrawn += there.approvals_withdrawn;
         }
         let report = DropReport {
             gateway_id: self.gateway_id.to_string(),
@@ -177,6 +235,23 @@ impl Authority {
             connections_closed: cut,
             approvals_withdrawn: withdrawn,
         }
+    }
+
+    /// End `session` for `reason` on a task of its own, and wait for it:
+    /// the end goes on even if the caller is dropped (a control call cut
+    /// short), and a drain or a handover waits for it.
+    pub async fn end_tracked(
+        self: &Arc<Self>,
+        session: Arc<Session>,
+        reason: DropReason,
+    ) -> Option<Ended> {
+        let this = Arc::clone(self);
+        let task = self
+            .ending
+            .spawn(async move { this.end(session, reason).await });
+        // `None` only if the end's task panicked: a bug, logged by the
+        // runtime; a repeated close then finds no report.
+        task.await.ok()
     }
 
     /// End `session` for `reason` on a task of its own (the drain waits for
@@ -283,6 +358,45 @@ impl Authority {
     }
 }
 
+/// The lease watcher ([`Authority::watch_leases`]) as a task a handover
+/// stops while it hands over, and starts again if the handover fails.
+#[derive(Debug)]
+pub struct LeaseWatcher {
+    authority: Arc<Authority>,
+    running: Mutex<Option<CancellationToken>>,
+}
+
+impl LeaseWatcher {
+    pub fn new(authority: Arc<Authority>) -> LeaseWatcher {
+        LeaseWatcher {
+            authority,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Watch, unless watching already.
+    pub fn start(&self) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.is_none() {
+            let stop = CancellationToken::new();
+            tokio::spawn(Arc::clone(&self.authority).watch_leases(stop.clone()));
+            *running = Some(stop);
+        }
+    }
+
+    /// Stop watching.
+    pub fn stop(&self) {
+        if let Some(stop) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            stop.cancel();
+        }
+    }
+}
+
 /// What an end did.
 #[derive(Debug, Clone)]
 pub struct Ended {
@@ -293,4 +407,179 @@ pub struct Ended {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::journal::{self, JournalSetup, WriterConfig};
+    use crate::session::lease::ManualClock;
+    use crate::session::sessions::{SessionSpec, UpstreamSettings};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        clock: Arc<ManualClock>,
+        sessions: Arc<Sessions>,
+        authority: Arc<Authority>,
+        key: Arc<GatewayKey>,
+        segments: tokio::sync::mpsc::Receiver<crate::records::journal::Segment>,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let gateway: Arc<str> = Arc::from("gw-a");
+        let instance: Arc<str> = Arc::from("00000000000000aa");
+        let journal_dir = dir.path().join("journal");
+        let recovered = journal::recover(&journal_dir, 0, &gateway, &instance).unwrap();
+        let (tx, segments) = tokio::sync::mpsc::channel(64);
+        let (records, _writer) = journal::start(WriterConfig {
+            records_path: dir.path().join("records.jsonl"),
+            journal: Some(JournalSetup {
+                dir: journal_dir,
+                recovered,
+                sealer: tx,
+                max_records: 1,
+                interval: Duration::from_secs(3600),
+            }),
+            gateway_id: Arc::clone(&gateway),
+            instance,
+            first_conn: 1,
+        })
+        .unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let sessions = Arc::new(Sessions::default());
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let authority = Arc::new(Authority::new(
+            gateway,
+            Arc::clone(&key),
+            records,
+            Arc::clone(&sessions),
+            clock.clone(),
+            Duration::from_secs(10),
+            Arc::new(Notify::new()),
+        ));
+        Fixture {
+            _dir: dir,
+            clock,
+            sessions,
+            authority,
+            key,
+            segments,
+        }
+    }
+
+    fn open(f: &Fixture, id: &str, attempt: u32) -> Arc<Session> {
+        let upstream = UpstreamSettings::new(
+            crate::tls::client_config(&[]),
+            443,
+            Duration::from_secs(1),
+            crate::session::share::Limits::default(),
+        );
+        let spec = SessionSpec {
+            id: id.into(),
+            tenant: "acme".into(),
+            attempt,
+            allowlist: vec![crate::gate::name::canonicalize("api.example.com").unwrap()],
+            attachments: Vec::new(),
+            lock: Vec::new(),
+            relay_key: None,
+        };
+        let s = Arc::new(
+            Session::open(spec, "gw-a", &upstream, None, f.authority.new_lease()).unwrap(),
+        );
+        f.sessions
+            .replace(&["10.0.0.1".parse().unwrap()], Arc::clone(&s));
+        s
+    }
+
+    /// The report entries of the next `n` segments handed to the sealer
+    /// (one entry each). The writer is a thread of its own: this waits on
+    /// the channel, with no timer, so paused time does not run ahead of it.
+    async fn reports(f: &mut Fixture, n: usize) -> Vec<talos_certs::DropReport> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let seg = f.segments.recv().await.expect("a segment");
+            for e in seg.entries {
+                let v: serde_json::Value = serde_json::from_slice(&e).unwrap();
+                if let Some(r) = v.get("report") {
+                    let signed: Signed = serde_json::from_value(r.clone()).unwrap();
+                    out.push(
+                        talos_certs::verify_drop_report(&f.key.public_key(), &signed).unwrap(),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_nobody_renews_ends_the_authority_with_a_signed_report() {
+        let mut f = fixture();
+        let s = open(&f, "sess-1", 2);
+        let stop = CancellationToken::new();
+        let watcher = tokio::spawn(Arc::clone(&f.authority).watch_leases(stop.clone()));
+        // Renewed at 8 s: still live at 15 s.
+        f.clock.advance(Duration::from_secs(8));
+        assert!(f.authority.renew("sess-1", 2));
+        assert!(
+            !f.authority.renew("sess-1", 1),
+            "another attempt is not renewed"
+        );
+        f.clock.advance(Duration::from_secs(7));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(f.sessions.find("sess-1").is_some());
+        assert!(s.usable());
+        // Past the renewed lease: a use finds it lapsed, the watcher ends it.
+        f.clock.advance(Duration::from_secs(4));
+        assert!(!s.lease.live());
+        // The watcher ends it; its report comes once the writer has it on
+        // disk (no timer here: the writer is a thread of its own).
+        tokio::task::yield_now().await;
+        let report = loop {
+            if let Some(r) = f.authority.report_of("sess-1", 2).await {
+                break r;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert!(f.sessions.find("sess-1").is_none());
+        assert!(s.ended.is_cancelled());
+        let signed: talos_certs::DropReport =
+            talos_certs::verify_drop_report(&f.key.public_key(), &report).unwrap();
+        assert_eq!(signed.reason, DropReason::LeaseExpired);
+        assert_eq!(signed.attempt, 2);
+        assert_eq!(signed.instance, "00000000000000aa");
+        // The same report went into the batch chain.
+        assert_eq!(reports(&mut f, 1).await, [signed]);
+        // A renewal never brings it back, and an open of that attempt is
+        // refused.
+        assert!(!f.authority.renew("sess-1", 2));
+        assert!(f.authority.was_ended("sess-1", 2));
+        stop.cancel();
+        watcher.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_end_waits_for_the_connections_records_then_reports() {
+        let mut f = fixture();
+        let s = open(&f, "sess-2", 1);
+        let live = s.track();
+        let removed = f.sessions.remove("sess-2", 1).unwrap();
+        let authority = Arc::clone(&f.authority);
+        let ending = tokio::spawn(async move { authority.end(removed, DropReason::End).await });
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(s.ended.is_cancelled(), "the connections are cut at once");
+        assert!(!ending.is_finished(), "the report waits for the connection");
+        assert!(f.segments.try_recv().is_err(), "no report yet");
+        // A repeated close meanwhile waits for the same report.
+        let again = {
+            let a = Arc::clone(&f.authority);
+            tokio::spawn(async move { a.report_of("sess-2", 1).await })
+        };
+        drop(live);
+        let ended = ending.await.unwrap();
+        assert_eq!(ended.connections_closed, 1);
+        assert_eq!(again.await.unwrap(), Some(ended.report.clone()));
+        assert_eq!(reports(&mut f, 1).await.len(), 1);
+    }
 }

@@ -36,6 +36,7 @@ use crate::records::journal::RecordSink;
 use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
 use crate::session::sessions::{Live, Session, Sessions};
+use crate::session::share::Slot;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -44,17 +45,75 @@ pub struct Shared {
     pub sessions: Arc<Sessions>,
     pub resolver: Resolver,
     pub records: RecordSink,
+    /// How sessions opened now reach destinations, and their share's
+    /// bounds.
+    pub upstream: crate::session::sessions::UpstreamSettings,
     /// The most bytes read while waiting for a whole ClientHello.
     pub hello_max_bytes: usize,
     /// How long a client has to send its whole ClientHello.
     pub hello_timeout: Duration,
     /// How long the session-side TLS handshake may take.
     pub handshake_timeout: Duration,
+    /// How long an HTTP/2 session connection may answer nothing.
+    pub h2_idle_timeout: Duration,
+    /// How often an HTTP/2 session connection is pinged.
+    pub h2_ping_interval: Duration,
     /// Fires when open connections must be cut (end of the drain grace).
     pub shutdown: CancellationToken,
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
     pub proposer: Option<crate::session::approvals::Proposer>,
+}
+
+/// The [`Shared`] that new connections and control calls get: a reload
+/// replaces it whole, and connections open at the time keep theirs.
+#[derive(Debug)]
+pub struct Current(std::sync::RwLock<Arc<Shared>>);
+
+impl Current {
+    pub fn new(shared: Arc<Shared>) -> Current {
+        Current(std::sync::RwLock::new(shared))
+    }
+
+    /// The settings in force now.
+    pub fn get(&self) -> Arc<Shared> {
+        Arc::clone(&self.0.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replace the settings for what comes next.
+    pub fn set(&self, shared: Arc<Shared>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = shared;
+    }
+}
+
+/// Why a session's TLS handshake failed, in a few words fit for a metric
+/// label: the alert the client sent (`unknown_ca`: it does not trust the
+/// session CA; `bad_certificate`, `certificate_unknown`, …), `eof` (it
+/// closed), or `tls_error` (anything else rustls refused).
+fn handshake_failure(e: &std::io::Error) -> &'static str {
+    use rustls::AlertDescription as A;
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return "eof";
+    }
+    match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::AlertReceived(alert)) => match alert {
+            A::UnknownCA => "unknown_ca",
+            A::BadCertificate => "bad_certificate",
+            A::CertificateUnknown => "certificate_unknown",
+            A::CertificateExpired => "certificate_expired",
+            A::CertificateRevoked => "certificate_revoked",
+            A::UnsupportedCertificate => "unsupported_certificate",
+            A::AccessDenied => "access_denied",
+            A::HandshakeFailure => "handshake_failure",
+            A::ProtocolVersion => "protocol_version",
+            A::NoApplicationProtocol => "no_application_protocol",
+            A::DecryptError => "decrypt_error",
+            A::UserCanceled => "user_canceled",
+            _ => "other_alert",
+        },
+        Some(_) => "tls_error",
+        None => "io_error",
+    }
 }
 
 /// What cut a connection short.
@@ -185,6 +244,8 @@ async fn run(
     if !session.lease.live() {
         return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
     }
+    // The session's share: counted open, and in its handshake until TLS is up.
+    let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;
 
     let mut first_bytes = Vec::new();
     let name = read_hello(shared, client, &mut first_bytes, record).await?;
@@ -199,6 +260,7 @@ async fn run(
         shared,
         client,
         first_bytes,
+        handshake,
         &conn,
         record,
         journaled,
@@ -213,8 +275,7 @@ async fn run(
 /// connection counts on it from here.
 fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Live, Refused> {
     sessions
-        .by_source(source)
-        .map(|s| s.track())
+        .track_by_source(source)
         .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))
 }
 
@@ -307,6 +368,7 @@ async fn terminate(
     shared: &Shared,
     client: &mut Client,
     first_bytes: Vec<u8>,
+    handshake: Slot,
     conn: &Arc<Connection>,
     record: &mut Record,
     journaled: crate::records::journal::Written,
@@ -332,16 +394,22 @@ async fn terminate(
             return Err(refused(Refusal::SessionEnded, Cause::EndedDuringTls));
         }
     };
+    drop(handshake);
     let tls = match accepted {
         Ok(Ok(tls)) => tls,
         // rustls has sent its own alert; the record says the session's
         // handshake failed (an untrusting client, say), which is no refusal.
         Ok(Err(e)) => {
-            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, "session TLS handshake failed");
+            let why = handshake_failure(&e);
+            tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, cause = why, "session TLS handshake failed");
+            metrics::counter!("gateway_session_handshake_failures_total", "cause" => why)
+                .increment(1);
             record.cause = Some(Cause::SessionHandshakeFailed.as_str());
             return Ok(());
         }
         Err(_) => {
+            metrics::counter!("gateway_session_handshake_failures_total", "cause" => "timeout")
+                .increment(1);
             record.cause = Some(Cause::SessionHandshakeTimeout.as_str());
             return Ok(());
         }
@@ -412,35 +480,52 @@ async fn terminate(
     // authority ends. Then requests held for approval first answer
     // `approval_withdrawn` (a graceful close lets their answers out, for at
     // most WITHDRAW_GRACE), and the connection is cut.
+    // An HTTP/2 connection that answers nothing for a while is closed
+    // gracefully (GOAWAY: streams open go on to their end), as an idle
+    // HTTP/1.1 one is by its header timeout.
     macro_rules! drive {
-        ($conn:expr) => {{
+        ($conn:expr, $idle:expr) => {{
             // On the heap, sized exactly, rather than inline in this future
             // beside the other stages' state.
             let mut conn = Box::pin($conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "session connection ended with an error");
-                    }
-                    Ok(())
-                }
-                stopped = &mut stop => match stopped {
-                    Stop::Shutdown => Ok(()),
-                    Stop::Ended => {
-                        if holding.holds.answers_pending() {
-                            conn.as_mut().graceful_shutdown();
-                            let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+            let idle = $idle;
+            tokio::pin!(idle);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "session connection ended with an error");
                         }
-                        Err(refused(Refusal::SessionEnded, Cause::SessionClosed))
+                        break Ok(());
+                    }
+                    () = &mut idle, if !closing => {
+                        tracing::debug!("session connection idle: closing");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                    stopped = &mut stop => break match stopped {
+                        Stop::Shutdown => Ok(()),
+                        Stop::Ended => {
+                            if holding.holds.answers_pending() {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
+                            }
+                            Err(refused(Refusal::SessionEnded, Cause::SessionClosed))
+                        }
                     }
                 }
             }
         }};
     }
     if h2 {
+        let activity = Arc::clone(&holding);
         drive!(
             hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
+                // A peer that stops acknowledging pings is gone: closed.
+                .keep_alive_interval(shared.h2_ping_interval)
+                .keep_alive_timeout(H2_PING_TIMEOUT)
                 // Lets extended CONNECT arrive as a request, to be refused
                 // `upgrade_refused` rather than reset.
                 .enable_connect_protocol()
@@ -448,13 +533,17 @@ async fn terminate(
                 .serve_connection(
                     TokioIo::new(crate::io::gathered::Gathered::new(tls)),
                     service
-                )
+                ),
+            async move { activity.activity.idle(shared.h2_idle_timeout).await }
         )
     } else {
-        drive!(hyper::server::conn::http1::Builder::new()
-            .timer(FirstHeadBy::new(first_head_by.into_std()))
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(tls), service))
+        drive!(
+            hyper::server::conn::http1::Builder::new()
+                .timer(FirstHeadBy::new(first_head_by.into_std()))
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tls), service),
+            std::future::pending::<()>()
+        )
     }
 }
 
@@ -496,6 +585,10 @@ async fn first_request_byte(
     let bytes = tls.fill_buf().await?;
     Ok(bytes.is_empty())
 }
+
+/// How long an HTTP/2 session connection's ping may go unacknowledged
+/// before the connection is closed (hyper's default).
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long an HTTP/1.1 session may take to send a request's headers once
 /// it starts one (and how long an idle keep-alive connection stays open).

@@ -14,7 +14,8 @@
 //! - [`pb`]: the control channel's generated messages and services (the
 //!   `talos-contract` crate's, which also holds the session rules).
 //! - [`config`]: the TOML config, strictly validated.
-//! - [`session`]: a session's authority: the Lock and holds, the upstream pool, sessions by source.
+//! - [`logging`]: logs on standard error, at a level a reload changes.
+//! - [`session`]: a session's authority: its lease, its share (per-session bounds), the Lock and holds, the upstream pool, sessions by source.
 //! - [`records`]: connection records, the journal, signed batches on disk, the shipper.
 //! - [`authority`]: the end of a session's authority (close, lapse, replacement,
 //!   shutdown) with its signed drop report in the batch chain; the lease watcher.
@@ -22,7 +23,12 @@
 //! - [`conn`]: one connection, stage by stage, top to bottom.
 //! - [`control`]: the control channel: sessions opened and closed over
 //!   mutually authenticated gRPC, drop reports signed.
+//! - [`reload`]: the config read again, built whole, then applied at once
+//!   or not at all.
 //! - [`admin`]: metrics and health on the admin listener.
+//! - [`process`]: the process socket's frames, readiness notifications.
+//! - [`handover`]: every live authority and the listeners handed to a
+//!   successor process (restarts and upgrades that keep every session).
 //! - [`server`]: listeners, the connection cap, graceful shutdown.
 
 #![forbid(unsafe_code)]
@@ -34,11 +40,15 @@ pub mod secrets;
 pub mod tls;
 pub mod pb;
 pub mod config;
+pub mod logging;
 pub mod session;
 pub mod records;
 pub mod authority;
 pub mod http;
 pub mod conn;
 pub mod control;
+pub mod reload;
 pub mod admin;
+pub mod process;
+pub mod handover;
 pub mod server;

@@ -30,6 +30,33 @@ enum Command {
         /// Log as JSON lines instead of text.
         #[arg(long)]
         json_logs: bool,
+        /// Take over from the process on the config's process socket (the
+        /// running gateway starts its successor with this; see
+        /// `gateway upgrade`).
+        #[arg(long, hide = true)]
+        takeover: bool,
+    },
+    /// Reload the running gateway's config (as SIGHUP does) and say how it
+    /// went: exit 0 with the new config's digest, or 1 with the file, line
+    /// and field at fault (the running config then stays whole).
+    ///
+    /// Reaches the process on the config's `[process] socket`.
+    Reload {
+        /// The gateway's config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Hand the running gateway over to a new process (as SIGUSR2 does):
+    /// it starts the binary installed at its own path with the same
+    /// config, hands it every live authority and its listening sockets,
+    /// drains and exits. Exit 0 with the new process's id, or 1 with why
+    /// the old process goes on serving.
+    ///
+    /// Reaches the process on the config's `[process] socket`.
+    Upgrade {
+        /// The gateway's config file.
+        #[arg(long, short)]
+        config: PathBuf,
     },
     /// Check a config file and exit: 0 if the gateway would start with it.
     ///
@@ -81,6 +108,12 @@ enum Command {
         #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
         chunk: u32,
     },
+    /// The spool of signed batches: check it, set a bad batch aside.
+    ///
+    /// Both take the spool's lock: stop the gateway first (a running one
+    /// holds it). See docs/runbook.md, "A spool blocked by a bad batch".
+    #[command(subcommand)]
+    Spool(SpoolCommand),
     /// Capture the first bytes of real clients' connections, for tests.
     ///
     /// Listens on ADDR, and for each NAME accepts one connection, reads its
@@ -99,14 +132,48 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum SpoolCommand {
+    /// Check every batch waiting: present, readable, signed with this
+    /// gateway's key, numbered as its file, linked to its predecessor.
+    /// Prints one JSON object; exits 1 if a batch is bad.
+    Verify {
+        /// The gateway's config (its [control] spool_dir and signing key).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Set the first bad batch aside: the file is moved to
+    /// <spool_dir>/set-aside/ (never deleted), a signed gap takes its
+    /// number, and the batches after it are sealed again to follow. The
+    /// control plane shows the gap on every certificate it touches.
+    SetAside {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The sequence number `verify` reported.
+        #[arg(long)]
+        seq: u64,
+        /// Why, in the operator's words (it goes on the certificates).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
 fn main() -> ExitCode {
+    not_dumpable();
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config, json_logs } => run(&config, json_logs),
+        Command::Run {
+            config,
+            json_logs,
+            takeover,
+        } => run(&config, json_logs, takeover),
+        Command::Reload { config } => ask(&config, talos_gateway::handover::Request::Reload),
+        Command::Upgrade { config } => ask(&config, talos_gateway::handover::Request::Upgrade),
         Command::CheckConfig { file } => check_config(&file),
         Command::InspectHello { files } => inspect_hello(&files),
         Command::Classify { addresses } => classify(&addresses),
         Command::CaptureHello { listen, out, names } => capture(listen, &out, &names),
+        Command::Spool(cmd) => spool(cmd),
         Command::Mask {
             secrets,
             secret_files,
@@ -115,19 +182,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+/// Core dumps off for this process, and with them every other process of
+/// the same user shut out of `/proc/PID/mem`, `/proc/PID/environ` and
+/// ptrace: the session CAs' keys and the attached values it holds must
+/// never reach a dump file or another process. Done first, before any key
+/// or value exists; an `exec` (an upgrade's new binary) turns it back on,
+/// so every start does it again. A failure is logged and the process goes
+/// on (logging is not set up yet, so the line goes to standard error
+/// directly); the systemd unit's `LimitCORE=0` still stops dump files.
+fn not_dumpable() {
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+        eprintln!("gateway: warning: cannot turn core dumps off (prctl PR_SET_DUMPABLE): {e}");
     }
+}
+
+fn init_logs(json: bool) {
+    talos_gateway::logging::init(json, "info");
 }
 
 /// The runtime that serves connections: with one worker, tokio's
@@ -145,21 +216,37 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
-fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
-    init_logs(json_logs);
-    let config = match Config::load(path) {
+fn run(path: &std::path::Path, json_logs: bool, takeover: bool) -> ExitCode {
+    // The config's path as reloads and a successor read it again.
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gateway: bad config: {e}");
+            if takeover {
+                // Say why to the process that started this one.
+                if let Ok(rt) = runtime(1) {
+                    rt.block_on(talos_gateway::handover::refuse_early(&format!(
+                        "bad config: {e}"
+                    )));
+                }
+            }
             return ExitCode::from(1);
         }
     };
+    let log = talos_gateway::logging::init(json_logs, config.log.directives());
     let rt = match runtime(config.runtime.workers()) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("gateway: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
+    };
+    let options = talos_gateway::server::Options {
+        config_path: path,
+        json_logs,
+        takeover,
+        log: Some(log),
     };
     // The server (its accept loop above all) runs as a task. With a pool,
     // that puts it on a worker, not on this thread: `block_on`'s future is
@@ -168,15 +255,128 @@ fn run(path: &std::path::Path, json_logs: bool) -> ExitCode {
     // worker to run the connection's task. With one worker this thread is
     // the worker and runs both.
     let served = rt.block_on(async {
-        tokio::spawn(talos_gateway::server::run(config))
+        tokio::spawn(talos_gateway::server::run(config, options))
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            tracing::error!(error = %e, "cannot start");
             eprintln!("gateway: {e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `gateway reload` and `gateway upgrade`: ask the running process on the
+/// config's process socket, print its answer.
+fn ask(path: &std::path::Path, request: talos_gateway::handover::Request) -> ExitCode {
+    // Only the socket is read here: the running process judges the rest.
+    let socket = match Config::process_socket(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gateway: bad config: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some(socket) = socket else {
+        eprintln!(
+            "gateway: {}: no [process] socket: the running gateway cannot be reached (SIGHUP reloads it)",
+            path.display()
+        );
+        return ExitCode::from(1);
+    };
+    // An upgrade waits for the successor to take over; a reload for the
+    // reload.
+    let wait = talos_gateway::handover::TAKEOVER_TIMEOUT + std::time::Duration::from_secs(30);
+    let answer = runtime(1)
+        .and_then(|rt| rt.block_on(talos_gateway::handover::ask(&socket, &request, wait)));
+    match answer {
+        Ok(a) => {
+            println!("{}", serde_json::to_string(&a).unwrap_or_default());
+            if a.ok {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("gateway: {}", a.message);
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!(
+                "gateway: cannot reach the gateway at {}: {e}",
+                socket.display()
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn spool(cmd: SpoolCommand) -> ExitCode {
+    let path = match &cmd {
+        SpoolCommand::Verify { config } | SpoolCommand::SetAside { config, .. } => config,
+    };
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gateway: bad config: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some((dir, key_file)) = config.control.as_ref().and_then(|c| {
+        c.spool_dir
+            .as_ref()
+            .map(|d| (d.get_ref().clone(), c.signing_key_file.get_ref().clone()))
+    }) else {
+        eprintln!(
+            "gateway: {}: no [control] spool_dir: this gateway keeps no spool",
+            path.display()
+        );
+        return ExitCode::from(1);
+    };
+    let key = match talos_certs::GatewayKey::load_or_create(&key_file) {
+        Ok(k) => std::sync::Arc::new(k),
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match cmd {
+        SpoolCommand::Verify { .. } => {
+            match talos_gateway::records::repair::verify(&dir, &key.public_key()) {
+                Ok(report) => {
+                    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+                    if report.findings.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("gateway: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        SpoolCommand::SetAside { seq, reason, .. } => {
+            let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+            match talos_gateway::records::repair::set_aside(
+                &dir,
+                key,
+                config.gateway_id.get_ref(),
+                seq,
+                &reason,
+                &now,
+            ) {
+                Ok(done) => {
+                    println!("{}", serde_json::to_string(&done).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gateway: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
     }
 }

@@ -22,11 +22,17 @@ pub struct Refused {
     pub reason: Refusal,
     /// The `as_str()` of the refusing stage's cause.
     pub cause: &'static str,
+    /// When trying again can succeed, if the gateway knows (a rate).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Refused {
     pub const fn new(reason: Refusal, cause: &'static str) -> Refused {
-        Refused { reason, cause }
+        Refused {
+            reason,
+            cause,
+            retry_after: None,
+        }
     }
 }
 
@@ -89,11 +95,15 @@ pub enum Refusal {
     UpstreamFailed,
     /// The session ended while the connection was open.
     SessionEnded,
+    /// The session is at one of the bounds of its share of the gateway
+    /// (`session::share`): beyond the spec's thirteen.
+    SessionLimit,
 }
 
 impl Refusal {
-    /// Every reason, in the order the spec lists them.
-    pub const ALL: [Refusal; 13] = [
+    /// Every reason, in the order the spec lists them, then the gateway's
+    /// own.
+    pub const ALL: [Refusal; 14] = [
         Refusal::NotTls,
         Refusal::NoServerName,
         Refusal::EncryptedClientHello,
@@ -107,6 +117,7 @@ impl Refusal {
         Refusal::GrpcNeedsHttp2,
         Refusal::UpstreamFailed,
         Refusal::SessionEnded,
+        Refusal::SessionLimit,
     ];
 
     /// The stable name: never change one, only add.
@@ -125,6 +136,7 @@ impl Refusal {
             Refusal::GrpcNeedsHttp2 => "grpc_needs_http2",
             Refusal::UpstreamFailed => "upstream_failed",
             Refusal::SessionEnded => "session_ended",
+            Refusal::SessionLimit => "session_limit",
         }
     }
 
@@ -135,6 +147,8 @@ impl Refusal {
             Refusal::HostMismatch => 421,
             Refusal::GrpcNeedsHttp2 | Refusal::UpstreamFailed => 502,
             Refusal::SessionEnded => 503,
+            // Too Many Requests: the session's own doing, and it passes.
+            Refusal::SessionLimit => 429,
             _ => 403,
         }
     }
@@ -146,6 +160,8 @@ impl Refusal {
             Refusal::GrpcNeedsHttp2 => 12,
             // UNAVAILABLE: a network or lifecycle failure, not a policy.
             Refusal::UpstreamFailed | Refusal::SessionEnded => 14,
+            // RESOURCE_EXHAUSTED: a per-session bound.
+            Refusal::SessionLimit => 8,
             // PERMISSION_DENIED: a policy refusal.
             _ => 7,
         }
@@ -161,6 +177,7 @@ impl Refusal {
             Refusal::ApprovalDeclined => "a named person declined, or no decision came within five minutes",
             Refusal::ApprovalWithdrawn => "the approval was withdrawn because the session paused or ended",
             Refusal::SessionEnded => "the session ended",
+            Refusal::SessionLimit => "the session is at a bound of its share of the gateway (open connections, handshakes, held requests, pending proposals or proposal rate); retry once something of it has finished",
             _ => "refused by the gateway",
         }
     }

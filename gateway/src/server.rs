@@ -1,42 +1,57 @@
-//! The process: listeners, the connection cap, graceful shutdown.
+//! The process: listeners, the connection cap, reload, handover, graceful
+//! shutdown.
 //!
-//! `run` goes through three phases:
+//! `run` goes through these phases:
 //!
-//! 1. [`Built::new`]: everything that can fail, done (sessions, resolver,
-//!    listeners bound, keys loaded, TLS configs, record file, spool); a
-//!    failure is a [`StartError`] naming what failed, and nothing has run.
-//! 2. [`Built::spawn`] starts the tasks (record writer, shipper, admin,
-//!    control channel) and prints one `ready` line on standard output (so
-//!    scripts and tests learn the bound addresses, useful with port 0);
-//!    [`Running::accept_until`] accepts until SIGTERM or SIGINT.
+//! 1. [`Built::new`]: everything that can fail, done (settings, static
+//!    sessions, listeners bound — or, for a successor, taken over with
+//!    every live authority —, keys loaded, TLS configs, record file,
+//!    spool); a failure is a [`StartError`] naming what failed, and nothing
+//!    has run.
+//! 2. [`Built::spawn`] starts the record writer and the batches (sealer,
+//!    shipper); a successor then says `ready` to the process it takes over
+//!    from and waits for `go`. [`Running::serve`] starts the rest (admin,
+//!    control channel, lease watcher, process socket, signals), prints one
+//!    `ready` line on standard output (so scripts and tests learn the bound
+//!    addresses, useful with port 0), tells the service manager, and
+//!    accepts until SIGTERM or SIGINT — or until a successor takes over.
 //! 3. [`Running::drain`], in numbered steps: the control channel stops,
 //!    `/readyz` turns 503, the data listener closes, open connections get
 //!    the configured grace and the rest are cut, every record is written
 //!    and the last batch sealed, and the shipper gets the grace to deliver
 //!    the spool (woken when it empties, not polled) before the process
-//!    exits.
+//!    exits. After a handover the authorities are the successor's: none is
+//!    ended here, and the successor ships what this process spooled.
+//!
+//! SIGHUP (and `gateway reload`) reloads the config ([`crate::reload`]);
+//! SIGUSR2 (and `gateway upgrade`) hands over to a successor
+//! ([`crate::handover`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::authority::{report_entry, Authority};
+use crate::authority::{report_entry, Authority, LeaseWatcher};
 use crate::config::Config;
-use crate::conn::{self, Shared};
-use crate::gate::resolve::Resolver;
+use crate::conn::{self, Current, Shared};
+use crate::handover::state::ListenerState;
+use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal::{self, JournalSetup, WriterConfig, WriterThread};
+use crate::records::spool::{ChainPosition, Spool, SpoolLimits};
+use crate::reload::{Cap, Reloader, StaticPlan, StaticSet, Tuned};
 use crate::secrets::secret::SecretBytes;
+use crate::session::approvals::Proposer;
 use crate::session::lease::{boot_clock, Lease, SharedClock};
-use crate::session::sessions::{Session, SessionSpec, Sessions, UpstreamSettings};
+use crate::session::sessions::Sessions;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -47,26 +62,18 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot bind the process socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot open the record file {path}: {source}")]
     Records {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
     #[error("{0}")]
-    Resolver(String),
-    #[error("cannot open session {session}: {source}")]
-    SessionCa {
-        session: String,
-        source: crate::session::sessions::OpenError,
-    },
-    #[error("cannot write the trust file of session {session} to {path}: {source}")]
-    TrustFile {
-        session: String,
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    TrustAnchor(String),
+    Settings(String),
     #[error("{0}")]
     Secret(crate::secrets::secret::SecretError),
     #[error("{0}")]
@@ -81,12 +88,27 @@ pub enum StartError {
     Spool(#[from] crate::records::spool::SpoolError),
     #[error(transparent)]
     Journal(#[from] crate::records::journal::JournalError),
+    #[error("cannot take over: {0}")]
+    Takeover(String),
+}
+
+/// How the process was started.
+#[derive(Debug)]
+pub struct Options {
+    /// The config file (read again by reloads and successors).
+    pub config_path: PathBuf,
+    /// Logs as JSON lines (a successor logs the same way).
+    pub json_logs: bool,
+    /// Take over from the process listening on the config's process socket.
+    pub takeover: bool,
+    /// Changes the log level at a reload.
+    pub log: Option<crate::logging::LogControl>,
 }
 
 /// The control channel, ready to serve once the data path's state exists.
 #[derive(Debug)]
 struct ControlSetup {
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     tls: Arc<rustls::ServerConfig>,
     key: Arc<talos_certs::GatewayKey>,
     batches: Option<BatchSetup>,
@@ -95,21 +117,29 @@ struct ControlSetup {
 /// Signed batches: the spool, where its chain stands, the control plane.
 #[derive(Debug)]
 struct BatchSetup {
-    spool: Arc<crate::records::spool::Spool>,
-    position: crate::records::spool::ChainPosition,
+    /// Opened at start; a successor opens it once its predecessor, which
+    /// holds it, has exited.
+    spool: Option<(Arc<Spool>, ChainPosition)>,
+    spool_dir: PathBuf,
+    limits: SpoolLimits,
     plane: crate::records::shipper::Plane,
     max_records: usize,
     interval: Duration,
     /// The journal directory, and what an earlier process left there.
-    journal_dir: std::path::PathBuf,
-    /// Filled by [`Built::new`] once the instance is known.
+    journal_dir: PathBuf,
+    /// Filled by [`Built::new`] once the instance is known (a cold start).
     recovered: Option<journal::Recovered>,
 }
 
 /// Load the control channel's keys and certificates (config validation
 /// has checked them once already; they are read again as the gateway
-/// starts) and bind its listener.
-async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, StartError> {
+/// starts) and bind its listener (or take the one handed over). A
+/// successor leaves the spool for later.
+async fn setup_control(
+    c: &crate::config::Control,
+    adopted: Option<TcpListener>,
+    successor: bool,
+) -> Result<ControlSetup, StartError> {
     let ca = crate::config::read_pem_certs(c.ca_file.get_ref()).map_err(StartError::Control)?;
     let chain =
         crate::config::read_pem_certs(c.cert_file.get_ref()).map_err(StartError::Control)?;
@@ -119,16 +149,20 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
     let signing = talos_certs::GatewayKey::load_or_create(c.signing_key_file.get_ref())?;
     let batches = match (&c.plane, &c.spool_dir) {
         (Some(plane), Some(dir)) => {
-            let (spool, position) = crate::records::spool::Spool::open(
-                dir.get_ref(),
-                crate::records::spool::SpoolLimits {
-                    max_batches: c.spool_max_batches,
-                    max_bytes: c.spool_max_bytes,
-                },
-            )?;
+            let limits = SpoolLimits {
+                max_batches: c.spool_max_batches,
+                max_bytes: c.spool_max_bytes,
+            };
+            let spool = if successor {
+                None
+            } else {
+                let (spool, position) = Spool::open(dir.get_ref(), limits)?;
+                Some((Arc::new(spool), position))
+            };
             Some(BatchSetup {
-                spool: Arc::new(spool),
-                position,
+                spool,
+                spool_dir: dir.get_ref().clone(),
+                limits,
                 plane: crate::records::shipper::Plane {
                     addr: *plane.get_ref(),
                     name: c.plane_name.clone(),
@@ -143,16 +177,12 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
         }
         _ => None,
     };
-    let addr = *c.listen.get_ref();
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind {
-            which: "control",
-            addr,
-            source,
-        })?;
+    let listener = match adopted {
+        Some(l) => l,
+        None => bind("control", *c.listen.get_ref()).await?,
+    };
     Ok(ControlSetup {
-        listener,
+        listener: Arc::new(listener),
         tls,
         key: Arc::new(signing),
         batches,
@@ -161,7 +191,7 @@ async fn setup_control(c: &crate::config::Control) -> Result<ControlSetup, Start
 
 /// Read the static sessions' secret values from their sources (config
 /// validation guarantees exactly one source each).
-fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartError> {
+pub(crate) fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartError> {
     let mut values = HashMap::new();
     for src in &config.secrets {
         let name = src.name.get_ref();
@@ -176,120 +206,213 @@ fn load_secrets(config: &Config) -> Result<HashMap<String, SecretBytes>, StartEr
     Ok(values)
 }
 
-/// Open the config file's sessions: each gets a fresh CA made here, its
-/// certificate written where the config says. They have no lease: no
-/// control plane renews them; they last as long as the process.
-fn open_static_sessions(
-    config: &Config,
-    upstream: &UpstreamSettings,
-    clock: &SharedClock,
-) -> Result<Sessions, StartError> {
-    let values = load_secrets(config)?;
-    let sessions = Sessions::default();
-    for s in &config.sessions {
-        let spec = SessionSpec::from_static(s, &values).map_err(StartError::Secret)?;
-        let session = Session::open(
-            spec,
-            config.gateway_id.get_ref(),
-            upstream,
-            None,
-            Lease::none(Arc::clone(clock)),
-        )
-        .map_err(|source| StartError::SessionCa {
-            session: s.id.get_ref().clone(),
-            source,
-        })?;
-        if let Some(path) = &s.trust_file {
-            std::fs::write(path, session.ca_pem()).map_err(|source| StartError::TrustFile {
-                session: s.id.get_ref().clone(),
-                path: path.clone(),
-                source,
-            })?;
+/// Run the gateway until a shutdown signal or a handover: build, run,
+/// drain.
+pub async fn run(config: Config, options: Options) -> Result<(), StartError> {
+    // First of all: a signal sent the moment the ready line is read (or
+    // while a successor takes over) must find its handler, not the default
+    // action, which ends the process without a word and without a drain.
+    let signals = Signals::listen();
+    let mut link = None;
+    let taken = if options.takeover {
+        let (taken, stream) = crate::handover::take_over(&config, &options.config_path)
+            .await
+            .map_err(|e| StartError::Takeover(e.to_string()))?;
+        link = Some(stream);
+        Some(taken)
+    } else {
+        None
+    };
+    let built = match Built::new(config, options, taken).await {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(s) = link.as_mut() {
+                crate::handover::refuse_on(s, &e.to_string()).await;
+            }
+            return Err(e);
         }
-        tracing::info!(
-            session = %session.id,
-            attempt = session.attempt,
-            ca_digest = session.ca_digest(),
-            trust_file = ?s.trust_file,
-            attachments = session.attachments.len(),
-            "session CA made"
-        );
-        let sources: Vec<std::net::IpAddr> =
-            s.sources.get_ref().iter().map(|a| *a.get_ref()).collect();
-        sessions.insert(&sources, Arc::new(session));
-    }
-    Ok(sessions)
-}
-
-/// Run the gateway until a shutdown signal: build, run, drain.
-pub async fn run(config: Config) -> Result<(), StartError> {
-    let running = Built::new(config).await?.spawn().await;
-    tokio::spawn(log_other_signals());
-    running.accept_until(shutdown_signal()).await;
-    running.drain().await;
+    };
+    let running = match built.spawn(&mut link).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(s) = link.as_mut() {
+                crate::handover::refuse_on(s, &e.to_string()).await;
+            }
+            return Err(e);
+        }
+    };
+    let (running, end) = running.serve(signals).await;
+    running.drain(end).await;
     Ok(())
 }
 
-/// Everything that can fail at start, done: config-derived state, static
-/// sessions, the resolver, listeners bound, keys loaded, TLS configs, the
-/// record file and the spool. Nothing runs yet.
+/// What the relay's proposals arrive on.
+type Proposals = mpsc::UnboundedReceiver<(talos_certs::Proposal, String, String)>;
+
+/// Everything that can fail at start, done: settings, static sessions (or
+/// the authorities taken over), the resolver, listeners bound (or taken
+/// over), keys loaded, TLS configs, the record file and the spool.
+/// Nothing runs yet.
 #[derive(Debug)]
 pub struct Built {
     config: Config,
+    options: Options,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
-    upstream: UpstreamSettings,
+    tuned: Tuned,
     clock: SharedClock,
     /// This process's instance id: its records and reports name it.
     instance: Arc<str>,
+    /// 0 after a cold start; one more at each handover.
+    generation: u64,
     sessions: Arc<Sessions>,
-    resolver: Resolver,
-    data: TcpListener,
-    admin: TcpListener,
+    /// Static sessions as the config defines them, and what they change.
+    statics: StaticSet,
+    plan: StaticPlan,
+    data: Arc<TcpListener>,
+    admin: Arc<TcpListener>,
+    process: Option<Arc<UnixListener>>,
     control: Option<ControlSetup>,
+    proposer: Option<(Proposer, Proposals)>,
+    /// Told when a use finds a lease lapsed.
+    lapsed: Arc<tokio::sync::Notify>,
+    /// Reports of ends the predecessor made.
+    ended: Vec<crate::handover::state::EndedState>,
+    /// The predecessor's generation (a successor).
+    predecessor_generation: Option<u64>,
+    exe: PathBuf,
 }
 
 impl Built {
-    /// Build everything from `config`, in this order: trust anchors and
-    /// the upstream settings, the static sessions (their trust files
-    /// written), the resolver, the data and admin listeners, the control
-    /// channel (its keys, TLS configs, spool and listener), the record file.
-    pub async fn new(config: Config) -> Result<Built, StartError> {
+    /// Build everything from `config`, in this order: the settings (trust
+    /// anchors, resolver), the listeners (bound, or taken over), the
+    /// control channel (its keys, TLS configs, spool and listener), the
+    /// authorities taken over, the static sessions (their trust files
+    /// written beside their place), the record file.
+    pub async fn new(
+        config: Config,
+        options: Options,
+        taken: Option<Taken>,
+    ) -> Result<Built, StartError> {
         for w in config.warnings() {
             tracing::warn!("{}", w.0);
         }
+        // The binary to start for an upgrade: its path now, so that a new
+        // binary installed at that path is the one started.
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gateway"));
         let metrics = crate::admin::install_metrics();
-        let mut anchors = Vec::new();
-        for path in &config.upstream.extra_trust_anchors {
-            anchors.extend(
-                crate::config::read_pem_certs(path.get_ref()).map_err(StartError::TrustAnchor)?,
-            );
-        }
-        let upstream = UpstreamSettings {
-            port: config.upstream.port,
-            connect_timeout: config.upstream.connect_timeout(),
-            tls: crate::tls::client_config(&anchors),
-        };
+        let tuned = Tuned::build(&config).map_err(StartError::Settings)?;
         let clock = boot_clock();
-        let sessions = Arc::new(open_static_sessions(&config, &upstream, &clock)?);
-        let resolver = Resolver::new(&config.resolver.settings()).map_err(StartError::Resolver)?;
-        let data = bind("data", config.listen.data).await?;
-        let admin = bind("admin", config.listen.admin).await?;
-        let instance: Arc<str> = Arc::from(talos_certs::new_instance_id());
+        let successor = taken.is_some();
+        let (mut fds, offer, mut secrets) = match taken {
+            Some(t) => (t.fds, Some(t.offer), t.secrets.into_iter()),
+            None => (HashMap::new(), None, Vec::new().into_iter()),
+        };
+        let data_fd = fds.remove("data").map(std::net::TcpListener::from);
+        let admin_fd = fds.remove("admin").map(std::net::TcpListener::from);
+        let control_fd = fds
+            .remove("control")
+            .map(std::net::TcpListener::from)
+            .map(from_std)
+            .transpose()?;
+        let data = listener(data_fd, "data", config.listen.data).await?;
+        let admin = listener(admin_fd, "admin", config.listen.admin).await?;
+        let process = match (&config.process.socket, fds.remove("process")) {
+            (Some(_), Some(fd)) => {
+                let l = std::os::unix::net::UnixListener::from(fd);
+                l.set_nonblocking(true)
+                    .map_err(|source| StartError::Socket {
+                        path: PathBuf::from("(handed over)"),
+                        source,
+                    })?;
+                Some(Arc::new(UnixListener::from_std(l).map_err(|source| {
+                    StartError::Socket {
+                        path: PathBuf::from("(handed over)"),
+                        source,
+                    }
+                })?))
+            }
+            (Some(path), None) => Some(Arc::new(crate::handover::bind(path.get_ref()).map_err(
+                |source| StartError::Socket {
+                    path: path.get_ref().clone(),
+                    source,
+                },
+            )?)),
+            (None, _) => None,
+        };
+        let (instance, generation): (Arc<str>, u64) = match &offer {
+            Some(o) => (Arc::from(o.instance.as_str()), o.generation),
+            None => (Arc::from(talos_certs::new_instance_id()), 0),
+        };
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
         let mut control = match &config.control {
-            Some(c) => Some(setup_control(c).await?),
+            Some(c) => Some(setup_control(c, control_fd, successor).await?),
             None => None,
         };
-        // What an earlier process left in the journal: records to seal,
-        // connections its crash cut.
-        if let Some(b) = control.as_mut().and_then(|c| c.batches.as_mut()) {
-            b.recovered = Some(journal::recover(
-                &b.journal_dir,
-                b.position.last_seq,
-                &gateway_id,
-                &instance,
-            )?);
+        if let (Some(o), Some(c)) = (&offer, &control) {
+            if o.key_id.as_deref() != Some(c.key.key_id().as_str()) {
+                return Err(StartError::Takeover(format!(
+                    "the signing key is {} here, {} in the running process: the batch chain has one signer",
+                    c.key.key_id(),
+                    o.key_id.as_deref().unwrap_or("none")
+                )));
+            }
         }
+        // A cold start reads what an earlier process left in the journal
+        // (records to seal, connections its crash cut); a successor's
+        // predecessor is still running, and writes its own.
+        if !successor {
+            if let Some(b) = control.as_mut().and_then(|c| c.batches.as_mut()) {
+                let sealed = b.spool.as_ref().map_or(0, |(_, p)| p.last_seq);
+                b.recovered = Some(journal::recover_all(
+                    &b.journal_dir,
+                    sealed,
+                    &gateway_id,
+                    &instance,
+                )?);
+            }
+        }
+        let proposer = control
+            .as_ref()
+            .and_then(|c| c.batches.as_ref())
+            .map(|_| Proposer::new());
+        let lapsed = Arc::new(tokio::sync::Notify::new());
+        // The authorities taken over.
+        let sessions = Arc::new(Sessions::default());
+        let mut statics = StaticSet::new();
+        let mut ended = Vec::new();
+        let mut predecessor_generation = None;
+        if let Some(o) = offer {
+            predecessor_generation = Some(o.from_generation);
+            statics = o.statics.into_iter().collect();
+            ended = o.ended;
+            let count = o.sessions.len();
+            for state in o.sessions {
+                let lease = match state.lease_until {
+                    Some(until) => {
+                        Lease::ending_at(Arc::clone(&clock), until, Some(Arc::clone(&lapsed)))
+                    }
+                    None => Lease::none(Arc::clone(&clock)),
+                };
+                let (session, sources) = state
+                    .import(
+                        &mut secrets,
+                        &tuned.upstream,
+                        proposer.as_ref().map(|(p, _)| p),
+                        lease,
+                    )
+                    .map_err(|e| StartError::Takeover(e.to_string()))?;
+                sessions.insert(&sources, Arc::new(session));
+            }
+            if secrets.next().is_some() {
+                return Err(StartError::Takeover(
+                    "more secrets came than the offer names".into(),
+                ));
+            }
+            tracing::info!(sessions = count, instance = %instance, generation, "authorities taken over");
+        }
+        let plan =
+            crate::reload::plan_static(&config, &statics, &sessions, &tuned.upstream, &clock)
+                .map_err(StartError::Settings)?;
         // The record file must be writable before anything runs.
         std::fs::OpenOptions::new()
             .create(true)
@@ -301,99 +424,111 @@ impl Built {
             })?;
         Ok(Built {
             config,
+            options,
             metrics,
-            upstream,
+            tuned,
             clock,
             instance,
+            generation,
             sessions,
-            resolver,
-            data,
-            admin,
+            statics,
+            plan,
+            data: Arc::new(data),
+            admin: Arc::new(admin),
+            process,
             control,
+            proposer,
+            lapsed,
+            ended,
+            predecessor_generation,
+            exe,
         })
     }
 
-    /// Start everything built: the record writer (and, with signed
-    /// batches, the sealer, the shipper and the proposals to the relay,
-    /// and this process's start report), the admin listener, the control
-    /// channel and its lease watcher; then print the ready line.
-    /// Connections are accepted by [`Running::accept_until`].
-    pub async fn spawn(self) -> Running {
+    /// Start the record writer and the batches (the sealer, the shipper,
+    /// the proposals to the relay; a cold start's start report). A
+    /// successor then says `ready` on `link` and waits for `go`: from then
+    /// on it holds every authority. Connections are accepted by
+    /// [`Running::serve`].
+    pub async fn spawn(self, link: &mut Option<UnixStream>) -> Result<Running, StartError> {
         let config = self.config;
         let mut control = self.control;
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
-        // Signed batches: the journal's segments sealed, the spool shipped,
-        // the proposals to the relay.
-        let mut shipping = None;
-        let mut proposer = None;
+        let (full_tx, spool_full) = watch::channel(false);
+        let mut batches = None;
         let mut journal_setup = None;
         let mut recovered_summary = None;
+        let (proposer, proposals) = match self.proposer {
+            Some((p, rx)) => (Some(p), Some(rx)),
+            None => (None, None),
+        };
+        let (predecessor_tx, predecessor_rx) =
+            oneshot::channel::<Arc<crate::handover::link::Predecessor>>();
+        let mut predecessor_tx = Some(predecessor_tx);
         if let Some(c) = control.as_mut() {
             if let Some(mut b) = c.batches.take() {
-                tracing::info!(
-                    plane = %b.plane.addr,
-                    spooled = b.spool.len().0,
-                    next_seq = b.position.last_seq + 1,
-                    "shipping signed batches"
-                );
-                let recovered = b.recovered.take().unwrap_or_default();
-                recovered_summary = Some((
-                    recovered.previous_instance.clone(),
-                    recovered.cut_by_crash,
-                    recovered.entries.len(),
-                ));
-                let (segments_tx, segments_rx) = tokio::sync::mpsc::channel(SEGMENTS_QUEUE);
-                let sealer = crate::records::spool::Sealer::new(
-                    Arc::clone(&c.key),
-                    config.gateway_id.get_ref(),
-                    b.position,
-                    Arc::clone(&b.spool),
-                    b.max_records,
-                    b.interval,
-                );
-                let sealing = tokio::spawn(sealer.run(segments_rx));
+                let recovered = b.recovered.take().unwrap_or_else(journal::Recovered::fresh);
+                if b.spool.is_some() {
+                    recovered_summary = Some((
+                        recovered.previous_instance.clone(),
+                        recovered.cut_by_crash,
+                        recovered.entries.len(),
+                    ));
+                }
+                let dir = journal::generation_dir(&b.journal_dir, self.generation);
+                let (segments_tx, segments_rx) = mpsc::channel(SEGMENTS_QUEUE);
                 journal_setup = Some(JournalSetup {
-                    dir: b.journal_dir,
+                    dir,
                     recovered,
                     sealer: segments_tx,
                     max_records: b.max_records,
                     interval: b.interval,
                 });
                 let stop = CancellationToken::new();
-                let (p, proposals) = crate::session::approvals::Proposer::new();
-                proposer = Some(p);
-                tokio::spawn(crate::records::shipper::propose(
-                    proposals,
-                    b.plane.clone(),
-                    stop.clone(),
-                ));
-                let task = tokio::spawn(crate::records::shipper::ship(
-                    Arc::clone(&b.spool),
-                    b.plane,
-                    stop.clone(),
-                ));
-                shipping = Some(Shipping {
-                    spool: b.spool,
+                if let Some(rx) = proposals {
+                    tokio::spawn(crate::records::shipper::propose(
+                        rx,
+                        b.plane.clone(),
+                        stop.clone(),
+                    ));
+                }
+                let (spool_tx, spool_rx) = watch::channel(None);
+                let gate = match self.predecessor_generation {
+                    Some(g) => Gate::Predecessor {
+                        link: predecessor_rx,
+                        dir: journal::generation_dir(&b.journal_dir, g),
+                        own: journal::generation_dir(&b.journal_dir, self.generation),
+                    },
+                    None => Gate::Open,
+                };
+                if matches!(gate, Gate::Open) {
+                    predecessor_tx = None;
+                }
+                let task = tokio::spawn(batches_task(BatchesTask {
+                    key: Arc::clone(&c.key),
+                    gateway_id: Arc::clone(&gateway_id),
+                    instance: Arc::clone(&self.instance),
+                    setup: b,
+                    gate,
+                    segments: segments_rx,
+                    spool_tx,
+                    full_tx,
+                    stop: stop.clone(),
+                }));
+                batches = Some(Batches {
+                    spool: spool_rx,
                     task,
-                    sealing,
                     stop,
                 });
             }
         }
-        let (records, writer) = match journal::start(WriterConfig {
+        let (records, writer) = journal::start(WriterConfig {
             records_path: config.records.path.clone(),
             journal: journal_setup,
             gateway_id: Arc::clone(&gateway_id),
             instance: Arc::clone(&self.instance),
-        }) {
-            Ok(w) => w,
-            Err(e) => {
-                // Checked writable in `Built::new`: only a disk that failed
-                // since then gets here. Nothing can be recorded: stop.
-                tracing::error!(error = %e, "cannot start the record writer");
-                std::process::exit(1);
-            }
-        };
+            first_conn: journal::first_conn(self.generation),
+        })?;
         // This process's word that it started afresh: after what recovery
         // sealed again, before anything of its own.
         if let (Some(c), Some((previous, cut, resealed))) = (&control, &recovered_summary) {
@@ -416,57 +551,35 @@ impl Built {
                 "start report signed"
             );
         }
-        let data_addr = self.data.local_addr().unwrap_or(config.listen.data);
-        let admin_addr = self.admin.local_addr().unwrap_or(config.listen.admin);
-
         let shutdown = CancellationToken::new();
-        let ready = Arc::new(AtomicBool::new(true));
-        let admin = tokio::spawn(crate::admin::serve(
-            self.admin,
-            self.metrics,
-            Arc::clone(&ready),
-            shutdown.clone(),
+        let tuned = self.tuned;
+        let cap = Arc::new(Cap::new(tuned.max_connections));
+        let grace_ms = Arc::new(AtomicU64::new(
+            u64::try_from(tuned.grace.as_millis()).unwrap_or(u64::MAX),
         ));
-
-        let shared = Arc::new(Shared {
+        let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
+        let log_directives = tuned.log.clone();
+        let shared = Shared {
             gateway_id: Arc::clone(&gateway_id),
             sessions: Arc::clone(&self.sessions),
-            resolver: self.resolver,
+            resolver: tuned.resolver,
             records: records.clone(),
-            hello_max_bytes: config.limits.hello_max_bytes,
-            hello_timeout: config.limits.hello_timeout(),
-            handshake_timeout: config.limits.handshake_timeout(),
+            upstream: tuned.upstream,
+            hello_max_bytes: tuned.hello_max_bytes,
+            hello_timeout: tuned.hello_timeout,
+            handshake_timeout: tuned.handshake_timeout,
+            h2_idle_timeout: tuned.h2_idle_timeout,
+            h2_ping_interval: tuned.h2_ping_interval,
             shutdown: shutdown.clone(),
-            proposer,
-        });
-        // What the runtime runs on, as built (not the config read again).
-        let workers = tokio::runtime::Handle::current().metrics().num_workers();
-        tracing::info!(
-            gateway_id = %shared.gateway_id,
-            instance = %self.instance,
-            data = %data_addr,
-            admin = %admin_addr,
-            sessions = config.sessions.len(),
-            workers,
-            "listening"
-        );
-        // Fires when draining starts: stops the control listener (no
-        // session opens on a gateway that is going away) and the readiness
-        // follower below.
-        let draining = CancellationToken::new();
-        let mut ready_line = serde_json::json!(
-            {"event": "ready", "data": data_addr, "admin": admin_addr, "workers": workers, "instance": &*self.instance}
-        );
-        let watching = CancellationToken::new();
+            proposer: proposer.clone(),
+        };
+        let current = Arc::new(Current::new(Arc::new(shared)));
         let mut authority = None;
-        let control = control.map(|c| {
-            let addr = c.listener.local_addr().ok();
-            ready_line["control"] = serde_json::json!(addr);
-            tracing::info!(control = ?addr, key_id = %c.key.key_id(), "control channel listening");
-            let lease = config
-                .control
-                .as_ref()
-                .map_or(Duration::from_secs(60), crate::config::Control::lease);
+        let mut runner = None;
+        let mut watcher = None;
+        let mut key_id = None;
+        if let Some(c) = control {
+            key_id = Some(c.key.key_id());
             let auth = Arc::new(Authority::new(
                 Arc::clone(&gateway_id),
                 Arc::clone(&c.key),
@@ -474,53 +587,345 @@ impl Built {
                 Arc::clone(&self.sessions),
                 Arc::clone(&self.clock),
                 lease,
+                Arc::clone(&self.lapsed),
             ));
-            tokio::spawn(Arc::clone(&auth).watch_leases(watching.clone()));
-            authority = Some(Arc::clone(&auth));
-            let service = crate::control::ControlService::new(
-                Arc::clone(&shared),
-                c.key,
-                auth,
-                self.upstream,
-            );
-            tokio::spawn(crate::control::serve(
-                c.listener,
-                c.tls,
-                service,
-                draining.clone(),
-            ))
-        });
+            for e in self.ended {
+                auth.adopt_ended(&e.session_id, e.attempt, e.report);
+            }
+            watcher = Some(Arc::new(LeaseWatcher::new(Arc::clone(&auth))));
+            let service =
+                crate::control::ControlService::new(Arc::clone(&current), c.key, Arc::clone(&auth));
+            runner = Some(Arc::new(crate::control::Runner::new(
+                c.listener, c.tls, service,
+            )));
+            authority = Some(auth);
+        }
         drop(records);
-        println!("{ready_line}");
-        if let Some(s) = &shipping {
-            tokio::spawn(follow_spool(
-                s.spool.full(),
-                Arc::clone(&ready),
-                draining.clone(),
-            ));
+        // The static sessions (opened, kept, replaced or closed, as the
+        // config and what was taken over say).
+        let mut statics = self.statics;
+        crate::reload::apply_static(self.plan, &mut statics, &self.sessions, authority.as_ref());
+        if let Some(log) = &self.options.log {
+            if let Ok(filter) = crate::logging::LogControl::check(&log_directives) {
+                log.set(filter);
+            }
         }
-        Running {
-            grace: config.limits.shutdown_grace(),
-            cap: Arc::new(Semaphore::new(config.limits.max_connections)),
+        let reloader = Arc::new(Reloader::new(crate::reload::ReloaderParts {
+            path: self.options.config_path.clone(),
+            config_restart_only: config.restart_only(),
+            digest: config.digest(),
+            statics,
+            current: Arc::clone(&current),
+            cap: Arc::clone(&cap),
+            authority: authority.clone(),
+            clock: Arc::clone(&self.clock),
+            log: self.options.log.clone(),
+            grace_ms: Arc::clone(&grace_ms),
+        }));
+        let (stop_tx, stop_accepting) = mpsc::channel(1);
+        let mut configured = vec![
+            ListenerState {
+                role: "data".into(),
+                configured: config.listen.data.to_string(),
+            },
+            ListenerState {
+                role: "admin".into(),
+                configured: config.listen.admin.to_string(),
+            },
+        ];
+        if let Some(c) = &config.control {
+            configured.push(ListenerState {
+                role: "control".into(),
+                configured: c.listen.get_ref().to_string(),
+            });
+        }
+        let socket = config.process.socket.as_ref().map(|s| s.get_ref().clone());
+        if let Some(s) = &socket {
+            configured.push(ListenerState {
+                role: "process".into(),
+                configured: s.display().to_string(),
+            });
+        }
+        let upgrader = Arc::new(Upgrader::new(crate::handover::Parts {
+            exe: self.exe,
+            config_path: self.options.config_path.clone(),
+            json_logs: self.options.json_logs,
+            socket: socket.clone(),
+            gateway_id: Arc::clone(&gateway_id),
+            instance: Arc::clone(&self.instance),
+            generation: self.generation,
+            key_id,
+            listeners: Listeners {
+                data: Arc::clone(&self.data),
+                admin: Arc::clone(&self.admin),
+                control: runner.as_ref().map(|r| Arc::clone(r.listener())),
+                process: self.process.clone(),
+            },
+            configured,
+            sessions: Arc::clone(&self.sessions),
+            authority: authority.clone(),
+            control: runner.clone(),
+            reloader: Arc::clone(&reloader),
+            proposer,
+            journal_dir: config.control.as_ref().and_then(|c| {
+                c.spool_dir
+                    .as_ref()
+                    .map(|d| d.get_ref().join(journal::JOURNAL_DIR))
+            }),
+            stop_accepting: stop_tx,
+            watcher: watcher.clone(),
+        }));
+        // A successor: ready, and wait for go.
+        if let Some(mut stream) = link.take() {
+            crate::handover::ready_and_go(&mut stream)
+                .await
+                .map_err(|e| StartError::Takeover(e.to_string()))?;
+            let p = crate::handover::link::Predecessor::start(stream, Arc::clone(&self.sessions));
+            if let Some(a) = &authority {
+                a.set_predecessor(Arc::clone(&p));
+            }
+            if let Some(tx) = predecessor_tx.take() {
+                let _ = tx.send(p);
+            }
+        }
+        Ok(Running {
+            config,
+            metrics: self.metrics,
+            instance: self.instance,
+            cap,
+            grace_ms,
             data: self.data,
+            admin_listener: self.admin,
+            process: self.process,
+            socket,
             tracker: TaskTracker::new(),
-            shared,
+            current,
             shutdown,
-            ready,
-            draining,
-            admin,
-            control,
+            ready: Arc::new(AtomicBool::new(true)),
+            draining: CancellationToken::new(),
+            helpers: TaskTracker::new(),
+            helpers_stop: CancellationToken::new(),
+            admin_stop: CancellationToken::new(),
+            control: runner,
             authority,
-            watching,
+            watcher,
             writer,
-            shipping,
-        }
+            batches,
+            spool_full,
+            reloader,
+            upgrader,
+            stop_accepting,
+        })
     }
 }
 
 /// Segments waiting for the sealer before the journal's writer waits: a
 /// few batch intervals' worth.
 const SEGMENTS_QUEUE: usize = 8;
+
+/// Take a listener handed over, or bind one.
+async fn listener(
+    adopted: Option<std::net::TcpListener>,
+    which: &'static str,
+    addr: SocketAddr,
+) -> Result<TcpListener, StartError> {
+    match adopted {
+        Some(l) => from_std(l),
+        None => bind(which, addr).await,
+    }
+}
+
+fn from_std(l: std::net::TcpListener) -> Result<TcpListener, StartError> {
+    let addr = l
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    l.set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(l))
+        .map_err(|source| StartError::Bind {
+            which: "handed-over",
+            addr,
+            source,
+        })
+}
+
+/// When the batches may be sealed.
+enum Gate {
+    /// At once (a cold start: the spool is open).
+    Open,
+    /// Once the predecessor has exited: its journal (`dir`) is read for
+    /// what it left, and sealed first, through `own`.
+    Predecessor {
+        link: oneshot::Receiver<Arc<crate::handover::link::Predecessor>>,
+        dir: PathBuf,
+        own: PathBuf,
+    },
+}
+
+struct BatchesTask {
+    key: Arc<talos_certs::GatewayKey>,
+    gateway_id: Arc<str>,
+    instance: Arc<str>,
+    setup: BatchSetup,
+    gate: Gate,
+    segments: mpsc::Receiver<journal::Segment>,
+    spool_tx: watch::Sender<Option<Arc<Spool>>>,
+    full_tx: watch::Sender<bool>,
+    stop: CancellationToken,
+}
+
+/// The sealer, the spool and the shipper, running.
+#[derive(Debug)]
+struct Batches {
+    /// The spool, once open.
+    spool: watch::Receiver<Option<Arc<Spool>>>,
+    /// Seals the journal's segments; ends when the journal's writer does,
+    /// with the shipper's task.
+    task: JoinHandle<Option<JoinHandle<()>>>,
+    /// Stops the shipper and the proposals to the relay.
+    stop: CancellationToken,
+}
+
+/// Seal the journal's segments into the spool and ship it. A successor
+/// first waits for its predecessor to exit (holding its segments, which
+/// are on disk, meanwhile), opens the spool, and seals what the
+/// predecessor left before anything of its own.
+async fn batches_task(t: BatchesTask) -> Option<JoinHandle<()>> {
+    let BatchesTask {
+        key,
+        gateway_id,
+        instance,
+        setup,
+        gate,
+        mut segments,
+        spool_tx,
+        full_tx,
+        stop,
+    } = t;
+    let mut held = std::collections::VecDeque::new();
+    let mut leftovers = None;
+    let (spool, position) = match (setup.spool, gate) {
+        (Some(open), _) => open,
+        (None, Gate::Open) => return None,
+        (None, Gate::Predecessor { link, dir, own }) => {
+            let Ok(predecessor) = link.await else {
+                return None;
+            };
+            // Segments wait here (they are on disk) until the predecessor
+            // has sealed its last batch and exited.
+            loop {
+                tokio::select! {
+                    () = predecessor.gone() => break,
+                    seg = segments.recv() => match seg {
+                        Some(s) => held.push_back(s),
+                        None => break,
+                    },
+                }
+            }
+            let opened = open_spool_when_free(&setup.spool_dir, setup.limits).await;
+            let Some((spool, position)) = opened else {
+                // Nothing can be sealed: fail closed.
+                let _ = full_tx.send(true);
+                return None;
+            };
+            match journal::recover(&dir, position.last_seq, &gateway_id, &instance) {
+                Ok(found) => leftovers = Some((found, dir, own)),
+                Err(e) => tracing::error!(error = %e, "cannot read the previous process's journal"),
+            }
+            (Arc::new(spool), position)
+        }
+    };
+    let _ = spool_tx.send(Some(Arc::clone(&spool)));
+    tokio::spawn(forward_full(spool.full(), full_tx, stop.clone()));
+    tracing::info!(
+        plane = %setup.plane.addr,
+        spooled = spool.len().0,
+        next_seq = position.last_seq + 1,
+        "shipping signed batches"
+    );
+    let shipper = tokio::spawn(crate::records::shipper::ship(
+        Arc::clone(&spool),
+        setup.plane,
+        stop,
+    ));
+    let mut sealer = crate::records::spool::Sealer::new(
+        key,
+        &gateway_id,
+        position,
+        spool,
+        setup.max_records,
+        setup.interval,
+    );
+    if let Some((found, dir, own)) = leftovers {
+        if !found.is_empty() {
+            tracing::warn!(
+                entries = found.entries.len(),
+                cut_by_crash = found.cut_by_crash,
+                "the previous process left records unsealed; sealing them first"
+            );
+            match journal::write_segment(&own, 0, found.entries.clone()) {
+                Ok(segment) => sealer.seal_segment(segment).await,
+                Err(e) => tracing::error!(error = %e, "cannot keep the previous process's records"),
+            }
+        }
+        found.discard();
+        if dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+        {
+            let _ = std::fs::remove_file(dir.join("instance"));
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+    for segment in held {
+        sealer.seal_segment(segment).await;
+    }
+    while let Some(segment) = segments.recv().await {
+        sealer.seal_segment(segment).await;
+    }
+    Some(shipper)
+}
+
+/// Open the spool once no other process holds it (the predecessor lets go
+/// as it exits); `None` (logged) if it cannot be opened.
+async fn open_spool_when_free(
+    dir: &std::path::Path,
+    limits: SpoolLimits,
+) -> Option<(Spool, ChainPosition)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let dir_owned = dir.to_owned();
+        let opened = tokio::task::spawn_blocking(move || Spool::open(&dir_owned, limits)).await;
+        match opened {
+            Ok(Ok(open)) => return Some(open),
+            Ok(Err(crate::records::spool::SpoolError::Busy { .. }))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot open the spool; not accepting until it can be");
+                return None;
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Copy the spool's fullness to what the accept loop and `/readyz` read.
+async fn forward_full(
+    mut from: watch::Receiver<bool>,
+    to: watch::Sender<bool>,
+    stop: CancellationToken,
+) {
+    loop {
+        let full = *from.borrow_and_update();
+        let _ = to.send(full);
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = from.changed() => if changed.is_err() { return },
+        }
+    }
+}
 
 /// `/readyz` follows the spool: not ready while it is full, until
 /// `draining` fires.
@@ -542,73 +947,170 @@ async fn follow_spool(
     }
 }
 
-/// The sealer, the spool and the shipper delivering it.
+/// How accepting ended.
 #[derive(Debug)]
-struct Shipping {
-    spool: Arc<crate::records::spool::Spool>,
-    task: JoinHandle<()>,
-    /// Seals the journal's segments; ends when the journal's writer does.
-    sealing: JoinHandle<()>,
-    /// Stops the shipper and the proposals to the relay.
-    stop: CancellationToken,
+pub enum End {
+    /// A shutdown signal: drain and end every authority.
+    Shutdown,
+    /// A successor took over: drain what this process accepted.
+    HandedOver,
 }
 
 /// The gateway at work: the data listener and what serves its
 /// connections, and the handles of every task the drain waits for.
 #[derive(Debug)]
 pub struct Running {
-    grace: Duration,
+    config: Config,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    instance: Arc<str>,
     /// The connection cap.
-    cap: Arc<Semaphore>,
-    data: TcpListener,
+    cap: Arc<Cap>,
+    /// The drain grace, in milliseconds (a reload changes it).
+    grace_ms: Arc<AtomicU64>,
+    data: Arc<TcpListener>,
+    admin_listener: Arc<TcpListener>,
+    process: Option<Arc<UnixListener>>,
+    socket: Option<PathBuf>,
     /// Open connections.
     tracker: TaskTracker,
-    shared: Arc<Shared>,
-    /// Fires when open connections must be cut; stops the admin listener.
+    current: Arc<Current>,
+    /// Fires when open connections must be cut.
     shutdown: CancellationToken,
     /// What `/readyz` answers.
     ready: Arc<AtomicBool>,
     /// Fires when draining starts.
     draining: CancellationToken,
-    admin: JoinHandle<()>,
-    control: Option<JoinHandle<()>>,
+    /// The process socket's server, signal handlers and their requests.
+    helpers: TaskTracker,
+    helpers_stop: CancellationToken,
+    /// Stops the admin listener.
+    admin_stop: CancellationToken,
+    control: Option<Arc<crate::control::Runner>>,
     /// Ends authorities; present with a control channel.
     authority: Option<Arc<Authority>>,
-    /// Stops the lease watcher.
-    watching: CancellationToken,
+    watcher: Option<Arc<LeaseWatcher>>,
     writer: WriterThread,
-    shipping: Option<Shipping>,
+    batches: Option<Batches>,
+    /// `true` while the spool is full (or cannot be opened).
+    spool_full: watch::Receiver<bool>,
+    reloader: Arc<Reloader>,
+    upgrader: Arc<Upgrader>,
+    stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
 }
 
 impl Running {
-    /// Accept connections until `signal` resolves, each on its own task,
-    /// at most the cap at once.
-    pub async fn accept_until(&self, signal: impl std::future::Future<Output = ()>) {
-        let mut spool_full = self.shipping.as_ref().map(|s| s.spool.full());
+    fn grace(&self) -> Duration {
+        Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
+    }
+
+    /// Start everything else (admin, control channel, lease watcher,
+    /// process socket, signals), say so (the ready line, the service
+    /// manager), then accept until a shutdown signal or a handover.
+    pub async fn serve(mut self, signals: Signals) -> (Running, End) {
+        let data_addr = self.data.local_addr().unwrap_or(self.config.listen.data);
+        let admin_addr = self
+            .admin_listener
+            .local_addr()
+            .unwrap_or(self.config.listen.admin);
+        self.helpers.spawn(crate::admin::serve(
+            Arc::clone(&self.admin_listener),
+            self.metrics.clone(),
+            Arc::clone(&self.ready),
+            self.admin_stop.clone(),
+        ));
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        tracing::info!(
+            gateway_id = %self.config.gateway_id.get_ref(),
+            instance = %self.instance,
+            data = %data_addr,
+            admin = %admin_addr,
+            sessions = self.current.get().sessions.all().len(),
+            workers,
+            "listening"
+        );
+        let mut ready_line = serde_json::json!({
+            "event": "ready",
+            "data": data_addr,
+            "admin": admin_addr,
+            "workers": workers,
+            "instance": &*self.instance,
+            "pid": std::process::id(),
+        });
+        if let Some(c) = &self.control {
+            let addr = c.listener().local_addr().ok();
+            ready_line["control"] = serde_json::json!(addr);
+            tracing::info!(control = ?addr, "control channel listening");
+            c.start();
+        }
+        if let Some(w) = &self.watcher {
+            w.start();
+        }
+        if let Some(p) = &self.process {
+            ready_line["socket"] = serde_json::json!(self.socket);
+            self.helpers.spawn(
+                Arc::clone(&self.upgrader).serve_socket(Arc::clone(p), self.helpers_stop.clone()),
+            );
+        }
+        let Signals {
+            shutdown,
+            reload,
+            upgrade,
+            logged,
+        } = signals;
+        self.helpers.spawn(act_on_signals(
+            reload,
+            upgrade,
+            logged,
+            Arc::clone(&self.reloader),
+            Arc::clone(&self.upgrader),
+            self.helpers_stop.clone(),
+        ));
+        self.helpers.spawn(follow_spool(
+            self.spool_full.clone(),
+            Arc::clone(&self.ready),
+            self.draining.clone(),
+        ));
+        // Not `println!`: standard output may be closed (a successor
+        // inherits its predecessor's, whose reader may be gone), and a
+        // failed write must not end the process.
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{ready_line}").and_then(|()| out.flush());
+        }
+        crate::process::notify::ready();
+        let end = self.accept_until(shutdown_signal(shutdown)).await;
+        (self, end)
+    }
+
+    /// Accept connections until `signal` resolves or a handover stops
+    /// accepting, each on its own task, at most the cap at once.
+    async fn accept_until(&mut self, signal: impl std::future::Future<Output = ()>) -> End {
         tokio::pin!(signal);
+        let mut spool_full = self.spool_full.clone();
         loop {
             // A full spool fails closed: accept nothing until it has room.
-            if let Some(full) = spool_full.as_mut() {
-                if *full.borrow() {
-                    let room = full.wait_for(|f| !*f);
-                    tokio::select! {
-                        _ = &mut signal => break,
-                        r = room => if r.is_err() { break },
-                    }
+            if *spool_full.borrow() {
+                tokio::select! {
+                    _ = &mut signal => return End::Shutdown,
+                    ack = self.stop_accepting.recv() => return stopped(ack),
+                    room = spool_has_room(&mut spool_full) => if !room { return End::Shutdown },
                 }
             }
             // Wait for room first: past the cap the kernel backlog holds clients.
             let permit = tokio::select! {
-                _ = &mut signal => break,
-                p = Arc::clone(&self.cap).acquire_owned() => match p {
+                _ = &mut signal => return End::Shutdown,
+                ack = self.stop_accepting.recv() => return stopped(ack),
+                p = Arc::clone(self.cap.permits()).acquire_owned() => match p {
                     Ok(p) => p,
-                    Err(_) => break,
+                    Err(_) => return End::Shutdown,
                 },
             };
             let (stream, peer) = tokio::select! {
-                _ = &mut signal => break,
+                _ = &mut signal => return End::Shutdown,
+                ack = self.stop_accepting.recv() => return stopped(ack),
                 // The spool filled while waiting: back to the top, to wait there.
-                () = spool_fills(spool_full.as_mut()) => continue,
+                () = spool_fills(&mut spool_full) => continue,
                 accepted = self.data.accept() => match accepted {
                     Ok(a) => {
                         // Small TLS records (handshake, HTTP/2 frames, the
@@ -625,7 +1127,7 @@ impl Running {
                     }
                 },
             };
-            let shared = Arc::clone(&self.shared);
+            let shared = self.current.get();
             self.tracker.spawn(async move {
                 conn::serve(&shared, stream, peer).await;
                 drop(permit);
@@ -635,21 +1137,30 @@ impl Running {
 
     /// The drain, once accepting has stopped. Each wait is bounded by the
     /// grace (`shutdown_grace_ms`) on its own.
-    pub async fn drain(self) {
-        let grace = self.grace;
-        tracing::info!(open = self.tracker.len(), "draining");
+    pub async fn drain(self, end: End) {
+        let grace = self.grace();
+        let handed_over = matches!(end, End::HandedOver);
+        tracing::info!(open = self.tracker.len(), handed_over, "draining");
+        if !handed_over {
+            crate::process::notify::stopping();
+        }
         // 1. Stop the control channel: no session opens on a gateway that
         //    is going away. Open RPCs get the grace; a client that holds
-        //    its connection open past it is cut.
+        //    its connection open past it is cut. (A handover stopped it.)
         self.draining.cancel();
-        if let Some(mut task) = self.control {
-            if tokio::time::timeout(grace, &mut task).await.is_err() {
-                task.abort();
-            }
+        if let Some(c) = &self.control {
+            c.stop(grace).await;
         }
-        // 2. `/readyz` answers 503.
+        // 2. `/readyz` answers 503 (after a handover the successor answers
+        //    it: this process stops serving the admin listener).
         self.ready.store(false, Ordering::Relaxed);
-        // 3. Close the data listener: new connections are refused.
+        if handed_over {
+            self.admin_stop.cancel();
+        }
+        // The process socket and the signals: no reload or upgrade now.
+        self.helpers_stop.cancel();
+        // 3. Close the data listener: new connections are refused (after a
+        //    handover the successor accepts them).
         drop(self.data);
         // 4. Open connections get the grace to finish; 5. the rest are cut
         //    (their records say so) and finish.
@@ -665,51 +1176,102 @@ impl Running {
             self.shutdown.cancel();
             self.tracker.wait().await;
         }
-        // 6. Stop the admin listener.
+        // 6. Stop the admin listener and the helpers.
         self.shutdown.cancel();
-        let _ = self.admin.await;
+        self.admin_stop.cancel();
+        self.helpers.close();
+        self.helpers.wait().await;
+        drop(self.upgrader);
+        drop(self.reloader);
         // 7. End every authority the control plane opened (reason
         //    `shutdown`): their reports go on the record after every
-        //    record of their connections.
-        self.watching.cancel();
-        if let Some(authority) = self.authority {
-            authority.shutdown().await;
+        //    record of their connections. After a handover they are the
+        //    successor's: this process only lets go of them.
+        if let Some(w) = &self.watcher {
+            w.stop();
+        }
+        drop(self.watcher);
+        match (self.authority, handed_over) {
+            (Some(authority), false) => authority.shutdown().await,
+            (authority, _) => {
+                for s in self.current.get().sessions.remove_all() {
+                    s.end_and_withdraw();
+                }
+                drop(authority);
+            }
         }
         // 8. The record writer: with the last sink dropped it writes what
         //    is queued, hands its last segment to the sealer and ends; the
         //    sealer seals it and ends.
-        drop(self.shared);
+        drop(self.control);
+        drop(self.current);
         self.writer.finished().await;
         // 9. Give the shipper the grace to deliver the spool, woken when
         //    it empties; what it cannot deliver stays spooled for the next
-        //    start.
-        if let Some(s) = self.shipping {
-            s.deliver(grace).await;
+        //    start (after a handover: for the successor, at once).
+        if let Some(b) = self.batches {
+            b.deliver(if handed_over { Duration::ZERO } else { grace })
+                .await;
         }
-        // 10. Exit.
+        // 10. Exit. A successor answers on the process socket now: its
+        //     file stays.
+        if let (Some(path), false) = (&self.socket, handed_over) {
+            let _ = std::fs::remove_file(path);
+        }
+        drop(self.process);
         tracing::info!("stopped");
     }
 }
 
-impl Shipping {
+/// Resolves when the spool has room (`false`: it is gone).
+async fn spool_has_room(full: &mut watch::Receiver<bool>) -> bool {
+    full.wait_for(|full| !*full).await.is_ok()
+}
+
+/// Resolves when the spool becomes full.
+async fn spool_fills(full: &mut watch::Receiver<bool>) {
+    if full.wait_for(|full| *full).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A handover asked the accept loop to stop: say it has.
+fn stopped(ack: Option<oneshot::Sender<()>>) -> End {
+    match ack {
+        Some(ack) => {
+            let _ = ack.send(());
+            End::HandedOver
+        }
+        None => End::Shutdown,
+    }
+}
+
+impl Batches {
     /// Wait for the sealer to seal the last segment, then up to `grace` for
     /// the spool to empty; then stop the shipper and say what is left.
     async fn deliver(self, grace: Duration) {
         // The sealer ends once the writer has handed over its last segment.
-        let _ = self.sealing.await;
-        let delivered = tokio::time::timeout(grace, self.spool.emptied())
-            .await
-            .is_ok();
+        let shipper = self.task.await.ok().flatten();
+        let spool = self.spool.borrow().clone();
+        let delivered = match &spool {
+            Some(spool) => tokio::time::timeout(grace, spool.emptied()).await.is_ok(),
+            None => false,
+        };
         self.stop.cancel();
-        let _ = self.task.await;
-        let (batches, bytes) = self.spool.len();
+        if let Some(task) = shipper {
+            let _ = task.await;
+        }
+        let Some(spool) = spool else {
+            return;
+        };
+        let (batches, bytes) = spool.len();
         if delivered {
             tracing::info!("every batch delivered");
-        } else {
+        } else if batches > 0 {
             tracing::warn!(
                 batches,
                 bytes,
-                "batches left in the spool; they are shipped after the next start"
+                "batches left in the spool; they are shipped by the next process"
             );
         }
     }
@@ -725,46 +1287,30 @@ async fn bind(which: &'static str, addr: SocketAddr) -> Result<TcpListener, Star
         })
 }
 
-/// Resolves when the spool becomes full; never without a spool.
-async fn spool_fills(full: Option<&mut tokio::sync::watch::Receiver<bool>>) {
-    match full {
-        Some(f) => {
-            if f.wait_for(|full| *full).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
-    }
+/// The signals the gateway acts on or logs, each with its handler
+/// installed when [`Signals::listen`] returns.
+#[derive(Debug)]
+pub struct Signals {
+    /// SIGTERM, SIGINT, SIGQUIT: the graceful drain.
+    shutdown: Vec<(&'static str, Signal)>,
+    /// SIGHUP: reload.
+    reload: Option<Signal>,
+    /// SIGUSR2: upgrade.
+    upgrade: Option<Signal>,
+    /// [`LOGGED_SIGNALS`]: logged and ignored.
+    logged: Vec<(&'static str, Signal)>,
 }
 
-/// Resolves at SIGTERM, SIGINT or SIGQUIT (each logged): the graceful
-/// drain.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            return std::future::pending().await;
-        }
-    };
-    let mut quit = signal(SignalKind::quit()).ok();
-    let name = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        Some(()) = async { match quit.as_mut() { Some(q) => q.recv().await, None => None } } => "SIGQUIT",
-    };
-    tracing::info!(signal = name, "shutting down: draining");
-}
+type Signal = tokio::signal::unix::Signal;
+
+/// The signals that start the graceful drain.
+const SHUTDOWN_SIGNALS: [(i32, &str); 3] = [(15, "SIGTERM"), (2, "SIGINT"), (3, "SIGQUIT")];
 
 /// Signals whose default action would end the process without a word:
 /// each is logged and ignored, so that no signal but SIGKILL ends the
-/// gateway silently. (SIGHUP reloads the config and SIGUSR2 hands over to
-/// a new process where those are built; until then they are logged too.)
-const LOGGED_SIGNALS: [(i32, &str); 9] = [
-    (1, "SIGHUP"),
+/// gateway silently.
+const LOGGED_SIGNALS: [(i32, &str); 7] = [
     (10, "SIGUSR1"),
-    (12, "SIGUSR2"),
     (14, "SIGALRM"),
     (26, "SIGVTALRM"),
     (27, "SIGPROF"),
@@ -773,22 +1319,113 @@ const LOGGED_SIGNALS: [(i32, &str); 9] = [
     (16, "SIGSTKFLT"),
 ];
 
-/// Log every signal of [`LOGGED_SIGNALS`] that arrives, for the process's
-/// life.
-async fn log_other_signals() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut set = tokio::task::JoinSet::new();
-    for (raw, name) in LOGGED_SIGNALS {
-        match signal(SignalKind::from_raw(raw)) {
-            Ok(mut s) => {
-                set.spawn(async move {
-                    while s.recv().await.is_some() {
-                        tracing::warn!(signal = name, "signal received and ignored");
-                    }
-                });
+impl Signals {
+    /// Install every handler now (inside the runtime). A signal that
+    /// cannot be listened for is logged as an error and keeps its default
+    /// action.
+    pub fn listen() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        let one = |raw: i32, name: &'static str| match signal(SignalKind::from_raw(raw)) {
+            Ok(s) => Some((name, s)),
+            Err(e) => {
+                tracing::error!(signal = name, error = %e, "cannot listen for a signal");
+                None
             }
-            Err(e) => tracing::warn!(signal = name, error = %e, "cannot listen for a signal"),
+        };
+        let all = |list: &[(i32, &'static str)]| {
+            list.iter()
+                .filter_map(|&(raw, name)| one(raw, name))
+                .collect()
+        };
+        Signals {
+            shutdown: all(&SHUTDOWN_SIGNALS),
+            reload: one(1, "SIGHUP").map(|(_, s)| s),
+            upgrade: one(12, "SIGUSR2").map(|(_, s)| s),
+            logged: all(&LOGGED_SIGNALS),
         }
     }
-    while set.join_next().await.is_some() {}
+}
+
+/// Resolves at the first of `signals` (SIGTERM, SIGINT or SIGQUIT,
+/// logged): the graceful drain. Never resolves if none could be listened
+/// for. Later ones are logged and ignored: the drain is under way.
+async fn shutdown_signal(signals: Vec<(&'static str, Signal)>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    for (name, mut s) in signals {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut first = true;
+            while s.recv().await.is_some() {
+                if first {
+                    first = false;
+                    let _ = tx.send(name).await;
+                } else {
+                    tracing::warn!(
+                        signal = name,
+                        "signal received during the drain and ignored"
+                    );
+                }
+            }
+        });
+    }
+    drop(tx);
+    match rx.recv().await {
+        Some(name) => tracing::info!(signal = name, "shutting down: draining"),
+        None => std::future::pending().await,
+    }
+}
+
+/// Until `stop`: SIGHUP reloads, SIGUSR2 upgrades; every signal of
+/// `logged` is logged, for the process's life (SIGHUP and SIGUSR2 too,
+/// once the drain has begun).
+async fn act_on_signals(
+    mut reload: Option<Signal>,
+    mut upgrade: Option<Signal>,
+    logged: Vec<(&'static str, Signal)>,
+    reloader: Arc<Reloader>,
+    upgrader: Arc<Upgrader>,
+    stop: CancellationToken,
+) {
+    let mut set = tokio::task::JoinSet::new();
+    for (name, s) in logged {
+        set.spawn(log_signal(name, s, "signal received and ignored"));
+    }
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            Some(()) = recv(&mut reload) => {
+                tracing::info!(signal = "SIGHUP", "reloading the config");
+                let r = Arc::clone(&reloader);
+                set.spawn(async move { let _ = r.reload().await; });
+            }
+            Some(()) = recv(&mut upgrade) => {
+                tracing::info!(signal = "SIGUSR2", "upgrading: starting a successor");
+                let u = Arc::clone(&upgrader);
+                set.spawn(async move { let _ = u.upgrade().await; });
+            }
+        }
+    }
+    drop(reloader);
+    drop(upgrader);
+    let draining = "signal received during the drain and ignored";
+    if let Some(s) = reload {
+        set.spawn(log_signal("SIGHUP", s, draining));
+    }
+    if let Some(s) = upgrade {
+        set.spawn(log_signal("SIGUSR2", s, draining));
+    }
+    set.detach_all();
+}
+
+async fn recv(signal: &mut Option<Signal>) -> Option<()> {
+    match signal.as_mut() {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn log_signal(name: &'static str, mut s: Signal, what: &'static str) {
+    while s.recv().await.is_some() {
+        tracing::warn!(signal = name, "{what}");
+    }
 }

@@ -7,6 +7,7 @@ use talos_gateway::gate::classify::Internal;
 use talos_gateway::gate::hello::Cause as HelloCause;
 use talos_gateway::gate::resolve::ResolveFailure;
 use talos_gateway::secrets::reply::ReplyRefusal;
+use talos_gateway::session::share::Bound;
 use talos_gateway::session::upstream::ConnectFailure;
 
 fn causes() -> BTreeSet<&'static str> {
@@ -22,6 +23,7 @@ fn causes() -> BTreeSet<&'static str> {
     all.extend(ResolveFailure::ALL.iter().map(|c| c.as_str()));
     all.extend(ConnectFailure::ALL.iter().map(|c| c.as_str()));
     all.extend(ReplyRefusal::ALL.iter().map(|c| c.as_str()));
+    all.extend(Bound::ALL.iter().map(|c| c.as_str()));
     all
 }
 

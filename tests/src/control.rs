@@ -38,7 +38,7 @@ impl ControlPki {
         let ca = TestCa::new("control test CA");
         let files = ControlPki::files(dir);
         ca.write_pem(&files.ca_file);
-        let (cert, key) = ca.leaf_pem(&[GATEWAY_NAME]);
+        let (cert, key) = ca.leaf_pem(&[GATEWAY_NAME, talos_contract::role::GATEWAY]);
         std::fs::write(&files.cert_file, cert).expect("write cert");
         std::fs::write(&files.key_file, key).expect("write key");
         std::fs::set_permissions(&files.key_file, std::fs::Permissions::from_mode(0o600))
@@ -59,9 +59,20 @@ impl ControlPki {
         }
     }
 
-    /// A client identity from this CA: (certificate PEM, key PEM).
+    /// The control plane's client identity from this CA (certificate PEM,
+    /// key PEM): it carries the control plane's role.
     pub fn client_identity(&self) -> (String, String) {
-        self.ca.leaf_pem(&["control-plane.control.test"])
+        self.ca.leaf_pem(&[
+            "control-plane.control.test",
+            talos_contract::role::CONTROL_PLANE,
+        ])
+    }
+
+    /// A peer gateway's identity from the same CA: the gateway role, not
+    /// the control plane's.
+    pub fn peer_gateway_identity(&self) -> (String, String) {
+        self.ca
+            .leaf_pem(&["gw-peer.control.test", talos_contract::role::GATEWAY])
     }
 }
 

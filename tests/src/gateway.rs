@@ -124,15 +124,18 @@ impl Gateway {
     }
 
     /// Send SIGTERM and wait (up to 15 s) for a clean exit; returns whether
-    /// it exited with status 0.
+    /// it exited with status 0. A stopped process (SIGSTOP) is woken
+    /// after the SIGTERM, so it drains rather than waits out the bound.
     pub fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
             return false;
         };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
+        for sig in ["-TERM", "-CONT"] {
+            let _ = Command::new("kill")
+                .arg(sig)
+                .arg(child.id().to_string())
+                .status();
+        }
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {
@@ -143,6 +146,29 @@ impl Gateway {
         let _ = child.kill();
         let _ = child.wait();
         false
+    }
+}
+
+impl Gateway {
+    /// Send `signal` to the gateway process.
+    pub fn signal(&self, signal: crate::signals::Signal) {
+        crate::signals::send(self.pid(), signal);
+    }
+
+    /// SIGKILL, and reap the process: a crash, nothing drained.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            crate::signals::send(child.id(), crate::signals::Signal::Kill);
+            let _ = child.wait();
+        }
+    }
+
+    /// The exit status, if the process has exited (reaped here); `None`
+    /// while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 }
 

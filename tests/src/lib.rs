@@ -4,12 +4,17 @@
 //! - [`dns`]: a real DNS server (UDP) answering from a table.
 //! - [`figures`]: the bench scripts' arithmetic and tables, from their raw output.
 //! - [`gateway`]: the `gateway` binary started as operators start it.
+//! - [`member`]: a `gateway` followed across handovers, with `gateway
+//!   reload` and `gateway upgrade`.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`hostile`]: an origin that misbehaves on purpose, for the adversarial suite.
 //! - [`control`]: the control plane's side of the control channel: a
 //!   control CA, certificates, and a mutual-TLS `Gateway` client.
 //! - [`grpc`]: a tonic origin (HTTP/2 or HTTP/1.1-only) and a tonic client
 //!   that reaches it through the gateway.
+//! - [`signals`]: signals to a process by its PID (SIGKILL, SIGSTOP,
+//!   SIGCONT, SIGTERM, SIGHUP), and its scheduler state.
 //! - [`wait`]: waiting, within a deadline, for what another process or
 //!   task does.
 
@@ -19,7 +24,10 @@ pub mod dns;
 pub mod figures;
 pub mod gateway;
 pub mod grpc;
+pub mod hostile;
+pub mod member;
 pub mod origin;
 pub mod relay;
+pub mod signals;
 pub mod stub;
 pub mod wait;

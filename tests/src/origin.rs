@@ -111,6 +111,8 @@ struct Events {
     held: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
     /// Names the test has released.
     released: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
+    /// The path of every request that arrived, in order.
+    paths: std::sync::Mutex<Vec<String>>,
 }
 
 impl Events {
@@ -119,6 +121,7 @@ impl Events {
             seen: tokio::sync::watch::Sender::new(Seen::default()),
             held: tokio::sync::watch::Sender::new(Default::default()),
             released: tokio::sync::watch::Sender::new(Default::default()),
+            paths: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -196,7 +199,12 @@ impl Origin {
                     };
                     events.seen.send_modify(|s| s.accepted += 1);
                     let for_requests = Arc::clone(&events);
-                    let service = hyper::service::service_fn(move |req| {
+                    let service = hyper::service::service_fn(move |req: Request<_>| {
+                        for_requests
+                            .paths
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(req.uri().path().to_owned());
                         answer(req, Arc::clone(&for_requests))
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -207,6 +215,17 @@ impl Origin {
             }
         });
         Origin { addr, events, task }
+    }
+
+    /// The path of every request that has reached the origin so far, in
+    /// the order they arrived: what a test checks to know that a request
+    /// was (or was never) served.
+    pub fn paths(&self) -> Vec<String> {
+        self.events
+            .paths
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The connections seen so far.

@@ -46,6 +46,13 @@ pub struct Stub {
     /// Where `serve` listens (kept across restarts).
     pub serve_addr: Option<SocketAddr>,
     pub serve_log: PathBuf,
+    /// The gateways `serve` is given (`--gateway ID=ADDR`), so it can
+    /// describe them, renew their leases and ask closes owed again; none
+    /// by default. Kept across restarts.
+    pub serve_gateways: Vec<(String, SocketAddr)>,
+    /// More arguments after `serve --listen ADDR` (`--renew-ms`,
+    /// `--tick-ms`…). Kept across restarts.
+    pub serve_args: Vec<String>,
 }
 
 impl Stub {
@@ -73,6 +80,8 @@ impl Stub {
             serve: None,
             serve_addr: None,
             serve_log: dir.join("stub-serve.log"),
+            serve_gateways: Vec::new(),
+            serve_args: Vec::new(),
         }
     }
 
@@ -133,14 +142,19 @@ impl Stub {
             .append(true)
             .open(&self.serve_log)
             .expect("serve log");
-        let mut child = Command::new(workspace_bin("control-stub"))
-            .arg("--db")
+        let mut cmd = Command::new(workspace_bin("control-stub"));
+        cmd.arg("--db")
             .arg(&self.db)
             .arg("--control-dir")
-            .arg(&self.control_dir)
+            .arg(&self.control_dir);
+        for (id, addr) in &self.serve_gateways {
+            cmd.arg("--gateway").arg(format!("{id}={addr}"));
+        }
+        let mut child = cmd
             .arg("serve")
             .arg("--listen")
             .arg(&listen)
+            .args(&self.serve_args)
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -170,6 +184,38 @@ impl Stub {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Stop `serve` as an operator does (SIGTERM) and wait, at most 15 s,
+    /// for it to exit; returns whether it exited with status 0.
+    pub fn stop_serve(&mut self) -> bool {
+        let Some(mut child) = self.serve.take() else {
+            return false;
+        };
+        crate::signals::send(child.id(), crate::signals::Signal::Term);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// The process id of `serve`, while it runs.
+    pub fn serve_pid(&self) -> Option<u32> {
+        self.serve.as_ref().map(Child::id)
+    }
+
+    /// The exit status of `serve`, if it has exited (reaped here); `None`
+    /// while it runs or when it was not started.
+    pub fn serve_exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.serve
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// The `serve` log so far.

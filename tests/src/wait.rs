@@ -55,3 +55,12 @@ pub fn check<T>(v: T, done: impl FnOnce(&T) -> bool) -> Result<T, T> {
         Err(v)
     }
 }
+
+/// Wait until `span` has passed since `since`, on the runtime: for a test
+/// that must let a span of time run out (a lease nobody renews) and has
+/// no event to wait on but the passing of time itself. Not a race: the
+/// span is measured from the fault, so whatever the machine's load, it
+/// has passed when this returns.
+pub async fn past(since: Instant, span: Duration) {
+    tokio::time::sleep_until(tokio::time::Instant::from_std(since + span)).await;
+}

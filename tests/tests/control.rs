@@ -349,11 +349,44 @@ async fn clients_without_a_control_certificate_cannot_call() {
         "{}",
         rig.gateway.log()
     );
-    // A client with a certificate from the control CA is served.
+    // The other member of the pair has a certificate from the same CA,
+    // with the gateway role: every call is refused PERMISSION_DENIED, so it
+    // can neither open, replace, close nor renew a session here.
+    let mut peer = gateway_client(
+        addr,
+        &rig.pki.ca.cert_pem,
+        Some(rig.pki.peer_gateway_identity()),
+    );
+    let opened = peer
+        .open_session(open_request("sess-peer", 1, SESSION_SOURCE))
+        .await
+        .expect_err("a peer gateway cannot open");
+    assert_eq!(opened.code(), Code::PermissionDenied, "{opened:?}");
+    for status in [
+        peer.describe(pb::DescribeRequest {}).await.map(|_| ()),
+        peer.close_session(pb::CloseSessionRequest {
+            session_id: "sess-peer".into(),
+            attempt: 1,
+            reason: "end".into(),
+        })
+        .await
+        .map(|_| ()),
+        peer.renew_leases(pb::RenewLeasesRequest::default())
+            .await
+            .map(|_| ()),
+    ] {
+        assert_eq!(status.unwrap_err().code(), Code::PermissionDenied);
+    }
+    assert!(
+        rig.gateway.log().contains("not the control plane's"),
+        "{}",
+        rig.gateway.log()
+    );
+    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    assert_eq!(code, 0, "no session was opened");
+    // The control plane's certificate is served.
     rig.client()
         .describe(pb::DescribeRequest {})
         .await
         .expect("describe");
-    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
-    assert_eq!(code, 0, "no session was opened");
 }

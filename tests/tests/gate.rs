@@ -407,9 +407,13 @@ fn check_config_accepts_the_example_and_names_the_line_at_fault() {
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
-    let text = std::fs::read_to_string(&example)
-        .unwrap()
-        .replace("10.20.0.5", "10.20.0.500");
+    let example_text = std::fs::read_to_string(&example).unwrap();
+    // The line the error must name: where the example lists the address.
+    let line = 1 + example_text
+        .lines()
+        .position(|l| l.contains("\"10.20.0.5\""))
+        .expect("the example's session source");
+    let text = example_text.replace("10.20.0.5", "10.20.0.500");
     std::fs::write(&bad, text).unwrap();
     let out = run_bounded(
         gw.to_str().unwrap(),
@@ -419,7 +423,10 @@ fn check_config_accepts_the_example_and_names_the_line_at_fault() {
     );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("line 38") && err.contains("sources"), "{err}");
+    assert!(
+        err.contains(&format!("line {line}")) && err.contains("sources"),
+        "{err}"
+    );
 
     // `run` refuses it the same way, before binding anything.
     let out = run_bounded(
@@ -429,7 +436,7 @@ fn check_config_accepts_the_example_and_names_the_line_at_fault() {
         10,
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("line 38"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("line {line}")));
 }
 
 #[test]

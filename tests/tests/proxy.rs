@@ -360,19 +360,29 @@ async fn the_runtime_serves_with_the_configured_workers() {
         // A thread takes its name once it runs, which on a loaded machine
         // may be a while after the ready line: wait for the pool to be all
         // named (with one worker there is none to wait for).
-        let pool = || -> usize {
+        let threads = || -> Vec<String> {
             std::fs::read_dir(format!("/proc/{}/task", rig.gateway.pid()))
                 .unwrap()
-                .filter(|t| {
-                    let comm = t.as_ref().unwrap().path().join("comm");
-                    std::fs::read_to_string(comm).unwrap_or_default().trim() == "tokio-rt-worker"
+                .map(|t| {
+                    let comm = t.unwrap().path().join("comm");
+                    std::fs::read_to_string(comm)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned()
                 })
-                .count()
+                .collect()
         };
+        let pool = |names: &[String]| names.iter().filter(|n| *n == "tokio-rt-worker").count();
         let want_pool = if expect == 1 { 0 } else { expect };
+        // The record writer's thread starts under the name of the worker
+        // that spawned it and takes its own ("records") a moment later:
+        // count once it has.
         let named = talos_e2e::wait::until(&format!("{want_pool} named workers"), || {
-            talos_e2e::wait::check(pool(), |n| *n >= want_pool)
+            talos_e2e::wait::check(threads(), |t| {
+                pool(t) >= want_pool && t.iter().any(|n| n == "records")
+            })
         });
+        let named = pool(&named);
         assert_eq!(named, want_pool, "workers {workers:?}");
         let mut n = 0;
         for name in [GOOD, H1_ONLY, H2_ONLY] {

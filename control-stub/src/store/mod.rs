@@ -10,16 +10,17 @@
 //! of reach).
 //!
 //! The schema is versioned with `PRAGMA user_version` and created on first
-//! use (version 3; an older file is upgraded in place: version 1 gains
+//! use (version 4; an older file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
-//! `relay_public_key`):
+//! `relay_public_key`, version 3 what a session's end under faults needs —
+//! see `schema.rs`):
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
 //! | `egress` | name on the account's egress list (one account; the list is global) | `name` (canonical), `added_at` |
 //! | `secrets` | secret of a tenant | `tenant`, `name`, `value` (BLOB, as given; no command prints it), `updated_at` |
-//! | `gateways` | registered gateway | `id`, `public_key_hex`, `registered_at` |
-//! | `sessions` | session | `id`, `tenant`, `mode`, `state`, `created_at`, `ended_at`, `end_reason`, `outcome`, `allow` (JSON: the names asked), `attach` (JSON: the attachments asked, no values), `sources` (JSON) |
+//! | `gateways` | registered gateway | `id`, `public_key_hex`, `registered_at`, `instance` (its process last seen), `lease_ms`, `last_contact_at`, `last_error` |
+//! | `sessions` | session | `id`, `tenant`, `mode`, `state`, `created_at`, `ended_at`, `end_reason`, `outcome`, `allow` (JSON: the names asked), `attach` (JSON: the attachments asked, no values), `sources` (JSON), `idle_timeout_seconds`, `idle_action`, `last_activity_at` |
 //! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with), `lock` (JSON: the Lock rules sent at this open), `relay_public_key` (hex; NULL when none was sent) |
 //! | `ca_events` | CA a gateway made for an attempt | `session_id`, `attempt`, `gateway_id`, `digest`, `cert_pem`, `made_at`, `destroyed_at`, `destroy_reason` (set only when a verified drop report names this digest) |
 //! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
@@ -51,6 +52,7 @@
 //! - `batches`: batches, their connection records, refused batches, the
 //!   chain positions.
 //! - `approvals`: the approvers and the relay's proposals.
+//! - `certificates`: issued certificates, written once.
 
 mod schema;
 mod db;
@@ -61,12 +63,16 @@ mod policy;
 mod gateways;
 mod batches;
 mod approvals;
+mod certificates;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
-pub use batches::{BatchInfo, BatchOutcome, BatchRejection, ChainPosition, ConnectionRecord};
+pub use batches::{
+    BatchInfo, BatchOutcome, BatchRejection, ChainGap, ChainPosition, ConnectionRecord,
+};
+pub use certificates::IssuedCertificate;
 pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
-pub use gateways::{ed25519_key, GatewayInfo};
-pub use reset::{CaEvent, DropReport, ResetStep};
-pub use schema::SCHEMA_VERSION;
+pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
+pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep};
+pub use schema::{ddl_through, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};

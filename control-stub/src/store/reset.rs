@@ -1,5 +1,6 @@
 //! What the reset rests on: the CAs the gateways made for each attempt,
-//! the drop reports that say they were destroyed, and the reset's steps.
+//! the drop reports that say they were destroyed, the closes still owed,
+//! and the reset's steps.
 
 use rusqlite::params;
 use serde::Serialize;
@@ -17,9 +18,16 @@ pub struct CaEvent {
     #[serde(skip)]
     pub cert_pem: String,
     pub made_at: String,
-    /// Set when a verified drop report named this digest.
+    /// The gateway process that made it (its `OpenSession` reply said).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Set when a verified drop report named this digest, or a start
+    /// report said the process that made it is gone.
     pub destroyed_at: Option<String>,
     pub destroy_reason: Option<CloseReason>,
+    /// The digest of the signed report that confirmed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destroy_report: Option<String>,
 }
 
 /// A drop report as received and checked.
@@ -31,6 +39,14 @@ pub struct DropReport {
     pub reason: CloseReason,
     pub ca_digest: String,
     pub secrets: Vec<String>,
+    /// The gateway process that held the authority.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// How it came: `reply` (a close's answer) or `chain` (an entry of the
+    /// gateway's batch chain, in batch `batch_seq`).
+    pub via: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_seq: Option<u64>,
     /// SHA-384 of the signed bytes, to name the report.
     pub report_digest: String,
     pub received_at: String,
@@ -57,8 +73,8 @@ impl Tx<'_> {
     pub fn insert_ca(&self, session_id: &str, ca: &CaEvent) -> Result<(), Error> {
         self.conn.execute(
             "INSERT INTO ca_events (session_id, attempt, gateway_id, digest, cert_pem, made_at,
-                                    destroyed_at, destroy_reason)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                    destroyed_at, destroy_reason, instance, destroy_report)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 session_id,
                 ca.attempt,
@@ -68,6 +84,8 @@ impl Tx<'_> {
                 ca.made_at,
                 ca.destroyed_at,
                 ca.destroy_reason.map(|r| r.as_str()),
+                ca.instance,
+                ca.destroy_report,
             ],
         )?;
         Ok(())
@@ -75,29 +93,29 @@ impl Tx<'_> {
 
     /// Every CA made for the session, by attempt then gateway.
     pub fn cas(&self, session_id: &str) -> Result<Vec<CaEvent>, Error> {
-        let mut stmt = self.conn.prepare(
-            "SELECT attempt, gateway_id, digest, cert_pem, made_at, destroyed_at, destroy_reason
-             FROM ca_events WHERE session_id = ?1 ORDER BY attempt, gateway_id",
-        )?;
-        let rows = stmt.query_map(params![session_id], |r| {
-            Ok(CaEvent {
-                attempt: r.get(0)?,
-                gateway_id: r.get(1)?,
-                digest: r.get(2)?,
-                cert_pem: r.get(3)?,
-                made_at: r.get(4)?,
-                destroyed_at: r.get(5)?,
-                destroy_reason: r
-                    .get::<_, Option<String>>(6)?
-                    .map(|t| parse_word(6, t, CloseReason::parse))
-                    .transpose()?,
-            })
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {CA_COLUMNS} FROM ca_events WHERE session_id = ?1 ORDER BY attempt, gateway_id"
+        ))?;
+        let rows = stmt.query_map(params![session_id], ca_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Every CA of gateway `gateway_id` not yet destroyed, with its
+    /// session: what a start report of that gateway may confirm.
+    pub fn live_cas_of(&self, gateway_id: &str) -> Result<Vec<(String, CaEvent)>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT session_id, {CA_COLUMNS} FROM ca_events
+             WHERE gateway_id = ?1 AND destroyed_at IS NULL ORDER BY session_id, attempt"
+        ))?;
+        let rows = stmt.query_map(params![gateway_id], |r| {
+            Ok((r.get::<_, String>(0)?, ca_row_at(r, 1)?))
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Record that a verified report named the CA `digest` of this attempt
     /// and gateway as destroyed.
+    #[allow(clippy::too_many_arguments)]
     pub fn mark_ca_destroyed(
         &self,
         session_id: &str,
@@ -105,15 +123,24 @@ impl Tx<'_> {
         gateway_id: &str,
         digest: &str,
         reason: CloseReason,
+        report_digest: &str,
         at: &str,
-    ) -> Result<(), Error> {
-        self.conn.execute(
-            "UPDATE ca_events SET destroyed_at = ?5, destroy_reason = ?6
+    ) -> Result<bool, Error> {
+        let n = self.conn.execute(
+            "UPDATE ca_events SET destroyed_at = ?5, destroy_reason = ?6, destroy_report = ?7
              WHERE session_id = ?1 AND attempt = ?2 AND gateway_id = ?3 AND digest = ?4
                AND destroyed_at IS NULL",
-            params![session_id, attempt, gateway_id, digest, at, reason.as_str()],
+            params![
+                session_id,
+                attempt,
+                gateway_id,
+                digest,
+                at,
+                reason.as_str(),
+                report_digest
+            ],
         )?;
-        Ok(())
+        Ok(n > 0)
     }
 
     pub fn insert_drop_report(
@@ -124,8 +151,9 @@ impl Tx<'_> {
     ) -> Result<(), Error> {
         self.conn.execute(
             "INSERT INTO drop_reports (session_id, attempt, gateway_id, reason, ca_digest, secrets,
-                                       signed, received_at, verifier, ca_error, secrets_error)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                       signed, received_at, verifier, ca_error, secrets_error,
+                                       instance, via, batch_seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 session_id,
                 report.attempt,
@@ -138,6 +166,9 @@ impl Tx<'_> {
                 report.verifier,
                 report.ca_error,
                 report.secrets_error,
+                report.instance,
+                report.via,
+                report.batch_seq.and_then(|n| i64::try_from(n).ok()),
             ],
         )?;
         Ok(())
@@ -147,7 +178,7 @@ impl Tx<'_> {
     pub fn drop_reports(&self, session_id: &str) -> Result<Vec<DropReport>, Error> {
         let mut stmt = self.conn.prepare(
             "SELECT attempt, gateway_id, reason, ca_digest, secrets, signed, received_at,
-                    verifier, ca_error, secrets_error
+                    verifier, ca_error, secrets_error, instance, via, batch_seq
              FROM drop_reports WHERE session_id = ?1 ORDER BY rowid",
         )?;
         let rows = stmt.query_map(params![session_id], |r| {
@@ -162,14 +193,22 @@ impl Tx<'_> {
                 verifier: r.get(7)?,
                 ca_error: r.get(8)?,
                 secrets_error: r.get(9)?,
+                instance: r.get(10)?,
+                via: r.get(11)?,
+                batch_seq: r
+                    .get::<_, Option<i64>>(12)?
+                    .and_then(|n| u64::try_from(n).ok()),
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// Record a reset step, replacing an earlier record of it (steps 4
+    /// and 5 are recorded again as gateways confirm their closes).
     pub fn insert_reset_step(&self, session_id: &str, step: &ResetStep) -> Result<(), Error> {
         self.conn.execute(
-            "INSERT INTO reset_steps (session_id, step, name, confirmed, response, error, at)
+            "INSERT OR REPLACE INTO reset_steps (session_id, step, name, confirmed, response,
+                                                 error, at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 session_id,
@@ -201,5 +240,182 @@ impl Tx<'_> {
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}
+
+/// The columns of a CA row, in [`ca_row`]'s order.
+const CA_COLUMNS: &str = "attempt, gateway_id, digest, cert_pem, made_at, destroyed_at,
+    destroy_reason, instance, destroy_report";
+
+fn ca_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CaEvent> {
+    ca_row_at(r, 0)
+}
+
+fn ca_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CaEvent> {
+    Ok(CaEvent {
+        attempt: r.get(at)?,
+        gateway_id: r.get(at + 1)?,
+        digest: r.get(at + 2)?,
+        cert_pem: r.get(at + 3)?,
+        made_at: r.get(at + 4)?,
+        destroyed_at: r.get(at + 5)?,
+        destroy_reason: r
+            .get::<_, Option<String>>(at + 6)?
+            .map(|t| parse_word(at + 6, t, CloseReason::parse))
+            .transpose()?,
+        instance: r.get(at + 7)?,
+        destroy_report: r.get(at + 8)?,
+    })
+}
+
+/// A close the control stub owes a gateway: asked until the gateway's
+/// signed word (a drop report, in a reply or in its batch chain, or its
+/// successor's start report) confirms that the authority is gone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CloseTask {
+    pub attempt: u32,
+    pub gateway_id: String,
+    pub reason: CloseReason,
+    pub created_at: String,
+    /// Calls made so far.
+    pub tries: u32,
+    /// When the next call is due (while not confirmed).
+    pub next_at: String,
+    /// What the last call met.
+    pub last_error: Option<String>,
+    pub confirmed_at: Option<String>,
+    /// What confirmed it: `reply`, `chain` or `start_report`.
+    pub confirmed_by: Option<String>,
+}
+
+/// A close still owed, with its session: what the retry loop works on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueClose {
+    pub session_id: String,
+    pub task: CloseTask,
+}
+
+const CLOSE_COLUMNS: &str = "attempt, gateway_id, reason, created_at, tries, next_at, last_error,
+    confirmed_at, confirmed_by";
+
+fn close_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CloseTask> {
+    Ok(CloseTask {
+        attempt: r.get(at)?,
+        gateway_id: r.get(at + 1)?,
+        reason: parse_word(at + 2, r.get(at + 2)?, CloseReason::parse)?,
+        created_at: r.get(at + 3)?,
+        tries: r.get(at + 4)?,
+        next_at: r.get(at + 5)?,
+        last_error: r.get(at + 6)?,
+        confirmed_at: r.get(at + 7)?,
+        confirmed_by: r.get(at + 8)?,
+    })
+}
+
+impl Tx<'_> {
+    /// Owe gateway `gateway_id` a close of `attempt` (nothing changes if
+    /// one is owed already); due at once.
+    pub fn insert_close_task(
+        &self,
+        session_id: &str,
+        attempt: u32,
+        gateway_id: &str,
+        reason: CloseReason,
+        at: &str,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO close_tasks (session_id, attempt, gateway_id, reason,
+                                                created_at, next_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+            params![session_id, attempt, gateway_id, reason.as_str(), at],
+        )?;
+        Ok(())
+    }
+
+    /// The session's closes, owed and confirmed.
+    pub fn close_tasks(&self, session_id: &str) -> Result<Vec<CloseTask>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {CLOSE_COLUMNS} FROM close_tasks WHERE session_id = ?1
+             ORDER BY attempt, gateway_id"
+        ))?;
+        let rows = stmt.query_map(params![session_id], |r| close_row_at(r, 0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Closes still owed whose next call is due at `now`.
+    pub fn due_closes(&self, now: &str) -> Result<Vec<DueClose>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT session_id, {CLOSE_COLUMNS} FROM close_tasks
+             WHERE confirmed_at IS NULL AND next_at <= ?1 ORDER BY next_at"
+        ))?;
+        let rows = stmt.query_map(params![now], |r| {
+            Ok(DueClose {
+                session_id: r.get(0)?,
+                task: close_row_at(r, 1)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// How many closes are still owed.
+    pub fn closes_owed(&self) -> Result<u64, Error> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM close_tasks WHERE confirmed_at IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// A call for an owed close failed: count it, say why, and when to try
+    /// again.
+    pub fn close_failed(
+        &self,
+        session_id: &str,
+        attempt: u32,
+        gateway_id: &str,
+        error: &str,
+        next_at: &str,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE close_tasks SET tries = tries + 1, last_error = ?4, next_at = ?5
+             WHERE session_id = ?1 AND attempt = ?2 AND gateway_id = ?3
+               AND confirmed_at IS NULL",
+            params![session_id, attempt, gateway_id, error, next_at],
+        )?;
+        Ok(())
+    }
+
+    /// A call for an owed close was answered, but the answer does not
+    /// confirm yet (the gateway restarted and its start report is still on
+    /// its way, say): count it and wait for the confirmation.
+    pub fn close_answered(
+        &self,
+        session_id: &str,
+        attempt: u32,
+        gateway_id: &str,
+        note: &str,
+        next_at: &str,
+    ) -> Result<(), Error> {
+        self.close_failed(session_id, attempt, gateway_id, note, next_at)
+    }
+
+    /// Confirm the owed close of `attempt` on `gateway_id` (`by`: `reply`,
+    /// `chain` or `start_report`). Returns whether one was owed.
+    pub fn confirm_close(
+        &self,
+        session_id: &str,
+        attempt: u32,
+        gateway_id: &str,
+        by: &str,
+        at: &str,
+    ) -> Result<bool, Error> {
+        let n = self.conn.execute(
+            "UPDATE close_tasks SET confirmed_at = ?4, confirmed_by = ?5, last_error = NULL
+             WHERE session_id = ?1 AND attempt = ?2 AND gateway_id = ?3
+               AND confirmed_at IS NULL",
+            params![session_id, attempt, gateway_id, at, by],
+        )?;
+        Ok(n > 0)
     }
 }

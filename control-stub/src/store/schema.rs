@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -167,25 +167,141 @@ ALTER TABLE attempts ADD COLUMN lock TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE attempts ADD COLUMN relay_public_key TEXT;
 "#;
 
+/// Version 4: a session's end no single failure can undo. The `stopping`
+/// state (the sessions table is rebuilt: SQLite cannot change a CHECK);
+/// each session's idle timeout and last activity; each gateway's process
+/// instance and last contact; each CA's making instance; drop reports'
+/// instance and whether they came in a reply or in the batch chain; the
+/// closes still owed (`close_tasks`); start reports; connection records
+/// named by process and number (a record sealed twice is kept once); the
+/// sessions a refused batch named; issued certificates.
+const SCHEMA_V4: &str = r#"
+CREATE TABLE sessions_v4 (
+    id TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('agent', 'commands')),
+    state TEXT NOT NULL
+        CHECK (state IN ('running', 'paused', 'interrupted', 'stopping', 'ended',
+                         'reset_incomplete')),
+    created_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_reason TEXT,
+    outcome TEXT,
+    allow TEXT NOT NULL,
+    attach TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    idle_timeout_seconds INTEGER,
+    idle_action TEXT CHECK (idle_action IN ('end', 'pause')),
+    last_activity_at TEXT
+);
+INSERT INTO sessions_v4 (id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
+                         allow, attach, sources, last_activity_at)
+    SELECT id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
+           allow, attach, sources, created_at FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v4 RENAME TO sessions;
+ALTER TABLE gateways ADD COLUMN instance TEXT;
+ALTER TABLE gateways ADD COLUMN lease_ms INTEGER;
+ALTER TABLE gateways ADD COLUMN last_contact_at TEXT;
+ALTER TABLE gateways ADD COLUMN last_error TEXT;
+ALTER TABLE ca_events ADD COLUMN instance TEXT;
+ALTER TABLE ca_events ADD COLUMN destroy_report TEXT;
+ALTER TABLE drop_reports ADD COLUMN instance TEXT;
+ALTER TABLE drop_reports ADD COLUMN via TEXT NOT NULL DEFAULT 'reply';
+ALTER TABLE drop_reports ADD COLUMN batch_seq INTEGER;
+CREATE TABLE close_tasks (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    attempt INTEGER NOT NULL,
+    gateway_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    next_at TEXT NOT NULL,
+    last_error TEXT,
+    confirmed_at TEXT,
+    confirmed_by TEXT,
+    PRIMARY KEY (session_id, attempt, gateway_id)
+);
+CREATE INDEX close_tasks_open ON close_tasks (confirmed_at, next_at);
+CREATE TABLE start_reports (
+    gateway_id TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    previous_instance TEXT NOT NULL,
+    cut_by_crash INTEGER NOT NULL,
+    key_id TEXT NOT NULL,
+    batch_seq INTEGER NOT NULL,
+    signed BLOB NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, instance)
+);
+ALTER TABLE connection_records ADD COLUMN instance TEXT;
+ALTER TABLE connection_records ADD COLUMN conn INTEGER;
+ALTER TABLE connection_records ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX connection_records_by_conn ON connection_records (gateway_id, instance, conn);
+ALTER TABLE batch_rejections ADD COLUMN sessions TEXT NOT NULL DEFAULT '[]';
+CREATE TABLE chain_gaps (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    found TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    expected_digest TEXT,
+    window_after TEXT,
+    window_before TEXT NOT NULL,
+    set_aside_file TEXT,
+    set_aside_at TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, seq)
+);
+CREATE TABLE certificates (
+    session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id),
+    issued_at TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    signature BLOB NOT NULL,
+    key_id TEXT NOT NULL
+);
+"#;
+
+/// The tables of every version up to `version` (1 to [`SCHEMA_VERSION`]),
+/// as one script: what a store of that version was made with. For tests of
+/// the upgrade.
+#[doc(hidden)]
+pub fn ddl_through(version: i64) -> String {
+    let all = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+    all[..usize::try_from(version).unwrap_or(0).min(all.len())].concat()
+}
+
 /// Bring the schema of the store at `path` up to [`SCHEMA_VERSION`], in one
 /// transaction; refuse a file from a newer version.
+///
+/// Foreign keys are off while it runs (the version 4 upgrade rebuilds the
+/// sessions table other tables refer to) and on again after.
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), Error> {
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let result = migrate_tx(conn, path);
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    result
+}
+
+fn migrate_tx(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     match version {
-        0 => {
-            tx.execute_batch(SCHEMA_V1)?;
-            tx.execute_batch(SCHEMA_V2)?;
-            tx.execute_batch(SCHEMA_V3)?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        1 => {
-            tx.execute_batch(SCHEMA_V2)?;
-            tx.execute_batch(SCHEMA_V3)?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        2 => {
-            tx.execute_batch(SCHEMA_V3)?;
+        0..=3 => {
+            let upgrades = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+            for sql in &upgrades[usize::try_from(version).unwrap_or(0)..] {
+                tx.execute_batch(sql)?;
+            }
+            let broken: i64 =
+                tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                    r.get(0)
+                })?;
+            if broken > 0 {
+                return Err(Error::Store(format!(
+                    "{}: {broken} rows refer to rows that do not exist; not upgraded",
+                    path.display()
+                )));
+            }
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::db::{json_col, parse_word, Tx};
 use crate::error::Error;
 use crate::lock::LockRule;
-use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, State};
+use crate::model::{AttemptEnd, EndReason, IdleAction, Mode, OpenCause, State};
 use crate::names::AttachSpec;
 
 /// A session row.
@@ -27,7 +27,19 @@ pub struct Session {
     /// The attachments the session asked for (`--attach`).
     pub attach: Vec<AttachSpec>,
     pub sources: Vec<IpAddr>,
+    /// The idle timeout (mode commands only), in seconds, and what it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_seconds: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_action: Option<IdleAction>,
+    /// The last start, resume, recovery or attach: idle time counts from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_activity_at: Option<String>,
 }
+
+/// The columns of a session row, in [`session_row`]'s order.
+const SESSION_COLUMNS: &str = "id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
+    allow, attach, sources, idle_timeout_seconds, idle_action, last_activity_at";
 
 /// An attempt row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -65,9 +77,10 @@ impl Tx<'_> {
 
     pub fn insert_session(&self, s: &Session) -> Result<(), Error> {
         self.conn.execute(
-            "INSERT INTO sessions (id, tenant, mode, state, created_at, ended_at, end_reason,
-                                   outcome, allow, attach, sources)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            &format!(
+                "INSERT INTO sessions ({SESSION_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+            ),
             params![
                 s.id,
                 s.tenant,
@@ -80,6 +93,9 @@ impl Tx<'_> {
                 serde_json::to_string(&s.allow)?,
                 serde_json::to_string(&s.attach)?,
                 serde_json::to_string(&s.sources)?,
+                s.idle_timeout_seconds,
+                s.idle_action.map(|a| a.as_str()),
+                s.last_activity_at,
             ],
         )?;
         Ok(())
@@ -90,9 +106,7 @@ impl Tx<'_> {
         Ok(self
             .conn
             .query_row(
-                "SELECT id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
-                        allow, attach, sources
-                 FROM sessions WHERE id = ?1",
+                &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
                 params![id],
                 session_row,
             )
@@ -101,13 +115,46 @@ impl Tx<'_> {
 
     /// Sessions that have not ended.
     pub fn live_sessions(&self) -> Result<Vec<Session>, Error> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
-                    allow, attach, sources
-             FROM sessions WHERE state NOT IN ('ended', 'reset_incomplete') ORDER BY id",
-        )?;
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions
+             WHERE state NOT IN ('ended', 'reset_incomplete') ORDER BY id"
+        ))?;
         let rows = stmt.query_map([], session_row)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Sessions in any of `states`.
+    pub fn sessions_in(&self, states: &[State]) -> Result<Vec<Session>, Error> {
+        let words: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions
+             WHERE state IN (SELECT value FROM json_each(?1)) ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(params![serde_json::to_string(&words)?], session_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Count sessions by state.
+    pub fn session_counts(&self) -> Result<Vec<(State, u64)>, Error> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT state, count(*) FROM sessions GROUP BY state")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                parse_word(0, r.get(0)?, State::parse)?,
+                u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+            ))
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Record activity (a start, resume, recovery or attach) at `at`.
+    pub fn touch(&self, id: &str, at: &str) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE sessions SET last_activity_at = ?2 WHERE id = ?1",
+            params![id, at],
+        )?;
+        Ok(())
     }
 
     pub fn set_state(&self, id: &str, state: State) -> Result<(), Error> {
@@ -213,5 +260,11 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
         allow: json_col(8, r.get(8)?)?,
         attach: json_col(9, r.get(9)?)?,
         sources: json_col(10, r.get(10)?)?,
+        idle_timeout_seconds: r.get(11)?,
+        idle_action: r
+            .get::<_, Option<String>>(12)?
+            .map(|t| parse_word(12, t, IdleAction::parse))
+            .transpose()?,
+        last_activity_at: r.get(13)?,
     })
 }

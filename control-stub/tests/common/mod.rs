@@ -68,20 +68,49 @@ impl Env {
     pub fn dump(&self) -> String {
         dump(&self.db())
     }
+
+    /// Deliver the fake pair's chain reports and issue the certificate
+    /// with a test key; returns it as printed.
+    pub fn issue(&mut self, id: &str) -> serde_json::Value {
+        self.deliver_chain();
+        let key = talos_certs::GatewayKey::generate().unwrap();
+        talos_control_stub::certificate::issue(&mut self.store, id, &key).unwrap();
+        talos_control_stub::certificate(&self.store, id).unwrap()
+    }
+
+    /// Deliver, as the batch consumer would from each member's batch
+    /// chain, every drop report the fake members have made so far (batch
+    /// numbers from 1): what lets a certificate be complete.
+    pub fn deliver_chain(&mut self) {
+        let reports = self.link.chain_reports();
+        self.store
+            .write(|tx| {
+                for (i, view) in reports.iter().enumerate() {
+                    talos_control_stub::confirm::chain_drop_report(
+                        tx,
+                        &ACCEPT,
+                        view,
+                        i as u64 + 1,
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
 }
 
 /// A start request: two destinations, one attachment on each.
 pub fn request(mode: Mode) -> StartRequest {
-    StartRequest {
-        tenant: "acme".into(),
-        sources: vec!["10.1.0.2".into()],
-        allow: vec!["api.github.com".into(), "api.example.com".into()],
-        attach: vec![
+    StartRequest::new(
+        "acme",
+        vec!["10.1.0.2".into()],
+        vec!["api.github.com".into(), "api.example.com".into()],
+        vec![
             "GH=api.github.com:authorization:Bearer".into(),
             "EX=api.example.com:x-api-key".into(),
         ],
         mode,
-    }
+    )
 }
 
 /// Every row of every table, and the schema version, as text: two dumps

@@ -79,6 +79,47 @@ pub struct Config {
     /// the static sessions.
     #[serde(default)]
     pub control: Option<Control>,
+    /// The process socket: reloads and upgrades.
+    #[serde(default)]
+    pub process: Process,
+    /// What is logged.
+    #[serde(default)]
+    pub log: Log,
+    /// The file's text, as read: its digest names the config loaded, and
+    /// errors found after parsing (a reload's) point into it.
+    #[serde(skip)]
+    source: String,
+}
+
+/// The process socket (`[process]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    /// A Unix socket (made mode 0600; its directory should be the
+    /// gateway user's alone) where `gateway reload` and `gateway upgrade`
+    /// reach the running process, and where a successor takes over from
+    /// it. Optional: without it SIGHUP still reloads, and upgrades cannot
+    /// be made (SIGUSR2 says so).
+    #[serde(default)]
+    pub socket: Option<Spanned<PathBuf>>,
+}
+
+/// Logging (`[log]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    /// What is logged, as `RUST_LOG` directives (`info`,
+    /// `warn,talos_gateway=debug`, …). Default `info`. `RUST_LOG`, when
+    /// set, wins; a reload applies a changed level at once.
+    #[serde(default)]
+    pub level: Option<Spanned<String>>,
+}
+
+impl Log {
+    /// The directives in force: the config's, or `info`.
+    pub fn directives(&self) -> &str {
+        self.level.as_ref().map_or("info", |l| l.get_ref().as_str())
+    }
 }
 
 /// The control channel (`[control]`): the `Gateway` gRPC service over
@@ -347,6 +388,45 @@ pub struct Limits {
     /// milliseconds, before they are cut. Default 10000.
     #[serde(default = "Limits::default_shutdown_grace_ms")]
     pub shutdown_grace_ms: u64,
+    /// How long an HTTP/2 session connection may answer nothing before it
+    /// is closed (gracefully: GOAWAY), in milliseconds. Default 60000, as
+    /// an idle HTTP/1.1 connection waits for its next request.
+    #[serde(default = "Limits::default_h2_idle_timeout_ms")]
+    pub h2_idle_timeout_ms: u64,
+    /// How often an HTTP/2 session connection is pinged, in milliseconds;
+    /// one not acknowledged within 20 s closes it. Default 30000.
+    #[serde(default = "Limits::default_h2_ping_interval_ms")]
+    pub h2_ping_interval_ms: u64,
+    /// Per session: connections open at once. Default 256.
+    #[serde(default = "Limits::default_session_connections")]
+    pub session_connections: u32,
+    /// Per session: connections in the hello or the TLS handshake at once.
+    /// Default 64.
+    #[serde(default = "Limits::default_session_handshakes")]
+    pub session_handshakes: u32,
+    /// Per session: requests held for approval at once. Default 32.
+    #[serde(default = "Limits::default_session_held_requests")]
+    pub session_held_requests: u32,
+    /// Per session: agent proposals waiting for a decision at once.
+    /// Default 8.
+    #[serde(default = "Limits::default_session_pending_proposals")]
+    pub session_pending_proposals: u32,
+    /// Per session: proposals (held requests' and agents') per minute, on
+    /// average. Default 30.
+    #[serde(default = "Limits::default_session_proposals_per_minute")]
+    pub session_proposals_per_minute: u32,
+    /// Per session: proposals that may come at once before the rate
+    /// applies. Default 10.
+    #[serde(default = "Limits::default_session_proposal_burst")]
+    pub session_proposal_burst: u32,
+    /// Per reply: the most bytes a coded reply may decode to. Default
+    /// 1073741824 (1 GiB).
+    #[serde(default = "Limits::default_reply_decoded_max_bytes")]
+    pub reply_decoded_max_bytes: u64,
+    /// Per reply: the most decoded bytes per coded byte, once past 1 MiB.
+    /// Default 100.
+    #[serde(default = "Limits::default_reply_decoded_max_ratio")]
+    pub reply_decoded_max_ratio: u64,
 }
 
 impl Limits {
@@ -364,6 +444,59 @@ impl Limits {
     }
     fn default_shutdown_grace_ms() -> u64 {
         10_000
+    }
+    fn default_h2_idle_timeout_ms() -> u64 {
+        60_000
+    }
+    fn default_h2_ping_interval_ms() -> u64 {
+        30_000
+    }
+    fn default_session_connections() -> u32 {
+        crate::session::share::Limits::default().connections
+    }
+    fn default_session_handshakes() -> u32 {
+        crate::session::share::Limits::default().handshakes
+    }
+    fn default_session_held_requests() -> u32 {
+        crate::session::share::Limits::default().held_requests
+    }
+    fn default_session_pending_proposals() -> u32 {
+        crate::session::share::Limits::default().pending_proposals
+    }
+    fn default_session_proposals_per_minute() -> u32 {
+        crate::session::share::Limits::default().proposals_per_minute
+    }
+    fn default_session_proposal_burst() -> u32 {
+        crate::session::share::Limits::default().proposal_burst
+    }
+    fn default_reply_decoded_max_bytes() -> u64 {
+        crate::secrets::decode::Bounds::default().max_bytes
+    }
+    fn default_reply_decoded_max_ratio() -> u64 {
+        crate::secrets::decode::Bounds::default().max_ratio
+    }
+    /// The HTTP/2 idle timeout.
+    pub fn h2_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.h2_idle_timeout_ms)
+    }
+    /// The HTTP/2 ping interval.
+    pub fn h2_ping_interval(&self) -> Duration {
+        Duration::from_millis(self.h2_ping_interval_ms)
+    }
+    /// Every session's share.
+    pub fn share(&self) -> crate::session::share::Limits {
+        crate::session::share::Limits {
+            connections: self.session_connections,
+            handshakes: self.session_handshakes,
+            held_requests: self.session_held_requests,
+            pending_proposals: self.session_pending_proposals,
+            proposals_per_minute: self.session_proposals_per_minute,
+            proposal_burst: self.session_proposal_burst,
+            decode: crate::secrets::decode::Bounds {
+                max_bytes: self.reply_decoded_max_bytes,
+                max_ratio: self.reply_decoded_max_ratio,
+            },
+        }
     }
     /// The hello deadline.
     pub fn hello_timeout(&self) -> Duration {
@@ -387,6 +520,16 @@ impl Default for Limits {
             handshake_timeout_ms: Limits::default_handshake_timeout_ms(),
             max_connections: Limits::default_max_connections(),
             shutdown_grace_ms: Limits::default_shutdown_grace_ms(),
+            h2_idle_timeout_ms: Limits::default_h2_idle_timeout_ms(),
+            h2_ping_interval_ms: Limits::default_h2_ping_interval_ms(),
+            session_connections: Limits::default_session_connections(),
+            session_handshakes: Limits::default_session_handshakes(),
+            session_held_requests: Limits::default_session_held_requests(),
+            session_pending_proposals: Limits::default_session_pending_proposals(),
+            session_proposals_per_minute: Limits::default_session_proposals_per_minute(),
+            session_proposal_burst: Limits::default_session_proposal_burst(),
+            reply_decoded_max_bytes: Limits::default_reply_decoded_max_bytes(),
+            reply_decoded_max_ratio: Limits::default_reply_decoded_max_ratio(),
         }
     }
 }
@@ -563,12 +706,138 @@ impl Config {
 
     /// Parse and validate config text; `path` only names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
         })?;
         config.validate(path, text)?;
+        config.source = text.to_owned();
         Ok(config)
+    }
+
+    /// The `[process] socket` a config file names, read leniently: the
+    /// rest of the file may be wrong (`gateway reload` asks the running
+    /// process, which says what is wrong with it).
+    pub fn process_socket(path: &Path) -> Result<Option<PathBuf>, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        Ok(table
+            .get("process")
+            .and_then(|p| p.get("socket"))
+            .and_then(toml::Value::as_str)
+            .map(PathBuf::from))
+    }
+
+    /// The SHA-384 (hex) of the file's text: which config is loaded.
+    pub fn digest(&self) -> String {
+        talos_certs::sha384_hex(self.source.as_bytes())
+    }
+
+    /// The fields only a restart changes, each with its value as text (see
+    /// `docs/operators.md`, "Reload"): listen addresses, the gateway's id,
+    /// the control identity and channel, the record file, the spool and
+    /// its batches, the threads, the process socket.
+    pub fn restart_only(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("gateway_id", self.gateway_id.get_ref().clone()),
+            ("listen.data", self.listen.data.to_string()),
+            ("listen.admin", self.listen.admin.to_string()),
+            ("records.path", self.records.path.display().to_string()),
+            (
+                "runtime.workers",
+                format!("{:?}", self.runtime.workers.as_ref().map(|w| *w.get_ref())),
+            ),
+            (
+                "process.socket",
+                format!("{:?}", self.process.socket.as_ref().map(|s| s.get_ref())),
+            ),
+        ];
+        match &self.control {
+            None => fields.push(("control", "none".into())),
+            Some(c) => fields.extend([
+                ("control.listen", c.listen.get_ref().to_string()),
+                ("control.ca_file", c.ca_file.get_ref().display().to_string()),
+                (
+                    "control.cert_file",
+                    c.cert_file.get_ref().display().to_string(),
+                ),
+                (
+                    "control.key_file",
+                    c.key_file.get_ref().display().to_string(),
+                ),
+                (
+                    "control.signing_key_file",
+                    c.signing_key_file.get_ref().display().to_string(),
+                ),
+                (
+                    "control.plane",
+                    format!("{:?}", c.plane.as_ref().map(|p| *p.get_ref())),
+                ),
+                ("control.plane_name", c.plane_name.clone()),
+                (
+                    "control.spool_dir",
+                    format!("{:?}", c.spool_dir.as_ref().map(|d| d.get_ref())),
+                ),
+                ("control.batch_max_records", c.batch_max_records.to_string()),
+                ("control.batch_interval_ms", c.batch_interval_ms.to_string()),
+                ("control.spool_max_batches", c.spool_max_batches.to_string()),
+                ("control.spool_max_bytes", c.spool_max_bytes.to_string()),
+            ]),
+        }
+        fields
+    }
+
+    /// The first field only a restart changes whose value differs between
+    /// `running` (its fields as [`Config::restart_only`] gave them) and this
+    /// config, as an error naming its line in this file.
+    pub fn check_restart_only(
+        &self,
+        path: &Path,
+        running: &[(&'static str, String)],
+    ) -> Result<(), ConfigError> {
+        let mine = self.restart_only();
+        for (field, was) in running {
+            let now = mine
+                .iter()
+                .find(|(f, _)| f == field)
+                .map(|(_, v)| v.as_str());
+            // `control` (the whole table) is reported under its own name.
+            let differs = match now {
+                Some(now) => now != was,
+                None => true,
+            };
+            if differs {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line: line_of(&self.source, find_field(&self.source, field).start),
+                    field: (*field).to_owned(),
+                    message: format!(
+                        "changes only with a restart or an upgrade (running: {was}; here: {})",
+                        now.unwrap_or("none")
+                    ),
+                });
+            }
+        }
+        if let Some((field, now)) = mine
+            .iter()
+            .find(|(f, _)| !running.iter().any(|(r, _)| r == f))
+        {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                line: line_of(&self.source, find_field(&self.source, field).start),
+                field: (*field).to_owned(),
+                message: format!(
+                    "changes only with a restart or an upgrade (running: none; here: {now})"
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
@@ -587,6 +856,36 @@ impl Config {
                 format!("{id:?} must be 1-64 letters, digits, '-', '_' or '.'"),
             ));
         }
+        if let Some(level) = &self.log.level {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level.get_ref()) {
+                return Err(invalid(
+                    level.span(),
+                    "log.level",
+                    format!("{:?} is not a log filter: {e}", level.get_ref()),
+                ));
+            }
+        }
+        if let Some(socket) = &self.process.socket {
+            let p = socket.get_ref();
+            if !p.is_absolute() {
+                return Err(invalid(
+                    socket.span(),
+                    "process.socket",
+                    format!("{} must be an absolute path", p.display()),
+                ));
+            }
+            // sun_path holds 107 bytes and a NUL.
+            if p.as_os_str().len() > 107 {
+                return Err(invalid(
+                    socket.span(),
+                    "process.socket",
+                    format!(
+                        "{} is longer than a Unix socket path may be (107 bytes)",
+                        p.display()
+                    ),
+                ));
+            }
+        }
         let l = &self.limits;
         if !(512..=65_536).contains(&l.hello_max_bytes) {
             return Err(invalid(
@@ -598,6 +897,8 @@ impl Config {
         for (value, field) in [
             (l.hello_timeout_ms, "limits.hello_timeout_ms"),
             (l.handshake_timeout_ms, "limits.handshake_timeout_ms"),
+            (l.h2_idle_timeout_ms, "limits.h2_idle_timeout_ms"),
+            (l.h2_ping_interval_ms, "limits.h2_ping_interval_ms"),
             (self.resolver.timeout_ms, "resolver.timeout_ms"),
             (
                 self.upstream.connect_timeout_ms,
@@ -618,6 +919,49 @@ impl Config {
                 find_key(text, "max_connections"),
                 "limits.max_connections",
                 "must be at least 1".into(),
+            ));
+        }
+        for (value, key) in [
+            (l.session_connections, "session_connections"),
+            (l.session_handshakes, "session_handshakes"),
+            (l.session_held_requests, "session_held_requests"),
+            (l.session_pending_proposals, "session_pending_proposals"),
+            (
+                l.session_proposals_per_minute,
+                "session_proposals_per_minute",
+            ),
+            (l.session_proposal_burst, "session_proposal_burst"),
+        ] {
+            if value == 0 {
+                return Err(invalid(
+                    find_key(text, key),
+                    &format!("limits.{key}"),
+                    "must be at least 1 (0 would refuse everything it bounds)".into(),
+                ));
+            }
+        }
+        if l.session_handshakes > l.session_connections {
+            return Err(invalid(
+                find_key(text, "session_handshakes"),
+                "limits.session_handshakes",
+                format!(
+                    "{} is more than limits.session_connections ({}): connections in their handshake are open connections",
+                    l.session_handshakes, l.session_connections
+                ),
+            ));
+        }
+        if l.reply_decoded_max_bytes < 1024 * 1024 {
+            return Err(invalid(
+                find_key(text, "reply_decoded_max_bytes"),
+                "limits.reply_decoded_max_bytes",
+                format!("{} is less than 1 MiB (1048576)", l.reply_decoded_max_bytes),
+            ));
+        }
+        if !(2..=100_000).contains(&l.reply_decoded_max_ratio) {
+            return Err(invalid(
+                find_key(text, "reply_decoded_max_ratio"),
+                "limits.reply_decoded_max_ratio",
+                format!("{} is outside 2-100000", l.reply_decoded_max_ratio),
             ));
         }
         if let Some(n) = &self.runtime.workers {
@@ -867,6 +1211,40 @@ fn line_of(text: &str, at: usize) -> usize {
         .filter(|&&b| b == b'\n')
         .count()
         + 1
+}
+
+/// Span of the line that sets the dotted `field` (`control.listen`: key
+/// `listen` under the `[control]` table; a bare key: before any table), or
+/// of its table's header when the key is not set there; the start of the
+/// file when neither is.
+fn find_field(text: &str, field: &str) -> std::ops::Range<usize> {
+    let (table, key) = match field.rsplit_once('.') {
+        Some((t, k)) => (t, k),
+        None => ("", field),
+    };
+    let mut offset = 0;
+    let mut current = String::new();
+    let mut header = None;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            current = name.trim_matches(|c| c == '[' || c == ' ').to_owned();
+            if current == table && header.is_none() {
+                header = Some(offset..offset + line.len());
+            }
+        } else if current == table {
+            if let Some(rest) = t.strip_prefix(key) {
+                if rest.trim_start().starts_with('=') {
+                    return offset..offset + line.len();
+                }
+            }
+        }
+        offset += line.len();
+    }
+    if table.is_empty() {
+        return 0..0;
+    }
+    header.unwrap_or(0..0)
 }
 
 /// Span of the first line that sets `key`, for values that carry no span of

@@ -17,6 +17,14 @@
 //! than the one it holds, is refused `FAILED_PRECONDITION`: no open brings
 //! an ended authority back.
 //!
+//! # Roles
+//!
+//! Every certificate of the control CA carries its role
+//! (talos-contract `role`): this service answers only a client whose
+//! certificate carries the control plane's. The other member of the pair
+//! (same CA, gateway role) is refused `PERMISSION_DENIED` at every call, so
+//! it can neither open, close, renew nor decide here.
+//!
 //! Requests are checked by the contract's rules ([`talos_contract::SessionSpec`],
 //! the same a static session in the config is checked by); invalid ones are
 //! answered `INVALID_ARGUMENT` with a message naming the field; never a
@@ -36,12 +44,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::authority::Authority;
-use crate::conn::Shared;
+use crate::conn::Current;
 use talos_contract::lock::RuleDraft;
 use talos_contract::spec::{AttachDraft, ScopeDraft, SessionDraft};
 
 use crate::secrets::secret::{Attachment, SecretBytes};
-use crate::session::sessions::{RemoveError, Session, SessionSpec, UpstreamSettings};
+use crate::session::sessions::{RemoveError, Session, SessionSpec};
 
 /// Code generated from `contract/proto/control.proto`: the `Gateway` and
 /// `ControlPlane` services, servers and clients.
@@ -63,26 +71,21 @@ const ACCEPTED_QUEUE: usize = 64;
 const MAX_HANDSHAKES: usize = 64;
 
 /// The `Gateway` service.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ControlService {
-    shared: Arc<Shared>,
+    /// The settings in force (a reload changes how sessions opened next
+    /// reach destinations).
+    current: Arc<Current>,
     key: Arc<GatewayKey>,
     authority: Arc<Authority>,
-    upstream: UpstreamSettings,
 }
 
 impl ControlService {
-    pub fn new(
-        shared: Arc<Shared>,
-        key: Arc<GatewayKey>,
-        authority: Arc<Authority>,
-        upstream: UpstreamSettings,
-    ) -> Self {
+    pub fn new(current: Arc<Current>, key: Arc<GatewayKey>, authority: Arc<Authority>) -> Self {
         ControlService {
-            shared,
+            current,
             key,
             authority,
-            upstream,
         }
     }
 
@@ -192,7 +195,8 @@ impl Gateway for ControlService {
                 spec.attempt, spec.id
             )));
         }
-        if let Some(held) = self.shared.sessions.find(&spec.id) {
+        let shared = self.current.get();
+        if let Some(held) = shared.sessions.find(&spec.id) {
             if held.attempt > spec.attempt {
                 return Err(Status::failed_precondition(format!(
                     "attempt: this gateway holds attempt {} of session {}, newer than {}",
@@ -202,9 +206,9 @@ impl Gateway for ControlService {
         }
         let session = Session::open(
             spec,
-            &self.shared.gateway_id,
-            &self.upstream,
-            self.shared.proposer.as_ref(),
+            &shared.gateway_id,
+            &shared.upstream,
+            shared.proposer.as_ref(),
             self.authority.new_lease(),
         )
         .map_err(|e| {
@@ -213,7 +217,7 @@ impl Gateway for ControlService {
         })?;
         let session = Arc::new(session);
         let reply = pb::OpenSessionReply {
-            gateway_id: self.shared.gateway_id.to_string(),
+            gateway_id: shared.gateway_id.to_string(),
             ca_pem: session.ca_pem(),
             ca_digest: session.ca_digest().to_owned(),
             instance: self.authority.instance().to_string(),
@@ -229,7 +233,7 @@ impl Gateway for ControlService {
             lease_ms = reply.lease_ms,
             "session opened"
         );
-        for old in self.shared.sessions.replace(&sources, Arc::clone(&session)) {
+        for old in shared.sessions.replace(&sources, Arc::clone(&session)) {
             tracing::warn!(
                 session = %old.id,
                 attempt = old.attempt,
@@ -248,7 +252,11 @@ impl Gateway for ControlService {
         let req = request.into_inner();
         let reason = drop_reason(&req.reason)
             .ok_or_else(|| invalid("reason", "must be pause, interruption, end or revoke_all"))?;
-        let removed = self.shared.sessions.remove(&req.session_id, req.attempt);
+        let removed = self
+            .current
+            .get()
+            .sessions
+            .remove(&req.session_id, req.attempt);
         let ended = match removed {
             Ok(session) => {
                 // A lease that lapsed before the close came (a member that
@@ -258,7 +266,10 @@ impl Gateway for ControlService {
                 } else {
                     DropReason::LeaseExpired
                 };
-                self.authority.end(session, reason).await
+                self.authority
+                    .end_tracked(session, reason)
+                    .await
+                    .ok_or_else(|| Status::internal("the end of the authority failed"))?
             }
             Err(e) => {
                 // Ended here before: the same report again.
@@ -333,17 +344,36 @@ impl Gateway for ControlService {
             .ok()
             .and_then(|v| v["proposal_id"].as_str().map(str::to_owned))
             .ok_or_else(|| invalid("payload", "not a decision"))?;
-        let session = self
-            .shared
+        let held = self
+            .current
+            .get()
             .sessions
             .all()
             .into_iter()
-            .find(|s| s.approvals.holds(&id))
-            .ok_or_else(|| {
-                Status::failed_precondition(
+            .find(|s| s.approvals.holds(&id));
+        let Some(session) = held else {
+            // Held in the process this one took over from, maybe.
+            let there = match self.authority.predecessor() {
+                Some(p) => p.decide(&signed).await,
+                None => None,
+            };
+            return match there {
+                Some(Ok(verdict)) => {
+                    tracing::info!(proposal = %id, decision = verdict.as_str(), "decision applied in the previous process");
+                    Ok(Response::new(pb::DecideReply {
+                        outcome: match verdict {
+                            talos_certs::Verdict::Approved => "released",
+                            talos_certs::Verdict::Declined => "refused",
+                        }
+                        .into(),
+                    }))
+                }
+                Some(Err(e)) => Err(Status::permission_denied(e)),
+                None => Err(Status::failed_precondition(
                     "no pending proposal has that id (decided, withdrawn, timed out or never made)",
-                )
-            })?;
+                )),
+            };
+        };
         match session.approvals.decide(&signed) {
             Ok(verdict) => {
                 tracing::info!(session = %session.id, proposal = %id, decision = verdict.as_str(), "decision applied");
@@ -372,7 +402,7 @@ impl Gateway for ControlService {
         _request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeReply>, Status> {
         Ok(Response::new(pb::DescribeReply {
-            gateway_id: self.shared.gateway_id.to_string(),
+            gateway_id: self.current.get().gateway_id.to_string(),
             public_key: self.key.public_key().to_vec(),
             key_id: self.key.key_id(),
             instance: self.authority.instance().to_string(),
@@ -396,7 +426,7 @@ fn envelope(signed: &talos_certs::Signed) -> pb::Signed {
 /// [`crate::tls::control_server_config`], bounded in time) before gRPC sees
 /// a byte.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     tls: Arc<rustls::ServerConfig>,
     service: ControlService,
     stop: CancellationToken,
@@ -444,7 +474,7 @@ pub async fn serve(
     });
     let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
     let served = tonic::transport::Server::builder()
-        .add_service(GatewayServer::new(service))
+        .add_service(GatewayServer::with_interceptor(service, control_plane_only))
         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
         .await;
     if let Err(e) = served {
@@ -453,15 +483,121 @@ pub async fn serve(
     accepting.abort();
 }
 
+/// The control channel's server, which a handover stops and (if the
+/// handover fails) starts again on the same listener.
+#[derive(Debug)]
+pub struct Runner {
+    listener: Arc<TcpListener>,
+    tls: Arc<rustls::ServerConfig>,
+    service: ControlService,
+    running: std::sync::Mutex<Option<(tokio::task::JoinHandle<()>, CancellationToken)>>,
+}
+
+impl Runner {
+    pub fn new(
+        listener: Arc<TcpListener>,
+        tls: Arc<rustls::ServerConfig>,
+        service: ControlService,
+    ) -> Runner {
+        Runner {
+            listener,
+            tls,
+            service,
+            running: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The listener (a handover passes it on).
+    pub fn listener(&self) -> &Arc<TcpListener> {
+        &self.listener
+    }
+
+    /// Serve, unless serving already.
+    pub fn start(&self) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.is_some() {
+            return;
+        }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(serve(
+            Arc::clone(&self.listener),
+            Arc::clone(&self.tls),
+            self.service.clone(),
+            stop.clone(),
+        ));
+        *running = Some((task, stop));
+    }
+
+    /// Stop serving: calls in progress get `grace` to finish, then their
+    /// connections are cut. The listener stays open (connections wait in
+    /// its backlog).
+    pub async fn stop(&self, grace: Duration) {
+        let taken = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((mut task, stop)) = taken {
+            stop.cancel();
+            if tokio::time::timeout(grace, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Refuses every call whose connection's certificate does not carry the
+/// control plane's role.
+#[allow(clippy::result_large_err)]
+fn control_plane_only(req: Request<()>) -> Result<Request<()>, Status> {
+    match req.extensions().get::<ControlPeer>() {
+        Some(peer) if peer.control_plane => Ok(req),
+        peer => {
+            tracing::warn!(
+                peer = ?peer.and_then(|p| p.addr),
+                "control call refused: the client certificate is not the control plane's"
+            );
+            Err(Status::permission_denied(
+                "the client certificate does not carry the control plane's role",
+            ))
+        }
+    }
+}
+
+/// Who is at the other end of a control connection, read once after its
+/// handshake.
+#[derive(Debug, Clone, Copy)]
+pub struct ControlPeer {
+    pub addr: Option<SocketAddr>,
+    /// Whether its certificate carries the control plane's role.
+    pub control_plane: bool,
+}
+
+/// Whether the end-entity certificate `leaf` names `role`.
+fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(role) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
 /// A control connection after its mutual TLS handshake.
 #[derive(Debug)]
 pub struct ControlIo(tokio_rustls::server::TlsStream<TcpStream>);
 
 impl tonic::transport::server::Connected for ControlIo {
-    type ConnectInfo = Option<SocketAddr>;
+    type ConnectInfo = ControlPeer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.peer_addr().ok()
+        let (tcp, tls) = self.0.get_ref();
+        ControlPeer {
+            addr: tcp.peer_addr().ok(),
+            control_plane: tls
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .is_some_and(|leaf| carries_role(leaf, talos_contract::role::CONTROL_PLANE)),
+        }
     }
 }
 

@@ -8,7 +8,9 @@
 //! the decision: `200 {"decision":"approved"|"declined", …}`. No decision
 //! within five minutes, or no rule that names an approver: `declined`, with
 //! a `reason`. The session's authority ending while it waits:
-//! `403 approval_withdrawn`. A malformed proposal: `400` with a message
+//! `403 approval_withdrawn`. Past a bound of the session's share (pending
+//! proposals, or the rate of proposals): `429 session_limit` at once, with
+//! the bound named (`"bound"`) and, for the rate, `retry-after`. A malformed proposal: `400` with a message
 //! naming what is wrong. Nothing here is ever forwarded anywhere.
 
 use http_body_util::{BodyExt, Limited};
@@ -18,8 +20,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::http::answers::{self, ProxyBody};
 use crate::http::connection::Connection;
 use crate::records::record::RequestRecord;
-use crate::refusal::Refusal;
-use crate::session::approvals::Outcome;
+use crate::refusal::{Refusal, Refused};
+use crate::session::approvals::{Outcome, RoutedPath};
 
 /// The path proposals are posted to.
 pub const PROPOSALS_PATH: &str = "/v1/proposals";
@@ -88,7 +90,8 @@ pub async fn answer(
     {
         return bad_request("digest: the SHA-384 of the exact call, 96 lowercase hex digits");
     }
-    let mut ask = conn.ask(talos_certs::ProposalKind::Agent, "POST", PROPOSALS_PATH);
+    let path = RoutedPath::new(PROPOSALS_PATH);
+    let mut ask = conn.ask(talos_certs::ProposalKind::Agent, "POST", &path);
     ask.tool = &proposal.tool;
     ask.call_digest = &proposal.digest;
     let Some(rule) = conn.session.approvals.rule_for(&ask).cloned() else {
@@ -97,7 +100,20 @@ pub async fn answer(
             serde_json::json!({"decision": "declined", "reason": "no_rule", "message": "no Lock rule names an approver for agent proposals"}),
         );
     };
-    let (outcome, record) = conn.hold(&rule, &ask).await;
+    let (outcome, record) = match conn.hold(&rule, &ask).await {
+        Ok(held) => held,
+        Err(at) => {
+            let refused = at.refused();
+            entry.refusal = Some(refused.reason);
+            return answers::json(
+                conn,
+                StatusCode::from_u16(refused.reason.http_status())
+                    .unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+                Some(refused),
+                serde_json::json!({"refusal": refused.reason.as_str(), "bound": at.bound.as_str(), "message": refused.reason.message()}),
+            );
+        }
+    };
     let proposal_id = record.proposal_id.clone();
     let digest = record.digest.clone();
     entry.approval = Some(record);
@@ -112,7 +128,7 @@ pub async fn answer(
             return answers::json(
                 conn,
                 StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::FORBIDDEN),
-                Some(reason),
+                Some(Refused::new(reason, "session_ended")),
                 serde_json::json!({"refusal": reason.as_str(), "proposal_id": proposal_id, "message": reason.message()}),
             );
         }

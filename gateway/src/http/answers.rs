@@ -17,7 +17,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
 use crate::http::connection::Connection;
-use crate::refusal::{Refusal, REFUSAL_HEADER};
+use crate::refusal::{Refusal, Refused, REFUSAL_HEADER};
 use crate::secrets::mask::Masker;
 use crate::secrets::reply::{self, ReplyBody};
 
@@ -25,11 +25,20 @@ use crate::secrets::reply::{self, ReplyBody};
 /// gateway's own.
 pub type ProxyBody = Either<ReplyBody, Full<Bytes>>;
 
-/// The gateway's answer to a refused request.
-pub fn refusal(conn: &Connection, reason: Refusal, grpc: bool) -> Response<ProxyBody> {
+/// The gateway's answer to a refused request. A refusal at a bound of the
+/// session's share (`session_limit`) also names the bound (`"bound"` in
+/// the JSON body) and, when known, when to try again (`retry-after`).
+pub fn refusal(conn: &Connection, refused: Refused, grpc: bool) -> Response<ProxyBody> {
+    let reason = refused.reason;
     let mut resp = Response::new(Vec::new());
     let headers = resp.headers_mut();
     headers.insert(REFUSAL_HEADER, HeaderValue::from_static(reason.as_str()));
+    if let Some(after) = refused.retry_after {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(after.as_secs().max(1)),
+        );
+    }
     if grpc {
         // A trailers-only gRPC answer: HTTP 200 with the status in headers.
         headers.insert(
@@ -45,28 +54,39 @@ pub fn refusal(conn: &Connection, reason: Refusal, grpc: bool) -> Response<Proxy
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         *resp.status_mut() =
             StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::FORBIDDEN);
-        *resp.body_mut() = json_bytes(
-            &serde_json::json!({"refusal": reason.as_str(), "message": reason.message()}),
-        );
+        let mut body = serde_json::json!({"refusal": reason.as_str(), "message": reason.message()});
+        if reason == Refusal::SessionLimit {
+            body["bound"] = refused.cause.into();
+        }
+        *resp.body_mut() = json_bytes(&body);
         set_json(&mut resp);
     }
     masked(conn, resp)
 }
 
-/// A JSON answer of the gateway's own, with `hangar-refusal` when it is a
-/// refusal.
+/// A JSON answer of the gateway's own, with `hangar-refusal` (and
+/// `retry-after`, when known) when it is a refusal.
 pub fn json(
     conn: &Connection,
     status: StatusCode,
-    refusal: Option<Refusal>,
+    refusal: Option<Refused>,
     body: serde_json::Value,
 ) -> Response<ProxyBody> {
     let mut resp = Response::new(json_bytes(&body));
     *resp.status_mut() = status;
     set_json(&mut resp);
-    if let Some(reason) = refusal {
-        resp.headers_mut()
-            .insert(REFUSAL_HEADER, HeaderValue::from_static(reason.as_str()));
+    if let Some(refused) = refusal {
+        let headers = resp.headers_mut();
+        headers.insert(
+            REFUSAL_HEADER,
+            HeaderValue::from_static(refused.reason.as_str()),
+        );
+        if let Some(after) = refused.retry_after {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(after.as_secs().max(1)),
+            );
+        }
     }
     masked(conn, resp)
 }

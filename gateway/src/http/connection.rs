@@ -7,10 +7,12 @@
 //!   their replies and handed to the connection's task once, when the last
 //!   of them is done ([`Tally::when_done`]): no polling, no field copied
 //!   twice;
-//! - the requests held for approval ([`Holds`]), counted by one guard type.
+//! - the requests held for approval ([`Holds`]), counted by one guard type;
+//! - when the connection last had nothing to do ([`Activity`]), for the
+//!   HTTP/2 idle timeout.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,9 +23,10 @@ use tokio::sync::oneshot;
 
 use crate::gate::name::Name;
 use crate::records::record::{RequestRecord, Tally};
-use crate::secrets::reply::MaskedReport;
+use crate::secrets::reply::{MaskedReport, ReplyRefusal};
 use crate::session::approvals::{self, ApprovalRecord, Ask, LockRule, Outcome};
 use crate::session::sessions::Session;
+use crate::session::share::{AtBound, Held};
 
 /// What the gate found the connection's destination to be.
 #[derive(Debug)]
@@ -50,6 +53,7 @@ pub struct Connection {
     pub name: Name,
     pub destination: Destination,
     pub holds: Holds,
+    pub activity: Activity,
     tally: Arc<Mutex<Tally>>,
     /// Dropped with the connection's last handle: tells [`Tally::when_done`]
     /// that every request and reply has reported.
@@ -80,6 +84,7 @@ impl Connection {
             name,
             destination,
             holds: Holds::default(),
+            activity: Activity::new(),
             tally: Arc::clone(&tally),
             _done: done_tx,
         };
@@ -103,7 +108,7 @@ impl Connection {
         &'a self,
         kind: talos_certs::ProposalKind,
         method: &'a str,
-        path: &'a str,
+        path: &'a approvals::RoutedPath,
     ) -> Ask<'a> {
         Ask {
             gateway_id: self.gateway_id.as_ref(),
@@ -120,9 +125,24 @@ impl Connection {
         }
     }
 
-    /// Hold a request under `rule` until a decision, counted in
-    /// [`Connection::holds`] while it waits.
-    pub async fn hold(&self, rule: &LockRule, ask: &Ask<'_>) -> (Outcome, ApprovalRecord) {
+    /// Hold a request (or an agent's proposal) under `rule` until a
+    /// decision, counted in [`Connection::holds`] and against the session's
+    /// share while it waits; refused at once past a bound of the share.
+    pub async fn hold(
+        &self,
+        rule: &LockRule,
+        ask: &Ask<'_>,
+    ) -> Result<(Outcome, ApprovalRecord), AtBound> {
+        let what = match ask.kind {
+            talos_certs::ProposalKind::Agent => Held::Proposal,
+            talos_certs::ProposalKind::Request => Held::Request,
+        };
+        // Without a relay nothing waits and no card is sent: nothing to count.
+        let _counted = if self.session.approvals.proposes() {
+            Some(self.session.share.hold(what)?)
+        } else {
+            None
+        };
         let guard = self.holds.enter();
         let held = self
             .session
@@ -130,13 +150,97 @@ impl Connection {
             .hold(rule, ask, &self.session.ended, approvals::DECISION_TIMEOUT)
             .await;
         guard.leave(held.0 == Outcome::Withdrawn);
-        held
+        Ok(held)
     }
 }
 
 impl MaskedReport for Connection {
     fn masked(&self, counts: &mut dyn Iterator<Item = (&str, u64)>) {
         self.tally(|t| t.masked(counts));
+    }
+
+    fn cut(&self, cause: ReplyRefusal) {
+        tracing::info!(
+            session = %self.session.id,
+            destination = %self.name,
+            reason = crate::refusal::Refusal::UpstreamFailed.as_str(),
+            cause = cause.as_str(),
+            "reply cut"
+        );
+        metrics::counter!("gateway_replies_cut_total", "cause" => cause.as_str()).increment(1);
+        self.tally(|t| t.reply_cut(cause.as_str()));
+    }
+}
+
+/// When a connection last had nothing to do: requests being answered now,
+/// and when the last of them was. The HTTP/2 idle timeout closes a
+/// connection that has answered nothing for a while ([`Activity::idle`]).
+///
+/// A request counts from its arrival until its answer's head is out; a
+/// reply body still streaming does not, and needs not: the idle close is
+/// graceful (a GOAWAY), so streams already open finish.
+#[derive(Debug)]
+pub struct Activity {
+    born: tokio::time::Instant,
+    // invariant: `busy` is the number of live `Busy` guards; `last_busy_ms`
+    // is when (ms after `born`) the count last fell to zero.
+    busy: AtomicU32,
+    last_busy_ms: AtomicU64,
+}
+
+/// One request being answered: counted in its connection's [`Activity`].
+#[derive(Debug)]
+#[must_use = "a request is counted only while its guard lives"]
+pub struct Busy<'a>(&'a Activity);
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            born: tokio::time::Instant::now(),
+            busy: AtomicU32::new(0),
+            last_busy_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// A request arrived.
+    pub fn begin(&self) -> Busy<'_> {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(self)
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Resolves once nothing has been answered for `timeout`: no request
+    /// being answered, none arrived since. Checks again at each deadline,
+    /// so it costs one timer per connection, never a poll per request.
+    pub async fn idle(&self, timeout: Duration) {
+        loop {
+            let last = self.last_busy_ms.load(Ordering::Acquire);
+            let quiet_since = self.born + Duration::from_millis(last);
+            let deadline = if self.busy.load(Ordering::Acquire) > 0 {
+                tokio::time::Instant::now() + timeout
+            } else {
+                quiet_since + timeout
+            };
+            tokio::time::sleep_until(deadline).await;
+            if self.busy.load(Ordering::Acquire) == 0
+                && self.last_busy_ms.load(Ordering::Acquire) == last
+                && tokio::time::Instant::now() >= quiet_since + timeout
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        // Stamp first, then count down: a reader that sees zero sees the stamp.
+        let now = self.0.now_ms();
+        self.0.last_busy_ms.fetch_max(now, Ordering::AcqRel);
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

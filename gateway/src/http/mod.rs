@@ -25,12 +25,22 @@ use crate::refusal::Refusal;
 use answers::ProxyBody;
 use connection::{Connection, Destination};
 
-/// Serve one request of `conn`, and note it in the connection's tally.
+/// Serve one request of `conn`, and note it in the connection's tally —
+/// also when it is cut short (its future dropped: the connection cut by
+/// the end of the session's authority or the drain, or the client gone),
+/// since it may have reached the destination, credential and all.
 pub async fn serve(
     conn: Arc<Connection>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    let mut entry = RequestRecord::new(req.method(), req.uri().path());
+    let _busy = conn.activity.begin();
+    let mut pending = Pending {
+        conn: &conn,
+        entry: Some(RequestRecord::new(req.method(), req.uri().path())),
+    };
+    let Some(entry) = pending.entry.as_mut() else {
+        unreachable!("the entry was just made")
+    };
     // Every request is checked against the authority's lease: a member
     // that wakes from a long stop serves not one request of an authority
     // whose lease lapsed meanwhile (the lease watcher then ends it).
@@ -44,20 +54,46 @@ pub async fn serve(
             "request refused"
         );
         entry.refusal = Some(reason);
-        answers::refusal(&conn, reason, proxy::is_grpc(req.headers()))
+        answers::refusal(
+            &conn,
+            crate::refusal::Refused::new(reason, proxy::Cause::LeaseExpired.as_str()),
+            proxy::is_grpc(req.headers()),
+        )
     } else {
         match &conn.destination {
             // Boxed: the proxy's future, spawned or moved for every request,
             // stays its own size.
-            Destination::Approvals => Box::pin(agent::answer(&conn, req, &mut entry)).await,
+            Destination::Approvals => Box::pin(agent::answer(&conn, req, entry)).await,
             Destination::Origin { target, addrs } => {
-                proxy::handle(&conn, target, addrs, req, &mut entry).await
+                proxy::handle(&conn, target, addrs, req, entry).await
             }
         }
     };
     entry.status = response.status().as_u16();
-    conn.note(entry);
+    if let Some(reason) = entry.refusal {
+        metrics::counter!("gateway_requests_refused_total", "reason" => reason.as_str())
+            .increment(1);
+    }
+    if let Some(entry) = pending.entry.take() {
+        conn.note(entry);
+    }
     Ok(response)
+}
+
+/// A request's entry until it is noted: dropped unnoted (the request's
+/// future dropped before its answer), it is noted as cut.
+struct Pending<'a> {
+    conn: &'a Connection,
+    entry: Option<RequestRecord>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(mut entry) = self.entry.take() {
+            entry.cut = true;
+            self.conn.note(entry);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,9 +23,10 @@ use crate::gate::name::{self, Name};
 use crate::http::answers::{self, ProxyBody};
 use crate::http::connection::{Connection, Target};
 use crate::records::record::RequestRecord;
+use crate::refusal::REFUSAL_HEADER;
 use crate::refusal::{causes, Refusal, Refused};
-use crate::secrets::reply;
-use crate::session::approvals::Outcome;
+use crate::secrets::{decode, reply};
+use crate::session::approvals::{Outcome, RoutedPath};
 use crate::session::upstream::{Proto, Sender, Want};
 
 causes! {
@@ -63,6 +64,9 @@ causes! {
         /// `session_ended`: the authority's lease had lapsed when the
         /// request came.
         LeaseExpired => "lease_expired",
+        /// `upstream_failed`: the canonical path would not form a request
+        /// (never seen: it is made of the bytes of a path hyper accepted).
+        PathNotForwardable => "path_not_forwardable",
     }
 }
 
@@ -92,7 +96,7 @@ pub async fn handle(
                 "request refused"
             );
             entry.refusal = Some(refusal.reason);
-            answers::refusal(conn, refusal.reason, grpc)
+            answers::refusal(conn, refusal, grpc)
         }
     }
 }
@@ -105,9 +109,12 @@ async fn forward(
     grpc: bool,
     entry: &mut RequestRecord,
 ) -> Result<Response<ProxyBody>, Refused> {
+    let mut req = req;
     check_host(&req, &conn.name)?;
     check_no_upgrade(&req)?;
-    check_lock(conn, &req, entry).await?;
+    if let Some(routed) = judge(conn, &mut req, entry)? {
+        check_lock(conn, &req, &routed, entry).await?;
+    }
     let pool = &conn.session.pool;
     // A plain HTTP/1.1 request goes on as HTTP/1.1; HTTP/2 and gRPC as the
     // destination chooses (see `upstream`).
@@ -157,21 +164,67 @@ async fn forward(
         .map_err(|r| Refused::new(Refusal::UpstreamFailed, r.as_str()))
 }
 
+/// Headers that ask a destination to act as if the request had another
+/// method. Toward a destination the Lock governs they are removed, so the
+/// method the Lock judged is the one the destination acts on.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// The Lock judges the path the destination will route
+/// ([`talos_contract::path`]): toward a destination a rule of the session
+/// governs, the request goes on with its canonical path (query kept) and
+/// without method-override headers, and its record carries the canonical
+/// path. Returns the path as judged; `None` when no rule governs the
+/// destination, and the request goes on as it came.
+fn judge<B>(
+    conn: &Connection,
+    req: &mut Request<B>,
+    entry: &mut RequestRecord,
+) -> Result<Option<RoutedPath>, Refused> {
+    let rules = conn.session.approvals.rules();
+    if !rules.iter().any(|r| r.governs(&conn.name)) {
+        return Ok(None);
+    }
+    let routed = RoutedPath::new(req.uri().path());
+    if routed.canonical() != req.uri().path() {
+        *req.uri_mut() = with_path(req.uri(), routed.canonical())
+            .ok_or(refused(Refusal::UpstreamFailed, Cause::PathNotForwardable))?;
+        entry.judged_path(routed.canonical());
+    }
+    let headers = req.headers_mut();
+    for name in METHOD_OVERRIDES {
+        headers.remove(name);
+    }
+    Ok(Some(routed))
+}
+
+/// `uri` with its path replaced by `path` (its query kept).
+fn with_path(uri: &Uri, path: &str) -> Option<Uri> {
+    let with_query = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::from_maybe_shared(with_query).ok()?);
+    Uri::from_parts(parts).ok()
+}
+
 /// Hold the request if a Lock rule matches it, until a decision: goes on
 /// when approved; `approval_declined` or `approval_withdrawn` otherwise.
 async fn check_lock(
     conn: &Connection,
     req: &Request<Incoming>,
+    routed: &RoutedPath,
     entry: &mut RequestRecord,
 ) -> Result<(), Refused> {
     let approvals = &conn.session.approvals;
-    if approvals.rules().is_empty() {
-        return Ok(());
-    }
     let mut ask = conn.ask(
         talos_certs::ProposalKind::Request,
         req.method().as_str(),
-        &entry.path,
+        routed,
     );
     ask.attachments = conn
         .session
@@ -182,7 +235,9 @@ async fn check_lock(
         return Ok(());
     };
     // On the heap, like a new upstream connection: rare, and large.
-    let (outcome, record) = Box::pin(conn.hold(&rule, &ask)).await;
+    let (outcome, record) = Box::pin(conn.hold(&rule, &ask))
+        .await
+        .map_err(|at| at.refused())?;
     entry.approval = Some(record);
     match outcome {
         Outcome::Approved { .. } => Ok(()),
@@ -252,17 +307,11 @@ fn check_no_upgrade(req: &Request<Incoming>) -> Result<(), Refused> {
 }
 
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    // application/grpc, application/grpc+proto, …; not grpc-web, which is
+    // made for HTTP/1.1.
     headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            // application/grpc, application/grpc+proto, …; not grpc-web,
-            // which is made for HTTP/1.1.
-            let ct = ct.trim_start().as_bytes();
-            ct.len() >= 16
-                && ct[..16].eq_ignore_ascii_case(b"application/grpc")
-                && matches!(ct.get(16), None | Some(b'+' | b';' | b' '))
-        })
+        .is_some_and(|ct| decode::grpc_kind(ct.as_bytes()) == Some(decode::GrpcKind::Grpc))
 }
 
 /// Tokens of every `Connection` header.
@@ -338,11 +387,19 @@ fn rewrite_request<B>(req: Request<B>, target: &Target, proto: Proto) -> Request
     Request::from_parts(parts, body)
 }
 
+/// Request headers that choose a piece of the reply. The session may not
+/// choose pieces of a reply that can hold an attached value: each piece
+/// could be shorter than the value, so none would be masked, and together
+/// they would spell it. `Request-Range` is the pre-standard spelling some
+/// servers still honour.
+const RANGE_HEADERS: [&str; 3] = ["range", "if-range", "request-range"];
+
 /// Attach the session's credentials for this destination
 /// ([`crate::secrets::secret::inject`]: every copy the session sent is replaced).
 /// Destinations with
 /// attachments are also asked for an uncompressed reply, so the masker sees
-/// the bytes; a compressed reply is decoded all the same.
+/// the bytes (a compressed reply is decoded all the same), and for the
+/// whole reply, never a range of it (a `206` from them is refused).
 fn inject(conn: &Connection, headers: &mut HeaderMap) {
     let used = crate::secrets::secret::inject(conn.session.attachments_for(&conn.name), headers);
     if used.is_empty() {
@@ -352,6 +409,9 @@ fn inject(conn: &Connection, headers: &mut HeaderMap) {
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
+    for name in RANGE_HEADERS {
+        headers.remove(name);
+    }
     // A gRPC server compresses messages only for a client that said it can
     // decode them: say nothing, and a compressed reply is refused anyway.
     headers.remove("grpc-accept-encoding");
@@ -359,21 +419,50 @@ fn inject(conn: &Connection, headers: &mut HeaderMap) {
 }
 
 /// The destination's response as the session gets it: hop-by-hop headers
-/// gone, and, for a session with attachments, masked (decoded first when a
-/// destination holding an attachment compressed it).
+/// and `hangar-refusal` gone, nothing of hyper's extensions but the
+/// reason phrase, and, for a session with attachments, masked — head and
+/// body — after [`decode::plan`] has read the head as the destination sent
+/// it, when that destination holds an attachment.
 fn rewrite_response(
     resp: Response<Incoming>,
     conn: &Arc<Connection>,
     attached: bool,
 ) -> Result<Response<ProxyBody>, reply::ReplyRefusal> {
     let (mut parts, body) = resp.into_parts();
+    let mask = conn.session.mask.as_ref();
+    // Decided before hop-by-hop headers go: a coding the reply's own
+    // `Connection` header names still coded its body.
+    let plan = match mask {
+        Some(_) if attached => Some(decode::plan(parts.status.as_u16(), &parts.headers)?),
+        _ => None,
+    };
     strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(REFUSAL_HEADER);
     parts.version = Version::default();
+    // hyper's HTTP/1.1 client keeps a reason phrase other than the
+    // standard one, and its server writes it: masked like a header value,
+    // or dropped. No other extension of the destination's goes on.
+    let reason = parts.extensions.remove::<hyper::ext::ReasonPhrase>();
+    parts.extensions = hyper::http::Extensions::new();
+    if let Some(reason) = reason {
+        let phrase = match mask {
+            None => Some(reason),
+            Some(set) => {
+                let mut bytes = reason.as_bytes().to_vec();
+                crate::secrets::mask::Masker::new(Arc::clone(set)).mask_all(&mut bytes);
+                hyper::ext::ReasonPhrase::try_from(bytes).ok()
+            }
+        };
+        if let Some(phrase) = phrase {
+            parts.extensions.insert(phrase);
+        }
+    }
     let body = reply::filter(
         &mut parts.headers,
         body,
-        conn.session.mask.as_ref(),
-        attached,
+        mask,
+        plan,
+        conn.session.share.decode(),
         Arc::clone(conn) as Arc<dyn reply::MaskedReport>,
     )?;
     Ok(Response::from_parts(
@@ -403,6 +492,30 @@ mod tests {
             ("", false),
         ] {
             assert_eq!(names_host(authority, &name), ok, "{authority:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever path hyper accepts, its canonical form makes a request
+        /// again, query kept: `path_not_forwardable` never happens.
+        #[test]
+        fn canonical_paths_always_form_a_request(
+            path in "/[!$-;=@-_a-z|~%.]{0,40}",
+            query in proptest::option::of("[a-z=&%/.]{0,10}"),
+        ) {
+            let target = match &query {
+                Some(q) => format!("{path}?{q}"),
+                None => path.clone(),
+            };
+            let Ok(uri) = target.parse::<Uri>() else {
+                return Ok(());
+            };
+            let routed = RoutedPath::new(uri.path());
+            let again = with_path(&uri, routed.canonical());
+            proptest::prop_assert!(again.is_some(), "{target}");
+            let again = again.unwrap();
+            proptest::prop_assert_eq!(again.path(), routed.canonical());
+            proptest::prop_assert_eq!(again.query(), uri.query());
         }
     }
 

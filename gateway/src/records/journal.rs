@@ -123,8 +123,39 @@ pub struct Recovered {
     pub previous_instance: Option<String>,
     /// The files read, deleted once the entries are written again.
     old_files: Vec<PathBuf>,
+    /// Directories of later generations, removed once emptied.
+    old_dirs: Vec<PathBuf>,
+    /// Crash records kept apart while the directories are read.
+    cut_entries: Vec<Vec<u8>>,
     /// The next segment number.
     next_segment: u64,
+}
+
+impl Recovered {
+    /// Nothing recovered: a successor's journal, fresh.
+    pub fn fresh() -> Recovered {
+        Recovered {
+            next_segment: 1,
+            ..Recovered::default()
+        }
+    }
+
+    /// Whether nothing was left to recover.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Delete what was read (its entries are sealed): the files, then the
+    /// directories of later generations.
+    pub fn discard(&self) {
+        for f in &self.old_files {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in &self.old_dirs {
+            let _ = std::fs::remove_file(d.join(INSTANCE));
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// Read what an earlier process left in `dir` (the journal directory,
@@ -150,7 +181,105 @@ pub fn recover(
             .filter(|s| !s.is_empty()),
         ..Recovered::default()
     };
+    recover_one(dir, sealed_through, gateway_id, instance, &mut out)?;
+    out.entries.append(&mut out.cut_entries);
+    Ok(out)
+}
 
+/// [`recover`] for a cold start: `dir`, then the journal of every later
+/// generation of the process that wrote it (`gen-<g>`, see
+/// [`generation_dir`]), oldest first, as they would have been sealed.
+/// Their directories go once the entries are written again.
+pub fn recover_all(
+    dir: &Path,
+    sealed_through: u64,
+    gateway_id: &Arc<str>,
+    instance: &Arc<str>,
+) -> Result<Recovered, JournalError> {
+    let mut generations: Vec<(u64, PathBuf)> = Vec::new();
+    if dir.is_dir() {
+        for item in std::fs::read_dir(dir).map_err(io_err(dir))? {
+            let item = item.map_err(io_err(dir))?;
+            let name = item.file_name();
+            if let Some(g) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("gen-"))
+                .and_then(|g| g.parse::<u64>().ok())
+            {
+                if item.path().is_dir() {
+                    generations.push((g, item.path()));
+                }
+            }
+        }
+    }
+    generations.sort();
+    let mut out = Recovered {
+        previous_instance: std::fs::read_to_string(dir.join(INSTANCE))
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty()),
+        ..Recovered::default()
+    };
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(dir))?;
+    recover_one(dir, sealed_through, gateway_id, instance, &mut out)?;
+    let next_segment = out.next_segment;
+    // Every generation's unsealed segments in turn, then every crash
+    // record (kept apart in `cut_entries` until the end).
+    for (_, gen_dir) in generations {
+        recover_one(&gen_dir, sealed_through, gateway_id, instance, &mut out)?;
+        out.old_dirs.push(gen_dir);
+    }
+    out.next_segment = next_segment;
+    out.entries.append(&mut out.cut_entries);
+    Ok(out)
+}
+
+/// Where generation `g` of a process keeps its journal: `dir` for the
+/// first (a cold start), `dir/gen-<g>` for each successor a handover
+/// starts (two processes never write one journal).
+pub fn generation_dir(dir: &Path, g: u64) -> PathBuf {
+    if g == 0 {
+        dir.to_owned()
+    } else {
+        dir.join(format!("gen-{g}"))
+    }
+}
+
+/// Write `entries` as segment `n` of `dir` (synced): what a successor
+/// found left in its predecessor's journal, put in its own before it is
+/// sealed. Returns the segment to hand to the sealer.
+pub fn write_segment(dir: &Path, n: u64, entries: Vec<Vec<u8>>) -> Result<Segment, JournalError> {
+    let mut segment = SegmentFile::create(dir, n)?;
+    let mut bytes = Vec::new();
+    for e in &entries {
+        bytes.extend_from_slice(e);
+        bytes.push(b'\n');
+    }
+    segment
+        .file
+        .write_all(&bytes)
+        .and_then(|()| segment.file.sync_data())
+        .map_err(io_err(&segment.path))?;
+    sync_dir(dir)?;
+    Ok(Segment {
+        path: segment.path,
+        entries,
+    })
+}
+
+/// Read one journal directory into `out`.
+fn recover_one(
+    dir: &Path,
+    sealed_through: u64,
+    gateway_id: &Arc<str>,
+    instance: &Arc<str>,
+    out: &mut Recovered,
+) -> Result<(), JournalError> {
     // Segments, oldest first.
     let mut segments: Vec<(u64, PathBuf)> = Vec::new();
     for item in std::fs::read_dir(dir).map_err(io_err(dir))? {
@@ -249,13 +378,13 @@ pub fn recover(
             }
             let record = cut_record(gateway_id, instance, owner.as_deref(), conn, o, &closed_at);
             if let Ok(bytes) = serde_json::to_vec(&record) {
-                out.entries.push(bytes);
+                out.cut_entries.push(bytes);
                 out.cut_by_crash += 1;
             }
         }
         out.old_files.push(opens_path);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The record of a connection a crash cut: what its opening lines say.
@@ -425,6 +554,15 @@ pub struct WriterConfig {
     pub journal: Option<JournalSetup>,
     pub gateway_id: Arc<str>,
     pub instance: Arc<str>,
+    /// The first connection number: `generation << 40`, plus one (a
+    /// successor goes on as the same instance, and numbers its
+    /// connections apart from its predecessor's).
+    pub first_conn: u64,
+}
+
+/// The first connection number of generation `g` of a process.
+pub fn first_conn(g: u64) -> u64 {
+    (g << 40) + 1
 }
 
 /// The journal's part of [`WriterConfig`].
@@ -487,7 +625,7 @@ pub fn start(config: WriterConfig) -> Result<(RecordSink, WriterThread), Journal
             inner: Arc::new(SinkInner {
                 tx,
                 room: Arc::new(Semaphore::new(RECORD_QUEUE)),
-                next_conn: AtomicU64::new(1),
+                next_conn: AtomicU64::new(config.first_conn.max(1)),
                 gateway_id: config.gateway_id,
                 instance: config.instance,
                 journal: has_journal,
@@ -689,6 +827,15 @@ impl JournalFiles {
     /// the old files.
     fn start(setup: JournalSetup, instance: &Arc<str>) -> Result<JournalFiles, JournalError> {
         let dir = setup.dir;
+        // A successor's journal is new (recovery made a cold start's).
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(io_err(&dir))?;
+        }
         let recovered = setup.recovered;
         let mut segment = SegmentFile::create(&dir, recovered.next_segment)?;
         let mut bytes = Vec::new();
@@ -731,6 +878,10 @@ impl JournalFiles {
             if old != &opens_path && old != &segment.path {
                 let _ = std::fs::remove_file(old);
             }
+        }
+        for d in &recovered.old_dirs {
+            let _ = std::fs::remove_file(d.join(INSTANCE));
+            let _ = std::fs::remove_dir(d);
         }
         sync_dir(&dir)?;
         let opens = OpenOptions::new()
@@ -1072,6 +1223,7 @@ mod tests {
             }),
             gateway_id: gateway,
             instance,
+            first_conn: 1,
         })
         .unwrap();
         (sink, thread, rx, summary)

@@ -86,6 +86,10 @@ pub struct Record {
     /// Masked occurrences per secret name, in replies.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub masked: std::collections::BTreeMap<String, u64>,
+    /// Replies the gateway cut in their body, per cause (a reply decoded
+    /// past its bound, a compressed gRPC message, …).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub replies_cut: std::collections::BTreeMap<&'static str, u64>,
     /// For `resolves_internal`: the internal answer that caused it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internal_answer: Option<IpAddr>,
@@ -127,6 +131,7 @@ impl Record {
             requests_unlisted: 0,
             attachments_used: Vec::new(),
             masked: Default::default(),
+            replies_cut: Default::default(),
             internal_answer: None,
             verdict: Verdict::Allowed,
             cause: None,
@@ -154,6 +159,7 @@ impl Record {
             upstream_addr,
             attachments_used,
             masked,
+            replies_cut,
         } = tally;
         self.request_count = request_count;
         self.requests = requests;
@@ -162,6 +168,7 @@ impl Record {
         self.resolved = upstream_addr;
         self.attachments_used = attachments_used;
         self.masked = masked;
+        self.replies_cut = replies_cut;
     }
 }
 
@@ -186,6 +193,8 @@ pub struct Tally {
     pub attachments_used: Vec<String>,
     /// Masked occurrences per secret name, over all replies.
     pub masked: std::collections::BTreeMap<String, u64>,
+    /// Replies cut in their body, per cause.
+    pub replies_cut: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Tally {
@@ -214,6 +223,11 @@ impl Tally {
         }
     }
 
+    /// A reply cut in its body.
+    pub fn reply_cut(&mut self, cause: &'static str) {
+        *self.replies_cut.entry(cause).or_default() += 1;
+    }
+
     /// Occurrences a reply masked, per secret name.
     pub fn masked<'a>(&mut self, counts: impl Iterator<Item = (&'a str, u64)>) {
         for (name, n) in counts {
@@ -240,6 +254,12 @@ pub struct RequestRecord {
     /// decision, the approver and the times.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::session::approvals::ApprovalRecord>,
+    /// The request was cut before its answer was written (its connection
+    /// ended under it: the session's authority ended, the drain's grace
+    /// ran out, the client went away). It may have reached the
+    /// destination; `status` is 0.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
 }
 
 /// The longest path kept in a request record.
@@ -249,18 +269,31 @@ impl RequestRecord {
     /// A record for a request with this method and path (query excluded by
     /// the caller: `uri.path()` has none).
     pub fn new(method: &hyper::Method, path: &str) -> RequestRecord {
-        let mut end = path.len().min(MAX_PATH_LEN);
-        while !path.is_char_boundary(end) {
-            end -= 1;
-        }
         RequestRecord {
             method: method.as_str().chars().take(32).collect(),
-            path: path[..end].to_owned(),
+            path: cut_path(path).to_owned(),
             status: 0,
             refusal: None,
             approval: None,
+            cut: false,
         }
     }
+
+    /// The path as the Lock judged it (canonical), in place of the path as
+    /// sent.
+    pub fn judged_path(&mut self, path: &str) {
+        self.path.clear();
+        self.path.push_str(cut_path(path));
+    }
+}
+
+/// `path` cut to [`MAX_PATH_LEN`] bytes, at a character boundary.
+fn cut_path(path: &str) -> &str {
+    let mut end = path.len().min(MAX_PATH_LEN);
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    &path[..end]
 }
 
 fn is_zero(n: &u64) -> bool {

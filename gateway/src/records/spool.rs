@@ -54,15 +54,65 @@ use tokio::sync::{watch, Notify};
 /// The chain position file in the spool directory.
 const CHAIN_FILE: &str = "chain.json";
 /// The extension of a batch file.
-const BATCH_EXT: &str = "batch";
+pub(crate) const BATCH_EXT: &str = "batch";
+/// The lock file: one process at a time uses a spool.
+const LOCK_FILE: &str = "lock";
+
+/// An exclusive lock on a spool directory (`flock` on `<dir>/lock`), held
+/// while a gateway process (or a repair) uses it: two writers would fork
+/// the chain. Released when dropped, or when the process dies.
+#[derive(Debug)]
+pub struct SpoolLock {
+    _file: std::fs::File,
+}
+
+impl SpoolLock {
+    /// Take the lock, or fail at once naming the directory.
+    pub fn take(dir: &Path) -> Result<SpoolLock, SpoolError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |e| SpoolError::Busy {
+                path: dir.to_owned(),
+                reason: e.to_string(),
+            },
+        )?;
+        Ok(SpoolLock { _file: file })
+    }
+}
+
+/// The chain position recorded in `dir` (`chain.json`), or the genesis.
+pub fn read_position(dir: &Path) -> Result<ChainPosition, SpoolError> {
+    match std::fs::read(dir.join(CHAIN_FILE)) {
+        Ok(bytes) => {
+            serde_json::from_slice::<ChainPosition>(&bytes).map_err(|e| SpoolError::Corrupt {
+                path: dir.join(CHAIN_FILE),
+                reason: format!("not a chain position: {e}"),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ChainPosition::genesis()),
+        Err(e) => Err(io_err(&dir.join(CHAIN_FILE), e)),
+    }
+}
 
 /// Why the spool could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
     #[error("spool {path}: {reason}")]
     Io { path: PathBuf, reason: String },
-    #[error("spool {path}: {reason}")]
+    #[error("spool {path}: {reason} (`gateway spool verify` says what, `gateway spool set-aside` sets a bad batch aside as a signed gap)")]
     Corrupt { path: PathBuf, reason: String },
+    #[error(
+        "spool {path} is in use by another process ({reason}): a running gateway, or a repair"
+    )]
+    Busy { path: PathBuf, reason: String },
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> SpoolError {
@@ -119,6 +169,7 @@ struct Inner {
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
+    _lock: SpoolLock,
     limits: SpoolLimits,
     inner: Mutex<Inner>,
     /// Wakes the shipper when a batch arrives.
@@ -146,16 +197,8 @@ impl Spool {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| io_err(dir, e))?;
         }
-        let mut position = match std::fs::read(dir.join(CHAIN_FILE)) {
-            Ok(bytes) => serde_json::from_slice::<ChainPosition>(&bytes).map_err(|e| {
-                SpoolError::Corrupt {
-                    path: dir.join(CHAIN_FILE),
-                    reason: format!("not a chain position: {e}"),
-                }
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ChainPosition::genesis(),
-            Err(e) => return Err(io_err(&dir.join(CHAIN_FILE), e)),
-        };
+        let lock = SpoolLock::take(dir)?;
+        let mut position = read_position(dir)?;
         let mut entries = Vec::new();
         for item in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
             let item = item.map_err(|e| io_err(dir, e))?;
@@ -227,6 +270,7 @@ impl Spool {
         let bytes = entries.iter().map(|e| e.bytes).sum();
         let spool = Spool {
             dir: dir.to_owned(),
+            _lock: lock,
             limits,
             inner: Mutex::new(Inner {
                 entries: entries.into(),
@@ -380,7 +424,7 @@ impl Spool {
 }
 
 /// Write `body` to `path` through a synced temporary file and a rename.
-fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

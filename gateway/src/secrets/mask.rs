@@ -65,7 +65,12 @@
 //! - a value split by other bytes: **base64 wrapped into lines (PEM, MIME
 //!   at 64 or 76 columns) is not masked across a line break**, nor is a
 //!   value split by whitespace, quoting or markup;
-//! - part of a value (a prefix, a truncated or re-cased token);
+//! - part of a value (a prefix, a truncated or re-cased token) — but not
+//!   pieces the session chooses: toward destinations with attachments the
+//!   gateway removes `Range` and refuses partial replies
+//!   (`docs/secrets.md`, "Ranges"); and header names, which arrive
+//!   lower-cased, are matched without regard to ASCII case
+//!   ([`Masker::mask_name`]);
 //! - compressed or encrypted data inside a body (a zip file, gzip inside
 //!   base64, a PDF stream). Content codings of the reply itself are decoded
 //!   before the masker sees the body, by [`crate::secrets::decode`].
@@ -135,8 +140,11 @@
 //! # Memory usage
 //!
 //! A [`MaskSet`] takes memory in proportion to the total length of its
-//! patterns (the automaton, a table of states, and an 8 KiB gram table):
-//! about 10 KiB per 40-character token ([`MaskSet::memory_usage`] says how
+//! patterns (the automaton, a table of states, an 8 KiB gram table, and a
+//! second, case-insensitive automaton of the same patterns for header
+//! names):
+//! about 19 KiB per 40-character token (8 KiB of it the case-insensitive
+//! automaton), plus the gram table ([`MaskSet::memory_usage`] says how
 //! much). A [`Masker`] holds at most [`MaskSet::max_pattern_len`] − 1 body
 //! bytes, allocated once when it is made, plus one `u64` counter per secret
 //! name; the size of the body never matters. The longest pattern of a value of n bytes is at most 6n
@@ -211,6 +219,10 @@ pub struct MaskSet {
     holds: Box<[(StateID, u32)]>,
     /// Skips text where no occurrence can start; `None` without patterns.
     filter: Option<GramFilter>,
+    /// The same patterns, matched without regard to ASCII case, in the
+    /// same order (so pattern ids agree with `counted_by`): for header
+    /// names, which arrive lower-cased whatever the destination wrote.
+    anycase: aho_corasick::AhoCorasick,
     /// The longest pattern, in bytes (0 without patterns).
     max_len: usize,
 }
@@ -297,7 +309,18 @@ impl MaskSet {
             nfa.next_state(Anchored::No, start, byte)
         }));
         let filter = GramFilter::new(&patterns);
+        let anycase = aho_corasick::AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .ascii_case_insensitive(true)
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .prefilter(false)
+            .build(patterns.iter().map(|p| p.as_slice()))
+            .map_err(|source| MaskSetError::TooLarge {
+                patterns: patterns.len(),
+                source,
+            })?;
         Ok(MaskSet {
+            anycase,
             names: names.into_iter().map(str::to_owned).collect(),
             max_len: patterns.iter().map(|p| p.len()).max().unwrap_or(0),
             nfa,
@@ -334,6 +357,7 @@ impl MaskSet {
     /// counting lists and the gram table.
     pub fn memory_usage(&self) -> usize {
         self.nfa.memory_usage()
+            + self.anycase.memory_usage()
             + std::mem::size_of_val(&*self.holds)
             + self
                 .counted_by
@@ -619,6 +643,28 @@ impl Masker {
         let before: u64 = self.counts.iter().sum();
         self.set.scan(bytes, 0, self.set.start, &mut self.counts);
         self.counts.iter().sum::<u64>() - before
+    }
+
+    /// Whether a header name holds an occurrence, in any ASCII case.
+    pub fn name_matches(&self, name: &[u8]) -> bool {
+        self.set.anycase.is_match(name)
+    }
+
+    /// Mask a header name in place: every occurrence, in any ASCII case
+    /// (names arrive lower-cased), is masked and counted. Returns the
+    /// number of pattern matches found.
+    pub fn mask_name(&mut self, name: &mut [u8]) -> u64 {
+        let mut spans = Vec::new();
+        for m in self.set.anycase.find_overlapping_iter(&*name) {
+            spans.push(m.range());
+            for &secret in &self.set.counted_by[m.pattern().as_usize()] {
+                self.counts[secret as usize] += 1;
+            }
+        }
+        for span in &spans {
+            name[span.clone()].fill(b'*');
+        }
+        spans.len() as u64
     }
 
     /// Occurrences masked so far (body, header values and trailers), per

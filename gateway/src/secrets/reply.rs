@@ -1,12 +1,16 @@
 //! The destination's reply on its way to the session: masked.
 //!
 //! For a session with attachments, every reply — from any destination —
-//! has each header value, each body chunk (HTTP/1.1 chunked or sized,
-//! HTTP/2 DATA) and each trailer run through the session's [`Masker`]; a
-//! reply from a destination that received an attachment is also decoded
-//! first when it came compressed (the request asked for `identity`), and
-//! its framing headers fixed. A session without attachments has its replies
-//! passed as they are.
+//! has each header name and value, each body chunk (HTTP/1.1 chunked or
+//! sized, HTTP/2 DATA) and each trailer run through the session's
+//! [`Masker`]. A reply from a destination that received an attachment is
+//! first read as [`decode::plan`] decides on its head as sent: decoded when
+//! it came coded (the request asked for `identity`), its gRPC message flags
+//! read, or refused; and its framing headers fixed. A session without
+//! attachments has its replies passed as they are.
+//!
+//! Whatever the session, `hangar-refusal` never passes from a destination,
+//! in headers or trailers: only the gateway's own answers carry it.
 //!
 //! Masked bytes keep their length, so `content-length` stays true unless
 //! the body was decoded, in which case it is removed and each side frames
@@ -20,51 +24,57 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use crate::secrets::decode::{self, Decoder, ReplyCoding};
+use crate::refusal::REFUSAL_HEADER;
+pub use crate::secrets::decode::ReplyRefusal;
+use crate::secrets::decode::{Bounds, Decoder, GrpcFrames, Plan};
 use crate::secrets::mask::{MaskSet, Masker};
 
 /// Where a masked reply reports what it masked: once, when its body ends
-/// or is dropped, whichever comes first. The connection holds the other
-/// end (see `http::connection`), so the handle is also how it learns that
-/// every reply of it has reported.
+/// or is dropped, whichever comes first; and a reply cut in its body, when
+/// that happens. The connection holds the other end (see
+/// `http::connection`), so the handle is also how it learns that every
+/// reply of it has reported.
 pub trait MaskedReport: Send + Sync + 'static {
     /// Occurrences masked, per secret name (zeros included).
     fn masked(&self, counts: &mut dyn Iterator<Item = (&str, u64)>);
+    /// The reply was cut in its body, for this cause.
+    fn cut(&self, cause: ReplyRefusal);
 }
 
-/// Why a reply cannot be passed on: a fixed cause word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyRefusal {
-    /// A content coding the gateway cannot decode, from a destination
-    /// holding an attachment.
-    UnsupportedCoding,
-    /// A gRPC reply compressed per message (`grpc-encoding`), from a
-    /// destination holding an attachment: the gateway cannot read inside.
-    CompressedGrpc,
-}
-
-impl ReplyRefusal {
-    /// Every refusal of a reply.
-    pub const ALL: &'static [ReplyRefusal] = &[
-        ReplyRefusal::UnsupportedCoding,
-        ReplyRefusal::CompressedGrpc,
-    ];
-
-    /// The cause recorded with `upstream_failed`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReplyRefusal::UnsupportedCoding => "unsupported_content_encoding",
-            ReplyRefusal::CompressedGrpc => "compressed_grpc_reply",
-        }
-    }
-}
-
-/// Mask every header value of `headers` in place; returns how many values
-/// changed.
+/// Mask every header name and value of `headers` in place; returns how
+/// many names and values changed. Names are matched without regard to
+/// ASCII case: hyper and HTTP/2 give them in lower case whatever the
+/// destination wrote, so a value echoed in a name arrives lower-cased.
 pub fn mask_headers(masker: &mut Masker, headers: &mut HeaderMap) -> usize {
     let mut changed = 0;
+    if headers
+        .keys()
+        .any(|n| masker.name_matches(n.as_str().as_bytes()))
+    {
+        let mut last: Option<HeaderName> = None;
+        for (name, value) in std::mem::take(headers) {
+            let name = match name {
+                Some(name) => {
+                    let mut bytes = name.as_str().as_bytes().to_vec();
+                    if masker.mask_name(&mut bytes) > 0 {
+                        changed += 1;
+                    }
+                    // Asterisks are token characters; the rest was a name.
+                    let masked = HeaderName::from_bytes(&bytes).unwrap_or(name);
+                    zeroize::Zeroize::zeroize(&mut bytes);
+                    last = Some(masked.clone());
+                    masked
+                }
+                None => match &last {
+                    Some(name) => name.clone(),
+                    None => continue,
+                },
+            };
+            headers.append(name, value);
+        }
+    }
     for value in headers.values_mut() {
         let mut bytes = value.as_bytes().to_vec();
         if masker.mask_all(&mut bytes) > 0 {
@@ -80,43 +90,42 @@ pub fn mask_headers(masker: &mut Masker, headers: &mut HeaderMap) -> usize {
     changed
 }
 
-/// Prepare a reply for the session: mask its headers, decide whether its
-/// body is decoded, and wrap the body.
+/// Prepare a reply for the session: apply `plan` to its headers (decided
+/// on them as the destination sent them; `None` for a destination that
+/// received no attachment), mask its header names and values, and wrap
+/// the body. The caller has removed hop-by-hop headers and
+/// `hangar-refusal`.
 ///
 /// `set` is the session's mask set (none: the reply passes untouched);
-/// `attached` says whether this destination received an attachment.
+/// `bounds` bound its decoding.
 pub fn filter(
     headers: &mut HeaderMap,
     body: Incoming,
     set: Option<&Arc<MaskSet>>,
-    attached: bool,
+    plan: Option<Plan>,
+    bounds: Bounds,
     report: Arc<dyn MaskedReport>,
 ) -> Result<ReplyBody, ReplyRefusal> {
     let Some(set) = set else {
         return Ok(ReplyBody::plain(body));
     };
     let mut decoder = None;
-    if attached {
-        if headers
-            .get("grpc-encoding")
-            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
-        {
-            return Err(ReplyRefusal::CompressedGrpc);
+    let mut grpc = None;
+    if let Some(plan) = plan {
+        if let Some(coding) = plan.decode {
+            decoder = Some(Decoder::new(coding, bounds).map_err(|e| e.refusal())?);
+            headers.remove(header::CONTENT_ENCODING);
+            headers.remove(header::CONTENT_LENGTH);
+            // Validators and digests were of the encoded bytes.
+            headers.remove(header::ETAG);
+            headers.remove("content-md5");
+            headers.remove("content-digest");
+            headers.remove("repr-digest");
         }
-        match decode::reply_coding(headers) {
-            ReplyCoding::Identity => {}
-            ReplyCoding::Coded(coding) => {
-                decoder = Some(Decoder::new(coding).map_err(|_| ReplyRefusal::UnsupportedCoding)?);
-                headers.remove(header::CONTENT_ENCODING);
-                headers.remove(header::CONTENT_LENGTH);
-                // Validators and digests were of the encoded bytes.
-                headers.remove(header::ETAG);
-                headers.remove("content-md5");
-                headers.remove("content-digest");
-                headers.remove("repr-digest");
-            }
-            ReplyCoding::Unsupported(_) => return Err(ReplyRefusal::UnsupportedCoding),
-        }
+        grpc = plan.grpc.map(GrpcFrames::new);
+        // The session may not choose pieces of this destination's replies
+        // (its `Range` headers are removed): say so.
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("none"));
     }
     let mut masker = Masker::new(Arc::clone(set));
     mask_headers(&mut masker, headers);
@@ -125,12 +134,28 @@ pub fn filter(
         filter: Some(Box::new(Filter {
             masker,
             decoder,
+            grpc,
             ready: VecDeque::new(),
             trailers: None,
             done: false,
             report,
         })),
     })
+}
+
+/// The trailers as the session gets them: never a destination's
+/// `hangar-refusal`.
+fn own_trailers(frame: Frame<Bytes>) -> Frame<Bytes> {
+    if !frame.is_trailers() {
+        return frame;
+    }
+    match frame.into_trailers() {
+        Ok(mut trailers) => {
+            trailers.remove(REFUSAL_HEADER);
+            Frame::trailers(trailers)
+        }
+        Err(frame) => frame,
+    }
 }
 
 /// A reply body on its way to the session.
@@ -144,6 +169,9 @@ pub struct ReplyBody {
 struct Filter {
     masker: Masker,
     decoder: Option<Decoder>,
+    /// gRPC message flags read, for a gRPC reply from a destination that
+    /// received an attachment.
+    grpc: Option<GrpcFrames>,
     /// Masked body pieces not yet passed on: a chunk may come out as two
     /// (the bytes held from before it, then the chunk itself, uncopied).
     ready: VecDeque<Bytes>,
@@ -159,6 +187,7 @@ impl fmt::Debug for Filter {
         f.debug_struct("Filter")
             .field("masker", &self.masker)
             .field("decoder", &self.decoder)
+            .field("grpc", &self.grpc.is_some())
             .field("ready_pieces", &self.ready.len())
             .field("trailers", &self.trailers.is_some())
             .field("done", &self.done)
@@ -187,8 +216,8 @@ impl Drop for Filter {
 pub enum ReplyError {
     #[error("the destination's reply failed: {0}")]
     Upstream(#[from] hyper::Error),
-    #[error("the reply cannot be decoded: {0}")]
-    Decode(#[from] decode::DecodeError),
+    #[error("the reply was cut by the gateway: {}", .0.as_str())]
+    Cut(ReplyRefusal),
 }
 
 impl Body for ReplyBody {
@@ -203,6 +232,7 @@ impl Body for ReplyBody {
         let Some(f) = this.filter.as_deref_mut() else {
             return Pin::new(&mut this.inner)
                 .poll_frame(cx)
+                .map_ok(own_trailers)
                 .map_err(ReplyError::Upstream);
         };
         loop {
@@ -222,17 +252,18 @@ impl Body for ReplyBody {
                 Poll::Ready(Some(Ok(frame))) => frame,
                 Poll::Ready(None) => {
                     f.done = true;
-                    f.flush()?;
+                    f.cut_on(Filter::flush)?;
                     continue;
                 }
             };
             match frame.into_data() {
-                Ok(data) => f.data(data)?,
+                Ok(data) => f.cut_on(|f| f.data(data))?,
                 Err(frame) => {
                     if let Ok(mut trailers) = frame.into_trailers() {
+                        trailers.remove(REFUSAL_HEADER);
                         mask_headers(&mut f.masker, &mut trailers);
                         f.trailers = Some(trailers);
-                        f.flush()?;
+                        f.cut_on(Filter::flush)?;
                     }
                 }
             }
@@ -256,23 +287,47 @@ impl Body for ReplyBody {
 }
 
 impl Filter {
-    /// One body chunk: decoded if needed, then masked; what is ready goes
-    /// to `ready`.
-    fn data(&mut self, data: Bytes) -> Result<(), ReplyError> {
+    /// Run `step`; when it refuses the reply, report the cut once, drop
+    /// what was ready (none of it may be whole, and the reply ends here
+    /// anyway), and fail the body.
+    fn cut_on(
+        &mut self,
+        step: impl FnOnce(&mut Filter) -> Result<(), ReplyRefusal>,
+    ) -> Result<(), ReplyError> {
+        step(self).map_err(|cause| {
+            self.report.cut(cause);
+            self.ready.clear();
+            self.trailers = None;
+            self.done = true;
+            ReplyError::Cut(cause)
+        })
+    }
+
+    /// One body chunk: decoded if needed, its gRPC flags read, then masked;
+    /// what is ready goes to `ready`.
+    fn data(&mut self, data: Bytes) -> Result<(), ReplyRefusal> {
         match &mut self.decoder {
             Some(d) => {
                 // Decoded text is the gateway's own buffer, unmasked: copied
                 // and masked, then wiped.
                 let mut plain = Vec::new();
-                d.push(&data, &mut plain)?;
+                let decoded = d.push(&data, &mut plain);
+                let read = self.grpc.as_mut().map_or(Ok(()), |g| g.read(&plain));
                 let mut out = Vec::new();
-                self.masker.push(&plain, &mut out);
+                if decoded.is_ok() && read.is_ok() {
+                    self.masker.push(&plain, &mut out);
+                }
                 zeroize::Zeroize::zeroize(&mut plain);
+                decoded.map_err(|e| e.refusal())?;
+                read?;
                 self.ready_vec(out);
             }
             // Passed on uncopied when it holds no occurrence: masking is
             // then a read of each byte, not a copy and an allocation too.
             None => {
+                if let Some(g) = &mut self.grpc {
+                    g.read(&data)?;
+                }
                 let ready = &mut self.ready;
                 self.masker.push_bytes(data, |piece| ready.push_back(piece));
             }
@@ -282,13 +337,18 @@ impl Filter {
 
     /// End of the body: what the decoder and the masker still hold goes to
     /// `ready`.
-    fn flush(&mut self) -> Result<(), ReplyError> {
+    fn flush(&mut self) -> Result<(), ReplyRefusal> {
         let mut out = Vec::new();
         if let Some(d) = &mut self.decoder {
             let mut plain = Vec::new();
-            d.finish(&mut plain)?;
-            self.masker.push(&plain, &mut out);
+            let decoded = d.finish(&mut plain);
+            let read = self.grpc.as_mut().map_or(Ok(()), |g| g.read(&plain));
+            if decoded.is_ok() && read.is_ok() {
+                self.masker.push(&plain, &mut out);
+            }
             zeroize::Zeroize::zeroize(&mut plain);
+            decoded.map_err(|e| e.refusal())?;
+            read?;
         }
         self.masker.finish(&mut out);
         self.ready_vec(out);

@@ -137,6 +137,8 @@ pub fn from_file(name: &str, path: &Path) -> Result<SecretBytes, SecretError> {
 /// A secret attached to a destination's requests, value included.
 #[derive(Clone, Debug)]
 pub struct Attachment {
+    /// What attached it (secret, destination, header, scheme).
+    pub spec: AttachSpec,
     pub secret: String,
     pub destination: Name,
     pub header: HeaderName,
@@ -170,6 +172,7 @@ impl Attachment {
             })?;
         header_value.set_sensitive(true);
         Ok(Attachment {
+            spec: spec.clone(),
             secret: spec.secret().to_owned(),
             destination: spec.destination().clone(),
             header,

@@ -24,7 +24,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use talos_certs::{Decision, Proposal, ProposalKind, Signed, Verdict};
@@ -39,6 +39,7 @@ pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The Lock's rules as the contract checks them ([`talos_contract::lock`]):
 /// the control plane keeps the same rules when a rule is added.
 pub use talos_contract::lock::{LockRule, Mode, MAX_RULES};
+pub use talos_contract::path::RoutedPath;
 
 /// How a hold ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +107,17 @@ struct Pending {
 #[derive(Clone, Debug)]
 pub struct Proposer {
     tx: mpsc::UnboundedSender<(Proposal, String, String)>,
+    /// Told of every first use approved, once this process has handed its
+    /// authorities to a successor (which must count them too).
+    first_uses: Arc<Mutex<Option<mpsc::UnboundedSender<FirstUse>>>>,
+}
+
+/// A `first_use` rule's first use approved under one authority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FirstUse {
+    pub session_id: String,
+    pub attempt: u32,
+    pub rule: String,
 }
 
 impl Proposer {
@@ -115,11 +127,33 @@ impl Proposer {
         mpsc::UnboundedReceiver<(Proposal, String, String)>,
     ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Proposer { tx }, rx)
+        (
+            Proposer {
+                tx,
+                first_uses: Arc::default(),
+            },
+            rx,
+        )
     }
 
     fn send(&self, p: Proposal, sentence: String, digest: String) -> bool {
         self.tx.send((p, sentence, digest)).is_ok()
+    }
+
+    /// From now on, tell `to` of every first use approved.
+    pub fn report_first_uses(&self, to: mpsc::UnboundedSender<FirstUse>) {
+        *self.first_uses.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+    }
+
+    fn first_use(&self, session_id: &str, attempt: u32, rule: &str) {
+        let to = self.first_uses.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(to) = to.as_ref() {
+            let _ = to.send(FirstUse {
+                session_id: session_id.to_owned(),
+                attempt,
+                rule: rule.to_owned(),
+            });
+        }
     }
 }
 
@@ -154,7 +188,8 @@ pub struct Ask<'a> {
     pub kind: ProposalKind,
     pub destination: &'a Name,
     pub method: &'a str,
-    pub path: &'a str,
+    /// The path as the Lock judges it; proposals carry its canonical form.
+    pub path: &'a RoutedPath,
     pub attachments: Vec<&'a str>,
     pub tool: &'a str,
     pub call_digest: &'a str,
@@ -199,6 +234,43 @@ impl Approvals {
         })
     }
 
+    /// The approval relay's public key, if the authority has one.
+    pub fn relay_key(&self) -> Option<[u8; 32]> {
+        self.relay_key
+    }
+
+    /// The rules whose first use was approved under this authority, sorted.
+    pub fn first_uses(&self) -> Vec<String> {
+        let done = self
+            .first_use_done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut rules: Vec<String> = done.iter().cloned().collect();
+        rules.sort();
+        rules
+    }
+
+    /// Count `rule`'s first use as approved (one approved under this
+    /// authority in the process that handed it over).
+    pub fn mark_first_use(&self, rule: &str) {
+        if self
+            .rules
+            .iter()
+            .any(|r| r.id == rule && r.mode == Mode::FirstUse)
+        {
+            self.first_use_done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rule.to_owned());
+        }
+    }
+
+    /// Whether a hold sends a proposal: a relay key and a way to the relay.
+    /// Without, a hold is declined at once, and nothing is sent.
+    pub fn proposes(&self) -> bool {
+        self.relay_key.is_some() && self.proposer.is_some()
+    }
+
     /// Requests waiting now.
     pub fn pending_count(&self) -> usize {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -240,7 +312,7 @@ impl Approvals {
             kind: ask.kind,
             destination: ask.destination.as_str().to_owned(),
             method: ask.method.to_owned(),
-            path: ask.path.to_owned(),
+            path: ask.path.canonical().to_owned(),
             attachments,
             rule: rule.id.clone(),
             tool: ask.tool.to_owned(),
@@ -309,6 +381,9 @@ impl Approvals {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(rule.id.clone());
+                if let Some(p) = &self.proposer {
+                    p.first_use(ask.session_id, ask.attempt, &rule.id);
+                }
             }
         }
         metrics::counter!("gateway_approvals_total", "outcome" => outcome.as_str()).increment(1);
@@ -450,6 +525,8 @@ mod tests {
     }
 
     fn ask(dest: &Name) -> Ask<'_> {
+        static PATH: std::sync::LazyLock<RoutedPath> =
+            std::sync::LazyLock::new(|| RoutedPath::new("/merge/7"));
         Ask {
             gateway_id: "gw-a",
             session_id: "sbx-1",
@@ -458,7 +535,7 @@ mod tests {
             kind: ProposalKind::Request,
             destination: dest,
             method: "POST",
-            path: "/merge/7",
+            path: &PATH,
             attachments: vec!["GH"],
             tool: "",
             call_digest: "",

@@ -133,6 +133,35 @@ impl Lease {
         }
     }
 
+    /// A lease ending at `until` on `clock` (a lease handed over by the
+    /// process that gave it: both read `CLOCK_BOOTTIME`).
+    pub fn ending_at(
+        clock: SharedClock,
+        until: Millis,
+        on_lapse: Option<Arc<tokio::sync::Notify>>,
+    ) -> Lease {
+        Lease {
+            clock,
+            on_lapse,
+            until: AtomicU64::new(until.min(NONE - 1)),
+        }
+    }
+
+    /// The authority went to a successor process, which holds its lease
+    /// now and ends it there and here ([`crate::handover::link`]): this
+    /// process stops reading the lease.
+    pub fn hand_over(&self) {
+        self.until.store(NONE, Ordering::Release);
+    }
+
+    /// Where the lease ends; `None` without a lease.
+    pub fn until(&self) -> Option<Millis> {
+        match self.until.load(Ordering::Acquire) {
+            NONE => None,
+            until => Some(until),
+        }
+    }
+
     /// No lease: the authority lives until it is closed.
     pub fn none(clock: SharedClock) -> Lease {
         Lease {

@@ -1,11 +1,13 @@
 //! A session's authority on this gateway.
 //!
 //! - [`lease`]: authority leases and the clock they are read against.
+//! - [`share`]: one session's share of the gateway: its bounds, counted.
 //! - [`approvals`]: the Lock's rules, requests held for approval, decisions.
 //! - [`upstream`]: connections to destinations, pooled per session.
 //! - [`sessions`]: sessions by source address: allowlist, CA, TLS, pool, attachments.
 
 pub mod lease;
+pub mod share;
 pub mod approvals;
 pub mod upstream;
 pub mod sessions;

@@ -19,7 +19,8 @@ use crate::secrets::mask::MaskSet;
 use crate::secrets::secret::{Attachment, SecretBytes, SecretError};
 use crate::session::approvals::{Approvals, LockRule, Proposer};
 use crate::session::lease::Lease;
-use crate::session::upstream::Pool;
+use crate::session::share::{self, Share};
+use crate::session::upstream::{Dialing, Pool};
 use crate::tls;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::{TaskTracker, TaskTrackerToken};
@@ -59,6 +60,8 @@ pub struct Session {
     /// Connections of this session open now (see [`Session::track`]):
     /// one token each, held until the connection's record is on disk.
     live: TaskTracker,
+    /// The session's share of the gateway: its bounds, counted.
+    pub share: Arc<Share>,
 }
 
 /// Counts one open connection of a session until dropped; holds the
@@ -94,13 +97,30 @@ pub enum RemoveError {
     OtherAttempt { open: u32 },
 }
 
-/// What every session's TLS toward destinations uses.
+/// What every session is opened with: how its upstream connections are
+/// made, and the bounds of its share. A reload changes both for every
+/// session ([`Session::retune`]).
 #[derive(Debug, Clone)]
 pub struct UpstreamSettings {
-    pub port: u16,
-    pub connect_timeout: std::time::Duration,
-    /// Public roots plus the configured extra anchors.
-    pub tls: Arc<rustls::ClientConfig>,
+    /// TLS toward destinations (public roots plus the configured extra
+    /// anchors), the port, the connect timeout.
+    pub dialing: Arc<Dialing>,
+    /// Every session's bounds ([`Share`]).
+    pub share: share::Limits,
+}
+
+impl UpstreamSettings {
+    pub fn new(
+        tls: Arc<rustls::ClientConfig>,
+        port: u16,
+        connect_timeout: Duration,
+        share: share::Limits,
+    ) -> UpstreamSettings {
+        UpstreamSettings {
+            dialing: Arc::new(Dialing::new(tls, port, connect_timeout)),
+            share,
+        }
+    }
 }
 
 /// The identity of a session's authority.
@@ -143,7 +163,24 @@ impl Session {
             .map(|n| n.as_str().to_owned())
             .collect();
         let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
-        let leaves = Arc::new(LeafCache::new(ca));
+        Session::with_ca(
+            spec,
+            Arc::new(LeafCache::new(ca)),
+            upstream,
+            proposer,
+            lease,
+        )
+    }
+
+    /// A session's authority around a CA made already: by
+    /// [`Session::open`], or in the process that handed it over.
+    pub fn with_ca(
+        spec: SessionSpec,
+        leaves: Arc<LeafCache>,
+        upstream: &UpstreamSettings,
+        proposer: Option<&Proposer>,
+        lease: Lease,
+    ) -> Result<Session, OpenError> {
         let resolver = tls::LeafResolver::new(Arc::clone(&leaves));
         let mask = if spec.attachments.is_empty() {
             None
@@ -161,11 +198,7 @@ impl Session {
             attempt: spec.attempt,
             allowlist: spec.allowlist.into_iter().collect(),
             tls: tls::server_config(Arc::new(resolver)),
-            pool: Pool::new(
-                Arc::clone(&upstream.tls),
-                upstream.port,
-                upstream.connect_timeout,
-            ),
+            pool: Pool::new(Arc::clone(&upstream.dialing)),
             attachments: spec.attachments,
             approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned()),
             mask,
@@ -173,6 +206,7 @@ impl Session {
             ended: CancellationToken::new(),
             lease,
             live: TaskTracker::new(),
+            share: Arc::new(Share::new(upstream.share)),
         })
     }
 
@@ -187,6 +221,13 @@ impl Session {
     /// How many connections of this session are open now.
     pub fn live_connections(&self) -> u32 {
         u32::try_from(self.live.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Apply a reload's settings: new upstream connections are made as
+    /// `upstream` says, and the share's bounds are its bounds.
+    pub fn retune(&self, upstream: &UpstreamSettings) {
+        self.pool.redial(Arc::clone(&upstream.dialing));
+        self.share.set_limits(&upstream.share);
     }
 
     /// Whether the authority may be used now: not ended, lease not lapsed.
@@ -402,9 +443,39 @@ impl Sessions {
         t.by_id.drain().map(|(_, s)| s).collect()
     }
 
+    /// The session whose source address is `ip`, with the connection
+    /// counted on it ([`Session::track`]). The count is taken under the
+    /// table's lock, so a session found here has not been removed yet, and
+    /// an end (which removes it first, then waits for its connections)
+    /// waits for this one too: no connection of an ended authority can be
+    /// recorded after its drop report.
+    pub fn track_by_source(&self, ip: IpAddr) -> Option<Live> {
+        self.read()
+            .by_source
+            .get(&canonical_ip(ip))
+            .map(Session::track)
+    }
+
     /// The session whose source address is `ip`.
     pub fn by_source(&self, ip: IpAddr) -> Option<Arc<Session>> {
         self.read().by_source.get(&canonical_ip(ip)).cloned()
+    }
+
+    /// Every open session with the sources it holds, once each.
+    pub fn snapshot(&self) -> Vec<(Arc<Session>, Vec<IpAddr>)> {
+        let t = self.read();
+        let mut sources: HashMap<*const Session, Vec<IpAddr>> = HashMap::new();
+        for (ip, s) in &t.by_source {
+            sources.entry(Arc::as_ptr(s)).or_default().push(*ip);
+        }
+        t.by_id
+            .values()
+            .map(|s| {
+                let mut ips = sources.remove(&Arc::as_ptr(s)).unwrap_or_default();
+                ips.sort();
+                (Arc::clone(s), ips)
+            })
+            .collect()
     }
 
     /// Every open session, once each.
@@ -437,11 +508,12 @@ mod tests {
     use super::*;
 
     fn session(id: &str, attempt: u32) -> Arc<Session> {
-        let upstream = UpstreamSettings {
-            port: 443,
-            connect_timeout: std::time::Duration::from_secs(1),
-            tls: tls::client_config(&[]),
-        };
+        let upstream = UpstreamSettings::new(
+            tls::client_config(&[]),
+            443,
+            std::time::Duration::from_secs(1),
+            Default::default(),
+        );
         let spec = SessionSpec {
             id: id.into(),
             tenant: "acme".into(),

@@ -159,31 +159,59 @@ struct Idle {
     h2_only: bool,
 }
 
-/// One session's upstream connections.
+/// How a pool's new connections are made: the TLS configs (offering both
+/// protocols, and HTTP/1.1 alone), the port, the connect timeout.
 #[derive(Debug)]
-pub struct Pool {
+pub struct Dialing {
     /// ALPN `h2, http/1.1`.
     tls: Arc<rustls::ClientConfig>,
     /// ALPN `http/1.1` alone.
     tls_h1: Arc<rustls::ClientConfig>,
     connect_timeout: Duration,
     port: u16,
+}
+
+impl Dialing {
+    /// Connections with `tls` (trust anchors, ALPN `h2, http/1.1`) to
+    /// `port`, each given `connect_timeout` to connect and to shake hands.
+    pub fn new(tls: Arc<rustls::ClientConfig>, port: u16, connect_timeout: Duration) -> Dialing {
+        let mut h1 = (*tls).clone();
+        h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Dialing {
+            tls_h1: Arc::new(h1),
+            tls,
+            connect_timeout,
+            port,
+        }
+    }
+}
+
+/// One session's upstream connections.
+#[derive(Debug)]
+pub struct Pool {
+    /// Read once per new connection; a reload replaces it, and pooled
+    /// connections go on as they were made.
+    dialing: std::sync::RwLock<Arc<Dialing>>,
     // The lock is held only to push or pop, never across an await.
     idle: Mutex<HashMap<Name, Idle>>,
 }
 
 impl Pool {
-    /// A pool whose connections use `tls` and go to `port`.
-    pub fn new(tls: Arc<rustls::ClientConfig>, port: u16, connect_timeout: Duration) -> Pool {
-        let mut h1 = (*tls).clone();
-        h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+    /// A pool whose new connections are made as `dialing` says.
+    pub fn new(dialing: Arc<Dialing>) -> Pool {
         Pool {
-            tls_h1: Arc::new(h1),
-            tls,
-            connect_timeout,
-            port,
+            dialing: std::sync::RwLock::new(dialing),
             idle: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Make new connections as `dialing` says from now on.
+    pub fn redial(&self, dialing: Arc<Dialing>) {
+        *self.dialing.write().unwrap_or_else(|p| p.into_inner()) = dialing;
+    }
+
+    fn dialing(&self) -> Arc<Dialing> {
+        Arc::clone(&self.dialing.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// A connection to `name` for a request that needs `want`: a pooled one
@@ -200,8 +228,9 @@ impl Pool {
         }
         // On the heap: a connection is made rarely, and its handshake's
         // state would otherwise be inline in every request's future.
+        let dialing = self.dialing();
         if want == Want::Http1 && !self.h2_only(name) {
-            match Box::pin(self.connect(name, addrs, &self.tls_h1)).await {
+            match Box::pin(self.connect(name, addrs, &dialing, &dialing.tls_h1)).await {
                 Err(ConnectError::NoHttp1) => {
                     let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                     idle.entry(name.clone()).or_default().h2_only = true;
@@ -213,7 +242,7 @@ impl Pool {
                 other => return other.map_err(ConnectError::failure),
             }
         }
-        Box::pin(self.connect(name, addrs, &self.tls))
+        Box::pin(self.connect(name, addrs, &dialing, &dialing.tls))
             .await
             .map_err(ConnectError::failure)
     }
@@ -281,15 +310,19 @@ impl Pool {
         &self,
         name: &Name,
         addrs: &[IpAddr],
+        dialing: &Dialing,
         tls: &Arc<rustls::ClientConfig>,
     ) -> Result<Checkout, ConnectError> {
-        let (tcp, addr) = self.tcp(addrs).await.map_err(ConnectError::Failed)?;
+        let (tcp, addr) = self
+            .tcp(addrs, dialing)
+            .await
+            .map_err(ConnectError::Failed)?;
         let server_name = ServerName::try_from(name.as_str().to_owned())
             .map_err(|_| ConnectError::Failed(ConnectFailure::Tls))?;
         let offered_both = tls.alpn_protocols.len() > 1;
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
         let tls = match tokio::time::timeout(
-            self.connect_timeout,
+            dialing.connect_timeout,
             connector.connect(server_name, tcp),
         )
         .await
@@ -334,11 +367,15 @@ impl Pool {
         Ok(Checkout { sender, addr })
     }
 
-    async fn tcp(&self, addrs: &[IpAddr]) -> Result<(TcpStream, SocketAddr), ConnectFailure> {
+    async fn tcp(
+        &self,
+        addrs: &[IpAddr],
+        dialing: &Dialing,
+    ) -> Result<(TcpStream, SocketAddr), ConnectFailure> {
         let mut failure = ConnectFailure::Unreachable;
         for ip in addrs {
-            let addr = SocketAddr::new(*ip, self.port);
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+            let addr = SocketAddr::new(*ip, dialing.port);
+            match tokio::time::timeout(dialing.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
                     let _ = stream.set_nodelay(true);
                     return Ok((stream, addr));

@@ -68,6 +68,12 @@ async fn measure(dir: PathBuf, count: usize, conns: usize) -> serde_json::Value 
     );
     let config = TestConfig {
         control: Some(control),
+        // One session holds them all: its share must allow that many held
+        // requests and cards (the defaults bound a session at 32 and 30 a
+        // minute).
+        limits: format!(
+            "session_held_requests = {count}\nsession_proposal_burst = {count}\nsession_proposals_per_minute = {count}\n"
+        ),
         ..peers.config()
     };
     let gateway = Gateway::start(&dir, &config.toml(&dir));

@@ -1,0 +1,431 @@
+//! A session's authority ends everywhere, whatever fails: the state
+//! machine and `serve`'s upkeep loop against a fake pair whose members go
+//! down, restart or let leases lapse, on a clock the tests move (no test
+//! here sleeps).
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::{request, Env, ACCEPT};
+use talos_control_stub::fake::Call;
+use talos_control_stub::model::AttemptEnd;
+use talos_control_stub::upkeep::Upkeep;
+use talos_control_stub::{confirm, EndReason, Mode, StartRequest, State};
+
+/// One tick of the upkeep loop at `now` (renewing too when `renew`).
+fn tick(env: &mut Env, now: SystemTime, renew: bool) -> talos_control_stub::upkeep::TickReport {
+    let key = talos_certs::GatewayKey::generate().unwrap();
+    Upkeep {
+        store: &mut env.store,
+        link: &env.link,
+        verifier: &ACCEPT,
+        plane_key: Some(&key),
+        relay_public_key: None,
+    }
+    .tick(now, renew)
+    .unwrap()
+}
+
+fn owed(env: &mut Env, id: &str) -> Vec<String> {
+    env.life()
+        .status(id)
+        .unwrap()
+        .closes
+        .into_iter()
+        .filter(|c| c.confirmed_at.is_none())
+        .map(|c| c.gateway_id)
+        .collect()
+}
+
+fn state(env: &mut Env, id: &str) -> State {
+    env.life().status(id).unwrap().session.state
+}
+
+#[test]
+fn stop_with_a_member_down_ends_the_session_and_its_close_is_asked_until_confirmed() {
+    for revoke in [false, true] {
+        let mut env = Env::new().with_policy();
+        let id = env.start(Mode::Commands).session_id;
+        env.link.set_down("gw-b", true);
+        let t = if revoke {
+            env.life().revoke_all(&id).unwrap()
+        } else {
+            env.life().stop(&id).unwrap()
+        };
+        // The end is committed and gw-a confirmed at once; gw-b's close is
+        // owed, with the error, and the reset incomplete.
+        assert_eq!(t.state, State::ResetIncomplete);
+        assert!(!env.link.member_holds("gw-a", &id));
+        assert_eq!(owed(&mut env, &id), ["gw-b"]);
+        let close = &t.closes_owed[0];
+        assert!(
+            close.last_error.as_deref().unwrap().contains("down"),
+            "{close:?}"
+        );
+        assert_eq!(close.tries, 1);
+        // Not due yet: a tick now asks nothing.
+        let now = SystemTime::now();
+        assert_eq!(tick(&mut env, now, false).closes_asked, 0);
+        // Still down at the next ask: owed again, later (the delay doubles).
+        let first_next = env.life().status(&id).unwrap().closes[1].next_at.clone();
+        let r = tick(&mut env, now + Duration::from_secs(2), false);
+        assert_eq!((r.closes_asked, r.closes_confirmed), (1, 0));
+        let second_next = env.life().status(&id).unwrap().closes[1].next_at.clone();
+        assert!(second_next > first_next);
+        // Back up: the next ask confirms, and the session is ended.
+        env.link.set_down("gw-b", false);
+        let r = tick(&mut env, now + Duration::from_secs(60), false);
+        assert_eq!(r.closes_confirmed, 1);
+        assert!(!env.link.holds(&id));
+        assert_eq!(state(&mut env, &id), State::Ended);
+        assert!(owed(&mut env, &id).is_empty());
+        // And the certificate, once the chains are in.
+        assert_eq!(env.issue(&id)["issued"], true);
+    }
+}
+
+#[test]
+fn owed_closes_survive_a_restart_of_the_control_plane() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Agent).session_id;
+    env.link.set_down("gw-a", true);
+    env.life().stop(&id).unwrap();
+    // A new store connection, as a restarted `serve` opens.
+    let db = env.db();
+    env.store = talos_control_stub::Store::open(&db).unwrap();
+    env.link.set_down("gw-a", false);
+    let r = tick(&mut env, SystemTime::now() + Duration::from_secs(5), false);
+    assert_eq!(r.closes_confirmed, 1);
+    assert_eq!(state(&mut env, &id), State::Ended);
+}
+
+#[test]
+fn a_lease_that_lapsed_on_a_member_nobody_reached_is_confirmed_from_its_chain() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    // gw-b is cut off (hung, partitioned): the stop cannot reach it.
+    env.link.set_down("gw-b", true);
+    env.life().revoke_all(&id).unwrap();
+    assert_eq!(owed(&mut env, &id), ["gw-b"]);
+    // Nobody renews it, so its lease lapses: it ends the authority itself
+    // and puts the report in its chain, which the consumer receives.
+    let report = env.link.lapse("gw-b", &id).expect("gw-b held it");
+    assert_eq!(report.reason, "lease_expired");
+    env.store
+        .write(|tx| confirm::chain_drop_report(tx, &ACCEPT, &report, 9))
+        .unwrap();
+    assert!(owed(&mut env, &id).is_empty());
+    assert_eq!(state(&mut env, &id), State::Ended);
+    let status = env.life().status(&id).unwrap();
+    let gw_b = status.attempts[0]
+        .ca
+        .iter()
+        .find(|c| c.gateway_id == "gw-b")
+        .unwrap();
+    assert_eq!(
+        gw_b.destroy_reason.map(|r| r.as_str()),
+        Some("lease_expired")
+    );
+    let closes = status.closes;
+    assert_eq!(
+        closes
+            .iter()
+            .find(|c| c.gateway_id == "gw-b")
+            .unwrap()
+            .confirmed_by
+            .as_deref(),
+        Some("chain")
+    );
+    // When gw-b wakes, the retry gets the same report: nothing changes.
+    env.link.set_down("gw-b", false);
+    tick(
+        &mut env,
+        SystemTime::now() + Duration::from_secs(120),
+        false,
+    );
+    assert_eq!(state(&mut env, &id), State::Ended);
+}
+
+#[test]
+fn a_restarted_member_is_confirmed_by_its_start_report_and_serves_the_next_attempt() {
+    let mut env = Env::new().with_policy();
+    let t = env.start(Mode::Commands);
+    let id = t.session_id.clone();
+    let old_instance = env.link.instance("gw-b");
+    let new_instance = env.link.restart("gw-b");
+    assert_ne!(old_instance, new_instance);
+    // A pause after the restart works: gw-b's new process never held the
+    // attempt (not held), which is no confirmation by itself.
+    let p = env.life().pause(&id).unwrap();
+    assert_eq!(p.state, State::Paused);
+    assert_eq!(owed(&mut env, &id), ["gw-b"]);
+    let close = &p.closes_owed[0];
+    assert!(
+        close.last_error.as_deref().unwrap().contains("restarted"),
+        "{close:?}"
+    );
+    // Its start report (in its chain) says the old process is gone, with
+    // everything it held.
+    env.store
+        .write(|tx| {
+            let r = talos_control_stub::store::StartRecord {
+                gateway_id: "gw-b".into(),
+                instance: old_instance.clone(),
+                started_at: "2026-12-01T00:00:00.000Z".into(),
+                previous_instance: String::new(),
+                cut_by_crash: 0,
+                key_id: "k".into(),
+                batch_seq: 1,
+                received_at: "2026-12-01T00:00:00.000Z".into(),
+                report_digest: "d1".into(),
+            };
+            tx.insert_start_report(&r, b"old")?;
+            let r = talos_control_stub::store::StartRecord {
+                instance: new_instance.clone(),
+                previous_instance: old_instance.clone(),
+                batch_seq: 5,
+                report_digest: "d5".into(),
+                ..r
+            };
+            tx.insert_start_report(&r, b"new")?;
+            confirm::start_report(tx, "gw-b", &new_instance, "d5")?;
+            Ok(())
+        })
+        .unwrap();
+    assert!(owed(&mut env, &id).is_empty());
+    // Resume opens on both, gw-b from its new process; the trust bundle
+    // holds only live CAs.
+    let r = env.life().resume(&id).unwrap();
+    assert_eq!(r.ca.len(), 2);
+    let status = env.life().status(&id).unwrap();
+    let live: Vec<&str> = status
+        .attempts
+        .iter()
+        .flat_map(|a| a.ca.iter())
+        .filter(|c| c.destroyed_at.is_none())
+        .map(|c| c.digest.as_str())
+        .collect();
+    assert_eq!(live, [r.ca[0].digest.as_str(), r.ca[1].digest.as_str()]);
+    let gw_b_first = status.attempts[0]
+        .ca
+        .iter()
+        .find(|c| c.gateway_id == "gw-b")
+        .unwrap();
+    assert_eq!(
+        gw_b_first.destroy_reason.map(|r| r.as_str()),
+        Some("gateway_restarted")
+    );
+    // A start report of a process older than the one that made a CA does
+    // not touch it.
+    env.store
+        .write(|tx| {
+            confirm::start_report(tx, "gw-b", &old_instance, "d1")?;
+            Ok(())
+        })
+        .unwrap();
+    let still: usize = env.life().status(&id).unwrap().attempts[1]
+        .ca
+        .iter()
+        .filter(|c| c.destroyed_at.is_none())
+        .count();
+    assert_eq!(still, 2);
+    let s = env.life().stop(&id).unwrap();
+    assert_eq!(s.state, State::Ended);
+}
+
+#[test]
+fn leases_are_renewed_for_live_attempts_only_and_a_renewal_never_revives() {
+    let mut env = Env::new().with_policy();
+    let running = env.start(Mode::Commands).session_id;
+    let mut req = request(Mode::Commands);
+    req.sources = vec!["10.1.0.3".into()];
+    let paused = env.life().start(&req).unwrap().session_id;
+    env.life().pause(&paused).unwrap();
+    let r = tick(&mut env, SystemTime::now(), true);
+    assert_eq!(r.members_up, ["gw-a", "gw-b"]);
+    assert_eq!(r.renewed, 2, "one running session on two members");
+    let renewals: Vec<_> = env
+        .link
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Renew(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    let last = renewals.last().unwrap();
+    assert_eq!(last.len(), 2, "one call per member");
+    for (_, leases) in last {
+        assert_eq!(leases, &vec![(running.clone(), 1)]);
+    }
+    // A member whose authority lapsed says so, and is not made to hold it
+    // again.
+    env.link.lapse("gw-a", &running).unwrap();
+    let r = tick(&mut env, SystemTime::now(), true);
+    assert_eq!(r.renewed, 1);
+    assert_eq!(r.not_held, [("gw-a".to_owned(), running.clone(), 1)]);
+    assert!(!env.link.member_holds("gw-a", &running));
+    // A member down is reported, and the renewal of the other goes on.
+    env.link.set_down("gw-b", true);
+    let r = tick(&mut env, SystemTime::now(), true);
+    assert_eq!(r.members_down.len(), 1);
+}
+
+#[test]
+fn an_open_with_a_member_down_goes_on_through_the_other() {
+    let mut env = Env::new().with_policy();
+    env.link.set_down("gw-b", true);
+    let t = env.start(Mode::Commands);
+    assert_eq!(t.ca.len(), 1);
+    assert_eq!(t.unreached.len(), 1);
+    assert_eq!(t.unreached[0].gateway, "gw-b");
+    // A close is owed to gw-b, in case the open reached it unseen; when it
+    // answers that it holds nothing, that is settled.
+    let id = t.session_id;
+    env.link.set_down("gw-b", false);
+    let r = tick(&mut env, SystemTime::now() + Duration::from_secs(5), false);
+    assert_eq!(r.closes_confirmed, 1);
+    let closes = env.life().status(&id).unwrap().closes;
+    assert_eq!(closes[0].confirmed_by.as_deref(), Some("not_held"));
+    assert_eq!(state(&mut env, &id), State::Running);
+    // With no member up, a resume fails and its attempt ends start_failed.
+    env.life().pause(&id).unwrap();
+    env.link.set_down("gw-a", true);
+    env.link.set_down("gw-b", true);
+    assert_eq!(
+        env.life().resume(&id).unwrap_err().code(),
+        "gateway_unreachable"
+    );
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state, State::Paused);
+    let last = status.attempts.last().unwrap();
+    assert_eq!(last.attempt.end_cause, Some(AttemptEnd::StartFailed));
+    // The next resume, with the members back, is a new attempt.
+    env.link.set_down("gw-a", false);
+    env.link.set_down("gw-b", false);
+    let r = env.life().resume(&id).unwrap();
+    assert_eq!(r.attempt, 3);
+    assert_eq!(r.ca.len(), 2);
+}
+
+#[test]
+fn an_interrupted_session_that_does_not_recover_in_30_minutes_ends() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    env.life().interrupt(&id).unwrap();
+    let now = SystemTime::now();
+    assert!(tick(&mut env, now + Duration::from_secs(29 * 60), false)
+        .events
+        .is_empty());
+    assert_eq!(state(&mut env, &id), State::Interrupted);
+    let r = tick(&mut env, now + Duration::from_secs(31 * 60), false);
+    assert_eq!(r.events.len(), 1);
+    let s = env.life().status(&id).unwrap().session;
+    assert_eq!(s.state, State::Ended);
+    assert_eq!(s.end_reason, Some(EndReason::InterruptionLost));
+    assert_eq!(s.outcome.as_deref(), Some("outcome_unknown"));
+}
+
+#[test]
+fn a_session_paused_for_7_days_ends() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    env.life().pause(&id).unwrap();
+    let now = SystemTime::now();
+    tick(&mut env, now + Duration::from_secs(6 * 86_400), false);
+    assert_eq!(state(&mut env, &id), State::Paused);
+    tick(&mut env, now + Duration::from_secs(7 * 86_400 + 60), false);
+    let s = env.life().status(&id).unwrap().session;
+    assert_eq!(s.state, State::Ended);
+    assert_eq!(s.end_reason, Some(EndReason::PausedTooLong));
+}
+
+#[test]
+fn the_idle_timeout_pauses_or_ends_and_an_attach_counts_as_activity() {
+    for (action, want) in [("pause", State::Paused), ("end", State::Ended)] {
+        let mut env = Env::new().with_policy();
+        let mut req = request(Mode::Commands);
+        req.idle_timeout_seconds = Some(60);
+        req.idle_action = Some(action.into());
+        let id = env.life().start(&req).unwrap().session_id;
+        // The session's last activity was long ago...
+        let long_ago =
+            humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(3600))
+                .to_string();
+        env.store.write(|tx| tx.touch(&id, &long_ago)).unwrap();
+        // ...but a client attaches now: idle time counts from now.
+        env.life().attach(&id).unwrap();
+        let since = env
+            .life()
+            .status(&id)
+            .unwrap()
+            .session
+            .last_activity_at
+            .unwrap();
+        let since = humantime::parse_rfc3339(&since).unwrap();
+        assert!(tick(&mut env, since + Duration::from_secs(59), false)
+            .events
+            .is_empty());
+        assert_eq!(state(&mut env, &id), State::Running);
+        let r = tick(&mut env, since + Duration::from_secs(61), false);
+        assert_eq!(r.events.len(), 1, "{r:?}");
+        assert_eq!(state(&mut env, &id), want, "{action}");
+    }
+    // The default: 900 s, end.
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    let s = env.life().status(&id).unwrap().session;
+    assert_eq!(s.idle_timeout_seconds, Some(900));
+    assert_eq!(s.idle_action.map(|a| a.as_str()), Some("end"));
+    // An agent session is never idle.
+    let mut req = request(Mode::Agent);
+    req.sources = vec!["10.1.0.7".into()];
+    let agent = env.life().start(&req).unwrap().session_id;
+    tick(
+        &mut env,
+        SystemTime::now() + Duration::from_secs(86_400),
+        false,
+    );
+    assert_eq!(state(&mut env, &agent), State::Running);
+}
+
+#[test]
+fn idle_settings_are_checked_at_start() {
+    let mut env = Env::new().with_policy();
+    let before = env.dump();
+    let cases: Vec<(Mode, Option<u32>, Option<&str>, &str)> = vec![
+        (
+            Mode::Agent,
+            None,
+            Some("pause"),
+            "sandbox_pause_unavailable",
+        ),
+        (Mode::Agent, None, Some("end"), "sandbox_request_invalid"),
+        (Mode::Agent, Some(900), None, "sandbox_request_invalid"),
+        (Mode::Commands, Some(59), None, "sandbox_request_invalid"),
+        (
+            Mode::Commands,
+            Some(86_401),
+            None,
+            "sandbox_request_invalid",
+        ),
+        (
+            Mode::Commands,
+            Some(600),
+            Some("sleep"),
+            "sandbox_request_invalid",
+        ),
+    ];
+    for (mode, secs, action, code) in cases {
+        let req = StartRequest {
+            idle_timeout_seconds: secs,
+            idle_action: action.map(str::to_owned),
+            ..request(mode)
+        };
+        let err = env.life().start(&req).unwrap_err();
+        assert_eq!(err.code(), code, "{mode:?} {secs:?} {action:?}: {err}");
+    }
+    assert_eq!(env.dump(), before);
+    assert!(env.link.calls().is_empty());
+}

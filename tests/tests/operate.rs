@@ -1,0 +1,270 @@
+//! Operating one member: a reload that changes what it may live and refuses
+//! what it may not (naming the line), and an upgrade that hands every live
+//! authority to a new process — the session's CA unchanged, no connection
+//! refused — or, if the new process refuses, leaves the old one serving.
+//! Real `gateway` processes, real signals, real curl.
+
+use std::path::PathBuf;
+
+use talos_e2e::clients::curl_via;
+use talos_e2e::gateway::{TestConfig, TestSession};
+use talos_e2e::member::{alive, signal, Member};
+use talos_e2e::origin::LoopbackOrigin;
+use talos_e2e::wait;
+
+const NAME: &str = "origin.test";
+
+struct Rig {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    origin: LoopbackOrigin,
+    trust_file: PathBuf,
+}
+
+async fn rig() -> Rig {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_owned();
+    let origin = LoopbackOrigin::start(&dir, NAME).await;
+    Rig {
+        trust_file: dir.join("session-ca.pem"),
+        _tmp: tmp,
+        dir,
+        origin,
+    }
+}
+
+impl Rig {
+    /// The config: one static session, the process socket, `limits`.
+    fn config(&self, limits: &str) -> String {
+        let mut c: TestConfig = self.origin.config();
+        c.sessions = vec![TestSession {
+            id: "sess-op".into(),
+            sources: vec!["127.0.0.2".into()],
+            allowlist: vec![NAME.into()],
+            trust_file: self.trust_file.clone(),
+            attach: Vec::new(),
+        }];
+        c.limits = limits.to_owned();
+        let mut text = c.toml(&self.dir);
+        text.push_str(&format!(
+            "[process]\nsocket = {:?}\n",
+            self.dir.join("gateway.sock").display().to_string()
+        ));
+        text
+    }
+
+    fn curl(&self, member: &Member) -> u16 {
+        curl_via(member.data(), &self.trust_file, NAME, "/hello", &[]).0
+    }
+}
+
+/// A raw TCP connection from the session's source, held open.
+async fn hold_connection(member: &Member) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind("127.0.0.2:0".parse().expect("addr"))
+        .expect("bind");
+    sock.connect(member.data()).await.expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
+    let rig = rig().await;
+    let mut member = Member::start(
+        &rig.dir,
+        &rig.config("session_connections = 1\nsession_handshakes = 1\n"),
+    );
+    let digest_before = member.readyz();
+    assert!(
+        digest_before.starts_with("ready\nconfig "),
+        "{digest_before}"
+    );
+
+    // One connection held open fills the session's share of one: the
+    // next is refused `session_limit`.
+    let held = hold_connection(&member).await;
+    let refused = curl_via(member.data(), &rig.trust_file, NAME, "/hello", &[]);
+    assert_eq!(refused.0, 0, "a second connection past a share of one");
+    wait::until_async("the refusal's record", || {
+        let records = std::fs::read_to_string(rig.dir.join("records.jsonl")).unwrap_or_default();
+        wait::check(records, |r| r.contains("\"session_limit\""))
+    })
+    .await;
+
+    // Reload with a share of 4: the next connection goes through, while
+    // the held one stays open.
+    member.rewrite(&rig.config("session_connections = 4\nsession_handshakes = 4\n"));
+    let (ok, out, err) = member.command("reload");
+    assert!(ok, "reload: {out} {err}");
+    assert!(out.contains("\"ok\":true"), "{out}");
+    assert_eq!(rig.curl(&member), 200);
+    let digest_after = member.readyz();
+    assert_ne!(digest_before, digest_after, "the digest follows the config");
+    assert!(member
+        .metrics()
+        .contains("gateway_reload_total{result=\"ok\"} 1"));
+
+    // A bad config: refused, naming the line; everything stays.
+    let bad = rig
+        .config("session_connections = 4\nsession_handshakes = 4\n")
+        .replace("session_handshakes = 4", "session_handshakes = 0");
+    let line = bad
+        .lines()
+        .position(|l| l.starts_with("session_handshakes = 0"))
+        .expect("the bad line")
+        + 1;
+    member.rewrite(&bad);
+    let (ok, out, err) = member.command("reload");
+    assert!(!ok, "a bad config reloaded: {out}");
+    assert!(
+        err.contains(&format!("gateway.toml:{line}: limits.session_handshakes")),
+        "the error names the line: {err}"
+    );
+    assert_eq!(member.readyz(), digest_after, "nothing changed");
+    assert_eq!(rig.curl(&member), 200);
+
+    // A field only a restart changes: refused, naming its line.
+    let moved = rig
+        .config("session_connections = 4\nsession_handshakes = 4\n")
+        .replace("admin = \"127.0.0.1:0\"", "admin = \"127.0.0.1:1\"");
+    let line = moved
+        .lines()
+        .position(|l| l.starts_with("admin = \"127.0.0.1:1\""))
+        .expect("the moved line")
+        + 1;
+    member.rewrite(&moved);
+    let (ok, _, err) = member.command("reload");
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(
+            "gateway.toml:{line}: listen.admin: changes only with a restart"
+        )),
+        "{err}"
+    );
+
+    // SIGHUP with a bad config says so in the log, and changes nothing.
+    member.rewrite(&bad);
+    signal(member.pids[0], "HUP");
+    wait::until_async("the refused reload's log line", || {
+        let log = member.log();
+        wait::check(log.clone(), |l| l.matches("reload refused").count() >= 3)
+    })
+    .await;
+    assert!(alive(member.pids[0]), "SIGHUP never ends the process");
+    assert_eq!(member.readyz(), digest_after);
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_reload_total{result=\"refused\"} 3"),
+        "{metrics}"
+    );
+    drop(held);
+    let _ = member.wait_ready(1);
+}
+
+/// The session's CA file as the member wrote it at start.
+fn ca_bytes(rig: &Rig) -> Vec<u8> {
+    std::fs::read(&rig.trust_file).expect("trust file")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_keeps_the_session_and_its_ca() {
+    let rig = rig().await;
+    let mut member = Member::start(&rig.dir, &rig.config(""));
+    let old = member.pids[0];
+    let ca = ca_bytes(&rig);
+    assert_eq!(rig.curl(&member), 200);
+
+    let (ok, out, err) = member.command("upgrade");
+    assert!(ok, "upgrade: {out} {err}\n{}", member.log());
+    let second = member.wait_ready(2);
+    let new = u32::try_from(second["pid"].as_u64().expect("pid")).expect("pid");
+    assert_ne!(new, old);
+    assert_eq!(
+        second["instance"],
+        member.ready_lines()[0]["instance"],
+        "the same instance goes on"
+    );
+    assert_eq!(
+        second["data"],
+        member.ready_lines()[0]["data"],
+        "the same listener"
+    );
+    wait::until_async("the old process to exit", || {
+        wait::check(alive(old), |a| !a)
+    })
+    .await;
+
+    // The session trusts the same CA: its file is unchanged and a new
+    // connection verifies against it.
+    assert_eq!(ca_bytes(&rig), ca, "the trust bundle is unchanged");
+    assert_eq!(rig.curl(&member), 200);
+    // Both processes' records name one instance; the successor's
+    // connections are numbered in its own generation.
+    let records: Vec<serde_json::Value> = wait::until_async("two records", || {
+        let r: Vec<serde_json::Value> = std::fs::read_to_string(rig.dir.join("records.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        wait::check(r, |r| r.len() >= 2)
+    })
+    .await;
+    assert_eq!(records[0]["instance"], records[1]["instance"]);
+    assert!(
+        records[1]["conn"].as_u64().expect("conn") > 1 << 40,
+        "{records:?}"
+    );
+    assert!(member.log().contains("handed over; draining"));
+
+    // A second upgrade, from the successor.
+    let (ok, out, err) = member.command("upgrade");
+    assert!(ok, "second upgrade: {out} {err}");
+    member.wait_ready(3);
+    wait::until_async("the second process to exit", || {
+        wait::check(alive(new), |a| !a)
+    })
+    .await;
+    assert_eq!(ca_bytes(&rig), ca);
+    assert_eq!(rig.curl(&member), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_takeover_leaves_the_old_process_serving() {
+    let rig = rig().await;
+    let member = Member::start(&rig.dir, &rig.config(""));
+    let old = member.pids[0];
+    assert_eq!(rig.curl(&member), 200);
+
+    // The new process will find a config it refuses.
+    let bad = rig.config("hello_max_bytes = 1\n");
+    member.rewrite(&bad);
+    let (ok, out, err) = member.command("upgrade");
+    assert!(!ok, "an upgrade with a bad config: {out}");
+    assert!(
+        err.contains("refused") && err.contains("hello_max_bytes"),
+        "{err}"
+    );
+    assert!(alive(old));
+    assert_eq!(member.ready_lines().len(), 1, "no successor got ready");
+    assert_eq!(rig.curl(&member), 200, "the old process goes on serving");
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"failed\"} 1"),
+        "{metrics}"
+    );
+
+    // A config that changes a field only a restart changes: the successor
+    // refuses it, naming the line.
+    let moved = rig
+        .config("")
+        .replace("admin = \"127.0.0.1:0\"", "admin = \"127.0.0.1:1\"");
+    member.rewrite(&moved);
+    let (ok, _, err) = member.command("upgrade");
+    assert!(!ok);
+    assert!(err.contains("listen.admin"), "{err}");
+    assert!(alive(old));
+    assert_eq!(rig.curl(&member), 200);
+    // And with a good config it goes through.
+    member.rewrite(&rig.config(""));
+    let (ok, out, err) = member.command("upgrade");
+    assert!(ok, "{out} {err}");
+}

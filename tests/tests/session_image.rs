@@ -1,0 +1,698 @@
+//! A session image's clients through the real gateway pair, with the
+//! operator's packet rules in front, as a session sees them:
+//!
+//! - the session's programs run in a network namespace of their own, at
+//!   10.20.0.5, routed to the gateway host (10.20.0.1) over a veth pair;
+//! - the gateway host applies `ops/nftables.conf` as shipped (only its
+//!   ports set to the test gateway's), so every TCP 443 connection is
+//!   redirected to a member's data listener, and UDP 443, other ports and
+//!   the admin listener are refused;
+//! - `/etc/hangar/session-ca.pem` holds both members' CAs, as the worker
+//!   writes it, and `ops/session-image/trust-session-ca.sh install` then
+//!   `apply` run as an image's build and entrypoint would;
+//! - Java's HttpClient, wget (GnuTLS), NSS's tstclnt, headless Chromium,
+//!   curl (with and without the variables), Python's urllib, Node's fetch,
+//!   git and `openssl s_client` then reach an allowed name, and each shows what a
+//!   refusal looks like in it: a name off the allowlist (a TLS alert before
+//!   the handshake) and a per-request refusal (an HTTP 502 with a
+//!   `hangar-refusal` header). Java, wget and Chromium are tried before
+//!   the script too, and fail: the script is what makes them work.
+//!
+//! All of it runs in namespaces the test makes (`unshare --net --mount`),
+//! with `/etc`, `/usr`, `/opt`, `/root` and `/home` under overlays whose
+//! writes land in a temporary directory: the host's files, network and
+//! ruleset are never touched. The outer test re-runs this test binary
+//! inside them (the inner test does nothing when run any other way).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use talos_e2e::clients::run_bounded;
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::origin::{Origin, TestCa};
+
+/// Set for the inner run: the outer test's network namespace, which the
+/// inner one must not be.
+const INNER: &str = "TALOS_SESSION_IMAGE_OUTER_NETNS";
+/// The name the origin serves (its certificate names only it).
+const ALLOWED: &str = "allowed.test";
+/// On the allowlist, resolved to the origin, whose certificate does not
+/// name it: the gateway's TLS to it fails, so each request is refused
+/// `upstream_failed` (502) after the session's handshake succeeded.
+const BADCERT: &str = "badcert.test";
+/// Not on the allowlist: refused before the handshake.
+const OFFLIST: &str = "offlist.test";
+/// The gateway host's address on the session side, and the session's.
+const GATEWAY_HOST: &str = "10.20.0.1";
+const SESSION_ADDR: &str = "10.20.0.5";
+/// The session CA file, as the worker writes it.
+const SESSION_CA: &str = "/etc/hangar/session-ca.pem";
+
+fn netns() -> String {
+    std::fs::read_link("/proc/self/ns/net")
+        .expect("/proc/self/ns/net")
+        .display()
+        .to_string()
+}
+
+fn euid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("/proc/self/status")
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .expect("uid")
+}
+
+#[test]
+fn clients_in_a_session_image() {
+    let mut cmd = Command::new("unshare");
+    // As another user than root, a user namespace gives the rights inside.
+    if euid() != 0 {
+        cmd.arg("--map-root-user");
+    }
+    let out = cmd
+        .args(["--net", "--mount", "--propagation", "private", "--"])
+        .arg(std::env::current_exe().expect("current_exe"))
+        .args([
+            "--exact",
+            "session_image_inner",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(INNER, netns())
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the inner test failed (it needs unshare, nft, ip and overlayfs; see the output above)"
+    );
+}
+
+/// Run `program args` with a time bound; `Output` whatever the exit.
+fn run(program: &str, args: &[&str]) -> Output {
+    run_bounded(program, args, None, 120)
+}
+
+/// Run and require success; returns standard output.
+fn must(program: &str, args: &[&str]) -> String {
+    let out = run(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The session's side: a process holding its own network namespace.
+struct Session {
+    holder: Child,
+    home: PathBuf,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+/// What a client printed and how it ended.
+#[derive(Debug)]
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Session {
+    /// `program args` inside the session's network namespace with a clean
+    /// environment: PATH, HOME and `vars` only, as a container's process.
+    fn run(&self, vars: &[(String, String)], program: &str, args: &[&str]) -> Ran {
+        let target = self.holder.id().to_string();
+        let home = format!("HOME={}", self.home.display());
+        let mut argv: Vec<String> = vec![
+            "--target".into(),
+            target,
+            "--net".into(),
+            "--".into(),
+            "env".into(),
+            "-i".into(),
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            home,
+        ];
+        argv.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
+        argv.push(program.into());
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = run("nsenter", &argv);
+        Ran {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// `/etc`, `/usr` and the rest under overlays: writes go to `dir`.
+fn overlay_system(dir: &Path) {
+    for d in ["/etc", "/usr", "/opt", "/root", "/home"] {
+        if !Path::new(d).is_dir() {
+            continue;
+        }
+        let name = d.trim_start_matches('/');
+        let upper = dir.join(name).join("upper");
+        let work = dir.join(name).join("work");
+        std::fs::create_dir_all(&upper).expect("upper");
+        std::fs::create_dir_all(&work).expect("work");
+        let opts = format!(
+            "lowerdir={d},upperdir={},workdir={}",
+            upper.display(),
+            work.display()
+        );
+        must("mount", &["-t", "overlay", "overlay", "-o", &opts, d]);
+    }
+}
+
+/// The session's namespace at 10.20.0.5, its default route through the
+/// gateway host at 10.20.0.1.
+fn session_namespace(home: PathBuf) -> Session {
+    let holder = Command::new("unshare")
+        .args(["--net", "--", "sleep", "600"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("unshare for the session");
+    let pid = holder.id().to_string();
+    let session = Session { holder, home };
+    // The namespace exists once the holder has exec'd sleep.
+    talos_e2e::wait::until("the session's namespace", || {
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/net")).map_err(|e| e.to_string())?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| e.to_string())?;
+        if ns.display().to_string() != netns() && exe.ends_with("sleep") {
+            Ok(())
+        } else {
+            Err(format!("{} {}", ns.display(), exe.display()))
+        }
+    });
+    must(
+        "ip",
+        &[
+            "link",
+            "add",
+            "talos-gw",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "talos-sess",
+            "netns",
+            &pid,
+        ],
+    );
+    must(
+        "ip",
+        &[
+            "addr",
+            "add",
+            &format!("{GATEWAY_HOST}/24"),
+            "dev",
+            "talos-gw",
+        ],
+    );
+    must("ip", &["link", "set", "talos-gw", "up"]);
+    for args in [
+        vec!["ip", "link", "set", "lo", "up"],
+        vec![
+            "ip",
+            "addr",
+            "add",
+            &format!("{SESSION_ADDR}/24"),
+            "dev",
+            "talos-sess",
+        ],
+        vec!["ip", "link", "set", "talos-sess", "up"],
+        vec!["ip", "route", "add", "default", "via", GATEWAY_HOST],
+    ] {
+        let mut full = vec!["--target", &pid, "--net", "--"];
+        full.extend(args);
+        must("nsenter", &full);
+    }
+    session
+}
+
+/// `ops/nftables.conf` as shipped, with the data and admin ports set to
+/// the member's, loaded into this (the test's own) network namespace.
+fn load_rules(dir: &Path, data_port: u16, admin_port: u16) {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/nftables.conf");
+    let text = std::fs::read_to_string(&shipped).expect("ops/nftables.conf");
+    let (data, admin) = ("define DATA_PORT = 443", "define ADMIN_PORT = 9443");
+    assert!(
+        text.contains(data) && text.contains(admin),
+        "the shipped defines"
+    );
+    let text = text
+        .replace(data, &format!("define DATA_PORT = {data_port}"))
+        .replace(admin, &format!("define ADMIN_PORT = {admin_port}"));
+    let file = dir.join("nftables.conf");
+    std::fs::write(&file, text).expect("write rules");
+    must("nft", &["-f", file.to_str().unwrap()]);
+}
+
+/// The variables the script wrote, `export NAME=VALUE` lines.
+fn env_file() -> Vec<(String, String)> {
+    std::fs::read_to_string("/etc/hangar/trust/env")
+        .expect("/etc/hangar/trust/env")
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// A Java client on java.net.http.HttpClient with the JVM's default
+/// trust: for each URL, one line `URL status version refusal` or
+/// `URL exception class: message`.
+const JAVA_CLIENT: &str = r#"
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+
+public class Client {
+    public static void main(String[] args) throws Exception {
+        HttpClient client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(20)).build();
+        for (String url : args) {
+            HttpRequest req = HttpRequest.newBuilder(URI.create(url)).timeout(Duration.ofSeconds(30)).build();
+            try {
+                HttpResponse<String> r = client.send(req, HttpResponse.BodyHandlers.ofString());
+                System.out.println(url + " " + r.statusCode() + " " + r.version() + " "
+                    + r.headers().firstValue("hangar-refusal").orElse("-") + " " + r.body().trim().replace('\n', ' '));
+            } catch (Exception e) {
+                System.out.println(url + " exception " + e.getClass().getName() + ": " + e.getMessage());
+            }
+        }
+    }
+}
+"#;
+
+/// Python: one TCP and one UDP probe of the gateway host from the session,
+/// printing what happened (`refused`, `unreachable`, `timeout`, `open`).
+const PROBE: &str = r#"
+import socket, sys
+host, port, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if kind == "tcp" else socket.SOCK_DGRAM)
+s.settimeout(5)
+try:
+    s.connect((host, port))
+    if kind == "udp":
+        s.send(b"\x00" * 32)
+        s.recv(64)
+    print("open")
+except ConnectionRefusedError:
+    print("refused")
+except OSError as e:
+    print("timeout" if isinstance(e, TimeoutError) else "unreachable" if e.errno in (113, 101) else f"error {e.errno}")
+"#;
+
+fn url(name: &str) -> String {
+    format!("https://{name}/hello")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in its own namespaces by clients_in_a_session_image"]
+async fn session_image_inner() {
+    let Ok(outer) = std::env::var(INNER) else {
+        return;
+    };
+    // Only ever inside the namespaces the outer test made.
+    assert_ne!(netns(), outer, "not in a network namespace of its own");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_owned();
+    must("ip", &["link", "set", "lo", "up"]);
+    overlay_system(&dir.join("overlay"));
+
+    // The peers: DNS and a TLS origin on loopback (of this namespace).
+    let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+    let dns = DnsServer::start(HashMap::from([
+        (ALLOWED.to_owned(), Answer::Addrs(vec![loopback])),
+        (BADCERT.to_owned(), Answer::Addrs(vec![loopback])),
+    ]))
+    .await;
+    let ca = TestCa::new("origin test CA");
+    let origin_ca = dir.join("origin-ca.pem");
+    ca.write_pem(&origin_ca);
+    let origin = Origin::start(&ca, &[ALLOWED]).await;
+
+    // The pair: two members, each with its own CA for the session.
+    let member = |id: &str| {
+        let gdir = dir.join(id);
+        std::fs::create_dir_all(&gdir).expect("member dir");
+        let config = TestConfig {
+            gateway_id: id.into(),
+            dns: dns.addr,
+            upstream_port: origin.addr.port(),
+            anchors: vec![origin_ca.clone()],
+            permit_internal: vec!["127.0.0.1/32".into()],
+            sessions: vec![TestSession {
+                id: "sess-image".into(),
+                sources: vec![SESSION_ADDR.into()],
+                allowlist: vec![ALLOWED.into(), BADCERT.into()],
+                trust_file: gdir.join("session-ca.pem"),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .toml(&gdir)
+        // Listening on the session-side address too: the redirect
+        // delivers to the receiving interface's address.
+        .replace("data = \"127.0.0.1:0\"", "data = \"0.0.0.0:0\"")
+        .replace("admin = \"127.0.0.1:0\"", "admin = \"0.0.0.0:0\"");
+        Gateway::start(&gdir, &config)
+    };
+    let gw_a = member("gw-a");
+    let gw_b = member("gw-b");
+
+    // The worker's part: the pair's bundle, and the hosts the session's
+    // resolver would answer (any address: the rules catch every TCP 443).
+    std::fs::create_dir_all("/etc/hangar").expect("/etc/hangar");
+    let bundle = [
+        gw_a.log_path.parent().unwrap(),
+        gw_b.log_path.parent().unwrap(),
+    ]
+    .iter()
+    .map(|d| std::fs::read_to_string(d.join("session-ca.pem")).expect("member CA"))
+    .collect::<String>();
+    std::fs::write(SESSION_CA, &bundle).expect("write the session CA");
+    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    hosts.push_str(&format!("\n{GATEWAY_HOST} {ALLOWED} {BADCERT} {OFFLIST}\n"));
+    std::fs::write("/etc/hosts", hosts).expect("/etc/hosts");
+
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let session = session_namespace(home.clone());
+    load_rules(&dir, gw_a.data.port(), gw_a.admin.port());
+    let java_file = dir.join("Client.java");
+    std::fs::write(&java_file, JAVA_CLIENT).expect("Client.java");
+    let java = java_file.to_str().unwrap().to_owned();
+    let none: Vec<(String, String)> = Vec::new();
+
+    tokio::task::spawn_blocking(move || {
+        // --- The packet rules, as a session meets them.
+        let probe = |host: &str, port: u16, kind: &str| {
+            let r = session.run(
+                &none,
+                "python3",
+                &["-c", PROBE, host, &port.to_string(), kind],
+            );
+            r.stdout.trim().to_owned()
+        };
+        assert_eq!(probe(GATEWAY_HOST, 443, "tcp"), "open", "TCP 443 is redirected to the gateway");
+        assert_eq!(probe(GATEWAY_HOST, 443, "udp"), "refused", "UDP 443 (QUIC) is refused at once");
+        assert_eq!(probe(GATEWAY_HOST, 80, "tcp"), "refused", "TCP 80 is refused");
+        assert_eq!(probe(GATEWAY_HOST, 53, "udp"), "unreachable", "any other UDP is refused");
+        assert_eq!(
+            probe(GATEWAY_HOST, gw_a.admin.port(), "tcp"),
+            "refused",
+            "the admin listener is out of the session's reach"
+        );
+        assert_eq!(
+            probe(GATEWAY_HOST, gw_b.data.port(), "tcp"),
+            "refused",
+            "only the data port is open to sessions"
+        );
+        let health = must(
+            "curl",
+            &["-sS", &format!("http://127.0.0.1:{}/healthz", gw_a.admin.port())],
+        );
+        assert_eq!(health.trim(), "ok", "the admin listener answers the host itself");
+
+        // --- Before the script: the clients that ignore the variables fail.
+        let vars = {
+            let mut v: Vec<(String, String)> = [
+                "SSL_CERT_FILE",
+                "CURL_CA_BUNDLE",
+                "REQUESTS_CA_BUNDLE",
+                "NODE_EXTRA_CA_CERTS",
+                "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+                "GIT_SSL_CAINFO",
+            ]
+            .iter()
+            .map(|k| (k.to_string(), SESSION_CA.to_owned()))
+            .collect();
+            v.sort();
+            v
+        };
+        let before = session.run(&vars, "java", &[&java, &url(ALLOWED)]);
+        assert!(
+            before.stdout.contains("exception javax.net.ssl.SSLHandshakeException")
+                && before.stdout.contains("PKIX path building failed"),
+            "Java ignores the six variables: {before:?}"
+        );
+        let before = session.run(&vars, "wget", &["-q", "-O", "-", &url(ALLOWED)]);
+        assert!(!before.ok, "wget (GnuTLS) ignores SSL_CERT_FILE: {before:?}");
+        let chromium = which("chromium")
+            .expect("chromium is missing: scripts/install-ops-tools.sh installs it");
+        let chrome = |profile: &str, home: &Path, name: &str| {
+            let args = chromium_args(&dir, profile, name);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let home = vec![("HOME".to_owned(), home.display().to_string())];
+            session.run(&home, &chromium, &args)
+        };
+        // Its hello carries ECH (GREASE), which the gateway refuses before
+        // anything else: Chromium reports a version or cipher mismatch.
+        let before = chrome("chrome-before", &home, ALLOWED);
+        assert!(
+            !before.stdout.contains("GET /hello")
+                && before.stderr.contains("ERR_SSL_VERSION_OR_CIPHER_MISMATCH"),
+            "Chromium before the policy: {before:?}"
+        );
+
+        // --- The image's part: install at build, apply at start.
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/session-image/trust-session-ca.sh");
+        let script = script.to_str().unwrap();
+        for step in ["install", "apply"] {
+            let out = Command::new("sh")
+                .arg(script)
+                .arg(step)
+                .env("HOME", &home)
+                .env("HANGAR_NSS_HOMES", &home)
+                .output()
+                .expect("run the script");
+            assert!(
+                out.status.success(),
+                "trust-session-ca.sh {step}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let vars = env_file();
+        assert!(vars.len() >= 6 && vars.iter().all(|(_, v)| v == SESSION_CA), "{vars:?}");
+
+        // --- After: every client reaches the allowed name and shows each
+        // refusal in its own way.
+        // Java: trust from the JVM's default truststore.
+        let java_run = session.run(&none, "java", &[&java, &url(ALLOWED), &url(BADCERT), &url(OFFLIST)]);
+        let lines: Vec<&str> = java_run.stdout.lines().collect();
+        assert!(
+            lines.len() == 3
+                && lines[0].starts_with(&format!("{} 200 HTTP_2 - ", url(ALLOWED)))
+                && lines[1].starts_with(&format!("{} 502 HTTP_2 upstream_failed ", url(BADCERT)))
+                && lines[2].contains("exception javax.net.ssl.SSLHandshakeException")
+                && lines[2].contains("unrecognized_name"),
+            "java: {java_run:?}"
+        );
+
+        // wget (GnuTLS): trust from /etc/wgetrc.
+        let ok = session.run(&none, "wget", &["-q", "-O", "-", &url(ALLOWED)]);
+        assert!(ok.ok && ok.stdout.contains("GET /hello"), "wget: {ok:?}");
+        let refused = session.run(&none, "wget", &["-S", "-O", "-", &url(BADCERT)]);
+        assert!(
+            !refused.ok
+                && refused.stderr.contains("502")
+                && refused.stderr.to_ascii_lowercase().contains("hangar-refusal: upstream_failed"),
+            "wget, per-request refusal: {refused:?}"
+        );
+        let off = session.run(&none, "wget", &["-O", "-", &url(OFFLIST)]);
+        assert!(
+            !off.ok && off.stderr.contains("Unable to establish SSL connection"),
+            "wget, off the allowlist: {off:?}"
+        );
+
+        // NSS (what Chromium and other NSS programs read): tstclnt with the
+        // database the script made in $HOME/.pki/nssdb.
+        let db = format!("sql:{}/.pki/nssdb", home.display());
+        let request = format!("GET /hello HTTP/1.1\r\nHost: {ALLOWED}\r\nConnection: close\r\n\r\n");
+        let req_file = home.join("request.txt");
+        std::fs::write(&req_file, request).expect("request");
+        let tst = session.run(
+            &none,
+            "sh",
+            &["-c", &format!("tstclnt -h {ALLOWED} -p 443 -d {db} -V tls1.3:tls1.3 < {}", req_file.display())],
+        );
+        assert!(tst.stdout.contains("HTTP/1.1 200") && tst.stdout.contains("GET /hello"), "tstclnt: {tst:?}");
+        let tst_off = session.run(
+            &none,
+            "sh",
+            &["-c", &format!("tstclnt -h {OFFLIST} -p 443 -d {db} -V tls1.3:tls1.3 < {}", req_file.display())],
+        );
+        assert!(
+            tst_off.stderr.contains("SSL_ERROR_UNRECOGNIZED_NAME_ALERT"),
+            "tstclnt, off the allowlist: {tst_off:?}"
+        );
+
+        // curl: with the variables, and with none (the system bundle).
+        for env in [&vars, &none] {
+            let c = session.run(env, "curl", &["-sS", "-D", "-", &url(ALLOWED)]);
+            assert!(c.ok && c.stdout.starts_with("HTTP/2 200"), "curl: {c:?}");
+        }
+        let c = session.run(&vars, "curl", &["-sS", "-D", "-", &url(BADCERT)]);
+        assert!(
+            c.stdout.starts_with("HTTP/2 502") && c.stdout.contains("hangar-refusal: upstream_failed"),
+            "curl, per-request refusal: {c:?}"
+        );
+        let c = session.run(&vars, "curl", &["-sS", &url(OFFLIST)]);
+        assert!(!c.ok && c.stderr.contains("unrecognized name"), "curl, off the allowlist: {c:?}");
+
+        // Python's urllib: SSL_CERT_FILE.
+        let py = session.run(
+            &vars,
+            "python3",
+            &["-c", &format!("import urllib.request; print(urllib.request.urlopen('{}').status)", url(ALLOWED))],
+        );
+        assert_eq!(py.stdout.trim(), "200", "python: {py:?}");
+        let fetch = |name: &str| {
+            format!("import urllib.request\ntry:\n  urllib.request.urlopen('{}')\nexcept Exception as e:\n  print(type(e).__name__, e)", url(name))
+        };
+        let py = session.run(&vars, "python3", &["-c", &fetch(BADCERT)]);
+        assert_eq!(py.stdout.trim(), "HTTPError HTTP Error 502: Bad Gateway", "python: {py:?}");
+        let py = session.run(&vars, "python3", &["-c", &fetch(OFFLIST)]);
+        assert!(
+            py.stdout.starts_with("URLError <urlopen error [SSL: TLSV1_UNRECOGNIZED_NAME]"),
+            "python, off the allowlist: {py:?}"
+        );
+
+        // Node's fetch: NODE_EXTRA_CA_CERTS.
+        let node = |name: &str| {
+            let script = format!(
+                "fetch('{}').then(async r => console.log(r.status, r.headers.get('hangar-refusal'), await r.text())).catch(e => console.log('error', e.cause && e.cause.code))",
+                url(name)
+            );
+            session.run(&vars, "node", &["-e", &script]).stdout
+        };
+        assert!(node(ALLOWED).starts_with("200 null origin says hello"), "node: {}", node(ALLOWED));
+        assert!(node(BADCERT).starts_with("502 upstream_failed {"), "node: {}", node(BADCERT));
+        assert_eq!(node(OFFLIST).trim(), "error ERR_SSL_TLSV1_UNRECOGNIZED_NAME", "node, off the allowlist");
+
+        // git (Debian's: libcurl with GnuTLS): GIT_SSL_CAINFO. The origin
+        // is no git server: getting that far means TLS was trusted.
+        let git = session.run(&vars, "git", &["ls-remote", &format!("https://{ALLOWED}/repo")]);
+        assert!(git.stderr.contains("is this a git repository?"), "git: {git:?}");
+        let git = session.run(&vars, "git", &["ls-remote", &format!("https://{OFFLIST}/repo")]);
+        assert!(
+            git.stderr.contains("The server name sent was not recognized")
+                || git.stderr.contains("unrecognized name"),
+            "git, off the allowlist: {git:?}"
+        );
+
+        // openssl s_client with the CA file.
+        let s = session.run(
+            &none,
+            "sh",
+            &["-c", &format!("echo | openssl s_client -CAfile {SESSION_CA} -verify_return_error -servername {ALLOWED} -connect {ALLOWED}:443")],
+        );
+        assert!(s.stdout.contains("Verify return code: 0 (ok)"), "s_client: {s:?}");
+        let s = session.run(
+            &none,
+            "sh",
+            &["-c", &format!("echo | openssl s_client -CAfile {SESSION_CA} -servername {OFFLIST} -connect {OFFLIST}:443")],
+        );
+        assert!(s.stderr.contains("unrecognized name"), "s_client, off the allowlist: {s:?}");
+
+        // Chromium: trust and ECH off from its policy alone (a profile and
+        // a HOME without the NSS database).
+        let bare = dir.join("bare-home");
+        let after = chrome("chrome-after", &bare, ALLOWED);
+        assert!(after.stdout.contains("GET /hello"), "Chromium with the policy: {after:?}");
+        let refused = chrome("chrome-badcert", &bare, BADCERT);
+        assert!(
+            refused.stdout.contains("\"refusal\":\"upstream_failed\""),
+            "Chromium, per-request refusal (the JSON body as the page): {refused:?}"
+        );
+        let off = chrome("chrome-offlist", &bare, OFFLIST);
+        assert!(
+            !off.stdout.contains("GET /hello") && off.stderr.contains("ERR_SSL_UNRECOGNIZED_NAME_ALERT"),
+            "Chromium, off the allowlist: {off:?}"
+        );
+
+        // The other member: the bundle trusts both.
+        load_rules(&dir, gw_b.data.port(), gw_b.admin.port());
+        let java_b = session.run(&none, "java", &[&java, &url(ALLOWED)]);
+        assert!(java_b.stdout.starts_with(&format!("{} 200 ", url(ALLOWED))), "java via gw-b: {java_b:?}");
+        let wget_b = session.run(&none, "wget", &["-q", "-O", "-", &url(ALLOWED)]);
+        assert!(wget_b.ok, "wget via gw-b: {wget_b:?}");
+
+        // The gateways saw it all from the session's address.
+        for (gw, least) in [(&gw_a, 6), (&gw_b, 2)] {
+            let records = gw.wait_records(least);
+            let allowed = records
+                .iter()
+                .filter(|r| {
+                    r["verdict"] == "allowed"
+                        && r["source"]
+                            .as_str()
+                            .is_some_and(|s| s.starts_with(&format!("{SESSION_ADDR}:")))
+                })
+                .count();
+            assert!(allowed >= least / 2, "records of {}: {records:?}", gw.log_path.display());
+        }
+        let refused: Vec<_> = gw_a
+            .records()
+            .into_iter()
+            .filter(|r| r["verdict"] == "not_on_allowlist")
+            .collect();
+        assert!(refused.len() >= 4, "the off-allowlist tries are on the record: {refused:?}");
+        drop((session, gw_a, gw_b));
+    })
+    .await
+    .expect("clients");
+    drop((dns, origin));
+}
+
+/// Headless Chromium, fetching `name` and printing its DOM, with
+/// a new profile in `dir/profile` and the flags a closed network needs.
+fn chromium_args(dir: &Path, profile: &str, name: &str) -> Vec<String> {
+    vec![
+        "--headless".to_owned(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        format!("--user-data-dir={}", dir.join(profile).display()),
+        "--dump-dom".into(),
+        url(name),
+    ]
+}
+
+/// The path of `program` on PATH, if any.
+fn which(program: &str) -> Option<String> {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .ok()?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (!path.is_empty()).then_some(path)
+}

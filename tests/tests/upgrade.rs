@@ -1,0 +1,371 @@
+//! A rolling upgrade of a pair with a session running throughout: both
+//! members upgraded in place, one after the other (`gateway upgrade`),
+//! while a bounded load of connections goes through both. The session
+//! notices nothing: no request fails, its trust bundle never changes, each
+//! member's batch chain goes on without a gap or a rejection, and the
+//! certificate issued at the end holds exactly the requests the clients
+//! saw succeed.
+//!
+//! Real processes throughout: two `gateway` members (each followed across
+//! its handovers), `control-stub serve` renewing leases short enough
+//! (3 s) that a handover losing one would show, the `control-stub` CLI, a
+//! TLS origin and a DNS server on loopback, and a rustls/hyper client as
+//! the session.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use talos_e2e::clients::http;
+use talos_e2e::dns::{Answer, DnsServer};
+use talos_e2e::gateway::TestConfig;
+use talos_e2e::member::{alive, Member};
+use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::stub::{Ran, Stub};
+use talos_e2e::wait;
+
+const API: &str = "api.test";
+const IDS: [&str; 2] = ["gw-a", "gw-b"];
+const SOURCE: &str = "127.0.0.2";
+const LEASE_MS: u64 = 3000;
+/// The most requests the load makes (it stops sooner once both upgrades
+/// are done and it has made some after each).
+const MAX_REQUESTS: usize = 3000;
+
+struct Pair {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    _dns: DnsServer,
+    origin: Origin,
+    stub: Stub,
+    members: Vec<Member>,
+}
+
+impl Pair {
+    async fn new() -> Pair {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
+        let ca = TestCa::new("origin test CA");
+        ca.write_pem(&dir.join("origin-ca.pem"));
+        let origin = Origin::start(&ca, &[API]).await;
+        let dns = DnsServer::start(HashMap::from([(
+            API.to_owned(),
+            Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().expect("ip")]),
+        )]))
+        .await;
+        let mut stub = Stub::init(&dir, &IDS);
+        // The members need serve's address and serve the members': serve
+        // first for its address, then the members, then serve again on
+        // the same address given both.
+        stub.start_serve();
+        let mut members = Vec::new();
+        for id in IDS {
+            let mdir = dir.join(id);
+            std::fs::create_dir_all(&mdir).expect("member dir");
+            let mut files = stub.gateway_files(id, &mdir);
+            files.extra = format!(
+                "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\nlease_ms = {LEASE_MS}\n",
+                stub.serve_addr.expect("serve"),
+                mdir.join("spool").display().to_string(),
+            );
+            let config = TestConfig {
+                gateway_id: id.into(),
+                dns: dns.addr,
+                upstream_port: origin.addr.port(),
+                anchors: vec![dir.join("origin-ca.pem")],
+                permit_internal: vec!["127.0.0.1/32".into()],
+                limits: "shutdown_grace_ms = 3000".into(),
+                control: Some(files),
+                ..Default::default()
+            };
+            let mut text = config.toml(&mdir);
+            text.push_str(&format!(
+                "[process]\nsocket = {:?}\n",
+                mdir.join("gateway.sock").display().to_string()
+            ));
+            members.push(Member::start(&mdir, &text));
+        }
+        assert!(stub.stop_serve(), "serve drains and exits 0");
+        stub.serve_gateways = IDS
+            .iter()
+            .zip(&members)
+            .map(|(id, m)| ((*id).to_owned(), m.control()))
+            .collect();
+        stub.serve_args = vec![
+            "--renew-ms".into(),
+            "500".into(),
+            "--tick-ms".into(),
+            "100".into(),
+        ];
+        stub.start_serve();
+        let pair = Pair {
+            _tmp: tmp,
+            dir,
+            _dns: dns,
+            origin,
+            stub,
+            members,
+        };
+        pair.cli(&["policy", "egress", "add", API]).json();
+        pair
+    }
+
+    fn cli(&self, args: &[&str]) -> Ran {
+        self.stub.run(&self.stub.serve_gateways, args, b"")
+    }
+
+    /// The session's trust bundle, written to `file`; and its CAs'
+    /// digests, sorted.
+    fn trust(&self, id: &str, file: &str) -> (PathBuf, Vec<String>) {
+        let ran = self.cli(&["sandbox", "trust", id]);
+        assert_eq!(ran.status, 0, "{}", ran.stderr);
+        let path = self.dir.join(file);
+        std::fs::write(&path, &ran.stdout).expect("bundle");
+        let mut digests: Vec<String> = rustls_pemfile::certs(&mut ran.stdout.as_bytes())
+            .map(|c| talos_certs::sha384_hex(c.expect("PEM").as_ref()))
+            .collect();
+        digests.sort();
+        (path, digests)
+    }
+}
+
+/// A client TLS config trusting only the bundle at `path`.
+fn client_tls(path: &Path) -> Arc<rustls::ClientConfig> {
+    let pem = std::fs::read(path).expect("bundle");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(c.expect("pem")).expect("anchor");
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("tls13")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// One connection from the session's source through `gateway`, one GET
+/// `path`: `Ok` only when the whole reply arrived (the origin's greeting
+/// names the path).
+async fn one_request(
+    gateway: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Result<(), String> {
+    let fut = async {
+        let socket = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+        socket
+            .bind(format!("{SOURCE}:0").parse().expect("addr"))
+            .map_err(|e| e.to_string())?;
+        let tcp = socket
+            .connect(gateway)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let name = rustls::pki_types::ServerName::try_from(API).expect("name");
+        let tls = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let (mut s, conn) = http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        let driver = tokio::spawn(conn);
+        let req = hyper::Request::get(path)
+            .header("host", API)
+            .body(http::empty())
+            .expect("request");
+        let resp = s.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        drop(s);
+        let _ = driver.await;
+        // A held request is answered as the path after `/hold/NAME`.
+        let answered = match path.strip_prefix("/hold/").and_then(|r| r.split_once('/')) {
+            Some((_, rest)) => format!(" GET /{rest}\n"),
+            None => format!(" GET {path}\n"),
+        };
+        if status == 200 && body.ends_with(answered.as_bytes()) {
+            Ok(())
+        } else {
+            Err(format!("status {status}, {} bytes", body.len()))
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+}
+
+/// What the load saw.
+#[derive(Default)]
+struct Seen {
+    ok: Vec<String>,
+    failed: Vec<(String, String)>,
+}
+
+/// Upgrade member `i` in place (`gateway upgrade`, which returns once the
+/// successor has taken over); returns the old process's pid, draining.
+fn start_upgrade(pair: &mut Pair, i: usize) -> u32 {
+    let member = &mut pair.members[i];
+    let old = member.pid();
+    let (ok, out, err) = member.command("upgrade");
+    assert!(ok, "{} upgrade: {out} {err}\n{}", IDS[i], member.log());
+    let line = member.wait_ready(2);
+    let new = u32::try_from(line["pid"].as_u64().expect("pid")).expect("pid");
+    assert_ne!(new, old);
+    old
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
+    let mut pair = Pair::new().await;
+    let t = pair
+        .cli(&[
+            "sandbox", "start", "--tenant", "acme", "--source", SOURCE, "--allow", API, "--mode",
+            "commands",
+        ])
+        .json();
+    assert_eq!(t["state"], "running", "{t}");
+    let id = t["session_id"].as_str().expect("id").to_owned();
+    let (bundle, digests) = pair.trust(&id, "trust.pem");
+    assert_eq!(digests.len(), 2, "one CA per member");
+    let tls = client_tls(&bundle);
+
+    // The load: one connection after another, alternating members, until
+    // told to stop (or the bound).
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let made = Arc::new(AtomicUsize::new(0));
+    let targets: Vec<SocketAddr> = pair.members.iter().map(Member::data).collect();
+    let load = {
+        let (stop, seen, made, tls) = (
+            Arc::clone(&stop),
+            Arc::clone(&seen),
+            Arc::clone(&made),
+            Arc::clone(&tls),
+        );
+        tokio::spawn(async move {
+            for n in 0..MAX_REQUESTS {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let member = n % targets.len();
+                let path = format!("/load/m{member}/{n}");
+                let result = one_request(targets[member], Arc::clone(&tls), &path).await;
+                let mut s = seen.lock().expect("seen");
+                match result {
+                    Ok(()) => s.ok.push(path),
+                    Err(e) => s.failed.push((path, e)),
+                }
+                made.store(n + 1, Ordering::Relaxed);
+            }
+        })
+    };
+    let wait_for_more = |at_least: usize| {
+        let made = Arc::clone(&made);
+        async move {
+            wait::until_async(&format!("{at_least} requests made"), || {
+                let n = made.load(Ordering::Relaxed);
+                wait::check(n, |n| *n >= at_least)
+            })
+            .await
+        }
+    };
+    wait_for_more(20).await;
+
+    // gw-a, then gw-b, each once the load has gone on through the one
+    // before (the command waits for the successor: on this worker, while
+    // the runtime's other workers carry the load).
+    // A request in flight on the old process across each handover (the
+    // origin holds it until told): the old process drains it, and it
+    // succeeds.
+    let mut in_flight = Vec::new();
+    for (i, id) in IDS.iter().enumerate() {
+        let before = made.load(Ordering::Relaxed);
+        let name = format!("across-{i}");
+        let path = format!("/hold/{name}/load/held/m{i}");
+        let held = tokio::spawn({
+            let (tls, target, path) = (Arc::clone(&tls), pair.members[i].data(), path.clone());
+            async move { one_request(target, tls, &path).await }
+        });
+        pair.origin.wait_held(&name).await;
+        let old = tokio::task::block_in_place(|| start_upgrade(&mut pair, i));
+        pair.origin.release(&name);
+        let result = held.await.expect("held request's task");
+        assert_eq!(
+            result,
+            Ok(()),
+            "{path}, in flight across {}'s handover",
+            IDS[i]
+        );
+        in_flight.push(path);
+        tokio::task::block_in_place(|| {
+            wait::until(&format!("{id}'s old process to exit"), || {
+                wait::check(alive(old), |a| !a)
+            })
+        });
+        wait_for_more(before + 40).await;
+    }
+    // The load goes on past a whole lease after the last handover: the
+    // successors renew (or the sessions would lapse and requests fail).
+    let upgraded = std::time::Instant::now();
+    wait::past(upgraded, Duration::from_millis(LEASE_MS + 1000)).await;
+    seen.lock().expect("seen").ok.extend(in_flight);
+
+    stop.store(true, Ordering::Relaxed);
+    load.await.expect("load");
+    let seen = std::mem::take(&mut *seen.lock().expect("seen"));
+    assert!(
+        seen.failed.is_empty(),
+        "requests failed across the upgrades: {:?}",
+        seen.failed
+    );
+    assert!(seen.ok.len() >= 100, "{} requests", seen.ok.len());
+
+    // The session trusts the same CAs it trusted at its start.
+    let (_, after) = pair.trust(&id, "trust-after.pem");
+    assert_eq!(after, digests, "the trust bundle changed");
+
+    // The end: the certificate is issued, with every request the clients
+    // saw succeed, once, and no gap or rejection in either chain.
+    let t = pair.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(t["state"], "ended", "{t}");
+    let cert = pair
+        .stub
+        .wait_certificate(&id, wait::DEADLINE.as_secs(), |c| c["issued"] == true);
+    assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
+    assert_eq!(cert["gaps"], Value::Array(Vec::new()), "{cert}");
+    assert_eq!(cert["batch_rejections"], Value::Array(Vec::new()), "{cert}");
+    let mut on_cert: Vec<String> = cert["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .flat_map(|c| c["requests"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["status"] == 200)
+        .filter_map(|r| r["path"].as_str().map(str::to_owned))
+        .collect();
+    let mut wanted = seen.ok.clone();
+    on_cert.sort();
+    wanted.sort();
+    assert_eq!(
+        on_cert.len(),
+        wanted.len(),
+        "the certificate holds {} requests, the clients saw {} succeed",
+        on_cert.len(),
+        wanted.len()
+    );
+    assert_eq!(on_cert, wanted);
+}
