@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit, property and end-to-end tests
-# (real clients on loopback), a short fuzz run of every fuzz target, and a
-# smoke run of the comparison harness.
+# (real clients on loopback), a short fuzz run of every fuzz target, and
+# smoke runs of the comparison and the capacity harnesses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,4 +31,10 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/smoke.sh
 # services on a developer's machine.)
 QUICK=1 DURATION=1 IDLE_CONNS=200 QUIET_WAIT=0 NO_BUILD=1 PEERS="" RELAY=0 STRICT=1 \
   BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" benches/compare/run.sh
+# The capacity harness (benches/capacity) as a smoke test, likewise: the
+# debug binaries, 1 and then 20 sessions opened, used, renewed and closed
+# over the control channel, one 1 s round of 20 sessions against 1. It fails
+# if a call, a request or a lease renewal fails; it never judges speed.
+COUNTS="1 20" REPEAT=1 IDLE_S=1 ROUNDS=1 DUR=1 AB_SESSIONS=20 QUIET_WAIT=0 NO_BUILD=1 STRICT=1 \
+  BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" benches/capacity/run.sh
 echo "all tests passed"

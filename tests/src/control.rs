@@ -36,14 +36,7 @@ impl ControlPki {
     /// the gateway makes it.
     pub fn new(dir: &Path) -> ControlPki {
         let ca = TestCa::new("control test CA");
-        let files = TestControl {
-            ca_file: dir.join("control-ca.pem"),
-            cert_file: dir.join("control-cert.pem"),
-            key_file: dir.join("control-key.pem"),
-            signing_key_file: dir.join("gateway-signing.key"),
-            listen: String::new(),
-            extra: String::new(),
-        };
+        let files = ControlPki::files(dir);
         ca.write_pem(&files.ca_file);
         let (cert, key) = ca.leaf_pem(&[GATEWAY_NAME, talos_contract::role::GATEWAY]);
         std::fs::write(&files.cert_file, cert).expect("write cert");
@@ -51,6 +44,19 @@ impl ControlPki {
         std::fs::set_permissions(&files.key_file, std::fs::Permissions::from_mode(0o600))
             .expect("chmod key");
         ControlPki { ca, files }
+    }
+
+    /// Where [`ControlPki::new`] writes into `dir`: the files of the
+    /// gateway's `[control]` table (listening on 127.0.0.1:0, nothing more).
+    pub fn files(dir: &Path) -> TestControl {
+        TestControl {
+            ca_file: dir.join("control-ca.pem"),
+            cert_file: dir.join("control-cert.pem"),
+            key_file: dir.join("control-key.pem"),
+            signing_key_file: dir.join("gateway-signing.key"),
+            listen: String::new(),
+            extra: String::new(),
+        }
     }
 
     /// The control plane's client identity from this CA (certificate PEM,
@@ -109,6 +115,10 @@ pub fn gateway_client(
         let name = name.clone();
         async move {
             let tcp = TcpStream::connect(addr).await?;
+            // As the control plane's client sets it (control-stub's
+            // grpc_link): a call's frames leave at once, not after the
+            // peer's delayed ACK.
+            tcp.set_nodelay(true)?;
             let tls = connector.connect(name, tcp).await?;
             Ok::<_, std::io::Error>(TokioIo::new(tls))
         }

@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+pub mod capacity;
+
 /// The leading number of `s`, as awk reads a string as a number: leading
 /// blanks, then the longest prefix that is a decimal number; 0 if none.
 pub fn awk_num(s: &str) -> f64 {

@@ -120,6 +120,11 @@ impl Relay {
         }
     }
 
+    /// How many batches were acknowledged so far.
+    pub fn batches(&self) -> u64 {
+        *self.state.batches.lock().unwrap()
+    }
+
     /// Every proposal received so far.
     pub fn proposals(&self) -> Vec<pb::ProposalMsg> {
         self.state.proposals.lock().unwrap().clone()

@@ -17,6 +17,8 @@
 //! bench-figures idle-line MODE N RSS0 RSS1 OPENED SAID
 //!                                    one benches/idle/run.sh run's line
 //! bench-figures idle-slopes FILE     its slopes per mode ("MODE N DELTA OPENED" lines)
+//! bench-figures capacity-table DIR   benches/capacity/run.sh's tables from its work folder
+//! bench-figures capacity-check DIR   STRICT=1: no call, request or lease failed (exit 1 if one did)
 //! bench-figures json-field NAME      a field of the JSON object on stdin (a ready line)
 //! bench-figures ticks PID...         utime+stime of processes (or PID/task/TID), clock ticks
 //! bench-figures sys-ticks PID...     stime alone
@@ -34,7 +36,7 @@
 //!
 //! ```text
 //! file=PATH      where to write it
-//! id=ID          gateway_id            session=ID  the session's id
+//! id=ID          gateway_id            session=ID  the session's id (none: no static session)
 //! name=NAME      the one listed name   sources=A,B  its source addresses (127.0.0.1)
 //! dns=ADDR       load-origin's DNS     port=N       load-origin's TLS port
 //! work=DIR       load-origin's folder (its CA: DIR/origin-ca.pem)
@@ -42,6 +44,10 @@
 //! limits=TOML    lines for [limits]    workers=N    runtime.workers (1, the default: one thread serves everything)
 //! masked=DIR     4 random credentials (0600) written to DIR/secret1..4 and attached to
 //!                NAME's requests as x-api-key-1..4: every reply is masked
+//! permit=A,B     the internal blocks let through (default 127.0.0.1/32)
+//! control=DIR    a [control] table with the files `ControlPki::new(DIR)` writes
+//!                (`talos_e2e::control`), listening on 127.0.0.1:0
+//! plane=ADDR     with control=: ship signed batches to ADDR, spool in DIR/spool
 //! ```
 
 use std::io::Read;
@@ -49,6 +55,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use talos_e2e::figures::capacity::Capacity;
 use talos_e2e::figures::{self, Compare, Load};
 use talos_e2e::gateway::{TestConfig, TestSession};
 
@@ -93,6 +100,18 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             eprintln!("compare: every run got its requests through (STRICT=1)");
         }
         ["load-table", dir] => print!("{}", Load::open(Path::new(dir))?.table()),
+        ["capacity-table", dir] => print!("{}", Capacity::open(Path::new(dir))?.table()),
+        ["capacity-check", dir] => {
+            let bad = Capacity::open(Path::new(dir))?.check();
+            for b in &bad {
+                eprintln!("capacity: {b}");
+            }
+            if !bad.is_empty() {
+                eprintln!("capacity: a call, request or lease failed (STRICT=1)");
+                return Ok(ExitCode::FAILURE);
+            }
+            eprintln!("capacity: every call, request and lease renewal went through (STRICT=1)");
+        }
         ["aes-floor", file] => {
             let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
             println!(
@@ -147,7 +166,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         ["threads", pid] => print!("{}", figures::threads(pid)?),
         ["gateway-config", kv @ ..] => gateway_config(kv)?,
         _ => return Err(
-            "usage: bench-figures compare-table|compare-check|load-table DIR | aes-floor FILE | \
+            "usage: bench-figures compare-table|compare-check|load-table|capacity-table|capacity-check DIR | \
+                 aes-floor FILE | \
                  ab-round | ab-summary | masking-round | masking-summary | idle-line | idle-slopes FILE | \
                  json-field NAME | \
                  ticks|sys-ticks|rss-kib PID... | child-ticks PID | machine-ticks | threads PID | \
@@ -166,6 +186,8 @@ fn sum(pids: &[&str], f: fn(&str) -> Result<u64, String>) -> Result<u64, String>
 fn gateway_config(kv: &[&str]) -> Result<(), String> {
     let mut file = None;
     let mut masked: Option<PathBuf> = None;
+    let mut control: Option<PathBuf> = None;
+    let mut plane: Option<String> = None;
     let (mut records, mut work) = (PathBuf::new(), PathBuf::new());
     let mut name = String::new();
     let mut c = TestConfig {
@@ -205,10 +227,33 @@ fn gateway_config(kv: &[&str]) -> Result<(), String> {
             "limits" => c.limits = v.into(),
             "workers" => c.workers = Some(v.parse().map_err(|_| format!("workers={v:?}"))?),
             "masked" => masked = Some(PathBuf::from(v)),
+            "permit" => c.permit_internal = v.split(',').map(str::to_string).collect(),
+            "control" => control = Some(PathBuf::from(v)),
+            "plane" => {
+                let addr: std::net::SocketAddr = v
+                    .parse()
+                    .map_err(|_| format!("plane={v:?} is not ADDR:PORT"))?;
+                plane = Some(addr.to_string());
+            }
             _ => return Err(format!("unknown key {k:?}")),
         }
     }
     let file = file.ok_or("file=PATH is missing")?;
+    if s.id.is_empty() && masked.is_some() {
+        return Err("masked= needs session=ID".into());
+    }
+    if let Some(dir) = control {
+        let mut files = talos_e2e::control::ControlPki::files(&dir);
+        if let Some(addr) = plane {
+            files.extra = format!(
+                "plane = {addr:?}\nspool_dir = {:?}\n",
+                dir.join("spool").display().to_string()
+            );
+        }
+        c.control = Some(files);
+    } else if plane.is_some() {
+        return Err("plane= needs control=DIR".into());
+    }
     c.anchors = vec![work.join("origin-ca.pem")];
     if let Some(dir) = masked {
         for i in 1..=4 {
@@ -219,7 +264,9 @@ fn gateway_config(kv: &[&str]) -> Result<(), String> {
         }
     }
     s.allowlist = vec![name];
-    c.sessions = vec![s];
+    if !s.id.is_empty() {
+        c.sessions = vec![s];
+    }
     std::fs::write(&file, c.toml_with_records(&records))
         .map_err(|e| format!("{}: {e}", file.display()))
 }
@@ -341,6 +388,37 @@ attach = ["KEY1=origin.demo.test:x-api-key-1", "KEY2=origin.demo.test:x-api-key-
         assert!(text.contains("[limits]\n\n[runtime]\nworkers = 1\n"));
         assert!(text.contains("sources = [\"127.0.0.1\"]\n"));
         assert!(text.ends_with("attach = []\n"));
+        // No static session; the control channel, shipping to a plane;
+        // the origin's three addresses let through.
+        let pki = talos_e2e::control::ControlPki::new(d);
+        let args = [
+            format!("file={}", file.display()),
+            "id=gw-cap".into(),
+            "dns=127.0.0.1:5353".into(),
+            "port=4443".into(),
+            format!("work={}", d.display()),
+            format!("records={}", p("records.jsonl")),
+            format!("control={}", d.display()),
+            "plane=127.0.0.1:7001".into(),
+            "permit=127.0.0.1/32,127.0.0.3/32,127.0.0.4/32".into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        gateway_config(&args).unwrap();
+        let config = talos_gateway::config::Config::load(&file).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains("[[session]]"), "{text}");
+        assert!(text.contains(
+            "permit_internal = [\"127.0.0.1/32\", \"127.0.0.3/32\", \"127.0.0.4/32\"]\n"
+        ));
+        let control = config.control.expect("[control]");
+        assert_eq!(control.ca_file.get_ref(), &pki.files.ca_file);
+        assert_eq!(control.plane.expect("plane").get_ref().port(), 7001);
+        assert_eq!(
+            control.spool_dir.expect("spool").get_ref(),
+            &d.join("spool")
+        );
+        assert!(gateway_config(&["file=/dev/null", "plane=127.0.0.1:1"]).is_err());
+        assert!(gateway_config(&["file=/dev/null", "masked=/tmp"]).is_err());
         assert!(gateway_config(&["id=x"]).is_err());
         assert!(gateway_config(&["file=/dev/null", "colour=blue"]).is_err());
     }
