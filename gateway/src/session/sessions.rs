@@ -306,20 +306,40 @@ pub struct Sessions {
 struct Table {
     // invariant: keys are canonical (IPv4-mapped IPv6 stored as IPv4), and
     // a session is in `by_source` under some source exactly when it is in
-    // `by_id` under its id: every change below keeps both.
+    // `by_id` under its id, and `sources_of` has an entry for each id in
+    // `by_id`: every change below keeps them so.
     by_source: HashMap<IpAddr, Arc<Session>>,
     by_id: HashMap<Arc<str>, Arc<Session>>,
+    // The sources each session in `by_id` was given (canonical), so that
+    // removing one session touches its own sources only: with every
+    // session's removal a walk over all sources, ending all of a member's
+    // sessions was quadratic (benches/capacity). A source listed here may
+    // since have gone to a newer session; `remove` checks which it holds.
+    sources_of: HashMap<Arc<str>, Vec<IpAddr>>,
 }
 
 impl Table {
+    /// Map each of `sources` to `session`, and its id to it.
+    fn put(&mut self, sources: &[IpAddr], session: Arc<Session>) {
+        let canonical: Vec<IpAddr> = sources.iter().map(|ip| canonical_ip(*ip)).collect();
+        for ip in &canonical {
+            self.by_source.insert(*ip, Arc::clone(&session));
+        }
+        self.sources_of.insert(Arc::clone(&session.id), canonical);
+        self.by_id.insert(Arc::clone(&session.id), session);
+    }
+
     /// Take `gone` out of both maps.
     fn remove(&mut self, gone: &[Arc<Session>]) {
-        let ptrs: HashSet<*const Session> = gone.iter().map(Arc::as_ptr).collect();
-        self.by_source
-            .retain(|_, s| !ptrs.contains(&Arc::as_ptr(s)));
         for g in gone {
-            if self.by_id.get(&g.id).is_some_and(|s| Arc::ptr_eq(s, g)) {
-                self.by_id.remove(&g.id);
+            if !self.by_id.get(&g.id).is_some_and(|s| Arc::ptr_eq(s, g)) {
+                continue;
+            }
+            self.by_id.remove(&g.id);
+            for ip in self.sources_of.remove(&g.id).unwrap_or_default() {
+                if self.by_source.get(&ip).is_some_and(|s| Arc::ptr_eq(s, g)) {
+                    self.by_source.remove(&ip);
+                }
             }
         }
     }
@@ -336,11 +356,7 @@ impl Sessions {
 
     /// Map each of `sources` to `session`, replacing whatever was there.
     pub fn insert(&self, sources: &[IpAddr], session: Arc<Session>) {
-        let mut t = self.write();
-        for ip in sources {
-            t.by_source.insert(canonical_ip(*ip), Arc::clone(&session));
-        }
-        t.by_id.insert(Arc::clone(&session.id), session);
+        self.write().put(sources, session);
     }
 
     /// Map each of `sources` to `session`, first removing every authority
@@ -355,10 +371,7 @@ impl Sessions {
             .filter_map(|ip| t.by_source.get(&canonical_ip(*ip)));
         let displaced = distinct(by_source.chain(t.by_id.get(&session.id)));
         t.remove(&displaced);
-        for ip in sources {
-            t.by_source.insert(canonical_ip(*ip), Arc::clone(&session));
-        }
-        t.by_id.insert(Arc::clone(&session.id), session);
+        t.put(sources, session);
         displaced
     }
 
@@ -402,6 +415,7 @@ impl Sessions {
     pub fn remove_all(&self) -> Vec<Arc<Session>> {
         let mut t = self.write();
         t.by_source.clear();
+        t.sources_of.clear();
         t.by_id.drain().map(|(_, s)| s).collect()
     }
 
@@ -443,6 +457,20 @@ impl Sessions {
     /// Every open session, once each.
     pub fn all(&self) -> Vec<Arc<Session>> {
         self.read().by_id.values().cloned().collect()
+    }
+
+    /// How many sessions are open.
+    pub fn open(&self) -> usize {
+        self.read().by_id.len()
+    }
+
+    /// How many sessions are open, and the least time left on a lease
+    /// among them (none when no open session has a lease): one pass under
+    /// the read lock, nothing cloned.
+    pub fn leases(&self) -> (usize, Option<Duration>) {
+        let t = self.read();
+        let least = t.by_id.values().filter_map(|s| s.lease.left()).min();
+        (t.by_id.len(), least)
     }
 
     /// How many source addresses are mapped.
@@ -514,6 +542,24 @@ mod tests {
         assert!(Arc::ptr_eq(&displaced[0], &b));
         assert!(table.by_source(ip("10.0.0.3")).is_none());
         assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn a_removal_leaves_a_source_another_session_took() {
+        let table = Sessions::default();
+        let a = session("a", 1);
+        let b = session("b", 1);
+        table.insert(&[ip("10.0.0.1"), ip("10.0.0.2")], Arc::clone(&a));
+        // `insert` moves 10.0.0.2 to b without displacing a.
+        table.insert(&[ip("::ffff:10.0.0.2")], Arc::clone(&b));
+        assert_eq!(table.open(), 2);
+        table.remove("a", 1).unwrap();
+        assert!(table.by_source(ip("10.0.0.1")).is_none());
+        assert!(Arc::ptr_eq(&table.by_source(ip("10.0.0.2")).unwrap(), &b));
+        assert_eq!(table.leases(), (1, None));
+        table.remove("b", 1).unwrap();
+        assert!(table.is_empty());
+        assert_eq!(table.leases(), (0, None));
     }
 
     #[test]
