@@ -312,7 +312,8 @@ impl Authority {
     /// lapsed.
     pub async fn watch_leases(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            for session in self.sessions.remove_lapsed() {
+            let sweep = self.sessions.sweep(self.clock.now());
+            for session in sweep.lapsed {
                 tracing::warn!(
                     session = %session.id,
                     attempt = session.attempt,
@@ -320,7 +321,7 @@ impl Authority {
                 );
                 self.end_in_background(session, DropReason::LeaseExpired);
             }
-            let (open, least) = self.sessions.leases();
+            let (open, least) = (sweep.open, sweep.least);
             metrics::gauge!("gateway_sessions_open").set(open as f64);
             metrics::gauge!("gateway_lease_seconds_left_min")
                 .set(least.map_or(-1.0, |d| d.as_secs_f64()));

@@ -173,7 +173,7 @@ impl Lease {
 
     /// Whether the authority may still be used now.
     pub fn live(&self) -> bool {
-        let live = self.clock.now() < self.until.load(Ordering::Acquire);
+        let live = self.live_at(self.clock.now());
         if !live {
             if let Some(n) = &self.on_lapse {
                 n.notify_one();
@@ -216,11 +216,22 @@ impl Lease {
     /// How long the lease has left; `None` without a lease, zero once
     /// lapsed.
     pub fn left(&self) -> Option<Duration> {
+        self.left_at(self.clock.now())
+    }
+
+    /// Whether the lease is live at `now`, a reading of its clock taken
+    /// once for many leases (the watcher's pass); unlike [`Lease::live`]
+    /// it tells nobody of a lapse: the caller is the one told.
+    pub fn live_at(&self, now: Millis) -> bool {
+        now < self.until.load(Ordering::Acquire)
+    }
+
+    /// What is left of the lease at `now` (see [`Lease::live_at`]); none
+    /// without a lease, zero once lapsed.
+    pub fn left_at(&self, now: Millis) -> Option<Duration> {
         match self.until.load(Ordering::Acquire) {
             NONE => None,
-            until => Some(Duration::from_millis(
-                until.saturating_sub(self.clock.now()),
-            )),
+            until => Some(Duration::from_millis(until.saturating_sub(now))),
         }
     }
 }
