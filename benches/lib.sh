@@ -111,3 +111,20 @@ LUA
 # origin's catch-all route, whose reply "origin says hello: HTTP/1.1 GET
 # PATH" is then 1 KiB).
 BENCH_SMALL_PATH=${SMALL_PATH:-/bytes/1024}
+
+# bench_stop SECONDS PID...: SIGTERM to each PID, then at most SECONDS for
+# all of them to exit (a gateway drains within its shutdown grace), then
+# SIGKILL to any left.
+bench_stop() {
+  local limit=$1 p alive
+  shift
+  [ $# -gt 0 ] || return 0
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq $((limit * 10))); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done
+}

@@ -123,17 +123,7 @@ work=$(mktemp -d /tmp/talos-capacity.XXXXXX)
 mkdir -p "$work/runs" "$work/ab"
 pids=()
 # stop PID...: TERM, at most 10 s (the member drains), then KILL.
-stop() {
-  local p
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for _ in $(seq 100); do
-    local alive=0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done
-}
+stop() { bench_stop 10 "$@"; }
 cleanup() {
   [ ${#pids[@]} -eq 0 ] || stop "${pids[@]}"
   wait 2>/dev/null || true

@@ -121,17 +121,9 @@ declare -A port=() ca=() tpids=()
 pids=()
 idle_pid=""
 cleanup() {
-  local p
   [ -z "$idle_pid" ] || kill -TERM "$idle_pid" 2>/dev/null || true
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   # The gateway drains (at most shutdown_grace_ms, 2 s here); then insist.
-  for _ in $(seq 50); do
-    local alive=0
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  bench_stop 5 "${pids[@]}"
   wait 2>/dev/null || true
   if [ "${KEEP:-0}" = 1 ]; then echo "compare: files kept in $work" >&2; else rm -rf "$work"; fi
 }

@@ -31,17 +31,7 @@ die() { echo "idle: $*" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/talos-idle.XXXXXX)
 pids=()
-stop() { # PID...: TERM, wait at most 5 s, then KILL
-  local p
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
-  for _ in $(seq 50); do
-    local alive=0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done
-}
+stop() { bench_stop 5 "$@"; } # PID...: TERM, wait at most 5 s, then KILL
 cleanup() {
   [ ${#pids[@]} -eq 0 ] || stop "${pids[@]}"
   wait 2>/dev/null || true
