@@ -910,6 +910,28 @@ impl JournalFiles {
             self.segment.first_at = Some(Instant::now());
         }
         self.segment.entries.push(json);
+        // A full segment goes at once, even in the middle of a round: one
+        // that outgrew `max_records` became a full batch and a small one.
+        if self.segment.entries.len() >= self.max_records {
+            self.write_entries(buf);
+            self.rotate();
+        }
+    }
+
+    /// Append `buf`, the entries pushed since the last write, to the
+    /// current segment, synced; `buf` is emptied either way. A failure is
+    /// loud, and the entries stay in memory and are sealed with the segment.
+    fn write_entries(&mut self, buf: &mut Vec<u8>) {
+        if buf.is_empty() {
+            return;
+        }
+        let written = self.segment.file.write_all(buf);
+        let synced = written.and_then(|()| self.segment.file.sync_data());
+        if let Err(e) = synced {
+            tracing::error!(path = %self.segment.path.display(), error = %e, "cannot write the journal");
+            metrics::counter!("gateway_journal_write_errors_total").increment(1);
+        }
+        buf.clear();
     }
 
     /// When the current segment must be handed over at the latest.
@@ -1106,19 +1128,10 @@ impl Writer {
                 }
             }
             // Records before the lines that say they are closed.
-            if !segment_buf.is_empty() {
-                if let Some(j) = self.journal.as_mut() {
-                    let written = j.segment.file.write_all(&segment_buf);
-                    let synced = written.and_then(|()| j.segment.file.sync_data());
-                    if let Err(e) = synced {
-                        // Fail loudly; the entries stay in memory and are
-                        // sealed with the segment.
-                        tracing::error!(path = %j.segment.path.display(), error = %e, "cannot write the journal");
-                        metrics::counter!("gateway_journal_write_errors_total").increment(1);
-                    }
-                }
-                segment_buf.clear();
+            if let Some(j) = self.journal.as_mut() {
+                j.write_entries(&mut segment_buf);
             }
+            segment_buf.clear();
             if !opens_buf.is_empty() {
                 if let Some(j) = self.journal.as_mut() {
                     match j.opens.write_all(&opens_buf) {
@@ -1256,6 +1269,34 @@ mod tests {
             })
             .collect();
         assert_eq!(conns, [1, 2, 3]);
+    }
+
+    /// Records closing together arrive in one round of the writer; the
+    /// segment still goes the moment it is full, each with its entries on
+    /// disk, so every batch but the last is exactly `max_records`.
+    #[tokio::test]
+    async fn a_round_larger_than_a_segment_fills_segments_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, thread, mut segments, _) = setup(dir.path(), 0, "00000000000000aa", 2);
+        let mut opened = Vec::new();
+        for n in 1..=7 {
+            opened.push(sink.open(src(n)).await);
+        }
+        let mut closes = tokio::task::JoinSet::new();
+        for r in opened {
+            let sink = sink.clone();
+            closes.spawn(async move { sink.close(r).await });
+        }
+        while closes.join_next().await.is_some() {}
+        drop(sink);
+        thread.finished().await;
+        let mut sizes = Vec::new();
+        while let Ok(segment) = segments.try_recv() {
+            let on_disk = std::fs::read_to_string(&segment.path).unwrap();
+            assert_eq!(on_disk.lines().count(), segment.entries.len());
+            sizes.push(segment.entries.len());
+        }
+        assert_eq!(sizes, [2, 2, 2, 1]);
     }
 
     #[tokio::test]
