@@ -14,15 +14,19 @@
 //! Run: `cargo bench -p talos-benches --bench records -- --warm-up-time 1
 //! --measurement-time 5`.
 //!
-//! Measured 2026-11-29 on the shared 2-core development machine, ext4 on
-//! a virtual disk, with other builds and load tests running
-//! (`--warm-up-time 1 --measurement-time 5`): 86 ms per 10,000 records
-//! [78, 106], so about **116,000 records/s** [95k, 129k] — over twice the
-//! target. The writer waits for each batch's sealing and two syncs, so at
-//! most one core works at a time. Before `chain.json` was written only when
-//! the spool empties (three syncs per batch instead of two) it was 165 ms,
-//! 61,000 records/s: the syncs dominate, then the Ed25519 and SHA-384
-//! passes over each ~450 KB payload.
+//! Measured 2026-12-02 on the shared 2-core development machine, ext4 on
+//! a virtual disk (`--warm-up-time 1 --measurement-time 5`, two runs):
+//! 147 ms [138, 158] and 141 ms [136, 148] per 10,000 connections, so
+//! about **68,000–71,000 records/s** — over the target. The same machine,
+//! the same hour, the bench as it was before the journal (records handed
+//! to the writer at close only: no opening or gate line, no sync before a
+//! connection counts as closed; commit 143a13b): 95 ms [89, 103] and 87 ms
+//! [82, 94], 105,000–115,000 records/s. So putting every accepted
+//! connection on disk before it counts as closed costs about 0.5 µs of
+//! wall time per connection here, on the writer thread and the disk, not
+//! on a connection's task; per request nothing (`benches/load/gateway-ab.sh`,
+//! docs/records.md "Records outlive crashes"). The syncs dominate, then
+//! the Ed25519 and SHA-384 passes over each ~450 KB batch.
 
 use std::hint::black_box;
 use std::net::SocketAddr;
