@@ -22,7 +22,7 @@
 //! to the writer at close only: no opening or gate line, no sync before a
 //! connection counts as closed; commit 143a13b): 95 ms [89, 103] and 87 ms
 //! [82, 94], 105,000–115,000 records/s. So putting every accepted
-//! connection on disk before it counts as closed costs about 0.5 µs of
+//! connection on disk before it counts as closed costs about 5 µs of
 //! wall time per connection here, on the writer thread and the disk, not
 //! on a connection's task; per request nothing (`benches/load/gateway-ab.sh`,
 //! docs/records.md "Records outlive crashes"). The syncs dominate, then
