@@ -18,6 +18,10 @@ cargo build --workspace --bins --locked
 # rules and their unit tests, the dashboard's queries).
 scripts/check-ops.sh
 cargo test --workspace --locked
+# Every criterion benchmark once, in criterion's test mode (each routine
+# runs once, debug build, and its own checks must hold), so that a
+# benchmark cannot rot unnoticed; timing is never judged here.
+cargo test -p talos-benches --benches --locked
 # The end-to-end tests again with `[runtime] workers = 1`: the first pass
 # ran the default (one worker per CPU, a work-stealing pool), this one the
 # single-threaded scheduler the benchmarks measure.
