@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit, property and end-to-end tests
-# (real clients on loopback), a short fuzz run of every fuzz target, and
-# smoke runs of the comparison and the capacity harnesses.
+# (real clients on loopback), every criterion benchmark once, a short fuzz
+# run of every fuzz target, and smoke runs of the comparison and the
+# capacity harnesses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
