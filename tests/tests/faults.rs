@@ -1936,8 +1936,8 @@ async fn a_member_woken_inside_its_lease_is_closed_by_serve_and_what_it_served_i
         );
     }
     // A request that reached the destination and was cut before its
-    // answer is missing from the record (a known bug): checked, without a
-    // race, by `a_request_in_flight_when_the_session_ends_is_on_the_certificate`.
+    // answer is on the record too (`cut: true`): checked, without a race,
+    // by `a_request_in_flight_when_the_session_ends_is_on_the_certificate`.
 }
 
 /// No fault at all: a request held at the destination (forwarded, its

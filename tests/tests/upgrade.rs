@@ -119,6 +119,19 @@ impl Pair {
 
     /// The session's trust bundle, written to `file`; and its CAs'
     /// digests, sorted.
+    /// Start a session from SOURCE allowed to reach API, running on both
+    /// members; its id.
+    fn start_session(&self) -> String {
+        let t = self
+            .cli(&[
+                "sandbox", "start", "--tenant", "acme", "--source", SOURCE, "--allow", API,
+                "--mode", "commands",
+            ])
+            .json();
+        assert_eq!(t["state"], "running", "{t}");
+        t["session_id"].as_str().expect("id").to_owned()
+    }
+
     fn trust(&self, id: &str, file: &str) -> (PathBuf, Vec<String>) {
         let ran = self.cli(&["sandbox", "trust", id]);
         assert_eq!(ran.status, 0, "{}", ran.stderr);
@@ -185,14 +198,7 @@ fn start_upgrade(pair: &mut Pair, i: usize) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
     let mut pair = Pair::new().await;
-    let t = pair
-        .cli(&[
-            "sandbox", "start", "--tenant", "acme", "--source", SOURCE, "--allow", API, "--mode",
-            "commands",
-        ])
-        .json();
-    assert_eq!(t["state"], "running", "{t}");
-    let id = t["session_id"].as_str().expect("id").to_owned();
+    let id = pair.start_session();
     let (bundle, digests) = pair.trust(&id, "trust.pem");
     assert_eq!(digests.len(), 2, "one CA per member");
     let tls = client_tls(&bundle);
@@ -330,13 +336,7 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_old_process_killed_while_it_drains_loses_nothing() {
     let mut pair = Pair::new().await;
-    let t = pair
-        .cli(&[
-            "sandbox", "start", "--tenant", "acme", "--source", SOURCE, "--allow", API, "--mode",
-            "commands",
-        ])
-        .json();
-    let id = t["session_id"].as_str().expect("id").to_owned();
+    let id = pair.start_session();
     let (bundle, _) = pair.trust(&id, "trust.pem");
     let tls = client_tls(&bundle);
     let a = pair.members[0].data();
