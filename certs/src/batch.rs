@@ -650,19 +650,45 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// Every variant's stable name, in declaration order: what metrics are
+    /// labelled with before the first rejection. [`as_str`](Self::as_str)
+    /// indexes into it, so a new variant needs its name here (an index past
+    /// the end does not compile).
+    pub const REASONS: [&'static str; 8] = [
+        "wrong_kind",
+        "malformed",
+        "unknown_gateway",
+        "bad_signature",
+        "gap",
+        "broken_chain",
+        "replayed_different",
+        "stale",
+    ];
+
     /// The stable snake_case name of the refusal.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Rejection::WrongKind { .. } => "wrong_kind",
-            Rejection::Malformed { .. } => "malformed",
-            Rejection::UnknownGateway { .. } => "unknown_gateway",
-            Rejection::BadSignature { .. } => "bad_signature",
-            Rejection::Gap { .. } => "gap",
-            Rejection::BrokenChain { .. } => "broken_chain",
-            Rejection::ReplayedDifferent { .. } => "replayed_different",
-            Rejection::Stale { .. } => "stale",
-        }
+    pub const fn as_str(&self) -> &'static str {
+        Self::REASONS[match self {
+            Rejection::WrongKind { .. } => 0,
+            Rejection::Malformed { .. } => 1,
+            Rejection::UnknownGateway { .. } => 2,
+            Rejection::BadSignature { .. } => 3,
+            Rejection::Gap { .. } => 4,
+            Rejection::BrokenChain { .. } => 5,
+            Rejection::ReplayedDifferent { .. } => 6,
+            Rejection::Stale { .. } => 7,
+        }]
     }
+}
+
+/// Every reason a control plane refuses a batch with (the `reason` of a
+/// `REJECTED` acknowledgement): the verifier's ([`Rejection::REASONS`]),
+/// and [`talos_contract::role::CERTIFICATE_MISMATCH`] for a batch whose
+/// gateway id the client certificate does not name. Both sides label their
+/// rejection counters with these, at 0 from the start.
+pub fn ack_rejection_reasons() -> impl Iterator<Item = &'static str> {
+    Rejection::REASONS
+        .into_iter()
+        .chain([talos_contract::role::CERTIFICATE_MISMATCH])
 }
 
 /// One registered gateway.
@@ -800,5 +826,51 @@ impl ChainVerifier {
         self.gateways
             .get(gateway_id)
             .map(|g| key_id_for(&g.public_key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rejection_has_its_own_name() {
+        let id = || "gw-a".to_owned();
+        let every = [
+            Rejection::WrongKind {
+                got: Kind::Decision,
+            },
+            Rejection::Malformed { reason: "x".into() },
+            Rejection::UnknownGateway { gateway_id: id() },
+            Rejection::BadSignature {
+                gateway_id: id(),
+                key_id: String::new(),
+            },
+            Rejection::Gap {
+                gateway_id: id(),
+                expected: 2,
+                got: 3,
+            },
+            Rejection::BrokenChain {
+                gateway_id: id(),
+                seq: 2,
+                expected: String::new(),
+                got: String::new(),
+            },
+            Rejection::ReplayedDifferent {
+                gateway_id: id(),
+                seq: 2,
+            },
+            Rejection::Stale {
+                gateway_id: id(),
+                seq: 1,
+                oldest_kept: 5,
+            },
+        ];
+        let names: Vec<&str> = every.iter().map(Rejection::as_str).collect();
+        assert_eq!(names, Rejection::REASONS);
+        let answered: Vec<&str> = ack_rejection_reasons().collect();
+        assert_eq!(answered.len(), Rejection::REASONS.len() + 1);
+        assert_eq!(answered.last(), Some(&"certificate_mismatch"));
     }
 }

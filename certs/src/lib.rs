@@ -222,9 +222,9 @@ pub use approval::{
     Verdict, MAX_DECISION_LEN,
 };
 pub use batch::{
-    batch_payload, batch_records, claimed_header, Accepted, BatchHeader, BatchWriter, ChainState,
-    ChainStateError, ChainVerifier, Rejection, SealError, DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST,
-    MAX_PAYLOAD_LEN,
+    ack_rejection_reasons, batch_payload, batch_records, claimed_header, Accepted, BatchHeader,
+    BatchWriter, ChainState, ChainStateError, ChainVerifier, Rejection, SealError,
+    DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST, MAX_PAYLOAD_LEN,
 };
 pub use ca::{
     CaHandover, CaParams, SessionCa, DEFAULT_CA_LIFETIME, MAX_CA_LIFETIME, NOT_BEFORE_SKEW,

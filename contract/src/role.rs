@@ -21,3 +21,7 @@ pub const CONTROL_PLANE: &str = "control-plane.role.talos.invalid";
 
 /// A gateway's role.
 pub const GATEWAY: &str = "gateway.role.talos.invalid";
+
+/// The stable reason the control plane refuses a batch or a proposal with
+/// when the client certificate does not name the gateway id it claims.
+pub const CERTIFICATE_MISMATCH: &str = "certificate_mismatch";

@@ -58,7 +58,7 @@ pub const MAX_MESSAGE: usize = talos_certs::MAX_PAYLOAD_LEN + 64 * 1024;
 
 /// The rejection reason of a batch whose gateway id the client's
 /// certificate does not name.
-pub const CERTIFICATE_MISMATCH: &str = "certificate_mismatch";
+pub use talos_contract::role::CERTIFICATE_MISMATCH;
 
 /// The batch consumer: the store behind a lock (one writer at a time, as
 /// SQLite has anyway).
