@@ -87,33 +87,59 @@ impl Current {
     }
 }
 
-/// Why a session's TLS handshake failed, in a few words fit for a metric
-/// label: the alert the client sent (`unknown_ca`: it does not trust the
-/// session CA; `bad_certificate`, `certificate_unknown`, …), `eof` (it
-/// closed), or `tls_error` (anything else rustls refused).
-fn handshake_failure(e: &std::io::Error) -> &'static str {
+causes! {
+    /// Why a session's TLS handshake failed, in a few words fit for a
+    /// metric label (the `cause` of `gateway_session_handshake_failures_total`):
+    /// the alert the client sent (`unknown_ca`: it does not trust the
+    /// session CA; `bad_certificate`, `certificate_unknown`, …), `eof` (it
+    /// closed), `tls_error` (anything else rustls refused), `io_error`, or
+    /// `timeout` (the handshake took longer than `handshake_timeout_ms`).
+    pub enum HandshakeFailure {
+        Eof => "eof",
+        UnknownCa => "unknown_ca",
+        BadCertificate => "bad_certificate",
+        CertificateUnknown => "certificate_unknown",
+        CertificateExpired => "certificate_expired",
+        CertificateRevoked => "certificate_revoked",
+        UnsupportedCertificate => "unsupported_certificate",
+        AccessDenied => "access_denied",
+        HandshakeAlert => "handshake_failure",
+        ProtocolVersion => "protocol_version",
+        NoApplicationProtocol => "no_application_protocol",
+        DecryptError => "decrypt_error",
+        UserCanceled => "user_canceled",
+        OtherAlert => "other_alert",
+        TlsError => "tls_error",
+        IoError => "io_error",
+        Timeout => "timeout",
+    }
+}
+
+/// The [`HandshakeFailure`] of a failed TLS accept.
+fn handshake_failure(e: &std::io::Error) -> HandshakeFailure {
     use rustls::AlertDescription as A;
+    use HandshakeFailure as F;
     if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        return "eof";
+        return F::Eof;
     }
     match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
         Some(rustls::Error::AlertReceived(alert)) => match alert {
-            A::UnknownCA => "unknown_ca",
-            A::BadCertificate => "bad_certificate",
-            A::CertificateUnknown => "certificate_unknown",
-            A::CertificateExpired => "certificate_expired",
-            A::CertificateRevoked => "certificate_revoked",
-            A::UnsupportedCertificate => "unsupported_certificate",
-            A::AccessDenied => "access_denied",
-            A::HandshakeFailure => "handshake_failure",
-            A::ProtocolVersion => "protocol_version",
-            A::NoApplicationProtocol => "no_application_protocol",
-            A::DecryptError => "decrypt_error",
-            A::UserCanceled => "user_canceled",
-            _ => "other_alert",
+            A::UnknownCA => F::UnknownCa,
+            A::BadCertificate => F::BadCertificate,
+            A::CertificateUnknown => F::CertificateUnknown,
+            A::CertificateExpired => F::CertificateExpired,
+            A::CertificateRevoked => F::CertificateRevoked,
+            A::UnsupportedCertificate => F::UnsupportedCertificate,
+            A::AccessDenied => F::AccessDenied,
+            A::HandshakeFailure => F::HandshakeAlert,
+            A::ProtocolVersion => F::ProtocolVersion,
+            A::NoApplicationProtocol => F::NoApplicationProtocol,
+            A::DecryptError => F::DecryptError,
+            A::UserCanceled => F::UserCanceled,
+            _ => F::OtherAlert,
         },
-        Some(_) => "tls_error",
-        None => "io_error",
+        Some(_) => F::TlsError,
+        None => F::IoError,
     }
 }
 
@@ -409,7 +435,7 @@ async fn terminate(
         // rustls has sent its own alert; the record says the session's
         // handshake failed (an untrusting client, say), which is no refusal.
         Ok(Err(e)) => {
-            let why = handshake_failure(&e);
+            let why = handshake_failure(&e).as_str();
             tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, cause = why, "session TLS handshake failed");
             metrics::counter!("gateway_session_handshake_failures_total", "cause" => why)
                 .increment(1);
@@ -417,8 +443,11 @@ async fn terminate(
             return Ok(());
         }
         Err(_) => {
-            metrics::counter!("gateway_session_handshake_failures_total", "cause" => "timeout")
-                .increment(1);
+            metrics::counter!(
+                "gateway_session_handshake_failures_total",
+                "cause" => HandshakeFailure::Timeout.as_str()
+            )
+            .increment(1);
             record.cause = Some(Cause::SessionHandshakeTimeout.as_str());
             return Ok(());
         }

@@ -36,8 +36,8 @@ impl Refused {
     }
 }
 
-/// Declares a stage's closed set of cause words: an enum, its `ALL`, and a
-/// stable `as_str()`.
+/// Declares a closed set of stable words (a stage's causes, a metric's
+/// label values): an enum, its `ALL`, and a stable `as_str()`.
 macro_rules! causes {
     (
         $(#[$meta:meta])*

@@ -34,6 +34,7 @@ use crate::authority::Authority;
 use crate::config::{Config, ConfigError};
 use crate::conn::{Current, Shared};
 use crate::gate::resolve::Resolver;
+use crate::refusal::causes;
 use crate::secrets::secret::SecretBytes;
 use crate::session::lease::{Lease, SharedClock};
 use crate::session::sessions::{Session, Sessions, UpstreamSettings};
@@ -52,6 +53,16 @@ pub struct Tuned {
     pub grace: Duration,
     pub lease: Option<Duration>,
     pub log: String,
+}
+
+causes! {
+    /// How a reload ended (the `result` of `gateway_reload_total`).
+    pub enum ReloadResult {
+        /// The new config is in force.
+        Ok => "ok",
+        /// The new config was refused; the previous one still runs.
+        Refused => "refused",
+    }
 }
 
 /// Why a reload changed nothing.
@@ -471,8 +482,12 @@ impl Reloader {
         crate::process::notify::reloading();
         let result = self.reload_inner().await;
         crate::process::notify::ready();
-        let outcome = if result.is_ok() { "ok" } else { "refused" };
-        metrics::counter!("gateway_reload_total", "result" => outcome).increment(1);
+        let outcome = if result.is_ok() {
+            ReloadResult::Ok
+        } else {
+            ReloadResult::Refused
+        };
+        metrics::counter!("gateway_reload_total", "result" => outcome.as_str()).increment(1);
         match &result {
             Ok(r) => tracing::info!(
                 digest = %r.digest,

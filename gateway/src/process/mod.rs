@@ -6,3 +6,14 @@
 pub mod link;
 pub mod notify;
 pub mod wire;
+
+crate::refusal::causes! {
+    /// How an upgrade's handover ended (the `result` of
+    /// `gateway_handover_total`).
+    pub enum HandoverResult {
+        /// A successor took over.
+        Ok => "ok",
+        /// The upgrade failed before `go`; the old process goes on serving.
+        Failed => "failed",
+    }
+}

@@ -24,6 +24,14 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Every verdict: `allowed`, each refusal reason, `undecided` (the
+    /// `verdict` label values of `gateway_connections_total`).
+    pub fn every() -> impl Iterator<Item = Verdict> {
+        std::iter::once(Verdict::Allowed)
+            .chain(Refusal::ALL.into_iter().map(Verdict::Refused))
+            .chain(std::iter::once(Verdict::Undecided))
+    }
+
     /// `allowed` or the refusal's stable name.
     pub fn as_str(self) -> &'static str {
         match self {

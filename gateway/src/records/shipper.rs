@@ -21,6 +21,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::pb;
 use crate::records::spool::{read_batch, Spool};
+use crate::refusal::causes;
+
+causes! {
+    /// How the control plane acknowledged a batch it took (the `status` of
+    /// `gateway_batches_shipped_total`).
+    pub enum Shipped {
+        /// Verified and stored.
+        Accepted => "accepted",
+        /// Stored before: the acknowledgement of an earlier delivery was lost.
+        Duplicate => "duplicate",
+    }
+}
+
+/// The `reason` label values of `gateway_batches_rejected_total`: every
+/// reason the control plane answers `REJECTED` with. A reason outside them
+/// (another control plane's) is counted too, from its first rejection.
+pub fn rejection_reasons() -> impl Iterator<Item = &'static str> {
+    talos_certs::ack_rejection_reasons()
+}
 
 /// Where and how the shipper reaches the control plane.
 #[derive(Clone, Debug)]
@@ -114,10 +133,11 @@ pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
                 match S::try_from(ack.status) {
                     Ok(status @ (S::Accepted | S::Duplicate)) => {
                         let label = if status == S::Accepted {
-                            "accepted"
+                            Shipped::Accepted
                         } else {
-                            "duplicate"
-                        };
+                            Shipped::Duplicate
+                        }
+                        .as_str();
                         metrics::counter!("gateway_batches_shipped_total", "status" => label)
                             .increment(1);
                         if failing {

@@ -59,15 +59,22 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome's word, in declaration order (the `outcome` label
+    /// values of `gateway_approvals_total`). [`as_str`](Self::as_str)
+    /// indexes into it, so a new variant needs its word here (an index past
+    /// the end does not compile).
+    pub const NAMES: [&'static str; 5] =
+        ["approved", "declined", "timed_out", "withdrawn", "no_relay"];
+
     /// The word records use.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Outcome::Approved { .. } => "approved",
-            Outcome::Declined { .. } => "declined",
-            Outcome::TimedOut => "timed_out",
-            Outcome::Withdrawn => "withdrawn",
-            Outcome::NoRelay => "no_relay",
-        }
+    pub const fn as_str(&self) -> &'static str {
+        Self::NAMES[match self {
+            Outcome::Approved { .. } => 0,
+            Outcome::Declined { .. } => 1,
+            Outcome::TimedOut => 2,
+            Outcome::Withdrawn => 3,
+            Outcome::NoRelay => 4,
+        }]
     }
 }
 
