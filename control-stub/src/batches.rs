@@ -143,6 +143,13 @@ pub fn claimed_sessions(payload: &[u8]) -> Vec<String> {
     out
 }
 
+/// The kinds of report a batch carries ([`chain_report`]): the `kind`
+/// label values of `stub_reports_accepted_total`.
+pub const REPORT_KINDS: [talos_certs::Kind; 2] = [
+    talos_certs::Kind::DropReport,
+    talos_certs::Kind::StartReport,
+];
+
 /// One report entry of a verified batch from `gateway_id` (batch `seq`):
 /// checked under the gateway's key, then recorded and confirmed. An entry
 /// that does not check out is logged and changes nothing (the batch's own
@@ -186,7 +193,7 @@ fn chain_report(
                 secrets: report.secrets,
                 signed: bytes,
             };
-            metrics::counter!("stub_reports_accepted_total", "gateway" => gateway_id.to_owned(), "kind" => "drop_report")
+            metrics::counter!("stub_reports_accepted_total", "gateway" => gateway_id.to_owned(), "kind" => talos_certs::Kind::DropReport.as_str())
                 .increment(1);
             confirm::chain_drop_report(tx, &SignatureVerifier, &view, seq)
         }
@@ -212,7 +219,7 @@ fn chain_report(
             let digest = record.report_digest.clone();
             if tx.insert_start_report(&record, &bytes)? {
                 confirm::start_report(tx, gateway_id, &report.instance, &digest)?;
-                metrics::counter!("stub_reports_accepted_total", "gateway" => gateway_id.to_owned(), "kind" => "start_report")
+                metrics::counter!("stub_reports_accepted_total", "gateway" => gateway_id.to_owned(), "kind" => talos_certs::Kind::StartReport.as_str())
                     .increment(1);
             }
             tx.gateway_seen_instance(gateway_id, &report.instance)

@@ -741,6 +741,17 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         ),
         None => None,
     };
+    if metrics.is_some() {
+        // Every member serve knows of now: those given, those registered.
+        let mut members: Vec<String> = cli
+            .gateways
+            .iter()
+            .map(|g| crate::grpc_link::GatewayAddr::parse(g).label())
+            .collect();
+        let registered = store.lock().unwrap_or_else(|p| p.into_inner()).gateways()?;
+        members.extend(registered.into_iter().map(|g| g.id));
+        crate::series::preregister(members.iter().map(String::as_str));
+    }
     // The API's link and key exist only with the API. The link owns a
     // runtime of its own, which must be dropped outside the serving
     // runtime: declared first, it is dropped last.

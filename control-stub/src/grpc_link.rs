@@ -71,7 +71,9 @@ impl GatewayAddr {
         }
     }
 
-    fn label(&self) -> String {
+    /// The member's name in replies, logs and metric labels: its id when
+    /// given, else its address.
+    pub fn label(&self) -> String {
         self.id.clone().unwrap_or_else(|| self.addr.clone())
     }
 }

@@ -38,6 +38,8 @@
 //! - [`batches`]: the batch consumer's check: a signed batch verified
 //!   (signature, sequence, chain) with talos-certs, its reports confirmed,
 //!   and the store told the verdict.
+//! - [`series`]: the metrics `serve` exports, each member's at 0 from the
+//!   start.
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]).
 //! - [`lifecycle`]: the session state machine: opens on every member that
 //!   answers, ends committed first and closes owed until confirmed.
@@ -65,6 +67,7 @@ pub mod fake;
 pub mod store;
 pub mod confirm;
 pub mod batches;
+pub mod series;
 pub mod grpc_link;
 pub mod lifecycle;
 pub mod relay;

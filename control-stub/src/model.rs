@@ -1,5 +1,6 @@
 //! The closed vocabularies of a session: modes, states, attempt causes and
-//! ends, why an authority is dropped, why a session ended, the reset steps.
+//! ends, why an authority is dropped, why a session ended, the reset steps;
+//! and the results `serve`'s metrics count closes and renewals by.
 //!
 //! Each is an enum with a stable snake_case `as_str()`, the same word in the
 //! store, in the CLI's JSON and on the certificate. The words are the spec's
@@ -200,6 +201,28 @@ words! {
         Withdrawn => "withdrawn",
         /// No decision came before its `expires_at`.
         Expired => "expired",
+    }
+}
+
+words! {
+    /// What became of a close asked again (the `result` of
+    /// `stub_close_attempts_total`).
+    pub enum CloseAttempt {
+        /// The member confirmed the authority gone.
+        Confirmed => "confirmed",
+        /// Not confirmed: it stays owed and is asked again.
+        Owed => "owed",
+    }
+}
+
+words! {
+    /// How a member answered a lease renewal (the `result` of
+    /// `stub_lease_renewals_total`).
+    pub enum Renewal {
+        /// It answered.
+        Ok => "ok",
+        /// The call failed; the leases it holds run on toward their end.
+        Failed => "failed",
     }
 }
 

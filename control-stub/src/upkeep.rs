@@ -53,7 +53,7 @@ use std::time::{Duration, SystemTime};
 use crate::error::Error;
 use crate::lifecycle::{ask_closes, Lifecycle};
 use crate::link::{GatewayLink, ReportVerifier};
-use crate::model::{limits, EndReason, IdleAction, Mode, State};
+use crate::model::{limits, CloseAttempt, EndReason, IdleAction, Mode, Renewal, State};
 use crate::store::Store;
 
 /// How often the loop looks, by default: closes owed are asked at most
@@ -138,6 +138,7 @@ impl Upkeep<'_> {
         for reply in self.link.describe() {
             match reply.result {
                 Ok(d) => {
+                    crate::series::member(&d.gateway_id);
                     metrics::gauge!("stub_gateway_up", "gateway" => d.gateway_id.clone()).set(1.0);
                     if !d.public_key_hex.is_empty() {
                         if let Err(e) = self
@@ -199,7 +200,7 @@ impl Upkeep<'_> {
         for reply in self.link.renew(&leases) {
             match reply.result {
                 Ok(r) => {
-                    metrics::counter!("stub_lease_renewals_total", "gateway" => reply.member.clone(), "result" => "ok")
+                    metrics::counter!("stub_lease_renewals_total", "gateway" => reply.member.clone(), "result" => Renewal::Ok.as_str())
                         .increment(1);
                     report.renewed += r.renewed.len();
                     for (s, a) in r.not_held {
@@ -210,7 +211,7 @@ impl Upkeep<'_> {
                         .write(|tx| tx.gateway_seen(&reply.member, &r.instance, r.lease_ms, &at))?;
                 }
                 Err(e) => {
-                    metrics::counter!("stub_lease_renewals_total", "gateway" => reply.member.clone(), "result" => "failed")
+                    metrics::counter!("stub_lease_renewals_total", "gateway" => reply.member.clone(), "result" => Renewal::Failed.as_str())
                         .increment(1);
                     log("lease_renewal_failed", &reply.member, &e.to_string());
                 }
@@ -244,8 +245,12 @@ impl Upkeep<'_> {
                         && a.gateway_id == t.gateway_id
                         && a.confirmed_at.is_some()
                 });
-                let result = if confirmed { "confirmed" } else { "owed" };
-                metrics::counter!("stub_close_attempts_total", "gateway" => t.gateway_id.clone(), "result" => result)
+                let result = if confirmed {
+                    CloseAttempt::Confirmed
+                } else {
+                    CloseAttempt::Owed
+                };
+                metrics::counter!("stub_close_attempts_total", "gateway" => t.gateway_id.clone(), "result" => result.as_str())
                     .increment(1);
                 if confirmed {
                     report.closes_confirmed += 1;
