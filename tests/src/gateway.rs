@@ -388,4 +388,25 @@ impl Gateway {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0)
     }
+
+    /// The value of `series` (a metric name, with its labels as the
+    /// gateway renders them: `name{label="value"}`) on the admin
+    /// listener's `/metrics`; none if it is not there. Every series the
+    /// gateway can export is there from the start, counters at 0: check a
+    /// value, not a name.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let out = crate::clients::run_bounded(
+            "curl",
+            &["-s", &format!("http://{}/metrics", self.admin)],
+            None,
+            10,
+        );
+        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
 }

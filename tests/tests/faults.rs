@@ -588,20 +588,6 @@ fn ended_in_log(g: &Gateway, since: std::time::SystemTime) -> Option<Duration> {
         .min()
 }
 
-/// The value of metric `name` (a line without labels) on `g`'s admin
-/// listener.
-fn metric(g: &Gateway, name: &str) -> Option<f64> {
-    let out = run_bounded(
-        "curl",
-        &["-s", &format!("http://{}/metrics", g.admin)],
-        None,
-        10,
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// SIGSTOP one member with a keep-alive connection open through it and
 /// three new connections waiting in its accept queue; `revoke-all`; let
 /// its lease run out; SIGCONT: not one request is served through the
@@ -696,7 +682,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     let a_closes = closes_of(&status, "gw-a");
     assert!(a_closes[0]["confirmed_at"].is_string(), "{status}");
     assert_eq!(
-        metric(&rig.gateways[0], "gateway_leases_lapsed_total"),
+        rig.gateways[0].metric("gateway_leases_lapsed_total"),
         Some(1.0)
     );
     let cert = rig.wait_issued(&id);
@@ -2091,9 +2077,7 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
     let stopped_at = Instant::now();
     for g in &rig.gateways {
         wait::until("the lease to lapse on each member", || {
-            wait::check(metric(g, "gateway_leases_lapsed_total"), |n| {
-                *n == Some(1.0)
-            })
+            wait::check(g.metric("gateway_leases_lapsed_total"), |n| *n == Some(1.0))
         });
     }
     matrix(
