@@ -8,7 +8,7 @@
 //! digest, hands it to the [`Proposer`] (which delivers it to the relay
 //! through the control channel, and says what became of it), and waits —
 //! without a thread: a held request is a future, two oneshot channels and
-//! a timer — for the first of:
+//! two timers — for the first of:
 //!
 //! - a decision the relay signed ([`Approvals::decide`]): checked under the
 //!   relay key, for this proposal id and digest, from a listed approver.
