@@ -1,10 +1,17 @@
-//! One table of session drafts, valid and invalid, that every entry point
-//! that builds a [`SessionSpec`](crate::spec::SessionSpec) is tested
-//! against — the spec itself, a static session in the gateway's config, the
-//! gateway's `OpenSession` — so that they cannot drift apart. Each invalid
-//! draft names the field at fault.
+//! Tables both sides of the contract are tested against, so that they
+//! cannot drift apart:
+//!
+//! - [`CASES`]: session drafts, valid and invalid, that every entry point
+//!   that builds a [`SessionSpec`](crate::spec::SessionSpec) runs — the
+//!   spec itself, a static session in the gateway's config, the gateway's
+//!   `OpenSession`. Each invalid draft names the field at fault.
+//! - [`LOCK_CASES`]: requests under one Lock rule ([`lock_rule`]), each
+//!   with the canonical path the destination gets and whether the rule
+//!   holds it: the gateway judges the path as sent, the approval relay the
+//!   canonical path its proposal carries, and both must agree.
 
 use crate::attach::Part;
+use crate::lock::{LockRule, RuleDraft};
 use crate::spec::{AttachDraft, Field, ScopeDraft, SessionDraft};
 
 /// One attachment: secret, destination, header, scheme (empty: none).
@@ -183,3 +190,117 @@ pub const CASES: &[Case] = &[
         ..GOOD
     },
 ];
+
+/// The destination of [`lock_rule`].
+pub const LOCK_DESTINATION: &str = "api.example.com";
+/// The method of [`lock_rule`].
+pub const LOCK_METHOD: &str = "POST";
+/// The path prefix of [`lock_rule`].
+pub const LOCK_PREFIX: &str = "/deploy";
+/// The one approver of [`lock_rule`].
+pub const LOCK_APPROVER: &str = "alice";
+
+/// The rule [`LOCK_CASES`] are judged by: `lock-1`, every `POST` under
+/// `/deploy` to [`LOCK_DESTINATION`], [`LOCK_APPROVER`] decides.
+pub fn lock_rule() -> LockRule {
+    LockRule::check(&RuleDraft {
+        id: "lock-1",
+        destination: LOCK_DESTINATION,
+        attachment: "",
+        method: LOCK_METHOD,
+        path_prefix: LOCK_PREFIX,
+        mode: "every_request",
+        approvers: &[LOCK_APPROVER.to_owned()],
+    })
+    .expect("the table's rule is valid")
+}
+
+/// One request to [`LOCK_DESTINATION`] and what the Lock makes of it.
+#[derive(Debug)]
+pub struct LockCase {
+    pub method: &'static str,
+    /// As the session sent it (without its query).
+    pub path: &'static str,
+    /// What the destination gets, the record holds and the card shows.
+    pub canonical: &'static str,
+    /// Whether [`lock_rule`] holds it.
+    pub held: bool,
+}
+
+const fn held(path: &'static str, canonical: &'static str) -> LockCase {
+    LockCase {
+        method: "POST",
+        path,
+        canonical,
+        held: true,
+    }
+}
+
+const fn passes(method: &'static str, path: &'static str, canonical: &'static str) -> LockCase {
+    LockCase {
+        method,
+        path,
+        canonical,
+        held: false,
+    }
+}
+
+/// The table: the plain path, then the spellings only the routing key
+/// puts under the rule (the relay must judge them as the gateway does),
+/// then the spellings the canonical path settles, then requests the rule
+/// does not hold.
+pub const LOCK_CASES: &[LockCase] = &[
+    held("/deploy", "/deploy"),
+    held("/deploy/x", "/deploy/x"),
+    // Held by the routing key only: the canonical path is not under
+    // `/deploy`.
+    held("/%2Fdeploy/x", "/%2Fdeploy/x"),
+    held("/%2fdeploy", "/%2Fdeploy"),
+    held("/Deploy", "/Deploy"),
+    held("/DEPLOY", "/DEPLOY"),
+    held("/%44eploy", "/Deploy"),
+    held("/\\deploy", "/\\deploy"),
+    held("/x%5C..%5Cdeploy", "/x%5C..%5Cdeploy"),
+    held("/x%2F..%2Fdeploy", "/x%2F..%2Fdeploy"),
+    held("/x/..;/deploy", "/x/..;/deploy"),
+    held("/x/..;jsessionid=1/deploy", "/x/..;jsessionid=1/deploy"),
+    held("/deploy;v=1", "/deploy;v=1"),
+    // Held by the canonical path.
+    held("/%64eploy/x", "/deploy/x"),
+    held("/x/../deploy", "/deploy"),
+    held("/x/%2e%2e/deploy", "/deploy"),
+    held("//deploy", "/deploy"),
+    LockCase {
+        method: "post",
+        ..held("/deploy", "/deploy")
+    },
+    // Not held.
+    passes("GET", "/deploy", "/deploy"),
+    passes("POST", "/other", "/other"),
+    passes("POST", "/x/deploy", "/x/deploy"),
+    passes("POST", "/%252Fdeploy", "/%252Fdeploy"),
+    passes("POST", "/de%2Fploy", "/de%2Fploy"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::name;
+    use crate::path::RoutedPath;
+
+    /// The gateway's reading (the path as sent) and the relay's (the
+    /// canonical path of the proposal) agree on every case.
+    #[test]
+    fn the_lock_cases_hold_on_the_path_as_sent_and_on_its_canonical_form() {
+        let rule = lock_rule();
+        let d = name::canonicalize(LOCK_DESTINATION).unwrap();
+        for c in LOCK_CASES {
+            let sent = RoutedPath::new(c.path);
+            assert_eq!(sent.canonical(), c.canonical, "{c:?}");
+            let relayed = RoutedPath::new(c.canonical);
+            assert_eq!(relayed, sent, "{c:?}: the canonical path reads the same");
+            assert_eq!(rule.matches(&d, c.method, &sent, &[]), c.held, "{c:?}");
+            assert_eq!(rule.matches(&d, c.method, &relayed, &[]), c.held, "{c:?}");
+        }
+    }
+}

@@ -20,8 +20,9 @@
 //!   plane, gateway).
 //! - [`pb`]: the control channel's messages and services, compiled once
 //!   from `proto/control.proto`.
-//! - `cases` (feature `cases`): the table of drafts every entry point's
-//!   tests run.
+//! - `cases` (feature `cases`): the tables both sides' tests run: session
+//!   drafts for every entry point, and requests under a Lock rule for the
+//!   gateway and the approval relay.
 //!
 //! It depends on neither the gateway nor the control plane; both depend on
 //! it.

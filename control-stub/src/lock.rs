@@ -15,6 +15,8 @@
 
 use serde::{Deserialize, Serialize};
 use talos_contract::lock as rules;
+use talos_contract::name;
+use talos_contract::path::RoutedPath;
 
 use crate::error::Error;
 use crate::model::LockMode;
@@ -123,10 +125,28 @@ pub fn approver(text: &str) -> Result<String, Error> {
 }
 
 impl LockRule {
-    /// Whether a request with these fields is one this rule holds. The
-    /// path prefix is a plain prefix of the path (without its query); the
-    /// relay uses this only to check a gateway's claim that the rule
-    /// matched, so the plain reading (the widest) is the safe one here.
+    /// The rule as the gateways hold it: the stored fields through the
+    /// contract's constructor, as `OpenSession` passes them on.
+    pub fn judged(&self) -> Result<rules::LockRule, rules::RuleError> {
+        rules::LockRule::check(&rules::RuleDraft {
+            id: &self.id,
+            destination: &self.destination,
+            attachment: &self.attachment,
+            method: &self.method,
+            path_prefix: &self.path_prefix,
+            mode: self.mode.as_str(),
+            approvers: &self.approvers,
+        })
+    }
+
+    /// Whether this rule holds a request with these fields, judged as the
+    /// gateway judges it ([`rules::LockRule::matches`]: the method in any
+    /// case, the path under the prefix in its canonical form or its
+    /// routing key). A proposal carries the canonical path, whose routing
+    /// key is the one the gateway read from the path as sent
+    /// ([`talos_contract::path::routing_key`] is a function of the
+    /// canonical path). A destination that is no name, or a stored rule
+    /// the contract would refuse, matches nothing.
     pub fn matches_request(
         &self,
         destination: &str,
@@ -134,10 +154,11 @@ impl LockRule {
         path: &str,
         attachments: &[String],
     ) -> bool {
-        (self.destination == ANY_DESTINATION || self.destination == destination)
-            && (self.attachment.is_empty() || attachments.contains(&self.attachment))
-            && (self.method.is_empty() || self.method.eq_ignore_ascii_case(method))
-            && (self.path_prefix.is_empty() || path.starts_with(&self.path_prefix))
+        let (Ok(rule), Ok(destination)) = (self.judged(), name::canonicalize(destination)) else {
+            return false;
+        };
+        let attachments: Vec<&str> = attachments.iter().map(String::as_str).collect();
+        rule.matches(&destination, method, &RoutedPath::new(path), &attachments)
     }
 }
 

@@ -6,10 +6,15 @@
 //!   sentence and the digest itself and refuses the proposal if either is
 //!   not what the gateway sent; the session must be running at that
 //!   attempt, the gateway must hold its authority, the rule must exist and
-//!   name exactly the proposal's approvers, and a request must be one the
-//!   rule matches. A proposal is stored `pending` once; the same id with
-//!   the same digest again is acknowledged and changes nothing, another
-//!   digest is refused.
+//!   name exactly the proposal's approvers, and a request's path must be
+//!   canonical (what the destination gets, and what the card shows) and
+//!   one the rule holds, judged by the contract's rule
+//!   ([`talos_contract::lock::LockRule::matches`], canonical path and
+//!   routing key alike), as the gateway judged it. A proposal is stored
+//!   `pending` once; the same id with the same digest again is
+//!   acknowledged and changes nothing, another digest is refused. Every
+//!   refusal is the answer to the gateway's call, at once: the gateway
+//!   ends the held request then, rather than at the end of its time.
 //! - **Deciding** ([`decide`], behind `approvals approve|decline` and the
 //!   approvals API): a pending proposal not past its `expires_at`, an
 //!   approver named both by the proposal and, still, by its rule; the
@@ -29,6 +34,7 @@ use serde::Serialize;
 use talos_certs::{
     proposal_digest, sentence, Decision, GatewayKey, Proposal, ProposalKind, Verdict,
 };
+use talos_contract::path;
 use zeroize::Zeroizing;
 
 use crate::error::Error;
@@ -195,6 +201,12 @@ pub fn receive(store: &mut Store, msg: &pb::ProposalMsg) -> Result<Received, Err
                 p.approvers.iter().map(|a| bounded(a)).collect::<Vec<_>>(),
                 rule.id,
                 rule.approvers
+            )));
+        }
+        if p.kind == ProposalKind::Request && path::canonical(&p.path) != p.path {
+            return Err(invalid(format!(
+                "the path {:?} is not canonical (the card shows the path the destination gets)",
+                bounded(&p.path)
             )));
         }
         if p.kind == ProposalKind::Request

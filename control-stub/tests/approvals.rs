@@ -423,6 +423,66 @@ fn proposals_are_checked_against_their_fields_session_and_rule() {
     refused(&mut env, msg(&q3), "proposal_stale");
 }
 
+/// Every request of the contract's shared table, proposed as the gateway
+/// proposes it (the canonical path): the relay holds what the gateway
+/// holds — the spellings only the routing key puts under the rule too —
+/// and refuses the rest, and a path not canonical, as `proposal_invalid`.
+#[test]
+fn the_relay_judges_the_shared_lock_cases_as_the_gateway_does() {
+    use talos_contract::cases::{self, LOCK_CASES};
+    let mut env = Env::new().with_policy();
+    let r = env
+        .store
+        .lock_add(
+            &NewRule::check(
+                cases::LOCK_DESTINATION,
+                None,
+                Some(cases::LOCK_METHOD),
+                Some(cases::LOCK_PREFIX),
+                LockMode::EveryRequest,
+                &[cases::LOCK_APPROVER.to_owned()],
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(
+        r.judged().unwrap().path_prefix,
+        cases::lock_rule().path_prefix
+    );
+    let id = env.start(Mode::Commands).session_id;
+    for (n, c) in (1..).zip(LOCK_CASES) {
+        let mut p = proposal(&id, 1, &r, "gw-a", n);
+        p.destination = cases::LOCK_DESTINATION.into();
+        p.attachments = Vec::new();
+        p.method = c.method.into();
+        p.path = c.canonical.into();
+        let got = relay::receive(&mut env.store, &msg(&p));
+        if c.held {
+            let Ok(Received::New(record)) = got else {
+                panic!("{c:?}: {got:?}");
+            };
+            assert!(
+                record
+                    .sentence
+                    .contains(&format!("{} {} to", c.method, c.canonical)),
+                "{c:?}: the card shows the canonical path: {}",
+                record.sentence
+            );
+        } else {
+            assert_eq!(got.unwrap_err().code(), "proposal_invalid", "{c:?}");
+        }
+        if c.path != c.canonical {
+            p.proposal_id.push_str("-sent");
+            p.path = c.path.into();
+            let err = relay::receive(&mut env.store, &msg(&p)).unwrap_err();
+            assert_eq!(err.code(), "proposal_invalid", "{c:?}");
+            if c.held {
+                assert!(err.to_string().contains("not canonical"), "{c:?}: {err}");
+            }
+        }
+    }
+}
+
 // ---- decisions out ----
 
 struct Relay {

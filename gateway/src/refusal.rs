@@ -85,7 +85,8 @@ pub enum Refusal {
     HostMismatch,
     /// A request asked to change protocol.
     UpgradeRefused,
-    /// A named person declined, or no decision came in time.
+    /// A named person declined, or no decision came in time (or could not
+    /// come: the approval relay refused the proposal, or did not take it).
     ApprovalDeclined,
     /// The approval was withdrawn because the session paused or ended.
     ApprovalWithdrawn,
@@ -174,7 +175,7 @@ impl Refusal {
             Refusal::UpgradeRefused => "the gateway passes on only requests that it can read; protocol upgrades and CONNECT are refused",
             Refusal::GrpcNeedsHttp2 => "a gRPC request went to a destination that answered over HTTP/1.1",
             Refusal::UpstreamFailed => "the gateway could not reach the destination",
-            Refusal::ApprovalDeclined => "a named person declined, or no decision came within five minutes",
+            Refusal::ApprovalDeclined => "a named person declined, or no decision came: none within five minutes, or the approval relay refused the proposal or could not be reached",
             Refusal::ApprovalWithdrawn => "the approval was withdrawn because the session paused or ended",
             Refusal::SessionEnded => "the session ended",
             Refusal::SessionLimit => "the session is at a bound of its share of the gateway (open connections, handshakes, held requests, pending proposals or proposal rate); retry once something of it has finished",

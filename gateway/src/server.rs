@@ -229,7 +229,7 @@ pub async fn run(config: Config, options: Options) -> Result<(), StartError> {
 }
 
 /// What the relay's proposals arrive on.
-type Proposals = mpsc::UnboundedReceiver<(talos_certs::Proposal, String, String)>;
+type Proposals = mpsc::UnboundedReceiver<crate::session::approvals::Proposed>;
 
 /// Everything that can fail at start, done: settings, static sessions (or
 /// the authorities taken over), the resolver, listeners bound (or taken

@@ -7,6 +7,10 @@
 //!
 //! - the Lock judges the path the destination routes, over every
 //!   session/destination protocol pair, and every spelling of a method;
+//! - with `control-stub serve` as the relay, every spelling the Lock holds
+//!   gets a card showing the canonical path, and goes on with it when
+//!   approved; a proposal the relay refuses, or cannot take, ends its
+//!   request without waiting out the decision time;
 //! - no piece of a secret is chosen by the session (`Range`);
 //! - every byte of a reply passed the masker, or the reply is refused;
 //! - `hangar-refusal` always means the gateway spoke;
@@ -27,6 +31,7 @@ use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::hostile::Hostile;
 use talos_e2e::origin::TestCa;
 use talos_e2e::relay::Relay;
+use talos_e2e::stub::{Ran, Stub};
 use talos_e2e::wait;
 use talos_gateway::pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,6 +55,35 @@ struct Rig {
     gateway: Gateway,
 }
 
+/// The hostile origin for `H1` and `H2`, a DNS server that puts both on
+/// loopback, and a gateway config that trusts the origin and reaches it,
+/// with `limits` in `[limits]` and no control channel yet.
+async fn hostile_parts(dir: &std::path::Path, limits: &str) -> (Hostile, DnsServer, TestConfig) {
+    let ca = TestCa::new("hostile test CA");
+    let ca_file = dir.join("hostile-ca.pem");
+    ca.write_pem(&ca_file);
+    let hostile = Hostile::start(&ca, &[H1, H2]).await;
+    let loopback = "127.0.0.1".parse().expect("ip");
+    let dns = DnsServer::start(
+        [H1, H2]
+            .iter()
+            .map(|n| (n.to_string(), Answer::Addrs(vec![loopback])))
+            .collect(),
+    )
+    .await;
+    let config = TestConfig {
+        dns: dns.addr,
+        upstream_port: hostile.addr.port(),
+        anchors: vec![ca_file],
+        permit_internal: vec!["127.0.0.1/32".into()],
+        limits: limits.to_owned(),
+        // Half-sent hellos must stay half-sent while a test looks.
+        hello_timeout_ms: Some(60_000),
+        ..TestConfig::default()
+    };
+    (hostile, dns, config)
+}
+
 impl Rig {
     /// A gateway with a control channel (and, with `relay`, a control
     /// plane taking proposals) in front of the hostile origin; `limits`
@@ -57,18 +91,7 @@ impl Rig {
     async fn new(limits: &str, relay: bool) -> Rig {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_owned();
-        let ca = TestCa::new("hostile test CA");
-        let ca_file = dir.join("hostile-ca.pem");
-        ca.write_pem(&ca_file);
-        let hostile = Hostile::start(&ca, &[H1, H2]).await;
-        let loopback = "127.0.0.1".parse().expect("ip");
-        let dns = DnsServer::start(
-            [H1, H2]
-                .iter()
-                .map(|n| (n.to_string(), Answer::Addrs(vec![loopback])))
-                .collect(),
-        )
-        .await;
+        let (hostile, dns, config) = hostile_parts(&dir, limits).await;
         let pki = ControlPki::new(&dir);
         let relay = if relay {
             Some(Relay::start(&pki).await)
@@ -84,15 +107,8 @@ impl Rig {
             );
         }
         let config = TestConfig {
-            dns: dns.addr,
-            upstream_port: hostile.addr.port(),
-            anchors: vec![ca_file],
-            permit_internal: vec!["127.0.0.1/32".into()],
-            limits: limits.to_owned(),
             control: Some(control),
-            // Half-sent hellos must stay half-sent while a test looks.
-            hello_timeout_ms: Some(60_000),
-            ..TestConfig::default()
+            ..config
         };
         let gateway = Gateway::start(&dir, &config.toml(&dir));
         Rig {
@@ -461,6 +477,281 @@ async fn the_lock_judges_the_path_the_destination_routes() {
         30,
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+}
+
+/// The gateway's id when the control stub runs the control plane.
+const GW: &str = "gw-adv";
+
+/// The hostile origin behind a gateway whose control plane is the real
+/// one: `control-stub serve` takes its batches and proposals (its relay
+/// makes the cards) and the `control-stub` CLI starts sessions and
+/// decides, as operators run them.
+struct StubRig {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    hostile: Hostile,
+    _dns: DnsServer,
+    stub: Stub,
+    gateway: Gateway,
+}
+
+impl StubRig {
+    /// `serve` running, the gateway shipping to it; `H1` and `H2` on the
+    /// egress list; tenant `acme`'s `API_TOKEN`; a Lock rule holding every
+    /// `POST` under `/deploy` at `H1`, alice approving.
+    async fn new(limits: &str) -> StubRig {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
+        let (hostile, dns, config) = hostile_parts(&dir, limits).await;
+        let mut stub = Stub::init(&dir, &[GW]);
+        stub.start_serve();
+        let mut control = stub.gateway_files(GW, &dir);
+        control.extra = format!(
+            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
+            stub.serve_addr.expect("serve"),
+            dir.join("spool").display().to_string()
+        );
+        let config = TestConfig {
+            gateway_id: GW.into(),
+            control: Some(control),
+            ..config
+        };
+        let gateway = Gateway::start(&dir, &config.toml(&dir));
+        let rig = StubRig {
+            _tmp: tmp,
+            dir,
+            hostile,
+            _dns: dns,
+            stub,
+            gateway,
+        };
+        for name in [H1, H2] {
+            rig.cli(&["policy", "egress", "add", name]).json();
+        }
+        rig.stub
+            .run(
+                &[],
+                &["secret", "set", "API_TOKEN", "--tenant", "acme"],
+                SECRET.as_bytes(),
+            )
+            .json();
+        rig.cli(&[
+            "policy",
+            "lock",
+            "add",
+            "--destination",
+            H1,
+            "--method",
+            "POST",
+            "--path-prefix",
+            "/deploy",
+            "--mode",
+            "every_request",
+            "--approver",
+            "alice",
+        ])
+        .json();
+        rig
+    }
+
+    /// One CLI command, reaching the gateway.
+    fn cli(&self, args: &[&str]) -> Ran {
+        let link = (GW.to_owned(), self.gateway.control.expect("control"));
+        tokio::task::block_in_place(|| self.stub.run(&[link], args, b""))
+    }
+
+    /// Start a session from [`SESSION_SOURCE`] allowed `H1`, `API_TOKEN`
+    /// attached to it; its id and the path of its trust bundle.
+    fn start_session(&self) -> (String, PathBuf) {
+        let t = self
+            .cli(&[
+                "sandbox",
+                "start",
+                "--tenant",
+                "acme",
+                "--source",
+                SESSION_SOURCE,
+                "--allow",
+                H1,
+                "--attach",
+                &format!("API_TOKEN={H1}:authorization:Bearer"),
+                "--mode",
+                "commands",
+            ])
+            .json();
+        assert_eq!(t["state"], "running", "{t}");
+        let id = t["session_id"].as_str().expect("session id").to_owned();
+        let ran = self.cli(&["sandbox", "trust", &id]);
+        assert_eq!(ran.status, 0, "{}", ran.stderr);
+        let path = self.dir.join(format!("{id}.pem"));
+        std::fs::write(&path, &ran.stdout).expect("write bundle");
+        (id, path)
+    }
+
+    /// Wait for the pending card whose sentence shows `method path` to
+    /// `H1`; returns its id.
+    fn wait_card(&self, method: &str, path: &str) -> String {
+        let shows = format!(" {method} {path} to {H1},");
+        tokio::task::block_in_place(|| {
+            wait::until(&format!("a card for {method} {path}"), || {
+                let cards = self.cli(&["approvals", "list"]).json();
+                cards
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["sentence"].as_str().is_some_and(|t| t.contains(&shows)))
+                    .and_then(|c| c["id"].as_str().map(str::to_owned))
+                    .ok_or(cards)
+            })
+        })
+    }
+
+    /// Wait for the records of the session's closed connections to hold
+    /// `n` requests; returns them.
+    async fn wait_requests(&self, id: &str, n: usize) -> Vec<Value> {
+        wait::until_async(&format!("{n} requests of {id} on the record"), || {
+            let requests: Vec<Value> = self
+                .gateway
+                .records()
+                .iter()
+                .filter(|r| r["session_id"] == id)
+                .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+                .collect();
+            wait::check(requests, |r| r.len() >= n)
+        })
+        .await
+    }
+}
+
+impl Drop for StubRig {
+    /// A failing test shows what the gateway and `serve` logged.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("gateway log:\n{}", self.gateway.log());
+            eprintln!("serve log:\n{}", self.stub.serve_log());
+        }
+    }
+}
+
+/// Every spelling of the contract's shared table that the Lock holds —
+/// those only the routing key puts under the rule (`/%2Fdeploy/x`,
+/// `/Deploy`, `/DEPLOY`, `/%44eploy`, `/\deploy`, `/x%5C..%5Cdeploy`,
+/// `/x%2F..%2Fdeploy`, `/x/..;/deploy`, `/x/..;jsessionid=1/deploy`)
+/// and the rest — through the real relay: held, a card at once showing
+/// the canonical path, approved from the CLI, and the destination gets
+/// the canonical path.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_approved() {
+    // Every case proposes within the minute: past the default burst.
+    let rig = StubRig::new("session_proposal_burst = 64").await;
+    let (id, ca) = rig.start_session();
+    let mut s = http::connect(SESSION_SOURCE, rig.gateway.data, H1, &ca, false).await;
+    let held: Vec<_> = talos_contract::cases::LOCK_CASES
+        .iter()
+        .filter(|c| c.held)
+        .collect();
+    for c in &held {
+        let (method, path) = (c.method, c.path);
+        let answer = tokio::spawn(async move {
+            let got = send(&mut s, method, H1, path, &[]).await;
+            (s, got)
+        });
+        let card = rig.wait_card(c.method, c.canonical);
+        let decided = rig
+            .cli(&["approvals", "approve", &card, "--as", "alice"])
+            .json();
+        assert_eq!(decided["outcome"], "released", "{c:?}: {decided}");
+        let (back, got) = answer.await.expect("the request's task");
+        s = back;
+        assert_eq!(
+            (got.status, got.text().as_str()),
+            (200, "ran\n"),
+            "{c:?}: {}",
+            got.refusal()
+        );
+        let sent = rig.hostile.sent_paths();
+        assert_eq!(sent.last().map(String::as_str), Some(c.canonical), "{c:?}");
+    }
+    assert_eq!(rig.hostile.runs().len(), held.len());
+    drop(s);
+    let requests = rig.wait_requests(&id, held.len()).await;
+    for (r, c) in requests.iter().zip(&held) {
+        assert_eq!(r["path"], c.canonical, "{r}");
+        assert_eq!(r["approval"]["decision"], "approved", "{r}");
+    }
+}
+
+/// A proposal the relay refuses — its rule removed from the account's
+/// Lock after the session opened with it — ends its request at once,
+/// `approval_declined` with cause `relay_refused`, and gives its held
+/// place back at once (the session holds one at a time). With `serve`
+/// down, a held request ends after the delivery bound
+/// (`relay_unreachable`), long before the decision time. No card is left
+/// behind, and the destination never ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_card() {
+    use talos_gateway::session::approvals::{DECISION_TIMEOUT, DELIVERY_TIMEOUT};
+    let mut rig = StubRig::new("session_held_requests = 1").await;
+    let (id, ca) = rig.start_session();
+    let rules = rig.cli(&["policy", "lock", "list"]).json();
+    let rule = rules[0]["id"].as_str().expect("rule id").to_owned();
+    rig.cli(&["policy", "lock", "remove", &rule]).json();
+    let mut s = http::connect(SESSION_SOURCE, rig.gateway.data, H1, &ca, false).await;
+    for path in ["/deploy", "/%2Fdeploy/x"] {
+        let got = send(&mut s, "POST", H1, path, &[]).await;
+        assert_eq!(
+            (got.status, got.refusal()),
+            (403, "approval_declined"),
+            "POST {path}: {}",
+            got.text()
+        );
+    }
+    assert_eq!(
+        rig.cli(&["approvals", "list", "--all"]).json(),
+        Value::Array(vec![])
+    );
+
+    rig.stub.kill_serve();
+    let start = std::time::Instant::now();
+    let req = hyper::Request::builder()
+        .method("POST")
+        .uri(format!("https://{H1}/deploy/x"))
+        .body(http::empty())
+        .expect("request");
+    let resp = tokio::time::timeout(DELIVERY_TIMEOUT + wait::DEADLINE, s.send(req))
+        .await
+        .expect("an answer within the delivery bound")
+        .expect("an answer");
+    let took = start.elapsed();
+    assert_eq!(resp.status(), 403);
+    assert!(
+        took >= DELIVERY_TIMEOUT && took < DECISION_TIMEOUT,
+        "{took:?}"
+    );
+    drop(s);
+
+    let requests = rig.wait_requests(&id, 3).await;
+    let decisions: Vec<(&str, &str)> = requests
+        .iter()
+        .map(|r| {
+            (
+                r["refusal"].as_str().unwrap_or(""),
+                r["approval"]["decision"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("approval_declined", "relay_refused"),
+            ("approval_declined", "relay_refused"),
+            ("approval_declined", "relay_unreachable"),
+        ]
+    );
+    assert!(rig.hostile.runs().is_empty());
+    let log = rig.gateway.log();
+    assert!(log.contains("relay_refused"), "{log}");
+    assert!(log.contains("relay_unreachable"), "{log}");
 }
 
 /// Every place a reply can carry the credential, over an HTTP/1.1 session

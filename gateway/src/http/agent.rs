@@ -6,8 +6,8 @@
 //! (kind `agent`, under the first Lock rule that matches `POST
 //! /v1/proposals` at `approvals.hangar.internal`), and the answer waits for
 //! the decision: `200 {"decision":"approved"|"declined", …}`. No decision
-//! within five minutes, or no rule that names an approver: `declined`, with
-//! a `reason`. The session's authority ending while it waits:
+//! within five minutes, no rule that names an approver, or a proposal the
+//! relay refused or did not take in time: `declined`, with a `reason`. The session's authority ending while it waits:
 //! `403 approval_withdrawn`. Past a bound of the session's share (pending
 //! proposals, or the rate of proposals): `429 session_limit` at once, with
 //! the bound named (`"bound"`) and, for the rate, `retry-after`. A malformed proposal: `400` with a message
@@ -124,6 +124,8 @@ pub async fn answer(
         Outcome::Declined { approver } => ("declined", Some(approver), None),
         Outcome::TimedOut => ("declined", None, Some("no_decision")),
         Outcome::NoRelay => ("declined", None, Some("no_relay")),
+        Outcome::RelayRefused => ("declined", None, Some("relay_refused")),
+        Outcome::RelayUnreachable => ("declined", None, Some("relay_unreachable")),
         Outcome::Withdrawn => {
             let reason = Refusal::ApprovalWithdrawn;
             entry.refusal = Some(reason);

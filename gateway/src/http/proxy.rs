@@ -62,6 +62,11 @@ causes! {
         NoDecision => "no_decision",
         /// `approval_declined`: no approval relay to ask.
         NoRelay => "no_relay",
+        /// `approval_declined`: the relay refused the proposal (no card).
+        RelayRefused => "relay_refused",
+        /// `approval_declined`: the relay did not take the proposal in
+        /// time (`session::approvals::DELIVERY_TIMEOUT`).
+        RelayUnreachable => "relay_unreachable",
         /// `session_ended`: the authority's lease had lapsed when the
         /// request came.
         LeaseExpired => "lease_expired",
@@ -262,6 +267,10 @@ async fn check_lock(
         Outcome::Declined { .. } => Err(refused(Refusal::ApprovalDeclined, Cause::Declined)),
         Outcome::TimedOut => Err(refused(Refusal::ApprovalDeclined, Cause::NoDecision)),
         Outcome::NoRelay => Err(refused(Refusal::ApprovalDeclined, Cause::NoRelay)),
+        Outcome::RelayRefused => Err(refused(Refusal::ApprovalDeclined, Cause::RelayRefused)),
+        Outcome::RelayUnreachable => {
+            Err(refused(Refusal::ApprovalDeclined, Cause::RelayUnreachable))
+        }
     }
 }
 

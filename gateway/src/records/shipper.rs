@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::pb;
 use crate::records::spool::{read_batch, Spool};
 use crate::refusal::causes;
+use crate::session::approvals::{Delivery, Proposed};
 
 causes! {
     /// How the control plane acknowledged a batch it took (the `status` of
@@ -191,12 +192,15 @@ async fn wait(stop: &CancellationToken, delay: &mut Duration) -> bool {
 const PROPOSE_IN_FLIGHT: usize = 16;
 
 /// Deliver held requests' proposals to the relay (`ControlPlane.Propose`),
-/// each on its own task so one slow delivery holds up no other. A
-/// proposal is retried with growing delays until the relay takes it, or
-/// refuses it for good (the hold then runs out its time and is declined),
-/// or it expires.
+/// each on its own task so one slow delivery holds up no other, and tell
+/// each held request what became of its proposal
+/// ([`Delivery`]): taken, or refused for good (the relay makes no card;
+/// the request is declined at once). An outage or an error that may pass
+/// is retried with growing delays for as long as the request waits
+/// (at most [`crate::session::approvals::DELIVERY_TIMEOUT`]); a proposal
+/// whose request has stopped waiting is dropped, sent or not.
 pub async fn propose(
-    mut proposals: tokio::sync::mpsc::UnboundedReceiver<(talos_certs::Proposal, String, String)>,
+    mut proposals: tokio::sync::mpsc::UnboundedReceiver<Proposed>,
     plane: Plane,
     stop: CancellationToken,
 ) {
@@ -213,15 +217,26 @@ pub async fn propose(
     // proposals.
     let slots = Arc::new(tokio::sync::Semaphore::new(PROPOSE_IN_FLIGHT));
     loop {
-        let (p, sentence, digest) = tokio::select! {
+        let Proposed {
+            proposal: p,
+            sentence,
+            digest,
+            mut delivered,
+        } = tokio::select! {
             _ = stop.cancelled() => return,
             next = proposals.recv() => match next {
                 Some(n) => n,
                 None => return,
             },
         };
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
+        let slot = tokio::select! {
+            _ = stop.cancelled() => return,
+            // The request stopped waiting while its proposal queued.
+            () = delivered.closed() => continue,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
         };
         let mut client = client.clone();
         let stop = stop.clone();
@@ -247,17 +262,17 @@ pub async fn propose(
                 sentence,
                 digest,
             };
-            let deadline =
-                tokio::time::Instant::now() + crate::session::approvals::DECISION_TIMEOUT;
             let mut delay = RETRY_FIRST;
             loop {
                 let answer = tokio::select! {
                     _ = stop.cancelled() => return,
+                    () = delivered.closed() => return,
                     a = client.propose(msg.clone()) => a,
                 };
                 match answer {
                     Ok(_) => {
                         tracing::debug!(proposal = %msg.proposal_id, "proposal delivered to the relay");
+                        let _ = delivered.send(Delivery::Taken);
                         return;
                     }
                     Err(status)
@@ -269,14 +284,19 @@ pub async fn propose(
                                 | tonic::Code::PermissionDenied
                         ) =>
                     {
-                        tracing::error!(proposal = %msg.proposal_id, code = ?status.code(), message = %status.message(), "the relay refused a proposal; the request will be declined when its time runs out");
+                        tracing::error!(proposal = %msg.proposal_id, code = ?status.code(), message = %status.message(), "the relay refused a proposal; its request is declined (relay_refused)");
+                        let _ = delivered.send(Delivery::Refused);
                         return;
                     }
                     Err(status) => {
                         tracing::warn!(proposal = %msg.proposal_id, code = ?status.code(), "cannot reach the relay; retrying");
                     }
                 }
-                if tokio::time::Instant::now() + delay > deadline || wait(&stop, &mut delay).await {
+                let retry = tokio::select! {
+                    () = delivered.closed() => false,
+                    stopped = wait(&stop, &mut delay) => !stopped,
+                };
+                if !retry {
                     return;
                 }
             }

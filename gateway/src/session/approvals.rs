@@ -6,13 +6,22 @@
 //! matches a rule (destination, attachment, method, path prefix) is held:
 //! [`Approvals::hold`] writes a `talos_certs::Proposal`, its sentence and
 //! digest, hands it to the [`Proposer`] (which delivers it to the relay
-//! through the control channel), and waits — without a thread: a held
-//! request is a future, a oneshot channel and a timer — for the first of:
+//! through the control channel, and says what became of it), and waits —
+//! without a thread: a held request is a future, two oneshot channels and
+//! two timers — for the first of:
 //!
 //! - a decision the relay signed ([`Approvals::decide`]): checked under the
 //!   relay key, for this proposal id and digest, from a listed approver.
 //!   Approved: the request goes on. Declined: `approval_declined`;
-//! - [`DECISION_TIMEOUT`] (five minutes) without one: `approval_declined`;
+//! - the relay refusing the proposal (it makes no card: a rule removed
+//!   since the session opened, a session no longer running there, a
+//!   proposal it judges invalid): `approval_declined` at once, since no
+//!   decision can come;
+//! - the relay not taking the proposal within [`DELIVERY_TIMEOUT`]
+//!   (unreachable, or not answering): `approval_declined` then, not at the
+//!   end of the decision time;
+//! - [`DECISION_TIMEOUT`] (five minutes) without a decision:
+//!   `approval_declined`;
 //! - the session's authority ending (pause, interruption, end, Revoke
 //!   All): `approval_withdrawn`. The proposal is forgotten, so a decision
 //!   that comes later finds nothing to decide.
@@ -36,6 +45,14 @@ use crate::gate::name::Name;
 /// How long a held request waits for a decision.
 pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// How long a held request waits for the relay to take its proposal
+/// (the card made) before it is declined (`relay_unreachable`): a tenth
+/// of [`DECISION_TIMEOUT`], long enough for a relay that restarts and for
+/// the deliverer's retries (after 0.2 s, doubling to 10 s: eight tries
+/// in the first 23 s when each fails at once), short enough that a request does not hold a place of the
+/// session's share for minutes for a card that is not there.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The Lock's rules as the contract checks them ([`talos_contract::lock`]):
 /// the control plane keeps the same rules when a rule is added.
 pub use talos_contract::lock::{LockRule, Mode, MAX_RULES};
@@ -56,6 +73,10 @@ pub enum Outcome {
     Withdrawn,
     /// No relay to ask: the session was opened without a relay key.
     NoRelay,
+    /// The relay refused the proposal: no card, so no decision can come.
+    RelayRefused,
+    /// The relay did not take the proposal within [`DELIVERY_TIMEOUT`].
+    RelayUnreachable,
 }
 
 impl Outcome {
@@ -63,8 +84,15 @@ impl Outcome {
     /// values of `gateway_approvals_total`). [`as_str`](Self::as_str)
     /// indexes into it, so a new variant needs its word here (an index past
     /// the end does not compile).
-    pub const NAMES: [&'static str; 5] =
-        ["approved", "declined", "timed_out", "withdrawn", "no_relay"];
+    pub const NAMES: [&'static str; 7] = [
+        "approved",
+        "declined",
+        "timed_out",
+        "withdrawn",
+        "no_relay",
+        "relay_refused",
+        "relay_unreachable",
+    ];
 
     /// The word records use.
     pub const fn as_str(&self) -> &'static str {
@@ -74,6 +102,8 @@ impl Outcome {
             Outcome::TimedOut => 2,
             Outcome::Withdrawn => 3,
             Outcome::NoRelay => 4,
+            Outcome::RelayRefused => 5,
+            Outcome::RelayUnreachable => 6,
         }]
     }
 }
@@ -110,10 +140,31 @@ struct Pending {
     answer: oneshot::Sender<Outcome>,
 }
 
+/// What became of a proposal at the relay, as its deliverer tells the
+/// held request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Taken: the card is made (or was, by an earlier try).
+    Taken,
+    /// Refused for good: no card will be made.
+    Refused,
+}
+
+/// A proposal on its way to the relay: its fields, sentence and digest,
+/// and where to say what became of it. Dropping `delivered` unsent says
+/// the delivery was given up (the process is stopping): no card will come.
+#[derive(Debug)]
+pub struct Proposed {
+    pub proposal: Proposal,
+    pub sentence: String,
+    pub digest: String,
+    pub delivered: oneshot::Sender<Delivery>,
+}
+
 /// Delivers proposals to the approval relay.
 #[derive(Clone, Debug)]
 pub struct Proposer {
-    tx: mpsc::UnboundedSender<(Proposal, String, String)>,
+    tx: mpsc::UnboundedSender<Proposed>,
     /// Told of every first use approved, once this process has handed its
     /// authorities to a successor (which must count them too).
     first_uses: Arc<Mutex<Option<mpsc::UnboundedSender<FirstUse>>>>,
@@ -129,10 +180,7 @@ pub struct FirstUse {
 
 impl Proposer {
     /// A proposer and the receiving end its delivery task reads.
-    pub fn new() -> (
-        Proposer,
-        mpsc::UnboundedReceiver<(Proposal, String, String)>,
-    ) {
+    pub fn new() -> (Proposer, mpsc::UnboundedReceiver<Proposed>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             Proposer {
@@ -143,8 +191,8 @@ impl Proposer {
         )
     }
 
-    fn send(&self, p: Proposal, sentence: String, digest: String) -> bool {
-        self.tx.send((p, sentence, digest)).is_ok()
+    fn send(&self, p: Proposed) -> bool {
+        self.tx.send(p).is_ok()
     }
 
     /// From now on, tell `to` of every first use approved.
@@ -283,8 +331,10 @@ impl Approvals {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Hold a request under `rule` until a decision, the timeout or
-    /// `ended`. Returns the outcome and what the record says.
+    /// Hold a request under `rule` until a decision, the relay's refusal
+    /// of the proposal, [`DELIVERY_TIMEOUT`] without the relay taking it,
+    /// the timeout or `ended`. Returns the outcome and what the record
+    /// says.
     pub async fn hold(
         &self,
         rule: &LockRule,
@@ -362,17 +412,36 @@ impl Approvals {
                 digest = %digest,
                 "request held for approval"
             );
-            let sent = self
-                .proposer
-                .as_ref()
-                .is_some_and(|p| p.send(proposal, sentence, digest));
+            let (delivered, delivery) = oneshot::channel();
+            let sent = self.proposer.as_ref().is_some_and(|p| {
+                p.send(Proposed {
+                    proposal,
+                    sentence,
+                    digest,
+                    delivered,
+                })
+            });
             let outcome = if !sent {
                 Outcome::NoRelay
             } else {
+                // Ends only when no card will come; once the relay has
+                // taken the proposal, only a decision, the timeout or the
+                // authority's end can end the hold.
+                let undelivered = async {
+                    match tokio::time::timeout(DELIVERY_TIMEOUT, delivery).await {
+                        Ok(Ok(Delivery::Taken)) => std::future::pending().await,
+                        Ok(Ok(Delivery::Refused)) => Outcome::RelayRefused,
+                        Ok(Err(_)) | Err(_) => Outcome::RelayUnreachable,
+                    }
+                };
                 tokio::select! {
+                    // A decision wins over a delivery report that comes
+                    // with it (the relay took the proposal just in time).
+                    biased;
                     answer = wait => answer.unwrap_or(Outcome::Withdrawn),
-                    () = tokio::time::sleep(timeout) => Outcome::TimedOut,
                     () = ended.cancelled() => Outcome::Withdrawn,
+                    outcome = undelivered => outcome,
+                    () = tokio::time::sleep(timeout) => Outcome::TimedOut,
                 }
             };
             self.pending
@@ -493,7 +562,7 @@ mod tests {
     struct Rig {
         relay: GatewayKey,
         approvals: Arc<Approvals>,
-        proposals: mpsc::UnboundedReceiver<(Proposal, String, String)>,
+        proposals: mpsc::UnboundedReceiver<Proposed>,
         dest: Name,
     }
 
@@ -514,6 +583,13 @@ mod tests {
     }
 
     impl Rig {
+        /// The next proposal, taken as the relay takes it.
+        async fn taken(&mut self) -> (Proposal, String, String) {
+            let p = self.proposals.recv().await.unwrap();
+            p.delivered.send(Delivery::Taken).unwrap();
+            (p.proposal, p.sentence, p.digest)
+        }
+
         /// Hold a request under `rule` on a task of its own, until `ended`.
         fn hold(
             &self,
@@ -565,7 +641,7 @@ mod tests {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
         let held = rig.hold(rule("every_request"), &ended);
-        let (p, _, _) = rig.proposals.recv().await.unwrap();
+        let (p, _, _) = rig.taken().await;
         assert!(p.expires_at > p.created_at);
         tokio::time::advance(DECISION_TIMEOUT - Duration::from_secs(1)).await;
         assert_eq!(rig.approvals.pending_count(), 1);
@@ -581,7 +657,7 @@ mod tests {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
         let held = rig.hold(rule("every_request"), &ended);
-        let (p, _, digest) = rig.proposals.recv().await.unwrap();
+        let (p, _, digest) = rig.taken().await;
         tokio::time::advance(Duration::from_secs(60)).await;
         // The session pauses: the authority withdraws and ends, as
         // `Session::end_and_withdraw` does.
@@ -605,7 +681,7 @@ mod tests {
                 };
                 asked += 1;
                 let held = rig.hold(r, &ended);
-                let (p, _, digest) = rig.proposals.recv().await.unwrap();
+                let (p, _, digest) = rig.taken().await;
                 let d = decision(&rig.relay, &p, &digest, "bob", Verdict::Approved);
                 assert_eq!(rig.approvals.decide(&d), Ok(Verdict::Approved));
                 let (outcome, record) = held.await.unwrap();
@@ -626,7 +702,7 @@ mod tests {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
         let held = rig.hold(rule("every_request"), &ended);
-        let (p, sentence, digest) = rig.proposals.recv().await.unwrap();
+        let (p, sentence, digest) = rig.taken().await;
         assert_eq!(talos_certs::sentence(&p), sentence);
         assert_eq!(talos_certs::proposal_digest(&p, &sentence), digest);
         let forger = GatewayKey::generate().unwrap();
@@ -664,6 +740,88 @@ mod tests {
         );
         // Decided once: a second decision finds nothing.
         assert_eq!(rig.approvals.decide(&d), Err(DecideError::NotPending));
+    }
+
+    /// A hold the relay makes no card for ends at once when the relay
+    /// refuses the proposal or the deliverer gives it up, and after
+    /// [`DELIVERY_TIMEOUT`] when the relay does not take it; the
+    /// deliverer then sees nobody waits for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_proposal_the_relay_does_not_take_ends_its_hold_without_waiting_for_a_decision() {
+        for (delivery, want) in [
+            (Some(Delivery::Refused), Outcome::RelayRefused),
+            (None, Outcome::RelayUnreachable),
+        ] {
+            let mut rig = rig("every_request");
+            let start = tokio::time::Instant::now();
+            let held = rig.hold(rule("every_request"), &CancellationToken::new());
+            let p = rig.proposals.recv().await.unwrap();
+            match delivery {
+                Some(d) => p.delivered.send(d).unwrap(),
+                None => drop(p),
+            }
+            let (outcome, record) = held.await.unwrap();
+            assert_eq!(outcome, want);
+            assert_eq!(record.decision, want.as_str());
+            assert_eq!(start.elapsed(), Duration::ZERO, "no timer ran out");
+            assert_eq!(rig.approvals.pending_count(), 0);
+        }
+
+        let mut rig = rig("every_request");
+        let held = rig.hold(rule("every_request"), &CancellationToken::new());
+        let p = rig.proposals.recv().await.unwrap();
+        tokio::time::advance(DELIVERY_TIMEOUT - Duration::from_secs(1)).await;
+        assert_eq!(rig.approvals.pending_count(), 1);
+        assert!(!p.delivered.is_closed());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let (outcome, record) = held.await.unwrap();
+        assert_eq!(outcome, Outcome::RelayUnreachable);
+        assert_eq!(record.decision, "relay_unreachable");
+        assert!(p.delivered.is_closed(), "the deliverer can stop trying");
+    }
+
+    /// Every request of the contract's shared table: held or not as the
+    /// relay judges it, and proposed with its canonical path.
+    #[tokio::test(start_paused = true)]
+    async fn the_shared_lock_cases_are_held_and_proposed_with_their_canonical_paths() {
+        use talos_contract::cases::{self, LOCK_CASES};
+        let relay = GatewayKey::generate().unwrap();
+        let (proposer, mut proposals) = Proposer::new();
+        let approvals = Approvals::new(
+            vec![cases::lock_rule()],
+            Some(relay.public_key()),
+            Some(proposer),
+        );
+        let dest = name::canonicalize(cases::LOCK_DESTINATION).unwrap();
+        for c in LOCK_CASES {
+            let path = RoutedPath::new(c.path);
+            let ask = Ask {
+                method: c.method,
+                path: &path,
+                attachments: Vec::new(),
+                ..ask(&dest)
+            };
+            let Some(rule) = approvals.rule_for(&ask).cloned() else {
+                assert!(!c.held, "{c:?} is not held");
+                continue;
+            };
+            assert!(c.held, "{c:?} is held");
+            let ended = CancellationToken::new();
+            let hold = approvals.hold(&rule, &ask, &ended, DECISION_TIMEOUT);
+            let relay_side = async {
+                let p = proposals.recv().await.unwrap();
+                assert_eq!(p.proposal.path, c.canonical, "{c:?}");
+                assert!(
+                    p.sentence
+                        .contains(&format!("{} {} to", c.method, c.canonical)),
+                    "{c:?}: {}",
+                    p.sentence
+                );
+                p.delivered.send(Delivery::Refused).unwrap();
+            };
+            let ((outcome, _), ()) = tokio::join!(hold, relay_side);
+            assert_eq!(outcome, Outcome::RelayRefused);
+        }
     }
 
     #[tokio::test(start_paused = true)]
