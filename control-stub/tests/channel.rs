@@ -318,6 +318,14 @@ async fn the_chain_position_survives_a_restart_of_the_consumer() {
         .unwrap();
     let mut c = client(s.addr, tls()).await.unwrap();
     assert_eq!(submit(&mut c, &b1).await.status(), AckStatus::Accepted);
+    // `gateway list` says where the chain stands, for an operator's repair.
+    let listed = Store::open(&s.db()).unwrap().gateways().unwrap();
+    let gw = listed.iter().find(|g| g.id == "gw-a").expect("gw-a listed");
+    assert_eq!(gw.chain_last_seq, 1);
+    assert_eq!(
+        gw.chain_last_digest.as_deref(),
+        Some(talos_certs::digest(&b1).as_str())
+    );
 
     // A second consumer on the same store: it knows where the chain is.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -155,6 +155,11 @@ enum SpoolCommand {
         /// Why, in the operator's words (it goes on the certificates).
         #[arg(long)]
         reason: String,
+        /// The digest of batch SEQ-1 as the control plane holds it
+        /// (`control-stub gateway list`: chain_last_digest), for a spool
+        /// that does not know it; set-aside says when it is needed.
+        #[arg(long, value_name = "HEX")]
+        prev_digest: Option<String>,
     },
 }
 
@@ -358,7 +363,12 @@ fn spool(cmd: SpoolCommand) -> ExitCode {
                 }
             }
         }
-        SpoolCommand::SetAside { seq, reason, .. } => {
+        SpoolCommand::SetAside {
+            seq,
+            reason,
+            prev_digest,
+            ..
+        } => {
             let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
             match talos_gateway::records::repair::set_aside(
                 &dir,
@@ -366,6 +376,7 @@ fn spool(cmd: SpoolCommand) -> ExitCode {
                 config.gateway_id.get_ref(),
                 seq,
                 &reason,
+                prev_digest.as_deref(),
                 &now,
             ) {
                 Ok(done) => {

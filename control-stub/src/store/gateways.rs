@@ -22,6 +22,12 @@ pub struct GatewayInfo {
     /// call met (cleared by the next success).
     pub last_contact_at: Option<String>,
     pub last_error: Option<String>,
+    /// The last batch of its chain accepted (0 before the first), and its
+    /// digest, which the next batch must link to: what `gateway spool
+    /// set-aside --prev-digest` is given when the gateway's spool does not
+    /// know it (docs/runbook.md, "A spool blocked by a bad batch").
+    pub chain_last_seq: u64,
+    pub chain_last_digest: Option<String>,
 }
 
 /// A start report, as received in a gateway's batch chain and checked.
@@ -86,24 +92,41 @@ impl Tx<'_> {
     /// Every registered gateway.
     pub fn gateway_list(&self) -> Result<Vec<GatewayInfo>, Error> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, public_key_hex, registered_at, instance, lease_ms, last_contact_at,
-                    last_error
-             FROM gateways ORDER BY id",
+            "SELECT g.id, g.public_key_hex, g.registered_at, g.instance, g.lease_ms,
+                    g.last_contact_at, g.last_error, c.json
+             FROM gateways g LEFT JOIN chain_state c ON c.gateway_id = g.id
+             ORDER BY g.id",
         )?;
         let rows = stmt.query_map([], |r| {
-            Ok(GatewayInfo {
-                id: r.get(0)?,
-                public_key_hex: r.get(1)?,
-                registered_at: r.get(2)?,
-                instance: r.get(3)?,
-                lease_ms: r
-                    .get::<_, Option<i64>>(4)?
-                    .and_then(|n| u64::try_from(n).ok()),
-                last_contact_at: r.get(5)?,
-                last_error: r.get(6)?,
-            })
+            Ok((
+                GatewayInfo {
+                    id: r.get(0)?,
+                    public_key_hex: r.get(1)?,
+                    registered_at: r.get(2)?,
+                    instance: r.get(3)?,
+                    lease_ms: r
+                        .get::<_, Option<i64>>(4)?
+                        .and_then(|n| u64::try_from(n).ok()),
+                    last_contact_at: r.get(5)?,
+                    last_error: r.get(6)?,
+                    chain_last_seq: 0,
+                    chain_last_digest: None,
+                },
+                r.get::<_, Option<String>>(7)?,
+            ))
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        let mut out = Vec::new();
+        for row in rows {
+            let (mut info, chain) = row?;
+            if let Some(json) = chain {
+                let state: talos_certs::ChainState = serde_json::from_str(&json)?;
+                info.chain_last_seq = state.last_seq();
+                info.chain_last_digest =
+                    (state.last_seq() > 0).then(|| state.last_digest().to_owned());
+            }
+            out.push(info);
+        }
+        Ok(out)
     }
 
     /// Gateway `id` answered at `at`: the process it runs now, the lease it

@@ -25,6 +25,29 @@
 //! (between the batches around it): the certificate says records may be
 //! missing there, rather than pretend they are not.
 //!
+//! # What the gap links to
+//!
+//! The gap takes the bad batch's place in the chain, so it links to the
+//! batch before it: the one before in the spool, or — when the bad batch
+//! is the oldest waiting, as a batch the control plane refuses is —
+//! `chain.json`'s, the acknowledged point the spool keeps at every
+//! acknowledgement ([`crate::records::spool`]). So the repair works
+//! wherever the bad batch sits.
+//!
+//! A spool left by an earlier build may have `chain.json` behind the
+//! oldest batch waiting (it was written only when the spool emptied), and
+//! then the digest of the batch before a bad oldest batch is not here.
+//! The repair never guesses it. It takes the digest the bad batch's own
+//! payload claims for its predecessor only when that payload is vouched
+//! for: the next batch, soundly signed, links to exactly its digest, so
+//! it is the payload this gateway sealed and only the envelope was
+//! damaged. Otherwise it refuses, and says what to do: give the digest
+//! the control plane holds for the batch before (`control-stub gateway
+//! list`: the gateway's `chain_last_seq` and `chain_last_digest`) with
+//! `--prev-digest`. Either way the control plane checks the link against
+//! its own digest of that batch, so a wrong one is refused there
+//! (`broken_chain`), never accepted.
+//!
 //! Both take the spool's lock, so neither runs beside a gateway that uses
 //! the spool.
 
@@ -34,7 +57,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use talos_certs::{BatchWriter, GatewayKey, Signed};
 
-use crate::records::spool::{read_batch, write_synced, SpoolError, SpoolLock, BATCH_EXT};
+use crate::records::spool::{
+    read_batch, read_position, write_synced, ChainPosition, SpoolError, SpoolLock, BATCH_EXT,
+};
 
 /// What is wrong with one batch of the spool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -79,11 +104,18 @@ pub struct Finding {
 /// What [`verify`] found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Report {
-    /// `chain.json`'s batch: the last one acknowledged when the spool last
-    /// emptied (batches before the oldest file were acknowledged since).
+    /// `chain.json`'s batch: the last one the control plane acknowledged.
     pub acknowledged_through: u64,
     /// The batches waiting, first and last sequence numbers.
     pub waiting: Option<(u64, u64)>,
+    /// Batches after `acknowledged_through` and before the first waiting,
+    /// first and last: `chain.json` is behind. A spool left by an earlier
+    /// build (which wrote `chain.json` only when the spool emptied) looks
+    /// so, and those batches were acknowledged; or they were deleted. Not
+    /// a finding: the control plane tells which, as it accepts the first
+    /// batch waiting or refuses it `gap`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unaccounted: Option<(u64, u64)>,
     /// Every bad batch, oldest first; empty when the spool is sound.
     pub findings: Vec<Finding>,
 }
@@ -92,6 +124,9 @@ pub struct Report {
 struct Read {
     seq: u64,
     path: PathBuf,
+    /// The envelope as read, whether its signature holds or not.
+    envelope: Option<Signed>,
+    /// The envelope, when it is a sound batch of this gateway's.
     signed: Option<Signed>,
     problem: Option<Problem>,
     header: Option<Header>,
@@ -113,10 +148,10 @@ pub fn verify(dir: &Path, public_key: &[u8; 32]) -> Result<Report, SpoolError> {
     Ok(report(&position, &reads))
 }
 
-fn report(position: &crate::records::spool::ChainPosition, reads: &[Read]) -> Report {
+fn report(position: &ChainPosition, reads: &[Read]) -> Report {
     let mut findings = Vec::new();
-    // The first waiting batch links to `chain.json`'s only when it follows
-    // it directly; otherwise its predecessor was acknowledged and deleted.
+    // The first waiting batch links to `chain.json`'s; unless chain.json is
+    // behind (an earlier build's spool), and its predecessor is not here.
     let mut prev_digest = reads
         .first()
         .filter(|r| r.seq == position.last_seq + 1)
@@ -157,17 +192,18 @@ fn report(position: &crate::records::spool::ChainPosition, reads: &[Read]) -> Re
         waiting: reads
             .first()
             .map(|f| (f.seq, reads.last().map_or(f.seq, |l| l.seq))),
+        unaccounted: reads
+            .first()
+            .filter(|f| f.seq > position.last_seq + 1)
+            .map(|f| (position.last_seq + 1, f.seq - 1)),
         findings,
     }
 }
 
 /// The chain position and every batch from the one after it to the newest
 /// file, a missing one included, each checked.
-fn read_all(
-    dir: &Path,
-    public_key: &[u8; 32],
-) -> Result<(crate::records::spool::ChainPosition, Vec<Read>), SpoolError> {
-    let position = crate::records::spool::read_position(dir)?;
+fn read_all(dir: &Path, public_key: &[u8; 32]) -> Result<(ChainPosition, Vec<Read>), SpoolError> {
+    let position = read_position(dir)?;
     let mut seqs: Vec<u64> = Vec::new();
     for item in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
         let item = item.map_err(|e| io(dir, e))?;
@@ -186,9 +222,9 @@ fn read_all(
     let (Some(&oldest), Some(&newest)) = (seqs.first(), seqs.last()) else {
         return Ok((position, Vec::new()));
     };
-    // Batches before the oldest file were acknowledged and deleted (the
-    // spool writes `chain.json` only when it empties): the range to check
-    // runs from the oldest file.
+    // Files at or before chain.json's batch are acknowledged leftovers,
+    // skipped above. The range to check runs from the oldest file: it is
+    // chain.json's next, unless chain.json is behind (`unaccounted`).
     let mut out = Vec::new();
     for seq in oldest..=newest {
         let path = batch_path(dir, seq);
@@ -196,25 +232,33 @@ fn read_all(
             out.push(Read {
                 seq,
                 path,
+                envelope: None,
                 signed: None,
                 problem: Some(Problem::Missing),
                 header: None,
             });
             continue;
         }
-        let (signed, problem, header) = match read_batch(&path) {
+        let (envelope, (signed, problem, header)) = match read_batch(&path) {
             Err(e) => (
                 None,
-                Some(Problem::Unreadable {
-                    reason: e.to_string(),
-                }),
-                None,
+                (
+                    None,
+                    Some(Problem::Unreadable {
+                        reason: e.to_string(),
+                    }),
+                    None,
+                ),
             ),
-            Ok(signed) => check(&signed, seq, public_key),
+            Ok(envelope) => {
+                let checked = check(&envelope, seq, public_key);
+                (Some(envelope), checked)
+            }
         };
         out.push(Read {
             seq,
             path,
+            envelope,
             signed,
             problem,
             header,
@@ -286,21 +330,48 @@ pub enum RepairError {
     Sound { seq: u64 },
     #[error("cannot seal the gap: {0}")]
     Seal(String),
+    /// The digest the gap must link to is not known here (see the module
+    /// docs, "What the gap links to").
+    #[error("batch {seq} is the oldest waiting and chain.json is at batch {acknowledged}, so the digest of batch {before} (the gap links to it) is not here: batches {first_unaccounted} to {before} were acknowledged under an earlier build, which wrote chain.json only when the spool emptied, or were deleted{claim}. Ask the control plane: if `control-stub gateway list` shows this gateway's chain_last_seq {before}, run set-aside again with --prev-digest <its chain_last_digest>; if it shows less, batches up to {before} never reached it, and this spool cannot be repaired by set-aside", first_unaccounted = .acknowledged + 1)]
+    Unlinked {
+        seq: u64,
+        acknowledged: u64,
+        before: u64,
+        /// What the bad batch itself claims, and why it is not taken.
+        claim: String,
+    },
+    #[error("--prev-digest {given} is not the digest of batch {before} this spool knows ({known}): the spool's own is used, and needs no --prev-digest")]
+    PrevDigestDiffers {
+        before: u64,
+        given: String,
+        known: String,
+    },
+    #[error("--prev-digest {0:?} is not a digest (96 lowercase hex digits: SHA-384)")]
+    NotADigest(String),
     #[error("{path}: {reason}")]
     Io { path: PathBuf, reason: String },
 }
 
 /// Set the first bad batch of `dir`, `seq`, aside as a signed gap, and seal
 /// the batches after it again (see the module docs). `reason` is the
-/// operator's word for the certificate.
+/// operator's word for the certificate. `prev_digest` is the digest of
+/// batch `seq - 1` as the control plane holds it, for a spool that does
+/// not know it (see "What the gap links to"); where the spool knows it,
+/// it must agree.
 pub fn set_aside(
     dir: &Path,
     key: Arc<GatewayKey>,
     gateway_id: &str,
     seq: u64,
     reason: &str,
+    prev_digest: Option<&str>,
     now: &str,
 ) -> Result<SetAside, RepairError> {
+    if let Some(d) = prev_digest {
+        if !is_digest(d) {
+            return Err(RepairError::NotADigest(d.to_owned()));
+        }
+    }
     let _lock = SpoolLock::take(dir)?;
     let public = key.public_key();
     let (position, reads) = read_all(dir, &public)?;
@@ -337,25 +408,7 @@ pub fn set_aside(
         .and_then(|n| n.header.as_ref())
         .map(|h| h.created_at.clone())
         .unwrap_or_else(|| now.to_owned());
-    // The chain before the gap: the predecessor's digest.
-    let (prev_seq, prev_digest) = match index.checked_sub(1) {
-        None if seq == position.last_seq + 1 => (position.last_seq, position.last_digest.clone()),
-        None => {
-            return Err(RepairError::Seal(format!(
-                "batch {} before it was acknowledged and is gone, and chain.json is at {}: the gap cannot be linked",
-                seq - 1,
-                position.last_seq
-            )))
-        }
-        Some(i) => (
-            reads[i].seq,
-            reads[i]
-                .signed
-                .as_ref()
-                .map(talos_certs::digest)
-                .ok_or_else(|| RepairError::Seal("the batch before it is bad too".into()))?,
-        ),
-    };
+    let (prev_seq, prev_digest) = predecessor(&position, &reads, index, prev_digest)?;
     // 1. The bad file out of the way, kept.
     let moved_to = if matches!(first.problem, Problem::Missing) {
         None
@@ -414,6 +467,76 @@ pub fn set_aside(
     })
 }
 
+/// The batch the gap in place of `reads[index]` links to: its sequence
+/// number and digest (see the module docs, "What the gap links to").
+fn predecessor(
+    position: &ChainPosition,
+    reads: &[Read],
+    index: usize,
+    given: Option<&str>,
+) -> Result<(u64, String), RepairError> {
+    let seq = reads[index].seq;
+    let known = match index.checked_sub(1) {
+        Some(i) => Some(
+            reads[i]
+                .signed
+                .as_ref()
+                .map(talos_certs::digest)
+                .ok_or_else(|| RepairError::Seal("the batch before it is bad too".into()))?,
+        ),
+        None if seq == position.last_seq + 1 => Some(position.last_digest.clone()),
+        None => None,
+    };
+    match (known, given) {
+        (Some(known), Some(given)) if known != given => Err(RepairError::PrevDigestDiffers {
+            before: seq - 1,
+            given: given.to_owned(),
+            known,
+        }),
+        (Some(known), _) => Ok((seq - 1, known)),
+        (None, Some(given)) => Ok((seq - 1, given.to_owned())),
+        (None, None) => vouched_claim(&reads[index], reads.get(index + 1))
+            .map(|d| (seq - 1, d))
+            .map_err(|claim| RepairError::Unlinked {
+                seq,
+                acknowledged: position.last_seq,
+                before: seq - 1,
+                claim,
+            }),
+    }
+}
+
+/// The digest bad batch `bad` claims for its predecessor, when `next`,
+/// soundly signed, links to exactly `bad`'s payload: then it is the
+/// payload this gateway sealed, and only the envelope was damaged. Else
+/// why not, for the operator (empty when there is no claim to speak of).
+fn vouched_claim(bad: &Read, next: Option<&Read>) -> Result<String, String> {
+    let Some(envelope) = &bad.envelope else {
+        return Err(String::new());
+    };
+    let Ok(claimed) = serde_json::from_slice::<Header>(&envelope.payload) else {
+        return Err(format!("; batch {}'s payload is not a batch", bad.seq));
+    };
+    let vouched = next
+        .and_then(|n| n.signed.as_ref().and(n.header.as_ref()))
+        .is_some_and(|h| h.prev_digest == talos_certs::digest(envelope));
+    if vouched && claimed.seq == bad.seq && is_digest(&claimed.prev_digest) {
+        return Ok(claimed.prev_digest);
+    }
+    // A damaged payload's claim may be anything: shown bounded, quoted.
+    let shown: String = claimed.prev_digest.chars().take(96).collect();
+    Err(format!(
+        "; batch {}'s payload claims {shown:?} for it, but no sound batch after it links to that payload, so the claim is not taken",
+        bad.seq
+    ))
+}
+
+/// Whether `d` is a digest as batches carry them: SHA-384, 96 lowercase
+/// hex digits.
+fn is_digest(d: &str) -> bool {
+    d.len() == 96 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn put(dir: &Path, seq: u64, signed: &Signed) -> Result<(), RepairError> {
     let path = batch_path(dir, seq);
     let body = serde_json::to_vec(signed).map_err(|e| RepairError::Seal(e.to_string()))?;
@@ -448,11 +571,13 @@ mod tests {
         }
     }
 
-    /// A spool with batches 1..=n, two records each; batch 1 acknowledged
-    /// (removed, chain.json written) when `ack_first`.
-    fn spool(dir: &Path, key: &Arc<GatewayKey>, n: u64, ack_first: bool) {
+    /// A spool with batches 1..=n, two records each, the first `acked`
+    /// acknowledged (removed: chain.json written, file deleted). Returns
+    /// each batch's digest, batch 1's first.
+    fn spool(dir: &Path, key: &Arc<GatewayKey>, n: u64, acked: u64) -> Vec<String> {
         let (spool, _) = Spool::open(dir, limits()).unwrap();
         let mut w = BatchWriter::new(Arc::clone(key), "gw-a");
+        let mut digests = Vec::new();
         for i in 0..n {
             let seq = w.next_seq();
             let records = [
@@ -460,13 +585,28 @@ mod tests {
                 format!("{{\"conn\":{},\"session_id\":\"s\"}}", 2 * i + 1),
             ];
             let at = format!("2026-12-01T00:00:{:02}.000Z", seq);
-            spool.put(seq, &w.seal(&at, &records).unwrap()).unwrap();
+            let signed = w.seal(&at, &records).unwrap();
+            digests.push(talos_certs::digest(&signed));
+            spool.put(seq, &signed).unwrap();
         }
-        if ack_first {
-            spool.remove(1);
+        for seq in 1..=acked {
+            spool.remove(seq).unwrap();
         }
+        digests
     }
 
+    /// As an earlier build left a spool: batches 1..=`gone` acknowledged
+    /// and their files deleted, chain.json never written (the spool never
+    /// emptied).
+    fn earlier_build(dir: &Path, key: &Arc<GatewayKey>, n: u64, gone: u64) -> Vec<String> {
+        let digests = spool(dir, key, n, 0);
+        for seq in 1..=gone {
+            std::fs::remove_file(batch_path(dir, seq)).unwrap();
+        }
+        digests
+    }
+
+    /// Alter the payload (the JSON stays a batch): a bad signature.
     fn flip(path: &Path) {
         let mut signed: Signed = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let text = String::from_utf8(signed.payload.clone()).unwrap();
@@ -474,11 +614,40 @@ mod tests {
         std::fs::write(path, serde_json::to_vec(&signed).unwrap()).unwrap();
     }
 
+    /// Alter the signature only: the payload is the one sealed.
+    fn flip_signature(path: &Path) {
+        let mut signed: Signed = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        signed.signature[0] ^= 1;
+        std::fs::write(path, serde_json::to_vec(&signed).unwrap()).unwrap();
+    }
+
+    /// A control plane that holds batches 1..=`through` of `digests`:
+    /// which of the spool's batches, oldest first, it takes.
+    fn control_plane_takes(
+        dir: &Path,
+        key: &GatewayKey,
+        digests: &[String],
+        through: u64,
+    ) -> Result<Vec<u64>, talos_certs::Rejection> {
+        let mut verifier = talos_certs::ChainVerifier::new();
+        let state =
+            talos_certs::ChainState::new(through, digests[..through as usize].to_vec()).unwrap();
+        verifier.register("gw-a", key.public_key(), state);
+        let (_, reads) = read_all(dir, &key.public_key()).unwrap();
+        let mut taken = Vec::new();
+        for r in reads {
+            let signed = read_batch(&r.path).unwrap();
+            verifier.accept(&signed)?;
+            taken.push(r.seq);
+        }
+        Ok(taken)
+    }
+
     #[test]
     fn a_tampered_batch_is_found_set_aside_as_a_signed_gap_and_the_chain_runs_on() {
         let dir = tempfile::tempdir().unwrap();
         let key = Arc::new(GatewayKey::generate().unwrap());
-        spool(dir.path(), &key, 5, true);
+        let digests = spool(dir.path(), &key, 5, 1);
         assert!(verify(dir.path(), &key.public_key())
             .unwrap()
             .findings
@@ -486,10 +655,11 @@ mod tests {
         flip(&batch_path(dir.path(), 3));
         let report = verify(dir.path(), &key.public_key()).unwrap();
         assert_eq!(
-            report.acknowledged_through, 0,
-            "chain.json waits for an empty spool"
+            report.acknowledged_through, 1,
+            "chain.json follows every acknowledgement"
         );
         assert_eq!(report.waiting, Some((2, 5)));
+        assert_eq!(report.unaccounted, None);
         assert_eq!(report.findings.len(), 1);
         assert_eq!(report.findings[0].seq, 3);
         assert!(matches!(
@@ -499,7 +669,7 @@ mod tests {
         // The gateway refuses the spool meanwhile? No: it opens it (the
         // control plane refuses the batch); the repair is what unblocks.
         // Batch 4 is sound: refused. Batch 3 is the one.
-        let err = set_aside(dir.path(), Arc::clone(&key), "gw-a", 4, "x", "now").unwrap_err();
+        let err = set_aside(dir.path(), Arc::clone(&key), "gw-a", 4, "x", None, "now").unwrap_err();
         assert!(matches!(err, RepairError::Sound { seq: 4 }), "{err}");
         let done = set_aside(
             dir.path(),
@@ -507,6 +677,7 @@ mod tests {
             "gw-a",
             3,
             "disk fault",
+            None,
             "2026-12-02T00:00:00.000Z",
         )
         .unwrap();
@@ -528,22 +699,182 @@ mod tests {
         assert!(String::from_utf8_lossy(&entries[0]).starts_with("{\"gap\":"));
         let four = read_batch(&batch_path(dir.path(), 4)).unwrap();
         assert_eq!(talos_certs::batch_records(&four.payload).unwrap().len(), 2);
-        // And the gateway opens the spool again.
+        // The control plane, which holds batch 1, takes all of them; and
+        // the gateway opens the spool again.
+        assert_eq!(
+            control_plane_takes(dir.path(), &key, &digests, 1).unwrap(),
+            [2, 3, 4, 5]
+        );
         Spool::open(dir.path(), limits()).unwrap();
+    }
+
+    #[test]
+    fn a_bad_batch_at_the_head_behind_acknowledged_batches_links_its_gap_to_chain_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        // Batches 1 and 2 acknowledged and gone; 3 is refused at the head.
+        let digests = spool(dir.path(), &key, 5, 2);
+        flip(&batch_path(dir.path(), 3));
+        let report = verify(dir.path(), &key.public_key()).unwrap();
+        assert_eq!(report.acknowledged_through, 2);
+        assert_eq!(report.waiting, Some((3, 5)));
+        assert_eq!(report.findings[0].seq, 3);
+        // An operator's digest that is not the one the spool knows.
+        let err = set_aside(
+            dir.path(),
+            Arc::clone(&key),
+            "gw-a",
+            3,
+            "x",
+            Some(&digests[0]),
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, RepairError::PrevDigestDiffers { before: 2, .. }),
+            "{err}"
+        );
+        let done = set_aside(
+            dir.path(),
+            Arc::clone(&key),
+            "gw-a",
+            3,
+            "disk fault",
+            None,
+            "2026-12-02T00:00:00.000Z",
+        )
+        .unwrap();
+        assert_eq!(done.resealed, [4, 5]);
+        assert!(done.after.findings.is_empty(), "{:?}", done.after);
+        // No batch before it here: the control plane dates the window's
+        // start by the batch before, as it received it.
+        assert_eq!(done.gap["gap"]["window_after"], serde_json::Value::Null);
+        assert_eq!(done.gap["gap"]["window_before"], "2026-12-01T00:00:04.000Z");
+        assert_eq!(
+            control_plane_takes(dir.path(), &key, &digests, 2).unwrap(),
+            [3, 4, 5],
+            "the gap links to batch 2"
+        );
+        Spool::open(dir.path(), limits()).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_builds_spool_is_repaired_only_with_a_link_it_can_vouch_for_or_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        // chain.json at 0, batches 1 and 2 acknowledged and deleted.
+        let digests = earlier_build(dir.path(), &key, 5, 2);
+        let report = verify(dir.path(), &key.public_key()).unwrap();
+        assert_eq!(report.acknowledged_through, 0);
+        assert_eq!(report.waiting, Some((3, 5)));
+        assert_eq!(report.unaccounted, Some((1, 2)));
+        assert!(report.findings.is_empty(), "not a finding: {report:?}");
+        Spool::open(dir.path(), limits()).unwrap();
+
+        // The payload altered: what it claims for batch 2 is not taken.
+        flip(&batch_path(dir.path(), 3));
+        let err = set_aside(dir.path(), Arc::clone(&key), "gw-a", 3, "x", None, "t").unwrap_err();
+        assert!(matches!(err, RepairError::Unlinked { seq: 3, .. }), "{err}");
+        let text = err.to_string();
+        for says in [
+            "chain.json is at batch 0",
+            "batches 1 to 2",
+            "control-stub gateway list",
+            "chain_last_seq 2",
+            "--prev-digest",
+            "the claim is not taken",
+        ] {
+            assert!(text.contains(says), "{says:?} in {text}");
+        }
+        assert!(
+            batch_path(dir.path(), 3).exists(),
+            "nothing moved on a refusal"
+        );
+        let err = set_aside(
+            dir.path(),
+            Arc::clone(&key),
+            "gw-a",
+            3,
+            "x",
+            Some("abc"),
+            "t",
+        )
+        .unwrap_err();
+        assert!(matches!(err, RepairError::NotADigest(_)), "{err}");
+        // With the control plane's digest of batch 2, it is repaired.
+        let done = set_aside(
+            dir.path(),
+            Arc::clone(&key),
+            "gw-a",
+            3,
+            "x",
+            Some(&digests[1]),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(done.resealed, [4, 5]);
+        assert_eq!(
+            control_plane_takes(dir.path(), &key, &digests, 2).unwrap(),
+            [3, 4, 5]
+        );
+    }
+
+    #[test]
+    fn an_earlier_builds_spool_takes_the_link_a_damaged_envelope_claims_when_its_successor_vouches()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let digests = earlier_build(dir.path(), &key, 5, 2);
+        flip_signature(&batch_path(dir.path(), 3));
+        let done = set_aside(dir.path(), Arc::clone(&key), "gw-a", 3, "x", None, "t").unwrap();
+        assert_eq!(done.gap["gap"]["expected_digest"], digests[2]);
+        assert_eq!(
+            control_plane_takes(dir.path(), &key, &digests, 2).unwrap(),
+            [3, 4, 5]
+        );
+
+        // A wrong link given by hand is sealed, and the control plane
+        // refuses it: never accepted.
+        let dir = tempfile::tempdir().unwrap();
+        let digests = earlier_build(dir.path(), &key, 4, 2);
+        flip(&batch_path(dir.path(), 3));
+        set_aside(
+            dir.path(),
+            Arc::clone(&key),
+            "gw-a",
+            3,
+            "x",
+            Some(&digests[0]),
+            "t",
+        )
+        .unwrap();
+        assert!(matches!(
+            control_plane_takes(dir.path(), &key, &digests, 2),
+            Err(talos_certs::Rejection::BrokenChain { seq: 3, .. })
+        ));
     }
 
     #[test]
     fn a_missing_batch_is_named_and_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let key = Arc::new(GatewayKey::generate().unwrap());
-        spool(dir.path(), &key, 4, false);
+        spool(dir.path(), &key, 4, 0);
         std::fs::remove_file(batch_path(dir.path(), 2)).unwrap();
         let err = Spool::open(dir.path(), limits()).unwrap_err().to_string();
         assert!(err.contains("gateway spool verify"), "{err}");
         let report = verify(dir.path(), &key.public_key()).unwrap();
         assert_eq!(report.findings[0].seq, 2);
         assert_eq!(report.findings[0].problem, Problem::Missing);
-        let done = set_aside(dir.path(), Arc::clone(&key), "gw-a", 2, "deleted", "t").unwrap();
+        let done = set_aside(
+            dir.path(),
+            Arc::clone(&key),
+            "gw-a",
+            2,
+            "deleted",
+            None,
+            "t",
+        )
+        .unwrap();
         assert_eq!(done.moved_to, None);
         assert_eq!(done.gap["gap"]["found"], "missing");
         assert!(done.gap["gap"]["expected_digest"].is_string());
@@ -554,12 +885,12 @@ mod tests {
     fn only_the_first_bad_batch_and_never_beside_a_running_gateway() {
         let dir = tempfile::tempdir().unwrap();
         let key = Arc::new(GatewayKey::generate().unwrap());
-        spool(dir.path(), &key, 5, false);
+        spool(dir.path(), &key, 5, 0);
         flip(&batch_path(dir.path(), 2));
         flip(&batch_path(dir.path(), 4));
-        let err = set_aside(dir.path(), Arc::clone(&key), "gw-a", 4, "x", "t").unwrap_err();
+        let err = set_aside(dir.path(), Arc::clone(&key), "gw-a", 4, "x", None, "t").unwrap_err();
         assert!(matches!(err, RepairError::NotFirst { seq: 4, .. }), "{err}");
-        let done = set_aside(dir.path(), Arc::clone(&key), "gw-a", 2, "x", "t").unwrap();
+        let done = set_aside(dir.path(), Arc::clone(&key), "gw-a", 2, "x", None, "t").unwrap();
         assert_eq!(done.resealed, [3], "up to the next bad batch");
         assert_eq!(done.after.findings[0].seq, 4);
         // Another key's batches are bad signatures, not sound.

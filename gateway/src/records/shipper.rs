@@ -3,7 +3,8 @@
 //!
 //! Oldest first, one at a time: a batch is deleted from the spool only when
 //! the control plane answers `ACCEPTED` (verified and stored) or
-//! `DUPLICATE` (stored before; the acknowledgement was lost). A refusal
+//! `DUPLICATE` (stored before; the acknowledgement was lost), and
+//! `chain.json` records it as the acknowledged point first. A refusal
 //! (`REJECTED` with its reason) or an outage is retried with growing delays
 //! and never skipped, since the next batch would only be refused as a gap;
 //! the spool's bound then makes the gateway fail closed
@@ -151,9 +152,18 @@ pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
                         tracing::debug!(seq = entry.seq, status = label, "batch acknowledged");
                         let spool = Arc::clone(&spool);
                         let seq = entry.seq;
-                        let _ = tokio::task::spawn_blocking(move || spool.remove(seq)).await;
-                        delay = RETRY_FIRST;
-                        continue;
+                        match tokio::task::spawn_blocking(move || spool.remove(seq)).await {
+                            Ok(Ok(())) => {
+                                delay = RETRY_FIRST;
+                                continue;
+                            }
+                            Ok(Err(e)) => {
+                                // The batch stays: sent again after the
+                                // delay, answered DUPLICATE, tried again.
+                                tracing::error!(seq, error = %e, "cannot write chain.json for an acknowledged batch; it stays spooled and is retried");
+                            }
+                            Err(_) => return,
+                        }
                     }
                     _ => {
                         let reason: String = ack.reason.chars().take(64).collect();

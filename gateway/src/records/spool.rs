@@ -16,16 +16,43 @@
 //!
 //! # Files
 //!
-//! `<spool_dir>/<seq, 20 digits>.batch` holds one batch as talos-certs
-//! `Signed` JSON. The newest batch file tells where the chain stands; when
-//! the last batch waiting is acknowledged, `<spool_dir>/chain.json` takes
-//! over (`{"last_seq":N,"last_digest":"…"}`), written before that batch's
-//! file is deleted, so the chain goes on after a restart even when every
-//! batch was shipped. Both are written to a temporary file, synced and
-//! renamed (and the directory synced), so a crash leaves either the old
-//! file or the new one: two syncs per batch sealed. Records are not secrets (no body, header value,
+//! `<spool_dir>/<seq, 20 digits>.batch` holds one batch waiting, as
+//! talos-certs `Signed` JSON. `<spool_dir>/chain.json`
+//! (`{"last_seq":N,"last_digest":"…"}`) is the **acknowledged point**: the
+//! last batch the control plane acknowledged, written at every
+//! acknowledgement before that batch's file is deleted. So, on disk:
+//!
+//! - the batches waiting are the files numbered after `chain.json`'s
+//!   batch, without a hole, and the first of them links to its digest:
+//!   whichever batch is bad, [`crate::records::repair`] knows what the gap
+//!   it seals in its place must link to;
+//! - the chain goes on from the newest file, or from `chain.json` when
+//!   none waits (every batch was shipped).
+//!
+//! Every file is written to a temporary file, synced and renamed, and the
+//! directory synced, so a crash leaves either the old file or the new one
+//! (a temporary file left behind is deleted at the next open). A crash
+//! while a batch is acknowledged leaves one of three states, each sound:
+//! before `chain.json` is written, the batch still waits (sent again, it
+//! is answered `DUPLICATE`); after it, before the batch file is deleted
+//! (or when the delete failed), the file is numbered at or before
+//! `chain.json`'s batch: an acknowledged leftover, which [`Spool::open`]
+//! deletes; after both, nothing is left to do. The cost is two syncs per
+//! batch sealed and two per batch acknowledged: per batch, never per
+//! record or request. Records are not secrets (no body, header value,
 //! query or credential ever enters one), but the directory is made mode
 //! 0700 anyway: they are a tenant's traffic pattern.
+//!
+//! A spool left by an earlier build, which wrote `chain.json` only when
+//! the spool emptied, may have `chain.json` behind the oldest batch
+//! waiting: the batches between were acknowledged and deleted since. It
+//! opens as it is (said once at `warn`): the chain goes on from the newest
+//! file, and the first acknowledgement brings `chain.json` up to date.
+//! Here those batches cannot be told from batches deleted by hand; the
+//! control plane tells them apart, as it accepts the oldest batch waiting
+//! or refuses it `gap`. Refusing such a spool would stop a gateway
+//! upgraded over a backlog (the successor opens the spool its predecessor
+//! left) for what is, after an upgrade, the normal state.
 //!
 //! # The bound, and failing closed
 //!
@@ -88,7 +115,8 @@ impl SpoolLock {
     }
 }
 
-/// The chain position recorded in `dir` (`chain.json`), or the genesis.
+/// The acknowledged point recorded in `dir` (`chain.json`: the last batch
+/// the control plane acknowledged), or the genesis.
 pub fn read_position(dir: &Path) -> Result<ChainPosition, SpoolError> {
     match std::fs::read(dir.join(CHAIN_FILE)) {
         Ok(bytes) => {
@@ -182,9 +210,11 @@ pub struct Spool {
 
 impl Spool {
     /// Open (or create, mode 0700) the spool in `dir`: the batches left
-    /// from an earlier run, oldest first, and the chain position to go on
-    /// from. Refuses a directory whose batches do not follow one another,
-    /// rather than seal a batch the control plane would refuse.
+    /// waiting by an earlier run (the files after `chain.json`'s batch),
+    /// oldest first, and the chain position to go on from. Files at or
+    /// before `chain.json`'s batch were acknowledged, and are deleted.
+    /// Refuses a directory whose waiting batches do not follow one
+    /// another, rather than seal a batch the control plane would refuse.
     pub fn open(dir: &Path, limits: SpoolLimits) -> Result<(Spool, ChainPosition), SpoolError> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         std::fs::DirBuilder::new()
@@ -217,6 +247,12 @@ impl Spool {
             let Ok(seq) = stem.parse::<u64>() else {
                 continue;
             };
+            if seq <= position.last_seq {
+                // Acknowledged (chain.json is written first): a crash or a
+                // failed delete left the file.
+                remove_leftover(&path, seq);
+                continue;
+            }
             let bytes = item.metadata().map_err(|e| io_err(&path, e))?.len();
             let signed = read_batch(&path)?;
             let (_, claimed_seq) = talos_certs::claimed_header(&signed.payload);
@@ -246,26 +282,21 @@ impl Spool {
                 });
             }
         }
-        // The newest batch on disk is newer than chain.json unless every
-        // batch was acknowledged: go on from the newer.
-        if let Some(last) = entries.last() {
-            if last.seq > position.last_seq {
-                position = ChainPosition {
-                    last_seq: last.seq,
-                    last_digest: last.digest.clone(),
-                };
-            } else if last.seq < position.last_seq {
-                // chain.json is written only for an acknowledged batch, and
-                // batches are acknowledged in order, so the newest batch on
-                // disk is never older than it: the newest ones are gone.
-                return Err(SpoolError::Corrupt {
-                    path: dir.to_owned(),
-                    reason: format!(
-                        "chain.json is at batch {} but the newest batch here is {}: batches are missing",
-                        position.last_seq, last.seq
-                    ),
-                });
+        if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+            if first.seq > position.last_seq + 1 {
+                // An earlier build's spool (see the module docs), or
+                // batches deleted by hand: the control plane tells which.
+                tracing::warn!(
+                    acknowledged_through = position.last_seq,
+                    oldest_waiting = first.seq,
+                    "chain.json is behind the oldest batch waiting: the batches between were acknowledged under an earlier build (which wrote chain.json only when the spool emptied), or were lost; the control plane refuses the oldest batch as a gap if they never reached it"
+                );
             }
+            // Every file left is newer than chain.json.
+            position = ChainPosition {
+                last_seq: last.seq,
+                last_digest: last.digest.clone(),
+            };
         }
         let bytes = entries.iter().map(|e| e.bytes).sum();
         let spool = Spool {
@@ -354,42 +385,37 @@ impl Spool {
         self.lock().entries.front().cloned()
     }
 
-    /// Forget batch `seq` (acknowledged): delete its file. When it is the
-    /// last one waiting, `chain.json` records its position first. Blocking:
-    /// call from a blocking thread.
-    pub fn remove(&self, seq: u64) {
+    /// Forget batch `seq` (acknowledged): record it in `chain.json` as the
+    /// acknowledged point (synced, renamed, directory synced), then delete
+    /// its file. A `seq` that is not the oldest waiting is ignored. An
+    /// error means `chain.json` could not be written: the batch stays
+    /// waiting (sent again, it is answered `DUPLICATE`, and this is tried
+    /// again). Blocking: call from a blocking thread.
+    pub fn remove(&self, seq: u64) -> std::io::Result<()> {
         let mut inner = self.lock();
         let Some(front) = inner.entries.front().cloned() else {
-            return;
+            return Ok(());
         };
         if front.seq != seq {
-            return;
+            return Ok(());
         }
-        if inner.entries.len() == 1 {
-            let position = ChainPosition {
-                last_seq: front.seq,
-                last_digest: front.digest.clone(),
-            };
-            let written = serde_json::to_vec(&position)
-                .map_err(std::io::Error::other)
-                .and_then(|chain| write_synced(&self.dir.join(CHAIN_FILE), &chain))
-                .and_then(|()| sync_dir(&self.dir));
-            if let Err(e) = written {
-                // Keep the batch file: it still tells where the chain
-                // stands, and is answered DUPLICATE when sent again.
-                tracing::warn!(error = %e, "cannot write chain.json; the acknowledged batch stays until it can");
-                return;
-            }
-        }
+        let position = ChainPosition {
+            last_seq: front.seq,
+            last_digest: front.digest.clone(),
+        };
+        serde_json::to_vec(&position)
+            .map_err(std::io::Error::other)
+            .and_then(|chain| write_synced(&self.dir.join(CHAIN_FILE), &chain))
+            .and_then(|()| sync_dir(&self.dir))?;
         inner.entries.pop_front();
         inner.bytes -= front.bytes;
         drop(inner);
         if let Err(err) = std::fs::remove_file(&front.path) {
-            // The batch is acknowledged: a leftover file is sent again
-            // after a restart and answered DUPLICATE.
+            // chain.json has it: the next open deletes the leftover.
             tracing::warn!(path = %front.path.display(), error = %err, "cannot delete an acknowledged batch");
         }
         self.update_full();
+        Ok(())
     }
 
     /// Recompute the fail-closed flag and the gauges; log the changes.
@@ -439,6 +465,17 @@ pub(crate) fn write_synced(path: &Path, body: &[u8]) -> std::io::Result<()> {
     file.sync_all()?;
     drop(file);
     std::fs::rename(&tmp, path)
+}
+
+/// Delete batch file `path` (batch `seq`), acknowledged before the spool
+/// was last closed.
+fn remove_leftover(path: &Path, seq: u64) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(seq, "deleted a batch file left after its acknowledgement"),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot delete a batch file left after its acknowledgement; it is ignored")
+        }
+    }
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -643,7 +680,7 @@ mod tests {
             let (seq, s) = sealed(&mut w, n);
             spool.put(seq, &s).unwrap();
         }
-        spool.remove(1);
+        spool.remove(1).unwrap();
         drop(spool);
         let (spool, pos) = Spool::open(dir.path(), limits()).unwrap();
         assert_eq!(pos.last_seq, 2);
@@ -657,22 +694,34 @@ mod tests {
     }
 
     #[test]
-    fn the_chain_file_takes_over_when_every_batch_is_acknowledged() {
+    fn every_acknowledgement_writes_chain_json_before_the_file_goes() {
         let dir = tempfile::tempdir().unwrap();
         let key = Arc::new(GatewayKey::generate().unwrap());
         let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
         let mut w = BatchWriter::new(Arc::clone(&key), "gw");
-        for _ in 0..2 {
+        let mut digests = Vec::new();
+        for _ in 0..3 {
             let (seq, s) = sealed(&mut w, 1);
+            digests.push(talos_certs::digest(&s));
             spool.put(seq, &s).unwrap();
         }
-        spool.remove(1);
-        assert!(!dir.path().join(CHAIN_FILE).exists(), "batch 2 still tells");
-        spool.remove(2);
+        assert_eq!(read_position(dir.path()).unwrap(), ChainPosition::genesis());
+        for seq in 1..=3u64 {
+            spool.remove(seq).unwrap();
+            assert_eq!(
+                read_position(dir.path()).unwrap(),
+                ChainPosition {
+                    last_seq: seq,
+                    last_digest: digests[seq as usize - 1].clone(),
+                },
+                "the acknowledged point after batch {seq}"
+            );
+            assert!(!dir.path().join(format!("{seq:020}.batch")).exists());
+        }
         assert!(spool.is_empty());
         drop(spool);
         let (_, pos) = Spool::open(dir.path(), limits()).unwrap();
-        assert_eq!(pos.last_seq, 2);
+        assert_eq!(pos.last_seq, 3);
         assert_eq!(pos.last_digest, w.last_digest());
         // A batch sealed after that is newer than chain.json, and wins.
         let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
@@ -680,8 +729,101 @@ mod tests {
         spool.put(seq, &s).unwrap();
         drop(spool);
         let (_, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos.last_seq, 4);
+        assert_eq!(pos.last_digest, w.last_digest());
+    }
+
+    #[test]
+    fn a_crash_between_chain_json_and_the_delete_leaves_a_leftover_the_next_open_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let mut w = BatchWriter::new(Arc::clone(&key), "gw");
+        for _ in 0..3 {
+            let (seq, s) = sealed(&mut w, 1);
+            spool.put(seq, &s).unwrap();
+        }
+        // Batch 1 acknowledged, and its file back as if the crash came
+        // before the delete.
+        let one = dir.path().join(format!("{:020}.batch", 1));
+        let kept = std::fs::read(&one).unwrap();
+        spool.remove(1).unwrap();
+        std::fs::write(&one, &kept).unwrap();
+        drop(spool);
+        let (spool, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos.last_seq, 3, "the chain goes on from the newest");
+        assert_eq!(spool.oldest().unwrap().seq, 2, "batch 1 is not resent");
+        assert_eq!(spool.len().0, 2);
+        assert!(!one.exists(), "the leftover is deleted");
+        // The same with the last batch: the spool is empty, the chain
+        // goes on from chain.json.
+        let three = dir.path().join(format!("{:020}.batch", 3));
+        spool.remove(2).unwrap();
+        let kept = std::fs::read(&three).unwrap();
+        spool.remove(3).unwrap();
+        std::fs::write(&three, &kept).unwrap();
+        drop(spool);
+        let (spool, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert!(spool.is_empty());
         assert_eq!(pos.last_seq, 3);
         assert_eq!(pos.last_digest, w.last_digest());
+        assert!(!three.exists());
+        // A crash before chain.json: the batch still waits.
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        drop(spool);
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(spool.oldest().unwrap().seq, 4);
+    }
+
+    #[test]
+    fn a_chain_json_that_cannot_be_written_keeps_the_acknowledged_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let mut w = BatchWriter::new(Arc::clone(&key), "gw");
+        let (seq, s) = sealed(&mut w, 1);
+        spool.put(seq, &s).unwrap();
+        // A directory in chain.json's place: the rename onto it fails.
+        std::fs::create_dir_all(dir.path().join(CHAIN_FILE).join("x")).unwrap();
+        assert!(spool.remove(1).is_err());
+        assert_eq!(spool.oldest().unwrap().seq, 1, "still waiting");
+        assert!(dir.path().join(format!("{:020}.batch", 1)).exists());
+        std::fs::remove_dir_all(dir.path().join(CHAIN_FILE)).unwrap();
+        spool.remove(1).unwrap();
+        assert!(spool.is_empty());
+        assert_eq!(read_position(dir.path()).unwrap().last_seq, 1);
+    }
+
+    #[test]
+    fn an_earlier_builds_chain_json_behind_the_oldest_batch_opens_and_catches_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Arc::new(GatewayKey::generate().unwrap());
+        let (spool, _) = Spool::open(dir.path(), limits()).unwrap();
+        let mut w = BatchWriter::new(Arc::clone(&key), "gw");
+        let mut digests = Vec::new();
+        for _ in 0..4 {
+            let (seq, s) = sealed(&mut w, 1);
+            digests.push(talos_certs::digest(&s));
+            spool.put(seq, &s).unwrap();
+        }
+        drop(spool);
+        // As an earlier build left it: 1 and 2 acknowledged and deleted,
+        // chain.json not written (the spool never emptied).
+        for seq in [1, 2] {
+            std::fs::remove_file(dir.path().join(format!("{seq:020}.batch"))).unwrap();
+        }
+        let (spool, pos) = Spool::open(dir.path(), limits()).unwrap();
+        assert_eq!(pos.last_seq, 4);
+        assert_eq!(spool.oldest().unwrap().seq, 3);
+        spool.remove(3).unwrap();
+        assert_eq!(
+            read_position(dir.path()).unwrap(),
+            ChainPosition {
+                last_seq: 3,
+                last_digest: digests[2].clone(),
+            }
+        );
     }
 
     #[test]
@@ -715,9 +857,9 @@ mod tests {
         let (seq, s) = sealed(&mut w, 1);
         spool.put(seq, &s).unwrap();
         assert!(*full.borrow(), "3 of 3 batches: full");
-        spool.remove(2); // not the oldest: ignored
+        spool.remove(2).unwrap(); // not the oldest: ignored
         assert!(*full.borrow());
-        spool.remove(1);
+        spool.remove(1).unwrap();
         assert!(!*full.borrow());
         // Reopening a full spool starts closed.
         let (seq, s) = sealed(&mut w, 1);
@@ -744,10 +886,10 @@ mod tests {
             async move { spool.emptied().await }
         });
         tokio::task::yield_now().await;
-        spool.remove(1);
+        spool.remove(1).unwrap();
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "batch 2 still waits");
-        spool.remove(2);
+        spool.remove(2).unwrap();
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("woken")
