@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+scripts/install-deps.sh --demo
 cargo build --workspace --bins --locked -q
 bin=target/debug
 
