@@ -1,4 +1,4 @@
-//! What the requests of one connection share, in three parts with one
+//! What the requests of one connection share, in four parts with one
 //! owner each:
 //!
 //! - the fixed connection ([`Connection`]): session, name, destination,

@@ -148,7 +148,7 @@ impl Lease {
     }
 
     /// The authority went to a successor process, which holds its lease
-    /// now and ends it there and here ([`crate::handover::link`]): this
+    /// now and ends it there and here ([`crate::process::link`]): this
     /// process stops reading the lease.
     pub fn hand_over(&self) {
         self.until.store(NONE, Ordering::Release);
