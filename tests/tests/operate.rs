@@ -66,6 +66,22 @@ async fn hold_connection(member: &Member) -> tokio::net::TcpStream {
     sock.connect(member.data()).await.expect("connect")
 }
 
+/// The `gateway_config_info` series a scrape shows.
+fn config_info(metrics: &str) -> Vec<&str> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("gateway_config_info{"))
+        .collect()
+}
+
+/// The config digest `/readyz` names.
+fn digest_of(readyz: &str) -> &str {
+    readyz
+        .lines()
+        .find_map(|l| l.strip_prefix("config "))
+        .expect("a config line")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     let rig = rig().await;
@@ -192,6 +208,13 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
         wait::check(alive(old), |a| !a)
     })
     .await;
+    // The successor counts the handover it took; one config in force.
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(config_info(&metrics).len(), 1, "{metrics}");
 
     // The session trusts the same CA: its file is unchanged and a new
     // connection verifies against it.
@@ -223,6 +246,12 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
         wait::check(alive(new), |a| !a)
     })
     .await;
+    // The count goes on across processes: a second handover shows.
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"ok\"} 2"),
+        "{metrics}"
+    );
     assert_eq!(ca_bytes(&rig), ca);
     assert_eq!(rig.curl(&member), 200);
 }
@@ -263,6 +292,26 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
     assert!(err.contains("listen.admin"), "{err}");
     assert!(alive(old));
     assert_eq!(rig.curl(&member), 200);
+
+    // Another gateway_id: refused as every other field, naming its line.
+    let renamed = format!(
+        "# renamed\n{}",
+        rig.config("")
+            .replace("gateway_id = \"gw-test\"", "gateway_id = \"gw-other\"")
+    );
+    member.rewrite(&renamed);
+    let (ok, _, err) = member.command("upgrade");
+    assert!(!ok);
+    assert!(
+        err.contains("gateway.toml:2: gateway_id: ") && err.contains("gw-other"),
+        "{err}"
+    );
+    assert!(alive(old));
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
+        "{metrics}"
+    );
     // And with a good config it goes through.
     member.rewrite(&rig.config(""));
     let (ok, out, err) = member.command("upgrade");

@@ -58,6 +58,39 @@ pub struct Offer {
     pub ended: Vec<EndedState>,
     /// How many secret frames follow.
     pub secrets: usize,
+    /// The handovers counted so far by the processes this one goes on
+    /// from: the successor counts on from them. (An older running process
+    /// sends none: the successor counts from zero.)
+    #[serde(default)]
+    pub handovers: Handovers,
+}
+
+/// `gateway_handover_total` by result, carried from process to process:
+/// each successor counts the handover that made it (`ok`), a running
+/// process the ones that failed and left it serving (`failed`). Carried,
+/// the counter rises by one at every handover as an operator scrapes it,
+/// instead of starting again at 1 in every new process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handovers {
+    pub ok: u64,
+    pub failed: u64,
+}
+
+impl Handovers {
+    /// The counts of a successor that took over from a process that had
+    /// these: one more `ok`.
+    pub fn taken_over(self) -> Handovers {
+        Handovers {
+            ok: self.ok + 1,
+            ..self
+        }
+    }
+
+    /// Set `gateway_handover_total{result}` to these counts.
+    pub fn publish(self) {
+        metrics::counter!("gateway_handover_total", "result" => "ok").absolute(self.ok);
+        metrics::counter!("gateway_handover_total", "result" => "failed").absolute(self.failed);
+    }
 }
 
 /// One listener handed over.
