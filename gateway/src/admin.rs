@@ -293,7 +293,11 @@ fn answer(
     ready: &AtomicBool,
 ) -> Response<Full<Bytes>> {
     let (status, body) = match req.uri().path() {
-        "/metrics" => (StatusCode::OK, handle.render()),
+        "/metrics" => {
+            let mut text = handle.render();
+            crate::reload::render_config_info(&mut text);
+            (StatusCode::OK, text)
+        }
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => {
             let config = crate::reload::config_digest().unwrap_or_default();

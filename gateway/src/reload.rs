@@ -554,6 +554,7 @@ impl Reloader {
     }
 }
 
+/// The digest of the config in force; `None` before the first is loaded.
 static LAST: Mutex<Option<String>> = Mutex::new(None);
 
 /// The digest of the config in force (what `/readyz` shows).
@@ -561,13 +562,32 @@ pub fn config_digest() -> Option<String> {
     LAST.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// `gateway_config_info{digest}` is 1 for the config in force, and 0 for
-/// the one it replaced.
 fn publish_digest(digest: &str) {
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(old) = last.take() {
-        metrics::gauge!("gateway_config_info", "digest" => old).set(0.0);
+    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(digest.to_owned());
+}
+
+/// `gateway_config_info{digest}` in the Prometheus text format, appended
+/// to `/metrics`: one series, 1, for the config in force, and none for
+/// the configs it replaced.
+///
+/// Rendered here rather than recorded through `metrics::gauge!`: neither
+/// the `metrics` facade nor `metrics-exporter-prometheus` (0.18) can drop
+/// one series. The exporter's only way to drop series is its idle
+/// timeout, which applies to every metric of a kind and would drop gauges
+/// that legitimately stay unchanged (`gateway_connections_open` on a
+/// quiet member). A series left at 0 for every digest ever loaded grows
+/// with every reload, and a query like `gateway_config_info == 1` is then
+/// needed to say which config runs.
+pub fn render_config_info(out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(digest) = config_digest() else {
+        return;
+    };
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
     }
-    metrics::gauge!("gateway_config_info", "digest" => digest.to_owned()).set(1.0);
-    *last = Some(digest.to_owned());
+    let _ = write!(
+        out,
+        "# HELP gateway_config_info The config in force, by the SHA-384 of its file.\n# TYPE gateway_config_info gauge\ngateway_config_info{{digest=\"{digest}\"}} 1\n"
+    );
 }

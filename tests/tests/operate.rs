@@ -115,9 +115,17 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     assert_eq!(rig.curl(&member), 200);
     let digest_after = member.readyz();
     assert_ne!(digest_before, digest_after, "the digest follows the config");
-    assert!(member
-        .metrics()
-        .contains("gateway_reload_total{result=\"ok\"} 1"));
+    let metrics = member.metrics();
+    assert!(metrics.contains("gateway_reload_total{result=\"ok\"} 1"));
+    // One config_info series: the config in force, not the one replaced.
+    assert_eq!(
+        config_info(&metrics),
+        [format!(
+            "gateway_config_info{{digest=\"{}\"}} 1",
+            digest_of(&digest_after)
+        )],
+        "{metrics}"
+    );
 
     // A bad config: refused, naming the line; everything stays.
     let bad = rig
