@@ -184,6 +184,81 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     let _ = member.wait_ready(1);
 }
 
+/// `gateway reload` of a file the gateway cannot even parse is a refused
+/// reload like any other: the running gateway reads the file, counts the
+/// refusal and logs it naming the file, the line and the field; the
+/// command prints the gateway's answer and exits non-zero.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_of_a_file_with_a_syntax_error_is_refused_counted_and_logged() {
+    let rig = rig().await;
+    let member = Member::start(&rig.dir, &rig.config("session_connections = 100\n"));
+    let digest = member.readyz();
+    let broken = rig.config("session_connections = = 100\n");
+    let line = broken
+        .lines()
+        .position(|l| l.starts_with("session_connections = = 100"))
+        .expect("the broken line")
+        + 1;
+    member.rewrite(&broken);
+    let (ok, out, err) = member.command("reload");
+    assert!(!ok, "a file with a syntax error reloaded: {out}");
+    assert!(out.contains("\"ok\":false"), "the gateway's answer: {out}");
+    let at = format!("gateway.toml:{line}: limits.session_connections: ");
+    assert!(err.contains(&at), "the answer names the line: {err}");
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_reload_total{result=\"refused\"} 1"),
+        "{metrics}"
+    );
+    wait::until_async("the refusal's log line", || {
+        let log = member.log();
+        wait::check(log, |l| {
+            l.lines()
+                .any(|l| l.contains("reload refused") && l.contains(&at))
+        })
+    })
+    .await;
+    assert_eq!(member.readyz(), digest, "nothing changed");
+    assert_eq!(rig.curl(&member), 200);
+}
+
+/// `gateway reload --config FILE` reloads the file the running process
+/// was started with: another file is refused, naming both, and counted;
+/// the same file by another path (a symlink) is that file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_naming_another_file_is_refused_naming_both() {
+    let rig = rig().await;
+    let member = Member::start(&rig.dir, &rig.config(""));
+    let digest = member.readyz();
+    let other = rig.dir.join("other.toml");
+    std::fs::write(&other, rig.config("session_connections = 100\n")).expect("other");
+    let (ok, out, err) = member.command_with("reload", &other);
+    assert!(!ok, "another file was reloaded: {out}");
+    let canonical = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .expect("canonical")
+            .display()
+            .to_string()
+    };
+    assert!(
+        err.contains(&canonical(&other)) && err.contains(&canonical(&member.config_path)),
+        "the refusal names both files: {err}"
+    );
+    assert_eq!(member.readyz(), digest, "nothing changed");
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_reload_total{result=\"refused\"} 1"),
+        "{metrics}"
+    );
+
+    let link = rig.dir.join("link.toml");
+    std::os::unix::fs::symlink(&member.config_path, &link).expect("symlink");
+    member.rewrite(&rig.config("session_connections = 100\n"));
+    let (ok, out, err) = member.command_with("reload", &link);
+    assert!(ok, "the running file, by a symlink: {out} {err}");
+    assert_ne!(member.readyz(), digest, "reloaded");
+}
+
 /// The session's CA file as the member wrote it at start.
 fn ca_bytes(rig: &Rig) -> Vec<u8> {
     std::fs::read(&rig.trust_file).expect("trust file")
