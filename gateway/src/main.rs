@@ -291,12 +291,7 @@ fn reload(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ask(
-        path,
-        talos_gateway::handover::Request::Reload {
-            config: Some(config),
-        },
-    )
+    ask(path, talos_gateway::handover::Request::Reload { config })
 }
 
 /// `gateway reload` and `gateway upgrade`: ask the running process on the

@@ -76,7 +76,7 @@ use zeroize::Zeroizing;
 use crate::authority::Authority;
 use crate::config::Config;
 use crate::process::{link, wire};
-use crate::reload::{ReloadError, Reloaded, Reloader, StaticEntry};
+use crate::reload::{Reloader, StaticEntry};
 use crate::session::approvals::Proposer;
 use crate::session::sessions::Sessions;
 use state::{EndedState, Handovers, ListenerState, Offer, SessionState};
@@ -100,12 +100,8 @@ pub const SOCKET_ENV: &str = "TALOS_GATEWAY_TAKEOVER_SOCKET";
 pub enum Request {
     /// Read the config again (as SIGHUP does). `config` is the file the
     /// asker means (`gateway reload --config`), made absolute: another
-    /// file than the one this process runs with is refused. Without it
-    /// (an older `gateway reload`), the running file.
-    Reload {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        config: Option<PathBuf>,
-    },
+    /// file than the one this process runs with is refused.
+    Reload { config: PathBuf },
     /// Start a successor and hand over to it (as SIGUSR2 does).
     Upgrade,
     /// A successor: hand over to me.
@@ -318,7 +314,7 @@ impl Upgrader {
                 _ => return,
             };
         let answer = match request {
-            Request::Reload { config } => match self.reload(config.as_deref()).await {
+            Request::Reload { config } => match self.parts.reloader.reload_file(&config).await {
                 Ok(r) => Answer {
                     ok: true,
                     message: format!(
@@ -367,15 +363,6 @@ impl Upgrader {
             }
         };
         let _ = wire::write_json(&mut stream, &answer).await;
-    }
-
-    /// A reload asked on the process socket: of `asked`, which must be
-    /// the running file, or of the running file.
-    async fn reload(&self, asked: Option<&Path>) -> Result<Reloaded, ReloadError> {
-        match asked {
-            Some(asked) => self.parts.reloader.reload_file(asked).await,
-            None => self.parts.reloader.reload().await,
-        }
     }
 
     /// The awaited successor arrived (or refused); anyone else is ignored.
