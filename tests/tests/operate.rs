@@ -342,7 +342,7 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_takeover_leaves_the_old_process_serving() {
     let rig = rig().await;
-    let member = Member::start(&rig.dir, &rig.config(""));
+    let mut member = Member::start(&rig.dir, &rig.config(""));
     let old = member.pids[0];
     assert_eq!(rig.curl(&member), 200);
 
@@ -395,10 +395,23 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
         metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
         "{metrics}"
     );
-    // And with a good config it goes through.
+    // And with a good config it goes through. The successor's ready line
+    // names its pid, which the member stops when the test ends; its
+    // counts go on from the old process's.
     member.rewrite(&rig.config(""));
     let (ok, out, err) = member.command("upgrade");
     assert!(ok, "{out} {err}");
+    member.wait_ready(2);
+    wait::until_async("the old process to exit", || {
+        wait::check(alive(old), |a| !a)
+    })
+    .await;
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"ok\"} 1")
+            && metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
+        "{metrics}"
+    );
 }
 
 /// One GET from `source`, trusting `ca`: the status, or what failed.

@@ -75,7 +75,7 @@ use zeroize::Zeroizing;
 
 use crate::authority::Authority;
 use crate::config::Config;
-use crate::process::{link, wire};
+use crate::process::{link, wire, HandoverResult};
 use crate::reload::{Reloader, StaticEntry};
 use crate::session::approvals::Proposer;
 use crate::session::sessions::Sessions;
@@ -391,7 +391,11 @@ impl Upgrader {
         let result = self.upgrade_inner().await;
         if result.is_err() {
             self.failed.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("gateway_handover_total", "result" => "failed").increment(1);
+            metrics::counter!(
+                "gateway_handover_total",
+                "result" => HandoverResult::Failed.as_str()
+            )
+            .increment(1);
         }
         match &result {
             Ok(h) => tracing::info!(successor = h.pid, "handed over; draining"),

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use talos_certs::{CaHandover, LeafCache, SessionCa, Signed};
 use zeroize::Zeroizing;
 
+use crate::process::HandoverResult;
 use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes};
 use crate::session::approvals::LockRule;
 use crate::session::lease::{Lease, Millis};
@@ -88,8 +89,13 @@ impl Handovers {
 
     /// Set `gateway_handover_total{result}` to these counts.
     pub fn publish(self) {
-        metrics::counter!("gateway_handover_total", "result" => "ok").absolute(self.ok);
-        metrics::counter!("gateway_handover_total", "result" => "failed").absolute(self.failed);
+        for (result, count) in [
+            (HandoverResult::Ok, self.ok),
+            (HandoverResult::Failed, self.failed),
+        ] {
+            metrics::counter!("gateway_handover_total", "result" => result.as_str())
+                .absolute(count);
+        }
     }
 }
 
