@@ -56,7 +56,10 @@ for unit in ops/systemd/*.service; do
     fail "$name: exposure above 2.5: $(tail -1 "$tmp/security.txt")"
   echo "$name: verified; $(tail -1 "$tmp/security.txt" | sed 's/^→ //')"
 done
-grep -q '^ExecReload=/bin/kill -HUP \$MAINPID' ops/systemd/talos-gateway.service || fail "gateway unit: no ExecReload"
+# `systemctl reload` must report the reload's outcome: the command that
+# asks the gateway and exits 1 on a refusal, on the file ExecStart= runs.
+grep -q '^ExecReload=/usr/local/bin/gateway reload --config /etc/talos-gateway/gateway.toml$' \
+  ops/systemd/talos-gateway.service || fail "gateway unit: ExecReload= is not gateway reload on its config"
 grep -q '^CapabilityBoundingSet=CAP_NET_BIND_SERVICE$' ops/systemd/talos-gateway.service ||
   fail "gateway unit: capabilities other than CAP_NET_BIND_SERVICE"
 

@@ -160,7 +160,8 @@ fn describe() {
 /// that first appears at 1 is 0, and a dashboard panel or alert over an
 /// absent series shows nothing. Label values come from the enums the call
 /// sites count with, so a new variant is exported too. `gateway_config_info`
-/// is left to the reload that sets it.
+/// is not recorded here: `/metrics` renders it from the config in force
+/// ([`crate::reload::render_config_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
     let labelled: [(&'static str, &'static str, Vec<&'static str>); 11] = [
@@ -293,7 +294,11 @@ fn answer(
     ready: &AtomicBool,
 ) -> Response<Full<Bytes>> {
     let (status, body) = match req.uri().path() {
-        "/metrics" => (StatusCode::OK, handle.render()),
+        "/metrics" => {
+            let mut text = handle.render();
+            crate::reload::render_config_info(&mut text);
+            (StatusCode::OK, text)
+        }
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => {
             let config = crate::reload::config_digest().unwrap_or_default();

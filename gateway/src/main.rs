@@ -40,7 +40,10 @@ enum Command {
     /// went: exit 0 with the new config's digest, or 1 with the file, line
     /// and field at fault (the running config then stays whole).
     ///
-    /// Reaches the process on the config's `[process] socket`.
+    /// Reaches the process on the config's `[process] socket` (found even
+    /// in a file TOML cannot read); the gateway reads the file itself, and
+    /// counts and logs a refusal as a SIGHUP's. FILE must be the file the
+    /// gateway runs with (by any path to it): another is refused.
     Reload {
         /// The gateway's config file.
         #[arg(long, short)]
@@ -172,7 +175,7 @@ fn main() -> ExitCode {
             json_logs,
             takeover,
         } => run(&config, json_logs, takeover),
-        Command::Reload { config } => ask(&config, talos_gateway::handover::Request::Reload),
+        Command::Reload { config } => reload(&config),
         Command::Upgrade { config } => ask(&config, talos_gateway::handover::Request::Upgrade),
         Command::CheckConfig { file } => check_config(&file),
         Command::InspectHello { files } => inspect_hello(&files),
@@ -222,8 +225,9 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 fn run(path: &std::path::Path, json_logs: bool, takeover: bool) -> ExitCode {
-    // The config's path as reloads and a successor read it again.
-    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    // The config's path as reloads and a successor read it again: made
+    // absolute, symlinks kept (a reload follows a symlink swapped since).
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
@@ -274,6 +278,22 @@ fn run(path: &std::path::Path, json_logs: bool, takeover: bool) -> ExitCode {
     }
 }
 
+/// `gateway reload`: ask the running process to reload `path`, which it
+/// reads, judges and counts itself (this reads only the socket's path):
+/// a file with a syntax error is the gateway's refusal, as any other.
+fn reload(path: &std::path::Path) -> ExitCode {
+    // Absolute, for a process with another working directory; the
+    // gateway compares it with its own file, symlinks resolved.
+    let config = match std::fs::canonicalize(path) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gateway: cannot read {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    };
+    ask(path, talos_gateway::handover::Request::Reload { config })
+}
+
 /// `gateway reload` and `gateway upgrade`: ask the running process on the
 /// config's process socket, print its answer.
 fn ask(path: &std::path::Path, request: talos_gateway::handover::Request) -> ExitCode {
@@ -281,7 +301,7 @@ fn ask(path: &std::path::Path, request: talos_gateway::handover::Request) -> Exi
     let socket = match Config::process_socket(path) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("gateway: bad config: {e}");
+            eprintln!("gateway: {e}");
             return ExitCode::from(1);
         }
     };

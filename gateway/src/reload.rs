@@ -74,6 +74,13 @@ pub enum ReloadError {
     Build(String),
     #[error("a handover is in progress; reload after it")]
     Busy,
+    /// `gateway reload --config` named a file this process does not run
+    /// with: applying it would leave a later SIGHUP (or a successor)
+    /// reading the running file again.
+    #[error(
+        "{asked} is not this gateway's config file ({running}): a reload reads the file the gateway runs with; edit that one, or start a gateway with the other"
+    )]
+    OtherFile { asked: String, running: String },
 }
 
 impl Tuned {
@@ -476,11 +483,26 @@ impl Reloader {
         self.state.try_lock().ok().map(Paused)
     }
 
-    /// Reload: see the module docs. Counted in `gateway_reload_total` by
-    /// result.
+    /// Reload the file this process runs with (SIGHUP): see the module
+    /// docs. Counted in `gateway_reload_total` by result.
     pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
+        self.reload_asked(None).await
+    }
+
+    /// Reload as `gateway reload --config ASKED` asks: ASKED must be the
+    /// file this process runs with, compared with symlinks and relative
+    /// parts resolved (another file is refused, and counted so); then as
+    /// [`Reloader::reload`].
+    pub async fn reload_file(&self, asked: &Path) -> Result<Reloaded, ReloadError> {
+        self.reload_asked(Some(asked)).await
+    }
+
+    async fn reload_asked(&self, asked: Option<&Path>) -> Result<Reloaded, ReloadError> {
         crate::process::notify::reloading();
-        let result = self.reload_inner().await;
+        let result = match asked.map(|a| self.same_file(a)) {
+            Some(Err(e)) => Err(e),
+            _ => self.reload_inner().await,
+        };
         crate::process::notify::ready();
         let outcome = if result.is_ok() {
             ReloadResult::Ok
@@ -498,6 +520,22 @@ impl Reloader {
             Err(e) => tracing::error!(error = %e, "reload refused; the running config stays whole"),
         }
         result
+    }
+
+    /// Whether `asked` is this process's config file, each path resolved
+    /// now (a symlink swapped since the start is followed); a path that
+    /// cannot be resolved is compared as it is.
+    fn same_file(&self, asked: &Path) -> Result<(), ReloadError> {
+        let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+        let (asked, running) = (resolve(asked), resolve(&self.path));
+        if asked == running {
+            Ok(())
+        } else {
+            Err(ReloadError::OtherFile {
+                asked: asked.display().to_string(),
+                running: running.display().to_string(),
+            })
+        }
     }
 
     async fn reload_inner(&self) -> Result<Reloaded, ReloadError> {
@@ -554,6 +592,7 @@ impl Reloader {
     }
 }
 
+/// The digest of the config in force; `None` before the first is loaded.
 static LAST: Mutex<Option<String>> = Mutex::new(None);
 
 /// The digest of the config in force (what `/readyz` shows).
@@ -561,13 +600,32 @@ pub fn config_digest() -> Option<String> {
     LAST.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// `gateway_config_info{digest}` is 1 for the config in force, and 0 for
-/// the one it replaced.
 fn publish_digest(digest: &str) {
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(old) = last.take() {
-        metrics::gauge!("gateway_config_info", "digest" => old).set(0.0);
+    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(digest.to_owned());
+}
+
+/// `gateway_config_info{digest}` in the Prometheus text format, appended
+/// to `/metrics`: one series, 1, for the config in force, and none for
+/// the configs it replaced.
+///
+/// Rendered here rather than recorded through `metrics::gauge!`: neither
+/// the `metrics` facade nor `metrics-exporter-prometheus` (0.18) can drop
+/// one series. The exporter's only way to drop series is its idle
+/// timeout, which applies to every metric of a kind and would drop gauges
+/// that legitimately stay unchanged (`gateway_connections_open` on a
+/// quiet member). A series left at 0 for every digest ever loaded grows
+/// with every reload, and a query like `gateway_config_info == 1` is then
+/// needed to say which config runs.
+pub fn render_config_info(out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(digest) = config_digest() else {
+        return;
+    };
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
     }
-    metrics::gauge!("gateway_config_info", "digest" => digest.to_owned()).set(1.0);
-    *last = Some(digest.to_owned());
+    let _ = write!(
+        out,
+        "# HELP gateway_config_info The config in force, by the SHA-384 of its file.\n# TYPE gateway_config_info gauge\ngateway_config_info{{digest=\"{digest}\"}} 1\n"
+    );
 }

@@ -43,7 +43,7 @@ use tokio_util::task::TaskTracker;
 use crate::authority::{report_entry, Authority, LeaseWatcher};
 use crate::config::Config;
 use crate::conn::{self, Current, Shared};
-use crate::handover::state::ListenerState;
+use crate::handover::state::{Handovers, ListenerState};
 use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal::{self, JournalSetup, WriterConfig, WriterThread};
 use crate::records::spool::{ChainPosition, Spool, SpoolLimits};
@@ -261,6 +261,8 @@ pub struct Built {
     ended: Vec<crate::handover::state::EndedState>,
     /// The predecessor's generation (a successor).
     predecessor_generation: Option<u64>,
+    /// The handovers the predecessor had counted (a successor).
+    predecessor_handovers: Option<Handovers>,
     exe: PathBuf,
 }
 
@@ -332,11 +334,16 @@ impl Built {
         };
         if let (Some(o), Some(c)) = (&offer, &control) {
             if o.key_id.as_deref() != Some(c.key.key_id().as_str()) {
-                return Err(StartError::Takeover(format!(
-                    "the signing key is {} here, {} in the running process: the batch chain has one signer",
-                    c.key.key_id(),
-                    o.key_id.as_deref().unwrap_or("none")
-                )));
+                let refusal = config.field_error(
+                    &options.config_path,
+                    "control.signing_key_file",
+                    format!(
+                        "the key is {} here, {} in the running process: the batch chain has one signer",
+                        c.key.key_id(),
+                        o.key_id.as_deref().unwrap_or("none")
+                    ),
+                );
+                return Err(StartError::Takeover(refusal.to_string()));
             }
         }
         // A cold start reads what an earlier process left in the journal
@@ -363,8 +370,10 @@ impl Built {
         let mut statics = StaticSet::new();
         let mut ended = Vec::new();
         let mut predecessor_generation = None;
+        let mut predecessor_handovers = None;
         if let Some(o) = offer {
             predecessor_generation = Some(o.from_generation);
+            predecessor_handovers = Some(o.handovers);
             statics = o.statics.into_iter().collect();
             ended = o.ended;
             let count = o.sessions.len();
@@ -423,6 +432,7 @@ impl Built {
             lapsed,
             ended,
             predecessor_generation,
+            predecessor_handovers,
             exe,
         })
     }
@@ -622,6 +632,10 @@ impl Built {
                 configured: s.display().to_string(),
             });
         }
+        // A successor counts the handover that makes it (once it has `go`).
+        let handovers = self
+            .predecessor_handovers
+            .map_or_else(Handovers::default, Handovers::taken_over);
         let upgrader = Arc::new(Upgrader::new(crate::handover::Parts {
             exe: self.exe,
             config_path: self.options.config_path.clone(),
@@ -650,12 +664,14 @@ impl Built {
             }),
             stop_accepting: stop_tx,
             watcher: watcher.clone(),
+            handovers,
         }));
         // A successor: ready, and wait for go.
         if let Some(mut stream) = link.take() {
             crate::handover::ready_and_go(&mut stream)
                 .await
                 .map_err(|e| StartError::Takeover(e.to_string()))?;
+            handovers.publish();
             let p = crate::process::link::Predecessor::start(stream, Arc::clone(&self.sessions));
             if let Some(a) = &authority {
                 a.set_predecessor(Arc::clone(&p));

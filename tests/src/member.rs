@@ -128,9 +128,15 @@ impl Member {
 
     /// `gateway reload` or `gateway upgrade`: (exit status, stdout, stderr).
     pub fn command(&self, what: &str) -> (bool, String, String) {
+        self.command_with(what, &self.config_path)
+    }
+
+    /// `gateway reload` or `gateway upgrade` given `config` as its
+    /// `--config`: (exit status, stdout, stderr).
+    pub fn command_with(&self, what: &str, config: &Path) -> (bool, String, String) {
         let out = run_bounded(
             workspace_bin("gateway").to_str().expect("path"),
-            &[what, "--config", self.config_path.to_str().expect("path")],
+            &[what, "--config", config.to_str().expect("path")],
             None,
             120,
         );

@@ -66,6 +66,22 @@ async fn hold_connection(member: &Member) -> tokio::net::TcpStream {
     sock.connect(member.data()).await.expect("connect")
 }
 
+/// The `gateway_config_info` series a scrape shows.
+fn config_info(metrics: &str) -> Vec<&str> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("gateway_config_info{"))
+        .collect()
+}
+
+/// The config digest `/readyz` names.
+fn digest_of(readyz: &str) -> &str {
+    readyz
+        .lines()
+        .find_map(|l| l.strip_prefix("config "))
+        .expect("a config line")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     let rig = rig().await;
@@ -99,9 +115,17 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     assert_eq!(rig.curl(&member), 200);
     let digest_after = member.readyz();
     assert_ne!(digest_before, digest_after, "the digest follows the config");
-    assert!(member
-        .metrics()
-        .contains("gateway_reload_total{result=\"ok\"} 1"));
+    let metrics = member.metrics();
+    assert!(metrics.contains("gateway_reload_total{result=\"ok\"} 1"));
+    // One config_info series: the config in force, not the one replaced.
+    assert_eq!(
+        config_info(&metrics),
+        [format!(
+            "gateway_config_info{{digest=\"{}\"}} 1",
+            digest_of(&digest_after)
+        )],
+        "{metrics}"
+    );
 
     // A bad config: refused, naming the line; everything stays.
     let bad = rig
@@ -160,6 +184,81 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     let _ = member.wait_ready(1);
 }
 
+/// `gateway reload` of a file the gateway cannot even parse is a refused
+/// reload like any other: the running gateway reads the file, counts the
+/// refusal and logs it naming the file, the line and the field; the
+/// command prints the gateway's answer and exits non-zero.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_of_a_file_with_a_syntax_error_is_refused_counted_and_logged() {
+    let rig = rig().await;
+    let member = Member::start(&rig.dir, &rig.config("session_connections = 100\n"));
+    let digest = member.readyz();
+    let broken = rig.config("session_connections = = 100\n");
+    let line = broken
+        .lines()
+        .position(|l| l.starts_with("session_connections = = 100"))
+        .expect("the broken line")
+        + 1;
+    member.rewrite(&broken);
+    let (ok, out, err) = member.command("reload");
+    assert!(!ok, "a file with a syntax error reloaded: {out}");
+    assert!(out.contains("\"ok\":false"), "the gateway's answer: {out}");
+    let at = format!("gateway.toml:{line}: limits.session_connections: ");
+    assert!(err.contains(&at), "the answer names the line: {err}");
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_reload_total{result=\"refused\"} 1"),
+        "{metrics}"
+    );
+    wait::until_async("the refusal's log line", || {
+        let log = member.log();
+        wait::check(log, |l| {
+            l.lines()
+                .any(|l| l.contains("reload refused") && l.contains(&at))
+        })
+    })
+    .await;
+    assert_eq!(member.readyz(), digest, "nothing changed");
+    assert_eq!(rig.curl(&member), 200);
+}
+
+/// `gateway reload --config FILE` reloads the file the running process
+/// was started with: another file is refused, naming both, and counted;
+/// the same file by another path (a symlink) is that file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_naming_another_file_is_refused_naming_both() {
+    let rig = rig().await;
+    let member = Member::start(&rig.dir, &rig.config(""));
+    let digest = member.readyz();
+    let other = rig.dir.join("other.toml");
+    std::fs::write(&other, rig.config("session_connections = 100\n")).expect("other");
+    let (ok, out, err) = member.command_with("reload", &other);
+    assert!(!ok, "another file was reloaded: {out}");
+    let canonical = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .expect("canonical")
+            .display()
+            .to_string()
+    };
+    assert!(
+        err.contains(&canonical(&other)) && err.contains(&canonical(&member.config_path)),
+        "the refusal names both files: {err}"
+    );
+    assert_eq!(member.readyz(), digest, "nothing changed");
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_reload_total{result=\"refused\"} 1"),
+        "{metrics}"
+    );
+
+    let link = rig.dir.join("link.toml");
+    std::os::unix::fs::symlink(&member.config_path, &link).expect("symlink");
+    member.rewrite(&rig.config("session_connections = 100\n"));
+    let (ok, out, err) = member.command_with("reload", &link);
+    assert!(ok, "the running file, by a symlink: {out} {err}");
+    assert_ne!(member.readyz(), digest, "reloaded");
+}
+
 /// The session's CA file as the member wrote it at start.
 fn ca_bytes(rig: &Rig) -> Vec<u8> {
     std::fs::read(&rig.trust_file).expect("trust file")
@@ -192,6 +291,13 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
         wait::check(alive(old), |a| !a)
     })
     .await;
+    // The successor counts the handover it took; one config in force.
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(config_info(&metrics).len(), 1, "{metrics}");
 
     // The session trusts the same CA: its file is unchanged and a new
     // connection verifies against it.
@@ -223,6 +329,12 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
         wait::check(alive(new), |a| !a)
     })
     .await;
+    // The count goes on across processes: a second handover shows.
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"ok\"} 2"),
+        "{metrics}"
+    );
     assert_eq!(ca_bytes(&rig), ca);
     assert_eq!(rig.curl(&member), 200);
 }
@@ -230,7 +342,7 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_takeover_leaves_the_old_process_serving() {
     let rig = rig().await;
-    let member = Member::start(&rig.dir, &rig.config(""));
+    let mut member = Member::start(&rig.dir, &rig.config(""));
     let old = member.pids[0];
     assert_eq!(rig.curl(&member), 200);
 
@@ -263,10 +375,43 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
     assert!(err.contains("listen.admin"), "{err}");
     assert!(alive(old));
     assert_eq!(rig.curl(&member), 200);
-    // And with a good config it goes through.
+
+    // Another gateway_id: refused as every other field, naming its line.
+    let renamed = format!(
+        "# renamed\n{}",
+        rig.config("")
+            .replace("gateway_id = \"gw-test\"", "gateway_id = \"gw-other\"")
+    );
+    member.rewrite(&renamed);
+    let (ok, _, err) = member.command("upgrade");
+    assert!(!ok);
+    assert!(
+        err.contains("gateway.toml:2: gateway_id: ") && err.contains("gw-other"),
+        "{err}"
+    );
+    assert!(alive(old));
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
+        "{metrics}"
+    );
+    // And with a good config it goes through. The successor's ready line
+    // names its pid, which the member stops when the test ends; its
+    // counts go on from the old process's.
     member.rewrite(&rig.config(""));
     let (ok, out, err) = member.command("upgrade");
     assert!(ok, "{out} {err}");
+    member.wait_ready(2);
+    wait::until_async("the old process to exit", || {
+        wait::check(alive(old), |a| !a)
+    })
+    .await;
+    let metrics = member.metrics();
+    assert!(
+        metrics.contains("gateway_handover_total{result=\"ok\"} 1")
+            && metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
+        "{metrics}"
+    );
 }
 
 /// One GET from `source`, trusting `ca`: the status, or what failed.

@@ -271,11 +271,23 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
             IDS[i]
         );
         in_flight.push(path);
-        tokio::task::block_in_place(|| {
+        let metrics = tokio::task::block_in_place(|| {
             wait::until(&format!("{id}'s old process to exit"), || {
                 wait::check(alive(old), |a| !a)
-            })
+            });
+            pair.members[i].metrics()
         });
+        // The successor, which an operator scrapes once the old process
+        // is gone, counts the handover; one config is in force.
+        assert!(
+            metrics.contains("gateway_handover_total{result=\"ok\"} 1"),
+            "{id}: {metrics}"
+        );
+        let info = metrics
+            .lines()
+            .filter(|l| l.starts_with("gateway_config_info{"))
+            .count();
+        assert_eq!(info, 1, "{id}: {metrics}");
         wait_for_more(before + 40).await;
     }
     // The load goes on past a whole lease after the last handover: the

@@ -31,10 +31,18 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// Syntax or type errors: the TOML library's message names the line,
-    /// column and field.
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    /// Syntax or type errors, on one line: the line (and column) the TOML
+    /// library points at, the field that line sets (or the table it
+    /// opens) when it sets one, and the library's message.
+    #[error("{}", parse_text(path, *line, *column, field.as_deref(), message))]
+    Parse {
+        path: PathBuf,
+        /// 1-based; none when the library points nowhere.
+        line: Option<usize>,
+        column: usize,
+        field: Option<String>,
+        message: String,
+    },
     /// A value that parsed but breaks a rule of its own.
     #[error("{path}:{line}: {field}: {message}")]
     Invalid {
@@ -746,32 +754,55 @@ impl Config {
 
     /// Parse and validate config text; `path` only names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
-        })?;
+        let mut config: Config = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
         config.validate(path, text)?;
         config.source = text.to_owned();
         Ok(config)
     }
 
     /// The `[process] socket` a config file names, read leniently: the
-    /// rest of the file may be wrong (`gateway reload` asks the running
-    /// process, which says what is wrong with it).
+    /// rest of the file may be wrong, even its syntax (`gateway reload`
+    /// asks the running process, which reads the file itself and says
+    /// what is wrong with it). A file TOML cannot read is searched line by
+    /// line: the `socket` key of the `[process]` table (or a top-level
+    /// `process.socket` or `process = { socket = … }`), each such line
+    /// read as TOML on its own.
     pub fn process_socket(path: &Path) -> Result<Option<PathBuf>, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
-        })?;
-        Ok(table
-            .get("process")
-            .and_then(|p| p.get("socket"))
-            .and_then(toml::Value::as_str)
-            .map(PathBuf::from))
+        let socket = |table: &toml::Table| {
+            table
+                .get("process")
+                .and_then(|p| p.get("socket"))
+                .and_then(toml::Value::as_str)
+                .map(PathBuf::from)
+        };
+        if let Ok(table) = toml::from_str::<toml::Table>(&text) {
+            return Ok(socket(&table));
+        }
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some((name, _)) = table_header(line) {
+                current = name.to_owned();
+                continue;
+            }
+            let key = line.trim_start();
+            let candidate = match current.as_str() {
+                "process" if key.starts_with("socket") => format!("[process]\n{line}"),
+                "" if key.starts_with("process") => line.to_owned(),
+                _ => continue,
+            };
+            if let Some(found) = toml::from_str::<toml::Table>(&candidate)
+                .ok()
+                .as_ref()
+                .and_then(socket)
+            {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// The static sessions' secret values, read from their sources (the
@@ -866,41 +897,47 @@ impl Config {
     ) -> Result<(), ConfigError> {
         let mine = self.restart_only();
         for (field, was) in running {
-            let now = mine
-                .iter()
-                .find(|(f, _)| f == field)
-                .map(|(_, v)| v.as_str());
             // `control` (the whole table) is reported under its own name.
-            let differs = match now {
-                Some(now) => now != was,
-                None => true,
-            };
-            if differs {
-                return Err(ConfigError::Invalid {
-                    path: path.to_owned(),
-                    line: line_of(&self.source, find_field(&self.source, field).start),
-                    field: (*field).to_owned(),
-                    message: format!(
-                        "changes only with a restart or an upgrade (running: {was}; here: {})",
-                        now.unwrap_or("none")
-                    ),
-                });
+            if mine.iter().find(|(f, _)| f == field).map(|(_, v)| v) != Some(was) {
+                return Err(self.changed_field(path, field, was));
             }
         }
-        if let Some((field, now)) = mine
+        if let Some((field, _)) = mine
             .iter()
             .find(|(f, _)| !running.iter().any(|(r, _)| r == f))
         {
-            return Err(ConfigError::Invalid {
-                path: path.to_owned(),
-                line: line_of(&self.source, find_field(&self.source, field).start),
-                field: (*field).to_owned(),
-                message: format!(
-                    "changes only with a restart or an upgrade (running: none; here: {now})"
-                ),
-            });
+            return Err(self.changed_field(path, field, "none"));
         }
         Ok(())
+    }
+
+    /// `field`, one only a restart changes, is `was` in the running
+    /// process and otherwise here: the error a reload or a successor
+    /// refuses this config with, naming the field's line.
+    pub fn changed_field(&self, path: &Path, field: &str, was: &str) -> ConfigError {
+        let mine = self.restart_only();
+        let now = mine
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map_or("none", |(_, v)| v.as_str());
+        self.field_error(
+            path,
+            field,
+            format!(
+                "changes only with a restart: a reload or an upgrade keeps it as running (running: {was}; here: {now})"
+            ),
+        )
+    }
+
+    /// An error about `field` (dotted: `control.signing_key_file`) of this
+    /// config, naming the line that sets it (or its table's header).
+    pub fn field_error(&self, path: &Path, field: &str, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: path.to_owned(),
+            line: line_of(&self.source, find_field(&self.source, field).start),
+            field: field.to_owned(),
+            message,
+        }
     }
 
     fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
@@ -1013,14 +1050,28 @@ impl Config {
             ));
         }
         if l.session_handshakes > l.session_connections {
-            return Err(invalid(
-                find_key(text, "session_handshakes"),
-                "limits.session_handshakes",
-                format!(
-                    "{} is more than limits.session_connections ({}): connections in their handshake are open connections",
-                    l.session_handshakes, l.session_connections
+            // The field at fault is the one the file sets: the handshakes'
+            // bound when set, or else the connections' bound, set below
+            // the handshakes' default.
+            let why = "connections in their handshake are open connections";
+            return Err(match find_set(text, "limits.session_handshakes") {
+                Some(line) => invalid(
+                    line,
+                    "limits.session_handshakes",
+                    format!(
+                        "{} is more than limits.session_connections ({}): {why}",
+                        l.session_handshakes, l.session_connections
+                    ),
                 ),
-            ));
+                None => invalid(
+                    find_field(text, "limits.session_connections"),
+                    "limits.session_connections",
+                    format!(
+                        "{} is less than limits.session_handshakes ({}, its default): {why}",
+                        l.session_connections, l.session_handshakes
+                    ),
+                ),
+            });
         }
         if l.reply_decoded_max_bytes < 1024 * 1024 {
             return Err(invalid(
@@ -1285,38 +1336,143 @@ fn line_of(text: &str, at: usize) -> usize {
         + 1
 }
 
+/// A table header line's name and whether it opens an element of an
+/// array of tables (`[[session]]`); `None` for any other line.
+fn table_header(line: &str) -> Option<(&str, bool)> {
+    let t = line.trim();
+    let array = t.starts_with("[[");
+    let name = t.strip_prefix('[')?.trim_start_matches('[');
+    let name = name.split(']').next().unwrap_or(name);
+    Some((name.trim(), array))
+}
+
 /// Span of the line that sets the dotted `field` (`control.listen`: key
 /// `listen` under the `[control]` table; a bare key: before any table), or
 /// of its table's header when the key is not set there; the start of the
 /// file when neither is.
 fn find_field(text: &str, field: &str) -> std::ops::Range<usize> {
-    let (table, key) = match field.rsplit_once('.') {
-        Some((t, k)) => (t, k),
-        None => ("", field),
-    };
+    if let Some(line) = find_set(text, field) {
+        return line;
+    }
+    let table = field.rsplit_once('.').map_or("", |(t, _)| t);
+    if table.is_empty() {
+        return 0..0;
+    }
     let mut offset = 0;
-    let mut current = String::new();
-    let mut header = None;
     for line in text.split_inclusive('\n') {
-        let t = line.trim();
-        if let Some(name) = t.strip_prefix('[').and_then(|r| r.split(']').next()) {
-            current = name.trim_matches(|c| c == '[' || c == ' ').to_owned();
-            if current == table && header.is_none() {
-                header = Some(offset..offset + line.len());
-            }
+        if table_header(line).is_some_and(|(name, _)| name == table) {
+            return offset..offset + line.len();
+        }
+        offset += line.len();
+    }
+    0..0
+}
+
+/// Span of the line that sets the dotted `field`, if one does.
+fn find_set(text: &str, field: &str) -> Option<std::ops::Range<usize>> {
+    let (table, key) = field.rsplit_once('.').unwrap_or(("", field));
+    let mut offset = 0;
+    let mut current = "";
+    for line in text.split_inclusive('\n') {
+        if let Some((name, _)) = table_header(line) {
+            current = name;
         } else if current == table {
-            if let Some(rest) = t.strip_prefix(key) {
+            if let Some(rest) = line.trim().strip_prefix(key) {
                 if rest.trim_start().starts_with('=') {
-                    return offset..offset + line.len();
+                    return Some(offset..offset + line.len());
                 }
             }
         }
         offset += line.len();
     }
-    if table.is_empty() {
-        return 0..0;
+    None
+}
+
+/// The field the line holding byte `at` is about: `table.key` for a line
+/// that sets a key (`session[1].sources`: elements of an array of tables
+/// are numbered), the table for its header line or for another line in
+/// it (a multi-line value's), none for such a line outside any table.
+fn field_at(text: &str, at: usize) -> Option<String> {
+    let mut offset = 0;
+    let mut table = String::new();
+    let mut elements: HashMap<&str, usize> = HashMap::new();
+    for line in text.split_inclusive('\n') {
+        let header = table_header(line);
+        if let Some((name, array)) = header {
+            table = if array {
+                let n = elements.entry(name).or_insert(0);
+                *n += 1;
+                format!("{name}[{}]", *n - 1)
+            } else {
+                name.to_owned()
+            };
+        }
+        offset += line.len();
+        if at >= offset {
+            continue;
+        }
+        let key = line
+            .split_once('=')
+            .map(|(k, _)| k.trim())
+            .filter(|k| header.is_none() && !k.is_empty() && !k.starts_with('#'));
+        return match (key, table.is_empty()) {
+            (Some(key), true) => Some(key.to_owned()),
+            (Some(key), false) => Some(format!("{table}.{key}")),
+            (None, true) => None,
+            (None, false) => Some(table),
+        };
     }
-    header.unwrap_or(0..0)
+    None
+}
+
+/// A TOML error as one line: where it points, the field there, the
+/// library's message.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let message = e.message().trim_end().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return ConfigError::Parse {
+            path: path.to_owned(),
+            line: None,
+            column: 0,
+            field: None,
+            message,
+        };
+    };
+    let at = span.start.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    // An empty span at the very start is about the whole document (a
+    // missing top-level field): no line of it is at fault.
+    // (An error at the end of the file is about its last line.)
+    let field = if span.start == 0 && span.is_empty() {
+        None
+    } else {
+        field_at(text, at.min(text.len().saturating_sub(1)))
+    };
+    ConfigError::Parse {
+        path: path.to_owned(),
+        line: Some(line_of(text, at)),
+        column: text[line_start..at].chars().count() + 1,
+        field,
+        message,
+    }
+}
+
+/// [`ConfigError::Parse`]'s text: `FILE:LINE: FIELD: MESSAGE (column C)`.
+fn parse_text(
+    path: &Path,
+    line: Option<usize>,
+    column: usize,
+    field: Option<&str>,
+    message: &str,
+) -> String {
+    let field = field.map(|f| format!("{f}: ")).unwrap_or_default();
+    match line {
+        Some(line) => format!(
+            "{}:{line}: {field}{message} (column {column})",
+            path.display()
+        ),
+        None => format!("{}: {field}{message}", path.display()),
+    }
 }
 
 /// Span of the first line that sets `key`, for values that carry no span of
@@ -1371,11 +1527,20 @@ allowlist = ["API.example.com."]
     #[test]
     fn errors_name_the_line_and_field() {
         let e = err(&GOOD.replace("127.0.0.2", "127.0.0.300"));
-        assert!(e.contains("line 8") && e.contains("sources"), "{e}");
+        assert!(
+            e.starts_with("t.toml:8: session[0].sources: invalid IP address syntax"),
+            "{e}"
+        );
         let e = err(&GOOD.replace("tenant", "tenent"));
-        assert!(e.contains("tenent") && e.contains("line 7"), "{e}");
+        assert!(
+            e.starts_with("t.toml:7: session[0].tenent: unknown field `tenent`"),
+            "{e}"
+        );
         let e = err(&GOOD.replace("API.example.com.", "10.0.0.1"));
-        assert!(e.contains("IP literal") && e.contains("line 9"), "{e}");
+        assert!(
+            e.starts_with("t.toml:9: session[0].allowlist: ") && e.contains("IP literal"),
+            "{e}"
+        );
         let e = err(&format!("{GOOD}[limits]\nhello_max_bytes = 10\n"));
         assert!(e.contains("t.toml:11: limits.hello_max_bytes"), "{e}");
         let twice = format!(
@@ -1407,9 +1572,77 @@ allowlist = ["API.example.com."]
             );
         }
         let e = err(&format!("{GOOD}[runtime]\nworkers = -1\n"));
-        assert!(e.contains("line 11") && e.contains("workers"), "{e}");
+        assert!(e.starts_with("t.toml:11: runtime.workers: "), "{e}");
         let e = err(&format!("{GOOD}[runtime]\nthreads = 2\n"));
-        assert!(e.contains("line 11") && e.contains("threads"), "{e}");
+        assert!(e.starts_with("t.toml:11: runtime.threads: "), "{e}");
+    }
+
+    /// A syntax error is one line, as every other refusal: the file, the
+    /// line, the field that line sets (or the table it is in), the column.
+    #[test]
+    fn syntax_errors_name_the_line_and_field() {
+        let e = err(&format!("{GOOD}[limits]\nsession_connections = = 4\n"));
+        assert!(
+            e.starts_with("t.toml:11: limits.session_connections: ")
+                && e.ends_with("(column 23)")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{GOOD}[[session]]\nid = \"s2\"\nsources = [\n\"1.2.3.4\",\n\"nope\"\n]\n"
+        ));
+        assert!(e.starts_with("t.toml:14: session[1]: "), "{e}");
+        let e = err(&format!("{GOOD}[limits\n"));
+        assert!(e.starts_with("t.toml:10: limits: "), "{e}");
+        let e = err("[records]\npath = \"/tmp/r\"\n");
+        assert!(e.starts_with("t.toml:1: missing field `gateway_id`"), "{e}");
+    }
+
+    /// A bound checked against another points at the one the file sets.
+    #[test]
+    fn a_cross_field_limit_points_at_the_field_at_fault() {
+        let e = err(&format!(
+            "{GOOD}[limits]\nsession_connections = 10\nsession_handshakes = 20\n"
+        ));
+        assert!(
+            e.starts_with("t.toml:12: limits.session_handshakes: 20 is more than limits.session_connections (10)"),
+            "{e}"
+        );
+        let e = err(&format!("{GOOD}[limits]\nsession_connections = 10\n"));
+        assert!(
+            e.starts_with("t.toml:11: limits.session_connections: 10 is less than limits.session_handshakes (64, its default)"),
+            "{e}"
+        );
+    }
+
+    /// `gateway reload` finds the socket in a file the gateway will refuse,
+    /// even one TOML cannot read.
+    #[test]
+    fn the_process_socket_is_found_in_a_broken_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("g.toml");
+        for (text, want) in [
+            (
+                format!("{GOOD}[process]\nsocket = \"/run/g.sock\"\n"),
+                Some("/run/g.sock"),
+            ),
+            (
+                format!("{GOOD}[limits]\nx = = 1\n[process]\nsocket = \"/run/g.sock\"\n"),
+                Some("/run/g.sock"),
+            ),
+            (
+                format!("process.socket = \"/run/g.sock\"\n{GOOD}[limits\n"),
+                Some("/run/g.sock"),
+            ),
+            (
+                format!("{GOOD}[limits]\nx = = 1\nsocket = \"/run/not\"\n"),
+                None,
+            ),
+        ] {
+            std::fs::write(&file, &text).unwrap();
+            let got = Config::process_socket(&file).unwrap();
+            assert_eq!(got.as_deref(), want.map(Path::new), "{text}");
+        }
     }
 
     #[test]
@@ -1501,10 +1734,15 @@ allowlist = ["API.example.com."]
                 Err(ConfigError::Invalid { field, .. }) => {
                     assert_eq!(field, format!("session[0].{name}"), "{}", case.name)
                 }
-                Err(ConfigError::Parse { message, .. })
+                Err(ConfigError::Parse { field, .. })
                     if matches!(want, Field::Source(_) | Field::Allowlist(_)) =>
                 {
-                    assert!(message.contains(key), "{}: {message}", case.name)
+                    assert_eq!(
+                        field.as_deref(),
+                        Some(format!("session[0].{key}").as_str()),
+                        "{}",
+                        case.name
+                    )
                 }
                 other => panic!("{}: {other:?}", case.name),
             }

@@ -44,7 +44,11 @@
 //!    accepted, within the grace, and exits ([`crate::process::link`]).
 //! 7. Any failure before `go` — a refusal, a crash, a timeout — and the
 //!    old process unfreezes and goes on serving; the successor, if still
-//!    running, is killed. `gateway_handover_total{result}` counts both.
+//!    running, is killed. `gateway_handover_total{result}` counts both:
+//!    `failed` in the old process, which goes on serving; `ok` in the
+//!    successor once it has `go`, counting on from the old process's
+//!    counts (the offer carries them), so that the scrape after an upgrade
+//!    shows one more.
 //!
 //! The signing key is the same file, and the successor checks it is the
 //! same key. The batch chain goes on without a gap: the old process seals
@@ -71,11 +75,11 @@ use zeroize::Zeroizing;
 
 use crate::authority::Authority;
 use crate::config::Config;
-use crate::process::{link, wire};
+use crate::process::{link, wire, HandoverResult};
 use crate::reload::{Reloader, StaticEntry};
 use crate::session::approvals::Proposer;
 use crate::session::sessions::Sessions;
-use state::{EndedState, ListenerState, Offer, SessionState};
+use state::{EndedState, Handovers, ListenerState, Offer, SessionState};
 
 /// The longest a successor may take from its start to `ready`.
 pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,8 +98,10 @@ pub const SOCKET_ENV: &str = "TALOS_GATEWAY_TAKEOVER_SOCKET";
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum Request {
-    /// Read the config again (as SIGHUP does).
-    Reload,
+    /// Read the config again (as SIGHUP does). `config` is the file the
+    /// asker means (`gateway reload --config`), made absolute: another
+    /// file than the one this process runs with is refused.
+    Reload { config: PathBuf },
     /// Start a successor and hand over to it (as SIGUSR2 does).
     Upgrade,
     /// A successor: hand over to me.
@@ -202,6 +208,9 @@ pub struct Parts {
     pub stop_accepting: mpsc::Sender<oneshot::Sender<()>>,
     /// The lease watcher, stopped while handing over.
     pub watcher: Option<Arc<crate::authority::LeaseWatcher>>,
+    /// The handovers counted so far, this process's own included (a
+    /// successor's is its predecessor's counts, taken over).
+    pub handovers: Handovers,
 }
 
 /// The old process's side: starts successors and hands over to them.
@@ -214,6 +223,9 @@ pub struct Upgrader {
     /// The successor being waited for: its pid, and where its connection
     /// (or its refusal) goes.
     waiting: Mutex<Option<(u32, oneshot::Sender<Arrival>)>>,
+    /// Handovers that failed and left this process serving, counted on
+    /// from `parts.handovers.failed`.
+    failed: AtomicU64,
 }
 
 impl std::fmt::Debug for Upgrader {
@@ -260,6 +272,7 @@ impl Upgrader {
     pub fn new(parts: Parts) -> Upgrader {
         Upgrader {
             next_generation: AtomicU64::new(parts.generation + 1),
+            failed: AtomicU64::new(parts.handovers.failed),
             parts,
             busy: tokio::sync::Mutex::new(()),
             waiting: Mutex::new(None),
@@ -301,7 +314,7 @@ impl Upgrader {
                 _ => return,
             };
         let answer = match request {
-            Request::Reload => match self.parts.reloader.reload().await {
+            Request::Reload { config } => match self.parts.reloader.reload_file(&config).await {
                 Ok(r) => Answer {
                     ok: true,
                     message: format!(
@@ -370,11 +383,20 @@ impl Upgrader {
     }
 
     /// Start a successor and hand over to it; on success this process
-    /// has stopped accepting and goes on only to drain.
+    /// has stopped accepting and goes on only to drain. A failure is
+    /// counted here (`gateway_handover_total{result="failed"}`: this
+    /// process goes on serving and answering scrapes); a success by the
+    /// successor, which answers them from then on.
     pub async fn upgrade(self: Arc<Self>) -> Result<HandedOver, UpgradeError> {
         let result = self.upgrade_inner().await;
-        let outcome = if result.is_ok() { "ok" } else { "failed" };
-        metrics::counter!("gateway_handover_total", "result" => outcome).increment(1);
+        if result.is_err() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!(
+                "gateway_handover_total",
+                "result" => HandoverResult::Failed.as_str()
+            )
+            .increment(1);
+        }
         match &result {
             Ok(h) => tracing::info!(successor = h.pid, "handed over; draining"),
             Err(e) => tracing::error!(error = %e, "upgrade failed; this process goes on serving"),
@@ -581,6 +603,10 @@ impl Upgrader {
             sessions,
             ended,
             secrets: secrets.len(),
+            handovers: Handovers {
+                ok: self.parts.handovers.ok,
+                failed: self.failed.load(Ordering::Relaxed),
+            },
         };
         let live = offer.sessions.len();
         wire::write_json(&mut stream, &offer)
@@ -705,11 +731,11 @@ pub async fn take_over(config: &Config, path: &Path) -> Result<(Taken, UnixStrea
             )));
         }
         if offer.gateway_id != *config.gateway_id.get_ref() {
-            return Err(refuse(format!(
-                "gateway_id is {} here, {} in the running process",
-                config.gateway_id.get_ref(),
-                offer.gateway_id
-            )));
+            return Err(refuse(
+                config
+                    .changed_field(path, "gateway_id", &offer.gateway_id)
+                    .to_string(),
+            ));
         }
         let running: Vec<(&'static str, String)> = offer
             .restart_only

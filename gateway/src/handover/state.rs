@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use talos_certs::{CaHandover, LeafCache, SessionCa, Signed};
 use zeroize::Zeroizing;
 
+use crate::process::HandoverResult;
 use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes};
 use crate::session::approvals::LockRule;
 use crate::session::lease::{Lease, Millis};
@@ -58,6 +59,44 @@ pub struct Offer {
     pub ended: Vec<EndedState>,
     /// How many secret frames follow.
     pub secrets: usize,
+    /// The handovers counted so far by the processes this one goes on
+    /// from: the successor counts on from them. (An older running process
+    /// sends none: the successor counts from zero.)
+    #[serde(default)]
+    pub handovers: Handovers,
+}
+
+/// `gateway_handover_total` by result, carried from process to process:
+/// each successor counts the handover that made it (`ok`), a running
+/// process the ones that failed and left it serving (`failed`). Carried,
+/// the counter rises by one at every handover as an operator scrapes it,
+/// instead of starting again at 1 in every new process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handovers {
+    pub ok: u64,
+    pub failed: u64,
+}
+
+impl Handovers {
+    /// The counts of a successor that took over from a process that had
+    /// these: one more `ok`.
+    pub fn taken_over(self) -> Handovers {
+        Handovers {
+            ok: self.ok + 1,
+            ..self
+        }
+    }
+
+    /// Set `gateway_handover_total{result}` to these counts.
+    pub fn publish(self) {
+        for (result, count) in [
+            (HandoverResult::Ok, self.ok),
+            (HandoverResult::Failed, self.failed),
+        ] {
+            metrics::counter!("gateway_handover_total", "result" => result.as_str())
+                .absolute(count);
+        }
+    }
 }
 
 /// One listener handed over.
