@@ -94,17 +94,17 @@ impl Tuned {
         Ok(Tuned {
             upstream: UpstreamSettings::new(
                 crate::tls::client_config(&anchors),
-                config.upstream.port,
+                *config.upstream.port.get_ref(),
                 config.upstream.connect_timeout(),
-                l.share(),
+                crate::session::share::Limits::from(l),
             ),
             resolver: Resolver::new(&config.resolver.settings())?,
-            hello_max_bytes: l.hello_max_bytes,
+            hello_max_bytes: *l.hello_max_bytes.get_ref(),
             hello_timeout: l.hello_timeout(),
             handshake_timeout: l.handshake_timeout(),
             h2_idle_timeout: l.h2_idle_timeout(),
             tcp_keepalive: l.tcp_keepalive(),
-            max_connections: l.max_connections,
+            max_connections: *l.max_connections.get_ref(),
             grace: l.shutdown_grace(),
             lease: config.control.as_ref().map(crate::config::Control::lease),
             log: config.log.directives().to_owned(),
@@ -293,7 +293,8 @@ pub fn plan_static(
                 plan.kept += 1;
                 continue;
             }
-            let spec = s.session_spec(&values).map_err(|e| e.to_string())?;
+            let spec = crate::session::sessions::SessionSpec::from_static(s, &values)
+                .map_err(|e| e.to_string())?;
             let session = Session::open(
                 spec,
                 config.gateway_id.get_ref(),

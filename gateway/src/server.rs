@@ -149,8 +149,8 @@ async fn setup_control(
     let batches = match (&c.plane, &c.spool_dir) {
         (Some(plane), Some(dir)) => {
             let limits = SpoolLimits {
-                max_batches: c.spool_max_batches,
-                max_bytes: c.spool_max_bytes,
+                max_batches: *c.spool_max_batches.get_ref(),
+                max_bytes: *c.spool_max_bytes.get_ref(),
             };
             let spool = if successor {
                 None
@@ -164,12 +164,12 @@ async fn setup_control(
                 limits,
                 plane: crate::records::shipper::Plane {
                     addr: *plane.get_ref(),
-                    name: c.plane_name.clone(),
+                    name: c.plane_name.get_ref().clone(),
                     tls: crate::tls::plane_client_config(&ca, chain, key)
                         .map_err(StartError::PlaneTls)?,
                 },
-                max_records: c.batch_max_records,
-                interval: Duration::from_millis(c.batch_interval_ms),
+                max_records: *c.batch_max_records.get_ref(),
+                interval: Duration::from_millis(*c.batch_interval_ms.get_ref()),
                 journal_dir: dir.get_ref().join(journal::JOURNAL_DIR),
                 recovered: None,
             })

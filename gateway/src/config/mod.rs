@@ -7,7 +7,7 @@
 //! an error that names the field and the line at fault.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,13 +15,23 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
-use talos_contract::id::is_id;
-use talos_contract::source::canonical_ip;
-use talos_contract::spec::{
-    AttachDraft, Fault, Field, ScopeDraft, SessionDraft, SessionSpec, SpecError,
-};
+mod files;
+mod restart;
+mod static_session;
+mod text;
+mod validate;
 
-use crate::gate::name::Name;
+pub use files::{read_pem_certs, read_private_key};
+pub use static_session::StaticSession;
+use text::{parse_error, parse_text, table_header};
+
+/// A value as the file set it, or its default, whose span is empty: a
+/// number keeps where it was written, so that an error about it names its
+/// line whatever the table or form (`[limits]`, `limits.x = …`, an inline
+/// table) it was written in.
+fn unset<T>(value: T) -> Spanned<T> {
+    Spanned::new(0..0, value)
+}
 
 /// A config that failed to load, naming where and why.
 #[derive(Debug, thiserror::Error)]
@@ -156,29 +166,29 @@ pub struct Control {
     /// The DNS name the control plane's certificate must carry. Default
     /// `control-stub` (the name `control-stub init` gives it).
     #[serde(default = "Control::default_plane_name")]
-    pub plane_name: String,
+    pub plane_name: Spanned<String>,
     /// Where sealed batches wait until the control plane acknowledges them
     /// (a directory, made mode 0700). Required with `plane`.
     #[serde(default)]
     pub spool_dir: Option<Spanned<PathBuf>>,
     /// The most records in one batch. Default 1000; range 1-10000.
     #[serde(default = "Control::default_batch_max_records")]
-    pub batch_max_records: usize,
+    pub batch_max_records: Spanned<usize>,
     /// The longest a record waits before its batch is sealed, in
     /// milliseconds. Default 1000; range 10-60000.
     #[serde(default = "Control::default_batch_interval_ms")]
-    pub batch_interval_ms: u64,
+    pub batch_interval_ms: Spanned<u64>,
     /// The most batches the spool holds unacknowledged. At the bound the
     /// gateway fails closed: it stops accepting new connections until the
     /// control plane acknowledges batches again. Default 1000; range
     /// 1-1000 (the control plane tells a re-sent batch from a forged one
     /// by the last 1,024 digests it accepted).
     #[serde(default = "Control::default_spool_max_batches")]
-    pub spool_max_batches: usize,
+    pub spool_max_batches: Spanned<usize>,
     /// The most bytes the spool holds; the same fail-closed rule. Default
     /// 1 GiB; at least 1 MiB.
     #[serde(default = "Control::default_spool_max_bytes")]
-    pub spool_max_bytes: u64,
+    pub spool_max_bytes: Spanned<u64>,
     /// The lease of every authority the control plane opens, in
     /// milliseconds: an authority whose lease nobody renews within this
     /// time is dropped (reason `lease_expired`). Default 60000 (one
@@ -186,32 +196,32 @@ pub struct Control {
     /// cut off from the control plane sooner; longer rides out a longer
     /// control-plane outage (docs/operators.md, "Leases").
     #[serde(default = "Control::default_lease_ms")]
-    pub lease_ms: u64,
+    pub lease_ms: Spanned<u64>,
 }
 
 impl Control {
-    fn default_plane_name() -> String {
-        "control-stub".into()
+    fn default_plane_name() -> Spanned<String> {
+        unset("control-stub".into())
     }
-    fn default_batch_max_records() -> usize {
-        1000
+    fn default_batch_max_records() -> Spanned<usize> {
+        unset(1000)
     }
-    fn default_lease_ms() -> u64 {
-        60_000
+    fn default_lease_ms() -> Spanned<u64> {
+        unset(60_000)
     }
 
     /// [`Control::lease_ms`] as a duration.
     pub fn lease(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.lease_ms)
+        std::time::Duration::from_millis(*self.lease_ms.get_ref())
     }
-    fn default_batch_interval_ms() -> u64 {
-        1000
+    fn default_batch_interval_ms() -> Spanned<u64> {
+        unset(1000)
     }
-    fn default_spool_max_batches() -> usize {
-        1000
+    fn default_spool_max_batches() -> Spanned<usize> {
+        unset(1000)
     }
-    fn default_spool_max_bytes() -> u64 {
-        1 << 30
+    fn default_spool_max_bytes() -> Spanned<u64> {
+        unset(1 << 30)
     }
 }
 
@@ -281,11 +291,11 @@ pub struct Resolver {
     pub nameservers: Vec<Spanned<SocketAddr>>,
     /// How long one query may take, in milliseconds. Default 2000.
     #[serde(default = "Resolver::default_timeout_ms")]
-    pub timeout_ms: u64,
+    pub timeout_ms: Spanned<u64>,
     /// How many times a query is sent before the name counts as
     /// unresolvable. Default 2.
     #[serde(default = "Resolver::default_attempts")]
-    pub attempts: usize,
+    pub attempts: Spanned<usize>,
     /// Address blocks that are NOT refused `resolves_internal` although
     /// internal. Default empty. Only for labs and tests whose origins live on
     /// loopback; `check-config` and start-up warn when it is set.
@@ -294,11 +304,11 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    fn default_timeout_ms() -> u64 {
-        2000
+    fn default_timeout_ms() -> Spanned<u64> {
+        unset(2000)
     }
-    fn default_attempts() -> usize {
-        2
+    fn default_attempts() -> Spanned<usize> {
+        unset(2)
     }
     /// The per-query timeout.
     /// The resolver's settings, as [`crate::gate::resolve::Resolver::new`] takes them.
@@ -306,13 +316,13 @@ impl Resolver {
         crate::gate::resolve::Settings {
             nameservers: self.nameservers.iter().map(|n| *n.get_ref()).collect(),
             timeout: self.timeout(),
-            attempts: self.attempts,
+            attempts: *self.attempts.get_ref(),
             permit_internal: self.permit_internal.iter().map(|n| *n.get_ref()).collect(),
         }
     }
 
     pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms)
+        Duration::from_millis(*self.timeout_ms.get_ref())
     }
 }
 
@@ -334,11 +344,11 @@ pub struct Upstream {
     /// The destination port. Default 443: the gateway passes port 443 only;
     /// tests point it at a loopback origin's port.
     #[serde(default = "Upstream::default_port")]
-    pub port: u16,
+    pub port: Spanned<u16>,
     /// How long a TCP connect to one resolved address may take, in
     /// milliseconds. Default 5000.
     #[serde(default = "Upstream::default_connect_timeout_ms")]
-    pub connect_timeout_ms: u64,
+    pub connect_timeout_ms: Spanned<u64>,
     /// PEM files of CA certificates trusted for destinations IN ADDITION to
     /// the public roots (webpki-roots). Default empty. Only for labs and
     /// tests whose origins have their own test CA; start-up warns.
@@ -347,15 +357,15 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    fn default_port() -> u16 {
-        443
+    fn default_port() -> Spanned<u16> {
+        unset(443)
     }
-    fn default_connect_timeout_ms() -> u64 {
-        5000
+    fn default_connect_timeout_ms() -> Spanned<u64> {
+        unset(5000)
     }
     /// The connect timeout.
     pub fn connect_timeout(&self) -> Duration {
-        Duration::from_millis(self.connect_timeout_ms)
+        Duration::from_millis(*self.connect_timeout_ms.get_ref())
     }
 }
 
@@ -378,146 +388,131 @@ pub struct Limits {
     /// headers): real hellos, post-quantum key shares included, are under 2 KiB.
     /// Range 512–65536.
     #[serde(default = "Limits::default_hello_max_bytes")]
-    pub hello_max_bytes: usize,
+    pub hello_max_bytes: Spanned<usize>,
     /// How long a client has to send its whole ClientHello, in milliseconds.
     /// Default 5000. Slower senders are cut off (`not_tls`).
     #[serde(default = "Limits::default_hello_timeout_ms")]
-    pub hello_timeout_ms: u64,
+    pub hello_timeout_ms: Spanned<u64>,
     /// How long the TLS handshake with the session may take once the hello
     /// is read, in milliseconds. Default 10000.
     #[serde(default = "Limits::default_handshake_timeout_ms")]
-    pub handshake_timeout_ms: u64,
+    pub handshake_timeout_ms: Spanned<u64>,
     /// The most client connections open at once; past it the gateway stops
     /// accepting until one closes (the kernel's backlog holds the rest).
     /// Default 20000.
     #[serde(default = "Limits::default_max_connections")]
-    pub max_connections: usize,
+    pub max_connections: Spanned<usize>,
     /// On SIGTERM/SIGINT, how long open connections may finish, in
     /// milliseconds, before they are cut. Default 10000.
     #[serde(default = "Limits::default_shutdown_grace_ms")]
-    pub shutdown_grace_ms: u64,
+    pub shutdown_grace_ms: Spanned<u64>,
     /// How long an HTTP/2 session connection may answer nothing before it
     /// is closed (gracefully: GOAWAY), in milliseconds. Default 60000, as
     /// an idle HTTP/1.1 connection waits for its next request.
     #[serde(default = "Limits::default_h2_idle_timeout_ms")]
-    pub h2_idle_timeout_ms: u64,
+    pub h2_idle_timeout_ms: Spanned<u64>,
     /// How long a session connection may be silent before TCP keep-alive
     /// probes it, in milliseconds; a peer that answers none of three probes
     /// (a third of this apart) is cut. Default 30000.
     #[serde(default = "Limits::default_tcp_keepalive_ms")]
-    pub tcp_keepalive_ms: u64,
+    pub tcp_keepalive_ms: Spanned<u64>,
     /// Per session: connections open at once. Default 256.
     #[serde(default = "Limits::default_session_connections")]
-    pub session_connections: u32,
+    pub session_connections: Spanned<u32>,
     /// Per session: connections in the hello or the TLS handshake at once.
     /// Default 64.
     #[serde(default = "Limits::default_session_handshakes")]
-    pub session_handshakes: u32,
+    pub session_handshakes: Spanned<u32>,
     /// Per session: requests held for approval at once. Default 32.
     #[serde(default = "Limits::default_session_held_requests")]
-    pub session_held_requests: u32,
+    pub session_held_requests: Spanned<u32>,
     /// Per session: agent proposals waiting for a decision at once.
     /// Default 8.
     #[serde(default = "Limits::default_session_pending_proposals")]
-    pub session_pending_proposals: u32,
+    pub session_pending_proposals: Spanned<u32>,
     /// Per session: proposals (held requests' and agents') per minute, on
     /// average. Default 30.
     #[serde(default = "Limits::default_session_proposals_per_minute")]
-    pub session_proposals_per_minute: u32,
+    pub session_proposals_per_minute: Spanned<u32>,
     /// Per session: proposals that may come at once before the rate
     /// applies. Default 10.
     #[serde(default = "Limits::default_session_proposal_burst")]
-    pub session_proposal_burst: u32,
+    pub session_proposal_burst: Spanned<u32>,
     /// Per reply: the most bytes a coded reply may decode to. Default
     /// 1073741824 (1 GiB).
     #[serde(default = "Limits::default_reply_decoded_max_bytes")]
-    pub reply_decoded_max_bytes: u64,
+    pub reply_decoded_max_bytes: Spanned<u64>,
     /// Per reply: the most decoded bytes per coded byte, once past 1 MiB.
     /// Default 100.
     #[serde(default = "Limits::default_reply_decoded_max_ratio")]
-    pub reply_decoded_max_ratio: u64,
+    pub reply_decoded_max_ratio: Spanned<u64>,
 }
 
 impl Limits {
-    fn default_hello_max_bytes() -> usize {
-        16_384 + 256
+    fn default_hello_max_bytes() -> Spanned<usize> {
+        unset(16_384 + 256)
     }
-    fn default_hello_timeout_ms() -> u64 {
-        5000
+    fn default_hello_timeout_ms() -> Spanned<u64> {
+        unset(5000)
     }
-    fn default_handshake_timeout_ms() -> u64 {
-        10_000
+    fn default_handshake_timeout_ms() -> Spanned<u64> {
+        unset(10_000)
     }
-    fn default_max_connections() -> usize {
-        20_000
+    fn default_max_connections() -> Spanned<usize> {
+        unset(20_000)
     }
-    fn default_shutdown_grace_ms() -> u64 {
-        10_000
+    fn default_shutdown_grace_ms() -> Spanned<u64> {
+        unset(10_000)
     }
-    fn default_h2_idle_timeout_ms() -> u64 {
-        60_000
+    fn default_h2_idle_timeout_ms() -> Spanned<u64> {
+        unset(60_000)
     }
-    fn default_tcp_keepalive_ms() -> u64 {
-        30_000
+    fn default_tcp_keepalive_ms() -> Spanned<u64> {
+        unset(30_000)
     }
-    fn default_session_connections() -> u32 {
-        crate::session::share::Limits::default().connections
+    fn default_session_connections() -> Spanned<u32> {
+        unset(crate::session::share::Limits::default().connections)
     }
-    fn default_session_handshakes() -> u32 {
-        crate::session::share::Limits::default().handshakes
+    fn default_session_handshakes() -> Spanned<u32> {
+        unset(crate::session::share::Limits::default().handshakes)
     }
-    fn default_session_held_requests() -> u32 {
-        crate::session::share::Limits::default().held_requests
+    fn default_session_held_requests() -> Spanned<u32> {
+        unset(crate::session::share::Limits::default().held_requests)
     }
-    fn default_session_pending_proposals() -> u32 {
-        crate::session::share::Limits::default().pending_proposals
+    fn default_session_pending_proposals() -> Spanned<u32> {
+        unset(crate::session::share::Limits::default().pending_proposals)
     }
-    fn default_session_proposals_per_minute() -> u32 {
-        crate::session::share::Limits::default().proposals_per_minute
+    fn default_session_proposals_per_minute() -> Spanned<u32> {
+        unset(crate::session::share::Limits::default().proposals_per_minute)
     }
-    fn default_session_proposal_burst() -> u32 {
-        crate::session::share::Limits::default().proposal_burst
+    fn default_session_proposal_burst() -> Spanned<u32> {
+        unset(crate::session::share::Limits::default().proposal_burst)
     }
-    fn default_reply_decoded_max_bytes() -> u64 {
-        crate::secrets::decode::Bounds::default().max_bytes
+    fn default_reply_decoded_max_bytes() -> Spanned<u64> {
+        unset(crate::secrets::decode::Bounds::default().max_bytes)
     }
-    fn default_reply_decoded_max_ratio() -> u64 {
-        crate::secrets::decode::Bounds::default().max_ratio
+    fn default_reply_decoded_max_ratio() -> Spanned<u64> {
+        unset(crate::secrets::decode::Bounds::default().max_ratio)
     }
     /// The HTTP/2 idle timeout.
     pub fn h2_idle_timeout(&self) -> Duration {
-        Duration::from_millis(self.h2_idle_timeout_ms)
+        Duration::from_millis(*self.h2_idle_timeout_ms.get_ref())
     }
     /// The TCP keep-alive idle time.
     pub fn tcp_keepalive(&self) -> Duration {
-        Duration::from_millis(self.tcp_keepalive_ms)
-    }
-    /// Every session's share.
-    pub fn share(&self) -> crate::session::share::Limits {
-        crate::session::share::Limits {
-            connections: self.session_connections,
-            handshakes: self.session_handshakes,
-            held_requests: self.session_held_requests,
-            pending_proposals: self.session_pending_proposals,
-            proposals_per_minute: self.session_proposals_per_minute,
-            proposal_burst: self.session_proposal_burst,
-            decode: crate::secrets::decode::Bounds {
-                max_bytes: self.reply_decoded_max_bytes,
-                max_ratio: self.reply_decoded_max_ratio,
-            },
-        }
+        Duration::from_millis(*self.tcp_keepalive_ms.get_ref())
     }
     /// The hello deadline.
     pub fn hello_timeout(&self) -> Duration {
-        Duration::from_millis(self.hello_timeout_ms)
+        Duration::from_millis(*self.hello_timeout_ms.get_ref())
     }
     /// The session-side TLS handshake deadline.
     pub fn handshake_timeout(&self) -> Duration {
-        Duration::from_millis(self.handshake_timeout_ms)
+        Duration::from_millis(*self.handshake_timeout_ms.get_ref())
     }
     /// The drain grace.
     pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_millis(self.shutdown_grace_ms)
+        Duration::from_millis(*self.shutdown_grace_ms.get_ref())
     }
 }
 
@@ -567,174 +562,6 @@ impl Runtime {
             Some(n) => *n.get_ref(),
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
-    }
-}
-
-/// A session defined in the file (`[[session]]`).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StaticSession {
-    /// The session id. Required, unique.
-    pub id: Spanned<String>,
-    /// The tenant (customer) the session serves. Required.
-    pub tenant: String,
-    /// The attempt number (1 at start, +1 at each resume). Default 1.
-    #[serde(default = "StaticSession::default_attempt")]
-    pub attempt: u32,
-    /// The session's source addresses: a connection from one of them belongs
-    /// to this session. Required, at least one; no address in two sessions.
-    pub sources: Spanned<Vec<Spanned<IpAddr>>>,
-    /// The destination names the session may reach, exactly (no wildcards;
-    /// canonicalised: lower case, no trailing dot). Default empty.
-    #[serde(default)]
-    pub allowlist: Vec<Spanned<Name>>,
-    /// Where the gateway writes the session CA's certificate (PEM) at
-    /// start-up: the file the session's instance installs as its only
-    /// trust anchor. Optional; the digest is logged either way.
-    #[serde(default)]
-    pub trust_file: Option<PathBuf>,
-    /// Credentials attached by name: `SECRET=destination:header[:scheme]`,
-    /// as the CLI's `--attach`. The destination must be on the allowlist and
-    /// the secret defined in a `[[secret]]` table. Default empty.
-    #[serde(default)]
-    pub attach: Vec<Spanned<String>>,
-}
-
-impl StaticSession {
-    fn default_attempt() -> u32 {
-        1
-    }
-
-    /// The session as a draft of the contract's spec (no Lock, no relay:
-    /// static sessions have no control plane).
-    pub fn draft(&self) -> SessionDraft<'_> {
-        SessionDraft {
-            id: self.id.get_ref(),
-            tenant: &self.tenant,
-            attempt: self.attempt,
-            scope: ScopeDraft {
-                sources: self
-                    .sources
-                    .get_ref()
-                    .iter()
-                    .map(|s| s.get_ref().to_string())
-                    .collect(),
-                allowlist: self
-                    .allowlist
-                    .iter()
-                    .map(|n| n.get_ref().as_str())
-                    .collect(),
-                attachments: self
-                    .attach
-                    .iter()
-                    .map(|a| AttachDraft::Text(a.get_ref()))
-                    .collect(),
-            },
-            ..SessionDraft::default()
-        }
-    }
-
-    /// The session's spec, checked by the contract's rules.
-    pub fn spec(&self) -> Result<SessionSpec, SpecError> {
-        SessionSpec::new(&self.draft())
-    }
-
-    /// Where a refusal points in the file, the field under `session[i]`,
-    /// and the message, as this file's errors say it.
-    fn refusal(&self, e: &SpecError) -> (std::ops::Range<usize>, String, String) {
-        let sid = self.id.get_ref();
-        let fault = e.fault.to_string();
-        match e.field {
-            Field::Id => (
-                self.id.span(),
-                "id".into(),
-                format!("{sid:?} must be 1-64 letters, digits, '-', '_' or '.'"),
-            ),
-            Field::Attempt => (self.id.span(), "attempt".into(), fault),
-            Field::Tenant => (self.id.span(), "tenant".into(), fault),
-            Field::Sources => (
-                self.sources.span(),
-                "sources".into(),
-                "a session needs at least one source address".into(),
-            ),
-            Field::Source(j) => (
-                self.sources.get_ref()[j].span(),
-                format!("sources[{j}]"),
-                fault,
-            ),
-            Field::Allowlist(j) => {
-                let name = &self.allowlist[j];
-                let message = match &e.fault {
-                    Fault::Repeated => format!("{} is listed twice", name.get_ref()),
-                    Fault::Name(n) => n.to_string(),
-                    _ => fault,
-                };
-                (name.span(), format!("allowlist[{j}]"), message)
-            }
-            Field::Attachment(j, _) => {
-                let text = &self.attach[j];
-                let message = match &e.fault {
-                    Fault::Attach(a) => format!(
-                        "attachment {:?}: {a}",
-                        text.get_ref().chars().take(200).collect::<String>()
-                    ),
-                    Fault::NotAllowed { destination } => {
-                        format!("{destination} is not on the session's allowlist")
-                    }
-                    Fault::TargetTaken {
-                        destination,
-                        header,
-                        earlier,
-                    } => format!(
-                        "{destination} already carries secret {earlier} in {header}: one attachment per destination and header"
-                    ),
-                    _ => fault,
-                };
-                (text.span(), format!("attach[{j}]"), message)
-            }
-            Field::Lock | Field::Rule(..) | Field::RelayKey => {
-                (self.id.span(), e.field.to_string(), fault)
-            }
-        }
-    }
-}
-
-impl StaticSession {
-    /// The spec of a session from the config file, with secret values
-    /// looked up by name in `values`.
-    pub fn session_spec(
-        &self,
-        values: &HashMap<String, crate::secrets::secret::SecretBytes>,
-    ) -> Result<crate::session::sessions::SessionSpec, crate::secrets::secret::SecretError> {
-        use crate::secrets::secret::{Attachment, SecretError};
-        let s = self;
-        // The config was checked when it loaded; this is the same check.
-        let spec = s.spec().map_err(|e| SecretError::BadAttachment {
-            spec: s.id.get_ref().clone(),
-            reason: e.to_string(),
-        })?;
-        let mut attachments = Vec::new();
-        for a in spec.scope().attachments() {
-            let value =
-                values
-                    .get(a.secret())
-                    .cloned()
-                    .ok_or_else(|| SecretError::BadAttachment {
-                        spec: a.secret().to_owned(),
-                        reason: "no such secret".into(),
-                    })?;
-            attachments.push(Attachment::new(a, value)?);
-        }
-        Ok(crate::session::sessions::SessionSpec {
-            id: spec.id().to_owned(),
-            tenant: spec.tenant().to_owned(),
-            attempt: spec.attempt(),
-            allowlist: spec.scope().allowlist().to_vec(),
-            attachments,
-            // Static sessions have no control plane, so no Lock.
-            lock: Vec::new(),
-            relay_key: None,
-        })
     }
 }
 
@@ -833,413 +660,6 @@ impl Config {
         talos_certs::sha384_hex(self.source.as_bytes())
     }
 
-    /// The fields only a restart changes, each with its value as text (see
-    /// `docs/operators.md`, "Reload"): listen addresses, the gateway's id,
-    /// the control identity and channel, the record file, the spool and
-    /// its batches, the threads, the process socket.
-    pub fn restart_only(&self) -> Vec<(&'static str, String)> {
-        let mut fields = vec![
-            ("gateway_id", self.gateway_id.get_ref().clone()),
-            ("listen.data", self.listen.data.to_string()),
-            ("listen.admin", self.listen.admin.to_string()),
-            ("records.path", self.records.path.display().to_string()),
-            (
-                "runtime.workers",
-                format!("{:?}", self.runtime.workers.as_ref().map(|w| *w.get_ref())),
-            ),
-            (
-                "process.socket",
-                format!("{:?}", self.process.socket.as_ref().map(|s| s.get_ref())),
-            ),
-        ];
-        match &self.control {
-            None => fields.push(("control", "none".into())),
-            Some(c) => fields.extend([
-                ("control.listen", c.listen.get_ref().to_string()),
-                ("control.ca_file", c.ca_file.get_ref().display().to_string()),
-                (
-                    "control.cert_file",
-                    c.cert_file.get_ref().display().to_string(),
-                ),
-                (
-                    "control.key_file",
-                    c.key_file.get_ref().display().to_string(),
-                ),
-                (
-                    "control.signing_key_file",
-                    c.signing_key_file.get_ref().display().to_string(),
-                ),
-                (
-                    "control.plane",
-                    format!("{:?}", c.plane.as_ref().map(|p| *p.get_ref())),
-                ),
-                ("control.plane_name", c.plane_name.clone()),
-                (
-                    "control.spool_dir",
-                    format!("{:?}", c.spool_dir.as_ref().map(|d| d.get_ref())),
-                ),
-                ("control.batch_max_records", c.batch_max_records.to_string()),
-                ("control.batch_interval_ms", c.batch_interval_ms.to_string()),
-                ("control.spool_max_batches", c.spool_max_batches.to_string()),
-                ("control.spool_max_bytes", c.spool_max_bytes.to_string()),
-            ]),
-        }
-        fields
-    }
-
-    /// The first field only a restart changes whose value differs between
-    /// `running` (its fields as [`Config::restart_only`] gave them) and this
-    /// config, as an error naming its line in this file.
-    pub fn check_restart_only(
-        &self,
-        path: &Path,
-        running: &[(&'static str, String)],
-    ) -> Result<(), ConfigError> {
-        let mine = self.restart_only();
-        for (field, was) in running {
-            // `control` (the whole table) is reported under its own name.
-            if mine.iter().find(|(f, _)| f == field).map(|(_, v)| v) != Some(was) {
-                return Err(self.changed_field(path, field, was));
-            }
-        }
-        if let Some((field, _)) = mine
-            .iter()
-            .find(|(f, _)| !running.iter().any(|(r, _)| r == f))
-        {
-            return Err(self.changed_field(path, field, "none"));
-        }
-        Ok(())
-    }
-
-    /// `field`, one only a restart changes, is `was` in the running
-    /// process and otherwise here: the error a reload or a successor
-    /// refuses this config with, naming the field's line.
-    pub fn changed_field(&self, path: &Path, field: &str, was: &str) -> ConfigError {
-        let mine = self.restart_only();
-        let now = mine
-            .iter()
-            .find(|(f, _)| *f == field)
-            .map_or("none", |(_, v)| v.as_str());
-        self.field_error(
-            path,
-            field,
-            format!(
-                "changes only with a restart: a reload or an upgrade keeps it as running (running: {was}; here: {now})"
-            ),
-        )
-    }
-
-    /// An error about `field` (dotted: `control.signing_key_file`) of this
-    /// config, naming the line that sets it (or its table's header).
-    pub fn field_error(&self, path: &Path, field: &str, message: String) -> ConfigError {
-        ConfigError::Invalid {
-            path: path.to_owned(),
-            line: line_of(&self.source, find_field(&self.source, field).start),
-            field: field.to_owned(),
-            message,
-        }
-    }
-
-    fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
-        let invalid =
-            |span: std::ops::Range<usize>, field: &str, message: String| ConfigError::Invalid {
-                path: path.to_owned(),
-                line: line_of(text, span.start),
-                field: field.to_owned(),
-                message,
-            };
-        let id = self.gateway_id.get_ref();
-        if !is_id(id) {
-            return Err(invalid(
-                self.gateway_id.span(),
-                "gateway_id",
-                format!("{id:?} must be 1-64 letters, digits, '-', '_' or '.'"),
-            ));
-        }
-        if let Some(level) = &self.log.level {
-            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level.get_ref()) {
-                return Err(invalid(
-                    level.span(),
-                    "log.level",
-                    format!("{:?} is not a log filter: {e}", level.get_ref()),
-                ));
-            }
-        }
-        if let Some(socket) = &self.process.socket {
-            let p = socket.get_ref();
-            if !p.is_absolute() {
-                return Err(invalid(
-                    socket.span(),
-                    "process.socket",
-                    format!("{} must be an absolute path", p.display()),
-                ));
-            }
-            // sun_path holds 107 bytes and a NUL.
-            if p.as_os_str().len() > 107 {
-                return Err(invalid(
-                    socket.span(),
-                    "process.socket",
-                    format!(
-                        "{} is longer than a Unix socket path may be (107 bytes)",
-                        p.display()
-                    ),
-                ));
-            }
-        }
-        let l = &self.limits;
-        if !(512..=65_536).contains(&l.hello_max_bytes) {
-            return Err(invalid(
-                find_key(text, "hello_max_bytes"),
-                "limits.hello_max_bytes",
-                format!("{} is outside 512-65536 bytes", l.hello_max_bytes),
-            ));
-        }
-        for (value, field) in [
-            (l.hello_timeout_ms, "limits.hello_timeout_ms"),
-            (l.handshake_timeout_ms, "limits.handshake_timeout_ms"),
-            (l.h2_idle_timeout_ms, "limits.h2_idle_timeout_ms"),
-            (self.resolver.timeout_ms, "resolver.timeout_ms"),
-            (
-                self.upstream.connect_timeout_ms,
-                "upstream.connect_timeout_ms",
-            ),
-        ] {
-            if !(1..=600_000).contains(&value) {
-                let key = field.rsplit('.').next().unwrap_or(field);
-                return Err(invalid(
-                    find_key(text, key),
-                    field,
-                    format!("{value} ms is outside 1-600000 ms"),
-                ));
-            }
-        }
-        if l.max_connections == 0 {
-            return Err(invalid(
-                find_key(text, "max_connections"),
-                "limits.max_connections",
-                "must be at least 1".into(),
-            ));
-        }
-        for (value, key) in [
-            (l.session_connections, "session_connections"),
-            (l.session_handshakes, "session_handshakes"),
-            (l.session_held_requests, "session_held_requests"),
-            (l.session_pending_proposals, "session_pending_proposals"),
-            (
-                l.session_proposals_per_minute,
-                "session_proposals_per_minute",
-            ),
-            (l.session_proposal_burst, "session_proposal_burst"),
-        ] {
-            if value == 0 {
-                return Err(invalid(
-                    find_key(text, key),
-                    &format!("limits.{key}"),
-                    "must be at least 1 (0 would refuse everything it bounds)".into(),
-                ));
-            }
-        }
-        if !(3_000..=600_000).contains(&l.tcp_keepalive_ms) {
-            return Err(invalid(
-                find_key(text, "tcp_keepalive_ms"),
-                "limits.tcp_keepalive_ms",
-                format!(
-                    "{} ms is outside 3000-600000 ms (probes go a third of it apart, at least 1 s)",
-                    l.tcp_keepalive_ms
-                ),
-            ));
-        }
-        if l.session_handshakes > l.session_connections {
-            // The field at fault is the one the file sets: the handshakes'
-            // bound when set, or else the connections' bound, set below
-            // the handshakes' default.
-            let why = "connections in their handshake are open connections";
-            return Err(match find_set(text, "limits.session_handshakes") {
-                Some(line) => invalid(
-                    line,
-                    "limits.session_handshakes",
-                    format!(
-                        "{} is more than limits.session_connections ({}): {why}",
-                        l.session_handshakes, l.session_connections
-                    ),
-                ),
-                None => invalid(
-                    find_field(text, "limits.session_connections"),
-                    "limits.session_connections",
-                    format!(
-                        "{} is less than limits.session_handshakes ({}, its default): {why}",
-                        l.session_connections, l.session_handshakes
-                    ),
-                ),
-            });
-        }
-        if l.reply_decoded_max_bytes < 1024 * 1024 {
-            return Err(invalid(
-                find_key(text, "reply_decoded_max_bytes"),
-                "limits.reply_decoded_max_bytes",
-                format!("{} is less than 1 MiB (1048576)", l.reply_decoded_max_bytes),
-            ));
-        }
-        if !(2..=100_000).contains(&l.reply_decoded_max_ratio) {
-            return Err(invalid(
-                find_key(text, "reply_decoded_max_ratio"),
-                "limits.reply_decoded_max_ratio",
-                format!("{} is outside 2-100000", l.reply_decoded_max_ratio),
-            ));
-        }
-        if let Some(n) = &self.runtime.workers {
-            if !(1..=Runtime::MAX_WORKERS).contains(n.get_ref()) {
-                return Err(invalid(
-                    n.span(),
-                    "runtime.workers",
-                    format!("{} is outside 1-{}", n.get_ref(), Runtime::MAX_WORKERS),
-                ));
-            }
-        }
-        if !(1..=10).contains(&self.resolver.attempts) {
-            return Err(invalid(
-                find_key(text, "attempts"),
-                "resolver.attempts",
-                format!("{} is outside 1-10", self.resolver.attempts),
-            ));
-        }
-        if self.upstream.port == 0 {
-            return Err(invalid(
-                find_key(text, "port"),
-                "upstream.port",
-                "port 0 cannot be connected to".into(),
-            ));
-        }
-
-        for (i, anchor) in self.upstream.extra_trust_anchors.iter().enumerate() {
-            if let Err(message) = read_pem_certs(anchor.get_ref()) {
-                return Err(invalid(
-                    anchor.span(),
-                    &format!("upstream.extra_trust_anchors[{i}]"),
-                    message,
-                ));
-            }
-        }
-
-        if let Some(c) = &self.control {
-            for (file, field) in [
-                (&c.ca_file, "control.ca_file"),
-                (&c.cert_file, "control.cert_file"),
-            ] {
-                if let Err(message) = read_pem_certs(file.get_ref()) {
-                    return Err(invalid(file.span(), field, message));
-                }
-            }
-            if let Err(message) = read_private_key(c.key_file.get_ref()) {
-                return Err(invalid(c.key_file.span(), "control.key_file", message));
-            }
-            if let Err(message) = check_private_file(c.signing_key_file.get_ref()) {
-                return Err(invalid(
-                    c.signing_key_file.span(),
-                    "control.signing_key_file",
-                    message,
-                ));
-            }
-            match (&c.plane, &c.spool_dir) {
-                (Some(plane), None) => {
-                    return Err(invalid(
-                        plane.span(),
-                        "control.spool_dir",
-                        "required with control.plane: batches wait there until acknowledged".into(),
-                    ))
-                }
-                (None, Some(dir)) => {
-                    return Err(invalid(
-                        dir.span(),
-                        "control.spool_dir",
-                        "needs control.plane: without a control plane no batch is made".into(),
-                    ))
-                }
-                _ => {}
-            }
-            if rustls::pki_types::DnsName::try_from(c.plane_name.as_str()).is_err() {
-                return Err(invalid(
-                    find_key(text, "plane_name"),
-                    "control.plane_name",
-                    format!("{:?} is not a DNS name", c.plane_name),
-                ));
-            }
-            for (value, range, field) in [
-                (c.batch_max_records as u64, 1..=10_000, "batch_max_records"),
-                (c.batch_interval_ms, 10..=60_000, "batch_interval_ms"),
-                (c.spool_max_batches as u64, 1..=1000, "spool_max_batches"),
-                (c.spool_max_bytes, 1 << 20..=u64::MAX, "spool_max_bytes"),
-                (c.lease_ms, 1000..=3_600_000, "lease_ms"),
-            ] {
-                if !range.contains(&value) {
-                    return Err(invalid(
-                        find_key(text, field),
-                        &format!("control.{field}"),
-                        format!("{value} is outside {}-{}", range.start(), range.end()),
-                    ));
-                }
-            }
-        }
-
-        let mut secret_names: HashMap<&str, ()> = HashMap::new();
-        for (i, src) in self.secrets.iter().enumerate() {
-            let field = format!("secret[{i}]");
-            let name = src.name.get_ref();
-            if secret_names.insert(name, ()).is_some() {
-                return Err(invalid(
-                    src.name.span(),
-                    &field,
-                    format!("secret {name} is defined twice"),
-                ));
-            }
-            if src.env.is_some() == src.file.is_some() {
-                return Err(invalid(
-                    src.name.span(),
-                    &field,
-                    format!("secret {name} needs exactly one of env and file (values never go in the config)"),
-                ));
-            }
-        }
-
-        let mut ids: HashMap<&str, ()> = HashMap::new();
-        let mut owners: HashMap<IpAddr, &str> = HashMap::new();
-        for (i, s) in self.sessions.iter().enumerate() {
-            let sid = s.id.get_ref();
-            let field = |f: &str| format!("session[{i}].{f}");
-            let spec = s.spec().map_err(|e| {
-                let (span, name, message) = s.refusal(&e);
-                invalid(span, &field(&name), message)
-            })?;
-            if ids.insert(sid, ()).is_some() {
-                return Err(invalid(
-                    s.id.span(),
-                    &field("id"),
-                    format!("session id {sid:?} is used twice"),
-                ));
-            }
-            for (j, src) in s.sources.get_ref().iter().enumerate() {
-                let ip = canonical_ip(*src.get_ref());
-                if let Some(other) = owners.insert(ip, sid) {
-                    return Err(invalid(
-                        src.span(),
-                        &field(&format!("sources[{j}]")),
-                        format!("{ip} is already a source of session {other:?}"),
-                    ));
-                }
-            }
-            for (j, a) in spec.scope().attachments().iter().enumerate() {
-                if !secret_names.contains_key(a.secret()) {
-                    return Err(invalid(
-                        s.attach[j].span(),
-                        &field(&format!("attach[{j}]")),
-                        format!("secret {} has no [[secret]] table", a.secret()),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// What an operator must be told although the config is valid.
     pub fn warnings(&self) -> Vec<Warning> {
         let mut out = Vec::new();
@@ -1260,240 +680,20 @@ impl Config {
                 "upstream.extra_trust_anchors adds trust anchors beside the public roots: for labs and tests only".into(),
             ));
         }
-        if self.upstream.port != 443 {
+        if *self.upstream.port.get_ref() != 443 {
             out.push(Warning(format!(
                 "upstream.port is {}, not 443: for labs and tests only",
-                self.upstream.port
+                self.upstream.port.get_ref()
             )));
         }
         out
     }
 }
 
-/// Every certificate in a PEM file; an error names the file and the fault.
-pub fn read_pem_certs(
-    path: &Path,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut pem.as_slice()).collect();
-    let certs = certs.map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no certificate", path.display()));
-    }
-    let mut store = rustls::RootCertStore::empty();
-    for c in &certs {
-        store
-            .add(c.clone())
-            .map_err(|e| format!("{} holds an unusable trust anchor: {e}", path.display()))?;
-    }
-    Ok(certs)
-}
-
-/// The private key in a PEM file that only its owner may access; an error
-/// names the file and the fault, never the key.
-pub fn read_private_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let mode = private_mode(path)?.ok_or_else(|| format!("{} does not exist", path.display()))?;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "{} has mode {mode:04o}: group and others must have no access (chmod 600)",
-            path.display()
-        ));
-    }
-    rustls::pki_types::PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| format!("{} holds no usable private key: {e}", path.display()))
-}
-
-/// A file that may be absent (it is then created, private) but, if present,
-/// must be a regular file only its owner may access.
-fn check_private_file(path: &Path) -> Result<(), String> {
-    match private_mode(path)? {
-        Some(mode) if mode & 0o077 != 0 => Err(format!(
-            "{} has mode {mode:04o}: group and others must have no access (chmod 600)",
-            path.display()
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The permission bits of a regular file, or `None` if it does not exist.
-fn private_mode(path: &Path) -> Result<Option<u32>, String> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => Err(format!("{} is not a regular file", path.display())),
-        Ok(m) => Ok(Some(m.permissions().mode() & 0o777)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
-    }
-}
-
-/// 1-based line number of byte offset `at` in `text`.
-fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
-/// A table header line's name and whether it opens an element of an
-/// array of tables (`[[session]]`); `None` for any other line.
-fn table_header(line: &str) -> Option<(&str, bool)> {
-    let t = line.trim();
-    let array = t.starts_with("[[");
-    let name = t.strip_prefix('[')?.trim_start_matches('[');
-    let name = name.split(']').next().unwrap_or(name);
-    Some((name.trim(), array))
-}
-
-/// Span of the line that sets the dotted `field` (`control.listen`: key
-/// `listen` under the `[control]` table; a bare key: before any table), or
-/// of its table's header when the key is not set there; the start of the
-/// file when neither is.
-fn find_field(text: &str, field: &str) -> std::ops::Range<usize> {
-    if let Some(line) = find_set(text, field) {
-        return line;
-    }
-    let table = field.rsplit_once('.').map_or("", |(t, _)| t);
-    if table.is_empty() {
-        return 0..0;
-    }
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        if table_header(line).is_some_and(|(name, _)| name == table) {
-            return offset..offset + line.len();
-        }
-        offset += line.len();
-    }
-    0..0
-}
-
-/// Span of the line that sets the dotted `field`, if one does.
-fn find_set(text: &str, field: &str) -> Option<std::ops::Range<usize>> {
-    let (table, key) = field.rsplit_once('.').unwrap_or(("", field));
-    let mut offset = 0;
-    let mut current = "";
-    for line in text.split_inclusive('\n') {
-        if let Some((name, _)) = table_header(line) {
-            current = name;
-        } else if current == table {
-            if let Some(rest) = line.trim().strip_prefix(key) {
-                if rest.trim_start().starts_with('=') {
-                    return Some(offset..offset + line.len());
-                }
-            }
-        }
-        offset += line.len();
-    }
-    None
-}
-
-/// The field the line holding byte `at` is about: `table.key` for a line
-/// that sets a key (`session[1].sources`: elements of an array of tables
-/// are numbered), the table for its header line or for another line in
-/// it (a multi-line value's), none for such a line outside any table.
-fn field_at(text: &str, at: usize) -> Option<String> {
-    let mut offset = 0;
-    let mut table = String::new();
-    let mut elements: HashMap<&str, usize> = HashMap::new();
-    for line in text.split_inclusive('\n') {
-        let header = table_header(line);
-        if let Some((name, array)) = header {
-            table = if array {
-                let n = elements.entry(name).or_insert(0);
-                *n += 1;
-                format!("{name}[{}]", *n - 1)
-            } else {
-                name.to_owned()
-            };
-        }
-        offset += line.len();
-        if at >= offset {
-            continue;
-        }
-        let key = line
-            .split_once('=')
-            .map(|(k, _)| k.trim())
-            .filter(|k| header.is_none() && !k.is_empty() && !k.starts_with('#'));
-        return match (key, table.is_empty()) {
-            (Some(key), true) => Some(key.to_owned()),
-            (Some(key), false) => Some(format!("{table}.{key}")),
-            (None, true) => None,
-            (None, false) => Some(table),
-        };
-    }
-    None
-}
-
-/// A TOML error as one line: where it points, the field there, the
-/// library's message.
-fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
-    let message = e.message().trim_end().replace('\n', " ");
-    let Some(span) = e.span() else {
-        return ConfigError::Parse {
-            path: path.to_owned(),
-            line: None,
-            column: 0,
-            field: None,
-            message,
-        };
-    };
-    let at = span.start.min(text.len());
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    // An empty span at the very start is about the whole document (a
-    // missing top-level field): no line of it is at fault.
-    // (An error at the end of the file is about its last line.)
-    let field = if span.start == 0 && span.is_empty() {
-        None
-    } else {
-        field_at(text, at.min(text.len().saturating_sub(1)))
-    };
-    ConfigError::Parse {
-        path: path.to_owned(),
-        line: Some(line_of(text, at)),
-        column: text[line_start..at].chars().count() + 1,
-        field,
-        message,
-    }
-}
-
-/// [`ConfigError::Parse`]'s text: `FILE:LINE: FIELD: MESSAGE (column C)`.
-fn parse_text(
-    path: &Path,
-    line: Option<usize>,
-    column: usize,
-    field: Option<&str>,
-    message: &str,
-) -> String {
-    let field = field.map(|f| format!("{f}: ")).unwrap_or_default();
-    match line {
-        Some(line) => format!(
-            "{}:{line}: {field}{message} (column {column})",
-            path.display()
-        ),
-        None => format!("{}: {field}{message}", path.display()),
-    }
-}
-
-/// Span of the first line that sets `key`, for values that carry no span of
-/// their own (plain numbers). Falls back to the start of the file.
-fn find_key(text: &str, key: &str) -> std::ops::Range<usize> {
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let t = line.trim_start();
-        if let Some(rest) = t.strip_prefix(key) {
-            if rest.trim_start().starts_with('=') {
-                return offset..offset + line.len();
-            }
-        }
-        offset += line.len();
-    }
-    0..0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use talos_contract::spec::Field;
 
     const GOOD: &str = r#"
 gateway_id = "gw-a"
@@ -1516,7 +716,7 @@ allowlist = ["API.example.com."]
     fn good_config_has_defaults_and_canonical_names() {
         let c = Config::parse(Path::new("t.toml"), GOOD).unwrap();
         assert_eq!(c.listen.data.port(), 443);
-        assert_eq!(c.limits.hello_max_bytes, 16_640);
+        assert_eq!(*c.limits.hello_max_bytes.get_ref(), 16_640);
         assert_eq!(
             c.sessions[0].allowlist[0].get_ref().as_str(),
             "api.example.com"
@@ -1553,6 +753,29 @@ allowlist = ["API.example.com."]
         );
         let e = err(&GOOD.replace("gw-a", "gw a"));
         assert!(e.contains("t.toml:2: gateway_id"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_value_in_an_inline_table_or_a_dotted_key_names_its_own_line() {
+        // The line comes from where the value was parsed, whatever form the
+        // table is written in: not from a search for `key =` at the start
+        // of a line, which finds neither form (and would answer line 1).
+        let inline = GOOD.replacen(
+            "[records]",
+            "limits = { hello_timeout_ms = 5000, max_connections = 0 }\n[records]",
+            1,
+        );
+        let e = err(&inline);
+        assert!(e.starts_with("t.toml:3: limits.max_connections"), "{e}");
+        let dotted = GOOD.replacen("[records]", "\nlimits.hello_max_bytes = 10\n[records]", 1);
+        let e = err(&dotted);
+        assert!(e.starts_with("t.toml:4: limits.hello_max_bytes"), "{e}");
+        let e = err(&GOOD.replacen(
+            "[records]",
+            "resolver = { timeout_ms = 1000 }\nupstream = { port = 0 }\n[records]",
+            1,
+        ));
+        assert!(e.starts_with("t.toml:4: upstream.port"), "{e}");
     }
 
     #[test]

@@ -138,6 +138,44 @@ pub struct SessionSpec {
     pub relay_key: Option<[u8; 32]>,
 }
 
+impl SessionSpec {
+    /// The spec of a session from the config file, with secret values
+    /// looked up by name in `values`.
+    pub fn from_static(
+        s: &crate::config::StaticSession,
+        values: &HashMap<String, crate::secrets::secret::SecretBytes>,
+    ) -> Result<SessionSpec, crate::secrets::secret::SecretError> {
+        use crate::secrets::secret::SecretError;
+        // The config was checked when it loaded; this is the same check.
+        let spec = s.spec().map_err(|e| SecretError::BadAttachment {
+            spec: s.id.get_ref().clone(),
+            reason: e.to_string(),
+        })?;
+        let mut attachments = Vec::new();
+        for a in spec.scope().attachments() {
+            let value =
+                values
+                    .get(a.secret())
+                    .cloned()
+                    .ok_or_else(|| SecretError::BadAttachment {
+                        spec: a.secret().to_owned(),
+                        reason: "no such secret".into(),
+                    })?;
+            attachments.push(Attachment::new(a, value)?);
+        }
+        Ok(SessionSpec {
+            id: spec.id().to_owned(),
+            tenant: spec.tenant().to_owned(),
+            attempt: spec.attempt(),
+            allowlist: spec.scope().allowlist().to_vec(),
+            attachments,
+            // Static sessions have no control plane, so no Lock.
+            lock: Vec::new(),
+            relay_key: None,
+        })
+    }
+}
+
 impl Session {
     /// Whether `name` (canonical) is exactly on the allowlist.
     pub fn allows(&self, name: &Name) -> bool {

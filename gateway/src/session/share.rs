@@ -80,6 +80,24 @@ impl Default for Limits {
     }
 }
 
+impl From<&crate::config::Limits> for Limits {
+    /// Every session's share as `[limits]` sets it.
+    fn from(l: &crate::config::Limits) -> Limits {
+        Limits {
+            connections: *l.session_connections.get_ref(),
+            handshakes: *l.session_handshakes.get_ref(),
+            held_requests: *l.session_held_requests.get_ref(),
+            pending_proposals: *l.session_pending_proposals.get_ref(),
+            proposals_per_minute: *l.session_proposals_per_minute.get_ref(),
+            proposal_burst: *l.session_proposal_burst.get_ref(),
+            decode: Bounds {
+                max_bytes: *l.reply_decoded_max_bytes.get_ref(),
+                max_ratio: *l.reply_decoded_max_ratio.get_ref(),
+            },
+        }
+    }
+}
+
 causes! {
     /// Which bound of a session's share was reached: the cause recorded
     /// with `session_limit`, and the `bound` label of
