@@ -471,22 +471,22 @@ impl Limits {
         unset(30_000)
     }
     fn default_session_connections() -> Spanned<u32> {
-        unset(crate::session::share::Limits::default().connections)
+        unset(256)
     }
     fn default_session_handshakes() -> Spanned<u32> {
-        unset(crate::session::share::Limits::default().handshakes)
+        unset(64)
     }
     fn default_session_held_requests() -> Spanned<u32> {
-        unset(crate::session::share::Limits::default().held_requests)
+        unset(32)
     }
     fn default_session_pending_proposals() -> Spanned<u32> {
-        unset(crate::session::share::Limits::default().pending_proposals)
+        unset(8)
     }
     fn default_session_proposals_per_minute() -> Spanned<u32> {
-        unset(crate::session::share::Limits::default().proposals_per_minute)
+        unset(30)
     }
     fn default_session_proposal_burst() -> Spanned<u32> {
-        unset(crate::session::share::Limits::default().proposal_burst)
+        unset(10)
     }
     fn default_reply_decoded_max_bytes() -> Spanned<u64> {
         unset(crate::secrets::decode::Bounds::default().max_bytes)

@@ -66,17 +66,9 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// The defaults `docs/configuration.md` justifies.
+    /// The defaults of `[limits]`, which `docs/configuration.md` justifies.
     fn default() -> Limits {
-        Limits {
-            connections: 256,
-            handshakes: 64,
-            held_requests: 32,
-            pending_proposals: 8,
-            proposals_per_minute: 30,
-            proposal_burst: 10,
-            decode: Bounds::default(),
-        }
+        Limits::from(&crate::config::Limits::default())
     }
 }
 
