@@ -1,0 +1,278 @@
+//! The journal's writer: one thread, the only writer of the record file
+//! and the journal's files.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{mpsc as std_mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+
+use super::files::JournalFiles;
+use super::sink::RecordSink;
+use super::{io_err, JournalError, Recovered, Segment, OPENS_SYNC};
+
+/// What the writer is asked to do.
+pub(super) enum Msg {
+    /// A line for `opens.log`; `ack` (if any) once written.
+    Opening {
+        line: Vec<u8>,
+        ack: Option<oneshot::Sender<()>>,
+    },
+    /// A record: the record file, the segment, `opens.log`; `ack` once
+    /// synced.
+    Record {
+        conn: u64,
+        json: Vec<u8>,
+        ack: oneshot::Sender<()>,
+    },
+    /// A report (or another chain entry): the segment; `ack` once synced.
+    Entry {
+        json: Vec<u8>,
+        ack: oneshot::Sender<()>,
+    },
+    /// Hand the segment to the sealer now; `ack` once handed.
+    Seal { ack: oneshot::Sender<()> },
+}
+
+pub(super) struct Queued {
+    pub(super) msg: Msg,
+    pub(super) _permit: OwnedSemaphorePermit,
+}
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Queued")
+    }
+}
+
+/// How the writer is set up.
+#[derive(Debug)]
+pub struct WriterConfig {
+    /// The operators' JSON-lines file (appended to).
+    pub records_path: PathBuf,
+    /// The journal directory, with signed batches; `None`: records go to
+    /// the record file only.
+    pub journal: Option<JournalSetup>,
+    pub gateway_id: Arc<str>,
+    pub instance: Arc<str>,
+    /// The first connection number: `generation << 40`, plus one (a
+    /// successor goes on as the same instance, and numbers its
+    /// connections apart from its predecessor's).
+    pub first_conn: u64,
+}
+
+/// The journal's part of [`WriterConfig`].
+#[derive(Debug)]
+pub struct JournalSetup {
+    pub dir: PathBuf,
+    pub recovered: Recovered,
+    /// Segments go here, to be sealed.
+    pub sealer: tokio::sync::mpsc::Sender<Segment>,
+    pub max_records: usize,
+    pub interval: Duration,
+}
+
+/// The writer thread, running: joined at the drain once every sink is gone.
+#[derive(Debug)]
+pub struct WriterThread {
+    done: oneshot::Receiver<()>,
+}
+
+impl WriterThread {
+    /// Resolves when the writer has written everything, handed its last
+    /// segment to the sealer and stopped.
+    pub async fn finished(self) {
+        let _ = self.done.await;
+    }
+}
+
+/// Start the writer thread; returns the sink connections write through.
+pub fn start(config: WriterConfig) -> Result<(RecordSink, WriterThread), JournalError> {
+    let records = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&config.records_path)
+        .map_err(io_err(&config.records_path))?;
+    let journal = match config.journal {
+        Some(setup) => Some(JournalFiles::start(setup, &config.instance)?),
+        None => None,
+    };
+    let (tx, rx) = std_mpsc::channel();
+    let has_journal = journal.is_some();
+    let (done_tx, done) = oneshot::channel();
+    let writer = Writer {
+        rx,
+        records,
+        records_path: config.records_path,
+        journal,
+        round: Round::default(),
+    };
+    std::thread::Builder::new()
+        .name("records".into())
+        .spawn(move || {
+            writer.run();
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| JournalError::Io {
+            path: PathBuf::from("(writer thread)"),
+            reason: e.to_string(),
+        })?;
+    Ok((
+        RecordSink::new(
+            tx,
+            config.first_conn,
+            config.gateway_id,
+            config.instance,
+            has_journal,
+        ),
+        WriterThread { done },
+    ))
+}
+
+/// The writer thread's state.
+struct Writer {
+    rx: std_mpsc::Receiver<Queued>,
+    records: File,
+    records_path: PathBuf,
+    journal: Option<JournalFiles>,
+    /// What one round writes, gathered first.
+    round: Round,
+}
+
+/// The most entries one round of the writer takes before it writes.
+const ROUND: usize = 1024;
+
+/// What one round of the writer gathers before it writes: the bytes for
+/// each file and the acknowledgements owed once they are written (or
+/// synced).
+#[derive(Default)]
+struct Round {
+    records: Vec<u8>,
+    segment: Vec<u8>,
+    opens: Vec<u8>,
+    written: Vec<oneshot::Sender<()>>,
+    synced: Vec<oneshot::Sender<()>>,
+    /// Something asked for the segment to be sealed now.
+    seal: bool,
+}
+
+impl Writer {
+    fn run(mut self) {
+        // Wait for work, or for the segment's interval to run out; stop
+        // once every sink is gone.
+        while let Some(first) = self.next() {
+            let Some(first) = first else {
+                if let Some(j) = self.journal.as_mut() {
+                    j.rotate();
+                }
+                continue;
+            };
+            let mut taken = 1;
+            self.take(first);
+            while taken < ROUND {
+                match self.rx.try_recv() {
+                    Ok(q) => self.take(q),
+                    Err(_) => break,
+                }
+                taken += 1;
+            }
+            self.write_round();
+        }
+        // Every sink is gone: hand over the last segment.
+        if let Some(j) = self.journal.as_mut() {
+            j.rotate();
+            j.sync_opens(Duration::ZERO);
+        }
+        let _ = self.records.flush();
+    }
+
+    /// The next entry (`Some(None)`: the segment's interval ran out), or
+    /// `None` once every sink is gone.
+    fn next(&mut self) -> Option<Option<Queued>> {
+        match self.journal.as_ref().and_then(JournalFiles::due) {
+            Some(due) => {
+                let wait = due.saturating_duration_since(Instant::now());
+                match self.rx.recv_timeout(wait) {
+                    Ok(q) => Some(Some(q)),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => Some(None),
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => None,
+                }
+            }
+            None => {
+                // Nothing due: sync what openings wait, then block.
+                if let Some(j) = self.journal.as_mut() {
+                    j.sync_opens(Duration::ZERO);
+                }
+                self.rx.recv().ok().map(Some)
+            }
+        }
+    }
+
+    /// Add one entry to the round.
+    fn take(&mut self, q: Queued) {
+        let round = &mut self.round;
+        match q.msg {
+            Msg::Opening { line, ack } => {
+                if let Some(j) = self.journal.as_mut() {
+                    j.opening(&line);
+                    round.opens.extend_from_slice(&line);
+                }
+                round.written.extend(ack);
+            }
+            Msg::Record { conn, json, ack } => {
+                round.records.extend_from_slice(&json);
+                round.records.push(b'\n');
+                match self.journal.as_mut() {
+                    Some(j) => {
+                        j.push_entry(json, &mut round.segment);
+                        j.recorded(conn, &mut round.opens);
+                        round.synced.push(ack);
+                    }
+                    None => round.written.push(ack),
+                }
+            }
+            Msg::Entry { json, ack } => {
+                if let Some(j) = self.journal.as_mut() {
+                    j.push_entry(json, &mut round.segment);
+                }
+                round.synced.push(ack);
+            }
+            Msg::Seal { ack } => {
+                round.seal = true;
+                round.written.push(ack);
+            }
+        }
+    }
+
+    /// Write what the round gathered, acknowledge it, then rotate and
+    /// compact as due.
+    fn write_round(&mut self) {
+        let round = &mut self.round;
+        // Records before the lines that say they are closed.
+        if let Some(j) = self.journal.as_mut() {
+            j.write_entries(&mut round.segment);
+            j.write_opens(&round.opens);
+        }
+        round.segment.clear();
+        round.opens.clear();
+        if !round.records.is_empty() {
+            if let Err(e) = self.records.write_all(&round.records) {
+                tracing::error!(path = %self.records_path.display(), error = %e, "cannot write records");
+            }
+            round.records.clear();
+        }
+        for ack in round.written.drain(..).chain(round.synced.drain(..)) {
+            let _ = ack.send(());
+        }
+        let seal = std::mem::take(&mut round.seal);
+        if let Some(j) = self.journal.as_mut() {
+            j.sync_opens(OPENS_SYNC);
+            if seal || j.full() || j.due().is_some_and(|d| d <= Instant::now()) {
+                j.rotate();
+            }
+            j.compact_opens();
+        }
+    }
+}
