@@ -7,6 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# What of this checkout's binaries runs before the tests (a demo, say) is
+# not theirs to stop; anything else still running after them is a leak.
+before="$(mktemp)"
+scripts/check-leftovers.sh --record "$before"
+# On a failure too, whatever the tests left is listed and stopped.
+trap 'status=$?; if [ $status -ne 0 ]; then scripts/check-leftovers.sh --check "$before" || true; fi; rm -f "$before"' EXIT
 # A run from a clean checkout (CI) reuses nothing of incremental state,
 # which would only take disk beside the build.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
@@ -19,6 +25,7 @@ cargo build --workspace --bins --locked
 # rules and their unit tests, the dashboard's queries).
 scripts/check-ops.sh
 cargo test --workspace --locked
+scripts/check-leftovers.sh --check "$before"
 # Every criterion benchmark once, in criterion's test mode (each routine
 # runs once, debug build, and its own checks must hold), so that a
 # benchmark cannot rot unnoticed; timing is never judged here.
@@ -27,6 +34,7 @@ cargo test -p talos-benches --benches --locked
 # ran the default (one worker per CPU, a work-stealing pool), this one the
 # single-threaded scheduler the benchmarks measure.
 TALOS_TEST_WORKERS=1 cargo test -p talos-e2e --locked
+scripts/check-leftovers.sh --check "$before"
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/smoke.sh
 # The comparison harness (benches/compare) as a smoke test, so it cannot rot
 # unnoticed: the debug binaries just built, the gateway and the direct
@@ -42,4 +50,6 @@ QUICK=1 DURATION=1 IDLE_CONNS=200 QUIET_WAIT=0 NO_BUILD=1 PEERS="" RELAY=0 STRIC
 # if a call, a request or a lease renewal fails; it never judges speed.
 COUNTS="1 20" REPEAT=1 IDLE_S=1 ROUNDS=1 DUR=1 AB_SESSIONS=20 QUIET_WAIT=0 NO_BUILD=1 STRICT=1 \
   BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" benches/capacity/run.sh
+# Nothing the tests or the harnesses started is left running.
+scripts/check-leftovers.sh --check "$before"
 echo "all tests passed"

@@ -209,8 +209,55 @@ pub fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// Every running process of the `gateway` binary started with `--config
+/// config`: the processes a member's handovers spawned, whether or not
+/// they got as far as a ready line (a successor refused, killed or still
+/// starting names none).
+pub fn processes_of(config: &Path) -> Vec<u32> {
+    let bin = workspace_bin("gateway");
+    let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(exe) = std::fs::read_link(entry.path().join("exe")) else {
+            continue;
+        };
+        let exe = exe.to_string_lossy();
+        if exe.trim_end_matches(" (deleted)") != bin.to_string_lossy() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let named = args.windows(2).any(|w| {
+            w[0] == b"--config" && Path::new(std::str::from_utf8(w[1]).unwrap_or("")) == config
+        });
+        if named && alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 impl Drop for Member {
     fn drop(&mut self) {
+        // The processes the ready lines named, and any other this member's
+        // handovers started (its config path is on their command line).
+        for pid in processes_of(&self.config_path) {
+            if !self.pids.contains(&pid) {
+                self.pids.push(pid);
+            }
+        }
         for &pid in &self.pids {
             if alive(pid) {
                 signal(pid, "TERM");
@@ -219,6 +266,12 @@ impl Drop for Member {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // One spawned while the others stopped is stopped too.
+        for pid in processes_of(&self.config_path) {
+            if !self.pids.contains(&pid) {
+                self.pids.push(pid);
+            }
         }
         for &pid in &self.pids {
             if alive(pid) {
