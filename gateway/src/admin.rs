@@ -161,7 +161,7 @@ fn describe() {
 /// absent series shows nothing. Label values come from the enums the call
 /// sites count with, so a new variant is exported too. `gateway_config_info`
 /// is not recorded here: `/metrics` renders it from the config in force
-/// ([`crate::reload::render_config_info`]).
+/// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
     let labelled: [(&'static str, &'static str, Vec<&'static str>); 11] = [
@@ -261,6 +261,7 @@ pub async fn serve(
     listener: Arc<TcpListener>,
     handle: PrometheusHandle,
     ready: Arc<AtomicBool>,
+    config: Arc<crate::reload::ConfigInForce>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -276,9 +277,10 @@ pub async fn serve(
         };
         let handle = handle.clone();
         let ready = Arc::clone(&ready);
+        let config = Arc::clone(&config);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let body = answer(&req, &handle, &ready);
+                let body = answer(&req, &handle, &ready, &config);
                 async move { Ok::<_, Infallible>(body) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -292,16 +294,17 @@ fn answer(
     req: &Request<Incoming>,
     handle: &PrometheusHandle,
     ready: &AtomicBool,
+    in_force: &crate::reload::ConfigInForce,
 ) -> Response<Full<Bytes>> {
     let (status, body) = match req.uri().path() {
         "/metrics" => {
             let mut text = handle.render();
-            crate::reload::render_config_info(&mut text);
+            in_force.render_info(&mut text);
             (StatusCode::OK, text)
         }
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => {
-            let config = crate::reload::config_digest().unwrap_or_default();
+            let config = in_force.digest();
             if ready.load(Ordering::Relaxed) {
                 (StatusCode::OK, format!("ready\nconfig {config}\n"))
             } else {

@@ -74,6 +74,10 @@ pub enum ReloadError {
     Build(String),
     #[error("a handover is in progress; reload after it")]
     Busy,
+    /// This process has handed over to a successor and only drains: the
+    /// successor runs the config now.
+    #[error("this process has handed over to its successor and is draining; reload the successor")]
+    HandedOver,
     /// `gateway reload --config` named a file this process does not run
     /// with: applying it would leave a later SIGHUP (or a successor)
     /// reading the running file again.
@@ -401,6 +405,8 @@ pub struct Reloader {
     log: Option<crate::logging::LogControl>,
     /// The drain grace, in milliseconds.
     grace_ms: Arc<AtomicU64>,
+    /// What the admin listener shows of the config in force.
+    in_force: Arc<ConfigInForce>,
     state: tokio::sync::Mutex<State>,
 }
 
@@ -409,13 +415,23 @@ struct State {
     restart_only: Vec<(&'static str, String)>,
     digest: String,
     statics: StaticSet,
+    /// A successor took over: this process reloads nothing again.
+    handed_over: bool,
 }
 
-/// Reloads wait while this lives.
+/// Reloads wait while this lives (a handover in progress). Dropped, the
+/// handover failed and reloads go on; [`Paused::hand_over`]: it succeeded,
+/// and reloads are refused from then on.
 #[derive(Debug)]
 pub struct Paused<'a>(tokio::sync::MutexGuard<'a, State>);
 
 impl Paused<'_> {
+    /// The successor took over: every later reload (or upgrade) of this
+    /// process is refused ([`ReloadError::HandedOver`]).
+    pub fn hand_over(mut self) {
+        self.0.handed_over = true;
+    }
+
     /// The static sessions open now, as the config defined them.
     pub fn statics(&self) -> &StaticSet {
         &self.0.statics
@@ -451,13 +467,16 @@ pub struct ReloaderParts {
     pub clock: SharedClock,
     pub log: Option<crate::logging::LogControl>,
     pub grace_ms: Arc<AtomicU64>,
+    /// Where the digest of the config in force is published.
+    pub in_force: Arc<ConfigInForce>,
 }
 
 impl Reloader {
     pub fn new(p: ReloaderParts) -> Reloader {
         let digest = p.digest;
-        publish_digest(&digest);
+        p.in_force.set(&digest);
         Reloader {
+            in_force: p.in_force,
             path: p.path,
             current: p.current,
             cap: p.cap,
@@ -469,6 +488,7 @@ impl Reloader {
                 restart_only: p.config_restart_only,
                 digest,
                 statics: p.statics,
+                handed_over: false,
             }),
         }
     }
@@ -478,10 +498,15 @@ impl Reloader {
         self.state.lock().await.digest.clone()
     }
 
-    /// Hold off reloads while a handover runs; `None` if a reload is
-    /// running now.
-    pub fn pause(&self) -> Option<Paused<'_>> {
-        self.state.try_lock().ok().map(Paused)
+    /// Hold off reloads while a handover runs: [`ReloadError::Busy`] if a
+    /// reload (or another handover) is running now,
+    /// [`ReloadError::HandedOver`] once one has succeeded.
+    pub fn pause(&self) -> Result<Paused<'_>, ReloadError> {
+        let state = self.state.try_lock().map_err(|_| ReloadError::Busy)?;
+        if state.handed_over {
+            return Err(ReloadError::HandedOver);
+        }
+        Ok(Paused(state))
     }
 
     /// Reload the file this process runs with (SIGHUP): see the module
@@ -540,7 +565,7 @@ impl Reloader {
     }
 
     async fn reload_inner(&self) -> Result<Reloaded, ReloadError> {
-        let mut state = self.state.try_lock().map_err(|_| ReloadError::Busy)?;
+        let Paused(mut state) = self.pause()?;
         let config = Config::load(&self.path)?;
         config.check_restart_only(&self.path, &state.restart_only)?;
         for w in config.warnings() {
@@ -583,7 +608,7 @@ impl Reloader {
             self.authority.as_ref(),
         );
         state.digest = config.digest();
-        publish_digest(&state.digest);
+        self.in_force.set(&state.digest);
         Ok(Reloaded {
             digest: state.digest.clone(),
             sessions_opened: opened,
@@ -593,40 +618,47 @@ impl Reloader {
     }
 }
 
-/// The digest of the config in force; `None` before the first is loaded.
-static LAST: Mutex<Option<String>> = Mutex::new(None);
+/// The config in force, by its digest: what `/readyz` shows and
+/// `gateway_config_info` says. The reloader writes it; the admin listener
+/// reads it.
+#[derive(Debug)]
+pub struct ConfigInForce(Mutex<String>);
 
-/// The digest of the config in force (what `/readyz` shows).
-pub fn config_digest() -> Option<String> {
-    LAST.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-fn publish_digest(digest: &str) {
-    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(digest.to_owned());
-}
-
-/// `gateway_config_info{digest}` in the Prometheus text format, appended
-/// to `/metrics`: one series, 1, for the config in force, and none for
-/// the configs it replaced.
-///
-/// Rendered here rather than recorded through `metrics::gauge!`: neither
-/// the `metrics` facade nor `metrics-exporter-prometheus` (0.18) can drop
-/// one series. The exporter's only way to drop series is its idle
-/// timeout, which applies to every metric of a kind and would drop gauges
-/// that legitimately stay unchanged (`gateway_connections_open` on a
-/// quiet member). A series left at 0 for every digest ever loaded grows
-/// with every reload, and a query like `gateway_config_info == 1` is then
-/// needed to say which config runs.
-pub fn render_config_info(out: &mut String) {
-    use std::fmt::Write as _;
-    let Some(digest) = config_digest() else {
-        return;
-    };
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
+impl ConfigInForce {
+    pub fn new(digest: String) -> ConfigInForce {
+        ConfigInForce(Mutex::new(digest))
     }
-    let _ = write!(
-        out,
-        "# HELP gateway_config_info The config in force, by the SHA-384 of its file.\n# TYPE gateway_config_info gauge\ngateway_config_info{{digest=\"{digest}\"}} 1\n"
-    );
+
+    /// The digest of the config in force.
+    pub fn digest(&self) -> String {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, digest: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = digest.to_owned();
+    }
+
+    /// `gateway_config_info{digest}` in the Prometheus text format, appended
+    /// to `/metrics`: one series, 1, for the config in force, and none for
+    /// the configs it replaced.
+    ///
+    /// Rendered here rather than recorded through `metrics::gauge!`: neither
+    /// the `metrics` facade nor `metrics-exporter-prometheus` (0.18) can drop
+    /// one series. The exporter's only way to drop series is its idle
+    /// timeout, which applies to every metric of a kind and would drop gauges
+    /// that legitimately stay unchanged (`gateway_connections_open` on a
+    /// quiet member). A series left at 0 for every digest ever loaded grows
+    /// with every reload, and a query like `gateway_config_info == 1` is then
+    /// needed to say which config runs.
+    pub fn render_info(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let digest = self.digest();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        let _ = write!(
+            out,
+            "# HELP gateway_config_info The config in force, by the SHA-384 of its file.\n# TYPE gateway_config_info gauge\ngateway_config_info{{digest=\"{digest}\"}} 1\n"
+        );
+    }
 }

@@ -596,6 +596,7 @@ impl Built {
                 log.set(filter);
             }
         }
+        let in_force = Arc::new(crate::reload::ConfigInForce::new(config.digest()));
         let reloader = Arc::new(Reloader::new(crate::reload::ReloaderParts {
             path: self.options.config_path.clone(),
             config_restart_only: config.restart_only(),
@@ -607,6 +608,7 @@ impl Built {
             clock: Arc::clone(&self.clock),
             log: self.options.log.clone(),
             grace_ms: Arc::clone(&grace_ms),
+            in_force: Arc::clone(&in_force),
         }));
         let (stop_tx, stop_accepting) = mpsc::channel(1);
         let mut configured = vec![
@@ -705,6 +707,7 @@ impl Built {
             batches,
             spool_full,
             reloader,
+            in_force,
             upgrader,
             stop_accepting,
         })
@@ -986,6 +989,8 @@ pub struct Running {
     /// `true` while the spool is full (or cannot be opened).
     spool_full: watch::Receiver<bool>,
     reloader: Arc<Reloader>,
+    /// The config in force, as the admin listener shows it.
+    in_force: Arc<crate::reload::ConfigInForce>,
     upgrader: Arc<Upgrader>,
     stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
 }
@@ -1008,6 +1013,7 @@ impl Running {
             Arc::clone(&self.admin_listener),
             self.metrics.clone(),
             Arc::clone(&self.ready),
+            Arc::clone(&self.in_force),
             self.admin_stop.clone(),
         ));
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
@@ -1040,7 +1046,11 @@ impl Running {
         if let Some(p) = &self.process {
             ready_line["socket"] = serde_json::json!(self.socket);
             self.helpers.spawn(
-                Arc::clone(&self.upgrader).serve_socket(Arc::clone(p), self.helpers_stop.clone()),
+                Arc::new(crate::handover::SocketServer::new(
+                    Arc::clone(&self.reloader),
+                    Arc::clone(&self.upgrader),
+                ))
+                .serve(Arc::clone(p), self.helpers_stop.clone()),
             );
         }
         let Signals {
@@ -1192,12 +1202,13 @@ impl Running {
                 drop(authority);
             }
         }
-        // 8. The record writer: with the last sink dropped it writes what
-        //    is queued, hands its last segment to the sealer and ends; the
-        //    sealer seals it and ends.
+        // 8. Stop the record writer: every connection has its record and
+        //    every authority its report, so it writes what is queued,
+        //    hands its last segment to the sealer and ends (whatever still
+        //    holds a sink); the sealer seals it and ends.
+        self.writer.stop().await;
         drop(self.control);
         drop(self.current);
-        self.writer.finished().await;
         // 9. Give the shipper the grace to deliver the spool, woken when
         //    it empties; what it cannot deliver stays spooled for the next
         //    start (after a handover: for the successor, at once).

@@ -155,6 +155,11 @@ impl RecordSink {
         }
     }
 
+    /// Ask the writer to stop once it has written everything sent before.
+    pub(super) async fn stop_writer(&self) {
+        self.send(Msg::Stop).await;
+    }
+
     /// Send `msg` once there is room; `false` if the writer has stopped.
     async fn send(&self, msg: Msg) -> bool {
         let Ok(permit) = Arc::clone(&self.inner.room).acquire_owned().await else {

@@ -66,7 +66,7 @@ async fn records_are_sealed_in_segments_and_nothing_is_left() {
     let second = segments.recv().await.unwrap();
     assert_eq!(second.entries.len(), 1);
     drop(sink);
-    thread.finished().await;
+    thread.stop().await;
     let text = std::fs::read_to_string(dir.path().join("records.jsonl")).unwrap();
     let conns: Vec<u64> = text
         .lines()
@@ -97,7 +97,7 @@ async fn a_round_larger_than_a_segment_fills_segments_exactly() {
     }
     while closes.join_next().await.is_some() {}
     drop(sink);
-    thread.finished().await;
+    thread.stop().await;
     let mut sizes = Vec::new();
     while let Ok(segment) = segments.try_recv() {
         let on_disk = std::fs::read_to_string(&segment.path).unwrap();
@@ -167,7 +167,7 @@ async fn a_crash_leaves_open_connections_recorded_as_cut_and_unsealed_records_se
     let seg = segments.recv().await.unwrap();
     assert_eq!(seg.entries.len(), 3);
     drop(sink);
-    thread.finished().await;
+    thread.stop().await;
     // A third start finds nothing: the segment is still there
     // (unsealed), but every connection is recorded.
     let gateway: Arc<str> = Arc::from("gw-a");
@@ -197,7 +197,7 @@ async fn a_segment_already_in_the_chain_is_not_sealed_twice() {
     // The sealer marked it and then died before deleting it.
     mark_sealing(&seg.path, 7).unwrap();
     drop(sink);
-    thread.finished().await;
+    thread.stop().await;
     let gateway: Arc<str> = Arc::from("gw-a");
     let instance: Arc<str> = Arc::from("00000000000000bb");
     let journal = dir.path().join(JOURNAL_DIR);
@@ -304,7 +304,7 @@ async fn a_cold_start_recovers_every_generations_journal_in_order() {
     })
     .unwrap();
     drop(sink);
-    thread.finished().await;
+    thread.stop().await;
     assert!(!journal.join("gen-1").exists());
 }
 

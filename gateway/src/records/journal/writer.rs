@@ -34,6 +34,9 @@ pub(super) enum Msg {
     },
     /// Hand the segment to the sealer now; `ack` once handed.
     Seal { ack: oneshot::Sender<()> },
+    /// Write what came before, hand the last segment to the sealer and
+    /// stop (the drain, once nothing is left to record).
+    Stop,
 }
 
 pub(super) struct Queued {
@@ -78,12 +81,18 @@ pub struct JournalSetup {
 #[derive(Debug)]
 pub struct WriterThread {
     done: oneshot::Receiver<()>,
+    /// Asks the writer to stop, after everything sent before.
+    sink: RecordSink,
 }
 
 impl WriterThread {
-    /// Resolves when the writer has written everything, handed its last
-    /// segment to the sealer and stopped.
-    pub async fn finished(self) {
+    /// Stop the writer: everything sent before is written, the last
+    /// segment handed to the sealer; resolves once the thread has ended.
+    /// An entry sent after this is refused and logged as lost. The drain
+    /// calls it once every connection has its record and every authority
+    /// its report, whatever holds a [`RecordSink`] still.
+    pub async fn stop(self) {
+        self.sink.stop_writer().await;
         let _ = self.done.await;
     }
 }
@@ -119,16 +128,14 @@ pub fn start(config: WriterConfig) -> Result<(RecordSink, WriterThread), Journal
             path: PathBuf::from("(writer thread)"),
             reason: e.to_string(),
         })?;
-    Ok((
-        RecordSink::new(
-            tx,
-            config.first_conn,
-            config.gateway_id,
-            config.instance,
-            has_journal,
-        ),
-        WriterThread { done },
-    ))
+    let sink = RecordSink::new(
+        tx,
+        config.first_conn,
+        config.gateway_id,
+        config.instance,
+        has_journal,
+    );
+    Ok((sink.clone(), WriterThread { done, sink }))
 }
 
 /// The writer thread's state.
@@ -156,6 +163,8 @@ struct Round {
     synced: Vec<oneshot::Sender<()>>,
     /// Something asked for the segment to be sealed now.
     seal: bool,
+    /// The drain asked the writer to stop after this round.
+    stop: bool,
 }
 
 impl Writer {
@@ -171,7 +180,7 @@ impl Writer {
             };
             let mut taken = 1;
             self.take(first);
-            while taken < ROUND {
+            while taken < ROUND && !self.round.stop {
                 match self.rx.try_recv() {
                     Ok(q) => self.take(q),
                     Err(_) => break,
@@ -179,8 +188,16 @@ impl Writer {
                 taken += 1;
             }
             self.write_round();
+            if self.round.stop {
+                // Anything sent after the stop is not written: say so.
+                let lost = self.rx.try_iter().count();
+                if lost > 0 {
+                    tracing::error!(lost, "entries came after the record writer was stopped; they are not on the record");
+                }
+                break;
+            }
         }
-        // Every sink is gone: hand over the last segment.
+        // Stopped (or every sink is gone): hand over the last segment.
         if let Some(j) = self.journal.as_mut() {
             j.rotate();
             j.sync_opens(Duration::ZERO);
@@ -243,6 +260,7 @@ impl Writer {
                 round.seal = true;
                 round.written.push(ack);
             }
+            Msg::Stop => round.stop = true,
         }
     }
 
