@@ -164,7 +164,7 @@ impl GrpcLink {
     {
         if self.gateways.is_empty() {
             return vec![Reply {
-                member: "(none)".into(),
+                member: crate::link::NO_GATEWAY.into(),
                 result: Err(LinkError::Unreachable(
                     "no gateway given (--gateway [ID=]ADDR)".into(),
                 )),

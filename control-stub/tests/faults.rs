@@ -353,7 +353,13 @@ fn the_idle_timeout_pauses_or_ends_and_an_attach_counts_as_activity() {
         let long_ago =
             humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(3600))
                 .to_string();
-        env.store.write(|tx| tx.touch(&id, &long_ago)).unwrap();
+        rusqlite::Connection::open(env.db())
+            .unwrap()
+            .execute(
+                "UPDATE sessions SET last_activity_at = ?2 WHERE id = ?1",
+                [&id, &long_ago],
+            )
+            .unwrap();
         // ...but a client attaches now: idle time counts from now.
         env.life().attach(&id).unwrap();
         let since = env
