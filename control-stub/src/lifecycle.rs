@@ -82,7 +82,7 @@
 //! and step 5 (`secrets_detached`) are confirmed by the gateways' signed
 //! words for every attempt. The session is `reset_incomplete` while a close
 //! is owed, and `ended` once every step is confirmed; its certificate is
-//! issued after that ([`crate::certificate`]).
+//! issued after that ([`crate::certificate`](mod@crate::certificate)).
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;

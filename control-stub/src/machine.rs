@@ -8,23 +8,26 @@
 //! here.
 //!
 //! ```text
-//!   start ──► launching ──opened──► running ◄──opened── resuming ◄── resume ── paused
-//!                │                  │ │  │                  └─open_failed────────►│ ▲
-//!                │                  │ │  └── pause, idle_timeout_pause ────────────┘ │
-//!                │                  │ └──── interrupt (commands) ──► interrupted     │
-//!                │                  │                                 │  ▲          │
-//!                │                  └────◄─opened── recovering ◄─recover┘  │          │
-//!                │                                   └─open_failed────────┘          │
-//!                │ open_failed                                                        │
-//!                ▼                                                                    ▼
-//!   stop / revoke-all from any state before the end; interrupt (agent); idle_timeout_end;
-//!   interruption_lost (30 min); paused_too_long (7 days)
-//!                ▼
-//!            stopping ──reset──► ended, or reset_incomplete until every step is confirmed
+//!   (no session) ─ start ──────────────────────────► launching
+//!   launching    ─ opened ─────────────────────────► running
+//!   launching    ─ open_failed, open_timed_out ────► stopping (start_failed)
+//!   running      ─ pause, idle_timeout_pause ──────► paused       (mode commands)
+//!   running      ─ interrupt ──────────────────────► interrupted  (mode commands)
+//!   running      ─ interrupt ──────────────────────► stopping     (mode agent: interruption_lost)
+//!   running      ─ idle_timeout_end ───────────────► stopping     (mode commands)
+//!   paused       ─ resume ─────────────────────────► resuming
+//!   paused       ─ paused_too_long ────────────────► stopping
+//!   resuming     ─ opened ─────────────────────────► running
+//!   resuming     ─ open_failed, open_timed_out ────► paused
+//!   interrupted  ─ recover ────────────────────────► recovering
+//!   interrupted  ─ interruption_lost ──────────────► stopping
+//!   recovering   ─ opened ─────────────────────────► running
+//!   recovering   ─ open_failed, open_timed_out ────► interrupted
+//!   any state before the end ─ stop, revoke_all ───► stopping
+//!   stopping, reset_incomplete, ended ─ reset_confirmed ─► ended
+//!   stopping, reset_incomplete, ended ─ reset_pending ───► reset_incomplete
+//!   attach: any state, no change of state; trust: running only, none
 //! ```
-//!
-//! (`open_timed_out`, `serve`'s giving up an open whose answers never came,
-//! goes where `open_failed` goes.)
 //!
 //! # The rules
 //!
@@ -35,9 +38,10 @@
 //!   need no rule of their own: an agent session is never paused or
 //!   interrupted, so its state refuses them.
 //! - **An end is final.** Every event that would change a session that is
-//!   over is refused `sandbox_ended`, but `pause` (the spec's words for a
-//!   session that is not running: `sandbox_not_running`), `attach` (it
-//!   only reads an ended session) and the reset's progress.
+//!   over is refused `sandbox_ended`, but these: `pause`, the idle
+//!   timeout's pause and `trust` take the spec's words for a session that
+//!   is not running (`sandbox_not_running`), `attach` changes nothing of a
+//!   session that is over, and the reset's progress applies only to one.
 //! - **Each event from its state**, else the state's refusal: pause,
 //!   interrupt and the idle timeout from running (`sandbox_not_running`);
 //!   resume and `paused_too_long` from paused (`sandbox_not_paused`);
@@ -51,8 +55,9 @@
 //!   still records what they made and owes it a close.
 
 use crate::error::{Error, LinkError};
-use crate::model::OUTCOME_UNKNOWN;
-use crate::model::{limits, words, AttemptEnd, CloseReason, EndReason, Mode, OpenCause, State};
+use crate::model::{
+    limits, words, AttemptEnd, CloseReason, EndReason, Mode, OpenCause, State, OUTCOME_UNKNOWN,
+};
 
 words! {
     /// Everything that happens to a session: the commands, the answers to
