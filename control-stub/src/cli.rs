@@ -363,7 +363,7 @@ pub fn run(
                 })
                 .collect();
             let written = crate::identity::init(dir, &ids)?;
-            return write_out(stdout, &json(&written)?);
+            write_out(stdout, &json(&written)?)
         }
         Command::Serve {
             listen,
@@ -371,258 +371,294 @@ pub fn run(
             metrics_listen,
             renew_ms,
             tick_ms,
-        } => {
-            return serve(
-                cli,
-                &ServeSettings {
-                    listen: *listen,
-                    approvals: *approvals_listen,
-                    metrics: *metrics_listen,
-                    renew: std::time::Duration::from_millis(*renew_ms),
-                    tick: std::time::Duration::from_millis(*tick_ms),
-                },
-                stdout,
-            )
-        }
+        } => serve(
+            cli,
+            &ServeSettings {
+                listen: *listen,
+                approvals: *approvals_listen,
+                metrics: *metrics_listen,
+                renew: std::time::Duration::from_millis(*renew_ms),
+                tick: std::time::Duration::from_millis(*tick_ms),
+            },
+            stdout,
+        ),
         Command::PlaneKey => {
             let dir = control_dir(cli, "plane-key")?;
             let key = crate::identity::plane_key(dir)?;
             let public = key.public_key();
-            return write_out(
+            write_out(
                 stdout,
                 &json(&serde_json::json!({
                     "key_id": key.key_id(),
                     "public_key_hex": hex::encode(public),
                     "public_key_pem": ed25519_pem(&public),
                 }))?,
-            );
-        }
-        _ => {}
-    }
-    let mut store = Store::open(&cli.db)?;
-    if needs_gateways(&cli.command) {
-        register_gateways(&mut store, link, stderr)?;
-    }
-    let out = match &cli.command {
-        Command::Init { .. } | Command::Serve { .. } | Command::PlaneKey => {
-            unreachable!("handled above")
+            )
         }
         Command::Sandbox(cmd) => {
-            // The relay's key travels with every open; other transitions
-            // do not need it (and must not fail for want of it).
-            let opens = matches!(
-                cmd,
-                SandboxCommand::Start { .. }
-                    | SandboxCommand::Resume { .. }
-                    | SandboxCommand::Recover { .. }
-            );
-            let relay = match (&cli.control_dir, opens) {
-                (Some(dir), true) => Some(crate::identity::relay_key(dir)?.public_key()),
-                _ => None,
+            let out = sandbox(cli, cmd, link, verifier, stderr)?;
+            write_out(stdout, &out)
+        }
+        Command::Secret(cmd) => {
+            let out = secret(&mut Store::open(&cli.db)?, cmd, stdin)?;
+            write_out(stdout, &out)
+        }
+        Command::Policy(cmd) => {
+            let out = policy(&mut Store::open(&cli.db)?, cmd)?;
+            write_out(stdout, &out)
+        }
+        Command::Approvals(cmd) => {
+            let mut store = Store::open(&cli.db)?;
+            let out = match cmd {
+                ApprovalsCommand::List { approver, all } => {
+                    json(&crate::relay::cards(&mut store, approver.as_deref(), *all)?)?
+                }
+                ApprovalsCommand::Approve { id, approver }
+                | ApprovalsCommand::Decline { id, approver } => {
+                    let verdict = if matches!(cmd, ApprovalsCommand::Approve { .. }) {
+                        talos_certs::Verdict::Approved
+                    } else {
+                        talos_certs::Verdict::Declined
+                    };
+                    let key = relay_key(cli)?;
+                    json(&crate::relay::decide(
+                        &mut store, link, &key, id, approver, verdict,
+                    )?)?
+                }
             };
-            let mut life = Lifecycle::new(&mut store, link, verifier).with_relay_key(relay);
-            match cmd {
-                SandboxCommand::Start {
-                    tenant,
-                    sources,
-                    allow,
-                    attach,
-                    mode,
-                    idle_timeout_seconds,
-                    idle_action,
-                } => json(&life.start(&StartRequest {
-                    tenant: tenant.clone(),
-                    sources: sources.clone(),
-                    allow: allow.clone(),
-                    attach: attach.clone(),
-                    mode: *mode,
-                    idle_timeout_seconds: *idle_timeout_seconds,
-                    idle_action: idle_action.clone(),
-                })?)?,
-                SandboxCommand::Attach { id } => json(&life.attach(id)?)?,
-                SandboxCommand::Pause { id } => json(&life.pause(id)?)?,
-                SandboxCommand::Resume { id } => json(&life.resume(id)?)?,
-                SandboxCommand::Interrupt { id } => json(&life.interrupt(id)?)?,
-                SandboxCommand::Recover { id } => json(&life.recover(id)?)?,
-                SandboxCommand::Stop { id } => json(&life.stop(id)?)?,
-                SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?)?,
-                SandboxCommand::Status { id } => json(&life.status(id)?)?,
-                SandboxCommand::Trust { id } => {
-                    let status = life.status(id)?;
-                    if status.session.state != crate::model::State::Running {
-                        return Err(Error::NotRunning {
-                            id: id.clone(),
-                            state: status.session.state.as_str(),
-                        });
-                    }
-                    // The CAs of the current attempt that are live: not
-                    // reported destroyed, and not made by a gateway process
-                    // that has since restarted (its start report says so).
-                    let mut bundle = String::new();
-                    if let Some(current) = status.attempts.iter().rev().find(|a| {
-                        a.attempt.end_cause != Some(crate::model::AttemptEnd::StartFailed)
-                    }) {
-                        for ca in current.ca.iter().filter(|c| c.destroyed_at.is_none()) {
-                            bundle.push_str(&ca.cert_pem);
-                        }
-                    }
-                    bundle.trim_end().to_owned()
-                }
-            }
+            write_out(stdout, &out)
         }
-        Command::Secret(cmd) => match cmd {
-            SecretCommand::Set {
-                name,
-                tenant,
-                from_file,
-            } => {
-                // Check the names before reading a value we would refuse.
-                names::tenant(tenant)?;
-                names::secret_name(name)?;
-                let mut value = Zeroizing::new(Vec::new());
-                match from_file {
-                    Some(path) => {
-                        let mut file = std::fs::File::open(path).map_err(|e| Error::Io {
-                            what: format!("{}", path.display()),
-                            reason: e.to_string(),
-                        })?;
-                        read_bounded(&mut file, &mut value, &path.display().to_string())?;
-                    }
-                    None => read_bounded(stdin, &mut value, "standard input")?,
-                }
-                names::trim_line_ending(&mut value);
-                store.secret_set(tenant, name, &value)?;
-                json(&serde_json::json!({"tenant": tenant, "secret": name, "set": true}))?
-            }
-            SecretCommand::Delete { name, tenant } => {
-                store.secret_delete(tenant, name)?;
-                json(&serde_json::json!({"tenant": tenant, "secret": name, "deleted": true}))?
-            }
-            SecretCommand::List { tenant } => json(&store.secret_list(tenant)?)?,
-        },
-        Command::Policy(PolicyCommand::Egress(cmd)) => match cmd {
-            EgressCommand::Add { name } => {
-                json(&serde_json::json!({"added": store.egress_add(name)?}))?
-            }
-            EgressCommand::Remove { name } => {
-                json(&serde_json::json!({"removed": store.egress_remove(name)?}))?
-            }
-            EgressCommand::List => json(&store.egress_list()?)?,
-        },
-        Command::Policy(PolicyCommand::Lock(cmd)) => match cmd {
-            LockCommand::Add {
-                destination,
-                attachment,
-                method,
-                path_prefix,
-                mode,
-                approvers,
-            } => {
-                let rule = NewRule::check(
-                    destination,
-                    attachment.as_deref(),
-                    method.as_deref(),
-                    path_prefix.as_deref(),
-                    *mode,
-                    approvers,
-                )?;
-                json(&store.lock_add(&rule)?)?
-            }
-            LockCommand::List => json(&store.lock_list()?)?,
-            LockCommand::Remove { id } => {
-                json(&serde_json::json!({"removed": store.lock_remove(id)?}))?
-            }
-        },
-        Command::Approvals(cmd) => match cmd {
-            ApprovalsCommand::List { approver, all } => {
-                json(&crate::relay::cards(&mut store, approver.as_deref(), *all)?)?
-            }
-            ApprovalsCommand::Approve { id, approver }
-            | ApprovalsCommand::Decline { id, approver } => {
-                let verdict = if matches!(cmd, ApprovalsCommand::Approve { .. }) {
-                    talos_certs::Verdict::Approved
-                } else {
-                    talos_certs::Verdict::Declined
-                };
-                let key = relay_key(cli)?;
-                json(&crate::relay::decide(
-                    &mut store, link, &key, id, approver, verdict,
-                )?)?
-            }
-        },
-        Command::Approvers(cmd) => match cmd {
-            ApproversCommand::Add { name } => {
-                let token = crate::relay::new_token()?;
-                store.approver_add(name, &crate::relay::token_hash(&token))?;
-                let out = Zeroizing::new(json(&serde_json::json!({
-                    "approver": name,
-                    "token": token.as_str(),
-                    "note": "shown once: the store keeps only its SHA-256; send it as Authorization: Bearer TOKEN",
-                }))?);
-                return write_out(stdout, &out);
-            }
-            ApproversCommand::List => json(&store.approver_list()?)?,
-            ApproversCommand::Remove { name } => {
-                store.approver_remove(name)?;
-                json(&serde_json::json!({"removed": name}))?
-            }
-        },
-        Command::Gateway(cmd) => match cmd {
-            GatewayCommand::Register { id, public_key } => {
-                store.register_gateway(id, public_key)?;
-                json(&serde_json::json!({"registered": id}))?
-            }
-            GatewayCommand::List => {
-                // Each key also as PEM, the form openssl verifies with.
-                let mut list = serde_json::to_value(store.gateways()?)?;
-                if let Some(items) = list.as_array_mut() {
-                    for g in items {
-                        let key = g["public_key_hex"]
-                            .as_str()
-                            .and_then(crate::store::ed25519_key);
-                        if let Some(key) = key {
-                            g["public_key_pem"] = ed25519_pem(&key).into();
-                        }
-                    }
-                }
-                json(&list)?
-            }
-        },
+        Command::Approvers(cmd) => {
+            let mut store = Store::open(&cli.db)?;
+            // A new token is shown once, and zeroed after.
+            let out = Zeroizing::new(approvers(&mut store, cmd)?);
+            write_out(stdout, &out)
+        }
+        Command::Gateway(cmd) => {
+            let out = gateway(&mut Store::open(&cli.db)?, cmd)?;
+            write_out(stdout, &out)
+        }
         Command::Certificate { id, signed } => {
-            if let Some(dir) = &cli.control_dir {
-                let key = crate::identity::plane_key(dir)?;
-                store.write(|tx| crate::confirm::reevaluate(tx, id))?;
-                crate::certificate::issue(&mut store, id, &key)?;
-            }
-            if *signed {
-                return match crate::certificate::signed(&store, id)? {
-                    Some(env) => write_out(stdout, &json(&env)?),
-                    None => Err(Error::CertificateNotIssued {
-                        id: id.clone(),
-                        reason: "no certificate is issued yet".into(),
-                    }),
-                };
-            }
-            let cert = certificate(&store, id)?;
-            write_out(stdout, &json(&cert)?)?;
-            if let Some(reason) = cert.get("not_issued_because").and_then(|r| r.as_str()) {
-                return Err(Error::CertificateNotIssued {
-                    id: id.clone(),
-                    reason: reason.to_owned(),
-                });
-            }
-            if cert.get("issued") != Some(&serde_json::Value::Bool(true)) {
-                return Err(Error::CertificateNotIssued {
-                    id: id.clone(),
-                    reason:
-                        "it can be issued, but not without the signing key: give --control-dir DIR"
-                            .into(),
-                });
-            }
-            return Ok(());
+            certificate_command(cli, &mut Store::open(&cli.db)?, id, *signed, stdout)
         }
+    }
+}
+
+/// `sandbox …`: the session commands, after first contact with the
+/// gateways for those that may reach them.
+fn sandbox(
+    cli: &Cli,
+    cmd: &SandboxCommand,
+    link: &dyn GatewayLink,
+    verifier: &dyn ReportVerifier,
+    stderr: &mut dyn Write,
+) -> Result<String, Error> {
+    let mut store = Store::open(&cli.db)?;
+    let (reaches, opens) = match cmd {
+        SandboxCommand::Status { .. }
+        | SandboxCommand::Trust { .. }
+        | SandboxCommand::Attach { .. } => (false, false),
+        SandboxCommand::Start { .. }
+        | SandboxCommand::Resume { .. }
+        | SandboxCommand::Recover { .. } => (true, true),
+        SandboxCommand::Pause { .. }
+        | SandboxCommand::Interrupt { .. }
+        | SandboxCommand::Stop { .. }
+        | SandboxCommand::RevokeAll { .. } => (true, false),
     };
-    write_out(stdout, &out)
+    if reaches {
+        register_gateways(&mut store, link, stderr)?;
+    }
+    // The relay's key travels with every open; other transitions do not
+    // need it (and must not fail for want of it).
+    let relay = match (&cli.control_dir, opens) {
+        (Some(dir), true) => Some(crate::identity::relay_key(dir)?.public_key()),
+        _ => None,
+    };
+    let mut life = Lifecycle::new(&mut store, link, verifier).with_relay_key(relay);
+    match cmd {
+        SandboxCommand::Start {
+            tenant,
+            sources,
+            allow,
+            attach,
+            mode,
+            idle_timeout_seconds,
+            idle_action,
+        } => json(&life.start(&StartRequest {
+            tenant: tenant.clone(),
+            sources: sources.clone(),
+            allow: allow.clone(),
+            attach: attach.clone(),
+            mode: *mode,
+            idle_timeout_seconds: *idle_timeout_seconds,
+            idle_action: idle_action.clone(),
+        })?),
+        SandboxCommand::Attach { id } => json(&life.attach(id)?),
+        SandboxCommand::Pause { id } => json(&life.pause(id)?),
+        SandboxCommand::Resume { id } => json(&life.resume(id)?),
+        SandboxCommand::Interrupt { id } => json(&life.interrupt(id)?),
+        SandboxCommand::Recover { id } => json(&life.recover(id)?),
+        SandboxCommand::Stop { id } => json(&life.stop(id)?),
+        SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?),
+        SandboxCommand::Status { id } => json(&life.status(id)?),
+        SandboxCommand::Trust { id } => life.trust(id),
+    }
+}
+
+/// `secret …`.
+fn secret(store: &mut Store, cmd: &SecretCommand, stdin: &mut dyn Read) -> Result<String, Error> {
+    match cmd {
+        SecretCommand::Set {
+            name,
+            tenant,
+            from_file,
+        } => {
+            // Check the names before reading a value we would refuse.
+            names::tenant(tenant)?;
+            names::secret_name(name)?;
+            let mut value = Zeroizing::new(Vec::new());
+            match from_file {
+                Some(path) => {
+                    let mut file = std::fs::File::open(path).map_err(|e| Error::Io {
+                        what: format!("{}", path.display()),
+                        reason: e.to_string(),
+                    })?;
+                    read_bounded(&mut file, &mut value, &path.display().to_string())?;
+                }
+                None => read_bounded(stdin, &mut value, "standard input")?,
+            }
+            names::trim_line_ending(&mut value);
+            store.secret_set(tenant, name, &value)?;
+            json(&serde_json::json!({"tenant": tenant, "secret": name, "set": true}))
+        }
+        SecretCommand::Delete { name, tenant } => {
+            store.secret_delete(tenant, name)?;
+            json(&serde_json::json!({"tenant": tenant, "secret": name, "deleted": true}))
+        }
+        SecretCommand::List { tenant } => json(&store.secret_list(tenant)?),
+    }
+}
+
+/// `policy egress …` and `policy lock …`.
+fn policy(store: &mut Store, cmd: &PolicyCommand) -> Result<String, Error> {
+    match cmd {
+        PolicyCommand::Egress(EgressCommand::Add { name }) => {
+            json(&serde_json::json!({"added": store.egress_add(name)?}))
+        }
+        PolicyCommand::Egress(EgressCommand::Remove { name }) => {
+            json(&serde_json::json!({"removed": store.egress_remove(name)?}))
+        }
+        PolicyCommand::Egress(EgressCommand::List) => json(&store.egress_list()?),
+        PolicyCommand::Lock(LockCommand::Add {
+            destination,
+            attachment,
+            method,
+            path_prefix,
+            mode,
+            approvers,
+        }) => {
+            let rule = NewRule::check(
+                destination,
+                attachment.as_deref(),
+                method.as_deref(),
+                path_prefix.as_deref(),
+                *mode,
+                approvers,
+            )?;
+            json(&store.lock_add(&rule)?)
+        }
+        PolicyCommand::Lock(LockCommand::List) => json(&store.lock_list()?),
+        PolicyCommand::Lock(LockCommand::Remove { id }) => {
+            json(&serde_json::json!({"removed": store.lock_remove(id)?}))
+        }
+    }
+}
+
+/// `approvers …`.
+fn approvers(store: &mut Store, cmd: &ApproversCommand) -> Result<String, Error> {
+    match cmd {
+        ApproversCommand::Add { name } => {
+            let token = crate::relay::new_token()?;
+            store.approver_add(name, &crate::relay::token_hash(&token))?;
+            json(&serde_json::json!({
+                "approver": name,
+                "token": token.as_str(),
+                "note": "shown once: the store keeps only its SHA-256; send it as Authorization: Bearer TOKEN",
+            }))
+        }
+        ApproversCommand::List => json(&store.approver_list()?),
+        ApproversCommand::Remove { name } => {
+            store.approver_remove(name)?;
+            json(&serde_json::json!({"removed": name}))
+        }
+    }
+}
+
+/// `gateway …`.
+fn gateway(store: &mut Store, cmd: &GatewayCommand) -> Result<String, Error> {
+    match cmd {
+        GatewayCommand::Register { id, public_key } => {
+            store.register_gateway(id, public_key)?;
+            json(&serde_json::json!({"registered": id}))
+        }
+        GatewayCommand::List => {
+            // Each key also as PEM, the form openssl verifies with.
+            let mut list = serde_json::to_value(store.gateways()?)?;
+            if let Some(items) = list.as_array_mut() {
+                for g in items {
+                    let key = g["public_key_hex"]
+                        .as_str()
+                        .and_then(crate::store::ed25519_key);
+                    if let Some(key) = key {
+                        g["public_key_pem"] = ed25519_pem(&key).into();
+                    }
+                }
+            }
+            json(&list)
+        }
+    }
+}
+
+/// `certificate ID [--signed]`: issued first when `--control-dir` gives the
+/// signing key and it can be; printed, or why it is not issued.
+fn certificate_command(
+    cli: &Cli,
+    store: &mut Store,
+    id: &str,
+    signed: bool,
+    stdout: &mut dyn Write,
+) -> Result<(), Error> {
+    if let Some(dir) = &cli.control_dir {
+        let key = crate::identity::plane_key(dir)?;
+        store.write(|tx| crate::confirm::reevaluate(tx, id))?;
+        crate::certificate::issue(store, id, &key)?;
+    }
+    if signed {
+        return match crate::certificate::signed(store, id)? {
+            Some(env) => write_out(stdout, &json(&env)?),
+            None => Err(Error::CertificateNotIssued {
+                id: id.to_owned(),
+                reason: "no certificate is issued yet".into(),
+            }),
+        };
+    }
+    let cert = certificate(store, id)?;
+    write_out(stdout, &json(&cert)?)?;
+    if let Some(reason) = cert.get("not_issued_because").and_then(|r| r.as_str()) {
+        return Err(Error::CertificateNotIssued {
+            id: id.to_owned(),
+            reason: reason.to_owned(),
+        });
+    }
+    if cert.get("issued") != Some(&serde_json::Value::Bool(true)) {
+        return Err(Error::CertificateNotIssued {
+            id: id.to_owned(),
+            reason: "it can be issued, but not without the signing key: give --control-dir DIR"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// The relay's signing key, from `--control-dir`.
@@ -637,11 +673,6 @@ fn relay_key(cli: &Cli) -> Result<talos_certs::GatewayKey, Error> {
             ),
         })?;
     crate::identity::relay_key(dir)
-}
-
-/// Whether `command` may reach the gateways.
-fn needs_gateways(command: &Command) -> bool {
-    matches!(command, Command::Sandbox(cmd) if !matches!(cmd, SandboxCommand::Status { .. } | SandboxCommand::Trust { .. } | SandboxCommand::Attach { .. }))
 }
 
 /// `--control-dir`, which `what` needs.

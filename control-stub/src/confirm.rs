@@ -20,7 +20,11 @@
 //! destroyed and settles the close owed for it. Each confirmation then
 //! re-runs the reset of a session that is over ([`reevaluate`]): steps 4
 //! and 5 are recorded again, and once all five are confirmed the session
-//! is `ended`.
+//! is `ended` (the state the machine gives the reset's progress,
+//! [`crate::machine`]). A verified report for an attempt of which no CA of
+//! that gateway is recorded (an open whose answer was lost) destroys
+//! nothing recorded, but settles the close owed in case the open reached
+//! it.
 //!
 //! A close that fails is owed again after a delay that doubles from
 //! [`RETRY_FIRST`] up to [`RETRY_CAP`].
@@ -32,7 +36,8 @@ use serde_json::json;
 
 use crate::error::{Error, LinkError};
 use crate::link::{CloseAnswer, DropReportView, ReportVerifier};
-use crate::model::{CloseReason, EndReason, State, RESET_STEPS};
+use crate::machine::{self, Event};
+use crate::model::{CloseReason, State, RESET_STEPS};
 use crate::store::{ed25519_key, now, Attempt, CaEvent, DropReport, ResetStep, Session, Tx};
 
 /// The first delay before an owed close is asked again.
@@ -86,7 +91,13 @@ pub fn record_report(
         .iter()
         .flat_map(|a| a.attachments.iter().map(|x| x.secret.as_str()))
         .collect();
-    let common = match verifier.verify(view, key.as_deref()) {
+    let verified = verifier.verify(view, key.as_deref());
+    // The gateway's signed word that an authority gone of which no CA is
+    // recorded here: an open whose answer never came (or came after its
+    // session ended). Nothing recorded is destroyed by it, but the close
+    // owed in case that open reached the gateway is settled.
+    let unrecorded = verified.is_ok() && attempt.is_some() && ca.is_none();
+    let common = match verified {
         Err(e) => Some(format!("signature: {e}")),
         Ok(()) if attempt.is_none() => Some(format!(
             "session {session_id} has no attempt {}",
@@ -144,7 +155,7 @@ pub fn record_report(
             &at,
         )?;
     }
-    if report.ca_error.is_none() && report.secrets_error.is_none() {
+    if unrecorded || (report.ca_error.is_none() && report.secrets_error.is_none()) {
         tx.confirm_close(session_id, view.attempt, &view.gateway_id, via.0, &at)?;
     }
     tx.insert_drop_report(session_id, &report, &view.signed)?;
@@ -312,29 +323,25 @@ pub fn start_report(
 /// Re-run the reset of a session that is over (`stopping`,
 /// `reset_incomplete`, `ended` before its certificate): steps 4 and 5 are
 /// recorded again from what is confirmed now, and the session becomes
-/// `ended` once all five are confirmed. A session not over is left alone.
+/// `ended` once all five are confirmed. A session not over is left alone
+/// (the machine runs the reset only after an end), and so is one whose
+/// certificate is issued.
 pub fn reevaluate(tx: &Tx<'_>, session_id: &str) -> Result<(), Error> {
     let Some(session) = tx.session(session_id)? else {
         return Ok(());
     };
-    if !session.state.is_over() || tx.issued_certificate(session_id)?.is_some() {
+    let over = machine::next(Some(session.state), session.mode, Event::ResetPending).is_ok();
+    if !over || tx.issued_certificate(session_id)?.is_some() {
         return Ok(());
     }
-    let Some(why) = session.end_reason else {
-        return Ok(());
-    };
-    reset(tx, &session, why, session.outcome.as_deref())?;
+    reset(tx, &session)?;
     Ok(())
 }
 
-/// Run (or re-run) the sandbox reset and set the session's end state:
-/// `ended` when all five steps are confirmed, `reset_incomplete` otherwise.
-pub fn reset(
-    tx: &Tx<'_>,
-    session: &Session,
-    why: EndReason,
-    outcome: Option<&str>,
-) -> Result<(State, Vec<ResetStep>), Error> {
+/// Run (or re-run) the sandbox reset of a session that is over, and set
+/// its state as the machine decides from it: `ended` when all five steps
+/// are confirmed, `reset_incomplete` otherwise.
+pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), Error> {
     let at = now();
     // Nothing of an ended session can be decided any more.
     tx.withdraw_proposals(&session.id, &at)?;
@@ -386,7 +393,20 @@ pub fn reset(
     // Step 4: every CA made for the session destroyed, by a report that
     // counted with the digest recorded when it was made, or by the start
     // report of the gateway's next process.
-    let mut ca_errors = Vec::new();
+    // An open still in flight (the session ended while its members were
+    // asked) may have made CAs and delivered attachments not recorded yet:
+    // steps 4 and 5 wait for its answers, or for `serve` to give it up.
+    let in_flight: Vec<String> = attempts
+        .iter()
+        .filter(|a| a.ended_at.is_none())
+        .map(|a| {
+            format!(
+                "attempt {}: its open is in flight since {}; waiting for the gateways' answers",
+                a.n, a.started_at
+            )
+        })
+        .collect();
+    let mut ca_errors = in_flight.clone();
     let mut ca_items = Vec::new();
     for ca in &cas {
         if let (Some(destroyed_at), Some(reason)) = (&ca.destroyed_at, ca.destroy_reason) {
@@ -431,7 +451,7 @@ pub fn reset(
     // Step 5: for every attempt and gateway, a report that counted named
     // exactly the secrets attached at that attempt's open, or the process
     // that held them is gone.
-    let mut secret_errors = Vec::new();
+    let mut secret_errors = in_flight;
     let mut secret_items = Vec::new();
     for attempt in &attempts {
         let attached = attached_names(attempt);
@@ -488,14 +508,15 @@ pub fn reset(
     for step in &steps {
         tx.insert_reset_step(&session.id, step)?;
     }
-    let state = if steps.iter().all(|s| s.confirmed) {
-        State::Ended
+    let event = if steps.iter().all(|s| s.confirmed) {
+        Event::ResetConfirmed
     } else {
-        State::ResetIncomplete
+        Event::ResetPending
     };
-    let ended_at = session.ended_at.clone().unwrap_or_else(|| at.clone());
-    tx.set_ended(&session.id, state, why, outcome, &ended_at)?;
-    Ok((state, steps))
+    let next = machine::next(Some(session.state), session.mode, event)
+        .map_err(|r| r.error(&session.id, Some(session.state)))?;
+    tx.apply(&session.id, &next, &at)?;
+    Ok((next.state(), steps))
 }
 
 /// Whether `ca` ended with the process that made it.

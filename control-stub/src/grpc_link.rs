@@ -38,9 +38,10 @@ use crate::pb::gateway_client::GatewayClient;
 /// the same network answers in milliseconds; more means it is down.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How long one call may take. A transition holds the store's write lock
-/// while it waits (see [`crate::store::BUSY_TIMEOUT`], 10 s), and an open
-/// makes a CA (milliseconds) on each gateway in turn.
+/// How long one call may take: an open makes a CA (milliseconds) on each
+/// gateway; more means it is hung. No store transaction is held while a
+/// call waits; an open in flight for far longer than this is given up
+/// ([`crate::model::limits::OPEN_DEADLINE`]).
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The largest reply accepted: a drop report is at most talos-certs'
@@ -164,7 +165,7 @@ impl GrpcLink {
     {
         if self.gateways.is_empty() {
             return vec![Reply {
-                member: "(none)".into(),
+                member: crate::link::NO_GATEWAY.into(),
                 result: Err(LinkError::Unreachable(
                     "no gateway given (--gateway [ID=]ADDR)".into(),
                 )),

@@ -22,6 +22,9 @@
 //!   both ends load them.
 //! - [`model`]: the closed vocabularies: modes, states, causes, reasons,
 //!   reset steps.
+//! - [`machine`]: the session state machine as one pure function: state
+//!   × mode × event → the next state and what the transition does, or the
+//!   stable refusal.
 //! - [`lock`]: the Lock's rules: what they match and how they are checked.
 //! - [`link`]: the control channel seen from here: [`GatewayLink`] and
 //!   [`ReportVerifier`], and the stand-ins that reach no gateway.
@@ -41,8 +44,10 @@
 //! - [`series`]: the metrics `serve` exports, each member's at 0 from the
 //!   start.
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]).
-//! - [`lifecycle`]: the session state machine: opens on every member that
-//!   answers, ends committed first and closes owed until confirmed.
+//! - [`lifecycle`]: the sessions driven through the machine's decisions:
+//!   each committed first, then the members asked and their answers
+//!   recorded; opens on every member that answers, closes owed until
+//!   confirmed.
 //! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
 //! - [`upkeep`]: `serve`'s loop: members described, leases renewed,
@@ -60,6 +65,7 @@ pub mod pb;
 pub mod names;
 pub mod identity;
 pub mod model;
+pub mod machine;
 pub mod lock;
 pub mod link;
 #[cfg(any(test, feature = "test-util"))]

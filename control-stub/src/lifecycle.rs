@@ -1,64 +1,89 @@
-//! The session state machine: the gateway's columns of the spec's behaviour
-//! table ("Sandbox sessions").
+//! Sessions driven through their states: every command, `serve`'s
+//! time-driven events and the reset are decided by the state machine
+//! ([`crate::machine::next`]: state × mode × event → the next state and
+//! what the transition does, or the stable error), committed in one store
+//! transaction, and only then — when the gateways are concerned — the
+//! members are asked, all at once, and their answers recorded. No call to
+//! a member is made inside a store transaction.
 //!
-//! ```text
-//!            start                pause (mode commands)
-//!   ─────────────────► running ──────────────────────► paused
-//!                       │  ▲  ◄──────────────────────── │
-//!                       │  │          resume            │
-//!        interrupt      │  │ recover                    │
-//!   (mode commands)     ▼  │                            │
-//!                    interrupted                        │
-//!                       │                               │
-//!   stop / revoke-all from any state before the end; interrupt in mode agent
-//!                       ▼                               ▼
-//!        stopping ──► ended, or reset_incomplete until every gateway confirms
-//! ```
-//!
-//! # Opening: on every member that answers
+//! # Opening: decide, commit, call, record
 //!
 //! **start** (attempt 1, cause `launch`), **resume** (`resume`) and
-//! **recover** (`recovery`) open an authority on every member of the pair
-//! at once, inside the store transaction that records the attempt: each
-//! member makes a fresh CA and receives the attachments with values read
-//! from the secret store at that moment. The control stub recomputes each
-//! CA's SHA-384 digest from its PEM and records it, with the member process
-//! that made it. A resume or recovery opens with the names the session
-//! asked for that are still on the egress list, and the attachments whose
-//! secret still exists and whose destination is still listed.
+//! **recover** (`recovery`) open an authority on every member of the pair:
+//!
+//! 1. **Decide and commit**, in one transaction: a start's checks (the
+//!    egress list, the secrets, the source addresses), the machine's
+//!    decision, and the open in flight: the session `launching`,
+//!    `resuming` or `recovering`, and the new attempt, not ended, with
+//!    what it opens with. The attachments' values are read from the secret
+//!    store in that transaction. A resume or recovery opens with the names
+//!    the session asked for that are still on the egress list, and the
+//!    attachments whose secret still exists and whose destination is still
+//!    listed.
+//! 2. **Call**: every member is asked at once, each within the link's
+//!    deadline; the store is not held meanwhile. Each member makes a fresh
+//!    CA.
+//! 3. **Record**, in one transaction: each CA made (the control stub
+//!    recomputes its SHA-384 digest from its PEM, and records it with the
+//!    member process that made it); a close owed to each member that did
+//!    not answer, or answered something that does not hold together (the
+//!    open may have reached it unseen); and the machine's decision on the
+//!    answers.
 //!
 //! A member that cannot be reached does not stop the session: it goes on
 //! through the members that opened (its trust bundle holds their CAs), and
-//! a close is owed to the unreachable member in case the open reached it
-//! unseen. A member that *refuses*, or answers something that does not hold
-//! together, fails the transition: the members that opened are closed again
-//! and nothing is recorded. With no member opened, a start fails
-//! `gateway_unreachable`; a resume or recovery fails too, and its attempt is
-//! recorded ended `start_failed` (the session stays paused or interrupted).
+//! the close owed to the unreachable member settles once it says it holds
+//! nothing. A member that *refuses*, or answers something that does not
+//! hold together, fails the transition, and so does an open no member
+//! made: the attempt ends `start_failed`, a close is owed to every member
+//! that opened and asked at once (as an end's closes are), a resume
+//! returns to `paused`, a recovery to `interrupted`, and a start ends the
+//! session (`start_failed`, through the reset like any other end). The
+//! command fails with the first refusal (`gateway_refused`,
+//! `gateway_reply_invalid`) or, with no member opened,
+//! `gateway_unreachable`.
+//!
+//! **Failing closed.** No authority is live on a member without a record
+//! of it here. While the call is in flight its attempt is recorded, and no
+//! lease is renewed for it (`serve` renews only the recorded CAs of a
+//! running session), so whatever the open made lapses with its lease (60 s
+//! by default) if nothing ends it sooner. A process that stops between the
+//! commit and the record (killed, or its machine lost) leaves the session
+//! `launching`, `resuming` or `recovering`: `serve` gives that open up
+//! after [`limits::OPEN_DEADLINE`] (`open_timed_out`, which the machine
+//! decides as a failed open) and owes a close of the attempt to every
+//! registered member, so that each says in its signed word that it holds
+//! nothing ([`crate::confirm`]). A stop or a Revoke All while an open is in
+//! flight is committed at once; the open's attempt is then ended by its
+//! answers or by `serve` giving it up, and the reset stays incomplete until
+//! then. Answers that come after their session ended, or after `serve`
+//! gave their open up, are recorded all the same, each CA they made is
+//! owed a close, and the command fails (`sandbox_ended`, or
+//! `gateway_unreachable`).
 //!
 //! # Closing: the control plane decides, the members follow
 //!
-//! **pause**, **interrupt**, **stop** and **revoke-all** commit first, in one
-//! transaction: the new state (`paused`, `interrupted`, or `stopping`), the
-//! attempt's end, every pending approval withdrawn, and a close owed to
-//! every member whose CA is not yet confirmed destroyed. Only then are the
-//! members asked, all at once, each within the link's deadline; each answer
-//! is recorded as it is ([`crate::confirm`]). A member that does not confirm
-//! leaves its close owed: `control-stub serve` asks again, with growing
-//! delays, until the member's signed word is in — a drop report in a reply
-//! or in its batch chain, or its successor's start report — and the
-//! member's lease ends the authority meanwhile if nobody renews it. So
-//! these commands work whatever members are down, hung or restarted, and
-//! never leave authority live anywhere once the lease has run.
+//! **pause**, **interrupt**, **stop**, **revoke-all** and `serve`'s
+//! time-driven events commit first, in one transaction: the new state
+//! (`paused`, `interrupted`, or `stopping`), the attempt's end, every
+//! pending approval withdrawn, and a close owed to every member whose CA
+//! is not yet confirmed destroyed. Only then are the members asked, all at
+//! once, each within the link's deadline; each answer is recorded as it is
+//! ([`crate::confirm`]). A member that does not confirm leaves its close
+//! owed: `control-stub serve` asks again, with growing delays, until the
+//! member's signed word is in — a drop report in a reply or in its batch
+//! chain, or its successor's start report — and the member's lease ends
+//! the authority meanwhile if nobody renews it. So these commands work
+//! whatever members are down, hung or restarted, and never leave authority
+//! live anywhere once the lease has run.
 //!
 //! **stop**/**revoke-all** then run the reset: steps 1–3 are stub responses
 //! (this control stub runs no instances); step 4 (`gateway_ca_destroyed`)
 //! and step 5 (`secrets_detached`) are confirmed by the gateways' signed
 //! words for every attempt. The session is `reset_incomplete` while a close
 //! is owed, and `ended` once every step is confirmed; its certificate is
-//! issued after that ([`crate::certificate`]).
+//! issued after that ([`crate::certificate`](mod@crate::certificate)).
 
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
@@ -66,10 +91,11 @@ use serde::Serialize;
 
 use crate::confirm;
 use crate::error::{Error, LinkError};
-use crate::link::{Attachment, CloseSession, GatewayLink, OpenSession, ReportVerifier};
-use crate::model::{
-    limits, AttemptEnd, CloseReason, EndReason, IdleAction, Mode, OpenCause, State, OUTCOME_UNKNOWN,
+use crate::link::{
+    Attachment, CloseSession, GatewayLink, OpenSession, Opened, Reply, ReportVerifier, NO_GATEWAY,
 };
+use crate::machine::{self, Event, Next, Refusal, Step};
+use crate::model::{limits, AttemptEnd, CloseReason, EndReason, IdleAction, Mode, State};
 use crate::names::{self, AttachSpec};
 use crate::store::{now, Attempt, CaEvent, CloseTask, DropReport, ResetStep, Session, Store, Tx};
 
@@ -219,10 +245,6 @@ impl std::fmt::Debug for Lifecycle<'_> {
     }
 }
 
-/// Set once a gateway opened an authority inside the current transaction:
-/// (session, attempt), for the undo if the transaction then fails.
-type Opening = Cell<Option<(String, u32)>>;
-
 impl<'a> Lifecycle<'a> {
     pub fn new(
         store: &'a mut Store,
@@ -245,70 +267,24 @@ impl<'a> Lifecycle<'a> {
         self
     }
 
-    /// Run `f` in one write transaction; if it fails after a gateway opened
-    /// an authority, drop that authority again.
-    fn transition<T>(
-        &mut self,
-        f: impl FnOnce(&Tx<'_>, &Ctx<'_>) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let opening: Opening = Cell::new(None);
-        let ctx = Ctx {
-            link: self.link,
-            opening: &opening,
-            relay_public_key: self.relay_public_key,
-        };
-        let result = self.store.write(|tx| f(tx, &ctx));
-        if result.is_err() {
-            if let Some((session_id, attempt)) = opening.take() {
-                // Best effort: the store does not know this authority, so no
-                // gateway should hold it; and nobody renews its lease.
-                let _ = self.link.close(
-                    &CloseSession {
-                        session_id,
-                        attempt,
-                        reason: CloseReason::End,
-                    },
-                    None,
-                );
-            }
-        }
-        result
-    }
-
     /// `sandbox start`: check the request against the account policy and
-    /// the tenant's secrets, then open attempt 1 on the gateways.
+    /// the tenant's secrets, commit the session with attempt 1 in flight,
+    /// then open it on the members.
     pub fn start(&mut self, req: &StartRequest) -> Result<Transition, Error> {
         let tenant = names::tenant(&req.tenant).map_err(|e| Error::invalid(e.to_string()))?;
         let (sources, allow, attach) = names::scope(&req.sources, &req.allow, &req.attach)?;
         let (idle_timeout_seconds, idle_action) = idle_settings(req)?;
-
-        self.transition(|tx, ctx| {
-            let egress: BTreeSet<String> = tx.egress_names()?.into_iter().collect();
-            if let Some(name) = allow.iter().find(|n| !egress.contains(*n)) {
-                return Err(Error::DestinationNotAllowed { name: name.clone() });
-            }
-            for spec in &attach {
-                if !tx.secret_exists(&tenant, &spec.secret)? {
-                    return Err(Error::SecretNotFound {
-                        tenant: tenant.clone(),
-                        name: spec.secret.clone(),
-                    });
-                }
-            }
-            for live in tx.live_sessions()? {
-                if let Some(addr) = sources.iter().find(|a| live.sources.contains(a)) {
-                    return Err(Error::SourceInUse {
-                        source_addr: addr.to_string(),
-                        session_id: live.id,
-                    });
-                }
-            }
+        let relay = self.relay_public_key;
+        let opening = self.store.write(|tx| {
+            check_start(tx, &tenant, &sources, &allow, &attach)?;
+            let next = machine::next(None, req.mode, Event::Start)
+                .map_err(|r| r.error("(new session)", None))?;
             let at = now();
             let session = Session {
                 id: tx.new_session_id()?,
                 tenant: tenant.clone(),
                 mode: req.mode,
-                state: State::Running,
+                state: next.state(),
                 created_at: at.clone(),
                 ended_at: None,
                 end_reason: None,
@@ -320,162 +296,82 @@ impl<'a> Lifecycle<'a> {
                 idle_action,
                 last_activity_at: Some(at),
             };
-            tx.insert_session(&session)?;
-            let opened = ctx.open(tx, &session, 1, OpenCause::Launch, &allow, &attach)?;
-            Ok(Transition {
-                ca: opened.ca,
-                unreached: opened.unreached,
-                allowlist: Some(allow.clone()),
-                attachments: Some(attach.clone()),
-                ..Transition::new(&session.id, State::Running, 1)
-            })
-        })
+            tx.insert_session(&session, &next)?;
+            open_attempt(tx, &session, 1, &next, &allow, &attach, relay)
+        })?;
+        self.ask_open(opening, Vec::new())
     }
 
     /// `sandbox pause`: a running session in mode commands drops its
     /// authority and waits, paused.
     pub fn pause(&mut self, id: &str) -> Result<Transition, Error> {
-        let (session, attempt) = self.store.write(|tx| {
-            let session = load(tx, id)?;
-            if session.mode == Mode::Agent {
-                return Err(Error::PauseUnavailable { id: id.to_owned() });
-            }
-            if session.state != State::Running {
-                return Err(Error::NotRunning {
-                    id: id.to_owned(),
-                    state: session.state.as_str(),
-                });
-            }
-            let attempt = latest_attempt(tx, id)?;
-            let at = now();
-            tx.end_attempt(id, attempt.n, AttemptEnd::Paused, &at)?;
-            tx.set_state(id, State::Paused)?;
-            tx.withdraw_proposals(id, &at)?;
-            owe_closes(tx, id, Some(attempt.n), CloseReason::Pause)?;
-            Ok((session, attempt))
-        })?;
-        let reports = self.ask_owed(&session.id)?;
-        Ok(Transition {
-            reports,
-            closes_owed: self.owed(&session.id)?,
-            ..Transition::new(id, State::Paused, attempt.n)
-        })
+        self.close(id, Event::Pause)?
     }
 
     /// `sandbox resume`: a paused session opens a new attempt from the
     /// current policy and secrets.
     pub fn resume(&mut self, id: &str) -> Result<Transition, Error> {
-        self.reopen(id, OpenCause::Resume)
+        self.reopen(id, Event::Resume)
     }
 
     /// `sandbox recover`: an interrupted session (mode commands) opens a new
     /// attempt, as a resume does.
     pub fn recover(&mut self, id: &str) -> Result<Transition, Error> {
-        self.reopen(id, OpenCause::Recovery)
+        self.reopen(id, Event::Recover)
     }
 
-    fn reopen(&mut self, id: &str, cause: OpenCause) -> Result<Transition, Error> {
-        let attempted: Cell<Option<u32>> = Cell::new(None);
-        let result = self.transition(|tx, ctx| {
-            let session = load(tx, id)?;
-            let from = match cause {
-                OpenCause::Recovery => State::Interrupted,
-                OpenCause::Resume | OpenCause::Launch => State::Paused,
-            };
-            if session.state.is_over() {
-                return Err(Error::Ended {
-                    id: id.to_owned(),
-                    state: session.state.as_str(),
-                });
-            }
-            if session.state != from {
-                let state = session.state.as_str();
-                return Err(match cause {
-                    OpenCause::Recovery => Error::NotInterrupted {
-                        id: id.to_owned(),
-                        state,
-                    },
-                    OpenCause::Resume | OpenCause::Launch => Error::NotPaused {
-                        id: id.to_owned(),
-                        state,
-                    },
-                });
-            }
-            let egress: BTreeSet<String> = tx.egress_names()?.into_iter().collect();
-            let mut left_out = Vec::new();
-            let mut allowlist = Vec::new();
-            for name in &session.allow {
-                if egress.contains(name) {
-                    allowlist.push(name.clone());
-                } else {
-                    left_out.push(LeftOut {
-                        kind: "destination",
-                        name: name.clone(),
-                        destination: None,
-                        why: "no longer on the egress list",
-                    });
-                }
-            }
-            let mut attach = Vec::new();
-            for spec in &session.attach {
-                let why = if !allowlist.contains(&spec.destination) {
-                    Some("its destination is no longer on the egress list")
-                } else if !tx.secret_exists(&session.tenant, &spec.secret)? {
-                    Some("the secret was deleted")
-                } else {
-                    None
-                };
-                match why {
-                    None => attach.push(spec.clone()),
-                    Some(why) => left_out.push(LeftOut {
-                        kind: "attachment",
-                        name: spec.secret.clone(),
-                        destination: Some(spec.destination.clone()),
-                        why,
-                    }),
-                }
-            }
+    fn reopen(&mut self, id: &str, event: Event) -> Result<Transition, Error> {
+        let relay = self.relay_public_key;
+        let (opening, left_out) = self.store.write(|tx| {
+            let (session, next) = decide(tx, id, event)??;
+            let allowed = still_allowed(tx, &session)?;
             // Numbered after every attempt, a failed start's too.
             let n = tx.attempts(id)?.last().map_or(0, |a| a.n) + 1;
-            attempted.set(Some(n));
-            let opened = ctx.open(tx, &session, n, cause, &allowlist, &attach)?;
-            tx.set_state(id, State::Running)?;
-            tx.touch(id, &now())?;
-            Ok(Transition {
-                ca: opened.ca,
-                unreached: opened.unreached,
-                allowlist: Some(allowlist),
-                attachments: Some(attach),
-                left_out,
-                ..Transition::new(id, State::Running, n)
-            })
-        });
-        // "If the instance does not start, the session returns to paused.
-        // The attempt ends with the reason start_failed." Here: no gateway
-        // opened the authority.
-        if let (Err(Error::Link(LinkError::Unreachable(_))), Some(n)) = (&result, attempted.get()) {
-            self.store.write(|tx| {
-                let at = now();
-                let session = load(tx, id)?;
-                tx.insert_attempt(
-                    id,
-                    &Attempt {
-                        n,
-                        cause,
-                        started_at: at.clone(),
-                        ended_at: Some(at),
-                        end_cause: Some(AttemptEnd::StartFailed),
-                        allowlist: Vec::new(),
-                        attachments: Vec::new(),
-                        lock: Vec::new(),
-                        relay_public_key: None,
-                    },
-                )?;
-                let _ = session;
-                Ok(())
-            })?;
+            commit(tx, &session, n, &next, &now())?;
+            let opening = open_attempt(
+                tx,
+                &session,
+                n,
+                &next,
+                &allowed.allowlist,
+                &allowed.attach,
+                relay,
+            )?;
+            Ok((opening, allowed.left_out))
+        })?;
+        self.ask_open(opening, left_out)
+    }
+
+    /// Ask every member to open the attempt committed in flight, then
+    /// record their answers and what the machine decides from them. A
+    /// failed open's closes are asked at once, and its reset run when it
+    /// ended the session.
+    fn ask_open(
+        &mut self,
+        opening: OpenSession,
+        left_out: Vec<LeftOut>,
+    ) -> Result<Transition, Error> {
+        let (id, n) = (opening.session_id.clone(), opening.attempt);
+        let allowlist = opening.allowlist.clone();
+        let attachments: Vec<AttachSpec> =
+            opening.attachments.iter().map(Attachment::spec).collect();
+        let replies = self.link.open(&opening);
+        // The values, zeroed.
+        drop(opening);
+        let answered = self.store.write(|tx| record_open(tx, &id, n, &replies))?;
+        if let Err(e) = answered.result {
+            self.ask_owed(&id)?;
+            self.store.write(|tx| confirm::reevaluate(tx, &id))?;
+            return Err(e);
         }
-        result
+        Ok(Transition {
+            ca: answered.ca,
+            unreached: answered.unreached,
+            allowlist: Some(allowlist),
+            attachments: Some(attachments),
+            left_out,
+            ..Transition::new(&id, answered.state, n)
+        })
     }
 
     /// `sandbox interrupt`: the instance was lost without a pause. The
@@ -483,101 +379,108 @@ impl<'a> Lifecycle<'a> {
     /// interrupted, and a session in mode agent ends with the outcome
     /// `outcome_unknown` (`interruption_lost`).
     pub fn interrupt(&mut self, id: &str) -> Result<Transition, Error> {
-        let (session, attempt) = self.store.write(|tx| {
-            let session = load(tx, id)?;
-            if session.state.is_over() {
-                return Err(Error::Ended {
-                    id: id.to_owned(),
-                    state: session.state.as_str(),
-                });
-            }
-            if session.state != State::Running {
-                return Err(Error::NotRunning {
-                    id: id.to_owned(),
-                    state: session.state.as_str(),
-                });
-            }
-            let attempt = latest_attempt(tx, id)?;
-            let at = now();
-            tx.end_attempt(id, attempt.n, AttemptEnd::Interrupted, &at)?;
-            tx.withdraw_proposals(id, &at)?;
-            match session.mode {
-                Mode::Commands => {
-                    tx.set_state(id, State::Interrupted)?;
-                    owe_closes(tx, id, Some(attempt.n), CloseReason::Interruption)?;
-                }
-                Mode::Agent => commit_end(
-                    tx,
-                    &session,
-                    EndReason::InterruptionLost,
-                    Some(OUTCOME_UNKNOWN),
-                    CloseReason::Interruption,
-                )?,
-            }
-            Ok((session, attempt))
-        })?;
-        let reports = self.ask_owed(&session.id)?;
-        if session.mode == Mode::Agent {
-            let mut t = self.finish_end(&session.id, EndReason::InterruptionLost)?;
-            t.reports = reports;
-            return Ok(t);
-        }
-        Ok(Transition {
-            reports,
-            closes_owed: self.owed(&session.id)?,
-            ..Transition::new(id, State::Interrupted, attempt.n)
-        })
+        self.close(id, Event::Interrupt)?
     }
 
     /// `sandbox stop`: a cancellation, from any state before the end.
     pub fn stop(&mut self, id: &str) -> Result<Transition, Error> {
-        self.end(id, EndReason::Stop)
+        self.close(id, Event::Stop)?
     }
 
     /// `sandbox revoke-all`: a cancellation as Revoke All.
     pub fn revoke_all(&mut self, id: &str) -> Result<Transition, Error> {
-        self.end(id, EndReason::RevokeAll)
+        self.close(id, Event::RevokeAll)?
     }
 
-    /// End the session for `why`, from any state before the end: the end
-    /// is committed first, then every member is asked to close (see the
-    /// module docs). Also what the time-driven events end sessions with.
-    pub fn end(&mut self, id: &str, why: EndReason) -> Result<Transition, Error> {
-        let outcome = match why {
-            EndReason::InterruptionLost => Some(OUTCOME_UNKNOWN),
-            _ => None,
-        };
-        let close = match why {
-            EndReason::RevokeAll => CloseReason::RevokeAll,
-            _ => CloseReason::End,
-        };
-        self.store.write(|tx| {
+    /// One of `serve`'s time-driven events (`idle_timeout_pause`,
+    /// `idle_timeout_end`, `interruption_lost`, `paused_too_long`), found
+    /// due by the clock `serve` reads: committed as a command is, or `None`
+    /// when the machine refuses it now (the session moved on since).
+    pub fn time_event(&mut self, id: &str, event: Event) -> Result<Option<Transition>, Error> {
+        Ok(self.close(id, event)?.ok())
+    }
+
+    /// `serve`: give up the open of attempt `n` of session `id`, found in
+    /// flight for longer than [`limits::OPEN_DEADLINE`] (the process that
+    /// committed it stopped before it recorded the answers). The machine
+    /// decides it as a failed open (`open_timed_out`); a close of the
+    /// attempt is owed to every registered member, since none said whether
+    /// the open reached it, and asked at once. Returns whether the open was
+    /// still in flight.
+    pub fn give_up_open(&mut self, id: &str, n: u32) -> Result<bool, Error> {
+        let given_up = self.store.write(|tx| {
             let session = load(tx, id)?;
-            if session.state.is_over() {
-                return Err(Error::Ended {
-                    id: id.to_owned(),
-                    state: session.state.as_str(),
-                });
+            if !in_flight(tx, id, n)? {
+                return Ok(false);
             }
-            commit_end(tx, &session, why, outcome, close)
+            let at = now();
+            let members: Vec<String> = tx.gateway_list()?.into_iter().map(|g| g.id).collect();
+            match machine::next(Some(session.state), session.mode, Event::OpenTimedOut) {
+                Ok(next) => {
+                    for m in &members {
+                        tx.insert_close_task(id, n, m, CloseReason::End, &at)?;
+                    }
+                    commit(tx, &session, n, &next, &at)?;
+                }
+                // It ended while its open was in flight.
+                Err(Refusal::Ended) => {
+                    settle_late(tx, &session, n, AttemptEnd::StartFailed, &members, &at)?
+                }
+                // Its answers came meanwhile.
+                Err(_) => return Ok(false),
+            }
+            Ok(true)
         })?;
+        if given_up {
+            self.ask_owed(id)?;
+            self.store.write(|tx| confirm::reevaluate(tx, id))?;
+        }
+        Ok(given_up)
+    }
+
+    /// Decide `event` (an end, a pause, an interruption) for session `id`
+    /// and commit it, then ask the members the closes it owes and, when it
+    /// ended the session, run the reset. The inner error is the machine's
+    /// refusal; the outer one, the store's or the link's failure.
+    fn close(&mut self, id: &str, event: Event) -> Result<Result<Transition, Error>, Error> {
+        let decided = self.store.write(|tx| {
+            let (session, next) = match decide(tx, id, event)? {
+                Ok(decided) => decided,
+                Err(refused) => return Ok(Err(refused)),
+            };
+            let n = tx.attempts(id)?.last().map_or(0, |a| a.n);
+            commit(tx, &session, n, &next, &now())?;
+            Ok(Ok(next))
+        })?;
+        let next = match decided {
+            Ok(next) => next,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let reports = self.ask_owed(id)?;
-        let mut t = self.finish_end(id, why)?;
+        let mut t = if next.state().is_over() {
+            self.finish_end(id)?
+        } else {
+            let attempt = self.store.read(|tx| latest_attempt(tx, id))?.n;
+            Transition {
+                closes_owed: self.owed(id)?,
+                ..Transition::new(id, next.state(), attempt)
+            }
+        };
         t.reports = reports;
-        Ok(t)
+        Ok(Ok(t))
     }
 
     /// The reset, run once the members have been asked: the transition a
     /// stop, a Revoke All or an agent's interruption shows.
-    fn finish_end(&mut self, id: &str, why: EndReason) -> Result<Transition, Error> {
-        let (state, attempt, reset, outcome) = self.store.write(|tx| {
+    fn finish_end(&mut self, id: &str) -> Result<Transition, Error> {
+        let (session, state, attempt, reset) = self.store.write(|tx| {
             let session = load(tx, id)?;
-            let (state, reset) = confirm::reset(tx, &session, why, session.outcome.as_deref())?;
-            Ok((state, latest_attempt(tx, id)?.n, reset, session.outcome))
+            let (state, reset) = confirm::reset(tx, &session)?;
+            Ok((session, state, latest_attempt(tx, id)?.n, reset))
         })?;
         Ok(Transition {
-            end_reason: Some(why),
-            outcome,
+            end_reason: session.end_reason,
+            outcome: session.outcome,
             reset,
             closes_owed: self.owed(id)?,
             ..Transition::new(id, state, attempt)
@@ -608,14 +511,12 @@ impl<'a> Lifecycle<'a> {
         })
     }
 
-    /// `sandbox attach`: a client attached; idle time counts from now.
+    /// `sandbox attach`: a client attached; idle time counts from now
+    /// (nothing changes for a session that is over).
     pub fn attach(&mut self, id: &str) -> Result<Status, Error> {
         self.store.write(|tx| {
-            let session = load(tx, id)?;
-            if !session.state.is_over() {
-                tx.touch(id, &now())?;
-            }
-            Ok(())
+            let (session, next) = decide(tx, id, Event::Attach)??;
+            commit(tx, &session, 0, &next, &now())
         })?;
         status(self.store, id)
     }
@@ -624,6 +525,445 @@ impl<'a> Lifecycle<'a> {
     pub fn status(&self, id: &str) -> Result<Status, Error> {
         status(self.store, id)
     }
+
+    /// `sandbox trust`: what a running session trusts, one PEM bundle: the
+    /// CAs of its current attempt that are live (not reported destroyed,
+    /// and not made by a gateway process that has since restarted: its
+    /// start report says so).
+    pub fn trust(&self, id: &str) -> Result<String, Error> {
+        self.store.read(|tx| decide(tx, id, Event::Trust))??;
+        let status = status(self.store, id)?;
+        let mut bundle = String::new();
+        if let Some(current) = status
+            .attempts
+            .iter()
+            .rev()
+            .find(|a| a.attempt.end_cause != Some(AttemptEnd::StartFailed))
+        {
+            for ca in current.ca.iter().filter(|c| c.destroyed_at.is_none()) {
+                bundle.push_str(&ca.cert_pem);
+            }
+        }
+        Ok(bundle.trim_end().to_owned())
+    }
+}
+
+/// The machine's decision on `event` for session `id` as stored now: the
+/// session and the transition, or (inside) the command's error.
+fn decide(tx: &Tx<'_>, id: &str, event: Event) -> Result<Result<(Session, Next), Error>, Error> {
+    let session = tx.session(id)?;
+    let state = session.as_ref().map(|s| s.state);
+    // With no session the machine reads no mode.
+    let mode = session.as_ref().map_or(Mode::Agent, |s| s.mode);
+    Ok(match (machine::next(state, mode, event), session) {
+        (Ok(next), Some(session)) => Ok((session, next)),
+        (Err(refusal), _) => Err(refusal.error(id, state)),
+        // Only a start applies to no session, and a start is not decided
+        // here.
+        (Ok(_), None) => Err(Refusal::NotFound.error(id, None)),
+    })
+}
+
+/// Do what `next` decides for `session` (`n`: the attempt it concerns) at
+/// `at`: end the attempt, withdraw the pending approvals and owe the
+/// closes its step says, then write the state. The one place a decided
+/// transition of a session that exists is committed.
+fn commit(tx: &Tx<'_>, session: &Session, n: u32, next: &Next, at: &str) -> Result<(), Error> {
+    let id = &session.id;
+    match next.step() {
+        Step::Nothing => return Ok(()),
+        Step::Touch | Step::Open(_) | Step::Run | Step::Reset => {}
+        Step::Drop { end, close } => {
+            tx.end_attempt(id, n, end, at)?;
+            tx.withdraw_proposals(id, at)?;
+            owe_closes(tx, id, Some(n), close)?;
+        }
+        Step::End { attempt, close, .. } => {
+            if let Some(end) = attempt {
+                tx.end_attempt(id, n, end, at)?;
+            }
+            tx.withdraw_proposals(id, at)?;
+            owe_closes(tx, id, None, close)?;
+        }
+    }
+    tx.apply(id, next, at)
+}
+
+/// A start's checks against the store, before any gateway is asked: every
+/// name on the egress list, every secret there, no source of a session
+/// that has not ended.
+fn check_start(
+    tx: &Tx<'_>,
+    tenant: &str,
+    sources: &[std::net::IpAddr],
+    allow: &[String],
+    attach: &[AttachSpec],
+) -> Result<(), Error> {
+    let egress: BTreeSet<String> = tx.egress_names()?.into_iter().collect();
+    if let Some(name) = allow.iter().find(|n| !egress.contains(*n)) {
+        return Err(Error::DestinationNotAllowed { name: name.clone() });
+    }
+    for spec in attach {
+        if !tx.secret_exists(tenant, &spec.secret)? {
+            return Err(Error::SecretNotFound {
+                tenant: tenant.to_owned(),
+                name: spec.secret.clone(),
+            });
+        }
+    }
+    for live in tx.live_sessions()? {
+        if let Some(addr) = sources.iter().find(|a| live.sources.contains(a)) {
+            return Err(Error::SourceInUse {
+                source_addr: addr.to_string(),
+                session_id: live.id,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What a resume or recovery opens with.
+struct StillAllowed {
+    /// The names the session asked for still on the egress list.
+    allowlist: Vec<String>,
+    /// The attachments whose secret still exists and whose destination is
+    /// still listed.
+    attach: Vec<AttachSpec>,
+    left_out: Vec<LeftOut>,
+}
+
+/// What a resume or recovery of `session` opens with, now.
+fn still_allowed(tx: &Tx<'_>, session: &Session) -> Result<StillAllowed, Error> {
+    let egress: BTreeSet<String> = tx.egress_names()?.into_iter().collect();
+    let mut left_out = Vec::new();
+    let mut allowlist = Vec::new();
+    for name in &session.allow {
+        if egress.contains(name) {
+            allowlist.push(name.clone());
+        } else {
+            left_out.push(LeftOut {
+                kind: "destination",
+                name: name.clone(),
+                destination: None,
+                why: "no longer on the egress list",
+            });
+        }
+    }
+    let mut attach = Vec::new();
+    for spec in &session.attach {
+        let why = if !allowlist.contains(&spec.destination) {
+            Some("its destination is no longer on the egress list")
+        } else if !tx.secret_exists(&session.tenant, &spec.secret)? {
+            Some("the secret was deleted")
+        } else {
+            None
+        };
+        match why {
+            None => attach.push(spec.clone()),
+            Some(why) => left_out.push(LeftOut {
+                kind: "attachment",
+                name: spec.secret.clone(),
+                destination: Some(spec.destination.clone()),
+                why,
+            }),
+        }
+    }
+    Ok(StillAllowed {
+        allowlist,
+        attach,
+        left_out,
+    })
+}
+
+/// Record attempt `n` of `session` in flight, as `next` (an open) decided,
+/// and make the request the members are asked: the attachments with their
+/// values read now, and the Lock's rules as they stand now (the gateway
+/// counts first_use afresh under this authority).
+fn open_attempt(
+    tx: &Tx<'_>,
+    session: &Session,
+    n: u32,
+    next: &Next,
+    allowlist: &[String],
+    attach: &[AttachSpec],
+    relay_public_key: Option<[u8; 32]>,
+) -> Result<OpenSession, Error> {
+    let Step::Open(cause) = next.step() else {
+        return Err(Error::Store(format!(
+            "session {}: {:?} records no attempt",
+            session.id,
+            next.step()
+        )));
+    };
+    let lock = tx.lock_rules()?;
+    tx.insert_attempt(
+        &session.id,
+        &Attempt {
+            n,
+            cause,
+            started_at: now(),
+            ended_at: None,
+            end_cause: None,
+            allowlist: allowlist.to_vec(),
+            attachments: attach.to_vec(),
+            lock: lock.clone(),
+            relay_public_key: relay_public_key.map(hex::encode),
+        },
+    )?;
+    let mut attachments = Vec::new();
+    for spec in attach {
+        let value = tx
+            .secret_value(&session.tenant, &spec.secret)?
+            .ok_or_else(|| Error::SecretNotFound {
+                tenant: session.tenant.clone(),
+                name: spec.secret.clone(),
+            })?;
+        attachments.push(Attachment {
+            secret: spec.secret.clone(),
+            destination: spec.destination.clone(),
+            header: spec.header.clone(),
+            scheme: spec.scheme.clone(),
+            value,
+        });
+    }
+    Ok(OpenSession {
+        session_id: session.id.clone(),
+        attempt: n,
+        tenant: session.tenant.clone(),
+        sources: session.sources.clone(),
+        allowlist: allowlist.to_vec(),
+        attachments,
+        cause,
+        lock,
+        relay_public_key,
+    })
+}
+
+/// Whether attempt `n` of session `id` is recorded and not ended.
+fn in_flight(tx: &Tx<'_>, id: &str, n: u32) -> Result<bool, Error> {
+    Ok(tx
+        .attempts(id)?
+        .iter()
+        .any(|a| a.n == n && a.ended_at.is_none()))
+}
+
+/// What the answers to an open came to.
+struct Answered {
+    state: State,
+    ca: Vec<CaView>,
+    unreached: Vec<Unreached>,
+    /// `Err`: the command's error (the open failed, or its answers came
+    /// when its session had moved on).
+    result: Result<(), Error>,
+}
+
+/// Record the members' answers to the open of attempt `n` of session `id`
+/// (see the module docs): the CAs made, the closes owed to the members
+/// that did not answer or answered something that does not hold together,
+/// and the machine's decision on the answers, committed.
+fn record_open(
+    tx: &Tx<'_>,
+    id: &str,
+    n: u32,
+    replies: &[Reply<Opened>],
+) -> Result<Answered, Error> {
+    let at = now();
+    let read = read_replies(replies);
+    for made in &read.made {
+        tx.insert_ca(
+            id,
+            &CaEvent {
+                attempt: n,
+                gateway_id: made.opened.gateway_id.clone(),
+                digest: made.digest.clone(),
+                cert_pem: made.opened.ca_cert_pem.clone(),
+                made_at: at.clone(),
+                instance: Some(made.opened.instance.clone()).filter(|i| !i.is_empty()),
+                destroyed_at: None,
+                destroy_reason: None,
+                destroy_report: None,
+            },
+        )?;
+        if !made.opened.instance.is_empty() {
+            let o = &made.opened;
+            tx.gateway_seen(&o.gateway_id, &o.instance, o.lease_ms, &at)?;
+        }
+    }
+    // A member that did not answer, or answered something that does not
+    // hold together, may have opened it all the same: owe it a close, and
+    // its lease ends it meanwhile. Named as the link names it (its id, or
+    // its address as given); a link given no gateway has no member.
+    let unsure = read
+        .unreached
+        .iter()
+        .map(|u| &u.gateway)
+        .chain(&read.garbled);
+    for member in unsure.filter(|m| names::gateway_id(m).is_ok() && *m != NO_GATEWAY) {
+        tx.insert_close_task(id, n, member, CloseReason::End, &at)?;
+    }
+    let session = load(tx, id)?;
+    let event = match read.failure {
+        None => Event::Opened,
+        Some(_) => Event::OpenFailed,
+    };
+    let still = in_flight(tx, id, n)?;
+    let decided = machine::next(Some(session.state), session.mode, event).and_then(|next| {
+        // An open `serve` gave up is not in flight, whatever the session's
+        // state says now (a newer open, say).
+        if still {
+            Ok(next)
+        } else {
+            Err(Refusal::NotOpening)
+        }
+    });
+    let ca: Vec<CaView> = read
+        .made
+        .iter()
+        .map(|m| CaView {
+            gateway_id: m.opened.gateway_id.clone(),
+            digest: m.digest.clone(),
+        })
+        .collect();
+    let (state, result) = match decided {
+        Ok(next) => {
+            commit(tx, &session, n, &next, &at)?;
+            (next.state(), read.failure.map_or(Ok(()), Err))
+        }
+        Err(refusal) => {
+            let made: Vec<String> = ca.iter().map(|c| c.gateway_id.clone()).collect();
+            settle_late(tx, &session, n, AttemptEnd::SessionEnded, &made, &at)?;
+            (session.state, Err(refusal.error(id, Some(session.state))))
+        }
+    };
+    Ok(Answered {
+        state,
+        ca,
+        unreached: read.unreached,
+        result,
+    })
+}
+
+/// An open's answers, or its deadline, that found its session no longer
+/// opening (it ended meanwhile, or `serve` gave the open up): the attempt
+/// ends (`end`) if it has not, a close is owed to every member in
+/// `members` (again, if one of that attempt was settled before its CA was
+/// recorded), and the reset of a session that is over runs again.
+fn settle_late(
+    tx: &Tx<'_>,
+    session: &Session,
+    n: u32,
+    end: AttemptEnd,
+    members: &[String],
+    at: &str,
+) -> Result<(), Error> {
+    if in_flight(tx, &session.id, n)? {
+        tx.end_attempt(&session.id, n, end, at)?;
+    }
+    let close = match session.end_reason {
+        Some(EndReason::RevokeAll) => CloseReason::RevokeAll,
+        _ => CloseReason::End,
+    };
+    for member in members {
+        tx.owe_close_again(&session.id, n, member, close, at)?;
+    }
+    confirm::reevaluate(tx, &session.id)
+}
+
+/// A CA a member made, its answer checked.
+struct Made {
+    opened: Opened,
+    /// SHA-384 of the certificate, recomputed from its PEM.
+    digest: String,
+}
+
+/// The members' answers to an open, read.
+struct Replies {
+    made: Vec<Made>,
+    unreached: Vec<Unreached>,
+    /// Members whose answer did not hold together (or did not parse): they
+    /// may hold the authority.
+    garbled: Vec<String>,
+    /// Why the open failed, if it did: the first refusal or answer that
+    /// does not hold together, in the members' order; with none, no member
+    /// opened (the first unreachable member's error).
+    failure: Option<Error>,
+}
+
+/// Check each member's answer to an open: a CA whose stated digest is the
+/// certificate's, from a well-formed gateway id that answers once.
+fn read_replies(replies: &[Reply<Opened>]) -> Replies {
+    let mut out = Replies {
+        made: Vec::new(),
+        unreached: Vec::new(),
+        garbled: Vec::new(),
+        failure: None,
+    };
+    let mut first_unreachable = None;
+    for r in replies {
+        let o = match &r.result {
+            Ok(o) => o,
+            Err(e @ LinkError::Unreachable(_)) => {
+                out.unreached.push(Unreached {
+                    gateway: r.member.clone(),
+                    error: e.to_string(),
+                });
+                first_unreachable.get_or_insert_with(|| e.clone());
+                continue;
+            }
+            Err(e) => {
+                if matches!(e, LinkError::Invalid { .. }) {
+                    out.garbled.push(r.member.clone());
+                }
+                out.failure.get_or_insert_with(|| Error::Link(e.clone()));
+                continue;
+            }
+        };
+        match check_opened(o, &out.made) {
+            Ok(digest) => out.made.push(Made {
+                opened: o.clone(),
+                digest,
+            }),
+            Err(e) => {
+                out.garbled.push(r.member.clone());
+                out.failure.get_or_insert(e);
+            }
+        }
+    }
+    if out.failure.is_none() && out.made.is_empty() {
+        out.failure = Some(match first_unreachable {
+            Some(e) => Error::Link(e),
+            None => Error::GatewayReplyInvalid {
+                gateway_id: "(none)".into(),
+                reason: "no gateway opened the session".into(),
+            },
+        });
+    }
+    out
+}
+
+/// The digest of the CA in `o`, if the answer holds together (`made`: the
+/// answers read before it).
+fn check_opened(o: &Opened, made: &[Made]) -> Result<String, Error> {
+    let bad = |reason: String| Error::GatewayReplyInvalid {
+        gateway_id: o
+            .gateway_id
+            .chars()
+            .take(names::MAX_GATEWAY_ID_LEN)
+            .collect(),
+        reason,
+    };
+    names::gateway_id(&o.gateway_id).map_err(|e| bad(e.to_string()))?;
+    if made.iter().any(|m| m.opened.gateway_id == o.gateway_id) {
+        return Err(bad("the gateway answered twice".into()));
+    }
+    let digest = pem_digest(&o.ca_cert_pem).map_err(bad)?;
+    if !digest.eq_ignore_ascii_case(&o.ca_digest) {
+        return Err(bad(format!(
+            "the stated CA digest {} is not the certificate's ({digest})",
+            o.ca_digest
+        )));
+    }
+    Ok(digest)
 }
 
 /// Check the idle settings of a start request (spec: "Idle timeout"). In
@@ -669,26 +1009,6 @@ fn idle_settings(req: &StartRequest) -> Result<(Option<u32>, Option<IdleAction>)
             Ok((Some(secs), Some(action)))
         }
     }
-}
-
-/// Commit a session's end: state `stopping`, why, every pending approval
-/// withdrawn, the running attempt ended, and a close owed to every member
-/// whose CA, of any attempt, is not yet confirmed destroyed.
-fn commit_end(
-    tx: &Tx<'_>,
-    session: &Session,
-    why: EndReason,
-    outcome: Option<&str>,
-    close: CloseReason,
-) -> Result<(), Error> {
-    let at = now();
-    let attempt = latest_attempt(tx, &session.id)?;
-    if attempt.ended_at.is_none() {
-        tx.end_attempt(&session.id, attempt.n, AttemptEnd::SessionEnded, &at)?;
-    }
-    tx.withdraw_proposals(&session.id, &at)?;
-    tx.set_ended(&session.id, State::Stopping, why, outcome, &at)?;
-    owe_closes(tx, &session.id, None, close)
 }
 
 /// Owe a close to every member whose CA of `attempt` (of every attempt when
@@ -820,172 +1140,17 @@ pub(crate) fn load(tx: &Tx<'_>, id: &str) -> Result<Session, Error> {
     })
 }
 
+/// The session's latest attempt that opened, or its first (a start that
+/// failed).
 fn latest_attempt(tx: &Tx<'_>, id: &str) -> Result<Attempt, Error> {
-    tx.attempts(id)?
-        .into_iter()
+    let attempts = tx.attempts(id)?;
+    attempts
+        .iter()
         .rev()
         .find(|a| a.end_cause != Some(AttemptEnd::StartFailed))
+        .or(attempts.first())
+        .cloned()
         .ok_or_else(|| Error::Store(format!("session {id} has no attempt")))
-}
-
-/// What an open made.
-struct Opened {
-    ca: Vec<CaView>,
-    unreached: Vec<Unreached>,
-}
-
-/// What a transition reaches the gateways with.
-struct Ctx<'a> {
-    link: &'a dyn GatewayLink,
-    opening: &'a Opening,
-    relay_public_key: Option<[u8; 32]>,
-}
-
-impl Ctx<'_> {
-    /// Open attempt `n` on the gateways, with values read now, and record
-    /// the attempt, the CAs made, and the closes owed to the members that
-    /// could not be reached.
-    fn open(
-        &self,
-        tx: &Tx<'_>,
-        session: &Session,
-        n: u32,
-        cause: OpenCause,
-        allowlist: &[String],
-        attach: &[AttachSpec],
-    ) -> Result<Opened, Error> {
-        let at = now();
-        // The rules as they stand now travel with the session; the gateway
-        // counts first_use afresh under this authority.
-        let lock = tx.lock_rules()?;
-        tx.insert_attempt(
-            &session.id,
-            &Attempt {
-                n,
-                cause,
-                started_at: at.clone(),
-                ended_at: None,
-                end_cause: None,
-                allowlist: allowlist.to_vec(),
-                attachments: attach.to_vec(),
-                lock: lock.clone(),
-                relay_public_key: self.relay_public_key.map(hex::encode),
-            },
-        )?;
-        let mut attachments = Vec::new();
-        for spec in attach {
-            let value = tx
-                .secret_value(&session.tenant, &spec.secret)?
-                .ok_or_else(|| Error::SecretNotFound {
-                    tenant: session.tenant.clone(),
-                    name: spec.secret.clone(),
-                })?;
-            attachments.push(Attachment {
-                secret: spec.secret.clone(),
-                destination: spec.destination.clone(),
-                header: spec.header.clone(),
-                scheme: spec.scheme.clone(),
-                value,
-            });
-        }
-        let req = OpenSession {
-            session_id: session.id.clone(),
-            attempt: n,
-            tenant: session.tenant.clone(),
-            sources: session.sources.clone(),
-            allowlist: allowlist.to_vec(),
-            attachments,
-            cause,
-            lock,
-            relay_public_key: self.relay_public_key,
-        };
-        let replies = self.link.open(&req);
-        drop(req);
-        if replies.iter().any(|r| r.result.is_ok()) {
-            self.opening.set(Some((session.id.clone(), n)));
-        }
-        // A refusal or a reply that does not hold together fails the whole
-        // open (the transition then closes what opened); members that did
-        // not answer do not.
-        let mut out = Opened {
-            ca: Vec::new(),
-            unreached: Vec::new(),
-        };
-        let mut first_unreachable = None;
-        for r in &replies {
-            let o = match &r.result {
-                Ok(o) => o,
-                Err(e @ LinkError::Unreachable(_)) => {
-                    out.unreached.push(Unreached {
-                        gateway: r.member.clone(),
-                        error: e.to_string(),
-                    });
-                    first_unreachable.get_or_insert_with(|| e.clone());
-                    continue;
-                }
-                Err(e) => return Err(Error::Link(e.clone())),
-            };
-            let bad = |reason: String| Error::GatewayReplyInvalid {
-                gateway_id: o
-                    .gateway_id
-                    .chars()
-                    .take(names::MAX_GATEWAY_ID_LEN)
-                    .collect(),
-                reason,
-            };
-            names::gateway_id(&o.gateway_id).map_err(|e| bad(e.to_string()))?;
-            if out.ca.iter().any(|c: &CaView| c.gateway_id == o.gateway_id) {
-                return Err(bad("the gateway answered twice".into()));
-            }
-            let digest = pem_digest(&o.ca_cert_pem).map_err(bad)?;
-            if !digest.eq_ignore_ascii_case(&o.ca_digest) {
-                return Err(bad(format!(
-                    "the stated CA digest {} is not the certificate's ({digest})",
-                    o.ca_digest
-                )));
-            }
-            tx.insert_ca(
-                &session.id,
-                &CaEvent {
-                    attempt: n,
-                    gateway_id: o.gateway_id.clone(),
-                    digest: digest.clone(),
-                    cert_pem: o.ca_cert_pem.clone(),
-                    made_at: at.clone(),
-                    instance: Some(o.instance.clone()).filter(|i| !i.is_empty()),
-                    destroyed_at: None,
-                    destroy_reason: None,
-                    destroy_report: None,
-                },
-            )?;
-            if !o.instance.is_empty() {
-                tx.gateway_seen(&o.gateway_id, &o.instance, o.lease_ms, &at)?;
-            }
-            out.ca.push(CaView {
-                gateway_id: o.gateway_id.clone(),
-                digest,
-            });
-        }
-        if out.ca.is_empty() {
-            return Err(match first_unreachable {
-                Some(e) => Error::Link(e),
-                None => Error::GatewayReplyInvalid {
-                    gateway_id: "(none)".into(),
-                    reason: "no gateway opened the session".into(),
-                },
-            });
-        }
-        // A member that did not answer may have opened it all the same:
-        // owe it a close, and its lease ends it meanwhile.
-        for u in &out.unreached {
-            // Named by its id (an address given without one is not a
-            // gateway id: nothing to key a close on).
-            if names::gateway_id(&u.gateway).is_ok() {
-                tx.insert_close_task(&session.id, n, &u.gateway, CloseReason::End, &at)?;
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// SHA-384 (hex) of the DER of the one certificate in `pem`.

@@ -71,6 +71,10 @@ pub trait GatewayLink {
     fn distrust(&self, _gateway_id: &str) {}
 }
 
+/// The member a link given no gateway answers as (its one reply says so):
+/// no gateway, so nothing is owed to it.
+pub const NO_GATEWAY: &str = "(none)";
+
 /// A member (gateway id) and the (session, attempt) pairs whose leases it
 /// is asked to renew.
 pub type MemberLeases = (String, Vec<(String, u32)>);

@@ -7,8 +7,6 @@
 //! where it has one ("Sandbox sessions": states, attempt causes and ends;
 //! "The sandbox reset": step names).
 
-use std::fmt;
-
 macro_rules! words {
     ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $word:literal,)* }) => {
         $(#[$meta])*
@@ -37,8 +35,8 @@ macro_rules! words {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
@@ -59,6 +57,10 @@ macro_rules! words {
     };
 }
 
+/// The same closed-vocabulary enums elsewhere in the crate (the state
+/// machine's events).
+pub(crate) use words;
+
 words! {
     /// How a session runs (spec: "Modes").
     pub enum Mode {
@@ -72,17 +74,33 @@ words! {
 }
 
 words! {
-    /// A session's state, as the store keeps it.
+    /// A session's state, as the store keeps it. What moves a session from
+    /// one to another is [`crate::machine::next`], and nothing else.
     ///
-    /// `launching`, `pausing` and `resuming` never reach the store here:
-    /// those transitions run in one store transaction each, so they are
-    /// either done or not. `stopping` does: a stop or Revoke All commits
-    /// the end first, then asks every gateway to close. `failed` needs an
-    /// instance that failed to launch, which the control stub does not run.
+    /// `launching`, `resuming` and `recovering` are an open in flight: the
+    /// attempt is recorded and the members are being asked (or were, by a
+    /// process that stopped before it recorded their answers). `pausing`
+    /// never reaches the store: a pause commits at once, and the members'
+    /// answers only settle the closes it owes. `failed` needs an instance
+    /// that failed to launch, which the control stub does not run: a start
+    /// no member opens ends (`start_failed`) through the reset like any
+    /// other end.
     pub enum State {
+        /// A start is committed (attempt 1, cause `launch`); the members
+        /// are asked to open (spec: `launching`).
+        Launching => "launching",
         Running => "running",
         Paused => "paused",
+        /// A resume is committed (a new attempt, cause `resume`); the
+        /// members are asked to open (spec: `resuming`). It returns to
+        /// `paused` if none opens.
+        Resuming => "resuming",
         Interrupted => "interrupted",
+        /// A recovery is committed (a new attempt, cause `recovery`); the
+        /// members are asked to open. The spec has no word of its own for
+        /// it (its `resuming` is a resume's); it returns to `interrupted`
+        /// if none opens.
+        Recovering => "recovering",
         /// The end is committed (tokens revoked, approvals withdrawn); the
         /// reset runs (spec: `stopping`).
         Stopping => "stopping",
@@ -104,6 +122,12 @@ impl State {
             self,
             State::Stopping | State::Ended | State::ResetIncomplete
         )
+    }
+
+    /// True while an open is in flight: committed, its answers not yet
+    /// recorded.
+    pub fn is_opening(self) -> bool {
+        matches!(self, State::Launching | State::Resuming | State::Recovering)
     }
 }
 
@@ -144,8 +168,9 @@ words! {
         Paused => "paused",
         Interrupted => "interrupted",
         SessionEnded => "session_ended",
-        /// A resume or recovery that no gateway opened: the session stays
-        /// (or returns to) paused or interrupted.
+        /// An open that no gateway made (or that one refused, or whose
+        /// answers never came): a resume or recovery returns to paused or
+        /// interrupted, a start ends the session (`start_failed`).
         StartFailed => "start_failed",
     }
 }
@@ -165,6 +190,9 @@ words! {
         IdleTimeout => "idle_timeout",
         /// The session stayed paused for 7 days.
         PausedTooLong => "paused_too_long",
+        /// Its start opened on no member (none answered, one refused, or
+        /// the answers never came): the session ended before it ran.
+        StartFailed => "start_failed",
     }
 }
 
@@ -233,6 +261,12 @@ pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
 pub mod limits {
     use std::time::Duration;
 
+    /// How long an open may stay in flight before `serve` gives it up (the
+    /// process that committed it stopped before it recorded the members'
+    /// answers). Far longer than a live open takes: the link's deadlines
+    /// (3 s to connect, 4 s per call, all members at once) and the store's
+    /// busy timeout (10 s) for recording the answers.
+    pub const OPEN_DEADLINE: Duration = Duration::from_secs(60);
     /// An interrupted session in mode commands waits this long to recover.
     pub const INTERRUPTION_WAIT: Duration = Duration::from_secs(30 * 60);
     /// A session is paused for at most this long.

@@ -24,13 +24,19 @@
 //!    a failure is asked again after a delay that doubles up to a minute
 //!    ([`crate::confirm`]). The owed closes live in the store, so they
 //!    survive a restart of `serve`.
-//! 4. **The spec's time-driven events**, against the clock passed in
-//!    (tests move it): an interrupted session in mode commands that has not
-//!    recovered within 30 minutes ends (`interruption_lost`, outcome
-//!    `outcome_unknown`); a session paused for 7 days ends
-//!    (`paused_too_long`); a running session in mode commands idle for its
-//!    idle timeout (no start, resume, recovery or attach since) pauses or
-//!    ends (`idle_timeout`), as its `idle_action` says.
+//! 4. **The time-driven events**, against the clock passed in (tests move
+//!    it), each an event the state machine decides ([`crate::machine`];
+//!    one it refuses — the session moved on since it was found due — is
+//!    left alone): an open in flight for longer than
+//!    [`limits::OPEN_DEADLINE`] is given up (`open_timed_out`: the process
+//!    that committed it stopped before it recorded the members' answers;
+//!    see [`crate::lifecycle`]); and the spec's: an interrupted session in
+//!    mode commands that has not recovered within 30 minutes ends
+//!    (`interruption_lost`, outcome `outcome_unknown`); a session paused
+//!    for 7 days ends (`paused_too_long`); a running session in mode
+//!    commands idle for its idle timeout (no start, resume, recovery or
+//!    attach since) pauses or ends (`idle_timeout`), as its `idle_action`
+//!    says.
 //! 5. **Certificates**: every session over whose certificate is not issued
 //!    has its reset re-run and, once complete, its certificate issued
 //!    ([`crate::certificate::issue`]).
@@ -53,7 +59,8 @@ use std::time::{Duration, SystemTime};
 use crate::error::Error;
 use crate::lifecycle::{ask_closes, Lifecycle};
 use crate::link::{GatewayLink, ReportVerifier};
-use crate::model::{limits, CloseAttempt, EndReason, IdleAction, Mode, Renewal, State};
+use crate::machine::Event;
+use crate::model::{limits, CloseAttempt, IdleAction, Renewal, State};
 use crate::store::Store;
 
 /// How often the loop looks, by default: closes owed are asked at most
@@ -266,7 +273,7 @@ impl Upkeep<'_> {
             let t = humantime::parse_rfc3339(stamp?).ok()?;
             now.duration_since(t).ok()
         };
-        let (interrupted, paused, running) = self.store.read(|tx| {
+        let (opens, interrupted, paused, running) = self.store.read(|tx| {
             let mut interrupted = Vec::new();
             for s in tx.sessions_in(&[State::Interrupted])? {
                 let at = tx.attempts(&s.id)?.last().and_then(|a| a.ended_at.clone());
@@ -283,11 +290,30 @@ impl Upkeep<'_> {
                     .and_then(|a| a.ended_at);
                 paused.push((s, at));
             }
-            Ok((interrupted, paused, tx.sessions_in(&[State::Running])?))
+            Ok((
+                tx.opens_in_flight()?,
+                interrupted,
+                paused,
+                tx.sessions_in(&[State::Running])?,
+            ))
         })?;
+        for (id, n, began) in opens {
+            if since(Some(&began)).is_some_and(|d| d >= limits::OPEN_DEADLINE)
+                && self.life().give_up_open(&id, n)?
+            {
+                report.events.push((
+                    id,
+                    format!("open_timed_out: attempt {n} had no answers within 60 s"),
+                ));
+            }
+        }
         for (s, at) in interrupted {
-            if since(at.as_deref()).is_some_and(|d| d >= limits::INTERRUPTION_WAIT) {
-                self.life().end(&s.id, EndReason::InterruptionLost)?;
+            if since(at.as_deref()).is_some_and(|d| d >= limits::INTERRUPTION_WAIT)
+                && self
+                    .life()
+                    .time_event(&s.id, Event::InterruptionLost)?
+                    .is_some()
+            {
                 report.events.push((
                     s.id,
                     "interruption_lost: not recovered within 30 minutes".into(),
@@ -295,36 +321,31 @@ impl Upkeep<'_> {
             }
         }
         for (s, at) in paused {
-            if since(at.as_deref()).is_some_and(|d| d >= limits::PAUSE_LIMIT) {
-                self.life().end(&s.id, EndReason::PausedTooLong)?;
+            if since(at.as_deref()).is_some_and(|d| d >= limits::PAUSE_LIMIT)
+                && self
+                    .life()
+                    .time_event(&s.id, Event::PausedTooLong)?
+                    .is_some()
+            {
                 report
                     .events
                     .push((s.id, "paused_too_long: paused for 7 days".into()));
             }
         }
         for s in running {
-            let (Mode::Commands, Some(secs), Some(action)) =
-                (s.mode, s.idle_timeout_seconds, s.idle_action)
-            else {
+            let (Some(secs), Some(action)) = (s.idle_timeout_seconds, s.idle_action) else {
                 continue;
             };
             let idle = since(s.last_activity_at.as_deref().or(Some(&s.created_at)));
             if idle.is_none_or(|d| d < Duration::from_secs(u64::from(secs))) {
                 continue;
             }
-            match action {
-                IdleAction::Pause => {
-                    self.life().pause(&s.id)?;
-                    report
-                        .events
-                        .push((s.id, format!("idle_timeout_pause after {secs} s")));
-                }
-                IdleAction::End => {
-                    self.life().end(&s.id, EndReason::IdleTimeout)?;
-                    report
-                        .events
-                        .push((s.id, format!("idle_timeout_end after {secs} s")));
-                }
+            let (event, what) = match action {
+                IdleAction::Pause => (Event::IdleTimeoutPause, "idle_timeout_pause"),
+                IdleAction::End => (Event::IdleTimeoutEnd, "idle_timeout_end"),
+            };
+            if self.life().time_event(&s.id, event)?.is_some() {
+                report.events.push((s.id, format!("{what} after {secs} s")));
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ mod common;
 
 use common::{bin, dump, Env};
 use talos_control_stub::cli::main_with;
-use talos_control_stub::{FakeLink, FakeVerifier, Mode};
+use talos_control_stub::{EndReason, FakeLink, FakeVerifier, Mode, State};
 
 /// A value no command may print.
 const SECRET: &str = "s3cr3t-Zq9-UNMISTAKABLE-7731";
@@ -221,10 +221,30 @@ fn commands_that_need_the_gateways_fail_unreachable_without_a_link() {
         "--attach",
         "GH=api.github.com:authorization:Bearer",
     ];
-    refused(&db, &start, "gateway_unreachable");
     let mut with_gateway = vec!["--gateway", "127.0.0.1:7443"];
     with_gateway.extend(start);
-    refused(&db, &with_gateway, "gateway_unreachable");
+    for (args, ended) in [(&start[..], 1), (&with_gateway[..], 2)] {
+        let out = bin(&db, args, b"");
+        assert_eq!(out.status, 2, "{args:?}: {out:?}");
+        assert_eq!(out.code(), Some("gateway_unreachable"), "{out:?}");
+        // The start was recorded before any gateway was asked: it ended
+        // `start_failed`, having opened nothing (no CA). A close is owed
+        // to the address given, in case the open reached it unseen; none
+        // when no gateway was given.
+        let store = talos_control_stub::Store::open(&db).unwrap();
+        let sessions = store.read(|tx| tx.sessions_in(State::ALL)).unwrap();
+        assert_eq!(sessions.len(), ended, "{sessions:?}");
+        let mut owed = Vec::new();
+        for s in &sessions {
+            assert_eq!(s.state, State::Ended);
+            assert_eq!(s.end_reason, Some(EndReason::StartFailed));
+            let status = talos_control_stub::lifecycle::status(&store, &s.id).unwrap();
+            assert!(status.attempts.iter().all(|a| a.ca.is_empty()));
+            owed.extend(status.closes.into_iter().map(|c| c.gateway_id));
+        }
+        let want: &[&str] = if ended == 1 { &[] } else { &["127.0.0.1:7443"] };
+        assert_eq!(owed, want);
+    }
     let out = bin(&db, &with_gateway, b"");
     assert!(out.stderr.contains("127.0.0.1:7443"), "{out:?}");
 }

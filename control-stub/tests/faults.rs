@@ -9,9 +9,13 @@ use std::time::{Duration, SystemTime};
 
 use common::{request, Env, ACCEPT};
 use talos_control_stub::fake::Call;
+use talos_control_stub::link::{CloseAnswer, Described, Renewed, Reply};
 use talos_control_stub::model::AttemptEnd;
 use talos_control_stub::upkeep::Upkeep;
-use talos_control_stub::{confirm, EndReason, Mode, StartRequest, State};
+use talos_control_stub::{
+    confirm, CloseSession, EndReason, Error, GatewayLink, Lifecycle, Mode, OpenSession, Opened,
+    StartRequest, State, Transition,
+};
 
 /// One tick of the upkeep loop at `now` (renewing too when `renew`).
 fn tick(env: &mut Env, now: SystemTime, renew: bool) -> talos_control_stub::upkeep::TickReport {
@@ -353,7 +357,13 @@ fn the_idle_timeout_pauses_or_ends_and_an_attach_counts_as_activity() {
         let long_ago =
             humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(3600))
                 .to_string();
-        env.store.write(|tx| tx.touch(&id, &long_ago)).unwrap();
+        rusqlite::Connection::open(env.db())
+            .unwrap()
+            .execute(
+                "UPDATE sessions SET last_activity_at = ?2 WHERE id = ?1",
+                [&id, &long_ago],
+            )
+            .unwrap();
         // ...but a client attaches now: idle time counts from now.
         env.life().attach(&id).unwrap();
         let since = env
@@ -428,4 +438,215 @@ fn idle_settings_are_checked_at_start() {
     }
     assert_eq!(env.dump(), before);
     assert!(env.link.calls().is_empty());
+}
+
+/// The fake pair, with something done while an open is in flight: after
+/// the members opened, before their answers are back.
+struct Meanwhile<'a> {
+    pair: &'a talos_control_stub::FakeLink,
+    during_open: std::cell::RefCell<Option<Box<dyn FnOnce() + 'a>>>,
+}
+
+impl<'a> Meanwhile<'a> {
+    fn new(pair: &'a talos_control_stub::FakeLink, f: impl FnOnce() + 'a) -> Meanwhile<'a> {
+        Meanwhile {
+            pair,
+            during_open: std::cell::RefCell::new(Some(Box::new(f))),
+        }
+    }
+}
+
+impl GatewayLink for Meanwhile<'_> {
+    fn describe(&self) -> Vec<Reply<Described>> {
+        self.pair.describe()
+    }
+
+    fn open(&self, req: &OpenSession) -> Vec<Reply<Opened>> {
+        let replies = self.pair.open(req);
+        let during = self.during_open.borrow_mut().take();
+        if let Some(f) = during {
+            f();
+        }
+        replies
+    }
+
+    fn close(&self, req: &CloseSession, only: Option<&[String]>) -> Vec<Reply<CloseAnswer>> {
+        self.pair.close(req, only)
+    }
+
+    fn renew(&self, leases: &[talos_control_stub::link::MemberLeases]) -> Vec<Reply<Renewed>> {
+        self.pair.renew(leases)
+    }
+
+    fn decide(
+        &self,
+        gateway_id: &str,
+        decision: &talos_certs::Signed,
+    ) -> Result<String, talos_control_stub::LinkError> {
+        self.pair.decide(gateway_id, decision)
+    }
+}
+
+/// Register the fake pair's members, as first contact does.
+fn register(env: &mut Env) {
+    for id in ["gw-a", "gw-b"] {
+        let key = talos_certs::sha384_hex(id.as_bytes())[..64].to_owned();
+        env.store.register_gateway(id, &key).unwrap();
+    }
+}
+
+/// Run `open` (a start, resume or recovery) with a process that stops
+/// once the members opened, before it records their answers.
+fn crashes(env: &mut Env, open: impl FnOnce(&mut Lifecycle<'_>) -> Result<Transition, Error>) {
+    let crash = Meanwhile::new(&env.link, || {
+        panic!("test: the process stops before it records the answers")
+    });
+    let mut life = Lifecycle::new(&mut env.store, &crash, &ACCEPT);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(&mut life)));
+    assert!(ran.is_err(), "{ran:?}");
+}
+
+/// The only session in the store.
+fn only_session(env: &Env) -> String {
+    let all = env.store.read(|tx| tx.sessions_in(State::ALL)).unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    all[0].id.clone()
+}
+
+#[test]
+fn an_open_whose_process_stops_before_the_answers_is_given_up_and_closed() {
+    let mut env = Env::new().with_policy();
+    register(&mut env);
+    // The members open; the process stops before it records their answers.
+    crashes(&mut env, |life| life.start(&request(Mode::Commands)));
+    // What it committed first is there: the session launching, attempt 1
+    // in flight; the members hold an authority no CA of which is recorded
+    // (and no lease of which anyone renews).
+    let id = only_session(&env);
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state.as_str(), "launching");
+    assert_eq!(status.attempts.len(), 1);
+    assert!(status.attempts[0].attempt.ended_at.is_none());
+    assert!(env.link.member_holds("gw-a", &id) && env.link.member_holds("gw-b", &id));
+    // Within the deadline `serve` leaves it alone; past it, gives it up:
+    // the start ends start_failed, and every registered member is asked to
+    // close, their signed words settle it.
+    let now = SystemTime::now();
+    assert!(tick(&mut env, now + Duration::from_secs(30), false)
+        .events
+        .is_empty());
+    let r = tick(&mut env, now + Duration::from_secs(61), false);
+    assert_eq!(r.events.len(), 1, "{r:?}");
+    assert!(r.events[0].1.starts_with("open_timed_out"), "{r:?}");
+    assert!(!env.link.holds(&id));
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(
+        status.session.end_reason.map(|r| r.as_str()),
+        Some("start_failed")
+    );
+    assert_eq!(
+        status.attempts[0].attempt.end_cause,
+        Some(AttemptEnd::StartFailed)
+    );
+    assert_eq!(status.closes.len(), 2);
+    assert!(status.closes.iter().all(|c| c.confirmed_at.is_some()));
+
+    // A resume the same way returns to paused, and the next resume opens.
+    let id = env.start(Mode::Commands).session_id;
+    env.life().pause(&id).unwrap();
+    crashes(&mut env, |life| life.resume(&id));
+    assert_eq!(state(&mut env, &id).as_str(), "resuming");
+    assert_eq!(
+        env.life().resume(&id).unwrap_err().code(),
+        "sandbox_not_paused"
+    );
+    tick(&mut env, now + Duration::from_secs(61), false);
+    assert_eq!(state(&mut env, &id), State::Paused);
+    assert!(!env.link.holds(&id));
+    let t = env.life().resume(&id).unwrap();
+    assert_eq!((t.state, t.attempt, t.ca.len()), (State::Running, 3, 2));
+}
+
+#[test]
+fn a_stop_while_an_open_is_in_flight_ends_the_session_and_closes_what_the_open_made() {
+    let mut env = Env::new().with_policy();
+    let db = env.db();
+    let stopped = std::cell::RefCell::new(None);
+    // While the members open, another process stops the session: the
+    // start holds no store transaction while it calls them.
+    let pair = &env.link;
+    let meanwhile = Meanwhile::new(pair, || {
+        let mut other = talos_control_stub::Store::open(&db).unwrap();
+        let id = other
+            .read(|tx| tx.sessions_in(State::ALL))
+            .unwrap()
+            .remove(0)
+            .id;
+        let t = Lifecycle::new(&mut other, pair, &ACCEPT).stop(&id).unwrap();
+        *stopped.borrow_mut() = Some(t);
+    });
+    let err = Lifecycle::new(&mut env.store, &meanwhile, &ACCEPT)
+        .start(&request(Mode::Commands))
+        .unwrap_err();
+    drop(meanwhile);
+    // The stop was committed at once; its reset waited for the open.
+    let t = stopped.take().unwrap();
+    assert_eq!(t.state, State::ResetIncomplete);
+    assert!(
+        t.reset[3].error.as_deref().unwrap().contains("in flight"),
+        "{:#?}",
+        t.reset[3]
+    );
+    // The start's answers came to a session that had ended: recorded,
+    // closed, and the start fails.
+    assert_eq!(err.code(), "sandbox_ended", "{err}");
+    let id = t.session_id;
+    assert!(!env.link.holds(&id));
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.end_reason, Some(EndReason::Stop));
+    let attempt = &status.attempts[0];
+    assert_eq!(attempt.attempt.end_cause, Some(AttemptEnd::SessionEnded));
+    assert_eq!(attempt.ca.len(), 2);
+    assert!(attempt.ca.iter().all(|c| c.destroyed_at.is_some()));
+}
+
+#[test]
+fn answers_after_the_open_was_given_up_are_recorded_and_closed() {
+    let mut env = Env::new().with_policy();
+    register(&mut env);
+    let id = env.start(Mode::Commands).session_id;
+    env.life().pause(&id).unwrap();
+    let db = env.db();
+    let pair = &env.link;
+    // The answers are so late that `serve` gives the open up first.
+    let meanwhile = Meanwhile::new(pair, || {
+        let mut other = talos_control_stub::Store::open(&db).unwrap();
+        let r = Upkeep {
+            store: &mut other,
+            link: pair,
+            verifier: &ACCEPT,
+            plane_key: None,
+            relay_public_key: None,
+        }
+        .tick(SystemTime::now() + Duration::from_secs(61), false)
+        .unwrap();
+        assert_eq!(r.events.len(), 1, "{r:?}");
+    });
+    let err = Lifecycle::new(&mut env.store, &meanwhile, &ACCEPT)
+        .resume(&id)
+        .unwrap_err();
+    drop(meanwhile);
+    assert_eq!(err.code(), "gateway_unreachable", "{err}");
+    assert!(err.to_string().contains("given up"), "{err}");
+    // Still paused; the late attempt's CAs are recorded and closed.
+    assert!(!env.link.holds(&id));
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state, State::Paused);
+    let attempt = &status.attempts[1];
+    assert_eq!(attempt.attempt.end_cause, Some(AttemptEnd::StartFailed));
+    assert_eq!(attempt.ca.len(), 2);
+    assert!(attempt.ca.iter().all(|c| c.destroyed_at.is_some()));
+    assert!(status.closes.iter().all(|c| c.confirmed_at.is_some()));
 }

@@ -3,10 +3,13 @@
 
 mod common;
 
+use std::time::{Duration, SystemTime};
+
 use common::{request, Env};
 use talos_control_stub::error::LinkError;
 use talos_control_stub::fake::{Call, FakeVerifier, Tamper};
 use talos_control_stub::link::{CloseAnswer, Described, Renewed, Reply};
+use talos_control_stub::model::AttemptEnd;
 use talos_control_stub::{
     CloseReason, EndReason, GatewayLink, Mode, OpenCause, OpenSession, Opened, State,
 };
@@ -398,20 +401,62 @@ fn a_report_whose_signature_fails_confirms_nothing() {
     assert!(t.reset[..3].iter().all(|s| s.confirmed));
 }
 
+/// The one session a failed start left, as `sandbox status` shows it.
+fn failed_start(env: &Env) -> talos_control_stub::Status {
+    let ids: Vec<String> = env
+        .store
+        .read(|tx| tx.sessions_in(State::ALL))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    talos_control_stub::lifecycle::status(&env.store, &ids[0]).unwrap()
+}
+
 #[test]
-fn a_start_no_member_answers_changes_nothing() {
+fn a_start_no_member_opens_ends_start_failed_and_holds_nothing() {
+    // Unreachable: the start is recorded before the members are asked, so
+    // it ends `start_failed` with its attempt, a close owed to each member
+    // in case the open reached it unseen, and no CA.
     let mut env = Env::new().with_policy();
-    let before = env.dump();
     env.link
         .fail_with(Some(LinkError::Unreachable("test: no route".into())));
-    assert_eq!(
-        env.life()
-            .start(&request(Mode::Commands))
-            .unwrap_err()
-            .code(),
-        "gateway_unreachable"
-    );
-    assert_eq!(env.dump(), before);
+    let err = env.life().start(&request(Mode::Commands)).unwrap_err();
+    assert_eq!(err.code(), "gateway_unreachable");
+    assert!(err.to_string().contains("no route"), "{err}");
+    let status = failed_start(&env);
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.end_reason, Some(EndReason::StartFailed));
+    assert_eq!(status.attempts.len(), 1);
+    let attempt = &status.attempts[0];
+    assert_eq!(attempt.attempt.end_cause, Some(AttemptEnd::StartFailed));
+    assert!(attempt.ca.is_empty());
+    let owed: Vec<&str> = status
+        .closes
+        .iter()
+        .map(|c| c.gateway_id.as_str())
+        .collect();
+    assert_eq!(owed, ["gw-a", "gw-b"]);
+    assert!(status.closes.iter().all(|c| c.confirmed_at.is_none()));
+    // When they answer, they hold nothing: settled.
+    env.link.fail_with(None);
+    let r = talos_control_stub::upkeep::Upkeep {
+        store: &mut env.store,
+        link: &env.link,
+        verifier: &common::ACCEPT,
+        plane_key: None,
+        relay_public_key: None,
+    }
+    .tick(SystemTime::now() + Duration::from_secs(5), false)
+    .unwrap();
+    assert_eq!(r.closes_confirmed, 2, "{r:?}");
+    // It is over: its source is free for the next start.
+    let t = env.start(Mode::Commands);
+    assert_eq!(t.state, State::Running);
+
+    // Refused: a refusal is an answer, and holds nothing; no close is owed.
+    let mut env = Env::new().with_policy();
     env.link.fail_with(Some(LinkError::Refused {
         gateway_id: "gw-b".into(),
         reason: "busy".into(),
@@ -423,7 +468,11 @@ fn a_start_no_member_answers_changes_nothing() {
             .code(),
         "gateway_refused"
     );
-    assert_eq!(env.dump(), before);
+    let status = failed_start(&env);
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.end_reason, Some(EndReason::StartFailed));
+    assert!(status.closes.is_empty());
+    assert!(status.attempts[0].ca.is_empty());
 }
 
 #[test]
@@ -504,19 +553,32 @@ fn a_misstated_ca_digest_refuses_the_start_and_undoes_the_opening() {
         link,
     } = env;
     let lying = LyingLink(&link);
-    let before = common::dump(store.path());
     let err = talos_control_stub::Lifecycle::new(&mut store, &lying, &common::ACCEPT)
         .start(&request(Mode::Agent))
         .unwrap_err();
     assert_eq!(err.code(), "gateway_reply_invalid");
     assert!(err.to_string().contains("gw-b"), "{err}");
-    assert_eq!(common::dump(store.path()), before);
     let opened = link.last_open().unwrap();
     assert!(!link.holds(&opened.session_id), "the opening was undone");
+    // Both were asked to close: gw-a, whose CA is recorded, and gw-b,
+    // whose answer did not hold together (it may hold the authority).
     match link.calls().last().unwrap() {
-        Call::Close(c, None) => assert_eq!(c.reason, CloseReason::End),
+        Call::Close(c, Some(members)) => {
+            assert_eq!(c.reason, CloseReason::End);
+            assert_eq!(members, &["gw-a", "gw-b"]);
+        }
         other => panic!("no undo: {other:?}"),
     }
+    // The start ended: gw-a's CA recorded and confirmed destroyed, nothing
+    // recorded of gw-b's, both closes settled.
+    let status = talos_control_stub::lifecycle::status(&store, &opened.session_id).unwrap();
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.end_reason, Some(EndReason::StartFailed));
+    let ca = &status.attempts[0].ca;
+    assert_eq!(ca.len(), 1);
+    assert_eq!(ca[0].gateway_id, "gw-a");
+    assert!(ca[0].destroyed_at.is_some());
+    assert!(status.closes.iter().all(|c| c.confirmed_at.is_some()));
 }
 
 #[test]

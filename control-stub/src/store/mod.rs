@@ -10,10 +10,10 @@
 //! of reach).
 //!
 //! The schema is versioned with `PRAGMA user_version` and created on first
-//! use (version 4; an older file is upgraded in place: version 1 gains
+//! use (version 5; an older file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
-//! `relay_public_key`, version 3 what a session's end under faults needs —
-//! see `schema.rs`):
+//! `relay_public_key`, version 3 what a session's end under faults needs,
+//! version 4 the states of an open in flight — see `schema.rs`):
 //!
 //! | table | one row per | columns |
 //! |---|---|---|

@@ -332,6 +332,30 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Owe gateway `gateway_id` a close of `attempt` for a CA recorded
+    /// only now (an open's answers that came after its session ended or
+    /// its open was given up): due at once, and owed again if a close of
+    /// that attempt was settled before the CA was known (the gateway then
+    /// answers with the drop report that destroys it).
+    pub fn owe_close_again(
+        &self,
+        session_id: &str,
+        attempt: u32,
+        gateway_id: &str,
+        reason: CloseReason,
+        at: &str,
+    ) -> Result<(), Error> {
+        self.conn.execute(
+            "INSERT INTO close_tasks (session_id, attempt, gateway_id, reason, created_at,
+                                      next_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+             ON CONFLICT (session_id, attempt, gateway_id) DO UPDATE
+                 SET next_at = excluded.next_at, confirmed_at = NULL, confirmed_by = NULL",
+            params![session_id, attempt, gateway_id, reason.as_str(), at],
+        )?;
+        Ok(())
+    }
+
     /// The session's closes, owed and confirmed.
     pub fn close_tasks(&self, session_id: &str) -> Result<Vec<CloseTask>, Error> {
         let mut stmt = self.conn.prepare(&format!(

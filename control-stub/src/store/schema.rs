@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -262,20 +262,49 @@ CREATE TABLE certificates (
 );
 "#;
 
+/// Version 5: an open in flight reaches the store. The states
+/// `launching`, `resuming` and `recovering` (the sessions table is rebuilt:
+/// SQLite cannot change a CHECK).
+const SCHEMA_V5: &str = r#"
+CREATE TABLE sessions_v5 (
+    id TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('agent', 'commands')),
+    state TEXT NOT NULL
+        CHECK (state IN ('launching', 'running', 'paused', 'resuming', 'interrupted',
+                         'recovering', 'stopping', 'ended', 'reset_incomplete')),
+    created_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_reason TEXT,
+    outcome TEXT,
+    allow TEXT NOT NULL,
+    attach TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    idle_timeout_seconds INTEGER,
+    idle_action TEXT CHECK (idle_action IN ('end', 'pause')),
+    last_activity_at TEXT
+);
+INSERT INTO sessions_v5 SELECT id, tenant, mode, state, created_at, ended_at, end_reason,
+    outcome, allow, attach, sources, idle_timeout_seconds, idle_action, last_activity_at
+    FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v5 RENAME TO sessions;
+"#;
+
 /// The tables of every version up to `version` (1 to [`SCHEMA_VERSION`]),
 /// as one script: what a store of that version was made with. For tests of
 /// the upgrade.
 #[doc(hidden)]
 pub fn ddl_through(version: i64) -> String {
-    let all = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+    let all = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
     all[..usize::try_from(version).unwrap_or(0).min(all.len())].concat()
 }
 
 /// Bring the schema of the store at `path` up to [`SCHEMA_VERSION`], in one
 /// transaction; refuse a file from a newer version.
 ///
-/// Foreign keys are off while it runs (the version 4 upgrade rebuilds the
-/// sessions table other tables refer to) and on again after.
+/// Foreign keys are off while it runs (the version 4 and 5 upgrades
+/// rebuild the sessions table other tables refer to) and on again after.
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     let result = migrate_tx(conn, path);
@@ -287,8 +316,8 @@ fn migrate_tx(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     match version {
-        0..=3 => {
-            let upgrades = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+        0..=4 => {
+            let upgrades = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
             for sql in &upgrades[usize::try_from(version).unwrap_or(0)..] {
                 tx.execute_batch(sql)?;
             }

@@ -1,4 +1,8 @@
 //! Sessions and their attempts: the state machine's rows.
+//!
+//! A session's state is written in two places only, both given a decided
+//! transition ([`Next`], which only [`crate::machine::next`] makes):
+//! [`Tx::insert_session`] for a start, [`Tx::apply`] for everything after.
 
 use std::net::IpAddr;
 
@@ -8,6 +12,7 @@ use serde::Serialize;
 use super::db::{json_col, parse_word, Tx};
 use crate::error::Error;
 use crate::lock::LockRule;
+use crate::machine::{Next, Step};
 use crate::model::{AttemptEnd, EndReason, IdleAction, Mode, OpenCause, State};
 use crate::names::AttachSpec;
 
@@ -75,7 +80,16 @@ impl Tx<'_> {
         }
     }
 
-    pub fn insert_session(&self, s: &Session) -> Result<(), Error> {
+    /// Record a new session in the state `start` decided (its own `state`
+    /// field is not read).
+    pub fn insert_session(&self, s: &Session, start: &Next) -> Result<(), Error> {
+        if start.step() != Step::Open(crate::model::OpenCause::Launch) {
+            return Err(Error::Store(format!(
+                "session {} is recorded by a start, not by {:?}",
+                s.id,
+                start.step()
+            )));
+        }
         self.conn.execute(
             &format!(
                 "INSERT INTO sessions ({SESSION_COLUMNS})
@@ -85,7 +99,7 @@ impl Tx<'_> {
                 s.id,
                 s.tenant,
                 s.mode.as_str(),
-                s.state.as_str(),
+                start.state().as_str(),
                 s.created_at,
                 s.ended_at,
                 s.end_reason.map(|r| r.as_str()),
@@ -148,36 +162,30 @@ impl Tx<'_> {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Record activity (a start, resume, recovery or attach) at `at`.
-    pub fn touch(&self, id: &str, at: &str) -> Result<(), Error> {
+    /// Write the transition `next` of session `id` at `at`: its state;
+    /// the last activity when it counts idle time from now; why it ended,
+    /// its outcome and when, when it ends it. The one writer of a
+    /// session's state after its start.
+    pub fn apply(&self, id: &str, next: &Next, at: &str) -> Result<(), Error> {
+        let touched = next.touches().then_some(at);
+        let ended = next
+            .end_reason()
+            .map(|why| (why.as_str(), next.outcome(), at));
         self.conn.execute(
-            "UPDATE sessions SET last_activity_at = ?2 WHERE id = ?1",
-            params![id, at],
-        )?;
-        Ok(())
-    }
-
-    pub fn set_state(&self, id: &str, state: State) -> Result<(), Error> {
-        self.conn.execute(
-            "UPDATE sessions SET state = ?2 WHERE id = ?1",
-            params![id, state.as_str()],
-        )?;
-        Ok(())
-    }
-
-    /// Mark the session over: its final state, why, and the outcome if any.
-    pub fn set_ended(
-        &self,
-        id: &str,
-        state: State,
-        reason: EndReason,
-        outcome: Option<&str>,
-        at: &str,
-    ) -> Result<(), Error> {
-        self.conn.execute(
-            "UPDATE sessions SET state = ?2, end_reason = ?3, outcome = ?4, ended_at = ?5
+            "UPDATE sessions SET state = ?2,
+                 last_activity_at = coalesce(?3, last_activity_at),
+                 end_reason = coalesce(?4, end_reason),
+                 outcome = CASE WHEN ?4 IS NULL THEN outcome ELSE ?5 END,
+                 ended_at = coalesce(?6, ended_at)
              WHERE id = ?1",
-            params![id, state.as_str(), reason.as_str(), outcome, at],
+            params![
+                id,
+                next.state().as_str(),
+                touched,
+                ended.map(|e| e.0),
+                ended.and_then(|e| e.1),
+                ended.map(|e| e.2),
+            ],
         )?;
         Ok(())
     }
@@ -226,6 +234,21 @@ impl Tx<'_> {
                 relay_public_key: r.get(8)?,
             })
         })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Every open in flight: an attempt not ended of a session that is not
+    /// running (a running session's last attempt is the one it runs; a
+    /// paused or interrupted session's have all ended). (session, attempt,
+    /// when it began), oldest first.
+    pub fn opens_in_flight(&self) -> Result<Vec<(String, u32, String)>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT a.session_id, a.n, a.started_at FROM attempts a
+             JOIN sessions s ON s.id = a.session_id
+             WHERE a.ended_at IS NULL AND s.state <> 'running'
+             ORDER BY a.started_at",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
