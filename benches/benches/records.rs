@@ -135,7 +135,7 @@ fn records(c: &mut Criterion) {
                     }
                     while tasks.join_next().await.is_some() {}
                     drop(sink);
-                    writer.finished().await;
+                    writer.stop().await;
                     sealing.await.expect("sealer");
                 });
                 total += start.elapsed();
