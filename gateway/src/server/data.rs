@@ -1,0 +1,170 @@
+//! The data plane: the data listener, the connection cap, the settings
+//! new connections get ([`Current`]), and the connections open. It
+//! accepts until a shutdown signal or a handover; at the drain it closes
+//! its listener, gives the open connections the grace and cuts the rest.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::End;
+use crate::conn::{self, Current};
+use crate::reload::Cap;
+
+/// The data plane.
+#[derive(Debug)]
+pub(super) struct DataPlane {
+    pub(super) listener: Arc<TcpListener>,
+    /// The connection cap.
+    pub(super) cap: Arc<Cap>,
+    /// The drain grace, in milliseconds (a reload changes it).
+    pub(super) grace_ms: Arc<AtomicU64>,
+    /// The settings new connections get.
+    pub(super) current: Arc<Current>,
+    /// Open connections.
+    tracker: TaskTracker,
+    /// Fires when open connections must be cut.
+    shutdown: CancellationToken,
+    /// `true` while the spool is full: accept nothing.
+    spool_full: watch::Receiver<bool>,
+    /// A handover asks here to stop accepting.
+    stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
+}
+
+impl DataPlane {
+    pub(super) fn new(
+        listener: Arc<TcpListener>,
+        cap: Arc<Cap>,
+        grace_ms: Arc<AtomicU64>,
+        current: Arc<Current>,
+        shutdown: CancellationToken,
+        spool_full: watch::Receiver<bool>,
+        stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
+    ) -> DataPlane {
+        DataPlane {
+            listener,
+            cap,
+            grace_ms,
+            current,
+            tracker: TaskTracker::new(),
+            shutdown,
+            spool_full,
+            stop_accepting,
+        }
+    }
+
+    /// The drain grace now.
+    pub(super) fn grace(&self) -> Duration {
+        Duration::from_millis(self.grace_ms.load(Ordering::Relaxed))
+    }
+
+    /// How many connections are open.
+    pub(super) fn open(&self) -> usize {
+        self.tracker.len()
+    }
+
+    /// Accept connections until `signal` resolves or a handover stops
+    /// accepting, each on its own task, at most the cap at once.
+    pub(super) async fn accept_until(
+        &mut self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> End {
+        tokio::pin!(signal);
+        let mut spool_full = self.spool_full.clone();
+        loop {
+            // A full spool fails closed: accept nothing until it has room.
+            if *spool_full.borrow() {
+                tokio::select! {
+                    _ = &mut signal => return End::Shutdown,
+                    ack = self.stop_accepting.recv() => return stopped(ack),
+                    room = spool_has_room(&mut spool_full) => if !room { return End::Shutdown },
+                }
+            }
+            // Wait for room first: past the cap the kernel backlog holds clients.
+            let permit = tokio::select! {
+                _ = &mut signal => return End::Shutdown,
+                ack = self.stop_accepting.recv() => return stopped(ack),
+                p = Arc::clone(self.cap.permits()).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return End::Shutdown,
+                },
+            };
+            let (stream, peer) = tokio::select! {
+                _ = &mut signal => return End::Shutdown,
+                ack = self.stop_accepting.recv() => return stopped(ack),
+                // The spool filled while waiting: back to the top, to wait there.
+                () = spool_fills(&mut spool_full) => continue,
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => {
+                        // Small TLS records (handshake, HTTP/2 frames, the
+                        // last bytes of a reply) go out at once instead of
+                        // waiting out the peer's delayed ACK.
+                        let _ = a.0.set_nodelay(true);
+                        a
+                    }
+                    Err(e) => {
+                        // EMFILE and friends: back off briefly instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let shared = self.current.get();
+            self.tracker.spawn(async move {
+                conn::serve(&shared, stream, peer).await;
+                drop(permit);
+            });
+        }
+    }
+
+    /// Close the data listener (new connections are refused; after a
+    /// handover the successor accepts them), give open connections until
+    /// `cut_at` to finish, then cut the rest (their records say so) and
+    /// wait for them. Returns the settings in force, for what ends after.
+    pub(super) async fn stop(self, cut_at: tokio::time::Instant) -> Arc<Current> {
+        drop(self.listener);
+        self.tracker.close();
+        if tokio::time::timeout_at(cut_at, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = self.tracker.len(),
+                "grace over; cutting open connections"
+            );
+            self.shutdown.cancel();
+            self.tracker.wait().await;
+        }
+        self.shutdown.cancel();
+        self.current
+    }
+}
+
+/// Resolves when the spool has room (`false`: it is gone).
+async fn spool_has_room(full: &mut watch::Receiver<bool>) -> bool {
+    full.wait_for(|full| !*full).await.is_ok()
+}
+
+/// Resolves when the spool becomes full.
+async fn spool_fills(full: &mut watch::Receiver<bool>) {
+    if full.wait_for(|full| *full).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A handover asked the accept loop to stop: say it has.
+fn stopped(ack: Option<oneshot::Sender<()>>) -> End {
+    match ack {
+        Some(ack) => {
+            let _ = ack.send(());
+            End::HandedOver
+        }
+        None => End::Shutdown,
+    }
+}

@@ -1,0 +1,802 @@
+//! The process: a few components, each built, started and stopped by
+//! [`run`] in a fixed order.
+//!
+//! | component | what it holds |
+//! |---|---|
+//! | records ([`records`]) | the journal's writer, the sealer, the spool, the shipper, the proposals to the relay |
+//! | control side ([`control`]) | the control channel's server, the authority, the lease watcher |
+//! | data plane ([`data`]) | the data listener, the connection cap, the settings new connections get, the open connections |
+//! | operator side ([`operator`]) | the reloader, the upgrader, the process socket's server, the signals |
+//! | admin ([`Admin`]) | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//!
+//! `run` goes through these phases:
+//!
+//! 1. [`Built::new`]: everything that can fail, done (settings, static
+//!    sessions, listeners bound — or, for a successor, taken over with
+//!    every live authority —, keys loaded, TLS configs, record file,
+//!    spool, a cold start's recovery); a failure is a [`StartError`]
+//!    naming what failed, and nothing has run.
+//! 2. [`Built::spawn`] starts the records and builds the other
+//!    components; a successor then says `ready` to the process it takes
+//!    over from and waits for `go`. [`Running::serve`] starts admin, the
+//!    control side and the operator side, prints one `ready` line on
+//!    standard output (so scripts and tests learn the bound addresses,
+//!    useful with port 0), tells the service manager, and accepts until
+//!    SIGTERM or SIGINT — or until a successor takes over.
+//! 3. [`Running::drain`] stops them in reverse, in numbered steps, each an
+//!    explicit call (nothing waits on a value's drop): the control channel
+//!    stops, `/readyz` turns 503, no reload or upgrade, the data listener
+//!    closes, open connections get the configured grace and the rest are
+//!    cut, the authorities end, the record writer is stopped and the last
+//!    batch sealed, and the shipper gets the grace to deliver the spool
+//!    (woken when it empties, not polled) before the process exits. After
+//!    a handover the authorities are the successor's: none is ended here,
+//!    and the successor ships what this process spooled.
+//!
+//! A reload ([`crate::reload`]) builds one [`Tuned`] and hands it to the
+//! parts it changes; an upgrade ([`crate::handover`]) hands everything to
+//! a successor.
+
+mod control;
+mod data;
+mod operator;
+mod records;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::conn::{Current, Shared};
+use crate::handover::state::{Handovers, ListenerState};
+use crate::handover::{Listeners, Taken, Upgrader};
+use crate::records::journal;
+use crate::reload::{Cap, ConfigInForce, Reloader, StaticPlan, StaticSet, Tuned};
+use crate::session::approvals::Proposer;
+use crate::session::lease::{boot_clock, Lease, SharedClock};
+use crate::session::sessions::Sessions;
+
+use control::{setup_control, ControlParts, ControlSetup, ControlSide};
+use data::DataPlane;
+use operator::Operator;
+pub use operator::Signals;
+use records::{Proposals, Records, RecordsStart};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot bind the {which} listener on {addr}: {source}")]
+    Bind {
+        which: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot bind the process socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the record file {path}: {source}")]
+    Records {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Settings(String),
+    #[error("{0}")]
+    Secret(crate::secrets::secret::SecretError),
+    #[error("{0}")]
+    Control(String),
+    #[error("{0}")]
+    ControlTls(crate::tls::ControlTlsError),
+    #[error("{0}")]
+    PlaneTls(crate::tls::ControlTlsError),
+    #[error(transparent)]
+    SigningKey(#[from] talos_certs::KeyError),
+    #[error(transparent)]
+    Spool(#[from] crate::records::spool::SpoolError),
+    #[error(transparent)]
+    Journal(#[from] crate::records::journal::JournalError),
+    #[error("cannot take over: {0}")]
+    Takeover(String),
+}
+
+/// How the process was started.
+#[derive(Debug)]
+pub struct Options {
+    /// The config file (read again by reloads and successors).
+    pub config_path: PathBuf,
+    /// Logs as JSON lines (a successor logs the same way).
+    pub json_logs: bool,
+    /// Take over from the process listening on the config's process socket.
+    pub takeover: bool,
+    /// Changes the log level at a reload.
+    pub log: Option<crate::logging::LogControl>,
+}
+
+/// Run the gateway until a shutdown signal or a handover: build, run,
+/// drain.
+pub async fn run(config: Config, options: Options) -> Result<(), StartError> {
+    // First of all: a signal sent the moment the ready line is read (or
+    // while a successor takes over) must find its handler, not the default
+    // action, which ends the process without a word and without a drain.
+    let signals = Signals::listen();
+    let mut link = None;
+    let taken = if options.takeover {
+        let (taken, stream) = crate::handover::take_over(&config, &options.config_path)
+            .await
+            .map_err(|e| StartError::Takeover(e.to_string()))?;
+        link = Some(stream);
+        Some(taken)
+    } else {
+        None
+    };
+    let built = match Built::new(config, options, taken).await {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(s) = link.as_mut() {
+                crate::handover::refuse_on(s, &e.to_string()).await;
+            }
+            return Err(e);
+        }
+    };
+    let running = match built.spawn(&mut link).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(s) = link.as_mut() {
+                crate::handover::refuse_on(s, &e.to_string()).await;
+            }
+            return Err(e);
+        }
+    };
+    let (running, end) = running.serve(signals).await;
+    running.drain(end).await;
+    Ok(())
+}
+
+/// Everything that can fail at start, done: settings, static sessions (or
+/// the authorities taken over), the resolver, listeners bound (or taken
+/// over), keys loaded, TLS configs, the record file and the spool.
+/// Nothing runs yet.
+#[derive(Debug)]
+pub struct Built {
+    config: Config,
+    options: Options,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    tuned: Tuned,
+    clock: SharedClock,
+    /// This process's instance id: its records and reports name it.
+    instance: Arc<str>,
+    /// 0 after a cold start; one more at each handover.
+    generation: u64,
+    sessions: Arc<Sessions>,
+    /// Static sessions as the config defines them, and what they change.
+    statics: StaticSet,
+    plan: StaticPlan,
+    data: Arc<TcpListener>,
+    admin: Arc<TcpListener>,
+    process: Option<Arc<UnixListener>>,
+    control: Option<ControlSetup>,
+    proposer: Option<(Proposer, Proposals)>,
+    /// Told when a use finds a lease lapsed.
+    lapsed: Arc<tokio::sync::Notify>,
+    /// Reports of ends the predecessor made.
+    ended: Vec<crate::handover::state::EndedState>,
+    /// The predecessor's generation (a successor).
+    predecessor_generation: Option<u64>,
+    /// The handovers the predecessor had counted (a successor).
+    predecessor_handovers: Option<Handovers>,
+    exe: PathBuf,
+}
+
+impl Built {
+    /// Build everything from `config`, in this order: the settings (trust
+    /// anchors, resolver), the listeners (bound, or taken over), the
+    /// control channel (its keys, TLS configs, spool and listener), the
+    /// authorities taken over, the static sessions (their trust files
+    /// written beside their place), the record file.
+    pub async fn new(
+        config: Config,
+        options: Options,
+        taken: Option<Taken>,
+    ) -> Result<Built, StartError> {
+        for w in config.warnings() {
+            tracing::warn!("{}", w.0);
+        }
+        // The binary to start for an upgrade: its path now, so that a new
+        // binary installed at that path is the one started.
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gateway"));
+        let metrics = crate::admin::install_metrics();
+        let tuned = Tuned::build(&config).map_err(StartError::Settings)?;
+        let clock = boot_clock();
+        let successor = taken.is_some();
+        let (mut fds, offer, mut secrets) = match taken {
+            Some(t) => (t.fds, Some(t.offer), t.secrets.into_iter()),
+            None => (HashMap::new(), None, Vec::new().into_iter()),
+        };
+        let data_fd = fds.remove("data").map(std::net::TcpListener::from);
+        let admin_fd = fds.remove("admin").map(std::net::TcpListener::from);
+        let control_fd = fds
+            .remove("control")
+            .map(std::net::TcpListener::from)
+            .map(from_std)
+            .transpose()?;
+        let data = listener(data_fd, "data", config.listen.data).await?;
+        let admin = listener(admin_fd, "admin", config.listen.admin).await?;
+        let process = match (&config.process.socket, fds.remove("process")) {
+            (Some(_), Some(fd)) => {
+                let l = std::os::unix::net::UnixListener::from(fd);
+                l.set_nonblocking(true)
+                    .map_err(|source| StartError::Socket {
+                        path: PathBuf::from("(handed over)"),
+                        source,
+                    })?;
+                Some(Arc::new(UnixListener::from_std(l).map_err(|source| {
+                    StartError::Socket {
+                        path: PathBuf::from("(handed over)"),
+                        source,
+                    }
+                })?))
+            }
+            (Some(path), None) => Some(Arc::new(crate::handover::bind(path.get_ref()).map_err(
+                |source| StartError::Socket {
+                    path: path.get_ref().clone(),
+                    source,
+                },
+            )?)),
+            (None, _) => None,
+        };
+        let (instance, generation): (Arc<str>, u64) = match &offer {
+            Some(o) => (Arc::from(o.instance.as_str()), o.generation),
+            None => (Arc::from(talos_certs::new_instance_id()), 0),
+        };
+        let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
+        let mut control = match &config.control {
+            Some(c) => Some(setup_control(c, control_fd, successor).await?),
+            None => None,
+        };
+        if let (Some(o), Some(c)) = (&offer, &control) {
+            if o.key_id.as_deref() != Some(c.key.key_id().as_str()) {
+                let refusal = config.field_error(
+                    &options.config_path,
+                    "control.signing_key_file",
+                    format!(
+                        "the key is {} here, {} in the running process: the batch chain has one signer",
+                        c.key.key_id(),
+                        o.key_id.as_deref().unwrap_or("none")
+                    ),
+                );
+                return Err(StartError::Takeover(refusal.to_string()));
+            }
+        }
+        // A cold start reads what an earlier process left in the journal
+        // (records to seal, connections its crash cut); a successor's
+        // predecessor is still running, and writes its own.
+        if !successor {
+            if let Some(b) = control.as_mut().and_then(|c| c.batches.as_mut()) {
+                let sealed = b.spool.as_ref().map_or(0, |(_, p)| p.last_seq);
+                b.recovered = Some(journal::recover_all(
+                    &b.journal_dir,
+                    sealed,
+                    &gateway_id,
+                    &instance,
+                )?);
+            }
+        }
+        let proposer = control
+            .as_ref()
+            .and_then(|c| c.batches.as_ref())
+            .map(|_| Proposer::new());
+        let lapsed = Arc::new(tokio::sync::Notify::new());
+        // The authorities taken over.
+        let sessions = Arc::new(Sessions::default());
+        let mut statics = StaticSet::new();
+        let mut ended = Vec::new();
+        let mut predecessor_generation = None;
+        let mut predecessor_handovers = None;
+        if let Some(o) = offer {
+            predecessor_generation = Some(o.from_generation);
+            predecessor_handovers = Some(o.handovers);
+            statics = o.statics.into_iter().collect();
+            ended = o.ended;
+            let count = o.sessions.len();
+            for state in o.sessions {
+                let lease = match state.lease_until {
+                    Some(until) => {
+                        Lease::ending_at(Arc::clone(&clock), until, Some(Arc::clone(&lapsed)))
+                    }
+                    None => Lease::none(Arc::clone(&clock)),
+                };
+                let (session, sources) = state
+                    .import(
+                        &mut secrets,
+                        &tuned.upstream,
+                        proposer.as_ref().map(|(p, _)| p),
+                        lease,
+                    )
+                    .map_err(|e| StartError::Takeover(e.to_string()))?;
+                sessions.insert(&sources, Arc::new(session));
+            }
+            if secrets.next().is_some() {
+                return Err(StartError::Takeover(
+                    "more secrets came than the offer names".into(),
+                ));
+            }
+            tracing::info!(sessions = count, instance = %instance, generation, "authorities taken over");
+        }
+        let plan =
+            crate::reload::plan_static(&config, &statics, &sessions, &tuned.upstream, &clock)
+                .map_err(StartError::Settings)?;
+        // The record file must be writable before anything runs.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&config.records.path)
+            .map_err(|source| StartError::Records {
+                path: config.records.path.clone(),
+                source,
+            })?;
+        Ok(Built {
+            config,
+            options,
+            metrics,
+            tuned,
+            clock,
+            instance,
+            generation,
+            sessions,
+            statics,
+            plan,
+            data: Arc::new(data),
+            admin: Arc::new(admin),
+            process,
+            control,
+            proposer,
+            lapsed,
+            ended,
+            predecessor_generation,
+            predecessor_handovers,
+            exe,
+        })
+    }
+
+    /// Start the records (the writer, the sealer, the shipper, the
+    /// proposals to the relay; a cold start's start report) and build the
+    /// data plane, the control side and the operator side. A successor
+    /// then says `ready` on `link` and waits for `go`: from then on it
+    /// holds every authority. Connections are accepted by
+    /// [`Running::serve`].
+    pub async fn spawn(self, link: &mut Option<UnixStream>) -> Result<Running, StartError> {
+        let config = self.config;
+        let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
+        let (proposer, proposals) = match self.proposer {
+            Some((p, rx)) => (Some(p), Some(rx)),
+            None => (None, None),
+        };
+        let mut control = self.control;
+        let mut records = Records::start(RecordsStart {
+            records_path: config.records.path.clone(),
+            batches: control
+                .as_mut()
+                .and_then(|c| c.batches.take().map(|b| (b, Arc::clone(&c.key)))),
+            proposals,
+            gateway_id: Arc::clone(&gateway_id),
+            instance: Arc::clone(&self.instance),
+            generation: self.generation,
+            predecessor_generation: self.predecessor_generation,
+        })
+        .await?;
+        let tuned = self.tuned;
+        let cap = Arc::new(Cap::new(tuned.max_connections));
+        let grace_ms = Arc::new(AtomicU64::new(
+            u64::try_from(tuned.grace.as_millis()).unwrap_or(u64::MAX),
+        ));
+        let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
+        let log_directives = tuned.log.clone();
+        let shutdown = CancellationToken::new();
+        let current = Arc::new(Current::new(Arc::new(Shared::new(
+            Arc::clone(&gateway_id),
+            Arc::clone(&self.sessions),
+            records.sink.clone(),
+            shutdown.clone(),
+            proposer.clone(),
+            tuned,
+        ))));
+        let control = control.map(|c| {
+            ControlSide::build(
+                c,
+                ControlParts {
+                    gateway_id: Arc::clone(&gateway_id),
+                    current: Arc::clone(&current),
+                    records: records.sink.clone(),
+                    sessions: Arc::clone(&self.sessions),
+                    clock: Arc::clone(&self.clock),
+                    lease,
+                    lapsed: Arc::clone(&self.lapsed),
+                    ended: self.ended,
+                },
+            )
+        });
+        let authority = control.as_ref().map(|c| Arc::clone(&c.authority));
+        // The static sessions (opened, kept, replaced or closed, as the
+        // config and what was taken over say).
+        let mut statics = self.statics;
+        crate::reload::apply_static(self.plan, &mut statics, &self.sessions, authority.as_ref());
+        if let Some(log) = &self.options.log {
+            if let Ok(filter) = crate::logging::LogControl::check(&log_directives) {
+                log.set(filter);
+            }
+        }
+        let in_force = Arc::new(ConfigInForce::new(config.digest()));
+        let reloader = Arc::new(Reloader::new(crate::reload::ReloaderParts {
+            path: self.options.config_path.clone(),
+            config_restart_only: config.restart_only(),
+            digest: config.digest(),
+            statics,
+            current: Arc::clone(&current),
+            cap: Arc::clone(&cap),
+            authority: authority.clone(),
+            clock: Arc::clone(&self.clock),
+            log: self.options.log.clone(),
+            grace_ms: Arc::clone(&grace_ms),
+            in_force: Arc::clone(&in_force),
+        }));
+        let (stop_tx, stop_accepting) = mpsc::channel(1);
+        let socket = config.process.socket.as_ref().map(|s| s.get_ref().clone());
+        // A successor counts the handover that makes it (once it has `go`).
+        let handovers = self
+            .predecessor_handovers
+            .map_or_else(Handovers::default, Handovers::taken_over);
+        let upgrader = Arc::new(Upgrader::new(crate::handover::Parts {
+            exe: self.exe,
+            config_path: self.options.config_path.clone(),
+            json_logs: self.options.json_logs,
+            socket: socket.clone(),
+            gateway_id: Arc::clone(&gateway_id),
+            instance: Arc::clone(&self.instance),
+            generation: self.generation,
+            key_id: control.as_ref().map(|c| c.key_id.clone()),
+            listeners: Listeners {
+                data: Arc::clone(&self.data),
+                admin: Arc::clone(&self.admin),
+                control: control.as_ref().map(|c| Arc::clone(c.runner.listener())),
+                process: self.process.clone(),
+            },
+            configured: configured_listeners(&config),
+            sessions: Arc::clone(&self.sessions),
+            authority,
+            control: control.as_ref().map(|c| Arc::clone(&c.runner)),
+            reloader: Arc::clone(&reloader),
+            proposer,
+            journal_dir: config.control.as_ref().and_then(|c| {
+                c.spool_dir
+                    .as_ref()
+                    .map(|d| d.get_ref().join(journal::JOURNAL_DIR))
+            }),
+            stop_accepting: stop_tx,
+            watcher: control.as_ref().map(|c| Arc::clone(&c.watcher)),
+            handovers,
+        }));
+        // A successor: ready, and wait for go.
+        if let Some(mut stream) = link.take() {
+            crate::handover::ready_and_go(&mut stream)
+                .await
+                .map_err(|e| StartError::Takeover(e.to_string()))?;
+            handovers.publish();
+            let p = crate::process::link::Predecessor::start(stream, Arc::clone(&self.sessions));
+            if let Some(c) = &control {
+                c.authority.set_predecessor(Arc::clone(&p));
+            }
+            records.predecessor_link(p);
+        }
+        let data = DataPlane::new(
+            self.data,
+            cap,
+            grace_ms,
+            current,
+            shutdown,
+            records.spool_full.clone(),
+            stop_accepting,
+        );
+        Ok(Running {
+            admin: Admin::new(self.admin, self.metrics),
+            operator: Operator::new(reloader, upgrader, in_force, self.process, socket),
+            config,
+            instance: self.instance,
+            data,
+            control,
+            records,
+        })
+    }
+}
+
+/// How each listener is configured, as a successor checks it.
+fn configured_listeners(config: &Config) -> Vec<ListenerState> {
+    let mut configured = vec![
+        ListenerState {
+            role: "data".into(),
+            configured: config.listen.data.to_string(),
+        },
+        ListenerState {
+            role: "admin".into(),
+            configured: config.listen.admin.to_string(),
+        },
+    ];
+    if let Some(c) = &config.control {
+        configured.push(ListenerState {
+            role: "control".into(),
+            configured: c.listen.get_ref().to_string(),
+        });
+    }
+    if let Some(s) = &config.process.socket {
+        configured.push(ListenerState {
+            role: "process".into(),
+            configured: s.get_ref().display().to_string(),
+        });
+    }
+    configured
+}
+
+/// Take a listener handed over, or bind one.
+async fn listener(
+    adopted: Option<std::net::TcpListener>,
+    which: &'static str,
+    addr: SocketAddr,
+) -> Result<TcpListener, StartError> {
+    match adopted {
+        Some(l) => from_std(l),
+        None => bind(which, addr).await,
+    }
+}
+
+fn from_std(l: std::net::TcpListener) -> Result<TcpListener, StartError> {
+    let addr = l
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    l.set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(l))
+        .map_err(|source| StartError::Bind {
+            which: "handed-over",
+            addr,
+            source,
+        })
+}
+
+/// How accepting ended.
+#[derive(Debug)]
+pub enum End {
+    /// A shutdown signal: drain and end every authority.
+    Shutdown,
+    /// A successor took over: drain what this process accepted.
+    HandedOver,
+}
+
+/// The admin listener and what `/readyz` answers.
+#[derive(Debug)]
+pub struct Admin {
+    listener: Arc<TcpListener>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// What `/readyz` answers.
+    ready: Arc<AtomicBool>,
+    /// Fires when draining starts: `/readyz` stops following the spool.
+    draining: CancellationToken,
+    /// Stops the admin listener.
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Admin {
+    fn new(
+        listener: Arc<TcpListener>,
+        metrics: metrics_exporter_prometheus::PrometheusHandle,
+    ) -> Admin {
+        Admin {
+            listener,
+            metrics,
+            ready: Arc::new(AtomicBool::new(true)),
+            draining: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Serve the admin listener; `/readyz` follows the spool (not ready
+    /// while it is full) until the drain.
+    fn start(&self, in_force: Arc<ConfigInForce>, spool_full: watch::Receiver<bool>) {
+        self.tasks.spawn(crate::admin::serve(
+            Arc::clone(&self.listener),
+            self.metrics.clone(),
+            Arc::clone(&self.ready),
+            in_force,
+            self.stop.clone(),
+        ));
+        self.tasks.spawn(follow_spool(
+            spool_full,
+            Arc::clone(&self.ready),
+            self.draining.clone(),
+        ));
+    }
+
+    /// `/readyz` answers 503 from now on; after a handover the successor
+    /// answers on the admin listener, and this process stops serving it.
+    fn not_ready(&self, handed_over: bool) {
+        self.draining.cancel();
+        self.ready.store(false, Ordering::Relaxed);
+        if handed_over {
+            self.stop.cancel();
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// `/readyz` follows the spool: not ready while it is full, until
+/// `draining` fires.
+async fn follow_spool(
+    mut full: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
+    draining: CancellationToken,
+) {
+    loop {
+        let room = !*full.borrow_and_update();
+        if draining.is_cancelled() {
+            return;
+        }
+        ready.store(room, Ordering::Relaxed);
+        tokio::select! {
+            _ = draining.cancelled() => return,
+            changed = full.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// The gateway at work: every component, started.
+#[derive(Debug)]
+pub struct Running {
+    config: Config,
+    instance: Arc<str>,
+    admin: Admin,
+    data: DataPlane,
+    /// Present with a `[control]` table.
+    control: Option<ControlSide>,
+    records: Records,
+    operator: Operator,
+}
+
+impl Running {
+    /// Start admin, the control side and the operator side, say so (the
+    /// ready line, the service manager), then accept until a shutdown
+    /// signal or a handover.
+    pub async fn serve(mut self, signals: Signals) -> (Running, End) {
+        let data_addr = self
+            .data
+            .listener
+            .local_addr()
+            .unwrap_or(self.config.listen.data);
+        let admin_addr = self
+            .admin
+            .listener
+            .local_addr()
+            .unwrap_or(self.config.listen.admin);
+        self.admin.start(
+            Arc::clone(&self.operator.in_force),
+            self.records.spool_full.clone(),
+        );
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        tracing::info!(
+            gateway_id = %self.config.gateway_id.get_ref(),
+            instance = %self.instance,
+            data = %data_addr,
+            admin = %admin_addr,
+            sessions = self.data.current.get().sessions.all().len(),
+            workers,
+            "listening"
+        );
+        let mut ready_line = serde_json::json!({
+            "event": "ready",
+            "data": data_addr,
+            "admin": admin_addr,
+            "workers": workers,
+            "instance": &*self.instance,
+            "pid": std::process::id(),
+        });
+        if let Some(c) = &self.control {
+            ready_line["control"] = serde_json::json!(c.start());
+        }
+        let shutdown = self.operator.start(signals);
+        if let Some(socket) = self.operator.socket() {
+            ready_line["socket"] = serde_json::json!(socket);
+        }
+        // Not `println!`: standard output may be closed (a successor
+        // inherits its predecessor's, whose reader may be gone), and a
+        // failed write must not end the process.
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{ready_line}").and_then(|()| out.flush());
+        }
+        crate::process::notify::ready();
+        let end = self.data.accept_until(shutdown).await;
+        (self, end)
+    }
+
+    /// The drain, once accepting has stopped: every component stopped in
+    /// reverse, by an explicit call. Each wait is bounded by the grace
+    /// (`shutdown_grace_ms`) on its own.
+    pub async fn drain(self, end: End) {
+        let grace = self.data.grace();
+        let handed_over = matches!(end, End::HandedOver);
+        tracing::info!(open = self.data.open(), handed_over, "draining");
+        if !handed_over {
+            crate::process::notify::stopping();
+        }
+        let cut_at = tokio::time::Instant::now() + grace;
+        // 1. Stop the control channel: no session opens on a gateway that
+        //    is going away. Open RPCs get the grace; a client that holds
+        //    its connection open past it is cut. (A handover stopped it.)
+        if let Some(c) = &self.control {
+            c.stop_channel(grace).await;
+        }
+        // 2. `/readyz` answers 503 (after a handover the successor answers
+        //    it); the process socket and the signals: no reload or upgrade
+        //    now.
+        self.admin.not_ready(handed_over);
+        self.operator.stop_requests();
+        // 3. Close the data listener; 4. open connections get the grace to
+        //    finish; 5. the rest are cut (their records say so) and finish.
+        let current = self.data.stop(cut_at).await;
+        // 6. Stop the admin listener and the operator side.
+        self.admin.stop().await;
+        self.operator.stop(handed_over).await;
+        // 7. End every authority the control plane opened (reason
+        //    `shutdown`): their reports go on the record after every
+        //    record of their connections. After a handover they are the
+        //    successor's: this process only lets go of them.
+        let sessions = Arc::clone(&current.get().sessions);
+        match self.control {
+            Some(c) => c.end(handed_over, &sessions).await,
+            None => let_go(&sessions),
+        }
+        // 8. Stop the record writer, which writes what is queued and hands
+        //    its last segment to the sealer; 9. give the shipper the grace
+        //    to deliver the spool; what it cannot deliver stays spooled
+        //    for the next start (after a handover: for the successor, at
+        //    once).
+        self.records
+            .stop(if handed_over { Duration::ZERO } else { grace })
+            .await;
+        drop(current);
+        // 10. Exit.
+        tracing::info!("stopped");
+    }
+}
+
+/// Let go of every session without ending its authority here (no
+/// control plane to report to, or a successor holds it now).
+fn let_go(sessions: &Sessions) {
+    for s in sessions.remove_all() {
+        s.end_and_withdraw();
+    }
+}
+
+async fn bind(which: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            which,
+            addr,
+            source,
+        })
+}
