@@ -15,9 +15,11 @@
 //!    `ready` line on standard output (so scripts and tests learn the bound
 //!    addresses, useful with port 0), tells the service manager, and
 //!    accepts until SIGTERM or SIGINT — or until a successor takes over.
-//! 3. [`Running::drain`], in numbered steps: the control channel stops,
-//!    `/readyz` turns 503, the data listener closes, open connections get
-//!    the configured grace and the rest are cut, every record is written
+//! 3. [`Running::drain`], in numbered steps: every open connection is
+//!    told to finish (HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY), the
+//!    control channel stops, `/readyz` turns 503, the data listener
+//!    closes, open connections get the configured grace from the drain's
+//!    start and the rest are cut, every record is written
 //!    and the last batch sealed, and the shipper gets the grace to deliver
 //!    the spool (woken when it empties, not polled) before the process
 //!    exits. After a handover the authorities are the successor's: none is
@@ -543,7 +545,7 @@ impl Built {
                 "start report signed"
             );
         }
-        let shutdown = CancellationToken::new();
+        let shutdown = conn::Shutdown::default();
         let tuned = self.tuned;
         let cap = Arc::new(Cap::new(tuned.max_connections));
         let grace_ms = Arc::new(AtomicU64::new(
@@ -966,8 +968,9 @@ pub struct Running {
     /// Open connections.
     tracker: TaskTracker,
     current: Arc<Current>,
-    /// Fires when open connections must be cut.
-    shutdown: CancellationToken,
+    /// Tells open connections that the drain began, then that its grace
+    /// is over.
+    shutdown: conn::Shutdown,
     /// What `/readyz` answers.
     ready: Arc<AtomicBool>,
     /// Fires when draining starts.
@@ -1128,10 +1131,18 @@ impl Running {
     }
 
     /// The drain, once accepting has stopped. Each wait is bounded by the
-    /// grace (`shutdown_grace_ms`) on its own.
+    /// grace (`shutdown_grace_ms`) on its own; the connections' grace runs
+    /// from the drain's start.
     pub async fn drain(self, end: End) {
         let grace = self.grace();
         let handed_over = matches!(end, End::HandedOver);
+        // 0. Tell every open connection at once: each finishes what it has
+        //    in flight and closes (HTTP/1.1: an idle keep-alive connection
+        //    at once, the request in flight answered `Connection: close`;
+        //    HTTP/2: GOAWAY, its open streams answered). After a handover
+        //    the successor accepts what their clients open next.
+        let cut_at = tokio::time::Instant::now() + grace;
+        self.shutdown.drain.cancel();
         tracing::info!(open = self.tracker.len(), handed_over, "draining");
         if !handed_over {
             crate::process::notify::stopping();
@@ -1154,10 +1165,11 @@ impl Running {
         // 3. Close the data listener: new connections are refused (after a
         //    handover the successor accepts them).
         drop(self.data);
-        // 4. Open connections get the grace to finish; 5. the rest are cut
-        //    (their records say so) and finish.
+        // 4. Open connections get the grace to finish (from step 0); 5. the
+        //    rest are cut (their records say so: a request cut before its
+        //    answer, or in its reply's body, is `cut`) and finish.
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
+        if tokio::time::timeout_at(cut_at, self.tracker.wait())
             .await
             .is_err()
         {
@@ -1165,11 +1177,11 @@ impl Running {
                 open = self.tracker.len(),
                 "grace over; cutting open connections"
             );
-            self.shutdown.cancel();
+            self.shutdown.cut.cancel();
             self.tracker.wait().await;
         }
         // 6. Stop the admin listener and the helpers.
-        self.shutdown.cancel();
+        self.shutdown.cut.cancel();
         self.admin_stop.cancel();
         self.helpers.close();
         self.helpers.wait().await;
