@@ -284,7 +284,12 @@ impl H2 {
             return false;
         }
         let word = |at: usize| {
-            u32::from_be_bytes([payload[at], payload[at + 1], payload[at + 2], payload[at + 3]])
+            u32::from_be_bytes([
+                payload[at],
+                payload[at + 1],
+                payload[at + 2],
+                payload[at + 3],
+            ])
         };
         match kind {
             SETTINGS if flags & ACK == 0 => {
@@ -300,7 +305,8 @@ impl H2 {
                 let s = self.streams.entry(id).or_default();
                 match kind {
                     HEADERS => {
-                        s.status_byte.get_or_insert(payload.first().copied().unwrap_or(0));
+                        s.status_byte
+                            .get_or_insert(payload.first().copied().unwrap_or(0));
                     }
                     DATA => s.data.extend(&payload),
                     _ => s.reset = Some(word(0)),
@@ -373,7 +379,10 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
         let mut c = H1::open(gateway, &rig).await;
         let got = c.get(&format!("/first/{i}")).await.expect("first request");
         assert_eq!(got.status, 200);
-        assert_eq!(got.connection, None, "no Connection: close before the drain");
+        assert_eq!(
+            got.connection, None,
+            "no Connection: close before the drain"
+        );
         if i < 2 {
             idle.push(c);
         } else {
@@ -514,7 +523,9 @@ async fn an_upgrade_drains_the_old_process_connections_gracefully() {
         Ok(()),
         "the old process closes its idle connection at `go`"
     );
-    let told = h2.until("GOAWAY from the old process", |h| !h.goaways.is_empty()).await;
+    let told = h2
+        .until("GOAWAY from the old process", |h| !h.goaways.is_empty())
+        .await;
     assert!(told, "the old process's connection ended without a GOAWAY");
     // The successor serves a new connection meanwhile.
     let mut next = H1::open(gateway, &rig).await;
@@ -526,7 +537,10 @@ async fn an_upgrade_drains_the_old_process_connections_gracefully() {
     rig.origin.origin.release("up-h1");
     rig.origin.origin.release("up-h2");
     answered_and_closed(busy, h1_path).await;
-    assert!(h2.until("the open stream's answer", |h| h.streams[&1].ended).await);
+    assert!(
+        h2.until("the open stream's answer", |h| h.streams[&1].ended)
+            .await
+    );
     h2.assert_answered(1, "/hold/up-h2/across/h2");
     exited(old).await;
     assert!(!member.log().contains("grace over"), "{}", member.log());
@@ -552,21 +566,28 @@ async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
         .header("host", NAME)
         .body(http::empty())
         .expect("request");
-    let resp = h1.send.send_request(req).await.expect("the download's head");
+    let resp = h1
+        .send
+        .send_request(req)
+        .await
+        .expect("the download's head");
     assert_eq!(resp.status(), 200);
     // HTTP/2: the head and the first window of data, then no
     // WINDOW_UPDATE: the stream stalls.
     let mut h2 = H2::open(gateway, &rig).await;
     h2.get(1, H2_PATH).await;
     assert!(
-        h2.until("the download's first bytes", |h| h.streams[&1].data.len() >= 16 * 1024)
+        h2.until("the download's first bytes", |h| h.streams[&1].data.len()
+            >= 16 * 1024)
             .await
     );
 
     signal(pid, "TERM");
     exited(pid).await;
     assert!(
-        member.log().contains("grace over; cutting open connections"),
+        member
+            .log()
+            .contains("grace over; cutting open connections"),
         "{}",
         member.log()
     );
