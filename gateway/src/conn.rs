@@ -168,8 +168,8 @@ fn handshake_failure(e: &std::io::Error) -> HandshakeFailure {
 enum Stop {
     /// The gateway began to drain: finish gracefully.
     Drain,
-    /// The gateway's drain grace ran out.
-    Shutdown,
+    /// The gateway's drain grace ran out: cut.
+    Cut,
     /// The session's authority ended.
     Ended,
 }
@@ -181,7 +181,7 @@ async fn stopped(shutdown: Shutdown, ended: CancellationToken, told: bool) -> St
     tokio::select! {
         biased;
         () = ended.cancelled() => Stop::Ended,
-        () = shutdown.cut.cancelled() => Stop::Shutdown,
+        () = shutdown.cut.cancelled() => Stop::Cut,
         () = shutdown.drain.cancelled(), if !told => Stop::Drain,
     }
 }
@@ -538,7 +538,7 @@ async fn terminate(
                             told = true;
                             stop = stops(true);
                         }
-                        Stop::Shutdown => return Ok(()),
+                        Stop::Cut => return Ok(()),
                         // No request yet, so none held for approval.
                         Stop::Ended => {
                             return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
@@ -610,7 +610,7 @@ async fn terminate(
                             }
                             stop = stops(true);
                         }
-                        Stop::Shutdown => break Ok(()),
+                        Stop::Cut => break Ok(()),
                         Stop::Ended => {
                             if holding.holds.answers_pending() {
                                 conn.as_mut().graceful_shutdown();

@@ -372,13 +372,23 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
     let gateway = member.data();
 
     // Every connection has served one request first: keep-alive
-    // connections, as a client's pool holds them.
+    // connections, as a client's pool holds them. The first one's is a
+    // download streamed in several frames, read whole (its record must
+    // not say cut).
     let mut idle = Vec::new();
     let mut busy = Vec::new();
     for i in 0..5 {
         let mut c = H1::open(gateway, &rig).await;
-        let got = c.get(&format!("/first/{i}")).await.expect("first request");
+        let path = if i == 0 {
+            "/download/300000".to_owned()
+        } else {
+            format!("/first/{i}")
+        };
+        let got = c.get(&path).await.expect("first request");
         assert_eq!(got.status, 200);
+        if i == 0 {
+            assert_eq!(got.body.len(), 300_000);
+        }
         assert_eq!(
             got.connection, None,
             "no Connection: close before the drain"
@@ -489,6 +499,18 @@ async fn sigterm_sends_goaway_and_answers_the_open_streams() {
     assert!(last.0 >= 5 && last.1 == 0, "{:?}", h2.goaways);
     exited(pid).await;
     assert!(!member.log().contains("grace over"), "{}", member.log());
+    let requests: Vec<serde_json::Value> = rig
+        .records()
+        .iter()
+        .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["status"] == 200 && r.get("cut").is_none()),
+        "every stream answered whole: {requests:?}"
+    );
 }
 
 /// (c) The same across an upgrade's `go`: the successor takes the
