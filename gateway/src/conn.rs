@@ -11,6 +11,13 @@
 //! connections are cut wherever they are from the TLS handshake on, and
 //! recorded `session_ended`.
 //!
+//! When the gateway drains (a shutdown signal, or a successor's `go`),
+//! every open connection is told at once ([`Shutdown::drain`]) and
+//! finishes gracefully: HTTP/1.1 closes an idle keep-alive connection and
+//! answers the request in flight with `Connection: close`; HTTP/2 sends
+//! GOAWAY and lets the streams already open end. What still runs when the
+//! grace is over is cut ([`Shutdown::cut`]).
+//!
 //! Refusals before the TLS handshake close the connection; where the client
 //! has shown it speaks TLS, a fatal TLS alert goes first so the client's
 //! error names the kind of failure.
@@ -59,11 +66,25 @@ pub struct Shared {
     /// How long a session connection may be silent before TCP keep-alive
     /// probes it (a peer gone without a word is cut within twice this).
     pub tcp_keepalive: Duration,
-    /// Fires when open connections must be cut (end of the drain grace).
-    pub shutdown: CancellationToken,
+    /// The drain: its start, and the end of its grace.
+    pub shutdown: Shutdown,
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
     pub proposer: Option<crate::session::approvals::Proposer>,
+}
+
+/// What the gateway's drain tells open connections, each when it comes;
+/// a connection waits on both beside its own work, woken by them alone
+/// (see `terminate`).
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    /// The drain began: finish gracefully. HTTP/1.1 closes a connection
+    /// that waits between requests and answers the request in flight with
+    /// `Connection: close`; HTTP/2 sends GOAWAY, so the client opens new
+    /// streams elsewhere, and answers the streams already open.
+    pub drain: CancellationToken,
+    /// The drain's grace ran out: cut what is still open.
+    pub cut: CancellationToken,
 }
 
 /// The [`Shared`] that new connections and control calls get: a reload
@@ -143,12 +164,26 @@ fn handshake_failure(e: &std::io::Error) -> HandshakeFailure {
     }
 }
 
-/// What cut a connection short.
+/// What interrupts a connection.
 enum Stop {
-    /// The gateway's drain grace ran out.
-    Shutdown,
+    /// The gateway began to drain: finish gracefully.
+    Drain,
+    /// The gateway's drain grace ran out: cut.
+    Cut,
     /// The session's authority ended.
     Ended,
+}
+
+/// The first of the events that interrupt a connection: the end of its
+/// session's authority, the end of the drain's grace, and — until the
+/// connection has been `told` — the drain's start.
+async fn stopped(shutdown: Shutdown, ended: CancellationToken, told: bool) -> Stop {
+    tokio::select! {
+        biased;
+        () = ended.cancelled() => Stop::Ended,
+        () = shutdown.cut.cancelled() => Stop::Cut,
+        () = shutdown.drain.cancelled(), if !told => Stop::Drain,
+    }
 }
 
 causes! {
@@ -466,17 +501,20 @@ async fn terminate(
     // line went to the writer before the handshake, so this rarely waits.
     journaled.wait().await;
 
-    // The two ends that can interrupt a connection, polled only when one
-    // of them fires (`WokenOnly`), not at each of the connection's wake-ups.
-    let mut stop = {
+    // The events that can interrupt a connection, polled only when one of
+    // them fires (`WokenOnly`), not at each of the connection's wake-ups.
+    // Once the drain's start is handled, the connection waits on the
+    // other two (`stops(true)`).
+    let stops = {
         let (shutdown, ended) = (shared.shutdown.clone(), conn.session.ended.clone());
-        WokenOnly::new(async move {
-            tokio::select! {
-                () = shutdown.cancelled() => Stop::Shutdown,
-                () = ended.cancelled() => Stop::Ended,
-            }
-        })
+        move |told| WokenOnly::new(stopped(shutdown.clone(), ended.clone(), told))
     };
+    let mut stop = stops(false);
+    // Whether the drain's start came before hyper took the connection: an
+    // HTTP/1.1 connection then serves its first request without
+    // keep-alive (`Connection: close`). hyper's graceful shutdown would
+    // close it unanswered: it has seen no byte of it yet.
+    let mut told = false;
     // HTTP/1.1: hyper's connection state (a read buffer and a write buffer
     // of 8 KiB each, and the connection itself) is made only once the
     // client starts its first request. Until then an idle connection holds
@@ -485,15 +523,29 @@ async fn terminate(
     // after the handshake, whenever the first byte comes (`FirstHeadBy`).
     let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
     if !h2 {
-        let first = tokio::select! {
-            first = tokio::time::timeout_at(first_head_by, first_request_byte(&mut tls)) => first,
-            stopped = &mut stop => match stopped {
-                Stop::Shutdown => return Ok(()),
-                // No request yet, so none held for approval.
-                Stop::Ended => {
-                    return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
+        // The drain's start does not end the wait: a connection just
+        // opened is about to send its first request, which is answered
+        // without keep-alive (`Connection: close`, see `told`) within the
+        // grace.
+        let first = {
+            let first = tokio::time::timeout_at(first_head_by, first_request_byte(&mut tls));
+            tokio::pin!(first);
+            loop {
+                tokio::select! {
+                    first = &mut first => break first,
+                    stopped = &mut stop => match stopped {
+                        Stop::Drain => {
+                            told = true;
+                            stop = stops(true);
+                        }
+                        Stop::Cut => return Ok(()),
+                        // No request yet, so none held for approval.
+                        Stop::Ended => {
+                            return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
+                        }
+                    },
                 }
-            },
+            }
         };
         match first {
             Ok(Ok(false)) => {}
@@ -520,7 +572,10 @@ async fn terminate(
     // most WITHDRAW_GRACE), and the connection is cut.
     // An HTTP/2 connection that answers nothing for a while is closed
     // gracefully (GOAWAY: streams open go on to their end), as an idle
-    // HTTP/1.1 one is by its header timeout.
+    // HTTP/1.1 one is by its header timeout. The drain's start closes
+    // either gracefully, at once: an HTTP/1.1 connection waiting between
+    // requests closes, the request in flight is answered with
+    // `Connection: close`; HTTP/2 sends GOAWAY. The grace's end cuts it.
     macro_rules! drive {
         ($conn:expr, $idle:expr) => {{
             // On the heap, sized exactly, rather than inline in this future
@@ -530,7 +585,11 @@ async fn terminate(
             tokio::pin!(idle);
             let mut closing = false;
             loop {
+                // The connection first: at its first poll hyper reads the
+                // request whose first byte has come, so that a drain
+                // announced meanwhile answers it rather than closes it.
                 tokio::select! {
+                    biased;
                     result = conn.as_mut() => {
                         if let Err(e) = result {
                             tracing::debug!(error = %e, "session connection ended with an error");
@@ -542,14 +601,22 @@ async fn terminate(
                         conn.as_mut().graceful_shutdown();
                         closing = true;
                     }
-                    stopped = &mut stop => break match stopped {
-                        Stop::Shutdown => Ok(()),
+                    stopped = &mut stop => match stopped {
+                        Stop::Drain => {
+                            if !closing {
+                                tracing::debug!("draining: closing the session connection gracefully");
+                                conn.as_mut().graceful_shutdown();
+                                closing = true;
+                            }
+                            stop = stops(true);
+                        }
+                        Stop::Cut => break Ok(()),
                         Stop::Ended => {
                             if holding.holds.answers_pending() {
                                 conn.as_mut().graceful_shutdown();
                                 let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
                             }
-                            Err(refused(Refusal::SessionEnded, Cause::SessionClosed))
+                            break Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
                         }
                     }
                 }
@@ -578,6 +645,7 @@ async fn terminate(
             hyper::server::conn::http1::Builder::new()
                 .timer(FirstHeadBy::new(first_head_by.into_std()))
                 .header_read_timeout(HEADER_READ_TIMEOUT)
+                .keep_alive(!told)
                 .serve_connection(TokioIo::new(tls), service),
             std::future::pending::<()>()
         )

@@ -122,7 +122,7 @@ impl Shared {
         gateway_id: Arc<str>,
         sessions: Arc<Sessions>,
         records: crate::records::journal::RecordSink,
-        shutdown: tokio_util::sync::CancellationToken,
+        shutdown: crate::conn::Shutdown,
         proposer: Option<crate::session::approvals::Proposer>,
         tuned: Tuned,
     ) -> Shared {

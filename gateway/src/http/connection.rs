@@ -96,9 +96,11 @@ impl Connection {
         f(&mut self.tally.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    /// One request, answered.
-    pub fn note(&self, entry: RequestRecord) {
-        self.tally(|t| t.request(entry));
+    /// One request, answered; where its entry is listed, if it is.
+    pub fn note(&self, entry: RequestRecord) -> Option<usize> {
+        let mut listed = None;
+        self.tally(|t| listed = t.request(entry));
+        listed
     }
 
     /// A proposal's fields that this connection fills: who asks, for which

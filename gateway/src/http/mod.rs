@@ -7,7 +7,8 @@
 //! - [`agent`]: approvals.hangar.internal, where agents propose actions.
 //!
 //! [`serve`] routes each request on what the gate found the destination
-//! to be, and records it.
+//! to be, and records it; its reply ([`Reply`]) marks the record `cut`
+//! when it does not reach the session whole.
 
 pub mod connection;
 pub mod answers;
@@ -15,10 +16,13 @@ pub mod proxy;
 pub mod agent;
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::{Method, Request, Response, StatusCode};
 
 use crate::records::record::RequestRecord;
 use crate::refusal::Refusal;
@@ -28,12 +32,14 @@ use connection::{Connection, Destination};
 /// Serve one request of `conn`, and note it in the connection's tally —
 /// also when it is cut short (its future dropped: the connection cut by
 /// the end of the session's authority or the drain, or the client gone),
-/// since it may have reached the destination, credential and all.
+/// since it may have reached the destination, credential and all; and
+/// when its reply is cut in its body ([`Reply`]).
 pub async fn serve(
     conn: Arc<Connection>,
     req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
+) -> Result<Response<Reply>, Infallible> {
     let _busy = conn.activity.begin();
+    let head = req.method() == Method::HEAD;
     let mut pending = Pending {
         conn: &conn,
         entry: Some(RequestRecord::new(req.method(), req.uri().path())),
@@ -74,10 +80,117 @@ pub async fn serve(
         metrics::counter!("gateway_requests_refused_total", "reason" => reason.as_str())
             .increment(1);
     }
-    if let Some(entry) = pending.entry.take() {
-        conn.note(entry);
+    let listed = pending.entry.take().and_then(|entry| conn.note(entry));
+    Ok(Reply::watch(
+        response,
+        head,
+        listed.map(|at| (Arc::clone(&conn), at)),
+    ))
+}
+
+/// A reply on its way to the session, with the request's entry in the
+/// connection's tally until the reply is whole: dropped before that (its
+/// connection cut under its body — a download still streaming at the
+/// drain's grace, the end of the authority — or the client gone), it
+/// marks the entry `cut`.
+///
+/// Whole is: the body ended, or every byte its head declared
+/// (`Content-Length`) went out, after which hyper drops it unfinished.
+/// The check is one addition per frame; the entry is touched again only
+/// for a reply cut.
+#[derive(Debug)]
+pub struct Reply {
+    body: ProxyBody,
+    /// None once the reply is whole (or was never watched).
+    watch: Option<Watch>,
+}
+
+#[derive(Debug)]
+struct Watch {
+    conn: Arc<Connection>,
+    entry: usize,
+    declared: Option<u64>,
+    sent: u64,
+}
+
+impl Reply {
+    /// `response`, its request's entry listed at `listed` (none: not
+    /// listed, nothing to mark). An answer to HEAD, a 1xx, 204 or 304 has
+    /// no body to watch.
+    fn watch(
+        response: Response<ProxyBody>,
+        head: bool,
+        listed: Option<(Arc<Connection>, usize)>,
+    ) -> Response<Reply> {
+        let status = response.status();
+        let bodiless = head
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let declared = response
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .or_else(|| response.body().size_hint().exact());
+        response.map(|body| {
+            let watch = match listed {
+                Some((conn, entry)) if !bodiless && !body.is_end_stream() => Some(Watch {
+                    conn,
+                    entry,
+                    declared,
+                    sent: 0,
+                }),
+                _ => None,
+            };
+            Reply { body, watch }
+        })
     }
-    Ok(response)
+}
+
+impl Body for Reply {
+    type Data = Bytes;
+    type Error = <ProxyBody as Body>::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        // Every field is Unpin.
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => this.watch = None,
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(w), Some(data)) = (this.watch.as_mut(), frame.data_ref()) {
+                    w.sent += data.len() as u64;
+                    if w.declared.is_some_and(|n| w.sent >= n) {
+                        this.watch = None;
+                    }
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if let Some(w) = self.watch.take() {
+            if !self.body.is_end_stream() {
+                w.conn.tally(|t| t.reply_unfinished(w.entry));
+            }
+        }
+    }
 }
 
 /// A request's entry until it is noted: dropped unnoted (the request's

@@ -206,13 +206,25 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// One request, answered.
-    pub fn request(&mut self, entry: RequestRecord) {
+    /// One request, answered; where its entry is listed (none past
+    /// [`MAX_REQUEST_RECORDS`]).
+    pub fn request(&mut self, entry: RequestRecord) -> Option<usize> {
         self.request_count += 1;
         if self.requests.len() < MAX_REQUEST_RECORDS {
             self.requests.push(entry);
+            Some(self.requests.len() - 1)
         } else {
             self.requests_unlisted += 1;
+            None
+        }
+    }
+
+    /// The reply of the request listed at `entry` did not reach the
+    /// session whole: its connection was cut under its body (the drain's
+    /// grace, the end of the authority) or the client went away.
+    pub fn reply_unfinished(&mut self, entry: usize) {
+        if let Some(e) = self.requests.get_mut(entry) {
+            e.cut = true;
         }
     }
 
@@ -262,10 +274,12 @@ pub struct RequestRecord {
     /// decision, the approver and the times.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::session::approvals::ApprovalRecord>,
-    /// The request was cut before its answer was written (its connection
+    /// The request was cut before its answer was whole (its connection
     /// ended under it: the session's authority ended, the drain's grace
     /// ran out, the client went away). It may have reached the
-    /// destination; `status` is 0.
+    /// destination. `status` is 0 when it was cut before its answer's
+    /// head was written, the status sent when it was cut in the reply's
+    /// body (a download still streaming at the drain's grace).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cut: bool,
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::End;
@@ -28,8 +27,9 @@ pub(super) struct DataPlane {
     pub(super) current: Arc<Current>,
     /// Open connections.
     tracker: TaskTracker,
-    /// Fires when open connections must be cut.
-    shutdown: CancellationToken,
+    /// Tells open connections that the drain began, then that its grace
+    /// is over.
+    shutdown: conn::Shutdown,
     /// `true` while the spool is full: accept nothing.
     spool_full: watch::Receiver<bool>,
     /// A handover asks here to stop accepting.
@@ -42,7 +42,7 @@ impl DataPlane {
         cap: Arc<Cap>,
         grace_ms: Arc<AtomicU64>,
         current: Arc<Current>,
-        shutdown: CancellationToken,
+        shutdown: conn::Shutdown,
         spool_full: watch::Receiver<bool>,
         stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
     ) -> DataPlane {
@@ -123,10 +123,20 @@ impl DataPlane {
         }
     }
 
+    /// Tell every open connection that the drain began: each finishes
+    /// what it has in flight and closes (HTTP/1.1: an idle keep-alive
+    /// connection at once, the request in flight answered `Connection:
+    /// close`; HTTP/2: GOAWAY, its open streams answered). After a
+    /// handover the successor accepts what their clients open next.
+    pub(super) fn begin_drain(&self) {
+        self.shutdown.drain.cancel();
+    }
+
     /// Close the data listener (new connections are refused; after a
     /// handover the successor accepts them), give open connections until
     /// `cut_at` to finish, then cut the rest (their records say so) and
-    /// wait for them. Returns the settings in force, for what ends after.
+    /// wait for them (a request cut before its answer, or in its reply's
+    /// body, is `cut` in its record). Returns the settings in force, for what ends after.
     pub(super) async fn stop(self, cut_at: tokio::time::Instant) -> Arc<Current> {
         drop(self.listener);
         self.tracker.close();
@@ -138,10 +148,10 @@ impl DataPlane {
                 open = self.tracker.len(),
                 "grace over; cutting open connections"
             );
-            self.shutdown.cancel();
+            self.shutdown.cut.cancel();
             self.tracker.wait().await;
         }
-        self.shutdown.cancel();
+        self.shutdown.cut.cancel();
         self.current
     }
 }

@@ -24,10 +24,11 @@
 //!    useful with port 0), tells the service manager, and accepts until
 //!    SIGTERM or SIGINT — or until a successor takes over.
 //! 3. [`Running::drain`] stops them in reverse, in numbered steps, each an
-//!    explicit call (nothing waits on a value's drop): the control channel
-//!    stops, `/readyz` turns 503, no reload or upgrade, the data listener
-//!    closes, open connections get the configured grace and the rest are
-//!    cut, the authorities end, the record writer is stopped and the last
+//!    explicit call (nothing waits on a value's drop): every open
+//!    connection is told to finish (HTTP/1.1 `Connection: close`, HTTP/2
+//!    GOAWAY), the control channel stops, `/readyz` turns 503, no reload or upgrade, the data listener
+//!    closes, open connections get the configured grace from the drain's
+//!    start and the rest are cut, the authorities end, the record writer is stopped and the last
 //!    batch sealed, and the shipper gets the grace to deliver the spool
 //!    (woken when it empties, not polled) before the process exits. After
 //!    a handover the authorities are the successor's: none is ended here,
@@ -401,7 +402,7 @@ impl Built {
         ));
         let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
         let log_directives = tuned.log.clone();
-        let shutdown = CancellationToken::new();
+        let shutdown = crate::conn::Shutdown::default();
         let current = Arc::new(Current::new(Arc::new(Shared::new(
             Arc::clone(&gateway_id),
             Arc::clone(&self.sessions),
@@ -738,11 +739,14 @@ impl Running {
     pub async fn drain(self, end: End) {
         let grace = self.data.grace();
         let handed_over = matches!(end, End::HandedOver);
+        // 0. Tell every open connection at once (the data plane's
+        //    `begin_drain`); their grace runs from here.
+        let cut_at = tokio::time::Instant::now() + grace;
+        self.data.begin_drain();
         tracing::info!(open = self.data.open(), handed_over, "draining");
         if !handed_over {
             crate::process::notify::stopping();
         }
-        let cut_at = tokio::time::Instant::now() + grace;
         // 1. Stop the control channel: no session opens on a gateway that
         //    is going away. Open RPCs get the grace; a client that holds
         //    its connection open past it is cut. (A handover stopped it.)
@@ -755,7 +759,8 @@ impl Running {
         self.admin.not_ready(handed_over);
         self.operator.stop_requests();
         // 3. Close the data listener; 4. open connections get the grace to
-        //    finish; 5. the rest are cut (their records say so) and finish.
+        //    finish (from step 0); 5. the rest are cut (their records say
+        //    so) and finish.
         let current = self.data.stop(cut_at).await;
         // 6. Stop the admin listener and the operator side.
         self.admin.stop().await;
