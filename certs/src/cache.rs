@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustls::sign::CertifiedKey;
+use talos_contract::sync::Locked;
 
 use crate::ca::SessionCa;
 use crate::error::CertError;
@@ -90,7 +91,7 @@ impl LeafCache {
 
         // The guarded data is `()`: a panic while minting leaves nothing
         // half-written, so a poisoned lock is as good as a clean one.
-        let _minting = slot.minting.lock().unwrap_or_else(PoisonError::into_inner);
+        let _minting = slot.minting.locked();
         if let Some(leaf) = slot.leaf.get() {
             return Ok(Arc::clone(leaf));
         }

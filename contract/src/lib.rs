@@ -20,6 +20,7 @@
 //!   plane, gateway).
 //! - [`pb`]: the control channel's messages and services, compiled once
 //!   from `proto/control.proto`.
+//! - [`sync`]: locks that outlive a panic elsewhere.
 //! - `cases` (feature `cases`): the tables both sides' tests run: session
 //!   drafts for every entry point, and requests under a Lock rule for the
 //!   gateway and the approval relay.
@@ -39,6 +40,7 @@ pub mod lock;
 pub mod spec;
 pub mod role;
 pub mod pb;
+pub mod sync;
 #[cfg(any(test, feature = "cases"))]
 pub mod cases;
 

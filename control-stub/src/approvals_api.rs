@@ -42,6 +42,7 @@ use crate::error::{Error, LinkError};
 use crate::identity::Identity;
 use crate::link::GatewayLink;
 use crate::store::Store;
+use talos_contract::sync::Locked;
 
 /// Connections served at once, and how long a client has for its TLS
 /// handshake (and here for a request's headers): the control listener's.
@@ -182,7 +183,7 @@ async fn with_store<T: Send + 'static>(
 ) -> Result<T, Error> {
     let api = api.clone();
     tokio::task::spawn_blocking(move || {
-        let mut store = api.store.lock().unwrap_or_else(|p| p.into_inner());
+        let mut store = api.store.locked();
         f(&mut store, &api)
     })
     .await

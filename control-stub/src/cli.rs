@@ -24,6 +24,7 @@ use crate::lock::NewRule;
 use crate::model::{LockMode, Mode};
 use crate::names;
 use crate::store::{Store, DEFAULT_PATH};
+use talos_contract::sync::Locked;
 
 /// Exit status of a command that failed.
 pub const EXIT_FAILURE: i32 = 2;
@@ -779,7 +780,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
             .iter()
             .map(|g| crate::grpc_link::GatewayAddr::parse(g).label())
             .collect();
-        let registered = store.lock().unwrap_or_else(|p| p.into_inner()).gateways()?;
+        let registered = store.locked().gateways()?;
         members.extend(registered.into_iter().map(|g| g.id));
         crate::series::preregister(members.iter().map(String::as_str));
     }
@@ -985,13 +986,13 @@ struct Stop {
 
 impl Stop {
     fn stop(&self) {
-        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *self.stopped.locked() = true;
         self.wake.notify_all();
     }
 
     /// Wait up to `span`; whether serving has ended.
     fn wait(&self, span: std::time::Duration) -> bool {
-        let guard = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = self.stopped.locked();
         let (stopped, _) = self
             .wake
             .wait_timeout_while(guard, span, |stopped| !*stopped)

@@ -16,6 +16,7 @@ use crate::link::{
     CloseAnswer, CloseSession, Described, DropReportView, GatewayLink, OpenSession, Opened,
     Renewed, Reply, ReportVerifier,
 };
+use talos_contract::sync::Locked;
 
 /// A verifier for tests: accepts every report, or refuses every one.
 #[derive(Clone, Copy, Debug)]
@@ -151,7 +152,7 @@ impl FakeLink {
     }
 
     fn state(&self) -> MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Every call so far, in order.

@@ -33,6 +33,7 @@ use crate::link::{
 };
 use crate::pb;
 use crate::pb::gateway_client::GatewayClient;
+use talos_contract::sync::Locked;
 
 /// How long a connection (TCP and TLS) to a gateway may take: a gateway on
 /// the same network answers in milliseconds; more means it is down.
@@ -172,11 +173,7 @@ impl GrpcLink {
             }];
         }
         let tls = self.tls();
-        let cached: Vec<Option<Conn>> = self
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let cached: Vec<Option<Conn>> = self.clients.locked().clone();
         let results = self.runtime.block_on(async {
             let mut set = tokio::task::JoinSet::new();
             for (i, g) in self.gateways.iter().enumerate() {
@@ -228,7 +225,7 @@ impl GrpcLink {
             out.sort_by_key(|(i, _, _)| *i);
             out
         });
-        let mut cache = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.clients.locked();
         let mut replies = Vec::new();
         for (i, conn, result) in results {
             if let Some(c) = conn {
@@ -347,7 +344,7 @@ fn status_error(gateway: &str, s: tonic::Status) -> LinkError {
 
 impl GatewayLink for GrpcLink {
     fn distrust(&self, gateway_id: &str) {
-        let mut distrusted = self.distrusted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut distrusted = self.distrusted.locked();
         if !distrusted.iter().any(|d| d == gateway_id) {
             distrusted.push(gateway_id.to_owned());
         }
@@ -425,11 +422,10 @@ impl GatewayLink for GrpcLink {
         // Every member but those distrusted (known by the id each stated
         // when it was described).
         let only: Option<Vec<String>> = {
-            let distrusted = self.distrusted.lock().unwrap_or_else(|p| p.into_inner());
+            let distrusted = self.distrusted.locked();
             (!distrusted.is_empty()).then(|| {
                 self.clients
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .locked()
                     .iter()
                     .flatten()
                     .map(|c| c.id.clone())

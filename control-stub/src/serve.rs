@@ -43,6 +43,7 @@ use crate::error::Error;
 use crate::pb;
 use crate::pb::control_plane_server::{ControlPlane, ControlPlaneServer};
 use crate::store::Store;
+use talos_contract::sync::Locked;
 
 /// Connections served at once: a pair of gateways needs two; the rest is
 /// room for reconnects while old connections drain.
@@ -129,7 +130,7 @@ impl ControlPlane for Consumer {
         let signed = signed_from(request.into_inner()).map_err(Status::invalid_argument)?;
         let store = self.store.clone();
         let verdict = tokio::task::spawn_blocking(move || {
-            let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+            let mut store = store.locked();
             let (claimed, seq) = talos_certs::claimed_header(&signed.payload);
             // A payload that names no gateway is refused `malformed` below.
             if !claimed.is_empty() && !certificate_names(peer.as_ref(), &claimed) {
@@ -205,7 +206,7 @@ impl ControlPlane for Consumer {
         }
         let store = self.store.clone();
         let result = tokio::task::spawn_blocking(move || {
-            let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+            let mut store = store.locked();
             let r = crate::relay::receive(&mut store, &msg);
             (msg, r)
         })

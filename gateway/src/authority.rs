@@ -42,6 +42,7 @@ use tokio_util::task::TaskTracker;
 use crate::records::journal::RecordSink;
 use crate::session::lease::{Lease, SharedClock};
 use crate::session::sessions::{Session, Sessions};
+use talos_contract::sync::Locked;
 
 /// Ends whose reports are kept for a repeated close: a control plane
 /// retries within minutes; past this many ends the report is still in the
@@ -132,7 +133,7 @@ impl Authority {
 
     /// Every end this process remembers, with its report.
     pub fn recent_reports(&self) -> Vec<(Arc<str>, u32, Signed)> {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = self.recent.locked();
         recent
             .order
             .iter()
@@ -267,7 +268,7 @@ impl Authority {
     }
 
     fn remember(&self, key: (Arc<str>, u32), rx: watch::Receiver<Option<Signed>>) {
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recent = self.recent.locked();
         if recent.reports.insert(key.clone(), rx).is_none() {
             recent.order.push_back(key);
         }
@@ -282,7 +283,7 @@ impl Authority {
     /// ended it (waiting for an end in progress to sign it).
     pub async fn report_of(&self, id: &str, attempt: u32) -> Option<Signed> {
         let rx = {
-            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let recent = self.recent.locked();
             recent.reports.get(&(Arc::from(id), attempt)).cloned()
         };
         let mut rx = rx?;
@@ -292,7 +293,7 @@ impl Authority {
 
     /// Whether this process ended attempt `attempt` of session `id`.
     pub fn was_ended(&self, id: &str, attempt: u32) -> bool {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = self.recent.locked();
         recent.reports.contains_key(&(Arc::from(id), attempt))
     }
 
@@ -370,7 +371,7 @@ impl LeaseWatcher {
 
     /// Watch, unless watching already.
     pub fn start(&self) {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = self.running.locked();
         if running.is_none() {
             let stop = CancellationToken::new();
             tokio::spawn(Arc::clone(&self.authority).watch_leases(stop.clone()));
@@ -380,12 +381,7 @@ impl LeaseWatcher {
 
     /// Stop watching.
     pub fn stop(&self) {
-        if let Some(stop) = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(stop) = self.running.locked().take() {
             stop.cancel();
         }
     }

@@ -44,6 +44,7 @@ use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
 use crate::session::sessions::{Live, Session, Sessions};
 use crate::session::share::Slot;
+use talos_contract::sync::RwLocked;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -99,12 +100,12 @@ impl Current {
 
     /// The settings in force now.
     pub fn get(&self) -> Arc<Shared> {
-        Arc::clone(&self.0.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.0.read_locked())
     }
 
     /// Replace the settings for what comes next.
     pub fn set(&self, shared: Arc<Shared>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = shared;
+        *self.0.write_locked() = shared;
     }
 }
 

@@ -38,6 +38,7 @@ use crate::refusal::causes;
 use crate::secrets::secret::SecretBytes;
 use crate::session::lease::{Lease, SharedClock};
 use crate::session::sessions::{Session, Sessions, UpstreamSettings};
+use talos_contract::sync::Locked;
 
 /// What a config sets that a reload can change, built.
 #[derive(Debug)]
@@ -179,7 +180,7 @@ impl Cap {
     /// Make the cap `size`: more room at once; less as connections close
     /// (a task takes the permits given up as they come back).
     pub fn resize(&self, size: usize) {
-        let mut current = self.size.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.size.locked();
         if size > *current {
             self.permits.add_permits(size - *current);
         } else if size < *current {
@@ -631,11 +632,11 @@ impl ConfigInForce {
 
     /// The digest of the config in force.
     pub fn digest(&self) -> String {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.locked().clone()
     }
 
     fn set(&self, digest: &str) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = digest.to_owned();
+        *self.0.locked() = digest.to_owned();
     }
 
     /// `gateway_config_info{digest}` in the Prometheus text format, appended

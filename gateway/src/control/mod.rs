@@ -55,6 +55,7 @@ use crate::session::sessions::{RemoveError, Session, SessionSpec};
 /// `ControlPlane` services, servers and clients.
 use crate::pb;
 use pb::gateway_server::{Gateway, GatewayServer};
+use talos_contract::sync::Locked;
 
 /// How long a control client has for its TLS handshake: longer than any
 /// honest handshake on a data-centre network, short enough that stalled
@@ -514,7 +515,7 @@ impl Runner {
 
     /// Serve, unless serving already.
     pub fn start(&self) {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = self.running.locked();
         if running.is_some() {
             return;
         }
@@ -532,11 +533,7 @@ impl Runner {
     /// connections are cut. The listener stays open (connections wait in
     /// its backlog).
     pub async fn stop(&self, grace: Duration) {
-        let taken = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let taken = self.running.locked().take();
         if let Some((mut task, stop)) = taken {
             stop.cancel();
             if tokio::time::timeout(grace, &mut task).await.is_err() {

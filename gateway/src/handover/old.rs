@@ -21,6 +21,7 @@ use crate::process::{link, wire, HandoverResult};
 use crate::reload::{Reloader, StaticEntry};
 use crate::session::approvals::Proposer;
 use crate::session::sessions::Sessions;
+use talos_contract::sync::Locked;
 
 /// The listeners a process serves, handed over by descriptor.
 #[derive(Debug, Clone)]
@@ -133,7 +134,7 @@ impl Upgrader {
 
     /// The awaited successor arrived (or refused); anyone else is ignored.
     pub(super) fn arrive(&self, pid: u32, arrival: Arrival) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self.waiting.locked();
         match waiting.take() {
             Some((expected, tx)) if expected == pid => {
                 let _ = tx.send(arrival);
@@ -197,7 +198,7 @@ impl Upgrader {
         let pid = child.id().unwrap_or(0);
         tracing::info!(pid, generation, exe = %self.parts.exe.display(), "successor started");
         let (tx, rx) = oneshot::channel();
-        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, tx));
+        *self.waiting.locked() = Some((pid, tx));
         let deadline = tokio::time::Instant::now() + TAKEOVER_TIMEOUT;
         let mut rx = rx;
         let arrival = tokio::select! {
@@ -206,7 +207,7 @@ impl Upgrader {
                 // A successor that refuses says why, then exits: its word
                 // may still be on its way through the socket.
                 let said = tokio::time::timeout(EXIT_WORD, rx).await.ok().and_then(Result::ok);
-                self.waiting.lock().unwrap_or_else(|p| p.into_inner()).take();
+                self.waiting.locked().take();
                 if let Some(Arrival::Refused(reason)) = said {
                     return Err(UpgradeError::Refused(reason));
                 }
@@ -222,10 +223,7 @@ impl Upgrader {
                 return Err(UpgradeError::Refused(reason));
             }
             None => {
-                self.waiting
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take();
+                self.waiting.locked().take();
                 self.reap(child, generation).await;
                 return Err(UpgradeError::Timeout(TAKEOVER_TIMEOUT));
             }

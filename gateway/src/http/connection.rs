@@ -27,6 +27,7 @@ use crate::secrets::reply::{MaskedReport, ReplyRefusal};
 use crate::session::approvals::{self, ApprovalRecord, Ask, LockRule, Outcome};
 use crate::session::sessions::Session;
 use crate::session::share::{AtBound, Held};
+use talos_contract::sync::Locked;
 
 /// What the gate found the connection's destination to be.
 #[derive(Debug)]
@@ -93,7 +94,7 @@ impl Connection {
 
     /// Change the tally (one request's part of it).
     pub fn tally(&self, f: impl FnOnce(&mut Tally)) {
-        f(&mut self.tally.lock().unwrap_or_else(|p| p.into_inner()));
+        f(&mut self.tally.locked());
     }
 
     /// One request, answered; where its entry is listed, if it is.
@@ -255,7 +256,7 @@ impl TallyReceiver {
     pub async fn when_done(self, bound: Duration) -> Tally {
         // Err: the sender is dropped, which is the event waited for.
         let _ = tokio::time::timeout(bound, self.done).await;
-        std::mem::take(&mut *self.tally.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.tally.locked())
     }
 }
 

@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+use talos_contract::sync::Locked;
 
 /// Polls `F` only when `F` woke the task (see the module doc).
 pub struct WokenOnly<F> {
@@ -40,7 +41,7 @@ impl Wake for Flag {
         // Set before the task waker is read: a poll that stored a new task
         // waker after this read still finds the flag set.
         self.woken.store(true, Ordering::Release);
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let task = self.task.locked().clone();
         if let Some(task) = task {
             task.wake();
         }
@@ -77,7 +78,7 @@ impl<F: Future> Future for WokenOnly<F> {
         let this = self.get_mut();
         if !this.task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
             let waker = cx.waker().clone();
-            *this.flag.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(waker.clone());
+            *this.flag.task.locked() = Some(waker.clone());
             this.task = Some(waker);
         }
         if !this.flag.woken.swap(false, Ordering::Acquire) {

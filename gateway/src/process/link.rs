@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::process::wire;
 use crate::session::approvals::FirstUse;
 use crate::session::sessions::Sessions;
+use talos_contract::sync::Locked;
 
 /// The longest the successor waits for the old process to end an
 /// authority there: it cuts the connections at once, so this bounds only
@@ -120,13 +121,7 @@ impl Predecessor {
             reader.read(read, &sessions).await;
             // The old process has exited (or broke the link): nothing
             // pending will be answered.
-            let waiting: Vec<Waiting> = reader
-                .waiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain()
-                .map(|(_, w)| w)
-                .collect();
+            let waiting: Vec<Waiting> = reader.waiting.locked().drain().map(|(_, w)| w).collect();
             for w in waiting {
                 match w {
                     Waiting::End(tx) => {
@@ -195,10 +190,7 @@ impl Predecessor {
     }
 
     fn take(&self, id: u64) -> Option<Waiting> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id)
+        self.waiting.locked().remove(&id)
     }
 
     fn ask(&self, waiting: Waiting, msg: impl FnOnce(u64) -> LinkMsg) -> bool {
@@ -206,10 +198,7 @@ impl Predecessor {
             return false;
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, waiting);
+        self.waiting.locked().insert(id, waiting);
         if self.out.send(msg(id)).is_err() {
             self.take(id);
             return false;

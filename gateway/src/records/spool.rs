@@ -76,6 +76,7 @@ use std::time::Duration;
 use talos_certs::{BatchWriter, GatewayKey, Signed};
 
 use crate::records::journal::{mark_sealing, Segment};
+use talos_contract::sync::Locked;
 use tokio::sync::{watch, Notify};
 
 /// The chain position file in the spool directory.
@@ -344,7 +345,7 @@ impl Spool {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The lock guards plain bookkeeping: a panic elsewhere cannot leave
         // it half-updated in a way that matters more than losing it would.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// Write a sealed batch to disk (synced, renamed, directory synced).

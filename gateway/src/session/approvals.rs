@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::gate::name::Name;
+use talos_contract::sync::Locked;
 
 /// How long a held request waits for a decision.
 pub const DECISION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -197,11 +198,11 @@ impl Proposer {
 
     /// From now on, tell `to` of every first use approved.
     pub fn report_first_uses(&self, to: mpsc::UnboundedSender<FirstUse>) {
-        *self.first_uses.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+        *self.first_uses.locked() = Some(to);
     }
 
     fn first_use(&self, session_id: &str, attempt: u32, rule: &str) {
-        let to = self.first_uses.lock().unwrap_or_else(|p| p.into_inner());
+        let to = self.first_uses.locked();
         if let Some(to) = to.as_ref() {
             let _ = to.send(FirstUse {
                 session_id: session_id.to_owned(),
@@ -279,10 +280,7 @@ impl Approvals {
     /// The first rule that holds this request now (a `first_use` rule
     /// whose first use was approved holds no more).
     pub fn rule_for(&self, ask: &Ask<'_>) -> Option<&LockRule> {
-        let done = self
-            .first_use_done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let done = self.first_use_done.locked();
         self.rules.iter().find(|r| {
             r.matches(ask.destination, ask.method, ask.path, &ask.attachments)
                 && !(r.mode == Mode::FirstUse && done.contains(&r.id))
@@ -296,10 +294,7 @@ impl Approvals {
 
     /// The rules whose first use was approved under this authority, sorted.
     pub fn first_uses(&self) -> Vec<String> {
-        let done = self
-            .first_use_done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let done = self.first_use_done.locked();
         let mut rules: Vec<String> = done.iter().cloned().collect();
         rules.sort();
         rules
@@ -313,10 +308,7 @@ impl Approvals {
             .iter()
             .any(|r| r.id == rule && r.mode == Mode::FirstUse)
         {
-            self.first_use_done
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(rule.to_owned());
+            self.first_use_done.locked().insert(rule.to_owned());
         }
     }
 
@@ -328,7 +320,7 @@ impl Approvals {
 
     /// Requests waiting now.
     pub fn pending_count(&self) -> usize {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.pending.locked().len()
     }
 
     /// Hold a request under `rule` until a decision, the relay's refusal
@@ -393,17 +385,14 @@ impl Approvals {
         let outcome = if self.relay_key.is_none() || self.proposer.is_none() {
             Outcome::NoRelay
         } else {
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(
-                    proposal_id.clone(),
-                    Pending {
-                        digest: digest.clone(),
-                        approvers: rule.approvers.clone(),
-                        answer,
-                    },
-                );
+            self.pending.locked().insert(
+                proposal_id.clone(),
+                Pending {
+                    digest: digest.clone(),
+                    approvers: rule.approvers.clone(),
+                    answer,
+                },
+            );
             metrics::gauge!("gateway_approvals_pending").increment(1.0);
             tracing::info!(
                 session = ask.session_id,
@@ -444,19 +433,13 @@ impl Approvals {
                     () = tokio::time::sleep(timeout) => Outcome::TimedOut,
                 }
             };
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&proposal_id);
+            self.pending.locked().remove(&proposal_id);
             metrics::gauge!("gateway_approvals_pending").decrement(1.0);
             outcome
         };
         if let Outcome::Approved { .. } = &outcome {
             if rule.mode == Mode::FirstUse {
-                self.first_use_done
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(rule.id.clone());
+                self.first_use_done.locked().insert(rule.id.clone());
                 if let Some(p) = &self.proposer {
                     p.first_use(ask.session_id, ask.attempt, &rule.id);
                 }
@@ -476,10 +459,7 @@ impl Approvals {
 
     /// Whether `proposal_id` is waiting here.
     pub fn holds(&self, proposal_id: &str) -> bool {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(proposal_id)
+        self.pending.locked().contains_key(proposal_id)
     }
 
     /// Apply a signed decision: checked under the relay key, for a pending
@@ -491,7 +471,7 @@ impl Approvals {
             .ok_or_else(|| DecideError::BadSignature("the session has no relay key".into()))?;
         let decision: Decision = talos_certs::verify_decision(&key, signed)
             .map_err(|e| DecideError::BadSignature(e.to_string()))?;
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = self.pending.locked();
         let held = pending
             .get(&decision.proposal_id)
             .ok_or(DecideError::NotPending)?;
@@ -520,13 +500,7 @@ impl Approvals {
     /// Withdraw every pending proposal (the authority ended): each waiter
     /// answers `approval_withdrawn`. Returns how many there were.
     pub fn withdraw_all(&self) -> u32 {
-        let drained: Vec<Pending> = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .map(|(_, p)| p)
-            .collect();
+        let drained: Vec<Pending> = self.pending.locked().drain().map(|(_, p)| p).collect();
         let n = drained.len();
         for p in drained {
             let _ = p.answer.send(Outcome::Withdrawn);

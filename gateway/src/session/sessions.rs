@@ -21,6 +21,7 @@ use crate::session::lease::{Lease, Millis};
 use crate::session::share::{self, Share};
 use crate::session::upstream::{Dialing, Pool};
 use crate::tls;
+use talos_contract::sync::RwLocked;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::{TaskTracker, TaskTrackerToken};
 
@@ -397,11 +398,11 @@ impl Table {
 
 impl Sessions {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
-        self.table.read().unwrap_or_else(|p| p.into_inner())
+        self.table.read_locked()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
-        self.table.write().unwrap_or_else(|p| p.into_inner())
+        self.table.write_locked()
     }
 
     /// Map each of `sources` to `session`, replacing whatever was there.

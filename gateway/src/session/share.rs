@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::refusal::{causes, Refusal, Refused};
 use crate::secrets::decode::Bounds;
+use talos_contract::sync::Locked;
 
 /// How long a request or proposal refused at a bound waits for its answer.
 /// A session that pushes at a bound as fast as the answers come then makes
@@ -331,7 +332,7 @@ impl Share {
     fn card(&self) -> Result<(), AtBound> {
         let per_second = f64::from(self.bounds.proposals_per_minute.load(Ordering::Relaxed)) / 60.0;
         let burst = f64::from(self.bounds.proposal_burst.load(Ordering::Relaxed).max(1));
-        let mut bucket = self.cards.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bucket = self.cards.locked();
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * per_second).min(burst);

@@ -28,6 +28,7 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use crate::gate::name::Name;
+use talos_contract::sync::{Locked, RwLocked};
 
 /// Idle HTTP/1.1 connections kept per destination. A session rarely needs
 /// more in parallel to one host; past it, connections close after use.
@@ -207,11 +208,11 @@ impl Pool {
 
     /// Make new connections as `dialing` says from now on.
     pub fn redial(&self, dialing: Arc<Dialing>) {
-        *self.dialing.write().unwrap_or_else(|p| p.into_inner()) = dialing;
+        *self.dialing.write_locked() = dialing;
     }
 
     fn dialing(&self) -> Arc<Dialing> {
-        Arc::clone(&self.dialing.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.dialing.read_locked())
     }
 
     /// A connection to `name` for a request that needs `want`: a pooled one
@@ -232,7 +233,7 @@ impl Pool {
         if want == Want::Http1 && !self.h2_only(name) {
             match Box::pin(self.connect(name, addrs, &dialing, &dialing.tls_h1)).await {
                 Err(ConnectError::NoHttp1) => {
-                    let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut idle = self.idle.locked();
                     idle.entry(name.clone()).or_default().h2_only = true;
                     drop(idle);
                     if let Some(c) = self.pooled(name, Want::Any) {
@@ -248,12 +249,12 @@ impl Pool {
     }
 
     fn h2_only(&self, name: &Name) -> bool {
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = self.idle.locked();
         idle.get(name).is_some_and(|e| e.h2_only)
     }
 
     fn pooled(&self, name: &Name, want: Want) -> Option<Checkout> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.locked();
         let entry = idle.get_mut(name)?;
         // HTTP/2 serves a request that may take it, and any request to a
         // destination that speaks nothing else.
@@ -298,7 +299,7 @@ impl Pool {
         if sender.is_closed() {
             return;
         }
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.locked();
         let entry = idle.entry(name.clone()).or_default();
         entry.h1.retain(|(s, _)| !s.is_closed());
         if entry.h1.len() < MAX_IDLE_H1 {
@@ -337,7 +338,7 @@ impl Pool {
         };
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
         if offered_both {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut idle = self.idle.locked();
             idle.entry(name.clone()).or_default().chose_h2 = Some(h2);
         }
         let sender = if h2 {
@@ -351,7 +352,7 @@ impl Pool {
             tokio::spawn(async move {
                 let _ = conn.await;
             });
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut idle = self.idle.locked();
             idle.entry(name.clone()).or_default().h2 = Some((sender.clone(), addr));
             Sender::H2(sender)
         } else {
