@@ -129,7 +129,7 @@ fn records(c: &mut Criterion) {
                         tasks.spawn(async move {
                             let mut r = sink.open(source(n)).await;
                             fill(&mut r, &session);
-                            sink.gate(&r).await.wait().await;
+                            sink.let_through(&r).await.wait().await;
                             sink.close(r).await;
                         });
                     }

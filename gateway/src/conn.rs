@@ -242,6 +242,41 @@ enum Alert {
     UnrecognizedName = 112,
 }
 
+/// One connection as its stages see it: what it is served with, its
+/// client, and what its record has learnt so far. Owned by [`serve`];
+/// each stage takes it, fills in what it learns and returns what it
+/// decided.
+struct Conn<'a> {
+    shared: &'a Shared,
+    client: Client,
+    peer: SocketAddr,
+    record: Record,
+    /// Counts the connection on its session until its record is written.
+    live: Option<Live>,
+}
+
+/// How a connection the gate let through ended, short of a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// The client or the gateway closed it (a drain's grace included).
+    Closed,
+    /// The session's TLS handshake failed (an untrusting client, say).
+    HandshakeFailed,
+    /// The session's TLS handshake did not finish in time.
+    HandshakeTimeout,
+}
+
+impl Ending {
+    /// The record's cause, if this ending has one.
+    fn cause(self) -> Option<&'static str> {
+        match self {
+            Ending::Closed => None,
+            Ending::HandshakeFailed => Some(Cause::SessionHandshakeFailed.as_str()),
+            Ending::HandshakeTimeout => Some(Cause::SessionHandshakeTimeout.as_str()),
+        }
+    }
+}
+
 /// Serve one client connection and write its record.
 ///
 /// The record is on disk before the connection counts as closed: before a
@@ -251,165 +286,246 @@ enum Alert {
 pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     metrics::gauge!("gateway_connections_open").increment(1.0);
     keep_alive(&client, shared.tcp_keepalive);
-    let mut record = shared.records.open(peer).await;
+    let record = shared.records.open(peer).await;
     let wire = Arc::new(WireBytes::default());
-    let mut client = Counted::new(client, Arc::clone(&wire));
-    // Counts the connection on its session until its record is written.
-    let mut live: Option<Live> = None;
+    let mut conn = Conn {
+        shared,
+        client: Counted::new(client, Arc::clone(&wire)),
+        peer,
+        record,
+        live: None,
+    };
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
-    let outcome = Box::pin(run(shared, &mut client, peer, &mut record, &mut live)).await;
-    let mut alert = None;
-    if let Err(refused) = outcome {
-        // A session pushing at a bound of its share is recorded and
-        // counted; logged at debug, so that a flood does not become one of
-        // log lines.
-        if refused.reason == Refusal::SessionLimit {
-            tracing::debug!(source = %peer, cause = %refused.cause, "refused at a bound of the session's share");
-        } else {
-            tracing::info!(
-                source = %peer,
-                session = record.session_id.as_deref().unwrap_or("-"),
-                sni = record.sni.as_deref().unwrap_or("-"),
-                reason = refused.reason.as_str(),
-                cause = %refused.cause,
-                "refused"
-            );
-        }
-        alert = alert_for(refused.reason);
-        record.refuse(refused);
-    }
-    record.bytes_from_session = wire.read.load(Ordering::Relaxed);
-    record.bytes_to_session =
-        wire.written.load(Ordering::Relaxed) + if alert.is_some() { ALERT_LEN as u64 } else { 0 };
-    // Boxed too: handing the record over takes a future that holds the
-    // record twice, and its room would be kept in every idle connection's
-    // task (beside `record` itself) for nothing.
-    Box::pin(shared.records.close(record)).await;
-    if let Some(alert) = alert {
-        send_alert(&mut client, alert).await;
-    }
-    let _ = client.shutdown().await;
-    drop(live);
+    let outcome = Box::pin(conn.run()).await;
+    conn.close(outcome, &wire).await;
     metrics::gauge!("gateway_connections_open").decrement(1.0);
 }
 
 type Client = Counted<TcpStream>;
 
-/// The stages, in order. Fills `record` as it learns; counts the
-/// connection on its session in `live`.
-async fn run(
-    shared: &Shared,
-    client: &mut Client,
-    peer: SocketAddr,
-    record: &mut Record,
-    live: &mut Option<Live>,
-) -> Result<(), Refused> {
-    let session = Arc::clone(
-        live.insert(session_of(&shared.sessions, peer.ip())?)
-            .session(),
-    );
-    record.session_id = Some(Arc::clone(&session.id));
-    record.attempt = Some(session.attempt);
-    record.tenant = Some(Arc::clone(&session.tenant));
-    if !session.lease.live() {
-        return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
-    }
-    // The session's share: counted open, and in its handshake until TLS is up.
-    let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;
-
-    let mut first_bytes = Vec::new();
-    let name = read_hello(shared, client, &mut first_bytes, record).await?;
-    let destination = destination(shared, &session, &name, record).await?;
-    tracing::debug!(source = %peer, session = %session.id, sni = %name, "allowed");
-    // The opening goes on the record with its session and name; it is
-    // written before the first request is read (see `terminate`).
-    let journaled = shared.records.gate(record).await;
-    let (conn, tally) = Connection::new(Arc::clone(&shared.gateway_id), session, name, destination);
-    let conn = Arc::new(conn);
-    let result = Box::pin(terminate(
-        shared,
-        client,
-        first_bytes,
-        handshake,
-        &conn,
-        record,
-        journaled,
-    ))
-    .await;
-    drop(conn);
-    record.absorb(tally.when_done(REPORTS_WAIT).await);
-    result
-}
-
-/// Stage 1: the session is named by the connection's source address; the
-/// connection counts on it from here.
-fn session_of(sessions: &Sessions, source: IpAddr) -> Result<Live, Refused> {
-    sessions
-        .track_by_source(source)
-        .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))
-}
-
-/// Stage 2: read the ClientHello (bounded in bytes and time) and name its
-/// destination. The bytes read are kept in `first_bytes`: they belong to the
-/// connection and go on to the next stage.
-async fn read_hello(
-    shared: &Shared,
-    client: &mut Client,
-    first_bytes: &mut Vec<u8>,
-    record: &mut Record,
-) -> Result<Name, Refused> {
-    let limits = HelloLimits {
-        max_bytes: shared.hello_max_bytes,
-        deadline: shared.hello_timeout,
-    };
-    let read = crate::gate::capture::read_hello(client, first_bytes, limits).await;
-    metrics::histogram!("gateway_hello_bytes").record(first_bytes.len() as f64);
-    record.alpn_offered = read.alpn.clone();
-    record.sni = read.sni.clone();
-    if let Err(cause) = read.verdict {
-        return Err(Refused::new(cause.refusal(), cause.as_str()));
-    }
-    let sni = read.sni.unwrap_or_default();
-    match name::canonicalize(&sni) {
-        Ok(name) => {
-            record.sni = Some(name.as_str().to_owned());
-            Ok(name)
+impl Conn<'_> {
+    /// The stages, in order.
+    async fn run(&mut self) -> Result<Ending, Refused> {
+        let session = self.session()?;
+        if !session.lease.live() {
+            return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
         }
-        Err(e) => {
-            let cause = match e {
-                name::NameError::IpLiteral { .. } => Cause::SniIsIpLiteral,
-                _ => Cause::SniNotAHostName,
+        // The session's share: counted open, and in its handshake until TLS is up.
+        let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;
+        let mut first_bytes = Vec::new();
+        let name = self.read_hello(&mut first_bytes).await?;
+        let destination = self.destination(&session, &name).await?;
+        tracing::debug!(source = %self.peer, session = %session.id, sni = %name, "allowed");
+        // The opening goes on the record with its session and name; it is
+        // written before the first request is read (see `terminate`).
+        let journaled = self.shared.records.let_through(&self.record).await;
+        let (conn, tally) = Connection::new(
+            Arc::clone(&self.shared.gateway_id),
+            session,
+            name,
+            destination,
+        );
+        let conn = Arc::new(conn);
+        let ending = Box::pin(self.terminate(first_bytes, handshake, &conn, journaled)).await;
+        drop(conn);
+        self.record.absorb(tally.when_done(REPORTS_WAIT).await);
+        ending
+    }
+
+    /// The one place a connection's end is written down: a refusal's log
+    /// line, verdict and alert, or the cause of an ending, the bytes, then
+    /// the record (on disk before the client hears of it), then the close.
+    async fn close(mut self, outcome: Result<Ending, Refused>, wire: &WireBytes) {
+        let mut alert = None;
+        match outcome {
+            Ok(ending) => {
+                if let Some(cause) = ending.cause() {
+                    self.record.cause = Some(cause);
+                }
+            }
+            Err(refused) => {
+                // A session pushing at a bound of its share is recorded and
+                // counted; logged at debug, so that a flood does not become
+                // one of log lines.
+                if refused.reason == Refusal::SessionLimit {
+                    tracing::debug!(source = %self.peer, cause = %refused.cause, "refused at a bound of the session's share");
+                } else {
+                    tracing::info!(
+                        source = %self.peer,
+                        session = self.record.session_id.as_deref().unwrap_or("-"),
+                        sni = self.record.sni.as_deref().unwrap_or("-"),
+                        reason = refused.reason.as_str(),
+                        cause = %refused.cause,
+                        "refused"
+                    );
+                }
+                alert = alert_for(refused.reason);
+                self.record.refuse(refused);
+            }
+        }
+        let record = &mut self.record;
+        record.bytes_from_session = wire.read.load(Ordering::Relaxed);
+        record.bytes_to_session = wire.written.load(Ordering::Relaxed)
+            + if alert.is_some() { ALERT_LEN as u64 } else { 0 };
+        // Boxed too: handing the record over takes a future that holds the
+        // record twice, and its room would be kept in every idle
+        // connection's task (beside the record itself) for nothing.
+        Box::pin(self.shared.records.close(self.record)).await;
+        if let Some(alert) = alert {
+            send_alert(&mut self.client, alert).await;
+        }
+        let _ = self.client.shutdown().await;
+        drop(self.live);
+    }
+
+    /// Stage 1: the session is named by the connection's source address;
+    /// the connection counts on it from here.
+    fn session(&mut self) -> Result<Arc<Session>, Refused> {
+        let live = self
+            .shared
+            .sessions
+            .track_by_source(self.peer.ip())
+            .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))?;
+        let session = Arc::clone(self.live.insert(live).session());
+        self.record.session_id = Some(Arc::clone(&session.id));
+        self.record.attempt = Some(session.attempt);
+        self.record.tenant = Some(Arc::clone(&session.tenant));
+        Ok(session)
+    }
+
+    /// Stage 2: read the ClientHello (bounded in bytes and time) and name
+    /// its destination. The bytes read are kept in `first_bytes`: they
+    /// belong to the connection and go on to the next stage.
+    async fn read_hello(&mut self, first_bytes: &mut Vec<u8>) -> Result<Name, Refused> {
+        let limits = HelloLimits {
+            max_bytes: self.shared.hello_max_bytes,
+            deadline: self.shared.hello_timeout,
+        };
+        let read = crate::gate::capture::read_hello(&mut self.client, first_bytes, limits).await;
+        metrics::histogram!("gateway_hello_bytes").record(first_bytes.len() as f64);
+        self.record.alpn_offered = read.alpn.clone();
+        self.record.sni = read.sni.clone();
+        if let Err(cause) = read.verdict {
+            return Err(Refused::new(cause.refusal(), cause.as_str()));
+        }
+        let sni = read.sni.unwrap_or_default();
+        match name::canonicalize(&sni) {
+            Ok(name) => {
+                self.record.sni = Some(name.as_str().to_owned());
+                Ok(name)
+            }
+            Err(e) => {
+                let cause = match e {
+                    name::NameError::IpLiteral { .. } => Cause::SniIsIpLiteral,
+                    _ => Cause::SniNotAHostName,
+                };
+                Err(refused(Refusal::NoServerName, cause))
+            }
+        }
+    }
+
+    /// Stages 3 and 4: what the destination is. approvals.hangar.internal
+    /// is answered by the gateway itself: on every session's CA, never
+    /// resolved, never forwarded. Any other name must be exactly on the
+    /// session's allowlist, and resolve to public addresses only.
+    async fn destination(
+        &mut self,
+        session: &Session,
+        name: &Name,
+    ) -> Result<Destination, Refused> {
+        if name.as_str() == talos_certs::APPROVALS_NAME {
+            return Ok(Destination::Approvals);
+        }
+        if !session.allows(name) {
+            return Err(refused(Refusal::NotOnAllowlist, Cause::NotListed));
+        }
+        // Boxed, as is `terminate`: a future keeps the size of its largest
+        // stage for its whole life, and an idle connection should not pay
+        // for the resolver's state.
+        let addrs = Box::pin(resolve(&self.shared.resolver, name, &mut self.record)).await?;
+        Ok(Destination::Origin {
+            target: Target::new(name),
+            addrs,
+        })
+    }
+
+    /// Stage 5: TLS with the session — TLS 1.3, a leaf of the session's
+    /// own CA for the hello's name — then HTTP/2 or HTTP/1.1 as ALPN
+    /// chose, each request through [`crate::http::serve`], until the
+    /// session closes, the connection fails, or the gateway drains.
+    async fn terminate(
+        &mut self,
+        first_bytes: Vec<u8>,
+        handshake: Slot,
+        conn: &Arc<Connection>,
+        journaled: crate::records::journal::Written,
+    ) -> Result<Ending, Refused> {
+        let shared = self.shared;
+        let mut tls =
+            match accept_tls(shared, &mut self.client, first_bytes, handshake, conn).await? {
+                Ok(tls) => tls,
+                Err(ending) => return Ok(ending),
             };
-            Err(refused(Refusal::NoServerName, cause))
+        let (_, rustls_conn) = tls.get_mut();
+        rustls_conn.set_buffer_limit(Some(crate::tls::SESSION_SEND_LIMIT));
+        self.record.tls_version = rustls_conn.protocol_version().map(|v| match v {
+            rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+            _ => "other",
+        });
+        let h2 = rustls_conn.alpn_protocol() == Some(b"h2");
+        self.record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
+        // No request is read before the connection's opening is written: a
+        // crash from here on leaves it on the record, cut by the crash. The
+        // line went to the writer before the handshake, so this rarely waits.
+        journaled.wait().await;
+        let mut stop = {
+            let (shutdown, ended) = (shared.shutdown.clone(), conn.session.ended.clone());
+            Stops::new(move |told| WokenOnly::new(stopped(shutdown.clone(), ended.clone(), told)))
+        };
+        // HTTP/1.1: hyper's connection state (a read buffer and a write
+        // buffer of 8 KiB each, and the connection itself) is made only
+        // once the client starts its first request. Until then an idle
+        // connection holds its TLS state and nothing more. The wait is
+        // bounded exactly as hyper bounds it: the first request's headers
+        // are due HEADER_READ_TIMEOUT after the handshake, whenever the
+        // first byte comes (`FirstHeadBy`).
+        let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
+        if !h2 {
+            if let Some(ended) = first_request(&mut tls, first_head_by, &mut stop).await {
+                return ended;
+            }
+        }
+        let holding = Arc::clone(conn);
+        let conn = Arc::clone(conn);
+        let service =
+            hyper::service::service_fn(move |req| crate::http::serve(Arc::clone(&conn), req));
+        if h2 {
+            let activity = Arc::clone(&holding);
+            let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                // Lets extended CONNECT arrive as a request, to be refused
+                // `upgrade_refused` rather than reset.
+                .enable_connect_protocol()
+                // Replies of streams answered together leave together.
+                .serve_connection(
+                    TokioIo::new(crate::io::gathered::Gathered::new(tls)),
+                    service,
+                );
+            // Polled only when its timer fires, not at each of the
+            // connection's wake-ups (as `stop` is).
+            let idle =
+                WokenOnly::new(async move { activity.activity.idle(shared.h2_idle_timeout).await });
+            drive(served, idle, stop, &holding).await
+        } else {
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(FirstHeadBy::new(first_head_by.into_std()))
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .keep_alive(!stop.told)
+                .serve_connection(TokioIo::new(tls), service);
+            drive(served, std::future::pending::<()>(), stop, &holding).await
         }
     }
-}
-
-/// Stages 3 and 4: what the destination is. approvals.hangar.internal is
-/// answered by the gateway itself: on every session's CA, never resolved,
-/// never forwarded. Any other name must be exactly on the session's
-/// allowlist, and resolve to public addresses only.
-async fn destination(
-    shared: &Shared,
-    session: &Session,
-    name: &Name,
-    record: &mut Record,
-) -> Result<Destination, Refused> {
-    if name.as_str() == talos_certs::APPROVALS_NAME {
-        return Ok(Destination::Approvals);
-    }
-    if !session.allows(name) {
-        return Err(refused(Refusal::NotOnAllowlist, Cause::NotListed));
-    }
-    // Boxed, as is `terminate`: a future keeps the size of its largest
-    // stage for its whole life, and an idle connection should not pay for
-    // the resolver's state.
-    let addrs = Box::pin(resolve(&shared.resolver, name, record)).await?;
-    Ok(Destination::Origin {
-        target: Target::new(name),
-        addrs,
-    })
 }
 
 /// Resolve the name and refuse it if any answer is internal.
@@ -431,19 +547,18 @@ async fn resolve(
     }
 }
 
-/// Stage 5: TLS with the session — TLS 1.3, a leaf of the session's own CA
-/// for the hello's name — then HTTP/2 or HTTP/1.1 as ALPN chose, each
-/// request through [`proxy::handle`], until the session closes, the
-/// connection fails, or the gateway cuts open connections.
-async fn terminate(
+/// The session's TLS stream, once its handshake is done.
+type SessionTls<'a> = Box<tokio_rustls::server::TlsStream<Replay<&'a mut Client>>>;
+
+/// The TLS handshake with the session: the stream, or how the connection
+/// ended without one (no refusal: rustls has sent its own alert).
+async fn accept_tls<'c>(
     shared: &Shared,
-    client: &mut Client,
+    client: &'c mut Client,
     first_bytes: Vec<u8>,
     handshake: Slot,
-    conn: &Arc<Connection>,
-    record: &mut Record,
-    journaled: crate::records::journal::Written,
-) -> Result<(), Refused> {
+    conn: &Connection,
+) -> Result<Result<SessionTls<'c>, Ending>, Refused> {
     // The authority may have ended while the hello was read or the name
     // resolved: no handshake with a dropped CA.
     if conn.session.ended.is_cancelled() {
@@ -466,17 +581,14 @@ async fn terminate(
         }
     };
     drop(handshake);
-    let tls = match accepted {
-        Ok(Ok(tls)) => tls,
-        // rustls has sent its own alert; the record says the session's
-        // handshake failed (an untrusting client, say), which is no refusal.
+    Ok(match accepted {
+        Ok(Ok(tls)) => Ok(tls),
         Ok(Err(e)) => {
             let why = handshake_failure(&e).as_str();
             tracing::info!(session = %conn.session.id, sni = %conn.name, error = %e, cause = why, "session TLS handshake failed");
             metrics::counter!("gateway_session_handshake_failures_total", "cause" => why)
                 .increment(1);
-            record.cause = Some(Cause::SessionHandshakeFailed.as_str());
-            return Ok(());
+            Err(Ending::HandshakeFailed)
         }
         Err(_) => {
             metrics::counter!(
@@ -484,172 +596,198 @@ async fn terminate(
                 "cause" => HandshakeFailure::Timeout.as_str()
             )
             .increment(1);
-            record.cause = Some(Cause::SessionHandshakeTimeout.as_str());
-            return Ok(());
+            Err(Ending::HandshakeTimeout)
         }
-    };
-    let mut tls = tls;
-    let (_, rustls_conn) = tls.get_mut();
-    rustls_conn.set_buffer_limit(Some(crate::tls::SESSION_SEND_LIMIT));
-    record.tls_version = rustls_conn.protocol_version().map(|v| match v {
-        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
-        _ => "other",
-    });
-    let h2 = rustls_conn.alpn_protocol() == Some(b"h2");
-    record.alpn_session = Some(if h2 { "h2" } else { "http/1.1" });
-    // No request is read before the connection's opening is written: a
-    // crash from here on leaves it on the record, cut by the crash. The
-    // line went to the writer before the handshake, so this rarely waits.
-    journaled.wait().await;
+    })
+}
 
-    // The events that can interrupt a connection, polled only when one of
-    // them fires (`WokenOnly`), not at each of the connection's wake-ups.
-    // Once the drain's start is handled, the connection waits on the
-    // other two (`stops(true)`).
-    let stops = {
-        let (shutdown, ended) = (shared.shutdown.clone(), conn.session.ended.clone());
-        move |told| WokenOnly::new(stopped(shutdown.clone(), ended.clone(), told))
-    };
-    let mut stop = stops(false);
-    // Whether the drain's start came before hyper took the connection: an
-    // HTTP/1.1 connection then serves its first request without
-    // keep-alive (`Connection: close`). hyper's graceful shutdown would
-    // close it unanswered: it has seen no byte of it yet.
-    let mut told = false;
-    // HTTP/1.1: hyper's connection state (a read buffer and a write buffer
-    // of 8 KiB each, and the connection itself) is made only once the
-    // client starts its first request. Until then an idle connection holds
-    // its TLS state and nothing more. The wait is bounded exactly as hyper
-    // bounds it: the first request's headers are due HEADER_READ_TIMEOUT
-    // after the handshake, whenever the first byte comes (`FirstHeadBy`).
-    let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
-    if !h2 {
-        // The drain's start does not end the wait: a connection just
-        // opened is about to send its first request, which is answered
-        // without keep-alive (`Connection: close`, see `told`) within the
-        // grace.
-        let first = {
-            let first = tokio::time::timeout_at(first_head_by, first_request_byte(&mut tls));
-            tokio::pin!(first);
-            loop {
-                tokio::select! {
-                    first = &mut first => break first,
-                    stopped = &mut stop => match stopped {
-                        Stop::Drain => {
-                            told = true;
-                            stop = stops(true);
-                        }
-                        Stop::Cut => return Ok(()),
-                        // No request yet, so none held for approval.
-                        Stop::Ended => {
-                            return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
-                        }
-                    },
-                }
-            }
-        };
-        match first {
-            Ok(Ok(false)) => {}
-            // The client closed without a request.
-            Ok(Ok(true)) => return Ok(()),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "session connection ended with an error");
-                return Ok(());
-            }
-            // What hyper does when the headers do not come in time: close,
-            // with no response.
-            Err(_elapsed) => {
-                tracing::debug!("session connection ended: no request before the header timeout");
-                return Ok(());
-            }
+/// The events that can interrupt a connection, polled only when one of
+/// them fires (`WokenOnly`), not at each of the connection's wake-ups.
+/// Once the drain's start is handled (`told`), the connection waits on
+/// the other two.
+struct Stops<M, W> {
+    make: M,
+    next: W,
+    /// Whether the drain's start has come: an HTTP/1.1 connection told
+    /// before hyper took it serves its first request without keep-alive
+    /// (`Connection: close`). hyper's graceful shutdown would close it
+    /// unanswered: it has seen no byte of it yet.
+    told: bool,
+}
+
+impl<M, W> Stops<M, W>
+where
+    M: Fn(bool) -> W,
+    W: std::future::Future<Output = Stop> + Unpin,
+{
+    /// `make(told)` waits for the next event.
+    fn new(make: M) -> Self {
+        let next = make(false);
+        Stops {
+            make,
+            next,
+            told: false,
         }
     }
-    let holding = Arc::clone(conn);
-    let conn = Arc::clone(conn);
-    let service = hyper::service::service_fn(move |req| crate::http::serve(Arc::clone(&conn), req));
-    // Drive the connection until it ends, the gateway cuts it, or the
-    // authority ends. Then requests held for approval first answer
-    // `approval_withdrawn` (a graceful close lets their answers out, for at
-    // most WITHDRAW_GRACE), and the connection is cut.
-    // An HTTP/2 connection that answers nothing for a while is closed
-    // gracefully (GOAWAY: streams open go on to their end), as an idle
-    // HTTP/1.1 one is by its header timeout. The drain's start closes
-    // either gracefully, at once: an HTTP/1.1 connection waiting between
-    // requests closes, the request in flight is answered with
-    // `Connection: close`; HTTP/2 sends GOAWAY. The grace's end cuts it.
-    macro_rules! drive {
-        ($conn:expr, $idle:expr) => {{
-            // On the heap, sized exactly, rather than inline in this future
-            // beside the other stages' state.
-            let mut conn = Box::pin($conn);
-            let idle = $idle;
-            tokio::pin!(idle);
-            let mut closing = false;
-            loop {
-                // The connection first: at its first poll hyper reads the
-                // request whose first byte has come, so that a drain
-                // announced meanwhile answers it rather than closes it.
-                tokio::select! {
-                    biased;
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(error = %e, "session connection ended with an error");
-                        }
-                        break Ok(());
+
+    /// The next event; the drain's start comes once.
+    async fn next(&mut self) -> Stop {
+        let stop = (&mut self.next).await;
+        if let Stop::Drain = stop {
+            self.told = true;
+            self.next = (self.make)(true);
+        }
+        stop
+    }
+}
+
+/// HTTP/1.1: wait for the client's first request byte (hyper is handed
+/// the connection only then). `None`: a request has begun; otherwise how
+/// the connection ended first. The drain's start does not end the wait: a
+/// connection just opened is about to send its first request, which is
+/// answered without keep-alive (`Connection: close`, see [`Stops`])
+/// within the grace.
+async fn first_request<M, W>(
+    tls: &mut SessionTls<'_>,
+    by: tokio::time::Instant,
+    stop: &mut Stops<M, W>,
+) -> Option<Result<Ending, Refused>>
+where
+    M: Fn(bool) -> W,
+    W: std::future::Future<Output = Stop> + Unpin,
+{
+    let first = {
+        let first = tokio::time::timeout_at(by, first_request_byte(tls));
+        tokio::pin!(first);
+        loop {
+            tokio::select! {
+                first = &mut first => break first,
+                stopped = stop.next() => match stopped {
+                    Stop::Drain => {}
+                    Stop::Cut => return Some(Ok(Ending::Closed)),
+                    // No request yet, so none held for approval.
+                    Stop::Ended => {
+                        return Some(Err(refused(Refusal::SessionEnded, Cause::SessionClosed)));
                     }
-                    () = &mut idle, if !closing => {
-                        tracing::debug!("session connection idle: closing");
-                        conn.as_mut().graceful_shutdown();
+                },
+            }
+        }
+    };
+    match first {
+        Ok(Ok(false)) => None,
+        // The client closed without a request.
+        Ok(Ok(true)) => Some(Ok(Ending::Closed)),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "session connection ended with an error");
+            Some(Ok(Ending::Closed))
+        }
+        // What hyper does when the headers do not come in time: close,
+        // with no response.
+        Err(_elapsed) => {
+            tracing::debug!("session connection ended: no request before the header timeout");
+            Some(Ok(Ending::Closed))
+        }
+    }
+}
+
+/// A hyper server connection, HTTP/1.1 or HTTP/2: a future that ends with
+/// the connection, and a graceful close.
+trait Graceful: std::future::Future<Output = Result<(), hyper::Error>> {
+    fn graceful(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S, B> Graceful for hyper::server::conn::http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn graceful(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, B, E> Graceful for hyper::server::conn::http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn graceful(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Drive the connection until it ends, the drain's grace cuts it, or the
+/// authority ends; then requests held for approval first answer
+/// `approval_withdrawn` (a graceful close lets their answers out, for at
+/// most WITHDRAW_GRACE), and the connection is cut. An HTTP/2 connection
+/// that answers nothing for a while (`idle`) is closed gracefully
+/// (GOAWAY: streams open go on to their end), as an idle HTTP/1.1 one is
+/// by its header timeout. The drain's start closes either gracefully, at
+/// once: an HTTP/1.1 connection waiting between requests closes, the
+/// request in flight is answered with `Connection: close`; HTTP/2 sends
+/// GOAWAY.
+async fn drive<C, M, W>(
+    served: C,
+    idle: impl std::future::Future<Output = ()>,
+    mut stop: Stops<M, W>,
+    conn: &Connection,
+) -> Result<Ending, Refused>
+where
+    C: Graceful,
+    M: Fn(bool) -> W,
+    W: std::future::Future<Output = Stop> + Unpin,
+{
+    // On the heap, sized exactly, rather than inline in the connection's
+    // future beside the other stages' state.
+    let mut served = Box::pin(served);
+    tokio::pin!(idle);
+    // A drain announced before hyper took an HTTP/1.1 connection is not
+    // announced again (`stop` waits on the other two events): hyper serves
+    // its first request without keep-alive instead, since a graceful close
+    // now would close it unanswered.
+    let mut closing = false;
+    loop {
+        // The connection first: at its first poll hyper reads the request
+        // whose first byte has come, so that a drain announced meanwhile
+        // answers it rather than closes it.
+        tokio::select! {
+            biased;
+            result = served.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "session connection ended with an error");
+                }
+                return Ok(Ending::Closed);
+            }
+            () = &mut idle, if !closing => {
+                tracing::debug!("session connection idle: closing");
+                served.as_mut().graceful();
+                closing = true;
+            }
+            stopped = stop.next() => match stopped {
+                Stop::Drain => {
+                    if !closing {
+                        tracing::debug!("draining: closing the session connection gracefully");
+                        served.as_mut().graceful();
                         closing = true;
                     }
-                    stopped = &mut stop => match stopped {
-                        Stop::Drain => {
-                            if !closing {
-                                tracing::debug!("draining: closing the session connection gracefully");
-                                conn.as_mut().graceful_shutdown();
-                                closing = true;
-                            }
-                            stop = stops(true);
-                        }
-                        Stop::Cut => break Ok(()),
-                        Stop::Ended => {
-                            if holding.holds.answers_pending() {
-                                conn.as_mut().graceful_shutdown();
-                                let _ = tokio::time::timeout(WITHDRAW_GRACE, conn.as_mut()).await;
-                            }
-                            break Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
-                        }
+                }
+                Stop::Cut => return Ok(Ending::Closed),
+                Stop::Ended => {
+                    if conn.holds.answers_pending() {
+                        served.as_mut().graceful();
+                        let _ = tokio::time::timeout(WITHDRAW_GRACE, served.as_mut()).await;
                     }
+                    return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
                 }
             }
-        }};
-    }
-    if h2 {
-        let activity = Arc::clone(&holding);
-        drive!(
-            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                // Lets extended CONNECT arrive as a request, to be refused
-                // `upgrade_refused` rather than reset.
-                .enable_connect_protocol()
-                // Replies of streams answered together leave together.
-                .serve_connection(
-                    TokioIo::new(crate::io::gathered::Gathered::new(tls)),
-                    service
-                ),
-            // Polled only when its timer fires, not at each of the
-            // connection's wake-ups (as `stop` is).
-            WokenOnly::new(async move { activity.activity.idle(shared.h2_idle_timeout).await })
-        )
-    } else {
-        drive!(
-            hyper::server::conn::http1::Builder::new()
-                .timer(FirstHeadBy::new(first_head_by.into_std()))
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .keep_alive(!told)
-                .serve_connection(TokioIo::new(tls), service),
-            std::future::pending::<()>()
-        )
+        }
     }
 }
 

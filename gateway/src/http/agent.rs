@@ -104,8 +104,8 @@ pub async fn answer(
         Ok(held) => held,
         Err(at) => {
             let refused = at.refused();
-            entry.refusal = Some(refused.reason);
-            // As a held request's (`http::proxy`): paused, not logged.
+            super::refuse(conn, entry, &refused);
+            // As a held request's (`http::proxy`): paused.
             tokio::time::sleep(crate::session::share::REFUSAL_PAUSE).await;
             return answers::json(
                 conn,
@@ -128,11 +128,12 @@ pub async fn answer(
         Outcome::RelayUnreachable => ("declined", None, Some("relay_unreachable")),
         Outcome::Withdrawn => {
             let reason = Refusal::ApprovalWithdrawn;
-            entry.refusal = Some(reason);
+            let refused = Refused::new(reason, "session_ended");
+            super::refuse(conn, entry, &refused);
             return answers::json(
                 conn,
                 StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::FORBIDDEN),
-                Some(Refused::new(reason, "session_ended")),
+                Some(refused),
                 serde_json::json!({"refusal": reason.as_str(), "proposal_id": proposal_id, "message": reason.message()}),
             );
         }

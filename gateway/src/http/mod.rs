@@ -51,20 +51,12 @@ pub async fn serve(
     // that wakes from a long stop serves not one request of an authority
     // whose lease lapsed meanwhile (the lease watcher then ends it).
     let response = if !conn.session.lease.live() {
-        let reason = Refusal::SessionEnded;
-        tracing::info!(
-            session = %conn.session.id,
-            destination = %conn.name,
-            reason = reason.as_str(),
-            cause = proxy::Cause::LeaseExpired.as_str(),
-            "request refused"
+        let refused = crate::refusal::Refused::new(
+            Refusal::SessionEnded,
+            proxy::Cause::LeaseExpired.as_str(),
         );
-        entry.refusal = Some(reason);
-        answers::refusal(
-            &conn,
-            crate::refusal::Refused::new(reason, proxy::Cause::LeaseExpired.as_str()),
-            proxy::is_grpc(req.headers()),
-        )
+        refuse(&conn, entry, &refused);
+        answers::refusal(&conn, refused, proxy::is_grpc(req.headers()))
     } else {
         match &conn.destination {
             // Boxed: the proxy's future, spawned or moved for every request,
@@ -76,16 +68,44 @@ pub async fn serve(
         }
     };
     entry.status = response.status().as_u16();
-    if let Some(reason) = entry.refusal {
-        metrics::counter!("gateway_requests_refused_total", "reason" => reason.as_str())
-            .increment(1);
-    }
     let listed = pending.entry.take().and_then(|entry| conn.note(entry));
     Ok(Reply::watch(
         response,
         head,
         listed.map(|at| (Arc::clone(&conn), at)),
     ))
+}
+
+/// The one place a request's refusal is written down, wherever it was
+/// decided (the lease check here, the proxy, the agent endpoint): the
+/// entry's verdict, the count in `gateway_requests_refused_total`, and the
+/// log line — at debug for a session pushing at a bound of its share, so
+/// that a flood does not become one of log lines.
+pub(crate) fn refuse(
+    conn: &Connection,
+    entry: &mut RequestRecord,
+    refused: &crate::refusal::Refused,
+) {
+    entry.refusal = Some(refused.reason);
+    metrics::counter!("gateway_requests_refused_total", "reason" => refused.reason.as_str())
+        .increment(1);
+    if refused.reason == Refusal::SessionLimit {
+        tracing::debug!(
+            session = %conn.session.id,
+            destination = %conn.name,
+            cause = refused.cause,
+            "request refused at a bound of the session's share"
+        );
+    } else {
+        tracing::info!(
+            session = %conn.session.id,
+            destination = %conn.name,
+            method = %entry.method,
+            reason = refused.reason.as_str(),
+            cause = refused.cause,
+            "request refused"
+        );
+    }
 }
 
 /// A reply on its way to the session, with the request's entry in the

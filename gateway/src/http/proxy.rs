@@ -92,32 +92,15 @@ pub async fn handle(
     let grpc = is_grpc(req.headers());
     match forward(conn, target, addrs, req, grpc, entry).await {
         Ok(resp) => resp,
-        Err(refusal) if refusal.reason == Refusal::SessionLimit => {
-            // A session pushing at a bound of its share: recorded and
-            // counted, logged at debug (a flood must not become one of
-            // log lines), and answered after a pause, so that pushing
-            // costs the session time rather than the gateway work.
-            tracing::debug!(
-                session = %conn.session.id,
-                destination = %conn.name,
-                cause = refusal.cause,
-                "request refused at a bound of the session's share"
-            );
-            entry.refusal = Some(refusal.reason);
-            // Boxed: rare, and a timer would widen every request's future.
-            Box::pin(tokio::time::sleep(share::REFUSAL_PAUSE)).await;
-            answers::refusal(conn, refusal, grpc)
-        }
         Err(refusal) => {
-            tracing::info!(
-                session = %conn.session.id,
-                destination = %conn.name,
-                method = %entry.method,
-                reason = refusal.reason.as_str(),
-                cause = refusal.cause,
-                "request refused"
-            );
-            entry.refusal = Some(refusal.reason);
+            super::refuse(conn, entry, &refusal);
+            if refusal.reason == Refusal::SessionLimit {
+                // A session pushing at a bound of its share is answered
+                // after a pause, so that pushing costs the session time
+                // rather than the gateway work. Boxed: rare, and a timer
+                // would widen every request's future.
+                Box::pin(tokio::time::sleep(share::REFUSAL_PAUSE)).await;
+            }
             answers::refusal(conn, refusal, grpc)
         }
     }

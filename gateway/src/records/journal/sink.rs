@@ -90,7 +90,7 @@ impl RecordSink {
     /// The gate let `record`'s connection through: its session and name go
     /// to the journal. Wait on the result before the connection's first
     /// request is read.
-    pub async fn gate(&self, record: &Record) -> Written {
+    pub async fn let_through(&self, record: &Record) -> Written {
         if !self.inner.journal {
             return Written(None);
         }

@@ -122,12 +122,12 @@ async fn a_crash_leaves_open_connections_recorded_as_cut_and_unsealed_records_se
         gated.attempt = Some(3);
         gated.tenant = Some(Arc::from("acme"));
         gated.sni = Some("api.example.com".into());
-        sink.gate(&gated).await.wait().await;
+        sink.let_through(&gated).await.wait().await;
         let early = sink.open(src(3)).await;
         // The writer takes entries in order: once this gate line (for a
         // connection never opened, which recovery ignores) is written,
         // so is `early`'s opening.
-        sink.gate(&Record::open(Arc::from("x"), Arc::from("y"), 999, src(9)))
+        sink.let_through(&Record::open(Arc::from("x"), Arc::from("y"), 999, src(9)))
             .await
             .wait()
             .await;
@@ -248,7 +248,7 @@ async fn a_cold_start_recovers_every_generations_journal_in_order() {
         let done = sink.open(src(1)).await;
         sink.close(done).await;
         let open = sink.open(src(2)).await;
-        sink.gate(&Record::open(
+        sink.let_through(&Record::open(
             Arc::from("x"),
             Arc::from("y"),
             u64::MAX,
