@@ -46,9 +46,10 @@ use crate::session::sessions::{Live, Session, Sessions};
 use crate::session::share::Slot;
 use talos_contract::sync::RwLocked;
 
-/// What every connection shares.
+/// What every connection is served with: the sessions, the resolver, the
+/// record sink, and the settings in force when it was accepted.
 #[derive(Debug)]
-pub struct Shared {
+pub struct Context {
     pub gateway_id: Arc<str>,
     pub sessions: Arc<Sessions>,
     pub resolver: Resolver,
@@ -88,24 +89,24 @@ pub struct Shutdown {
     pub cut: CancellationToken,
 }
 
-/// The [`Shared`] that new connections and control calls get: a reload
+/// The [`Context`] that new connections and control calls get: a reload
 /// replaces it whole, and connections open at the time keep theirs.
 #[derive(Debug)]
-pub struct Current(std::sync::RwLock<Arc<Shared>>);
+pub struct InForce(std::sync::RwLock<Arc<Context>>);
 
-impl Current {
-    pub fn new(shared: Arc<Shared>) -> Current {
-        Current(std::sync::RwLock::new(shared))
+impl InForce {
+    pub fn new(cx: Arc<Context>) -> InForce {
+        InForce(std::sync::RwLock::new(cx))
     }
 
     /// The settings in force now.
-    pub fn get(&self) -> Arc<Shared> {
+    pub fn get(&self) -> Arc<Context> {
         Arc::clone(&self.0.read_locked())
     }
 
     /// Replace the settings for what comes next.
-    pub fn set(&self, shared: Arc<Shared>) {
-        *self.0.write_locked() = shared;
+    pub fn set(&self, cx: Arc<Context>) {
+        *self.0.write_locked() = cx;
     }
 }
 
@@ -247,7 +248,7 @@ enum Alert {
 /// each stage takes it, fills in what it learns and returns what it
 /// decided.
 struct Conn<'a> {
-    shared: &'a Shared,
+    cx: &'a Context,
     client: Client,
     peer: SocketAddr,
     record: Record,
@@ -283,13 +284,13 @@ impl Ending {
 /// refusal's alert and close reach the client, before the connection's
 /// slot and its session's count of open connections are given back
 /// ([`crate::records::journal`]).
-pub async fn serve(shared: &Shared, client: TcpStream, peer: SocketAddr) {
+pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
     metrics::gauge!("gateway_connections_open").increment(1.0);
-    keep_alive(&client, shared.tcp_keepalive);
-    let record = shared.records.open(peer).await;
+    keep_alive(&client, cx.tcp_keepalive);
+    let record = cx.records.open(peer).await;
     let wire = Arc::new(WireBytes::default());
     let mut conn = Conn {
-        shared,
+        cx,
         client: Counted::new(client, Arc::clone(&wire)),
         peer,
         record,
@@ -319,13 +320,9 @@ impl Conn<'_> {
         tracing::debug!(source = %self.peer, session = %session.id, sni = %name, "allowed");
         // The opening goes on the record with its session and name; it is
         // written before the first request is read (see `terminate`).
-        let journaled = self.shared.records.let_through(&self.record).await;
-        let (conn, tally) = Connection::new(
-            Arc::clone(&self.shared.gateway_id),
-            session,
-            name,
-            destination,
-        );
+        let journaled = self.cx.records.let_through(&self.record).await;
+        let (conn, tally) =
+            Connection::new(Arc::clone(&self.cx.gateway_id), session, name, destination);
         let conn = Arc::new(conn);
         let ending = Box::pin(self.terminate(first_bytes, handshake, &conn, journaled)).await;
         drop(conn);
@@ -371,7 +368,7 @@ impl Conn<'_> {
         // Boxed too: handing the record over takes a future that holds the
         // record twice, and its room would be kept in every idle
         // connection's task (beside the record itself) for nothing.
-        Box::pin(self.shared.records.close(self.record)).await;
+        Box::pin(self.cx.records.close(self.record)).await;
         if let Some(alert) = alert {
             send_alert(&mut self.client, alert).await;
         }
@@ -383,7 +380,7 @@ impl Conn<'_> {
     /// the connection counts on it from here.
     fn session(&mut self) -> Result<Arc<Session>, Refused> {
         let live = self
-            .shared
+            .cx
             .sessions
             .track_by_source(self.peer.ip())
             .ok_or(refused(Refusal::UnknownSource, Cause::NoSessionForSource))?;
@@ -399,8 +396,8 @@ impl Conn<'_> {
     /// belong to the connection and go on to the next stage.
     async fn read_hello(&mut self, first_bytes: &mut Vec<u8>) -> Result<Name, Refused> {
         let limits = HelloLimits {
-            max_bytes: self.shared.hello_max_bytes,
-            deadline: self.shared.hello_timeout,
+            max_bytes: self.cx.hello_max_bytes,
+            deadline: self.cx.hello_timeout,
         };
         let read = crate::gate::capture::read_hello(&mut self.client, first_bytes, limits).await;
         metrics::histogram!("gateway_hello_bytes").record(first_bytes.len() as f64);
@@ -443,7 +440,7 @@ impl Conn<'_> {
         // Boxed, as is `terminate`: a future keeps the size of its largest
         // stage for its whole life, and an idle connection should not pay
         // for the resolver's state.
-        let addrs = Box::pin(resolve(&self.shared.resolver, name, &mut self.record)).await?;
+        let addrs = Box::pin(resolve(&self.cx.resolver, name, &mut self.record)).await?;
         Ok(Destination::Origin {
             target: Target::new(name),
             addrs,
@@ -461,12 +458,11 @@ impl Conn<'_> {
         conn: &Arc<Connection>,
         journaled: crate::records::journal::Written,
     ) -> Result<Ending, Refused> {
-        let shared = self.shared;
-        let mut tls =
-            match accept_tls(shared, &mut self.client, first_bytes, handshake, conn).await? {
-                Ok(tls) => tls,
-                Err(ending) => return Ok(ending),
-            };
+        let cx = self.cx;
+        let mut tls = match accept_tls(cx, &mut self.client, first_bytes, handshake, conn).await? {
+            Ok(tls) => tls,
+            Err(ending) => return Ok(ending),
+        };
         let (_, rustls_conn) = tls.get_mut();
         rustls_conn.set_buffer_limit(Some(crate::tls::SESSION_SEND_LIMIT));
         self.record.tls_version = rustls_conn.protocol_version().map(|v| match v {
@@ -480,7 +476,7 @@ impl Conn<'_> {
         // line went to the writer before the handshake, so this rarely waits.
         journaled.wait().await;
         let mut stop = {
-            let (shutdown, ended) = (shared.shutdown.clone(), conn.session.ended.clone());
+            let (shutdown, ended) = (cx.shutdown.clone(), conn.session.ended.clone());
             Stops::new(move |told| WokenOnly::new(stopped(shutdown.clone(), ended.clone(), told)))
         };
         // HTTP/1.1: hyper's connection state (a read buffer and a write
@@ -515,7 +511,7 @@ impl Conn<'_> {
             // Polled only when its timer fires, not at each of the
             // connection's wake-ups (as `stop` is).
             let idle =
-                WokenOnly::new(async move { activity.activity.idle(shared.h2_idle_timeout).await });
+                WokenOnly::new(async move { activity.activity.idle(cx.h2_idle_timeout).await });
             drive(served, idle, stop, &holding).await
         } else {
             let served = hyper::server::conn::http1::Builder::new()
@@ -553,7 +549,7 @@ type SessionTls<'a> = Box<tokio_rustls::server::TlsStream<Replay<&'a mut Client>
 /// The TLS handshake with the session: the stream, or how the connection
 /// ended without one (no refusal: rustls has sent its own alert).
 async fn accept_tls<'c>(
-    shared: &Shared,
+    cx: &Context,
     client: &'c mut Client,
     first_bytes: Vec<u8>,
     handshake: Slot,
@@ -571,7 +567,7 @@ async fn accept_tls<'c>(
     // it yields is boxed inside it for the same reason.
     let accept = Box::pin(async move {
         let accept = acceptor.accept(Replay::new(first_bytes, client));
-        let accepted = tokio::time::timeout(shared.handshake_timeout, accept).await;
+        let accepted = tokio::time::timeout(cx.handshake_timeout, accept).await;
         accepted.map(|tls| tls.map(Box::new))
     });
     let accepted = tokio::select! {

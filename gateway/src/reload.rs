@@ -32,7 +32,7 @@ use tokio::sync::Semaphore;
 
 use crate::authority::Authority;
 use crate::config::{Config, ConfigError};
-use crate::conn::{Current, Shared};
+use crate::conn::{Context, InForce};
 use crate::gate::resolve::Resolver;
 use crate::refusal::causes;
 use crate::secrets::secret::SecretBytes;
@@ -117,7 +117,7 @@ impl Tuned {
     }
 }
 
-impl Shared {
+impl Context {
     /// What every connection shares, with `tuned`'s settings.
     pub fn new(
         gateway_id: Arc<str>,
@@ -126,8 +126,8 @@ impl Shared {
         shutdown: crate::conn::Shutdown,
         proposer: Option<crate::session::approvals::Proposer>,
         tuned: Tuned,
-    ) -> Shared {
-        Shared {
+    ) -> Context {
+        Context {
             gateway_id,
             sessions,
             resolver: tuned.resolver,
@@ -145,8 +145,8 @@ impl Shared {
 
     /// This with `tuned`'s settings: what new connections get after a
     /// reload (the sessions, the record writer and the rest are the same).
-    pub fn retuned(&self, tuned: Tuned) -> Shared {
-        Shared::new(
+    pub fn retuned(&self, tuned: Tuned) -> Context {
+        Context::new(
             Arc::clone(&self.gateway_id),
             Arc::clone(&self.sessions),
             self.records.clone(),
@@ -399,7 +399,7 @@ fn end(session: Arc<Session>, authority: Option<&Arc<Authority>>) {
 #[derive(Debug)]
 pub struct Reloader {
     path: PathBuf,
-    current: Arc<Current>,
+    current: Arc<InForce>,
     cap: Arc<Cap>,
     authority: Option<Arc<Authority>>,
     clock: SharedClock,
@@ -455,14 +455,14 @@ pub struct Reloaded {
 
 /// What the reloader is given at start.
 #[derive(Debug)]
-pub struct ReloaderParts {
+pub struct Reloadable {
     pub path: PathBuf,
     /// The running config's fields only a restart changes.
     pub config_restart_only: Vec<(&'static str, String)>,
     /// The running config's digest.
     pub digest: String,
     pub statics: StaticSet,
-    pub current: Arc<Current>,
+    pub current: Arc<InForce>,
     pub cap: Arc<Cap>,
     pub authority: Option<Arc<Authority>>,
     pub clock: SharedClock,
@@ -473,7 +473,7 @@ pub struct ReloaderParts {
 }
 
 impl Reloader {
-    pub fn new(p: ReloaderParts) -> Reloader {
+    pub fn new(p: Reloadable) -> Reloader {
         let digest = p.digest;
         p.in_force.set(&digest);
         Reloader {
@@ -574,11 +574,11 @@ impl Reloader {
         }
         let tuned = Tuned::build(&config).map_err(ReloadError::Build)?;
         let filter = crate::logging::LogControl::check(&tuned.log).map_err(ReloadError::Build)?;
-        let shared = self.current.get();
+        let cx = self.current.get();
         let plan = plan_static(
             &config,
             &state.statics,
-            &shared.sessions,
+            &cx.sessions,
             &tuned.upstream,
             &self.clock,
         )
@@ -594,18 +594,18 @@ impl Reloader {
         if let (Some(a), Some(lease)) = (&self.authority, tuned.lease) {
             a.set_lease_length(lease);
         }
-        for s in shared.sessions.all() {
+        for s in cx.sessions.all() {
             s.retune(&tuned.upstream);
         }
         if let Some(log) = &self.log {
             log.set(filter);
         }
-        self.current.set(Arc::new(shared.retuned(tuned)));
-        let shared = self.current.get();
+        self.current.set(Arc::new(cx.retuned(tuned)));
+        let cx = self.current.get();
         apply_static(
             plan,
             &mut state.statics,
-            &shared.sessions,
+            &cx.sessions,
             self.authority.as_ref(),
         );
         state.digest = config.digest();

@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::authority::Authority;
-use crate::conn::Current;
+use crate::conn::InForce;
 use talos_contract::lock::RuleDraft;
 use talos_contract::spec::{AttachDraft, ScopeDraft, SessionDraft};
 
@@ -76,13 +76,13 @@ const MAX_HANDSHAKES: usize = 64;
 pub struct ControlService {
     /// The settings in force (a reload changes how sessions opened next
     /// reach destinations).
-    current: Arc<Current>,
+    current: Arc<InForce>,
     key: Arc<GatewayKey>,
     authority: Arc<Authority>,
 }
 
 impl ControlService {
-    pub fn new(current: Arc<Current>, key: Arc<GatewayKey>, authority: Arc<Authority>) -> Self {
+    pub fn new(current: Arc<InForce>, key: Arc<GatewayKey>, authority: Arc<Authority>) -> Self {
         ControlService {
             current,
             key,
@@ -196,8 +196,8 @@ impl Gateway for ControlService {
                 spec.attempt, spec.id
             )));
         }
-        let shared = self.current.get();
-        if let Some(held) = shared.sessions.find(&spec.id) {
+        let cx = self.current.get();
+        if let Some(held) = cx.sessions.find(&spec.id) {
             if held.attempt > spec.attempt {
                 return Err(Status::failed_precondition(format!(
                     "attempt: this gateway holds attempt {} of session {}, newer than {}",
@@ -207,9 +207,9 @@ impl Gateway for ControlService {
         }
         let session = Session::open(
             spec,
-            &shared.gateway_id,
-            &shared.upstream,
-            shared.proposer.as_ref(),
+            &cx.gateway_id,
+            &cx.upstream,
+            cx.proposer.as_ref(),
             self.authority.new_lease(),
         )
         .map_err(|e| {
@@ -218,7 +218,7 @@ impl Gateway for ControlService {
         })?;
         let session = Arc::new(session);
         let reply = pb::OpenSessionReply {
-            gateway_id: shared.gateway_id.to_string(),
+            gateway_id: cx.gateway_id.to_string(),
             ca_pem: session.ca_pem(),
             ca_digest: session.ca_digest().to_owned(),
             instance: self.authority.instance().to_string(),
@@ -234,7 +234,7 @@ impl Gateway for ControlService {
             lease_ms = reply.lease_ms,
             "session opened"
         );
-        for old in shared.sessions.replace(&sources, Arc::clone(&session)) {
+        for old in cx.sessions.replace(&sources, Arc::clone(&session)) {
             tracing::warn!(
                 session = %old.id,
                 attempt = old.attempt,

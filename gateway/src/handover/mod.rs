@@ -85,7 +85,7 @@ use tokio::net::UnixStream;
 
 use crate::process::wire;
 
-pub use old::{HandedOver, Listeners, Parts, UpgradeError, Upgrader};
+pub use old::{HandedOver, Holdings, Listeners, UpgradeError, Upgrader};
 pub use socket::{bind, SocketServer};
 pub use successor::{ready_and_go, refuse_early, refuse_on, take_over, Taken, TakeoverError};
 

@@ -34,7 +34,7 @@ pub struct Listeners {
 
 /// What the old process freezes, snapshots and hands over.
 #[derive(Debug)]
-pub struct Parts {
+pub struct Holdings {
     /// The binary to start (its path at this process's start).
     pub exe: PathBuf,
     pub config_path: PathBuf,
@@ -66,7 +66,7 @@ pub struct Parts {
 
 /// The old process's side: starts successors and hands over to them.
 pub struct Upgrader {
-    parts: Parts,
+    held: Holdings,
     /// The next successor's generation (one per attempt, failed or not).
     next_generation: AtomicU64,
     /// One upgrade at a time.
@@ -75,15 +75,15 @@ pub struct Upgrader {
     /// (or its refusal) goes.
     waiting: Mutex<Option<(u32, oneshot::Sender<Arrival>)>>,
     /// Handovers that failed and left this process serving, counted on
-    /// from `parts.handovers.failed`.
+    /// from `held.handovers.failed`.
     failed: AtomicU64,
 }
 
 impl std::fmt::Debug for Upgrader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upgrader")
-            .field("exe", &self.parts.exe)
-            .field("generation", &self.parts.generation)
+            .field("exe", &self.held.exe)
+            .field("generation", &self.held.generation)
             .finish_non_exhaustive()
     }
 }
@@ -122,11 +122,11 @@ pub struct HandedOver {
 }
 
 impl Upgrader {
-    pub fn new(parts: Parts) -> Upgrader {
+    pub fn new(held: Holdings) -> Upgrader {
         Upgrader {
-            next_generation: AtomicU64::new(parts.generation + 1),
-            failed: AtomicU64::new(parts.handovers.failed),
-            parts,
+            next_generation: AtomicU64::new(held.generation + 1),
+            failed: AtomicU64::new(held.handovers.failed),
+            held,
             busy: tokio::sync::Mutex::new(()),
             waiting: Mutex::new(None),
         }
@@ -172,31 +172,31 @@ impl Upgrader {
     }
 
     async fn upgrade_inner(&self) -> Result<HandedOver, UpgradeError> {
-        let socket = self.parts.socket.clone().ok_or(UpgradeError::NoSocket)?;
+        let socket = self.held.socket.clone().ok_or(UpgradeError::NoSocket)?;
         let _busy = self.busy.try_lock().map_err(|_| UpgradeError::Busy)?;
-        let paused = self.parts.reloader.pause().map_err(|e| match e {
+        let paused = self.held.reloader.pause().map_err(|e| match e {
             crate::reload::ReloadError::HandedOver => UpgradeError::HandedOver,
             _ => UpgradeError::Busy,
         })?;
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        let mut command = tokio::process::Command::new(&self.parts.exe);
+        let mut command = tokio::process::Command::new(&self.held.exe);
         command
             .arg("run")
             .arg("--config")
-            .arg(&self.parts.config_path)
+            .arg(&self.held.config_path)
             .arg("--takeover")
             .env(SOCKET_ENV, &socket)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(false);
-        if self.parts.json_logs {
+        if self.held.json_logs {
             command.arg("--json-logs");
         }
         let mut child = command.spawn().map_err(|source| UpgradeError::Spawn {
-            exe: self.parts.exe.display().to_string(),
+            exe: self.held.exe.display().to_string(),
             source,
         })?;
         let pid = child.id().unwrap_or(0);
-        tracing::info!(pid, generation, exe = %self.parts.exe.display(), "successor started");
+        tracing::info!(pid, generation, exe = %self.held.exe.display(), "successor started");
         let (tx, rx) = oneshot::channel();
         *self.waiting.locked() = Some((pid, tx));
         let deadline = tokio::time::Instant::now() + TAKEOVER_TIMEOUT;
@@ -244,7 +244,7 @@ impl Upgrader {
                 // Committed: the successor accepts from here, and holds the
                 // leases (it ends an authority here when it ends it there).
                 // Reloads are refused from here: this process only drains.
-                for s in self.parts.sessions.all() {
+                for s in self.held.sessions.all() {
                     s.lease.hand_over();
                 }
                 paused.hand_over();
@@ -263,23 +263,23 @@ impl Upgrader {
     /// Stop what could change an authority: the control channel, the
     /// lease watcher; wait for ends in progress.
     async fn freeze(&self) {
-        if let Some(c) = &self.parts.control {
+        if let Some(c) = &self.held.control {
             c.stop(Duration::from_secs(10)).await;
         }
-        if let Some(w) = &self.parts.watcher {
+        if let Some(w) = &self.held.watcher {
             w.stop();
         }
-        if let Some(a) = &self.parts.authority {
+        if let Some(a) = &self.held.authority {
             a.quiesce().await;
         }
     }
 
     /// Undo [`Upgrader::freeze`]: the handover failed.
     fn thaw(&self) {
-        if let Some(w) = &self.parts.watcher {
+        if let Some(w) = &self.held.watcher {
             w.start();
         }
-        if let Some(c) = &self.parts.control {
+        if let Some(c) = &self.held.control {
             c.start();
         }
         tracing::info!("control channel and lease watcher running again");
@@ -290,7 +290,7 @@ impl Upgrader {
     async fn reap(&self, mut child: tokio::process::Child, generation: u64) {
         let _ = child.start_kill();
         let _ = child.wait().await;
-        if let Some(dir) = &self.parts.journal_dir {
+        if let Some(dir) = &self.held.journal_dir {
             let gen_dir = crate::records::journal::generation_dir(dir, generation);
             if gen_dir != *dir {
                 let _ = std::fs::remove_dir_all(gen_dir);
@@ -309,12 +309,12 @@ impl Upgrader {
     /// Answer the successor's questions until this process exits.
     fn link(&self, stream: UnixStream) {
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Some(p) = &self.parts.proposer {
+        if let Some(p) = &self.held.proposer {
             p.report_first_uses(tx);
         }
         tokio::spawn(link::serve_successor(
             stream,
-            Arc::clone(&self.parts.sessions),
+            Arc::clone(&self.held.sessions),
             rx,
         ));
     }
@@ -332,7 +332,7 @@ impl Upgrader {
         let failed = |e: std::io::Error| UpgradeError::Failed(e.to_string());
         let mut sessions = Vec::new();
         let mut secrets: Vec<Zeroizing<Vec<u8>>> = Vec::new();
-        for (session, sources) in self.parts.sessions.snapshot() {
+        for (session, sources) in self.held.sessions.snapshot() {
             if session.ended.is_cancelled() {
                 continue;
             }
@@ -341,7 +341,7 @@ impl Upgrader {
             sessions.push(s);
             secrets.append(&mut keys);
         }
-        let ended = self.parts.authority.as_ref().map_or_else(Vec::new, |a| {
+        let ended = self.held.authority.as_ref().map_or_else(Vec::new, |a| {
             a.recent_reports()
                 .into_iter()
                 .map(|(id, attempt, report)| EndedState {
@@ -353,12 +353,12 @@ impl Upgrader {
         });
         let offer = Offer {
             version: state::VERSION,
-            gateway_id: self.parts.gateway_id.to_string(),
-            instance: self.parts.instance.to_string(),
+            gateway_id: self.held.gateway_id.to_string(),
+            instance: self.held.instance.to_string(),
             generation,
-            from_generation: self.parts.generation,
-            key_id: self.parts.key_id.clone(),
-            listeners: self.parts.configured.clone(),
+            from_generation: self.held.generation,
+            key_id: self.held.key_id.clone(),
+            listeners: self.held.configured.clone(),
             restart_only: restart_only
                 .iter()
                 .map(|(f, v)| ((*f).to_owned(), v.clone()))
@@ -371,7 +371,7 @@ impl Upgrader {
             ended,
             secrets: secrets.len(),
             handovers: Handovers {
-                ok: self.parts.handovers.ok,
+                ok: self.held.handovers.ok,
                 failed: self.failed.load(Ordering::Relaxed),
             },
         };
@@ -379,7 +379,7 @@ impl Upgrader {
         wire::write_json(&mut stream, &offer)
             .await
             .map_err(failed)?;
-        let l = &self.parts.listeners;
+        let l = &self.held.listeners;
         let mut fds = vec![l.data.as_fd(), l.admin.as_fd()];
         if let Some(c) = &l.control {
             fds.push(c.as_fd());
@@ -411,7 +411,7 @@ impl Upgrader {
         // Stop accepting, then let the successor accept: connections
         // arriving meanwhile wait in the shared backlog.
         let (ack, stopped) = oneshot::channel();
-        if self.parts.stop_accepting.send(ack).await.is_ok() {
+        if self.held.stop_accepting.send(ack).await.is_ok() {
             let _ = stopped.await;
         }
         if let Err(e) = wire::write_json(&mut stream, &Step::Go).await {

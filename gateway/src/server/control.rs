@@ -1,6 +1,6 @@
 //! The control side: the control channel's keys, TLS and listener, the
 //! authority that ends sessions (close, lapse, replacement, shutdown), the
-//! lease watcher, and the channel's server. Built before anything runs;
+//! lease watcher, and the channel's server. Prepared before anything runs;
 //! started once the data path serves; at the drain its channel stops
 //! first and its authorities end last, after their connections.
 
@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use super::records::BatchSetup;
 use super::{bind, StartError};
 use crate::authority::{Authority, LeaseWatcher};
-use crate::conn::Current;
+use crate::conn::InForce;
 use crate::records::journal::{self, RecordSink};
 use crate::records::spool::{Spool, SpoolLimits};
 use crate::session::lease::SharedClock;
@@ -98,7 +98,7 @@ pub(super) struct ControlSide {
 /// What the control side needs of the rest of the process.
 pub(super) struct ControlParts {
     pub(super) gateway_id: Arc<str>,
-    pub(super) current: Arc<Current>,
+    pub(super) current: Arc<InForce>,
     pub(super) records: RecordSink,
     pub(super) sessions: Arc<Sessions>,
     pub(super) clock: SharedClock,

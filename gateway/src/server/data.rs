@@ -1,5 +1,5 @@
 //! The data plane: the data listener, the connection cap, the settings
-//! new connections get ([`Current`]), and the connections open. It
+//! new connections get ([`InForce`]), and the connections open. It
 //! accepts until a shutdown signal or a handover; at the drain it closes
 //! its listener, gives the open connections the grace and cuts the rest.
 
@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
 use super::End;
-use crate::conn::{self, Current};
+use crate::conn::{self, InForce};
 use crate::reload::Cap;
 
 /// The data plane.
@@ -24,7 +24,7 @@ pub(super) struct DataPlane {
     /// The drain grace, in milliseconds (a reload changes it).
     pub(super) grace_ms: Arc<AtomicU64>,
     /// The settings new connections get.
-    pub(super) current: Arc<Current>,
+    pub(super) current: Arc<InForce>,
     /// Open connections.
     tracker: TaskTracker,
     /// Tells open connections that the drain began, then that its grace
@@ -41,7 +41,7 @@ impl DataPlane {
         listener: Arc<TcpListener>,
         cap: Arc<Cap>,
         grace_ms: Arc<AtomicU64>,
-        current: Arc<Current>,
+        current: Arc<InForce>,
         shutdown: conn::Shutdown,
         spool_full: watch::Receiver<bool>,
         stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
@@ -115,9 +115,9 @@ impl DataPlane {
                     }
                 },
             };
-            let shared = self.current.get();
+            let cx = self.current.get();
             self.tracker.spawn(async move {
-                conn::serve(&shared, stream, peer).await;
+                conn::serve(&cx, stream, peer).await;
                 drop(permit);
             });
         }
@@ -137,7 +137,7 @@ impl DataPlane {
     /// `cut_at` to finish, then cut the rest (their records say so) and
     /// wait for them (a request cut before its answer, or in its reply's
     /// body, is `cut` in its record). Returns the settings in force, for what ends after.
-    pub(super) async fn stop(self, cut_at: tokio::time::Instant) -> Arc<Current> {
+    pub(super) async fn stop(self, cut_at: tokio::time::Instant) -> Arc<InForce> {
         drop(self.listener);
         self.tracker.close();
         if tokio::time::timeout_at(cut_at, self.tracker.wait())

@@ -11,12 +11,12 @@
 //!
 //! `run` goes through these phases:
 //!
-//! 1. [`Built::new`]: everything that can fail, done (settings, static
+//! 1. [`Prepared::new`]: everything that can fail, done (settings, static
 //!    sessions, listeners bound — or, for a successor, taken over with
 //!    every live authority —, keys loaded, TLS configs, record file,
 //!    spool, a cold start's recovery); a failure is a [`StartError`]
 //!    naming what failed, and nothing has run.
-//! 2. [`Built::spawn`] starts the records and builds the other
+//! 2. [`Prepared::spawn`] starts the records and builds the other
 //!    components; a successor then says `ready` to the process it takes
 //!    over from and waits for `go`. [`Running::serve`] starts admin, the
 //!    control side and the operator side, prints one `ready` line on
@@ -56,7 +56,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::conn::{Current, Shared};
+use crate::conn::{Context, InForce};
 use crate::handover::state::{Handovers, ListenerState};
 use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal;
@@ -140,7 +140,7 @@ pub async fn run(config: Config, options: Options) -> Result<(), StartError> {
     } else {
         None
     };
-    let built = match Built::new(config, options, taken).await {
+    let built = match Prepared::new(config, options, taken).await {
         Ok(b) => b,
         Err(e) => {
             if let Some(s) = link.as_mut() {
@@ -168,7 +168,7 @@ pub async fn run(config: Config, options: Options) -> Result<(), StartError> {
 /// over), keys loaded, TLS configs, the record file and the spool.
 /// Nothing runs yet.
 #[derive(Debug)]
-pub struct Built {
+pub struct Prepared {
     config: Config,
     options: Options,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
@@ -198,7 +198,7 @@ pub struct Built {
     exe: PathBuf,
 }
 
-impl Built {
+impl Prepared {
     /// Build everything from `config`, in this order: the settings (trust
     /// anchors, resolver), the listeners (bound, or taken over), the
     /// control channel (its keys, TLS configs, spool and listener), the
@@ -208,7 +208,7 @@ impl Built {
         config: Config,
         options: Options,
         taken: Option<Taken>,
-    ) -> Result<Built, StartError> {
+    ) -> Result<Prepared, StartError> {
         for w in config.warnings() {
             tracing::warn!("{}", w.0);
         }
@@ -345,7 +345,7 @@ impl Built {
                 path: config.records.path.clone(),
                 source,
             })?;
-        Ok(Built {
+        Ok(Prepared {
             config,
             options,
             metrics,
@@ -403,7 +403,7 @@ impl Built {
         let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
         let log_directives = tuned.log.clone();
         let shutdown = crate::conn::Shutdown::default();
-        let current = Arc::new(Current::new(Arc::new(Shared::new(
+        let current = Arc::new(InForce::new(Arc::new(Context::new(
             Arc::clone(&gateway_id),
             Arc::clone(&self.sessions),
             records.sink.clone(),
@@ -437,7 +437,7 @@ impl Built {
             }
         }
         let in_force = Arc::new(ConfigInForce::new(config.digest()));
-        let reloader = Arc::new(Reloader::new(crate::reload::ReloaderParts {
+        let reloader = Arc::new(Reloader::new(crate::reload::Reloadable {
             path: self.options.config_path.clone(),
             config_restart_only: config.restart_only(),
             digest: config.digest(),
@@ -456,7 +456,7 @@ impl Built {
         let handovers = self
             .predecessor_handovers
             .map_or_else(Handovers::default, Handovers::taken_over);
-        let upgrader = Arc::new(Upgrader::new(crate::handover::Parts {
+        let upgrader = Arc::new(Upgrader::new(crate::handover::Holdings {
             exe: self.exe,
             config_path: self.options.config_path.clone(),
             json_logs: self.options.json_logs,

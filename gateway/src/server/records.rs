@@ -36,7 +36,7 @@ pub(super) struct BatchSetup {
     pub(super) interval: Duration,
     /// The journal directory, and what an earlier process left there.
     pub(super) journal_dir: PathBuf,
-    /// Filled by [`super::Built::new`] once the instance is known (a cold start).
+    /// Filled by [`super::Prepared::new`] once the instance is known (a cold start).
     pub(super) recovered: Option<journal::Recovered>,
 }
 

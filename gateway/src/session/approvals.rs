@@ -556,12 +556,23 @@ mod tests {
         }
     }
 
+    /// A proposal as the relay took it.
+    struct Taken {
+        proposal: Proposal,
+        sentence: String,
+        digest: String,
+    }
+
     impl Rig {
         /// The next proposal, taken as the relay takes it.
-        async fn taken(&mut self) -> (Proposal, String, String) {
+        async fn taken(&mut self) -> Taken {
             let p = self.proposals.recv().await.unwrap();
             p.delivered.send(Delivery::Taken).unwrap();
-            (p.proposal, p.sentence, p.digest)
+            Taken {
+                proposal: p.proposal,
+                sentence: p.sentence,
+                digest: p.digest,
+            }
         }
 
         /// Hold a request under `rule` on a task of its own, until `ended`.
@@ -615,7 +626,7 @@ mod tests {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
         let held = rig.hold(rule("every_request"), &ended);
-        let (p, _, _) = rig.taken().await;
+        let Taken { proposal: p, .. } = rig.taken().await;
         assert!(p.expires_at > p.created_at);
         tokio::time::advance(DECISION_TIMEOUT - Duration::from_secs(1)).await;
         assert_eq!(rig.approvals.pending_count(), 1);
@@ -631,7 +642,11 @@ mod tests {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
         let held = rig.hold(rule("every_request"), &ended);
-        let (p, _, digest) = rig.taken().await;
+        let Taken {
+            proposal: p,
+            digest,
+            ..
+        } = rig.taken().await;
         tokio::time::advance(Duration::from_secs(60)).await;
         // The session pauses: the authority withdraws and ends, as
         // `Session::end_and_withdraw` does.
@@ -655,7 +670,11 @@ mod tests {
                 };
                 asked += 1;
                 let held = rig.hold(r, &ended);
-                let (p, _, digest) = rig.taken().await;
+                let Taken {
+                    proposal: p,
+                    digest,
+                    ..
+                } = rig.taken().await;
                 let d = decision(&rig.relay, &p, &digest, "bob", Verdict::Approved);
                 assert_eq!(rig.approvals.decide(&d), Ok(Verdict::Approved));
                 let (outcome, record) = held.await.unwrap();
@@ -676,7 +695,11 @@ mod tests {
         let mut rig = rig("every_request");
         let ended = CancellationToken::new();
         let held = rig.hold(rule("every_request"), &ended);
-        let (p, sentence, digest) = rig.taken().await;
+        let Taken {
+            proposal: p,
+            sentence,
+            digest,
+        } = rig.taken().await;
         assert_eq!(talos_certs::sentence(&p), sentence);
         assert_eq!(talos_certs::proposal_digest(&p, &sentence), digest);
         let forger = GatewayKey::generate().unwrap();
