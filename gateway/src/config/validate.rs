@@ -211,21 +211,17 @@ impl Config {
     /// Check every rule (see the module docs); the first broken one is the
     /// error, at the line of the value at fault.
     pub(super) fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
-        let invalid = |span: Range<usize>, field: &str, message: String| ConfigError::Invalid {
-            path: path.to_owned(),
-            line: line_of(text, span.start),
-            field: field.to_owned(),
-            message,
-        };
-        // A value left to its default has an empty span: point at the line
-        // that names the field's table, if any.
-        let at = |span: Range<usize>, field: &str| {
-            if span.is_empty() {
-                find_field(text, field)
-            } else {
-                span
-            }
-        };
+        let f = Faults { path, text };
+        self.check_names(&f)?;
+        self.check_bounds(&f)?;
+        self.check_files(&f)?;
+        let secrets = self.check_secrets(&f)?;
+        self.check_sessions(&f, &secrets)
+    }
+
+    /// `gateway_id`, the log filter, the process socket's path.
+    fn check_names(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
+        let invalid = |span, field: &str, message| f.invalid(span, field, message);
         let id = self.gateway_id.get_ref();
         if !is_id(id) {
             return Err(invalid(
@@ -264,6 +260,14 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Every bound in its range (the table [`Config::bounds`]), and the
+    /// bounds that must agree with each other.
+    fn check_bounds(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
+        let invalid = |span, field: &str, message| f.invalid(span, field, message);
+        let at = |span, field: &str| f.at(span, field);
         for b in self.bounds() {
             if !b.range.contains(&b.value) {
                 return Err(invalid(
@@ -301,7 +305,15 @@ impl Config {
                 )
             });
         }
+        Ok(())
+    }
 
+    /// The files the config names: trust anchors, the control channel's
+    /// certificates and keys; and the control plane's settings that go
+    /// together.
+    fn check_files(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
+        let invalid = |span, field: &str, message| f.invalid(span, field, message);
+        let at = |span, field: &str| f.at(span, field);
         for (i, anchor) in self.upstream.extra_trust_anchors.iter().enumerate() {
             if let Err(message) = read_pem_certs(anchor.get_ref()) {
                 return Err(invalid(
@@ -357,7 +369,13 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
 
+    /// `[[secret]]` tables: each named once, with exactly one source.
+    /// Returns their names.
+    fn check_secrets(&self, f: &Faults<'_>) -> Result<HashMap<&str, ()>, ConfigError> {
+        let invalid = |span, field: &str, message| f.invalid(span, field, message);
         let mut secret_names: HashMap<&str, ()> = HashMap::new();
         for (i, src) in self.secrets.iter().enumerate() {
             let field = format!("secret[{i}]");
@@ -377,7 +395,17 @@ impl Config {
                 ));
             }
         }
+        Ok(secret_names)
+    }
 
+    /// `[[session]]` tables: each a valid spec, ids and sources unique,
+    /// every attachment's secret defined.
+    fn check_sessions(
+        &self,
+        f: &Faults<'_>,
+        secret_names: &HashMap<&str, ()>,
+    ) -> Result<(), ConfigError> {
+        let invalid = |span, field: &str, message| f.invalid(span, field, message);
         let mut ids: HashMap<&str, ()> = HashMap::new();
         let mut owners: HashMap<IpAddr, &str> = HashMap::new();
         for (i, s) in self.sessions.iter().enumerate() {
@@ -415,5 +443,33 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Where a bad value is reported: the file and its text, for its line.
+struct Faults<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Faults<'_> {
+    /// The error for `field`, at the line `span` starts on.
+    fn invalid(&self, span: Range<usize>, field: &str, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            line: line_of(self.text, span.start),
+            field: field.to_owned(),
+            message,
+        }
+    }
+
+    /// `span`, or for a value left to its default (an empty span) the line
+    /// that names the field's table, if any.
+    fn at(&self, span: Range<usize>, field: &str) -> Range<usize> {
+        if span.is_empty() {
+            find_field(self.text, field)
+        } else {
+            span
+        }
     }
 }

@@ -223,38 +223,7 @@ impl Prepared {
             Some(t) => (t.fds, Some(t.offer), t.secrets.into_iter()),
             None => (HashMap::new(), None, Vec::new().into_iter()),
         };
-        let data_fd = fds.remove("data").map(std::net::TcpListener::from);
-        let admin_fd = fds.remove("admin").map(std::net::TcpListener::from);
-        let control_fd = fds
-            .remove("control")
-            .map(std::net::TcpListener::from)
-            .map(from_std)
-            .transpose()?;
-        let data = listener(data_fd, "data", config.listen.data).await?;
-        let admin = listener(admin_fd, "admin", config.listen.admin).await?;
-        let process = match (&config.process.socket, fds.remove("process")) {
-            (Some(_), Some(fd)) => {
-                let l = std::os::unix::net::UnixListener::from(fd);
-                l.set_nonblocking(true)
-                    .map_err(|source| StartError::Socket {
-                        path: PathBuf::from("(handed over)"),
-                        source,
-                    })?;
-                Some(Arc::new(UnixListener::from_std(l).map_err(|source| {
-                    StartError::Socket {
-                        path: PathBuf::from("(handed over)"),
-                        source,
-                    }
-                })?))
-            }
-            (Some(path), None) => Some(Arc::new(crate::handover::bind(path.get_ref()).map_err(
-                |source| StartError::Socket {
-                    path: path.get_ref().clone(),
-                    source,
-                },
-            )?)),
-            (None, _) => None,
-        };
+        let (data, admin, process, control_fd) = take_or_bind(&config, &mut fds).await?;
         let (instance, generation): (Arc<str>, u64) = match &offer {
             Some(o) => (Arc::from(o.instance.as_str()), o.generation),
             None => (Arc::from(talos_certs::new_instance_id()), 0),
@@ -299,40 +268,31 @@ impl Prepared {
         let lapsed = Arc::new(tokio::sync::Notify::new());
         // The authorities taken over.
         let sessions = Arc::new(Sessions::default());
-        let mut statics = StaticSet::new();
-        let mut ended = Vec::new();
-        let mut predecessor_generation = None;
-        let mut predecessor_handovers = None;
-        if let Some(o) = offer {
-            predecessor_generation = Some(o.from_generation);
-            predecessor_handovers = Some(o.handovers);
-            statics = o.statics.into_iter().collect();
-            ended = o.ended;
-            let count = o.sessions.len();
-            for state in o.sessions {
-                let lease = match state.lease_until {
+        let taken = match offer {
+            Some(o) => {
+                let lease = |until| match until {
                     Some(until) => {
                         Lease::ending_at(Arc::clone(&clock), until, Some(Arc::clone(&lapsed)))
                     }
                     None => Lease::none(Arc::clone(&clock)),
                 };
-                let (session, sources) = state
-                    .import(
-                        &mut secrets,
-                        &tuned.upstream,
-                        proposer.as_ref().map(|(p, _)| p),
-                        lease,
-                    )
-                    .map_err(|e| StartError::Takeover(e.to_string()))?;
-                sessions.insert(&sources, Arc::new(session));
+                let count = o.sessions.len();
+                let proposer = proposer.as_ref().map(|(p, _)| p);
+                let t = import_offer(o, &mut secrets, &sessions, &tuned, proposer, lease)?;
+                tracing::info!(sessions = count, instance = %instance, generation, "authorities taken over");
+                Some(t)
             }
-            if secrets.next().is_some() {
-                return Err(StartError::Takeover(
-                    "more secrets came than the offer names".into(),
-                ));
-            }
-            tracing::info!(sessions = count, instance = %instance, generation, "authorities taken over");
-        }
+            None => None,
+        };
+        let (statics, ended, predecessor_generation, predecessor_handovers) = match taken {
+            Some(t) => (
+                t.statics,
+                t.ended,
+                Some(t.from_generation),
+                Some(t.handovers),
+            ),
+            None => (StaticSet::new(), Vec::new(), None, None),
+        };
         let plan =
             crate::reload::plan_static(&config, &statics, &sessions, &tuned.upstream, &clock)
                 .map_err(StartError::Settings)?;
@@ -487,16 +447,15 @@ impl Prepared {
             handovers,
         }));
         // A successor: ready, and wait for go.
-        if let Some(mut stream) = link.take() {
-            crate::handover::ready_and_go(&mut stream)
-                .await
-                .map_err(|e| StartError::Takeover(e.to_string()))?;
-            handovers.publish();
-            let p = crate::process::link::Predecessor::start(stream, Arc::clone(&self.sessions));
-            if let Some(c) = &control {
-                c.authority.set_predecessor(Arc::clone(&p));
-            }
-            records.predecessor_link(p);
+        if let Some(stream) = link.take() {
+            take_the_go(
+                stream,
+                handovers,
+                &self.sessions,
+                control.as_ref(),
+                &mut records,
+            )
+            .await?;
         }
         let data = DataPlane::new(
             self.data,
@@ -517,6 +476,28 @@ impl Prepared {
             records,
         })
     }
+}
+
+/// A successor says `ready` and waits for `go`; from then on it holds
+/// every authority, counts the handover, and learns of its predecessor's
+/// exit over the link (its sealer waits for it).
+async fn take_the_go(
+    mut stream: UnixStream,
+    handovers: Handovers,
+    sessions: &Arc<Sessions>,
+    control: Option<&ControlSide>,
+    records: &mut Records,
+) -> Result<(), StartError> {
+    crate::handover::ready_and_go(&mut stream)
+        .await
+        .map_err(|e| StartError::Takeover(e.to_string()))?;
+    handovers.publish();
+    let p = crate::process::link::Predecessor::start(stream, Arc::clone(sessions));
+    if let Some(c) = control {
+        c.authority.set_predecessor(Arc::clone(&p));
+    }
+    records.predecessor_link(p);
+    Ok(())
 }
 
 /// How each listener is configured, as a successor checks it.
@@ -804,4 +785,94 @@ async fn bind(which: &'static str, addr: SocketAddr) -> Result<TcpListener, Star
             addr,
             source,
         })
+}
+
+/// The listeners handed over in `fds` (a successor), or bound as the
+/// config says: data, admin, the process socket, and the control
+/// listener's descriptor if handed over (bound with the control side).
+async fn take_or_bind(
+    config: &Config,
+    fds: &mut HashMap<String, std::os::fd::OwnedFd>,
+) -> Result<
+    (
+        TcpListener,
+        TcpListener,
+        Option<Arc<UnixListener>>,
+        Option<TcpListener>,
+    ),
+    StartError,
+> {
+    let data_fd = fds.remove("data").map(std::net::TcpListener::from);
+    let admin_fd = fds.remove("admin").map(std::net::TcpListener::from);
+    let control_fd = fds
+        .remove("control")
+        .map(std::net::TcpListener::from)
+        .map(from_std)
+        .transpose()?;
+    let data = listener(data_fd, "data", config.listen.data).await?;
+    let admin = listener(admin_fd, "admin", config.listen.admin).await?;
+    let process = match (&config.process.socket, fds.remove("process")) {
+        (Some(_), Some(fd)) => {
+            let l = std::os::unix::net::UnixListener::from(fd);
+            l.set_nonblocking(true)
+                .map_err(|source| StartError::Socket {
+                    path: PathBuf::from("(handed over)"),
+                    source,
+                })?;
+            Some(Arc::new(UnixListener::from_std(l).map_err(|source| {
+                StartError::Socket {
+                    path: PathBuf::from("(handed over)"),
+                    source,
+                }
+            })?))
+        }
+        (Some(path), None) => Some(Arc::new(crate::handover::bind(path.get_ref()).map_err(
+            |source| StartError::Socket {
+                path: path.get_ref().clone(),
+                source,
+            },
+        )?)),
+        (None, _) => None,
+    };
+    Ok((data, admin, process, control_fd))
+}
+
+/// What a successor takes over besides the authorities.
+struct TakenOver {
+    statics: StaticSet,
+    ended: Vec<crate::handover::state::EndedState>,
+    from_generation: u64,
+    handovers: Handovers,
+}
+
+/// Import every authority of `offer` into `sessions`, each with its lease
+/// (`lease` of its end, against this process's clock) and its secrets,
+/// read in order from `secrets`, which must hold no more than the offer
+/// names.
+fn import_offer(
+    o: crate::handover::state::Offer,
+    secrets: &mut std::vec::IntoIter<zeroize::Zeroizing<Vec<u8>>>,
+    sessions: &Sessions,
+    tuned: &Tuned,
+    proposer: Option<&Proposer>,
+    lease: impl Fn(Option<crate::session::lease::Millis>) -> Lease,
+) -> Result<TakenOver, StartError> {
+    for state in o.sessions {
+        let lease = lease(state.lease_until);
+        let (session, sources) = state
+            .import(secrets, &tuned.upstream, proposer, lease)
+            .map_err(|e| StartError::Takeover(e.to_string()))?;
+        sessions.insert(&sources, Arc::new(session));
+    }
+    if secrets.next().is_some() {
+        return Err(StartError::Takeover(
+            "more secrets came than the offer names".into(),
+        ));
+    }
+    Ok(TakenOver {
+        statics: o.statics.into_iter().collect(),
+        ended: o.ended,
+        from_generation: o.from_generation,
+        handovers: o.handovers,
+    })
 }
