@@ -117,6 +117,59 @@ impl Tuned {
     }
 }
 
+/// A part of the process a reload changes: handed the one [`Tuned`] a
+/// reload built, once everything is built (applying cannot fail).
+pub trait Tunable: std::fmt::Debug + Send + Sync {
+    fn apply(&self, tuned: &Tuned);
+}
+
+/// The connection cap and the drain grace.
+impl Tunable for Cap {
+    fn apply(&self, tuned: &Tuned) {
+        self.resize(tuned.max_connections);
+    }
+}
+
+/// The drain grace, in milliseconds.
+#[derive(Debug)]
+pub struct Grace(pub Arc<AtomicU64>);
+
+impl Tunable for Grace {
+    fn apply(&self, tuned: &Tuned) {
+        self.0.store(
+            u64::try_from(tuned.grace.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Every open session's pool and share.
+impl Tunable for Sessions {
+    fn apply(&self, tuned: &Tuned) {
+        for s in self.all() {
+            s.retune(&tuned.upstream);
+        }
+    }
+}
+
+/// The length of the leases the control plane's authorities get.
+impl Tunable for Authority {
+    fn apply(&self, tuned: &Tuned) {
+        if let Some(lease) = tuned.lease {
+            self.set_lease_length(lease);
+        }
+    }
+}
+
+/// The log filter (checked when the reload was built).
+impl Tunable for crate::logging::LogControl {
+    fn apply(&self, tuned: &Tuned) {
+        if let Ok(filter) = crate::logging::LogControl::check(&tuned.log) {
+            self.set(filter);
+        }
+    }
+}
+
 impl Context {
     /// What every connection shares, with `tuned`'s settings.
     pub fn new(
@@ -400,12 +453,10 @@ fn end(session: Arc<Session>, authority: Option<&Arc<Authority>>) {
 pub struct Reloader {
     path: PathBuf,
     current: Arc<InForce>,
-    cap: Arc<Cap>,
+    /// What a reload changes besides the settings new connections get.
+    tunables: Vec<Arc<dyn Tunable>>,
     authority: Option<Arc<Authority>>,
     clock: SharedClock,
-    log: Option<crate::logging::LogControl>,
-    /// The drain grace, in milliseconds.
-    grace_ms: Arc<AtomicU64>,
     /// What the admin listener shows of the config in force.
     in_force: Arc<ConfigInForce>,
     state: tokio::sync::Mutex<State>,
@@ -463,11 +514,11 @@ pub struct Reloadable {
     pub digest: String,
     pub statics: StaticSet,
     pub current: Arc<InForce>,
-    pub cap: Arc<Cap>,
+    /// What a reload changes besides the settings new connections get
+    /// (the cap, the grace, the sessions, the lease length, the log).
+    pub tunables: Vec<Arc<dyn Tunable>>,
     pub authority: Option<Arc<Authority>>,
     pub clock: SharedClock,
-    pub log: Option<crate::logging::LogControl>,
-    pub grace_ms: Arc<AtomicU64>,
     /// Where the digest of the config in force is published.
     pub in_force: Arc<ConfigInForce>,
 }
@@ -480,11 +531,9 @@ impl Reloader {
             in_force: p.in_force,
             path: p.path,
             current: p.current,
-            cap: p.cap,
+            tunables: p.tunables,
             authority: p.authority,
             clock: p.clock,
-            log: p.log,
-            grace_ms: p.grace_ms,
             state: tokio::sync::Mutex::new(State {
                 restart_only: p.config_restart_only,
                 digest,
@@ -573,7 +622,7 @@ impl Reloader {
             tracing::warn!("{}", w.0);
         }
         let tuned = Tuned::build(&config).map_err(ReloadError::Build)?;
-        let filter = crate::logging::LogControl::check(&tuned.log).map_err(ReloadError::Build)?;
+        crate::logging::LogControl::check(&tuned.log).map_err(ReloadError::Build)?;
         let cx = self.current.get();
         let plan = plan_static(
             &config,
@@ -583,22 +632,12 @@ impl Reloader {
             &self.clock,
         )
         .map_err(ReloadError::Build)?;
-        // Everything is built: apply, which cannot fail.
+        // Everything is built: apply, which cannot fail — the one `Tuned`
+        // to every part it changes, then to what new connections get.
         let (opened, closed) = plan.counts();
         let kept = plan.kept;
-        self.cap.resize(tuned.max_connections);
-        self.grace_ms.store(
-            u64::try_from(tuned.grace.as_millis()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        if let (Some(a), Some(lease)) = (&self.authority, tuned.lease) {
-            a.set_lease_length(lease);
-        }
-        for s in cx.sessions.all() {
-            s.retune(&tuned.upstream);
-        }
-        if let Some(log) = &self.log {
-            log.set(filter);
+        for t in &self.tunables {
+            t.apply(&tuned);
         }
         self.current.set(Arc::new(cx.retuned(tuned)));
         let cx = self.current.get();

@@ -60,7 +60,7 @@ use crate::conn::{Context, InForce};
 use crate::handover::state::{Handovers, ListenerState};
 use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal;
-use crate::reload::{Cap, ConfigInForce, Reloader, StaticPlan, StaticSet, Tuned};
+use crate::reload::{Cap, ConfigInForce, Grace, Reloader, StaticPlan, StaticSet, Tunable, Tuned};
 use crate::session::approvals::Proposer;
 use crate::session::lease::{boot_clock, Lease, SharedClock};
 use crate::session::sessions::Sessions;
@@ -403,11 +403,15 @@ impl Prepared {
             digest: config.digest(),
             statics,
             current: Arc::clone(&current),
-            cap: Arc::clone(&cap),
+            tunables: tunables(
+                &cap,
+                &grace_ms,
+                &self.sessions,
+                authority.as_ref(),
+                self.options.log.as_ref(),
+            ),
             authority: authority.clone(),
             clock: Arc::clone(&self.clock),
-            log: self.options.log.clone(),
-            grace_ms: Arc::clone(&grace_ms),
             in_force: Arc::clone(&in_force),
         }));
         let (stop_tx, stop_accepting) = mpsc::channel(1);
@@ -498,6 +502,29 @@ async fn take_the_go(
     }
     records.predecessor_link(p);
     Ok(())
+}
+
+/// What a reload changes besides the settings new connections get, in the
+/// order it changes them.
+fn tunables(
+    cap: &Arc<Cap>,
+    grace_ms: &Arc<AtomicU64>,
+    sessions: &Arc<Sessions>,
+    authority: Option<&Arc<crate::authority::Authority>>,
+    log: Option<&crate::logging::LogControl>,
+) -> Vec<Arc<dyn Tunable>> {
+    let mut all: Vec<Arc<dyn Tunable>> = vec![
+        Arc::clone(cap) as Arc<dyn Tunable>,
+        Arc::new(Grace(Arc::clone(grace_ms))),
+        Arc::clone(sessions) as Arc<dyn Tunable>,
+    ];
+    if let Some(a) = authority {
+        all.push(Arc::clone(a) as Arc<dyn Tunable>);
+    }
+    if let Some(log) = log {
+        all.push(Arc::new(log.clone()));
+    }
+    all
 }
 
 /// How each listener is configured, as a successor checks it.
