@@ -38,7 +38,9 @@ use crate::error::{Error, LinkError};
 use crate::link::{CloseAnswer, DropReportView, ReportVerifier};
 use crate::machine::{self, Event};
 use crate::model::{CloseReason, State, RESET_STEPS};
-use crate::store::{ed25519_key, now, Attempt, CaEvent, DropReport, ResetStep, Session, Tx};
+use crate::store::{
+    ed25519_key, now, Attempt, CaEvent, CloseTask, DropReport, ResetStep, Session, Tx,
+};
 
 /// The first delay before an owed close is asked again.
 pub const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -345,30 +347,12 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
     let at = now();
     // Nothing of an ended session can be decided any more.
     tx.withdraw_proposals(&session.id, &at)?;
-    let cas = tx.cas(&session.id)?;
-    let reports = tx.drop_reports(&session.id)?;
-    let attempts = tx.attempts(&session.id)?;
-    let tasks = tx.close_tasks(&session.id)?;
-    let counted = |attempt: u32, gateway: &str| -> Vec<&DropReport> {
-        reports
-            .iter()
-            .filter(|r| r.attempt == attempt && r.gateway_id == gateway)
-            .collect()
+    let facts = Facts {
+        cas: tx.cas(&session.id)?,
+        reports: tx.drop_reports(&session.id)?,
+        attempts: tx.attempts(&session.id)?,
+        tasks: tx.close_tasks(&session.id)?,
     };
-    let owed = |attempt: u32, gateway: &str| -> Option<String> {
-        tasks
-            .iter()
-            .find(|t| t.attempt == attempt && t.gateway_id == gateway && t.confirmed_at.is_none())
-            .map(|t| {
-                format!(
-                    "close owed since {} ({} tries; last: {})",
-                    t.created_at,
-                    t.tries,
-                    t.last_error.as_deref().unwrap_or("not asked yet")
-                )
-            })
-    };
-
     // Steps 1–3 keep what was first recorded.
     let recorded = tx.reset_steps(&session.id)?;
     let mut steps: Vec<ResetStep> = RESET_STEPS[..3]
@@ -389,14 +373,11 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
                 })
         })
         .collect();
-
-    // Step 4: every CA made for the session destroyed, by a report that
-    // counted with the digest recorded when it was made, or by the start
-    // report of the gateway's next process.
     // An open still in flight (the session ended while its members were
     // asked) may have made CAs and delivered attachments not recorded yet:
     // steps 4 and 5 wait for its answers, or for `serve` to give it up.
-    let in_flight: Vec<String> = attempts
+    let in_flight: Vec<String> = facts
+        .attempts
         .iter()
         .filter(|a| a.ended_at.is_none())
         .map(|a| {
@@ -406,105 +387,8 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
             )
         })
         .collect();
-    let mut ca_errors = in_flight.clone();
-    let mut ca_items = Vec::new();
-    for ca in &cas {
-        if let (Some(destroyed_at), Some(reason)) = (&ca.destroyed_at, ca.destroy_reason) {
-            ca_items.push(json!({
-                "attempt": ca.attempt,
-                "gateway_id": ca.gateway_id,
-                "digest": ca.digest,
-                "destroyed_at": destroyed_at,
-                "reason": reason,
-                "report_digest": ca.destroy_report,
-            }));
-            continue;
-        }
-        let why = counted(ca.attempt, &ca.gateway_id)
-            .into_iter()
-            .rev()
-            .find_map(|r| r.ca_error.clone())
-            .or_else(|| owed(ca.attempt, &ca.gateway_id))
-            .unwrap_or_else(|| "no drop report from this gateway".into());
-        ca_errors.push(format!(
-            "attempt {}, gateway {}, CA {}: {why}",
-            ca.attempt, ca.gateway_id, ca.digest
-        ));
-        ca_items.push(json!({
-            "attempt": ca.attempt,
-            "gateway_id": ca.gateway_id,
-            "digest": ca.digest,
-            "destroyed_at": null,
-            "error": why,
-        }));
-    }
-    steps.push(gateway_step(
-        3,
-        json!({
-            "check": "each CA made for the session is named by a verified drop report with the digest recorded when the gateway made it, or ended with the gateway process that made it (its successor's start report)",
-            "cas": ca_items,
-        }),
-        ca_errors,
-        &at,
-    ));
-
-    // Step 5: for every attempt and gateway, a report that counted named
-    // exactly the secrets attached at that attempt's open, or the process
-    // that held them is gone.
-    let mut secret_errors = in_flight;
-    let mut secret_items = Vec::new();
-    for attempt in &attempts {
-        let attached = attached_names(attempt);
-        for ca in cas.iter().filter(|c| c.attempt == attempt.n) {
-            let good = counted(attempt.n, &ca.gateway_id)
-                .into_iter()
-                .find(|r| r.secrets_error.is_none());
-            match (good, restarted(ca)) {
-                (Some(r), _) => secret_items.push(json!({
-                    "attempt": attempt.n,
-                    "gateway_id": ca.gateway_id,
-                    "attached": attached,
-                    "reported": r.secrets,
-                    "report_digest": r.report_digest,
-                })),
-                (None, true) => secret_items.push(json!({
-                    "attempt": attempt.n,
-                    "gateway_id": ca.gateway_id,
-                    "attached": attached,
-                    "gone_with_process": ca.instance,
-                    "report_digest": ca.destroy_report,
-                })),
-                (None, false) => {
-                    let why = counted(attempt.n, &ca.gateway_id)
-                        .into_iter()
-                        .rev()
-                        .find_map(|r| r.secrets_error.clone())
-                        .or_else(|| owed(attempt.n, &ca.gateway_id))
-                        .unwrap_or_else(|| "no drop report from this gateway".into());
-                    secret_errors.push(format!(
-                        "attempt {}, gateway {}: {why}",
-                        attempt.n, ca.gateway_id
-                    ));
-                    secret_items.push(json!({
-                        "attempt": attempt.n,
-                        "gateway_id": ca.gateway_id,
-                        "attached": attached,
-                        "error": why,
-                    }));
-                }
-            }
-        }
-    }
-    steps.push(gateway_step(
-        4,
-        json!({
-            "check": "for each attempt and gateway, a verified drop report names exactly the secrets attached at the attempt's open, or the gateway process that held them is gone (its successor's start report)",
-            "detached": secret_items,
-        }),
-        secret_errors,
-        &at,
-    ));
-
+    steps.push(facts.cas_destroyed(in_flight.clone(), &at));
+    steps.push(facts.secrets_detached(in_flight, &at));
     for step in &steps {
         tx.insert_reset_step(&session.id, step)?;
     }
@@ -517,6 +401,149 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
         .map_err(|r| r.error(&session.id, Some(session.state)))?;
     tx.apply(&session.id, &next, &at)?;
     Ok((next.state(), steps))
+}
+
+/// What the store holds of a session's CAs, their reports, its attempts
+/// and the closes owed: what steps 4 and 5 are judged on.
+struct Facts {
+    cas: Vec<CaEvent>,
+    reports: Vec<DropReport>,
+    attempts: Vec<Attempt>,
+    tasks: Vec<CloseTask>,
+}
+
+impl Facts {
+    /// The verified drop reports of `gateway` for `attempt`.
+    fn counted(&self, attempt: u32, gateway: &str) -> Vec<&DropReport> {
+        self.reports
+            .iter()
+            .filter(|r| r.attempt == attempt && r.gateway_id == gateway)
+            .collect()
+    }
+
+    /// The close owed to `gateway` for `attempt`, as an error's words.
+    fn owed(&self, attempt: u32, gateway: &str) -> Option<String> {
+        self.tasks
+            .iter()
+            .find(|t| t.attempt == attempt && t.gateway_id == gateway && t.confirmed_at.is_none())
+            .map(|t| {
+                format!(
+                    "close owed since {} ({} tries; last: {})",
+                    t.created_at,
+                    t.tries,
+                    t.last_error.as_deref().unwrap_or("not asked yet")
+                )
+            })
+    }
+
+    /// Step 4: every CA made for the session destroyed, by a report that
+    /// counted with the digest recorded when it was made, or by the start
+    /// report of the gateway's next process.
+    fn cas_destroyed(&self, in_flight: Vec<String>, at: &str) -> ResetStep {
+        let (cas, counted, owed) = (&self.cas, |a, g| self.counted(a, g), |a, g| self.owed(a, g));
+        let mut ca_errors = in_flight;
+        let mut ca_items = Vec::new();
+        for ca in cas {
+            if let (Some(destroyed_at), Some(reason)) = (&ca.destroyed_at, ca.destroy_reason) {
+                ca_items.push(json!({
+                    "attempt": ca.attempt,
+                    "gateway_id": ca.gateway_id,
+                    "digest": ca.digest,
+                    "destroyed_at": destroyed_at,
+                    "reason": reason,
+                    "report_digest": ca.destroy_report,
+                }));
+                continue;
+            }
+            let why = counted(ca.attempt, &ca.gateway_id)
+                .into_iter()
+                .rev()
+                .find_map(|r| r.ca_error.clone())
+                .or_else(|| owed(ca.attempt, &ca.gateway_id))
+                .unwrap_or_else(|| "no drop report from this gateway".into());
+            ca_errors.push(format!(
+                "attempt {}, gateway {}, CA {}: {why}",
+                ca.attempt, ca.gateway_id, ca.digest
+            ));
+            ca_items.push(json!({
+                "attempt": ca.attempt,
+                "gateway_id": ca.gateway_id,
+                "digest": ca.digest,
+                "destroyed_at": null,
+                "error": why,
+            }));
+        }
+        gateway_step(
+            3,
+            json!({
+                "check": "each CA made for the session is named by a verified drop report with the digest recorded when the gateway made it, or ended with the gateway process that made it (its successor's start report)",
+                "cas": ca_items,
+            }),
+            ca_errors,
+            at,
+        )
+    }
+
+    /// Step 5: for every attempt and gateway, a report that counted named
+    /// exactly the secrets attached at that attempt's open, or the process
+    /// that held them is gone.
+    fn secrets_detached(&self, in_flight: Vec<String>, at: &str) -> ResetStep {
+        let (cas, attempts) = (&self.cas, &self.attempts);
+        let (counted, owed) = (|a, g| self.counted(a, g), |a, g| self.owed(a, g));
+        let mut secret_errors = in_flight;
+        let mut secret_items = Vec::new();
+        for attempt in attempts {
+            let attached = attached_names(attempt);
+            for ca in cas.iter().filter(|c| c.attempt == attempt.n) {
+                let good = counted(attempt.n, &ca.gateway_id)
+                    .into_iter()
+                    .find(|r| r.secrets_error.is_none());
+                match (good, restarted(ca)) {
+                    (Some(r), _) => secret_items.push(json!({
+                        "attempt": attempt.n,
+                        "gateway_id": ca.gateway_id,
+                        "attached": attached,
+                        "reported": r.secrets,
+                        "report_digest": r.report_digest,
+                    })),
+                    (None, true) => secret_items.push(json!({
+                        "attempt": attempt.n,
+                        "gateway_id": ca.gateway_id,
+                        "attached": attached,
+                        "gone_with_process": ca.instance,
+                        "report_digest": ca.destroy_report,
+                    })),
+                    (None, false) => {
+                        let why = counted(attempt.n, &ca.gateway_id)
+                            .into_iter()
+                            .rev()
+                            .find_map(|r| r.secrets_error.clone())
+                            .or_else(|| owed(attempt.n, &ca.gateway_id))
+                            .unwrap_or_else(|| "no drop report from this gateway".into());
+                        secret_errors.push(format!(
+                            "attempt {}, gateway {}: {why}",
+                            attempt.n, ca.gateway_id
+                        ));
+                        secret_items.push(json!({
+                            "attempt": attempt.n,
+                            "gateway_id": ca.gateway_id,
+                            "attached": attached,
+                            "error": why,
+                        }));
+                    }
+                }
+            }
+        }
+        gateway_step(
+            4,
+            json!({
+                "check": "for each attempt and gateway, a verified drop report names exactly the secrets attached at the attempt's open, or the gateway process that held them is gone (its successor's start report)",
+                "detached": secret_items,
+            }),
+            secret_errors,
+            at,
+        )
+    }
 }
 
 /// Whether `ca` ended with the process that made it.
