@@ -762,28 +762,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     // Checked now so a bad key file stops the start, not the first
     // certificate.
     crate::identity::plane_key(dir)?;
-    let metrics = match settings.metrics {
-        Some(_) => Some(
-            metrics_exporter_prometheus::PrometheusBuilder::new()
-                .install_recorder()
-                .map_err(|e| Error::Io {
-                    what: "metrics".into(),
-                    reason: e.to_string(),
-                })?,
-        ),
-        None => None,
-    };
-    if metrics.is_some() {
-        // Every member serve knows of now: those given, those registered.
-        let mut members: Vec<String> = cli
-            .gateways
-            .iter()
-            .map(|g| crate::grpc_link::GatewayAddr::parse(g).label())
-            .collect();
-        let registered = store.locked().gateways()?;
-        members.extend(registered.into_iter().map(|g| g.id));
-        crate::series::preregister(members.iter().map(String::as_str));
-    }
+    let metrics = install_metrics(cli, settings, &store)?;
     // The API's link and key exist only with the API. The link owns a
     // runtime of its own, which must be dropped outside the serving
     // runtime: declared first, it is dropped last.
@@ -826,31 +805,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     // client, on a thread of its own (the link blocks on its own runtime).
     // Dropped when serving ends: the loop sees the channel close.
     let stopped = std::sync::Arc::new(Stop::default());
-    let mut upkeep = Vec::new();
-    // One loop for closes, time-driven events and certificates; one per
-    // member for its leases.
-    let mut loops: Vec<(String, Vec<String>, bool)> =
-        vec![("upkeep".into(), cli.gateways.clone(), false)];
-    for (i, g) in cli.gateways.iter().enumerate() {
-        loops.push((format!("renew-{i}"), vec![g.clone()], true));
-    }
-    for (name, gateways, renewer) in loops {
-        let db = cli.db.clone();
-        let control_dir = dir.to_owned();
-        let settings = settings.clone();
-        let stopped = std::sync::Arc::clone(&stopped);
-        upkeep.push(
-            std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    upkeep_loop(&db, &gateways, &control_dir, &settings, renewer, &stopped);
-                })
-                .map_err(|e| Error::Io {
-                    what: format!("{name} thread"),
-                    reason: e.to_string(),
-                })?,
-        );
-    }
+    let upkeep = start_upkeep(cli, dir, settings, &stopped)?;
     let result = runtime.block_on(async {
         let (listener, addr) = bind(settings.listen).await?;
         let approvals = match settings.approvals {
@@ -903,6 +858,77 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     drop(runtime);
     drop(api);
     result
+}
+
+/// The Prometheus recorder, with every series of every member serve knows
+/// of (those given, those registered) at its starting value; none without
+/// a metrics listener.
+fn install_metrics(
+    cli: &Cli,
+    settings: &ServeSettings,
+    store: &std::sync::Mutex<Store>,
+) -> Result<Option<metrics_exporter_prometheus::PrometheusHandle>, Error> {
+    let metrics = match settings.metrics {
+        Some(_) => Some(
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| Error::Io {
+                    what: "metrics".into(),
+                    reason: e.to_string(),
+                })?,
+        ),
+        None => None,
+    };
+    if metrics.is_some() {
+        // Every member serve knows of now: those given, those registered.
+        let mut members: Vec<String> = cli
+            .gateways
+            .iter()
+            .map(|g| crate::grpc_link::GatewayAddr::parse(g).label())
+            .collect();
+        let registered = store.locked().gateways()?;
+        members.extend(registered.into_iter().map(|g| g.id));
+        crate::series::preregister(members.iter().map(String::as_str));
+    }
+    Ok(metrics)
+}
+
+/// The upkeep loops, each on a thread of its own with its own store
+/// connection and control channel client (the link blocks on its own
+/// runtime): one for closes, time-driven events and certificates; one per
+/// member for its leases. Each runs until `stopped`.
+fn start_upkeep(
+    cli: &Cli,
+    dir: &std::path::Path,
+    settings: &ServeSettings,
+    stopped: &std::sync::Arc<Stop>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, Error> {
+    let mut upkeep = Vec::new();
+    // One loop for closes, time-driven events and certificates; one per
+    // member for its leases.
+    let mut loops: Vec<(String, Vec<String>, bool)> =
+        vec![("upkeep".into(), cli.gateways.clone(), false)];
+    for (i, g) in cli.gateways.iter().enumerate() {
+        loops.push((format!("renew-{i}"), vec![g.clone()], true));
+    }
+    for (name, gateways, renewer) in loops {
+        let db = cli.db.clone();
+        let control_dir = dir.to_owned();
+        let settings = settings.clone();
+        let stopped = std::sync::Arc::clone(stopped);
+        upkeep.push(
+            std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || {
+                    upkeep_loop(&db, &gateways, &control_dir, &settings, renewer, &stopped);
+                })
+                .map_err(|e| Error::Io {
+                    what: format!("{name} thread"),
+                    reason: e.to_string(),
+                })?,
+        );
+    }
+    Ok(upkeep)
 }
 
 /// An upkeep loop until `stopped` closes: with `renewer`, the member's
