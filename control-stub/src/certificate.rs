@@ -35,7 +35,10 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::lifecycle::load;
 use crate::model::{AttemptEnd, CloseReason, EndReason, Mode, OpenCause, ProposalState, State};
-use crate::store::{BatchInfo, BatchRejection, IssuedCertificate, ResetStep, Store, Tx};
+use crate::store::{
+    Attempt, BatchInfo, BatchRejection, CaEvent, ConnectionRecord, IssuedCertificate, ResetStep,
+    Session, Store, Tx,
+};
 
 /// The kind of this certificate (spec: "The session certificate follows,
 /// with the kind sandbox session").
@@ -309,158 +312,177 @@ fn chains_missing(tx: &Tx<'_>, id: &str) -> Result<Vec<String>, Error> {
 
 /// Build session `id`'s certificate from the store as it stands.
 fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
-    {
-        let session = load(tx, id)?;
-        let cas = tx.cas(id)?;
-        let attempts = tx.attempts(id)?;
-        let records = tx.connection_records(id)?;
-        let reset = tx.reset_steps(id)?;
-
-        let cert_attempts = attempts
-            .iter()
-            .map(|a| CertAttempt {
-                attempt: a.n,
-                cause: a.cause,
-                started_at: a.started_at.clone(),
-                ended_at: a.ended_at.clone(),
-                end_cause: a.end_cause,
-                allowlist: a.allowlist.clone(),
-                lock: a.lock.clone(),
-                ca: cas
-                    .iter()
-                    .filter(|c| c.attempt == a.n)
-                    .map(|c| CertCa {
-                        gateway_id: c.gateway_id.clone(),
-                        digest: c.digest.clone(),
-                        made_at: c.made_at.clone(),
-                        destroyed_at: c.destroyed_at.clone(),
-                        destroy_reason: c.destroy_reason.map(|r| r.as_str().to_owned()),
-                    })
-                    .collect(),
+    let session = load(tx, id)?;
+    let cas = tx.cas(id)?;
+    let attempts = tx.attempts(id)?;
+    let records = tx.connection_records(id)?;
+    let reset = tx.reset_steps(id)?;
+    let cert_attempts = cert_attempts(&attempts, &cas);
+    let (secrets, refusals) = secrets_and_refusals(&attempts, &records);
+    let missing = chains_missing(tx, id)?;
+    let not_issued_because = not_issued_because(&session, &missing, &reset);
+    Ok(Certificate {
+        kind: KIND,
+        session_id: session.id.clone(),
+        tenant: session.tenant.clone(),
+        mode: session.mode,
+        state: session.state,
+        created_at: session.created_at.clone(),
+        ended_at: session.ended_at.clone(),
+        end_reason: session.end_reason,
+        outcome: session.outcome.clone(),
+        isolation_statement: ISOLATION_STATEMENT,
+        stub_notice: STUB_NOTICE,
+        sources: session.sources.iter().map(|s| s.to_string()).collect(),
+        allow: session.allow.clone(),
+        attempts: cert_attempts,
+        connections: records.into_iter().map(|r| r.record).collect(),
+        refusals,
+        secrets: secrets.into_values().collect(),
+        batches: tx.batches_of(id)?,
+        batch_rejections: tx.batch_rejections(id)?,
+        gaps: tx.gaps_touching(id)?,
+        proposals: tx
+            .proposals(Some(id), None)?
+            .into_iter()
+            .map(|p| CertProposal {
+                id: p.proposal_id,
+                gateway_id: p.gateway_id,
+                attempt: p.attempt,
+                kind: p.fields.kind,
+                sentence: p.sentence,
+                digest: p.digest,
+                rule: p.rule,
+                approvers: p.fields.approvers,
+                decision: p.state,
+                approver: p.approver,
+                created_at: p.created_at,
+                expires_at: p.expires_at,
+                decided_at: p.decided_at,
+                outcome: p.outcome,
             })
-            .collect();
+            .collect(),
+        reset,
+        issued: not_issued_because.is_none(),
+        certificate_signed: None,
+        not_issued_because,
+        signature: None,
+    })
+}
 
-        let mut secrets: BTreeMap<String, SecretUse> = BTreeMap::new();
-        for a in &attempts {
-            for spec in &a.attachments {
-                let entry = secret_entry(&mut secrets, &spec.secret);
-                match entry.attachments.iter_mut().find(|x| {
-                    x.destination == spec.destination
-                        && x.header == spec.header
-                        && x.scheme == spec.scheme
-                }) {
-                    Some(x) => x.attempts.push(a.n),
-                    None => entry.attachments.push(SecretAttachment {
-                        destination: spec.destination.clone(),
-                        header: spec.header.clone(),
-                        scheme: spec.scheme.clone(),
-                        attempts: vec![a.n],
-                    }),
-                }
-            }
-        }
-        let mut refusals = Vec::new();
-        for r in &records {
-            let rec = &r.record;
-            for name in rec
-                .get("attachments_used")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                secret_entry(&mut secrets, name).connections_used += 1;
-            }
-            for (name, n) in rec
-                .get("masked")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                let entry = secret_entry(&mut secrets, name);
-                entry.masked = entry.masked.saturating_add(n.as_u64().unwrap_or(0));
-            }
-            refusals.extend(refusals_of(rec));
-        }
-
-        let missing = chains_missing(tx, id)?;
-        let not_issued_because = if !session.state.is_over() {
-            Some(format!(
-                "the session is {} and has not ended",
-                session.state
-            ))
-        } else if session.state != State::Ended {
-            Some(format!(
-                "the session is {}: a gateway has not confirmed its close",
-                session.state
-            ))
-        } else if !missing.is_empty() {
-            Some(format!("waiting for {}", missing.join("; ")))
-        } else {
-            let unconfirmed: Vec<&str> = reset
+/// Each attempt as the certificate shows it, with the CAs made for it.
+fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
+    attempts
+        .iter()
+        .map(|a| CertAttempt {
+            attempt: a.n,
+            cause: a.cause,
+            started_at: a.started_at.clone(),
+            ended_at: a.ended_at.clone(),
+            end_cause: a.end_cause,
+            allowlist: a.allowlist.clone(),
+            lock: a.lock.clone(),
+            ca: cas
                 .iter()
-                .filter(|s| !s.confirmed)
-                .map(|s| s.name.as_str())
-                .collect();
-            if reset.len() != 5 {
-                Some("the reset has not recorded all five steps".into())
-            } else if !unconfirmed.is_empty() {
-                Some(format!(
-                    "reset steps not confirmed: {}",
-                    unconfirmed.join(", ")
-                ))
-            } else {
-                None
-            }
-        };
-
-        Ok(Certificate {
-            kind: KIND,
-            session_id: session.id.clone(),
-            tenant: session.tenant.clone(),
-            mode: session.mode,
-            state: session.state,
-            created_at: session.created_at.clone(),
-            ended_at: session.ended_at.clone(),
-            end_reason: session.end_reason,
-            outcome: session.outcome.clone(),
-            isolation_statement: ISOLATION_STATEMENT,
-            stub_notice: STUB_NOTICE,
-            sources: session.sources.iter().map(|s| s.to_string()).collect(),
-            allow: session.allow.clone(),
-            attempts: cert_attempts,
-            connections: records.into_iter().map(|r| r.record).collect(),
-            refusals,
-            secrets: secrets.into_values().collect(),
-            batches: tx.batches_of(id)?,
-            batch_rejections: tx.batch_rejections(id)?,
-            gaps: tx.gaps_touching(id)?,
-            proposals: tx
-                .proposals(Some(id), None)?
-                .into_iter()
-                .map(|p| CertProposal {
-                    id: p.proposal_id,
-                    gateway_id: p.gateway_id,
-                    attempt: p.attempt,
-                    kind: p.fields.kind,
-                    sentence: p.sentence,
-                    digest: p.digest,
-                    rule: p.rule,
-                    approvers: p.fields.approvers,
-                    decision: p.state,
-                    approver: p.approver,
-                    created_at: p.created_at,
-                    expires_at: p.expires_at,
-                    decided_at: p.decided_at,
-                    outcome: p.outcome,
+                .filter(|c| c.attempt == a.n)
+                .map(|c| CertCa {
+                    gateway_id: c.gateway_id.clone(),
+                    digest: c.digest.clone(),
+                    made_at: c.made_at.clone(),
+                    destroyed_at: c.destroyed_at.clone(),
+                    destroy_reason: c.destroy_reason.map(|r| r.as_str().to_owned()),
                 })
                 .collect(),
-            reset,
-            issued: not_issued_because.is_none(),
-            certificate_signed: None,
-            not_issued_because,
-            signature: None,
         })
+        .collect()
+}
+
+/// Every secret's use (attached at which attempts, used by how many
+/// connections, masked how often), and every refusal the records hold.
+fn secrets_and_refusals(
+    attempts: &[Attempt],
+    records: &[ConnectionRecord],
+) -> (BTreeMap<String, SecretUse>, Vec<Refusal>) {
+    let mut secrets: BTreeMap<String, SecretUse> = BTreeMap::new();
+    for a in attempts {
+        for spec in &a.attachments {
+            let entry = secret_entry(&mut secrets, &spec.secret);
+            match entry.attachments.iter_mut().find(|x| {
+                x.destination == spec.destination
+                    && x.header == spec.header
+                    && x.scheme == spec.scheme
+            }) {
+                Some(x) => x.attempts.push(a.n),
+                None => entry.attachments.push(SecretAttachment {
+                    destination: spec.destination.clone(),
+                    header: spec.header.clone(),
+                    scheme: spec.scheme.clone(),
+                    attempts: vec![a.n],
+                }),
+            }
+        }
+    }
+    let mut refusals = Vec::new();
+    for r in records {
+        let rec = &r.record;
+        for name in rec
+            .get("attachments_used")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            secret_entry(&mut secrets, name).connections_used += 1;
+        }
+        for (name, n) in rec
+            .get("masked")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let entry = secret_entry(&mut secrets, name);
+            entry.masked = entry.masked.saturating_add(n.as_u64().unwrap_or(0));
+        }
+        refusals.extend(refusals_of(rec));
+    }
+    (secrets, refusals)
+}
+
+/// Why the certificate is not issued yet, if it is not: the session not
+/// over, a close unconfirmed, a chain short of the end, a reset step.
+fn not_issued_because(
+    session: &Session,
+    missing: &[String],
+    reset: &[ResetStep],
+) -> Option<String> {
+    if !session.state.is_over() {
+        Some(format!(
+            "the session is {} and has not ended",
+            session.state
+        ))
+    } else if session.state != State::Ended {
+        Some(format!(
+            "the session is {}: a gateway has not confirmed its close",
+            session.state
+        ))
+    } else if !missing.is_empty() {
+        Some(format!("waiting for {}", missing.join("; ")))
+    } else {
+        let unconfirmed: Vec<&str> = reset
+            .iter()
+            .filter(|s| !s.confirmed)
+            .map(|s| s.name.as_str())
+            .collect();
+        if reset.len() != 5 {
+            Some("the reset has not recorded all five steps".into())
+        } else if !unconfirmed.is_empty() {
+            Some(format!(
+                "reset steps not confirmed: {}",
+                unconfirmed.join(", ")
+            ))
+        } else {
+            None
+        }
     }
 }
 
