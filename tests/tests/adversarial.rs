@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 use hyper::{HeaderMap, Method};
 use serde_json::Value;
 use talos_certs::Verdict;
-use talos_e2e::clients::{connect_from, http, run_bounded, SESSION_SOURCE};
+use talos_e2e::clients::{connect_from, curl_via, http, run_bounded, SESSION_SOURCE};
 use talos_e2e::control::{gateway_client, ControlPki};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
@@ -451,32 +451,14 @@ async fn the_lock_judges_the_path_the_destination_routes() {
     assert_eq!(alpn, want, "every session/destination protocol pair");
 
     // A real client that sends the path as written agrees.
-    let connect_to = format!("{H1}:443:127.0.0.1:{}", rig.gateway.data.port());
-    let out = run_bounded(
-        "curl",
-        &[
-            "-sS",
-            "--max-time",
-            "20",
-            "--interface",
-            SESSION_SOURCE,
-            "--cacert",
-            ca.to_str().expect("path"),
-            "--connect-to",
-            &connect_to,
-            "--path-as-is",
-            "-X",
-            "POST",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &format!("https://{H1}/x/%2e%2e/%64eploy"),
-        ],
-        None,
-        30,
+    let got = curl_via(
+        rig.gateway.data,
+        &ca,
+        H1,
+        "/x/%2e%2e/%64eploy",
+        &["--path-as-is", "-X", "POST"],
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+    assert_eq!(got.status, 403);
 }
 
 /// The gateway's id when the control stub runs the control plane.

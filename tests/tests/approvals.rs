@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use talos_certs::{GatewayKey, Verdict};
-use talos_e2e::clients::{http, run_bounded, SESSION_SOURCE};
+use talos_e2e::clients::{http, Curl, SESSION_SOURCE};
 use talos_e2e::control::{gateway_client, ControlPki};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::LoopbackOrigin;
@@ -481,40 +481,19 @@ async fn an_agent_proposes_with_curl_and_gets_the_decision() {
     let ca = rig
         .open("sess-a", 1, SESSION_SOURCE, vec![agent_rule])
         .await;
-    let port = rig.gateway.data.port();
+    let data = rig.gateway.data;
     let curl = move |body: &str| {
-        let connect_to = format!("{}:443:127.0.0.1:{port}", talos_certs::APPROVALS_NAME);
-        let url = format!("https://{}/v1/proposals", talos_certs::APPROVALS_NAME);
-        let out = run_bounded(
-            "curl",
-            &[
-                "-sS",
-                "--max-time",
-                "30",
-                "--interface",
-                SESSION_SOURCE,
-                "--cacert",
-                ca.to_str().unwrap(),
-                "--connect-to",
-                &connect_to,
-                "-H",
-                "content-type: application/json",
-                "-d",
-                body,
-                "-w",
-                "\n%{http_code}",
-                &url,
-            ],
-            None,
-            40,
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        Curl::via(data, &ca, talos_certs::APPROVALS_NAME)
+            .max_time(30)
+            .args(&["-H", "content-type: application/json", "-d", body])
+            .run("/v1/proposals")
+            .into_text()
     };
     // Malformed proposals get a 400 with a clear message, and no card.
-    let bad = curl(r#"{"tool":"shell"}"#);
-    assert!(bad.ends_with("400"), "{bad}");
+    let (status, _, bad) = curl(r#"{"tool":"shell"}"#);
+    assert_eq!(status, 400, "{bad}");
     assert!(bad.contains("malformed_proposal"), "{bad}");
-    let bad = curl(r#"{"tool":"shell","digest":"abc"}"#);
+    let (_, _, bad) = curl(r#"{"tool":"shell","digest":"abc"}"#);
     assert!(bad.contains("96 lowercase hex"), "{bad}");
     assert!(rig.relay.proposals().is_empty());
 
@@ -531,10 +510,9 @@ async fn an_agent_proposes_with_curl_and_gets_the_decision() {
     rig.decide(rig.relay.decision(&p, "carol", Verdict::Approved))
         .await
         .unwrap();
-    let answer = waiting.await.unwrap();
-    let (json, code) = answer.rsplit_once('\n').unwrap();
-    assert_eq!(code, "200");
-    let v: Value = serde_json::from_str(json).unwrap();
+    let (code, _, json) = waiting.await.unwrap();
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["decision"], "approved");
     assert_eq!(v["approver"], "carol");
     assert_eq!(v["proposal_digest"], p.digest.as_str());

@@ -109,9 +109,9 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
     assert_eq!(opened.ca_digest.len(), 96);
     let ca_path = rig.dir.join("session-ca.pem");
     std::fs::write(&ca_path, &opened.ca_pem).unwrap();
-    let (code, _, body) = curl_via(rig.gateway.data, &ca_path, API, "/echo", &["--http1.1"]);
-    assert_eq!(code, 200, "{}", rig.gateway.log());
-    let echo: Value = serde_json::from_slice(&body).unwrap();
+    let got = curl_via(rig.gateway.data, &ca_path, API, "/echo", &["--http1.1"]);
+    assert_eq!(got.status, 200, "{}", rig.gateway.log());
+    let echo: Value = serde_json::from_slice(&got.body).unwrap();
     let want = hex::encode(sha2::Sha256::digest(format!("Bearer {SECRET}")));
     assert_eq!(echo["sha256"]["authorization"], want, "attachment injected");
     let records = rig.gateway.wait_records(1);
@@ -152,7 +152,7 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
     assert_eq!(records[1]["session_id"], "sess-c");
 
     // The source is no session's any more.
-    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/echo", &[]);
+    let code = curl_via(rig.gateway.data, &ca_path, API, "/echo", &[]).status;
     assert_eq!(code, 0);
     let records = rig.gateway.wait_records(3);
     assert_eq!(records[2]["verdict"], "unknown_source", "{}", records[2]);
@@ -254,10 +254,10 @@ async fn a_newer_open_replaces_the_sources_authority() {
     assert_ne!(first.ca_digest, second.ca_digest, "a fresh CA");
     let ca_path = rig.dir.join("session-ca.pem");
     std::fs::write(&ca_path, &first.ca_pem).unwrap();
-    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &ca_path, API, "/", &[]).status;
     assert_eq!(code, 0, "the old CA is no longer served");
     std::fs::write(&ca_path, &second.ca_pem).unwrap();
-    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &ca_path, API, "/", &[]).status;
     assert_eq!(code, 200);
     // Attempt 1 was ended by the newer open: a close of it answers that
     // end's signed report, reason `replaced`.
@@ -323,7 +323,7 @@ async fn invalid_open_requests_name_the_field() {
         assert!(!status.message().contains(SECRET), "{status:?}");
     }
     // Nothing was opened.
-    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]).status;
     assert_eq!(code, 0);
     let records = rig.gateway.wait_records(1);
     assert_eq!(records[0]["verdict"], "unknown_source");
@@ -382,7 +382,7 @@ async fn clients_without_a_control_certificate_cannot_call() {
         "{}",
         rig.gateway.log()
     );
-    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]).status;
     assert_eq!(code, 0, "no session was opened");
     // The control plane's certificate is served.
     rig.client()

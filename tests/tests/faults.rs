@@ -20,16 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use talos_e2e::clients::{http, run_bounded};
+use talos_e2e::clients::{client_tls, curl_status, run_bounded, Curl, Kept};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::{Origin, TestCa};
 use talos_e2e::signals::{self, Signal};
-use talos_e2e::stub::{Ran, Stub};
+use talos_e2e::stub::{cert_records, closes_of, reports_from, Ran, Stub};
 use talos_e2e::wait;
 
 const API: &str = "api.test";
@@ -280,130 +277,6 @@ impl Rig {
     }
 }
 
-/// GET `path` on `api.test` through the member at `gateway` from `source`,
-/// trusting only `bundle`, with curl: the status, 0 when no HTTP answer
-/// came (refused before or during TLS).
-fn curl_get(source: &str, gateway: SocketAddr, bundle: &Path, path: &str) -> u16 {
-    curl_get_within(source, gateway, bundle, path, 15)
-}
-
-/// [`curl_get`], giving up after `secs`.
-fn curl_get_within(source: &str, gateway: SocketAddr, bundle: &Path, path: &str, secs: u64) -> u16 {
-    let max_time = secs.to_string();
-    let connect_to = format!("{API}:443:127.0.0.1:{}", gateway.port());
-    let url = format!("https://{API}{path}");
-    let out = run_bounded(
-        "curl",
-        &[
-            "-sS",
-            "--max-time",
-            &max_time,
-            "--interface",
-            source,
-            "--cacert",
-            bundle.to_str().expect("utf-8 path"),
-            "--connect-to",
-            &connect_to,
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &url,
-        ],
-        None,
-        secs + 10,
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
-}
-
-/// An HTTP/1.1 keep-alive connection through a member, kept open, with
-/// the source port it came from.
-struct Kept {
-    sender: http1::SendRequest<http::Body>,
-    port: u16,
-}
-
-impl Kept {
-    /// Connect from `source` through `gateway`, and make a first request
-    /// (`path`, answered 200).
-    async fn open(source: &str, gateway: SocketAddr, bundle: &Path, path: &str) -> Kept {
-        let tls = http::tls(source, gateway, API, bundle, false).await;
-        let port = tls.get_ref().0.local_addr().expect("local addr").port();
-        let (sender, conn) = http1::handshake(TokioIo::new(tls)).await.expect("h1");
-        tokio::spawn(conn);
-        let mut kept = Kept { sender, port };
-        let (status, _) = kept.get(path).await.expect("first request");
-        assert_eq!(status, 200);
-        kept
-    }
-
-    /// One more request on the connection: its status and its
-    /// `hangar-refusal` header, or why there was no answer (at most 15 s).
-    async fn get(&mut self, path: &str) -> Result<(u16, Option<String>), String> {
-        let req = hyper::Request::get(path)
-            .header("host", API)
-            .body(http::empty())
-            .unwrap();
-        let sent = tokio::time::timeout(Duration::from_secs(15), async {
-            self.sender.ready().await?;
-            let resp = self.sender.send_request(req).await?;
-            let status = resp.status().as_u16();
-            let refusal = resp
-                .headers()
-                .get("hangar-refusal")
-                .map(|v| v.to_str().unwrap_or("").to_owned());
-            resp.into_body().collect().await?;
-            Ok::<_, hyper::Error>((status, refusal))
-        })
-        .await;
-        match sent {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(format!("connection failed: {e}")),
-            Err(_) => Err("no answer within 15 s".into()),
-        }
-    }
-}
-
-/// The records of `g` (records.jsonl) for session `id`.
-fn records_of(g: &Gateway, id: &str) -> Vec<Value> {
-    g.records()
-        .into_iter()
-        .filter(|r| r["session_id"] == id)
-        .collect()
-}
-
-/// The drop reports in `status` from `gateway` for `attempt`.
-fn reports_from<'s>(status: &'s Value, gateway: &str, attempt: u64) -> Vec<&'s Value> {
-    status["drop_reports"]
-        .as_array()
-        .expect("drop reports")
-        .iter()
-        .filter(|r| r["gateway_id"] == gateway && r["attempt"] == attempt)
-        .collect()
-}
-
-/// The closes in `status` asked of `gateway`.
-fn closes_of<'s>(status: &'s Value, gateway: &str) -> Vec<&'s Value> {
-    status["closes"]
-        .as_array()
-        .expect("closes")
-        .iter()
-        .filter(|c| c["gateway_id"] == gateway)
-        .collect()
-}
-
-/// Origin paths that start with `prefix`.
-fn reached(origin: &Origin, prefix: &str) -> Vec<String> {
-    origin
-        .paths()
-        .into_iter()
-        .filter(|p| p.starts_with(prefix))
-        .collect()
-}
-
 /// Steps 4 and 5 of a transition's reset.
 fn gateway_steps(t: &Value) -> Vec<&Value> {
     t["reset"]
@@ -411,16 +284,6 @@ fn gateway_steps(t: &Value) -> Vec<&Value> {
         .expect("reset steps")
         .iter()
         .filter(|s| s["step"] == 4 || s["step"] == 5)
-        .collect()
-}
-
-/// The certificate's records of session connections on `gateway`.
-fn cert_records<'c>(cert: &'c Value, gateway: &str) -> Vec<&'c Value> {
-    cert["connections"]
-        .as_array()
-        .expect("connections")
-        .iter()
-        .filter(|c| c["gateway_id"] == gateway)
         .collect()
 }
 
@@ -439,10 +302,10 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
     let (bundle_2, _) = rig.trust(&revoked, "trust-2.pem");
     let (a, b) = (rig.gateways[0].data, rig.gateways[1].data);
     // A connection open on each member, for each session.
-    let cut_by_crash = Kept::open(SOURCE, a, &bundle_1, "/kept/a/1").await;
-    let _cut_by_crash_2 = Kept::open(SOURCE_2, a, &bundle_2, "/kept/a/2").await;
-    let mut on_b = Kept::open(SOURCE, b, &bundle_1, "/kept/b/1").await;
-    let mut on_b_2 = Kept::open(SOURCE_2, b, &bundle_2, "/kept/b/2").await;
+    let cut_by_crash = Kept::open(SOURCE, a, API, &bundle_1, "/kept/a/1").await;
+    let _cut_by_crash_2 = Kept::open(SOURCE_2, a, API, &bundle_2, "/kept/a/2").await;
+    let mut on_b = Kept::open(SOURCE, b, API, &bundle_1, "/kept/b/1").await;
+    let mut on_b_2 = Kept::open(SOURCE_2, b, API, &bundle_2, "/kept/b/2").await;
 
     rig.gateways[0].kill();
 
@@ -475,7 +338,7 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
     // connection and refuses new ones.
     let cut = on_b.get("/after-stop/kept").await;
     assert!(cut.is_err(), "the kept connection on gw-b is cut: {cut:?}");
-    assert_eq!(curl_get(SOURCE, b, &bundle_1, "/after-stop/new"), 0);
+    assert_eq!(curl_status(SOURCE, b, &bundle_1, API, "/after-stop/new"), 0);
 
     let (revoke, took) = rig.timed(&["sandbox", "revoke-all", &revoked]);
     let t = revoke.json();
@@ -500,7 +363,10 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
         .collect();
     assert_eq!(reasons, [("gw-b", "revoke_all")]);
     assert!(on_b_2.get("/after-revoke/kept").await.is_err());
-    assert_eq!(curl_get(SOURCE_2, b, &bundle_2, "/after-revoke/new"), 0);
+    assert_eq!(
+        curl_status(SOURCE_2, b, &bundle_2, API, "/after-revoke/new"),
+        0
+    );
     // An ended session stays ended.
     assert_eq!(
         rig.cli(&["sandbox", "resume", &stopped]).code(),
@@ -513,8 +379,8 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
     // The killed member starts again: it never serves the sessions.
     rig.restart_gateway(0);
     let a = rig.gateways[0].data;
-    assert_eq!(curl_get(SOURCE, a, &bundle_1, "/restarted/1"), 0);
-    assert_eq!(curl_get(SOURCE_2, a, &bundle_2, "/restarted/2"), 0);
+    assert_eq!(curl_status(SOURCE, a, &bundle_1, API, "/restarted/1"), 0);
+    assert_eq!(curl_status(SOURCE_2, a, &bundle_2, API, "/restarted/2"), 0);
     wait::until("gw-a to record both sources unknown", || {
         wait::check(rig.gateways[0].records(), |r| {
             r.iter()
@@ -556,8 +422,11 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
     assert_eq!(cut.len(), 1, "{cert}");
     assert_eq!(cut[0]["cause"], "cut_by_crash", "{}", cut[0]);
     // Nothing after the kill reached the destination.
-    assert_eq!(reached(&rig.origin, "/after-"), Vec::<String>::new());
-    assert_eq!(reached(&rig.origin, "/restarted"), Vec::<String>::new());
+    assert_eq!(rig.origin.paths_starting("/after-"), Vec::<String>::new());
+    assert_eq!(
+        rig.origin.paths_starting("/restarted"),
+        Vec::<String>::new()
+    );
 }
 
 /// How many connections wait in the accept queue of the TCP listener on
@@ -599,7 +468,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     let id = rig.start_session(SOURCE);
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let (a, b) = (rig.gateways[0].data, rig.gateways[1].data);
-    let mut kept = Kept::open(SOURCE, a, &bundle, "/kept/before").await;
+    let mut kept = Kept::open(SOURCE, a, API, &bundle, "/kept/before").await;
 
     let pid = rig.gateways[0].pid();
     rig.gateways[0].signal(Signal::Stop);
@@ -613,7 +482,11 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     for i in 0..3 {
         let bundle = bundle.clone();
         during.push(tokio::task::spawn_blocking(move || {
-            curl_get_within(SOURCE, a, &bundle, &format!("/during-stop/{i}"), 60)
+            Curl::via(a, &bundle, API)
+                .from(SOURCE)
+                .max_time(60)
+                .run(&format!("/during-stop/{i}"))
+                .status
         }));
     }
     wait::until_async("three connections in gw-a's accept queue", || {
@@ -646,7 +519,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
         .filter_map(|c| c["gateway_id"].as_str())
         .collect();
     assert_eq!(owed, ["gw-a"], "{t}");
-    assert_eq!(curl_get(SOURCE, b, &bundle, "/after-revoke/b"), 0);
+    assert_eq!(curl_status(SOURCE, b, &bundle, API, "/after-revoke/b"), 0);
 
     wait::past(stopped_at, LEASE + Duration::from_millis(500)).await;
     rig.gateways[0].signal(Signal::Cont);
@@ -658,12 +531,15 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
             "a request on the kept connection after the wake is refused"
         );
     }
-    assert_eq!(curl_get(SOURCE, a, &bundle, "/after-wake/new"), 0);
+    assert_eq!(curl_status(SOURCE, a, &bundle, API, "/after-wake/new"), 0);
     for d in during {
         assert_eq!(d.await.unwrap(), 0, "a connection made while stopped");
     }
-    assert_eq!(reached(&rig.origin, "/during-stop"), Vec::<String>::new());
-    assert_eq!(reached(&rig.origin, "/after-"), Vec::<String>::new());
+    assert_eq!(
+        rig.origin.paths_starting("/during-stop"),
+        Vec::<String>::new()
+    );
+    assert_eq!(rig.origin.paths_starting("/after-"), Vec::<String>::new());
 
     // The lapse is reported, and reaches the stub through the chain.
     let status = wait::until("gw-a's lease_expired report at the stub", || {
@@ -688,7 +564,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     let cert = rig.wait_issued(&id);
     assert_eq!(cert["end_reason"], "revoke_all");
     // No record on gw-a shows a request answered after the stop.
-    for r in records_of(&rig.gateways[0], &id) {
+    for r in rig.gateways[0].session_records(&id) {
         for req in r["requests"].as_array().into_iter().flatten() {
             let path = req["path"].as_str().unwrap_or("");
             assert!(
@@ -719,7 +595,7 @@ async fn a_hung_member_does_not_take_the_session_down_on_the_other() {
     let stopped_at = Instant::now();
     let mut i = 0;
     while stopped_at.elapsed() < 2 * LEASE + Duration::from_secs(1) {
-        let code = curl_get(SOURCE, b, &bundle, &format!("/through-b/{i}"));
+        let code = curl_status(SOURCE, b, &bundle, API, &format!("/through-b/{i}"));
         if code != 200 {
             let lapsed: Vec<String> = rig.gateways[1]
                 .log()
@@ -763,7 +639,7 @@ async fn a_hung_member_does_not_take_the_session_down_on_the_other() {
     let (bundle, listed) = rig.trust(&id, "trust-2.pem");
     assert_eq!(listed.len(), 2);
     for g in &rig.gateways {
-        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/resumed"), 200);
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/resumed"), 200);
     }
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
@@ -792,7 +668,7 @@ async fn restart_mid_session(how: Restart, pause_at_once: bool) {
     assert_eq!(listed.len(), 2);
     let digests = rig.digests(&id);
     for g in &rig.gateways {
-        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/before"), 200);
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/before"), 200);
     }
     let fault = match how {
         Restart::Term => {
@@ -807,7 +683,7 @@ async fn restart_mid_session(how: Restart, pause_at_once: bool) {
     rig.restart_gateway(0);
     let a = rig.gateways[0].data;
     assert_eq!(
-        curl_get(SOURCE, a, &bundle, "/restarted"),
+        curl_status(SOURCE, a, &bundle, API, "/restarted"),
         0,
         "the new process holds no authority of the old"
     );
@@ -816,10 +692,10 @@ async fn restart_mid_session(how: Restart, pause_at_once: bool) {
         // or the new one's start report): trust lists the live CA only.
         let live = rig.wait_trust(&id, "trust-live.pem", &[&digests["gw-b"]]);
         assert_eq!(
-            curl_get(SOURCE, rig.gateways[1].data, &live, "/live-b"),
+            curl_status(SOURCE, rig.gateways[1].data, &live, API, "/live-b"),
             200
         );
-        assert_eq!(curl_get(SOURCE, a, &live, "/live-a"), 0);
+        assert_eq!(curl_status(SOURCE, a, &live, API, "/live-a"), 0);
     }
     let (ran, took) = rig.timed(&["sandbox", "pause", &id]);
     let t = ran.json();
@@ -858,7 +734,7 @@ async fn restart_mid_session(how: Restart, pause_at_once: bool) {
     assert_eq!(listed, want, "trust lists the live CAs of attempt 2");
     for (i, g) in rig.gateways.iter().enumerate() {
         assert_eq!(
-            curl_get(SOURCE, g.data, &bundle, &format!("/attempt-2/{i}")),
+            curl_status(SOURCE, g.data, &bundle, API, &format!("/attempt-2/{i}")),
             200,
             "{} serves attempt 2",
             IDS[i]
@@ -924,7 +800,7 @@ fn traffic(rig: &Rig, source: &str, bundle: &Path, tag: &str, n: usize) {
     for i in 0..n {
         let g = &rig.gateways[i % rig.gateways.len()];
         assert_eq!(
-            curl_get(source, g.data, bundle, &format!("/{tag}/{i}")),
+            curl_status(source, g.data, bundle, API, &format!("/{tag}/{i}")),
             200,
             "{tag} {i}"
         );
@@ -984,7 +860,7 @@ async fn stop_with_serve_down_issues_one_complete_final_certificate() {
     );
     let mut from_members: Vec<Value> = Vec::new();
     for g in &rig.gateways {
-        from_members.extend(records_of(g, &id));
+        from_members.extend(g.session_records(&id));
     }
     assert_eq!(
         multiset(cert["connections"].as_array().unwrap()),
@@ -1075,11 +951,6 @@ async fn one_connection(
     } else {
         Err(format!("status {status}, {} bytes", body.len()))
     }
-}
-
-/// A client TLS config trusting only the PEM bundle at `path`.
-fn client_tls(path: &Path) -> Arc<rustls::ClientConfig> {
-    talos_e2e::clients::session_tls(path, &[b"http/1.1"])
 }
 
 /// SIGKILL a member under load, five times over (each round: four
@@ -1296,7 +1167,7 @@ async fn sighup_to_both_binaries_is_logged_and_changes_nothing() {
     wait::past(hup_at, LEASE + Duration::from_millis(500)).await;
     for (i, g) in rig.gateways.iter().enumerate() {
         assert_eq!(
-            curl_get(SOURCE, g.data, &bundle, &format!("/after-hup/{i}")),
+            curl_status(SOURCE, g.data, &bundle, API, &format!("/after-hup/{i}")),
             200
         );
     }
@@ -1542,7 +1413,7 @@ async fn every_signature_verifies_with_openssl_alone() {
     let held = {
         let bundle = bundle.clone();
         tokio::task::spawn_blocking(move || {
-            talos_e2e::clients::curl_via(data, &bundle, API, "/merge/1", &["-X", "POST"])
+            talos_e2e::clients::curl_via(data, &bundle, API, "/merge/1", &["-X", "POST"]).status
         })
     };
     let card = wait::until("a card to approve", || {
@@ -1561,7 +1432,7 @@ async fn every_signature_verifies_with_openssl_alone() {
             "alice",
         ])
         .json();
-    assert_eq!(held.await.unwrap().0, 200);
+    assert_eq!(held.await.unwrap(), 200);
     let decision = decided["signed"].clone();
     assert_eq!(decision["kind"], "decision", "{decided}");
 
@@ -1770,12 +1641,15 @@ async fn a_member_that_lost_its_signing_key_does_not_block_stop_or_revoke_all() 
             ["stopping", "reset_incomplete"].contains(&t["state"].as_str().unwrap_or("")),
             "{t}"
         );
-        assert_eq!(curl_get(source, b, bundle, "/after-end"), 0);
+        assert_eq!(curl_status(source, b, bundle, API, "/after-end"), 0);
         let status = rig.status(id);
         let owed = closes_of(&status, "gw-a");
         assert!(owed[0]["confirmed_at"].is_null(), "{status}");
     }
-    assert_eq!(reached(&rig.origin, "/after-end"), Vec::<String>::new());
+    assert_eq!(
+        rig.origin.paths_starting("/after-end"),
+        Vec::<String>::new()
+    );
     // A new session opens on gw-b alone: no authority on a member whose
     // word cannot be trusted.
     let t = rig
@@ -1827,7 +1701,7 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
         .collect();
     assert_eq!(given, ["gw-b"], "the command reached gw-b alone: {t}");
     assert_eq!(
-        curl_get(SOURCE, rig.gateways[1].data, &bundle, "/after-stop/b"),
+        curl_status(SOURCE, rig.gateways[1].data, &bundle, API, "/after-stop/b"),
         0
     );
     let start = Instant::now();
@@ -1843,11 +1717,14 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
     let a = closes_of(&status, "gw-a");
     assert!(a[0]["confirmed_at"].is_string(), "{status}");
     assert_eq!(
-        curl_get(SOURCE, rig.gateways[0].data, &bundle, "/after-stop/a"),
+        curl_status(SOURCE, rig.gateways[0].data, &bundle, API, "/after-stop/a"),
         0
     );
     rig.wait_issued(&id);
-    assert_eq!(reached(&rig.origin, "/after-stop"), Vec::<String>::new());
+    assert_eq!(
+        rig.origin.paths_starting("/after-stop"),
+        Vec::<String>::new()
+    );
 }
 
 /// SIGSTOP one member, `stop` (its close fails: it is hung), keep it
@@ -1887,7 +1764,7 @@ async fn a_member_woken_inside_its_lease_is_closed_by_serve_and_what_it_served_i
     let mut answered = Vec::new();
     for i in 0..500 {
         let path = format!("/woken/{i}");
-        if curl_get(SOURCE, a, &bundle, &path) != 200 {
+        if curl_status(SOURCE, a, &bundle, API, &path) != 200 {
             break;
         }
         answered.push(path);
@@ -1938,7 +1815,9 @@ async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
     let a = rig.gateways[0].data;
     let in_flight = {
         let bundle = bundle.clone();
-        tokio::task::spawn_blocking(move || curl_get(SOURCE, a, &bundle, "/hold/in-flight/echo"))
+        tokio::task::spawn_blocking(move || {
+            curl_status(SOURCE, a, &bundle, API, "/hold/in-flight/echo")
+        })
     };
     rig.origin.wait_held("in-flight").await;
     let t = rig.cli(&["sandbox", "stop", &id]).json();
@@ -2016,7 +1895,10 @@ async fn every_transition_works_with_a_member_down() {
             assert_eq!(digests.keys().collect::<Vec<_>>(), ["gw-b"], "{digests:?}");
             let (bundle, listed) = rig.trust(&id, &format!("trust-{command}.pem"));
             assert_eq!(listed, [digests["gw-b"].clone()]);
-            assert_eq!(curl_get(SOURCE, b, &bundle, &format!("/{command}")), 200);
+            assert_eq!(
+                curl_status(SOURCE, b, &bundle, API, &format!("/{command}")),
+                200
+            );
         }
     }
     // Both down: a resume opens nothing, and changes nothing but the
@@ -2049,7 +1931,7 @@ async fn every_transition_works_with_a_member_down() {
     let (bundle, listed) = rig.trust(&id, "trust-both.pem");
     assert_eq!(listed.len(), 2);
     for g in &rig.gateways {
-        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/both-back"), 200);
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/both-back"), 200);
     }
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
@@ -2071,7 +1953,7 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
     let rig = Rig::new().await;
     let id = rig.start_session(SOURCE);
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let mut kept = Kept::open(SOURCE, rig.gateways[0].data, &bundle, "/kept").await;
+    let mut kept = Kept::open(SOURCE, rig.gateways[0].data, API, &bundle, "/kept").await;
     let serve = rig.stub.serve_pid().expect("serve runs");
     signals::send(serve, Signal::Stop);
     let stopped_at = Instant::now();
@@ -2091,7 +1973,7 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
         "the kept connection is cut"
     );
     for g in &rig.gateways {
-        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/after-lapse"), 0);
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/after-lapse"), 0);
     }
     signals::send(serve, Signal::Cont);
     let status = wait::until("both lease_expired reports at the stub", || {
@@ -2111,9 +1993,12 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
     assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
     let (bundle, _) = rig.trust(&id, "trust-2.pem");
     for g in &rig.gateways {
-        assert_eq!(curl_get(SOURCE, g.data, &bundle, "/resumed"), 200);
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/resumed"), 200);
     }
-    assert_eq!(reached(&rig.origin, "/after-lapse"), Vec::<String>::new());
+    assert_eq!(
+        rig.origin.paths_starting("/after-lapse"),
+        Vec::<String>::new()
+    );
     rig.cli(&["sandbox", "stop", &id]).json();
     rig.wait_issued(&id);
 }
@@ -2160,7 +2045,9 @@ async fn the_cli_killed_in_the_middle_of_stop_leaves_serve_to_finish_it() {
     // or by serve's retry (not a lapse: the lease is 20 s).
     let b = rig.gateways[1].data;
     wait::until("gw-b to refuse the ended session", || {
-        wait::check(curl_get(SOURCE, b, &bundle, "/after-kill"), |c| *c == 0)
+        wait::check(curl_status(SOURCE, b, &bundle, API, "/after-kill"), |c| {
+            *c == 0
+        })
     });
     matrix(
         "SIGSTOP gw-a; the stop CLI SIGKILLed after its commit",

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use serde_json::Value;
-use talos_e2e::clients::{self, run_bounded, SESSION_SOURCE, UNKNOWN_SOURCE};
+use talos_e2e::clients::{self, admin_get, run_bounded, Curl, SESSION_SOURCE, UNKNOWN_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{workspace_bin, Gateway, TestConfig, TestSession};
 use talos_e2e::origin::{Origin, TestCa};
@@ -93,27 +93,12 @@ impl Rig {
     /// session CA; (exit code, stdout, stderr).
     fn curl(&self, source: &str, name: &str, extra: &[&str]) -> (i32, String, String) {
         let ca = self.dir.join("session-ca.pem");
-        let connect_to = format!("{name}:443:127.0.0.1:{}", self.gateway.data.port());
-        let url = format!("https://{name}/some/path?q=secret-query");
-        let mut args = vec![
-            "-sS",
-            "--max-time",
-            "10",
-            "--interface",
-            source,
-            "--cacert",
-            ca.to_str().unwrap(),
-            "--connect-to",
-            &connect_to,
-        ];
-        args.extend_from_slice(extra);
-        args.push(&url);
-        let out = run_bounded("curl", &args, None, 20);
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let got = Curl::via(self.gateway.data, &ca, name)
+            .from(source)
+            .max_time(10)
+            .args(extra)
+            .run("/some/path?q=secret-query");
+        (got.exit, got.text(), got.stderr)
     }
 
     /// The one record whose SNI is `sni` (or whose source is unknown).
@@ -370,16 +355,13 @@ async fn admin_listener_serves_metrics_and_health() {
     let rig = rig().await;
     let _ = rig.curl(SESSION_SOURCE, "not-listed.test", &[]);
     rig.gateway.wait_records(1);
-    let url = format!("http://{}/metrics", rig.gateway.admin);
-    let out = run_bounded("curl", &["-sS", "--max-time", "5", &url], None, 10);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text) = admin_get(rig.gateway.admin, "/metrics");
     assert!(
         text.contains("gateway_connections_total{verdict=\"not_on_allowlist\"} 1"),
         "{text}"
     );
-    let health = format!("http://{}/readyz", rig.gateway.admin);
-    let out = run_bounded("curl", &["-sS", "-f", "--max-time", "5", &health], None, 10);
-    assert!(out.status.success());
+    let (status, body) = admin_get(rig.gateway.admin, "/readyz");
+    assert_eq!(status, 200, "{body}");
 }
 
 fn testdata(file: &str) -> std::path::PathBuf {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
-use talos_e2e::clients::{curl_via, run_bounded, SESSION_SOURCE};
+use talos_e2e::clients::{admin_get, curl_via, Curl, Kept, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::{Origin, TestCa};
@@ -211,42 +211,12 @@ fn bundle_digests(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// GET `path` on `name` through gateway `g`, trusting `bundle`.
-fn get(g: &Gateway, bundle: &Path, name: &str, path: &str) -> (u16, String, String) {
-    let (code, head, body) = curl_via(g.data, bundle, name, path, &[]);
-    (code, head, String::from_utf8_lossy(&body).into_owned())
-}
-
 /// The authorization header the origin received, from its `/echo` body.
 fn echoed_authorization(body: &str) -> Option<String> {
     let v: Value = serde_json::from_str(body).ok()?;
     v["headers"].as_array()?.iter().find_map(|h| {
         (h[0].as_str()? == "authorization").then(|| h[1].as_str().unwrap_or("").to_owned())
     })
-}
-
-/// An HTTP/1.1 keep-alive connection through `g`, kept open; a first
-/// request answered 200 proves it is up.
-async fn open_connection(g: &Gateway, bundle: &Path) -> talos_e2e::clients::http::Sender {
-    let mut s = talos_e2e::clients::http::connect(SESSION_SOURCE, g.data, API, bundle, false).await;
-    let req = hyper::Request::get("/hello")
-        .header("host", API)
-        .body(talos_e2e::clients::http::empty())
-        .unwrap();
-    let resp = s.send(req).await.expect("first request");
-    assert_eq!(resp.status(), 200);
-    s
-}
-
-/// Whether a second request on a kept connection fails (the gateway cut it).
-async fn is_cut(s: &mut talos_e2e::clients::http::Sender) -> bool {
-    let req = hyper::Request::get("/again")
-        .header("host", API)
-        .body(talos_e2e::clients::http::empty())
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), s.send(req))
-        .await
-        .map_or(true, |r| r.is_err())
 }
 
 /// Assert each gateway recorded the session's kept connection
@@ -267,7 +237,7 @@ fn assert_cut_recorded(rig: &Rig, id: &str) {
 /// After a drop: the source is no session's; the gateway refuses.
 fn assert_refused_unknown(rig: &Rig, bundle: &Path) {
     for g in &rig.gateways {
-        let (code, _, _) = get(g, bundle, API, "/hello");
+        let code = curl_via(g.data, bundle, API, "/hello", &[]).status;
         assert_eq!(code, 0, "no TLS for a source whose authority was dropped");
     }
     wait::until("unknown_source recorded on each gateway", || {
@@ -310,17 +280,17 @@ async fn start_reaches_the_allowlist_with_the_secret_attached_and_masked() {
 
     for g in &rig.gateways {
         // The credential is injected, and its echo comes back masked.
-        let (code, _, body) = get(g, &bundle, API, "/echo");
+        let (code, _, body) = curl_via(g.data, &bundle, API, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         let auth = echoed_authorization(&body).expect("authorization reached the origin");
         assert_eq!(auth, format!("Bearer {}", "*".repeat(SECRET.len())));
         assert!(!body.contains(SECRET));
         // Other listed names work, without the attachment.
-        let (code, _, body) = get(g, &bundle, OTHER, "/echo");
+        let (code, _, body) = curl_via(g.data, &bundle, OTHER, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         assert_eq!(echoed_authorization(&body), None);
         // A name the session was not allowed is refused.
-        let (code, _, _) = get(g, &bundle, OFF_LIST, "/echo");
+        let code = curl_via(g.data, &bundle, OFF_LIST, "/echo", &[]).status;
         assert_eq!(code, 0);
     }
     let stop = rig.cli(&["sandbox", "stop", &id]).json();
@@ -372,14 +342,14 @@ async fn pause_closes_connections_destroys_the_ca_and_drops_the_attachments() {
     let digests = rig.digests(&id);
     let mut kept = Vec::new();
     for g in &rig.gateways {
-        kept.push(open_connection(g, &bundle).await);
+        kept.push(Kept::open(SESSION_SOURCE, g.data, API, &bundle, "/hello").await);
     }
 
     let t = rig.cli(&["sandbox", "pause", &id]).json();
     assert_eq!(t["state"], "paused");
     for s in &mut kept {
         assert!(
-            is_cut(s).await,
+            s.get("/again").await.is_err(),
             "the open connection is closed at the pause"
         );
     }
@@ -453,16 +423,16 @@ async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
     }
     let bundle = rig.trust(&id, "trust-2.pem");
     for g in &rig.gateways {
-        let (code, _, body) = get(g, &bundle, API, "/echo");
+        let (code, _, body) = curl_via(g.data, &bundle, API, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         assert_eq!(
             echoed_authorization(&body),
             None,
             "the deleted secret is absent"
         );
-        let (code, _, _) = get(g, &bundle, OTHER, "/echo");
+        let code = curl_via(g.data, &bundle, OTHER, "/echo", &[]).status;
         assert_eq!(code, 0, "the removed destination is absent");
-        let (code, _, _) = get(g, &old_bundle, API, "/echo");
+        let code = curl_via(g.data, &old_bundle, API, "/echo", &[]).status;
         assert_eq!(code, 0, "the paused attempt's CA is gone");
     }
     // A secret set again before the next resume is attached again, with
@@ -471,7 +441,7 @@ async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
     rig.cli(&["sandbox", "pause", &id]).json();
     rig.cli(&["sandbox", "resume", &id]).json();
     let bundle = rig.trust(&id, "trust-3.pem");
-    let (code, _, body) = get(&rig.gateways[0], &bundle, API, "/echo");
+    let (code, _, body) = curl_via(rig.gateways[0].data, &bundle, API, "/echo", &[]).into_text();
     assert_eq!(code, 200);
     // The session asked for the attachment at start; it comes back once
     // the secret exists again.
@@ -489,10 +459,10 @@ async fn interruption_recovered() {
     let id = rig.start_session("commands");
     let bundle = rig.trust(&id, "trust-1.pem");
     let old = rig.digests(&id);
-    let mut kept = open_connection(&rig.gateways[0], &bundle).await;
+    let mut kept = Kept::open(SESSION_SOURCE, rig.gateways[0].data, API, &bundle, "/hello").await;
     let t = rig.cli(&["sandbox", "interrupt", &id]).json();
     assert_eq!(t["state"], "interrupted");
-    assert!(is_cut(&mut kept).await);
+    assert!(kept.get("/again").await.is_err());
     assert_refused_unknown(&rig, &bundle);
     let status = rig.cli(&["sandbox", "status", &id]).json();
     assert!(reports(&status, 1)
@@ -506,7 +476,7 @@ async fn interruption_recovered() {
     assert!(IDS.iter().all(|gw| old[*gw] != new[*gw]));
     let bundle = rig.trust(&id, "trust-2.pem");
     for g in &rig.gateways {
-        let (code, _, body) = get(g, &bundle, API, "/echo");
+        let (code, _, body) = curl_via(g.data, &bundle, API, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         assert!(
             echoed_authorization(&body).is_some(),
@@ -525,7 +495,7 @@ async fn interruption_lost_ends_an_agent_session() {
     let rig = Rig::new().await;
     let id = rig.start_session("agent");
     let bundle = rig.trust(&id, "trust.pem");
-    let (code, _, _) = get(&rig.gateways[1], &bundle, API, "/hello");
+    let code = curl_via(rig.gateways[1].data, &bundle, API, "/hello", &[]).status;
     assert_eq!(code, 200);
     let t = rig.cli(&["sandbox", "interrupt", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
@@ -550,13 +520,14 @@ async fn cancellation_from_running_and_from_paused() {
     for (i, paused_first) in [false, true].into_iter().enumerate() {
         let id = rig.start_session("commands");
         let bundle = rig.trust(&id, &format!("trust-{i}.pem"));
-        let mut kept = open_connection(&rig.gateways[0], &bundle).await;
+        let mut kept =
+            Kept::open(SESSION_SOURCE, rig.gateways[0].data, API, &bundle, "/hello").await;
         if paused_first {
             rig.cli(&["sandbox", "pause", &id]).json();
         }
         let t = rig.cli(&["sandbox", "stop", &id]).json();
         assert_eq!(t["state"], "ended");
-        assert!(is_cut(&mut kept).await);
+        assert!(kept.get("/again").await.is_err());
         let steps = t["reset"].as_array().expect("reset steps");
         assert_eq!(steps.len(), 5);
         assert!(steps.iter().all(|s| s["confirmed"] == true), "{steps:?}");
@@ -608,7 +579,7 @@ async fn disconnection_changes_nothing() {
     let id = rig.start_session("commands");
     let bundle = rig.trust(&id, "trust.pem");
     let before = rig.digests(&id);
-    let kept = open_connection(&rig.gateways[0], &bundle).await;
+    let kept = Kept::open(SESSION_SOURCE, rig.gateways[0].data, API, &bundle, "/hello").await;
     drop(kept);
     // Half a hello, then gone.
     let mut raw = talos_e2e::clients::connect_from(SESSION_SOURCE, rig.gateways[0].data).await;
@@ -616,7 +587,7 @@ async fn disconnection_changes_nothing() {
         .await
         .unwrap();
     drop(raw);
-    let (code, _, body) = get(&rig.gateways[0], &bundle, API, "/echo");
+    let (code, _, body) = curl_via(rig.gateways[0].data, &bundle, API, "/echo", &[]).into_text();
     assert_eq!(code, 200);
     assert!(echoed_authorization(&body).is_some());
     assert_eq!(rig.digests(&id), before);
@@ -632,7 +603,7 @@ fn traffic(rig: &Rig, bundle: &Path, first: usize, count: usize) -> Vec<String> 
     for i in first..first + count {
         let g = &rig.gateways[i % rig.gateways.len()];
         let path = format!("/n/{i}");
-        let (code, _, _) = get(g, bundle, API, &path);
+        let code = curl_via(g.data, bundle, API, &path, &[]).status;
         if code == 200 {
             ok.push(path);
         }
@@ -806,61 +777,34 @@ async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
     let g = &rig.gateways[0];
     // One connection, one record, one batch (50 ms interval): two fill it.
     for i in 0..2 {
-        let (code, _, _) = get(g, &bundle, API, &format!("/fill/{i}"));
+        let code = curl_via(g.data, &bundle, API, &format!("/fill/{i}"), &[]).status;
         assert_eq!(code, 200);
         wait::until(&format!("batch {} in the spool", i + 1), || {
             wait::check(spooled(g), |n| *n > i)
         });
     }
-    let metric = |name: &str| -> String {
-        let out = run_bounded(
-            "curl",
-            &["-s", &format!("http://{}/metrics", g.admin)],
-            None,
-            10,
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or("")
-            .to_owned()
-    };
     // The spool is full once its second batch is written; the gateway
     // says so when it next tries to seal.
     wait::until("the spool_full metric at 1", || {
-        wait::check(metric("gateway_spool_full"), |m| {
-            m == "gateway_spool_full 1"
-        })
+        wait::check(g.metric("gateway_spool_full"), |m| *m == Some(1.0))
     });
-    let ready = run_bounded(
-        "curl",
-        &[
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &format!("http://{}/readyz", g.admin),
-        ],
-        None,
-        10,
-    );
-    assert_eq!(String::from_utf8_lossy(&ready.stdout), "503");
+    assert_eq!(admin_get(g.admin, "/readyz").0, 503);
     // Logged just after the metric is set.
     wait::until("the gateway to log that its spool is full", || {
         wait::check(g.log(), |log| log.contains("record spool full"))
     });
     // A new connection is not served: the TLS handshake never completes.
-    let (code, _, _) = curl_via(g.data, &bundle, API, "/blocked", &["--max-time", "2"]);
+    let code = Curl::via(g.data, &bundle, API)
+        .max_time(2)
+        .run("/blocked")
+        .status;
     assert_eq!(code, 0, "no connection is served while the spool is full");
 
     rig.stub.start_serve();
     wait::until("the spool_full metric back at 0", || {
-        wait::check(metric("gateway_spool_full"), |m| {
-            m == "gateway_spool_full 0"
-        })
+        wait::check(g.metric("gateway_spool_full"), |m| *m == Some(0.0))
     });
-    let (code, _, _) = get(&rig.gateways[0], &bundle, API, "/after");
+    let code = curl_via(rig.gateways[0].data, &bundle, API, "/after", &[]).status;
     assert_eq!(code, 200, "accepting again");
     rig.cli(&["sandbox", "stop", &id]).json();
 }
@@ -934,8 +878,8 @@ async fn held_requests_are_approved_and_declined_from_the_control_stub() {
         .cli(&["approvals", "approve", card_id, "--as", "alice"])
         .json();
     assert_eq!(decided["outcome"], "released");
-    let (code, _, body) = first.join().unwrap();
-    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let (code, _, body) = first.join().unwrap().into_text();
+    assert_eq!(code, 200, "{body}");
 
     let second = post("/merge/2");
     let cards = wait_cards(&rig, 1);
@@ -944,7 +888,7 @@ async fn held_requests_are_approved_and_declined_from_the_control_stub() {
         .cli(&["approvals", "decline", &card_id, "--as", "alice"])
         .json();
     assert_eq!(decided["outcome"], "refused");
-    let (code, head, _) = second.join().unwrap();
+    let (code, head, _) = second.join().unwrap().into_text();
     assert_eq!(code, 403);
     assert!(head.contains("hangar-refusal: approval_declined"), "{head}");
     assert_eq!(

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use talos_e2e::clients::curl_via;
+use talos_e2e::clients::{client_tls, connect_from, curl_via};
 use talos_e2e::gateway::{TestConfig, TestSession};
 use talos_e2e::member::{alive, signal, Member};
 use talos_e2e::origin::LoopbackOrigin;
@@ -54,16 +54,8 @@ impl Rig {
     }
 
     fn curl(&self, member: &Member) -> u16 {
-        curl_via(member.data(), &self.trust_file, NAME, "/hello", &[]).0
+        curl_via(member.data(), &self.trust_file, NAME, "/hello", &[]).status
     }
-}
-
-/// A raw TCP connection from the session's source, held open.
-async fn hold_connection(member: &Member) -> tokio::net::TcpStream {
-    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
-    sock.bind("127.0.0.2:0".parse().expect("addr"))
-        .expect("bind");
-    sock.connect(member.data()).await.expect("connect")
 }
 
 /// The `gateway_config_info` series a scrape shows.
@@ -97,9 +89,10 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
 
     // One connection held open fills the session's share of one: the
     // next is refused `session_limit`.
-    let held = hold_connection(&member).await;
+    // A raw TCP connection from the session's source, held open.
+    let held = connect_from("127.0.0.2", member.data()).await;
     let refused = curl_via(member.data(), &rig.trust_file, NAME, "/hello", &[]);
-    assert_eq!(refused.0, 0, "a second connection past a share of one");
+    assert_eq!(refused.status, 0, "a second connection past a share of one");
     wait::until_async("the refusal's record", || {
         let records = std::fs::read_to_string(rig.dir.join("records.jsonl")).unwrap_or_default();
         wait::check(records, |r| r.contains("\"session_limit\""))
@@ -420,7 +413,7 @@ async fn get_from(member: &Member, source: &str, ca: &std::path::Path) -> Result
     socket
         .bind(format!("{source}:0").parse().expect("addr"))
         .expect("bind");
-    let tls = talos_e2e::clients::session_tls(ca, &[b"http/1.1"]);
+    let tls = client_tls(ca);
     talos_e2e::clients::get_once(socket, member.data(), tls, NAME, "/hello")
         .await
         .map(|(status, _)| status)

@@ -139,8 +139,7 @@ impl Rig {
     /// curl through the gateway to `https://{name}{path}` with `extra`
     /// options; returns (status, response headers, body).
     fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
-        let (code, head, body) = curl_via(self.gateway.data, &self.session_ca(), name, path, extra);
-        (code, head, String::from_utf8_lossy(&body).into_owned())
+        curl_via(self.gateway.data, &self.session_ca(), name, path, extra).into_text()
     }
 
     async fn sender(&self, name: &str, h2: bool) -> http::Sender {

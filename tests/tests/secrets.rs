@@ -102,13 +102,14 @@ async fn rig() -> Rig {
 impl Rig {
     /// curl through the gateway; (status, lower-cased head, body bytes).
     fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, Vec<u8>) {
-        curl_via(
+        let got = curl_via(
             self.gateway.data,
             &self.dir.join("session-ca.pem"),
             name,
             path,
             extra,
-        )
+        );
+        (got.status, got.head, got.body)
     }
 }
 

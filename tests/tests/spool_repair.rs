@@ -104,7 +104,7 @@ impl Rig {
 
     /// One GET through the member, as the session; must be answered 200.
     fn get(&self, bundle: &Path, path: &str) {
-        let (code, _, _) = curl_via(self.gateway.data, bundle, API, path, &[]);
+        let code = curl_via(self.gateway.data, bundle, API, path, &[]).status;
         assert_eq!(code, 200, "GET {path}");
     }
 }

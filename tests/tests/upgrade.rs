@@ -14,12 +14,13 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
+use talos_e2e::clients::client_tls;
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::TestConfig;
 use talos_e2e::member::{alive, Member};
@@ -143,11 +144,6 @@ impl Pair {
         digests.sort();
         (path, digests)
     }
-}
-
-/// A client TLS config trusting only the PEM bundle at `path`.
-fn client_tls(path: &Path) -> Arc<rustls::ClientConfig> {
-    talos_e2e::clients::session_tls(path, &[b"http/1.1"])
 }
 
 /// One connection from the session's source through `gateway`, one GET
