@@ -31,7 +31,7 @@ use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::hostile::Hostile;
 use talos_e2e::origin::TestCa;
 use talos_e2e::relay::Relay;
-use talos_e2e::stub::{Ran, Stub};
+use talos_e2e::rig::{Pair, SessionSpec};
 use talos_e2e::wait;
 use talos_gateway::pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -55,10 +55,17 @@ struct Rig {
     gateway: Gateway,
 }
 
-/// The hostile origin for `H1` and `H2`, a DNS server that puts both on
-/// loopback, and a gateway config that trusts the origin and reaches it,
-/// with `limits` in `[limits]` and no control channel yet.
-async fn hostile_parts(dir: &std::path::Path, limits: &str) -> (Hostile, DnsServer, TestConfig) {
+/// What the rigs put behind the gateway: the hostile origin for `H1` and
+/// `H2`, and a DNS server that puts both on loopback.
+#[derive(Debug)]
+struct Behind {
+    hostile: Hostile,
+    _dns: DnsServer,
+}
+
+/// [`Behind`], in `dir`, and a gateway config that trusts the origin and
+/// reaches it, no control channel yet.
+async fn hostile_parts(dir: &std::path::Path) -> (Behind, TestConfig) {
     let ca = TestCa::new("hostile test CA");
     let ca_file = dir.join("hostile-ca.pem");
     ca.write_pem(&ca_file);
@@ -76,12 +83,11 @@ async fn hostile_parts(dir: &std::path::Path, limits: &str) -> (Hostile, DnsServ
         upstream_port: hostile.addr.port(),
         anchors: vec![ca_file],
         permit_internal: vec!["127.0.0.1/32".into()],
-        limits: limits.to_owned(),
         // Half-sent hellos must stay half-sent while a test looks.
         hello_timeout_ms: Some(60_000),
         ..TestConfig::default()
     };
-    (hostile, dns, config)
+    (Behind { hostile, _dns: dns }, config)
 }
 
 impl Rig {
@@ -91,7 +97,12 @@ impl Rig {
     async fn new(limits: &str, relay: bool) -> Rig {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_owned();
-        let (hostile, dns, config) = hostile_parts(&dir, limits).await;
+        let (behind, config) = hostile_parts(&dir).await;
+        let Behind { hostile, _dns: dns } = behind;
+        let config = TestConfig {
+            limits: limits.to_owned(),
+            ..config
+        };
         let pki = ControlPki::new(&dir);
         let relay = if relay {
             Some(Relay::start(&pki).await)
@@ -467,152 +478,81 @@ const GW: &str = "gw-adv";
 /// The hostile origin behind a gateway whose control plane is the real
 /// one: `control-stub serve` takes its batches and proposals (its relay
 /// makes the cards) and the `control-stub` CLI starts sessions and
-/// decides, as operators run them.
-struct StubRig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    hostile: Hostile,
-    _dns: DnsServer,
-    stub: Stub,
-    gateway: Gateway,
+/// decides, as operators run them. `serve` is running, the gateway
+/// shipping to it; `H1` and `H2` are on the egress list; tenant `acme`
+/// has `API_TOKEN`; a Lock rule holds every `POST` under `/deploy` at
+/// `H1`, alice approving.
+async fn stub_rig(limits: &str) -> Pair<Gateway, Behind> {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (behind, base) = hostile_parts(tmp.path()).await;
+    let rig = Pair::builder()
+        .ids(&[GW])
+        .limits(limits)
+        .egress(&[H1, H2])
+        .secret("API_TOKEN", SECRET)
+        .start(tmp, behind, base);
+    rig.cli(&[
+        "policy",
+        "lock",
+        "add",
+        "--destination",
+        H1,
+        "--method",
+        "POST",
+        "--path-prefix",
+        "/deploy",
+        "--mode",
+        "every_request",
+        "--approver",
+        "alice",
+    ])
+    .json();
+    rig
 }
 
-impl StubRig {
-    /// `serve` running, the gateway shipping to it; `H1` and `H2` on the
-    /// egress list; tenant `acme`'s `API_TOKEN`; a Lock rule holding every
-    /// `POST` under `/deploy` at `H1`, alice approving.
-    async fn new(limits: &str) -> StubRig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let (hostile, dns, config) = hostile_parts(&dir, limits).await;
-        let mut stub = Stub::init(&dir, &[GW]);
-        stub.start_serve();
-        let mut control = stub.gateway_files(GW, &dir);
-        control.extra = format!(
-            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-            stub.serve_addr.expect("serve"),
-            dir.join("spool").display().to_string()
-        );
-        let config = TestConfig {
-            gateway_id: GW.into(),
-            control: Some(control),
-            ..config
-        };
-        let gateway = Gateway::start(&dir, &config.toml(&dir));
-        let rig = StubRig {
-            _tmp: tmp,
-            dir,
-            hostile,
-            _dns: dns,
-            stub,
-            gateway,
-        };
-        for name in [H1, H2] {
-            rig.cli(&["policy", "egress", "add", name]).json();
-        }
-        rig.stub
-            .run(
-                &[],
-                &["secret", "set", "API_TOKEN", "--tenant", "acme"],
-                SECRET.as_bytes(),
-            )
-            .json();
-        rig.cli(&[
-            "policy",
-            "lock",
-            "add",
-            "--destination",
-            H1,
-            "--method",
-            "POST",
-            "--path-prefix",
-            "/deploy",
-            "--mode",
-            "every_request",
-            "--approver",
-            "alice",
-        ])
-        .json();
-        rig
-    }
-
-    /// One CLI command, reaching the gateway.
-    fn cli(&self, args: &[&str]) -> Ran {
-        let link = (GW.to_owned(), self.gateway.control.expect("control"));
-        tokio::task::block_in_place(|| self.stub.run(&[link], args, b""))
-    }
-
-    /// Start a session from [`SESSION_SOURCE`] allowed `H1`, `API_TOKEN`
-    /// attached to it; its id and the path of its trust bundle.
-    fn start_session(&self) -> (String, PathBuf) {
-        let t = self
-            .cli(&[
-                "sandbox",
-                "start",
-                "--tenant",
-                "acme",
-                "--source",
-                SESSION_SOURCE,
-                "--allow",
-                H1,
-                "--attach",
-                &format!("API_TOKEN={H1}:authorization:Bearer"),
-                "--mode",
-                "commands",
-            ])
-            .json();
-        assert_eq!(t["state"], "running", "{t}");
-        let id = t["session_id"].as_str().expect("session id").to_owned();
-        let ran = self.cli(&["sandbox", "trust", &id]);
-        assert_eq!(ran.status, 0, "{}", ran.stderr);
-        let path = self.dir.join(format!("{id}.pem"));
-        std::fs::write(&path, &ran.stdout).expect("write bundle");
-        (id, path)
-    }
-
-    /// Wait for the pending card whose sentence shows `method path` to
-    /// `H1`; returns its id.
-    fn wait_card(&self, method: &str, path: &str) -> String {
-        let shows = format!(" {method} {path} to {H1},");
-        tokio::task::block_in_place(|| {
-            wait::until(&format!("a card for {method} {path}"), || {
-                let cards = self.cli(&["approvals", "list"]).json();
-                cards
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["sentence"].as_str().is_some_and(|t| t.contains(&shows)))
-                    .and_then(|c| c["id"].as_str().map(str::to_owned))
-                    .ok_or(cards)
-            })
-        })
-    }
-
-    /// Wait for the records of the session's closed connections to hold
-    /// `n` requests; returns them.
-    async fn wait_requests(&self, id: &str, n: usize) -> Vec<Value> {
-        wait::until_async(&format!("{n} requests of {id} on the record"), || {
-            let requests: Vec<Value> = self
-                .gateway
-                .records()
-                .iter()
-                .filter(|r| r["session_id"] == id)
-                .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
-                .collect();
-            wait::check(requests, |r| r.len() >= n)
-        })
-        .await
-    }
+/// Start a session from [`SESSION_SOURCE`] allowed `H1`, `API_TOKEN`
+/// attached to it; its id and the path of its trust bundle.
+fn start_session(rig: &Pair<Gateway, Behind>) -> (String, PathBuf) {
+    let (id, _) = rig.start(
+        &SessionSpec::from(SESSION_SOURCE)
+            .allow(H1)
+            .attach(&format!("API_TOKEN={H1}:authorization:Bearer")),
+    );
+    let (path, _) = rig.trust(&id, &format!("{id}.pem"));
+    (id, path)
 }
 
-impl Drop for StubRig {
-    /// A failing test shows what the gateway and `serve` logged.
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("gateway log:\n{}", self.gateway.log());
-            eprintln!("serve log:\n{}", self.stub.serve_log());
-        }
-    }
+/// Wait for the pending card whose sentence shows `method path` to `H1`;
+/// returns its id.
+fn wait_card(rig: &Pair<Gateway, Behind>, method: &str, path: &str) -> String {
+    let shows = format!(" {method} {path} to {H1},");
+    tokio::task::block_in_place(|| {
+        wait::until(&format!("a card for {method} {path}"), || {
+            let cards = rig.cli(&["approvals", "list"]).json();
+            cards
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["sentence"].as_str().is_some_and(|t| t.contains(&shows)))
+                .and_then(|c| c["id"].as_str().map(str::to_owned))
+                .ok_or(cards)
+        })
+    })
+}
+
+/// Wait for the records of the session's closed connections to hold `n`
+/// requests; returns them.
+async fn wait_requests(rig: &Pair<Gateway, Behind>, id: &str, n: usize) -> Vec<Value> {
+    wait::until_async(&format!("{n} requests of {id} on the record"), || {
+        let requests: Vec<Value> = rig.members[0]
+            .records()
+            .iter()
+            .filter(|r| r["session_id"] == id)
+            .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+            .collect();
+        wait::check(requests, |r| r.len() >= n)
+    })
+    .await
 }
 
 /// Every spelling of the contract's shared table that the Lock holds —
@@ -625,9 +565,9 @@ impl Drop for StubRig {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_approved() {
     // Every case proposes within the minute: past the default burst.
-    let rig = StubRig::new("session_proposal_burst = 64").await;
-    let (id, ca) = rig.start_session();
-    let mut s = http::connect(SESSION_SOURCE, rig.gateway.data, H1, &ca, false).await;
+    let rig = stub_rig("session_proposal_burst = 64").await;
+    let (id, ca) = start_session(&rig);
+    let mut s = http::connect(SESSION_SOURCE, rig.members[0].data, H1, &ca, false).await;
     let held: Vec<_> = talos_contract::cases::LOCK_CASES
         .iter()
         .filter(|c| c.held)
@@ -638,7 +578,7 @@ async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_ap
             let got = send(&mut s, method, H1, path, &[]).await;
             (s, got)
         });
-        let card = rig.wait_card(c.method, c.canonical);
+        let card = wait_card(&rig, c.method, c.canonical);
         let decided = rig
             .cli(&["approvals", "approve", &card, "--as", "alice"])
             .json();
@@ -651,12 +591,12 @@ async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_ap
             "{c:?}: {}",
             got.refusal()
         );
-        let sent = rig.hostile.sent_paths();
+        let sent = rig.peers.hostile.sent_paths();
         assert_eq!(sent.last().map(String::as_str), Some(c.canonical), "{c:?}");
     }
-    assert_eq!(rig.hostile.runs().len(), held.len());
+    assert_eq!(rig.peers.hostile.runs().len(), held.len());
     drop(s);
-    let requests = rig.wait_requests(&id, held.len()).await;
+    let requests = wait_requests(&rig, &id, held.len()).await;
     for (r, c) in requests.iter().zip(&held) {
         assert_eq!(r["path"], c.canonical, "{r}");
         assert_eq!(r["approval"]["decision"], "approved", "{r}");
@@ -673,12 +613,12 @@ async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_ap
 #[tokio::test(flavor = "multi_thread")]
 async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_card() {
     use talos_gateway::session::approvals::{DECISION_TIMEOUT, DELIVERY_TIMEOUT};
-    let mut rig = StubRig::new("session_held_requests = 1").await;
-    let (id, ca) = rig.start_session();
+    let mut rig = stub_rig("session_held_requests = 1").await;
+    let (id, ca) = start_session(&rig);
     let rules = rig.cli(&["policy", "lock", "list"]).json();
     let rule = rules[0]["id"].as_str().expect("rule id").to_owned();
     rig.cli(&["policy", "lock", "remove", &rule]).json();
-    let mut s = http::connect(SESSION_SOURCE, rig.gateway.data, H1, &ca, false).await;
+    let mut s = http::connect(SESSION_SOURCE, rig.members[0].data, H1, &ca, false).await;
     for path in ["/deploy", "/%2Fdeploy/x"] {
         let got = send(&mut s, "POST", H1, path, &[]).await;
         assert_eq!(
@@ -712,7 +652,7 @@ async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_
     );
     drop(s);
 
-    let requests = rig.wait_requests(&id, 3).await;
+    let requests = wait_requests(&rig, &id, 3).await;
     let decisions: Vec<(&str, &str)> = requests
         .iter()
         .map(|r| {
@@ -730,8 +670,8 @@ async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_
             ("approval_declined", "relay_unreachable"),
         ]
     );
-    assert!(rig.hostile.runs().is_empty());
-    let log = rig.gateway.log();
+    assert!(rig.peers.hostile.runs().is_empty());
+    let log = rig.members[0].log();
     assert!(log.contains("relay_refused"), "{log}");
     assert!(log.contains("relay_unreachable"), "{log}");
 }

@@ -22,259 +22,44 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use talos_e2e::clients::{client_tls, curl_status, run_bounded, Curl, Kept};
-use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::rig::pair::{matrix, IDS};
+use talos_e2e::rig::{Pair, SessionSpec};
 use talos_e2e::signals::{self, Signal};
-use talos_e2e::stub::{cert_records, closes_of, reports_from, Ran, Stub};
+use talos_e2e::stub::{cert_records, closes_of, reports_from, Stub};
 use talos_e2e::wait;
 
 const API: &str = "api.test";
 const SECRET: &str = "faults-S3CRET-v4lue-0123456789";
-const IDS: [&str; 2] = ["gw-a", "gw-b"];
 /// The session sources the tests use (one live session each).
 const SOURCE: &str = "127.0.0.2";
 const SOURCE_2: &str = "127.0.0.3";
 
-/// Every authority's lease on the gateways (`[control] lease_ms`).
+/// Every authority's lease on the members (`[control] lease_ms`).
 const LEASE: Duration = Duration::from_millis(3000);
-/// `serve --renew-ms`: a sixth of the lease, as the defaults are (10 s of 60 s).
-const RENEW_MS: u64 = 500;
-/// `serve --tick-ms`: closes owed asked again, certificates issued.
-const TICK_MS: u64 = 100;
 
-/// One line of the fault matrix, printed so a run shows what was tried,
-/// what was seen and how long the command took.
-fn matrix(fault: &str, command: &str, seen: &str, took: Duration) {
-    eprintln!(
-        "fault-matrix | {fault} | {command} | {seen} | {} ms",
-        took.as_millis()
-    );
+/// The pair, `serve` given both members; the egress list holds
+/// `api.test`; tenant `acme` has secret `API_TOKEN`.
+async fn pair() -> Pair {
+    pair_with_lease(LEASE).await
 }
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    _dns: DnsServer,
-    origin: Origin,
-    stub: Stub,
-    config: TestConfig,
-    gateways: Vec<Gateway>,
-    /// Each member's control address, kept across its restarts so `serve`
-    /// and the CLI reach the new process where they reached the old one.
-    controls: Vec<SocketAddr>,
-    /// The members' `lease_ms`.
-    lease: Duration,
+/// [`pair`] with another lease on the members.
+async fn pair_with_lease(lease: Duration) -> Pair {
+    Pair::builder()
+        .lease(lease)
+        .renewing()
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await
 }
 
-impl Rig {
-    /// The pair and `serve` given both members; the egress list holds
-    /// `api.test`; tenant `acme` has secret `API_TOKEN`.
-    async fn new() -> Rig {
-        Rig::with_lease(LEASE).await
-    }
-
-    /// [`Rig::new`] with another lease on the members.
-    async fn with_lease(lease: Duration) -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let ca = TestCa::new("origin test CA");
-        ca.write_pem(&dir.join("origin-ca.pem"));
-        let origin = Origin::start(&ca, &[API]).await;
-        let dns = DnsServer::start(HashMap::from([(
-            API.to_owned(),
-            Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
-        )]))
-        .await;
-        let mut stub = Stub::init(&dir, &IDS);
-        // The gateways need serve's address, and serve the gateways': serve
-        // first, for its address; then the gateways; then serve again on
-        // the same address, given both.
-        stub.start_serve();
-        let config = TestConfig {
-            dns: dns.addr,
-            upstream_port: origin.addr.port(),
-            anchors: vec![dir.join("origin-ca.pem")],
-            permit_internal: vec!["127.0.0.1/32".into()],
-            limits: "shutdown_grace_ms = 3000".into(),
-            ..Default::default()
-        };
-        let mut rig = Rig {
-            _tmp: tmp,
-            dir,
-            _dns: dns,
-            origin,
-            stub,
-            config,
-            gateways: Vec::new(),
-            controls: Vec::new(),
-            lease,
-        };
-        for i in 0..IDS.len() {
-            let g = rig.start_gateway(i, None);
-            rig.controls.push(g.control.expect("control listener"));
-            rig.gateways.push(g);
-        }
-        assert!(rig.stub.stop_serve(), "serve drains and exits 0");
-        rig.stub.serve_gateways = rig.links();
-        rig.stub.serve_args = vec![
-            "--renew-ms".into(),
-            RENEW_MS.to_string(),
-            "--tick-ms".into(),
-            TICK_MS.to_string(),
-        ];
-        rig.stub.start_serve();
-        rig.cli(&["policy", "egress", "add", API]).json();
-        rig.stub
-            .run(
-                &[],
-                &["secret", "set", "API_TOKEN", "--tenant", "acme"],
-                SECRET.as_bytes(),
-            )
-            .json();
-        rig
-    }
-
-    /// Start member `i` (its control listener on `control`, or any port).
-    fn start_gateway(&self, i: usize, control: Option<SocketAddr>) -> Gateway {
-        let id = IDS[i];
-        let dir = self.dir.join(id);
-        std::fs::create_dir_all(&dir).expect("gateway dir");
-        let mut files = self.stub.gateway_files(id, &dir);
-        if let Some(addr) = control {
-            files.listen = addr.to_string();
-        }
-        files.extra = format!(
-            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\nlease_ms = {}\n",
-            self.stub.serve_addr.expect("serve started"),
-            dir.join("spool").display().to_string(),
-            self.lease.as_millis(),
-        );
-        let config = TestConfig {
-            gateway_id: id.into(),
-            control: Some(files),
-            ..self.config.clone()
-        };
-        Gateway::start(&dir, &config.toml(&dir))
-    }
-
-    /// Start member `i` again where it was (same control address, spool
-    /// and journal) after it stopped or was killed.
-    fn restart_gateway(&mut self, i: usize) {
-        let g = self.start_gateway(i, Some(self.controls[i]));
-        self.gateways[i] = g;
-    }
-
-    fn links(&self) -> Vec<(String, SocketAddr)> {
-        IDS.iter()
-            .zip(&self.controls)
-            .map(|(id, a)| ((*id).to_owned(), *a))
-            .collect()
-    }
-
-    fn cli(&self, args: &[&str]) -> Ran {
-        self.stub.run(&self.links(), args, b"")
-    }
-
-    /// A CLI command, timed.
-    fn timed(&self, args: &[&str]) -> (Ran, Duration) {
-        let t = Instant::now();
-        let ran = self.cli(args);
-        (ran, t.elapsed())
-    }
-
-    /// Start a session from `source` allowed `api.test`, `API_TOKEN`
-    /// attached; returns its id. Both members must open it.
-    fn start_session(&self, source: &str) -> String {
-        let t = self
-            .cli(&[
-                "sandbox",
-                "start",
-                "--tenant",
-                "acme",
-                "--source",
-                source,
-                "--allow",
-                API,
-                "--attach",
-                "API_TOKEN=api.test:authorization:Bearer",
-                "--mode",
-                "commands",
-            ])
-            .json();
-        assert_eq!(t["state"], "running");
-        assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
-        t["session_id"].as_str().expect("session id").to_owned()
-    }
-
-    fn status(&self, id: &str) -> Value {
-        self.cli(&["sandbox", "status", id]).json()
-    }
-
-    /// The session's trust bundle as `sandbox trust` gives it, written to
-    /// `file`; with the SHA-384 digest of each CA in it.
-    fn trust(&self, id: &str, file: &str) -> (PathBuf, Vec<String>) {
-        let ran = self.cli(&["sandbox", "trust", id]);
-        assert_eq!(ran.status, 0, "{}", ran.stderr);
-        let path = self.dir.join(file);
-        std::fs::write(&path, &ran.stdout).expect("write bundle");
-        let digests = rustls_pemfile::certs(&mut ran.stdout.as_bytes())
-            .map(|c| talos_certs::sha384_hex(c.expect("PEM").as_ref()))
-            .collect();
-        (path, digests)
-    }
-
-    /// The digests of the CAs the current attempt made, by member.
-    fn digests(&self, id: &str) -> BTreeMap<String, String> {
-        let status = self.status(id);
-        let last = status["attempts"]
-            .as_array()
-            .and_then(|a| a.last())
-            .expect("an attempt")
-            .clone();
-        last["ca"]
-            .as_array()
-            .expect("cas")
-            .iter()
-            .map(|c| {
-                (
-                    c["gateway_id"].as_str().unwrap().to_owned(),
-                    c["digest"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    }
-
-    /// Wait until `sandbox trust` lists exactly `want` (digests, any order).
-    fn wait_trust(&self, id: &str, file: &str, want: &[&str]) -> PathBuf {
-        let mut want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
-        want.sort();
-        wait::until(&format!("sandbox trust to list exactly {want:?}"), || {
-            let (path, mut got) = self.trust(id, file);
-            got.sort();
-            if got == want {
-                Ok(path)
-            } else {
-                Err(got)
-            }
-        })
-    }
-
-    /// Wait until the session's certificate is issued; returns it.
-    fn wait_issued(&self, id: &str) -> Value {
-        let cert = self
-            .stub
-            .wait_certificate(id, wait::DEADLINE.as_secs(), |c| c["issued"] == true);
-        assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
-        cert
-    }
-
-    /// The signed envelope of the issued certificate, as bytes.
-    fn signed_certificate(&self, id: &str) -> String {
-        let ran = self.cli(&["certificate", id, "--signed"]);
-        assert_eq!(ran.status, 0, "{}", ran.stderr);
-        ran.stdout
-    }
+/// A session from `source` allowed `api.test`, `API_TOKEN` attached.
+fn session(source: &str) -> SessionSpec {
+    SessionSpec::from(source)
+        .allow(API)
+        .attach("API_TOKEN=api.test:authorization:Bearer")
 }
 
 /// Steps 4 and 5 of a transition's reset.
@@ -295,19 +80,19 @@ fn gateway_steps(t: &Value) -> Vec<&Value> {
 /// cut on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_one_member_then_stop_and_revoke_all() {
-    let mut rig = Rig::new().await;
-    let stopped = rig.start_session(SOURCE);
-    let revoked = rig.start_session(SOURCE_2);
+    let mut rig = pair().await;
+    let stopped = rig.start_session(&session(SOURCE));
+    let revoked = rig.start_session(&session(SOURCE_2));
     let (bundle_1, _) = rig.trust(&stopped, "trust-1.pem");
     let (bundle_2, _) = rig.trust(&revoked, "trust-2.pem");
-    let (a, b) = (rig.gateways[0].data, rig.gateways[1].data);
+    let (a, b) = (rig.members[0].data, rig.members[1].data);
     // A connection open on each member, for each session.
     let cut_by_crash = Kept::open(SOURCE, a, API, &bundle_1, "/kept/a/1").await;
     let _cut_by_crash_2 = Kept::open(SOURCE_2, a, API, &bundle_2, "/kept/a/2").await;
     let mut on_b = Kept::open(SOURCE, b, API, &bundle_1, "/kept/b/1").await;
     let mut on_b_2 = Kept::open(SOURCE_2, b, API, &bundle_2, "/kept/b/2").await;
 
-    rig.gateways[0].kill();
+    rig.members[0].kill();
 
     let (stop, took) = rig.timed(&["sandbox", "stop", &stopped]);
     let t = stop.json();
@@ -377,12 +162,12 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
     assert_eq!(cert.code(), "certificate_not_issued");
 
     // The killed member starts again: it never serves the sessions.
-    rig.restart_gateway(0);
-    let a = rig.gateways[0].data;
+    rig.restart(0);
+    let a = rig.members[0].data;
     assert_eq!(curl_status(SOURCE, a, &bundle_1, API, "/restarted/1"), 0);
     assert_eq!(curl_status(SOURCE_2, a, &bundle_2, API, "/restarted/2"), 0);
     wait::until("gw-a to record both sources unknown", || {
-        wait::check(rig.gateways[0].records(), |r| {
+        wait::check(rig.members[0].records(), |r| {
             r.iter()
                 .filter(|r| r["verdict"] == "unknown_source")
                 .count()
@@ -422,9 +207,12 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
     assert_eq!(cut.len(), 1, "{cert}");
     assert_eq!(cut[0]["cause"], "cut_by_crash", "{}", cut[0]);
     // Nothing after the kill reached the destination.
-    assert_eq!(rig.origin.paths_starting("/after-"), Vec::<String>::new());
     assert_eq!(
-        rig.origin.paths_starting("/restarted"),
+        rig.peers.origin.paths_starting("/after-"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        rig.peers.origin.paths_starting("/restarted"),
         Vec::<String>::new()
     );
 }
@@ -464,14 +252,14 @@ fn ended_in_log(g: &Gateway, since: std::time::SystemTime) -> Option<Duration> {
 /// `lease_expired` report reaches the stub; the certificate is issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
-    let rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let (a, b) = (rig.gateways[0].data, rig.gateways[1].data);
+    let (a, b) = (rig.members[0].data, rig.members[1].data);
     let mut kept = Kept::open(SOURCE, a, API, &bundle, "/kept/before").await;
 
-    let pid = rig.gateways[0].pid();
-    rig.gateways[0].signal(Signal::Stop);
+    let pid = rig.members[0].pid();
+    rig.members[0].signal(Signal::Stop);
     wait::until("gw-a to be stopped", || {
         wait::check(signals::state(pid), |s| *s == Some('T'))
     });
@@ -503,7 +291,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
         t["state"].as_str().unwrap_or("?"),
         took,
     );
-    if let Some(after) = ended_in_log(&rig.gateways[1], asked) {
+    if let Some(after) = ended_in_log(&rig.members[1], asked) {
         matrix(
             "SIGSTOP gw-a",
             "sandbox revoke-all: gw-b ends the authority",
@@ -522,7 +310,7 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     assert_eq!(curl_status(SOURCE, b, &bundle, API, "/after-revoke/b"), 0);
 
     wait::past(stopped_at, LEASE + Duration::from_millis(500)).await;
-    rig.gateways[0].signal(Signal::Cont);
+    rig.members[0].signal(Signal::Cont);
     let woke = kept.get("/after-wake/kept").await;
     if let Ok((status, refusal)) = &woke {
         assert_eq!(
@@ -536,10 +324,13 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
         assert_eq!(d.await.unwrap(), 0, "a connection made while stopped");
     }
     assert_eq!(
-        rig.origin.paths_starting("/during-stop"),
+        rig.peers.origin.paths_starting("/during-stop"),
         Vec::<String>::new()
     );
-    assert_eq!(rig.origin.paths_starting("/after-"), Vec::<String>::new());
+    assert_eq!(
+        rig.peers.origin.paths_starting("/after-"),
+        Vec::<String>::new()
+    );
 
     // The lapse is reported, and reaches the stub through the chain.
     let status = wait::until("gw-a's lease_expired report at the stub", || {
@@ -558,13 +349,13 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
     let a_closes = closes_of(&status, "gw-a");
     assert!(a_closes[0]["confirmed_at"].is_string(), "{status}");
     assert_eq!(
-        rig.gateways[0].metric("gateway_leases_lapsed_total"),
+        rig.members[0].metric("gateway_leases_lapsed_total"),
         Some(1.0)
     );
     let cert = rig.wait_issued(&id);
     assert_eq!(cert["end_reason"], "revoke_all");
     // No record on gw-a shows a request answered after the stop.
-    for r in rig.gateways[0].session_records(&id) {
+    for r in rig.members[0].session_records(&id) {
         for req in r["requests"].as_array().into_iter().flatten() {
             let path = req["path"].as_str().unwrap_or("");
             assert!(
@@ -582,13 +373,13 @@ async fn sigstop_one_member_revoke_all_and_wake_it_past_the_lease() {
 /// resume bring it back with a new attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hung_member_does_not_take_the_session_down_on_the_other() {
-    let rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let digests = rig.digests(&id);
-    let b = rig.gateways[1].data;
-    let pid = rig.gateways[0].pid();
-    rig.gateways[0].signal(Signal::Stop);
+    let b = rig.members[1].data;
+    let pid = rig.members[0].pid();
+    rig.members[0].signal(Signal::Stop);
     wait::until("gw-a to be stopped", || {
         wait::check(signals::state(pid), |s| *s == Some('T'))
     });
@@ -597,7 +388,7 @@ async fn a_hung_member_does_not_take_the_session_down_on_the_other() {
     while stopped_at.elapsed() < 2 * LEASE + Duration::from_secs(1) {
         let code = curl_status(SOURCE, b, &bundle, API, &format!("/through-b/{i}"));
         if code != 200 {
-            let lapsed: Vec<String> = rig.gateways[1]
+            let lapsed: Vec<String> = rig.members[1]
                 .log()
                 .lines()
                 .filter(|l| l.contains("lease"))
@@ -618,7 +409,7 @@ async fn a_hung_member_does_not_take_the_session_down_on_the_other() {
         &format!("{i} answered 200"),
         stopped_at.elapsed(),
     );
-    rig.gateways[0].signal(Signal::Cont);
+    rig.members[0].signal(Signal::Cont);
     wait::until("gw-a's lease_expired report at the stub", || {
         wait::check(rig.status(&id), |s| {
             reports_from(s, "gw-a", 1)
@@ -638,7 +429,7 @@ async fn a_hung_member_does_not_take_the_session_down_on_the_other() {
     assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
     let (bundle, listed) = rig.trust(&id, "trust-2.pem");
     assert_eq!(listed.len(), 2);
-    for g in &rig.gateways {
+    for g in &rig.members {
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/resumed"), 200);
     }
     let t = rig.cli(&["sandbox", "stop", &id]).json();
@@ -662,26 +453,26 @@ enum Restart {
 /// before the stub can have learnt of it; otherwise once `sandbox trust`
 /// has dropped the dead CA.
 async fn restart_mid_session(how: Restart, pause_at_once: bool) {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let mut rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, listed) = rig.trust(&id, "trust-1.pem");
     assert_eq!(listed.len(), 2);
     let digests = rig.digests(&id);
-    for g in &rig.gateways {
+    for g in &rig.members {
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/before"), 200);
     }
     let fault = match how {
         Restart::Term => {
-            assert!(rig.gateways[0].stop(), "gw-a drains and exits 0");
+            assert!(rig.members[0].stop(), "gw-a drains and exits 0");
             "SIGTERM gw-a, start again"
         }
         Restart::Kill => {
-            rig.gateways[0].kill();
+            rig.members[0].kill();
             "SIGKILL gw-a, start again"
         }
     };
-    rig.restart_gateway(0);
-    let a = rig.gateways[0].data;
+    rig.restart(0);
+    let a = rig.members[0].data;
     assert_eq!(
         curl_status(SOURCE, a, &bundle, API, "/restarted"),
         0,
@@ -692,7 +483,7 @@ async fn restart_mid_session(how: Restart, pause_at_once: bool) {
         // or the new one's start report): trust lists the live CA only.
         let live = rig.wait_trust(&id, "trust-live.pem", &[&digests["gw-b"]]);
         assert_eq!(
-            curl_status(SOURCE, rig.gateways[1].data, &live, API, "/live-b"),
+            curl_status(SOURCE, rig.members[1].data, &live, API, "/live-b"),
             200
         );
         assert_eq!(curl_status(SOURCE, a, &live, API, "/live-a"), 0);
@@ -732,7 +523,7 @@ async fn restart_mid_session(how: Restart, pause_at_once: bool) {
     let mut want: Vec<String> = new.values().cloned().collect();
     want.sort();
     assert_eq!(listed, want, "trust lists the live CAs of attempt 2");
-    for (i, g) in rig.gateways.iter().enumerate() {
+    for (i, g) in rig.members.iter().enumerate() {
         assert_eq!(
             curl_status(SOURCE, g.data, &bundle, API, &format!("/attempt-2/{i}")),
             200,
@@ -796,9 +587,9 @@ async fn sigkill_restart_mid_session_then_pause_resume_stop() {
 
 /// `n` GETs `/{tag}/{i}` alternating between the members, one connection
 /// each; all must be answered 200.
-fn traffic(rig: &Rig, source: &str, bundle: &Path, tag: &str, n: usize) {
+fn traffic(rig: &Pair, source: &str, bundle: &Path, tag: &str, n: usize) {
     for i in 0..n {
-        let g = &rig.gateways[i % rig.gateways.len()];
+        let g = &rig.members[i % rig.members.len()];
         assert_eq!(
             curl_status(source, g.data, bundle, API, &format!("/{tag}/{i}")),
             200,
@@ -822,8 +613,8 @@ fn multiset<'r>(records: impl IntoIterator<Item = &'r Value>) -> Vec<String> {
 /// `serve`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stop_with_serve_down_issues_one_complete_final_certificate() {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let mut rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     traffic(&rig, SOURCE, &bundle, "up", 6);
     rig.stub.kill_serve();
@@ -859,7 +650,7 @@ async fn stop_with_serve_down_issues_one_complete_final_certificate() {
         issued_at.elapsed(),
     );
     let mut from_members: Vec<Value> = Vec::new();
-    for g in &rig.gateways {
+    for g in &rig.members {
         from_members.extend(g.session_records(&id));
     }
     assert_eq!(
@@ -878,7 +669,7 @@ async fn stop_with_serve_down_issues_one_complete_final_certificate() {
     // Later batches: another session's records, then a crash and restart
     // of a member (its journal recovered, its start report), then serve
     // restarted.
-    let other = rig.start_session(SOURCE_2);
+    let other = rig.start_session(&session(SOURCE_2));
     let (bundle_2, _) = rig.trust(&other, "trust-2.pem");
     traffic(&rig, SOURCE_2, &bundle_2, "later", 4);
     rig.cli(&["sandbox", "stop", &other]).json();
@@ -888,11 +679,11 @@ async fn stop_with_serve_down_issues_one_complete_final_certificate() {
         signed,
         "changed after later batches"
     );
-    rig.gateways[0].kill();
-    rig.restart_gateway(0);
+    rig.members[0].kill();
+    rig.restart(0);
     assert!(rig.stub.stop_serve(), "serve drains and exits 0");
     rig.stub.start_serve();
-    let third = rig.start_session(SOURCE_2);
+    let third = rig.start_session(&session(SOURCE_2));
     let (bundle_3, _) = rig.trust(&third, "trust-3.pem");
     traffic(&rig, SOURCE_2, &bundle_3, "third", 2);
     rig.cli(&["sandbox", "stop", &third]).json();
@@ -967,8 +758,8 @@ async fn sigkill_under_load_five_times_loses_and_doubles_no_completed_connection
     /// gw-a is killed once it has completed this many in the round.
     const KILL_AFTER: usize = 12;
 
-    let mut rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let mut rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let ports = Arc::new(Ports::new());
     let source: IpAddr = SOURCE.parse().unwrap();
     // (member, port) of every completed connection.
@@ -987,7 +778,7 @@ async fn sigkill_under_load_five_times_loses_and_doubles_no_completed_connection
         let mut clients = Vec::new();
         for c in 0..4 {
             let member = c % 2;
-            let gateway = rig.gateways[member].data;
+            let gateway = rig.members[member].data;
             let (tls, ports, completed, stop, killed, done_a, failed, unexpected) = (
                 tls.clone(),
                 ports.clone(),
@@ -1035,7 +826,7 @@ async fn sigkill_under_load_five_times_loses_and_doubles_no_completed_connection
         )
         .await;
         killed.store(true, Ordering::Relaxed);
-        rig.gateways[0].kill();
+        rig.members[0].kill();
         // The load goes on a moment against the dead member and the live one.
         let after_kill = completed.lock().unwrap().len();
         wait::until_async(
@@ -1048,17 +839,16 @@ async fn sigkill_under_load_five_times_loses_and_doubles_no_completed_connection
             c.await.expect("client task");
         }
         failed_total += failed.load(Ordering::Relaxed);
-        rig.restart_gateway(0);
+        rig.restart(0);
         if round % 2 == 1 {
             // A crash again as soon as it is up, its journal just
             // recovered: nothing recovered may be lost or sealed twice.
-            rig.gateways[0].kill();
-            rig.restart_gateway(0);
+            rig.members[0].kill();
+            rig.restart(0);
         }
-        let rig_ref = &rig;
-        let t = tokio::task::block_in_place(|| rig_ref.cli(&["sandbox", "pause", &id]).json());
+        let t = rig.cli(&["sandbox", "pause", &id]).json();
         assert_eq!(t["state"], "paused", "round {round}: {t}");
-        let t = tokio::task::block_in_place(|| rig_ref.cli(&["sandbox", "resume", &id]).json());
+        let t = rig.cli(&["sandbox", "resume", &id]).json();
         assert_eq!(t["state"], "running", "round {round}: {t}");
         assert_eq!(
             t["ca"].as_array().map(Vec::len),
@@ -1076,9 +866,9 @@ async fn sigkill_under_load_five_times_loses_and_doubles_no_completed_connection
             started.elapsed(),
         );
     }
-    let t = tokio::task::block_in_place(|| rig.cli(&["sandbox", "stop", &id]).json());
+    let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
-    let cert = tokio::task::block_in_place(|| rig.wait_issued(&id));
+    let cert = rig.wait_issued(&id);
     let completed = completed.lock().unwrap().clone();
     // On the certificate, each member's records by source port.
     let mut on_cert: HashMap<(usize, u16), Vec<&Value>> = HashMap::new();
@@ -1143,14 +933,14 @@ async fn sigkill_under_load_five_times_loses_and_doubles_no_completed_connection
 /// accepts their batches, renews and issues the certificate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sighup_to_both_binaries_is_logged_and_changes_nothing() {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let mut rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    for g in &rig.gateways {
+    for g in &rig.members {
         g.signal(Signal::Hup);
     }
     signals::send(rig.stub.serve_pid().expect("serve runs"), Signal::Hup);
-    for g in &rig.gateways {
+    for g in &rig.members {
         wait::until("the gateway to log the SIGHUP", || {
             wait::check(g.log(), |l| l.contains("SIGHUP"))
         });
@@ -1158,14 +948,14 @@ async fn sighup_to_both_binaries_is_logged_and_changes_nothing() {
     wait::until("serve to log the SIGHUP", || {
         wait::check(rig.stub.serve_log(), |l| l.contains("SIGHUP"))
     });
-    for g in &mut rig.gateways {
+    for g in &mut rig.members {
         assert!(g.exited().is_none(), "a SIGHUP ended a gateway");
     }
     assert!(rig.stub.serve_exited().is_none(), "a SIGHUP ended serve");
     // Past a lease: serve still renews both members.
     let hup_at = Instant::now();
     wait::past(hup_at, LEASE + Duration::from_millis(500)).await;
-    for (i, g) in rig.gateways.iter().enumerate() {
+    for (i, g) in rig.members.iter().enumerate() {
         assert_eq!(
             curl_status(SOURCE, g.data, &bundle, API, &format!("/after-hup/{i}")),
             200
@@ -1389,7 +1179,7 @@ fn raw_key_pem(dir: &Path, name: &str, hex_key: &str) -> PathBuf {
 /// relay's key file).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_signature_verifies_with_openssl_alone() {
-    let mut rig = Rig::new().await;
+    let mut rig = pair().await;
     rig.cli(&[
         "policy",
         "lock",
@@ -1406,10 +1196,10 @@ async fn every_signature_verifies_with_openssl_alone() {
         "alice",
     ])
     .json();
-    let id = rig.start_session(SOURCE);
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     // A decision: a held POST, approved.
-    let data = rig.gateways[0].data;
+    let data = rig.members[0].data;
     let held = {
         let bundle = bundle.clone();
         tokio::task::spawn_blocking(move || {
@@ -1440,8 +1230,8 @@ async fn every_signature_verifies_with_openssl_alone() {
     // and a restarted member's start report.
     rig.stub.kill_serve();
     rig.cli(&["sandbox", "pause", &id]).json();
-    rig.gateways[1].kill();
-    rig.restart_gateway(1);
+    rig.members[1].kill();
+    rig.restart(1);
     let mut envelopes: Vec<(usize, Value)> = Vec::new();
     for (i, id_) in IDS.iter().enumerate() {
         let spool = rig.dir.join(id_).join("spool");
@@ -1612,15 +1402,15 @@ openssl pkeyutl -verify -pubin -inkey key.pem -rawin -in msg -sigfile sig
 /// saying why, and no certificate is issued on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_that_lost_its_signing_key_does_not_block_stop_or_revoke_all() {
-    let mut rig = Rig::new().await;
-    let stopped = rig.start_session(SOURCE);
-    let revoked = rig.start_session(SOURCE_2);
+    let mut rig = pair().await;
+    let stopped = rig.start_session(&session(SOURCE));
+    let revoked = rig.start_session(&session(SOURCE_2));
     let (bundle_1, _) = rig.trust(&stopped, "trust-1.pem");
     let (bundle_2, _) = rig.trust(&revoked, "trust-2.pem");
-    rig.gateways[0].kill();
+    rig.members[0].kill();
     std::fs::remove_file(rig.dir.join("gw-a").join("gw-a-signing.key")).expect("the key file");
-    rig.restart_gateway(0);
-    let b = rig.gateways[1].data;
+    rig.restart(0);
+    let b = rig.members[1].data;
     for (id, command, source, bundle) in [
         (&stopped, "stop", SOURCE, &bundle_1),
         (&revoked, "revoke-all", SOURCE_2, &bundle_2),
@@ -1647,7 +1437,7 @@ async fn a_member_that_lost_its_signing_key_does_not_block_stop_or_revoke_all() 
         assert!(owed[0]["confirmed_at"].is_null(), "{status}");
     }
     assert_eq!(
-        rig.origin.paths_starting("/after-end"),
+        rig.peers.origin.paths_starting("/after-end"),
         Vec::<String>::new()
     );
     // A new session opens on gw-b alone: no authority on a member whose
@@ -1682,8 +1472,8 @@ async fn a_member_that_lost_its_signing_key_does_not_block_stop_or_revoke_all() 
 /// certificate is issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
-    let rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let only_b = vec![("gw-b".to_owned(), rig.controls[1])];
     let t = rig.stub.run(&only_b, &["sandbox", "stop", &id], b"").json();
@@ -1701,7 +1491,7 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
         .collect();
     assert_eq!(given, ["gw-b"], "the command reached gw-b alone: {t}");
     assert_eq!(
-        curl_status(SOURCE, rig.gateways[1].data, &bundle, API, "/after-stop/b"),
+        curl_status(SOURCE, rig.members[1].data, &bundle, API, "/after-stop/b"),
         0
     );
     let start = Instant::now();
@@ -1717,12 +1507,12 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
     let a = closes_of(&status, "gw-a");
     assert!(a[0]["confirmed_at"].is_string(), "{status}");
     assert_eq!(
-        curl_status(SOURCE, rig.gateways[0].data, &bundle, API, "/after-stop/a"),
+        curl_status(SOURCE, rig.members[0].data, &bundle, API, "/after-stop/a"),
         0
     );
     rig.wait_issued(&id);
     assert_eq!(
-        rig.origin.paths_starting("/after-stop"),
+        rig.peers.origin.paths_starting("/after-stop"),
         Vec::<String>::new()
     );
 }
@@ -1737,12 +1527,12 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
 async fn a_member_woken_inside_its_lease_is_closed_by_serve_and_what_it_served_is_on_the_certificate(
 ) {
     let lease = Duration::from_secs(20);
-    let rig = Rig::with_lease(lease).await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair_with_lease(lease).await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let a = rig.gateways[0].data;
-    let pid = rig.gateways[0].pid();
-    rig.gateways[0].signal(Signal::Stop);
+    let a = rig.members[0].data;
+    let pid = rig.members[0].pid();
+    rig.members[0].signal(Signal::Stop);
     wait::until("gw-a to be stopped", || {
         wait::check(signals::state(pid), |s| *s == Some('T'))
     });
@@ -1758,7 +1548,7 @@ async fn a_member_woken_inside_its_lease_is_closed_by_serve_and_what_it_served_i
     assert_eq!(t["state"], "reset_incomplete", "{t}");
     // Hung for half the lease: serve's retries fail meanwhile.
     wait::past(stopped_at, lease / 2).await;
-    rig.gateways[0].signal(Signal::Cont);
+    rig.members[0].signal(Signal::Cont);
     let woke = Instant::now();
     // Requests through the woken member until it refuses (bounded).
     let mut answered = Vec::new();
@@ -1809,17 +1599,17 @@ async fn a_member_woken_inside_its_lease_is_closed_by_serve_and_what_it_served_i
 /// certificate list it, and the connection's request count counts it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
-    let rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let a = rig.gateways[0].data;
+    let a = rig.members[0].data;
     let in_flight = {
         let bundle = bundle.clone();
         tokio::task::spawn_blocking(move || {
             curl_status(SOURCE, a, &bundle, API, "/hold/in-flight/echo")
         })
     };
-    rig.origin.wait_held("in-flight").await;
+    rig.peers.origin.wait_held("in-flight").await;
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
     assert_eq!(
@@ -1827,7 +1617,7 @@ async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
         0,
         "the request is cut with its connection"
     );
-    rig.origin.release("in-flight");
+    rig.peers.origin.release("in-flight");
     let cert = rig.wait_issued(&id);
     let record = cert_records(&cert, "gw-a")
         .into_iter()
@@ -1864,10 +1654,10 @@ async fn a_request_in_flight_when_the_session_ends_is_on_the_certificate() {
 /// the certificate is issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_transition_works_with_a_member_down() {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
-    rig.gateways[0].kill();
-    let b = rig.gateways[1].data;
+    let mut rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
+    rig.members[0].kill();
+    let b = rig.members[1].data;
     for (command, want) in [
         ("pause", "paused"),
         ("resume", "running"),
@@ -1904,7 +1694,7 @@ async fn every_transition_works_with_a_member_down() {
     // Both down: a resume opens nothing, and changes nothing but the
     // record of a failed attempt.
     rig.cli(&["sandbox", "pause", &id]).json();
-    rig.gateways[1].kill();
+    rig.members[1].kill();
     let (ran, took) = rig.timed(&["sandbox", "resume", &id]);
     matrix(
         "both members SIGKILLed",
@@ -1923,14 +1713,14 @@ async fn every_transition_works_with_a_member_down() {
         .clone();
     assert_eq!(last["end_cause"], "start_failed", "{last}");
     // Both back: the next attempt opens on both.
-    rig.restart_gateway(0);
-    rig.restart_gateway(1);
+    rig.restart(0);
+    rig.restart(1);
     let t = rig.cli(&["sandbox", "resume", &id]).json();
     assert_eq!(t["state"], "running", "{t}");
     assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
     let (bundle, listed) = rig.trust(&id, "trust-both.pem");
     assert_eq!(listed.len(), 2);
-    for g in &rig.gateways {
+    for g in &rig.members {
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/both-back"), 200);
     }
     let t = rig.cli(&["sandbox", "stop", &id]).json();
@@ -1950,14 +1740,14 @@ async fn every_transition_works_with_a_member_down() {
 /// both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() {
-    let rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let mut kept = Kept::open(SOURCE, rig.gateways[0].data, API, &bundle, "/kept").await;
+    let mut kept = Kept::open(SOURCE, rig.members[0].data, API, &bundle, "/kept").await;
     let serve = rig.stub.serve_pid().expect("serve runs");
     signals::send(serve, Signal::Stop);
     let stopped_at = Instant::now();
-    for g in &rig.gateways {
+    for g in &rig.members {
         wait::until("the lease to lapse on each member", || {
             wait::check(g.metric("gateway_leases_lapsed_total"), |n| *n == Some(1.0))
         });
@@ -1972,7 +1762,7 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
         kept.get("/after-lapse").await.is_err(),
         "the kept connection is cut"
     );
-    for g in &rig.gateways {
+    for g in &rig.members {
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/after-lapse"), 0);
     }
     signals::send(serve, Signal::Cont);
@@ -1992,11 +1782,11 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
     let t = rig.cli(&["sandbox", "resume", &id]).json();
     assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
     let (bundle, _) = rig.trust(&id, "trust-2.pem");
-    for g in &rig.gateways {
+    for g in &rig.members {
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/resumed"), 200);
     }
     assert_eq!(
-        rig.origin.paths_starting("/after-lapse"),
+        rig.peers.origin.paths_starting("/after-lapse"),
         Vec::<String>::new()
     );
     rig.cli(&["sandbox", "stop", &id]).json();
@@ -2011,11 +1801,11 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_cli_killed_in_the_middle_of_stop_leaves_serve_to_finish_it() {
     let lease = Duration::from_secs(20);
-    let rig = Rig::with_lease(lease).await;
-    let id = rig.start_session(SOURCE);
+    let rig = pair_with_lease(lease).await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let pid = rig.gateways[0].pid();
-    rig.gateways[0].signal(Signal::Stop);
+    let pid = rig.members[0].pid();
+    rig.members[0].signal(Signal::Stop);
     wait::until("gw-a to be stopped", || {
         wait::check(signals::state(pid), |s| *s == Some('T'))
     });
@@ -2043,7 +1833,7 @@ async fn the_cli_killed_in_the_middle_of_stop_leaves_serve_to_finish_it() {
     assert_eq!(rig.cli(&["sandbox", "resume", &id]).code(), "sandbox_ended");
     // The live member closes the session: asked by the CLI before it died,
     // or by serve's retry (not a lapse: the lease is 20 s).
-    let b = rig.gateways[1].data;
+    let b = rig.members[1].data;
     wait::until("gw-b to refuse the ended session", || {
         wait::check(curl_status(SOURCE, b, &bundle, API, "/after-kill"), |c| {
             *c == 0
@@ -2064,7 +1854,7 @@ async fn the_cli_killed_in_the_middle_of_stop_leaves_serve_to_finish_it() {
                 .any(|r| r["reason"] == "end")
         })
     });
-    rig.gateways[0].signal(Signal::Cont);
+    rig.members[0].signal(Signal::Cont);
     let status = wait::until("serve to finish the end", || {
         wait::check(rig.status(&id), |s| s["state"] == "ended")
     });
@@ -2082,10 +1872,10 @@ async fn the_cli_killed_in_the_middle_of_stop_leaves_serve_to_finish_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_close_owed_survives_a_restart_of_serve() {
     let lease = Duration::from_secs(20);
-    let mut rig = Rig::with_lease(lease).await;
-    let id = rig.start_session(SOURCE);
-    let pid = rig.gateways[0].pid();
-    rig.gateways[0].signal(Signal::Stop);
+    let mut rig = pair_with_lease(lease).await;
+    let id = rig.start_session(&session(SOURCE));
+    let pid = rig.members[0].pid();
+    rig.members[0].signal(Signal::Stop);
     wait::until("gw-a to be stopped", || {
         wait::check(signals::state(pid), |s| *s == Some('T'))
     });
@@ -2093,7 +1883,7 @@ async fn a_close_owed_survives_a_restart_of_serve() {
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "reset_incomplete", "{t}");
     rig.stub.kill_serve();
-    rig.gateways[0].signal(Signal::Cont);
+    rig.members[0].signal(Signal::Cont);
     rig.stub.start_serve();
     let status = wait::until("the new serve to confirm gw-a's close", || {
         wait::check(rig.status(&id), |s| {
@@ -2119,8 +1909,8 @@ async fn a_close_owed_survives_a_restart_of_serve() {
 /// member once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_right_after_the_close_reply_loses_no_report() {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session(SOURCE);
+    let mut rig = pair().await;
+    let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     traffic(&rig, SOURCE, &bundle, "before", 4);
     // Hold back the chain: the report must come from the journal, not
@@ -2128,8 +1918,8 @@ async fn sigkill_right_after_the_close_reply_loses_no_report() {
     rig.stub.kill_serve();
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "both replies confirm: {t}");
-    rig.gateways[0].kill();
-    rig.restart_gateway(0);
+    rig.members[0].kill();
+    rig.restart(0);
     rig.stub.start_serve();
     let start = Instant::now();
     let cert = rig.wait_issued(&id);
