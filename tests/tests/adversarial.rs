@@ -25,13 +25,11 @@ use hyper::{HeaderMap, Method};
 use serde_json::Value;
 use talos_certs::Verdict;
 use talos_e2e::clients::{connect_from, curl_via, http, run_bounded, SESSION_SOURCE};
-use talos_e2e::control::{gateway_client, ControlPki};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::hostile::Hostile;
 use talos_e2e::origin::TestCa;
-use talos_e2e::relay::Relay;
-use talos_e2e::rig::{Pair, SessionSpec};
+use talos_e2e::rig::{Pair, SessionSpec, Single};
 use talos_e2e::wait;
 use talos_gateway::pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,16 +42,6 @@ const APPROVALS: &str = "approvals.hangar.internal";
 const SECRET: &str = "Adv3rs4ry-S3cret-T0ken-Of-2026";
 /// A second session's source.
 const OTHER_SOURCE: &str = "127.0.0.3";
-
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    hostile: Hostile,
-    _dns: DnsServer,
-    pki: ControlPki,
-    relay: Option<Relay>,
-    gateway: Gateway,
-}
 
 /// What the rigs put behind the gateway: the hostile origin for `H1` and
 /// `H2`, and a DNS server that puts both on loopback.
@@ -90,111 +78,59 @@ async fn hostile_parts(dir: &std::path::Path) -> (Behind, TestConfig) {
     (Behind { hostile, _dns: dns }, config)
 }
 
-impl Rig {
-    /// A gateway with a control channel (and, with `relay`, a control
-    /// plane taking proposals) in front of the hostile origin; `limits`
-    /// goes into `[limits]`.
-    async fn new(limits: &str, relay: bool) -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let (behind, config) = hostile_parts(&dir).await;
-        let Behind { hostile, _dns: dns } = behind;
-        let config = TestConfig {
-            limits: limits.to_owned(),
-            ..config
-        };
-        let pki = ControlPki::new(&dir);
-        let relay = if relay {
-            Some(Relay::start(&pki).await)
-        } else {
-            None
-        };
-        let mut control = pki.files.clone();
-        if let Some(r) = &relay {
-            control.extra = format!(
-                "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-                r.addr,
-                dir.join("spool").display().to_string()
-            );
-        }
-        let config = TestConfig {
-            control: Some(control),
-            ..config
-        };
-        let gateway = Gateway::start(&dir, &config.toml(&dir));
-        Rig {
-            _tmp: tmp,
-            dir,
-            hostile,
-            _dns: dns,
-            pki,
-            relay,
-            gateway,
-        }
-    }
+type Rig = Single<Gateway, Behind>;
 
-    fn client(&self) -> pb::gateway_client::GatewayClient<tonic::transport::Channel> {
-        gateway_client(
-            self.gateway.control.expect("control"),
-            &self.pki.ca.cert_pem,
-            Some(self.pki.client_identity()),
-        )
-    }
-
-    /// Open session `id` from `source` with the credential attached to
-    /// both destinations and `rules`; returns the path of its CA.
-    async fn open(&self, id: &str, source: &str, rules: Vec<pb::LockRule>) -> PathBuf {
-        let attach = |d: &str| pb::Attachment {
-            secret: "API_TOKEN".into(),
-            destination: d.into(),
-            header: "authorization".into(),
-            scheme: "Bearer".into(),
-            value: SECRET.as_bytes().to_vec(),
-        };
-        let opened = self
-            .client()
-            .open_session(pb::OpenSessionRequest {
-                session_id: id.into(),
-                attempt: 1,
-                tenant: "acme".into(),
-                sources: vec![source.into()],
-                allowlist: vec![H1.into(), H2.into()],
-                attachments: vec![attach(H1), attach(H2)],
-                cause: "launch".into(),
-                lock: rules,
-                relay_public_key: self
-                    .relay
-                    .as_ref()
-                    .map_or(Vec::new(), |r| r.key.public_key().to_vec()),
-            })
-            .await
-            .expect("open")
-            .into_inner();
-        let path = self.dir.join(format!("{id}.pem"));
-        std::fs::write(&path, opened.ca_pem).expect("write CA");
-        path
-    }
-
-    /// Wait for a record with this verdict and cause.
-    async fn wait_record(&self, verdict: &str, cause: &str) -> Value {
-        wait::until_async(&format!("a record {verdict}/{cause}"), || {
-            let records = self.gateway.records();
-            records
-                .into_iter()
-                .find(|r| r["verdict"] == verdict && r["cause"] == cause)
-                .ok_or(())
-        })
-        .await
-    }
+/// A gateway with a control channel (and, with `relay`, a control plane
+/// taking proposals) in front of the hostile origin; `limits` goes into
+/// `[limits]`.
+async fn rig(limits: &str, relay: bool) -> Rig {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (behind, base) = hostile_parts(tmp.path()).await;
+    let builder = Single::builder().limits(limits);
+    let builder = if relay {
+        builder.relay()
+    } else {
+        builder.control()
+    };
+    builder.start(tmp, behind, base).await
 }
 
-impl Drop for Rig {
-    /// A failing test shows what the gateway logged.
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("gateway log:\n{}", self.gateway.log());
-        }
-    }
+/// Open session `id` from `source` with the credential attached to both
+/// destinations and `rules`; returns the path of its CA.
+async fn open(rig: &Rig, id: &str, source: &str, rules: Vec<pb::LockRule>) -> PathBuf {
+    let attach = |d: &str| pb::Attachment {
+        secret: "API_TOKEN".into(),
+        destination: d.into(),
+        header: "authorization".into(),
+        scheme: "Bearer".into(),
+        value: SECRET.as_bytes().to_vec(),
+    };
+    let request = pb::OpenSessionRequest {
+        session_id: id.into(),
+        attempt: 1,
+        tenant: "acme".into(),
+        sources: vec![source.into()],
+        allowlist: vec![H1.into(), H2.into()],
+        attachments: vec![attach(H1), attach(H2)],
+        cause: "launch".into(),
+        lock: rules,
+        relay_public_key: rig
+            .relay_if_any()
+            .map_or(Vec::new(), |r| r.key.public_key().to_vec()),
+    };
+    rig.open(request, &format!("{id}.pem")).await
+}
+
+/// Wait for a record with this verdict and cause.
+async fn wait_record(rig: &Rig, verdict: &str, cause: &str) -> Value {
+    wait::until_async(&format!("a record {verdict}/{cause}"), || {
+        let records = rig.gateway.records();
+        records
+            .into_iter()
+            .find(|r| r["verdict"] == verdict && r["cause"] == cause)
+            .ok_or(())
+    })
+    .await
 }
 
 fn rule(id: &str, destination: &str, method: &str, prefix: &str) -> pb::LockRule {
@@ -353,17 +289,17 @@ const DEPLOY_FORMS: &[(&str, &str)] = &[
 /// canonical and without method overrides.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_lock_judges_the_path_the_destination_routes() {
-    let rig = Rig::new("", false).await;
-    let ca = rig
-        .open(
-            "sess-lock",
-            SESSION_SOURCE,
-            vec![
-                rule("lock-deploy", "*", "POST", "/deploy"),
-                rule("lock-delete", "*", "DELETE", "/resource"),
-            ],
-        )
-        .await;
+    let rig = rig("", false).await;
+    let ca = open(
+        &rig,
+        "sess-lock",
+        SESSION_SOURCE,
+        vec![
+            rule("lock-deploy", "*", "POST", "/deploy"),
+            rule("lock-delete", "*", "DELETE", "/resource"),
+        ],
+    )
+    .await;
     for session_h2 in [false, true] {
         for name in [H1, H2] {
             let pair = format!(
@@ -408,7 +344,7 @@ async fn the_lock_judges_the_path_the_destination_routes() {
             assert_eq!(got.status, 403, "{pair}: DELETE");
         }
     }
-    let runs = rig.hostile.runs();
+    let runs = rig.peers.hostile.runs();
     let acted = |method: &str| runs.iter().filter(|(m, _)| m == method).count();
     assert_eq!(
         acted("POST"),
@@ -422,7 +358,7 @@ async fn the_lock_judges_the_path_the_destination_routes() {
     );
     assert_eq!(acted("GET"), 4, "{runs:?}");
     // What ran got the path as judged: canonical.
-    let sent = rig.hostile.sent_paths();
+    let sent = rig.peers.hostile.sent_paths();
     assert_eq!(
         sent.iter().filter(|p| *p == "/deploy").count(),
         4,
@@ -680,8 +616,8 @@ async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_
 /// to an HTTP/1.1 destination and an HTTP/2 session to an HTTP/2 one.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_byte_of_a_reply_passes_the_masker_or_the_reply_is_refused() {
-    let rig = Rig::new("", false).await;
-    let ca = rig.open("sess-echo", SESSION_SOURCE, Vec::new()).await;
+    let rig = rig("", false).await;
+    let ca = open(&rig, "sess-echo", SESSION_SOURCE, Vec::new()).await;
     let stars = "*".repeat(SECRET.len());
     let lower = SECRET.to_ascii_lowercase();
     for (session_h2, name) in [(false, H1), (true, H2)] {
@@ -844,14 +780,14 @@ async fn every_byte_of_a_reply_passes_the_masker_or_the_reply_is_refused() {
 async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
     let limits = "session_connections = 7\nsession_handshakes = 3\nsession_held_requests = 2\n\
                   session_pending_proposals = 1\nsession_proposals_per_minute = 1\nsession_proposal_burst = 3\n";
-    let rig = Rig::new(limits, true).await;
-    let relay = rig.relay.as_ref().expect("relay");
+    let rig = rig(limits, true).await;
+    let relay = rig.relay();
     let rules = vec![
         rule("lock-deploy", "*", "POST", "/deploy"),
         rule("lock-agent", APPROVALS, "POST", "/v1/proposals"),
     ];
-    let ca_a = rig.open("sess-a", SESSION_SOURCE, rules.clone()).await;
-    let ca_b = rig.open("sess-b", OTHER_SOURCE, rules).await;
+    let ca_a = open(&rig, "sess-a", SESSION_SOURCE, rules.clone()).await;
+    let ca_b = open(&rig, "sess-b", OTHER_SOURCE, rules).await;
     let gw = rig.gateway.data;
 
     // Held requests: two wait, the third is refused at once.
@@ -903,7 +839,7 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
         tcp.write_all(&hello[..20]).await.expect("half a hello");
         halves.push(tcp);
     }
-    let r = rig.wait_record("session_limit", "handshakes").await;
+    let r = wait_record(&rig, "session_limit", "handshakes").await;
     assert_eq!(r["session_id"], "sess-a");
     // The refused one is closed (its record is written after); the
     // others wait for the rest of their hello.
@@ -919,7 +855,7 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
     // One gives up: its place is free for a whole connection. Six open
     // then (four connections, two in their hello); one more makes seven.
     drop(open_halves.pop());
-    rig.wait_record("not_tls", "eof").await;
+    wait_record(&rig, "not_tls", "eof").await;
     let mut c4 = http::connect(SESSION_SOURCE, gw, H2, &ca_a, true).await;
     assert_eq!(send(&mut c4, "GET", H2, "/hello", &[]).await.status, 200);
     // Two more half-sent hellos, one after the other: each connection's
@@ -934,7 +870,7 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
         let _ = tcp.write_all(&hello[..20]).await;
         open_halves.push(tcp);
     }
-    let r = rig.wait_record("session_limit", "connections").await;
+    let r = wait_record(&rig, "session_limit", "connections").await;
     assert_eq!(r["session_id"], "sess-a");
 
     // The agent's proposals: one waits, the next is refused, as JSON.
@@ -1051,8 +987,8 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
 /// and the kernel probes a silent session connection (TCP keep-alive).
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
-    let rig = Rig::new("h2_idle_timeout_ms = 300\n", false).await;
-    let ca = rig.open("sess-idle", SESSION_SOURCE, Vec::new()).await;
+    let rig = rig("h2_idle_timeout_ms = 300\n", false).await;
+    let ca = open(&rig, "sess-idle", SESSION_SOURCE, Vec::new()).await;
     let tls = http::tls(SESSION_SOURCE, rig.gateway.data, H2, &ca, true).await;
     let (mut sender, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -1101,8 +1037,8 @@ async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
 /// `no_server_name`, whatever the allowlist.
 #[tokio::test(flavor = "multi_thread")]
 async fn names_past_dns_limits_are_not_names() {
-    let rig = Rig::new("", false).await;
-    rig.open("sess-names", SESSION_SOURCE, Vec::new()).await;
+    let rig = rig("", false).await;
+    open(&rig, "sess-names", SESSION_SOURCE, Vec::new()).await;
     let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
     let bind = format!("{SESSION_SOURCE}:0");
     let long_label = format!("{}.adv.test", "a".repeat(64));

@@ -2,6 +2,9 @@
 //! before its first step, in a temporary folder, stopped when the rig
 //! drops.
 //!
+//! - [`Single`]: one gateway and what is behind it (an origin and a DNS
+//!   server on loopback), with one static session or a control channel
+//!   the test plays the control plane on.
 //! - [`Pair`]: the members of a pair (or a single member) under the
 //!   control stub: `control-stub serve`, the CLI, and the session
 //!   commands an operator runs.
@@ -17,8 +20,10 @@ use crate::gateway::{Gateway, TestConfig};
 use crate::member::Member;
 
 pub mod pair;
+pub mod single;
 
 pub use pair::{Pair, SessionSpec};
+pub use single::Single;
 
 /// How a rig starts a gateway process and finds its listeners.
 pub trait Process: Sized {
