@@ -427,22 +427,7 @@ async fn stub_rig(limits: &str) -> Pair<Gateway, Behind> {
         .egress(&[H1, H2])
         .secret("API_TOKEN", SECRET)
         .start(tmp, behind, base);
-    rig.cli(&[
-        "policy",
-        "lock",
-        "add",
-        "--destination",
-        H1,
-        "--method",
-        "POST",
-        "--path-prefix",
-        "/deploy",
-        "--mode",
-        "every_request",
-        "--approver",
-        "alice",
-    ])
-    .json();
+    rig.lock(H1, "POST", "/deploy", "alice");
     rig
 }
 

@@ -25,22 +25,7 @@ use talos_e2e::wait;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_signature_verifies_with_openssl_alone() {
     let mut rig = pair().await;
-    rig.cli(&[
-        "policy",
-        "lock",
-        "add",
-        "--destination",
-        API,
-        "--method",
-        "POST",
-        "--path-prefix",
-        "/merge",
-        "--mode",
-        "every_request",
-        "--approver",
-        "alice",
-    ])
-    .json();
+    rig.lock(API, "POST", "/merge", "alice");
     let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     // A decision: a held POST, approved.

@@ -685,23 +685,7 @@ fn wait_cards(rig: &Pair, n: usize) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn held_requests_are_approved_and_declined_from_the_control_stub() {
     let rig = pair().await;
-    let rule = rig
-        .cli(&[
-            "policy",
-            "lock",
-            "add",
-            "--destination",
-            API,
-            "--method",
-            "POST",
-            "--path-prefix",
-            "/merge",
-            "--mode",
-            "every_request",
-            "--approver",
-            "alice",
-        ])
-        .json();
+    let rule = rig.lock(API, "POST", "/merge", "alice");
     let rule_id = rule["id"].as_str().expect("rule id").to_owned();
     let id = rig.start_session(&session("commands"));
     let bundle = trust(&rig, &id, "trust.pem");

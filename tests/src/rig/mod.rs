@@ -18,6 +18,7 @@ use std::path::Path;
 
 use crate::gateway::{Gateway, TestConfig};
 use crate::member::Member;
+use crate::origin::LoopbackOrigin;
 
 pub mod pair;
 pub mod single;
@@ -86,6 +87,15 @@ impl Process for Member {
     fn log(&self) -> String {
         Member::log(self)
     }
+}
+
+/// A temporary folder with one origin in it serving `names` (see
+/// [`LoopbackOrigin::serving`]), and the gateway config that reaches it.
+async fn loopback(names: &[&str]) -> (tempfile::TempDir, LoopbackOrigin, TestConfig) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let peers = LoopbackOrigin::serving(tmp.path(), names).await;
+    let base = peers.config();
+    (tmp, peers, base)
 }
 
 /// Runs `f`, which blocks (a CLI command, a wait that polls one), without

@@ -139,9 +139,7 @@ impl PairBuilder {
     /// Start it behind one origin serving `names` (see
     /// [`LoopbackOrigin::serving`]).
     pub async fn start_loopback<G: Process>(self, names: &[&str]) -> Pair<G> {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let peers = LoopbackOrigin::serving(tmp.path(), names).await;
-        let base = peers.config();
+        let (tmp, peers, base) = super::loopback(names).await;
         self.start(tmp, peers, base)
     }
 
@@ -294,6 +292,28 @@ impl<G: Process, P> Pair<G, P> {
             "{t}"
         );
         id
+    }
+
+    /// `policy lock add`: a Lock rule holding every `method` under `prefix`
+    /// at `destination`, each request on its own card, `approver`
+    /// deciding; what the command printed (the rule).
+    pub fn lock(&self, destination: &str, method: &str, prefix: &str, approver: &str) -> Value {
+        self.cli(&[
+            "policy",
+            "lock",
+            "add",
+            "--destination",
+            destination,
+            "--method",
+            method,
+            "--path-prefix",
+            prefix,
+            "--mode",
+            "every_request",
+            "--approver",
+            approver,
+        ])
+        .json()
     }
 
     /// `sandbox status`.

@@ -132,9 +132,7 @@ impl SingleBuilder {
     /// Start it behind one origin serving `names` (see
     /// [`LoopbackOrigin::serving`]).
     pub async fn start_loopback<G: Process>(self, names: &[&str]) -> Single<G> {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let peers = LoopbackOrigin::serving(tmp.path(), names).await;
-        let base = peers.config();
+        let (tmp, peers, base) = super::loopback(names).await;
         self.start(tmp, peers, base).await
     }
 
