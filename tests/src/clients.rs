@@ -57,8 +57,6 @@ pub fn run_bounded(program: &str, args: &[&str], stdin: Option<&[u8]>, secs: u64
     child.wait_with_output().expect("wait client")
 }
 
-/// An HTTP connection through the gateway, made by hand: TCP from
-/// `source`, TLS trusting only `ca_pem` with SNI `name`, ALPN `alpn`.
 /// A session's TLS client: TLS 1.3, trusting only the PEM bundle at
 /// `bundle` (the session CA, or both members' CAs), offering `alpn`.
 pub fn session_tls(
@@ -70,6 +68,7 @@ pub fn session_tls(
     for c in rustls_pemfile::certs(&mut pem.as_slice()) {
         roots.add(c.expect("pem")).expect("anchor");
     }
+    assert!(!roots.is_empty(), "no certificate in {}", bundle.display());
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
