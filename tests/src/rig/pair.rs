@@ -202,14 +202,9 @@ impl PairBuilder {
 }
 
 impl<G: Process, P> Pair<G, P> {
-    /// The members' ids.
-    pub fn ids(&self) -> &[String] {
-        &self.ids
-    }
-
     /// Start member `i` in `dir/<id>`: on its control address of before,
     /// or on any port the first time.
-    pub fn start_member(&self, i: usize) -> G {
+    fn start_member(&self, i: usize) -> G {
         let id = &self.ids[i];
         let dir = self.dir.join(id);
         std::fs::create_dir_all(&dir).expect("member dir");
