@@ -57,8 +57,6 @@ pub fn run_bounded(program: &str, args: &[&str], stdin: Option<&[u8]>, secs: u64
     child.wait_with_output().expect("wait client")
 }
 
-/// An HTTP connection through the gateway, made by hand: TCP from
-/// `source`, TLS trusting only `ca_pem` with SNI `name`, ALPN `alpn`.
 /// A session's TLS client: TLS 1.3, trusting only the PEM bundle at
 /// `bundle` (the session CA, or both members' CAs), offering `alpn`.
 pub fn session_tls(
@@ -70,6 +68,7 @@ pub fn session_tls(
     for c in rustls_pemfile::certs(&mut pem.as_slice()) {
         roots.add(c.expect("pem")).expect("anchor");
     }
+    assert!(!roots.is_empty(), "no certificate in {}", bundle.display());
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -216,45 +215,228 @@ pub mod http {
     }
 }
 
+/// A client TLS config for a session's HTTP/1.1 connections: TLS 1.3,
+/// trusting only the PEM bundle at `bundle`.
+pub fn client_tls(bundle: &std::path::Path) -> std::sync::Arc<rustls::ClientConfig> {
+    session_tls(bundle, &[b"http/1.1"])
+}
+
+/// An HTTP/1.1 keep-alive connection through the gateway, kept open, with
+/// the source port it came from.
+#[derive(Debug)]
+pub struct Kept {
+    sender: hyper::client::conn::http1::SendRequest<http::Body>,
+    name: String,
+    pub port: u16,
+}
+
+impl Kept {
+    /// Connect from `source` through `gateway` to `name`, trusting only
+    /// `bundle`, and make a first request (`path`, answered 200).
+    pub async fn open(
+        source: &str,
+        gateway: SocketAddr,
+        name: &str,
+        bundle: &std::path::Path,
+        path: &str,
+    ) -> Kept {
+        let tls = http::tls(source, gateway, name, bundle, false).await;
+        let port = tls.get_ref().0.local_addr().expect("local addr").port();
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .expect("h1");
+        tokio::spawn(conn);
+        let mut kept = Kept {
+            sender,
+            name: name.to_owned(),
+            port,
+        };
+        let (status, _) = kept.get(path).await.expect("first request");
+        assert_eq!(status, 200);
+        kept
+    }
+
+    /// One more request on the connection: its status and its
+    /// `hangar-refusal` header, or why there was no answer (at most 15 s).
+    pub async fn get(&mut self, path: &str) -> Result<(u16, Option<String>), String> {
+        use http_body_util::BodyExt;
+        let req = hyper::Request::get(path)
+            .header("host", &self.name)
+            .body(http::empty())
+            .expect("request");
+        let sent = tokio::time::timeout(Duration::from_secs(15), async {
+            self.sender.ready().await?;
+            let resp = self.sender.send_request(req).await?;
+            let status = resp.status().as_u16();
+            let refusal = resp
+                .headers()
+                .get("hangar-refusal")
+                .map(|v| v.to_str().unwrap_or("").to_owned());
+            resp.into_body().collect().await?;
+            Ok::<_, hyper::Error>((status, refusal))
+        })
+        .await;
+        match sent {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(format!("connection failed: {e}")),
+            Err(_) => Err("no answer within 15 s".into()),
+        }
+    }
+}
+
+/// curl through the gateway as a session runs it: TCP to the gateway's
+/// data listener (`--connect-to`) from a session source (`--interface`),
+/// TLS trusting only the session's bundle, the URL naming the
+/// destination. Built up, then [`Curl::run`] for each path.
+#[derive(Debug, Clone)]
+pub struct Curl<'a> {
+    gateway: SocketAddr,
+    ca: &'a std::path::Path,
+    name: &'a str,
+    source: &'a str,
+    max_time: u64,
+    args: Vec<&'a str>,
+}
+
+/// What curl got: the answer's status (0 when no HTTP answer came: the
+/// connection refused before or during TLS), its head in lower case, the
+/// body; and how curl itself ended.
+#[derive(Debug)]
+pub struct Curled {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+    /// curl's exit code (0: a whole answer; -1: killed by the bound).
+    pub exit: i32,
+    pub stderr: String,
+}
+
+impl Curled {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// (status, head, body as text), for a test that reads all three.
+    pub fn into_text(self) -> (u16, String, String) {
+        let body = self.text();
+        (self.status, self.head, body)
+    }
+}
+
+impl<'a> Curl<'a> {
+    /// curl to `https://{name}…` through `gateway` from [`SESSION_SOURCE`],
+    /// trusting only `ca`, giving up after 20 s.
+    pub fn via(gateway: SocketAddr, ca: &'a std::path::Path, name: &'a str) -> Curl<'a> {
+        Curl {
+            gateway,
+            ca,
+            name,
+            source: SESSION_SOURCE,
+            max_time: 20,
+            args: Vec::new(),
+        }
+    }
+
+    /// From another source address.
+    pub fn from(mut self, source: &'a str) -> Curl<'a> {
+        self.source = source;
+        self
+    }
+
+    /// Giving up after `secs` (curl's `--max-time`).
+    pub fn max_time(mut self, secs: u64) -> Curl<'a> {
+        self.max_time = secs;
+        self
+    }
+
+    /// With more options (`-X POST`, `--http2`, `-H …`).
+    pub fn args(mut self, extra: &[&'a str]) -> Curl<'a> {
+        self.args.extend_from_slice(extra);
+        self
+    }
+
+    /// Run it for `path` (and a query, if any).
+    pub fn run(&self, path: &str) -> Curled {
+        let connect_to = format!("{}:443:127.0.0.1:{}", self.name, self.gateway.port());
+        let url = format!("https://{}{path}", self.name);
+        let max_time = self.max_time.to_string();
+        let mut args = vec![
+            "-sS",
+            "--max-time",
+            &max_time,
+            "--interface",
+            self.source,
+            "--cacert",
+            self.ca.to_str().expect("utf-8 path"),
+            "--connect-to",
+            &connect_to,
+            "-D",
+            "-",
+        ];
+        args.extend_from_slice(&self.args);
+        args.push(&url);
+        let out = run_bounded("curl", &args, None, self.max_time + 10);
+        let raw = out.stdout;
+        // The head ends at the first blank line (curl prints each response's
+        // head; the gateway never answers 1xx, so there is one).
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(raw.len(), |i| i + 4);
+        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Curled {
+            status,
+            head,
+            body: raw[split..].to_vec(),
+            exit: out.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 /// Run curl through the gateway at `gateway` from the session source,
 /// trusting only `session_ca`, to `https://{name}{path}` with `extra`
-/// options: (status, response head in lower case, body bytes).
+/// options (at most 20 s).
 pub fn curl_via(
     gateway: SocketAddr,
     session_ca: &std::path::Path,
     name: &str,
     path: &str,
     extra: &[&str],
-) -> (u16, String, Vec<u8>) {
-    let connect_to = format!("{name}:443:127.0.0.1:{}", gateway.port());
-    let url = format!("https://{name}{path}");
-    let mut args = vec![
-        "-sS",
-        "--max-time",
-        "20",
-        "--interface",
-        SESSION_SOURCE,
-        "--cacert",
-        session_ca.to_str().expect("utf-8 path"),
-        "--connect-to",
-        &connect_to,
-        "-D",
-        "-",
-    ];
-    args.extend_from_slice(extra);
-    args.push(&url);
-    let raw = run_bounded("curl", &args, None, 30).stdout;
-    // The head ends at the first blank line (curl prints each response's
-    // head; the gateway never answers 1xx, so there is one).
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(raw.len(), |i| i + 4);
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, head, raw[split..].to_vec())
+) -> Curled {
+    Curl::via(gateway, session_ca, name).args(extra).run(path)
+}
+
+/// The status of a GET of `https://{name}{path}` through `gateway` from
+/// `source`, trusting only `ca`, with curl: 0 when no HTTP answer came.
+pub fn curl_status(
+    source: &str,
+    gateway: SocketAddr,
+    ca: &std::path::Path,
+    name: &str,
+    path: &str,
+) -> u16 {
+    Curl::via(gateway, ca, name).from(source).run(path).status
+}
+
+/// A GET of `path` on an admin listener (plain HTTP, at most 10 s): the
+/// status (0 when no answer came) and the body.
+pub fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let url = format!("http://{admin}{path}");
+    let out = run_bounded(
+        "curl",
+        &["-sS", "--max-time", "10", "-w", "\n%{http_code}", &url],
+        None,
+        20,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
 }

@@ -105,6 +105,14 @@ impl Gateway {
             .collect()
     }
 
+    /// The records written so far of session `id`.
+    pub fn session_records(&self, id: &str) -> Vec<serde_json::Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["session_id"] == id)
+            .collect()
+    }
+
     /// Wait (up to [`crate::wait::DEADLINE`]) until at least `n` records
     /// are written; returns what there is then, for the caller to check.
     pub fn wait_records(&self, n: usize) -> Vec<serde_json::Value> {
@@ -215,6 +223,9 @@ pub struct TestConfig {
     pub hello_timeout_ms: Option<u64>,
     /// Every session's tenant (default `acme`).
     pub tenant: String,
+    /// The `[process] socket` (`gateway reload` and `gateway upgrade` reach
+    /// the running process through it); none by default.
+    pub process_socket: Option<PathBuf>,
 }
 
 /// `TALOS_TEST_WORKERS`, if set.
@@ -262,6 +273,7 @@ impl Default for TestConfig {
             connect_timeout_ms: Some(5000),
             hello_timeout_ms: Some(2000),
             tenant: "acme".into(),
+            process_socket: None,
         }
     }
 }
@@ -368,6 +380,12 @@ port = {port}
                 c.extra,
             ));
         }
+        if let Some(socket) = &self.process_socket {
+            out.push_str(&format!(
+                "[process]\nsocket = {:?}\n",
+                socket.display().to_string()
+            ));
+        }
         out
     }
 }
@@ -395,13 +413,8 @@ impl Gateway {
     /// gateway can export is there from the start, counters at 0: check a
     /// value, not a name.
     pub fn metric(&self, series: &str) -> Option<f64> {
-        let out = crate::clients::run_bounded(
-            "curl",
-            &["-s", &format!("http://{}/metrics", self.admin)],
-            None,
-            10,
-        );
-        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let (_, text) = crate::clients::admin_get(self.admin, "/metrics");
+        text.lines().find_map(|l| {
             l.strip_prefix(series)?
                 .strip_prefix(' ')?
                 .trim()

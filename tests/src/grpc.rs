@@ -296,7 +296,7 @@ fn gateway_connector(
        + 'static {
     let source: IpAddr = source.parse().expect("source ip");
     let server_name = ServerName::try_from(name.to_owned()).expect("server name");
-    let connector = TlsConnector::from(Arc::new(client_tls(trust_pem)));
+    let connector = TlsConnector::from(crate::clients::session_tls(trust_pem, &[b"h2"]));
     tower::service_fn(move |_uri: hyper::Uri| {
         let connector = connector.clone();
         let server_name = server_name.clone();
@@ -309,34 +309,4 @@ fn gateway_connector(
             Ok::<_, std::io::Error>(TokioIo::new(tls))
         }
     })
-}
-
-/// TLS 1.3 client config trusting only the PEM certificates in `trust_pem`,
-/// offering ALPN `h2`.
-pub fn client_tls(trust_pem: &Path) -> rustls::ClientConfig {
-    let pem = std::fs::read(trust_pem)
-        .unwrap_or_else(|e| panic!("read trust file {}: {e}", trust_pem.display()));
-    let mut roots = rustls::RootCertStore::empty();
-    let mut found = 0;
-    for cert in pem_certs(&pem) {
-        roots.add(cert).expect("trust anchor");
-        found += 1;
-    }
-    assert!(found > 0, "no certificate in {}", trust_pem.display());
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("tls13")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    config
-}
-
-/// Every certificate in a PEM text.
-fn pem_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .expect("PEM certificates")
 }

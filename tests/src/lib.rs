@@ -15,6 +15,9 @@
 //!   that reaches it through the gateway.
 //! - [`signals`]: signals to a process by its PID (SIGKILL, SIGSTOP,
 //!   SIGCONT, SIGTERM, SIGHUP), and its scheduler state.
+//! - [`rig`]: what the tests stand on: one gateway and what is behind it
+//!   ([`rig::Single`]), or the members of a pair under the control stub
+//!   ([`rig::Pair`]).
 //! - [`wait`]: waiting, within a deadline, for what another process or
 //!   task does.
 
@@ -28,6 +31,7 @@ pub mod hostile;
 pub mod member;
 pub mod origin;
 pub mod relay;
+pub mod rig;
 pub mod signals;
 pub mod stub;
 pub mod wait;

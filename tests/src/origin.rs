@@ -228,6 +228,14 @@ impl Origin {
             .clone()
     }
 
+    /// The paths that arrived that start with `prefix`, in order.
+    pub fn paths_starting(&self, prefix: &str) -> Vec<String> {
+        self.paths()
+            .into_iter()
+            .filter(|p| p.starts_with(prefix))
+            .collect()
+    }
+
     /// The connections seen so far.
     pub fn seen(&self) -> Seen {
         *self.events.seen.borrow()
@@ -587,16 +595,32 @@ pub struct LoopbackOrigin {
 
 impl LoopbackOrigin {
     pub async fn start(dir: &Path, name: &str) -> LoopbackOrigin {
+        LoopbackOrigin::serving(dir, &[name]).await
+    }
+
+    /// One origin for all of `names`, each of them named by the DNS server.
+    pub async fn serving(dir: &Path, names: &[&str]) -> LoopbackOrigin {
+        LoopbackOrigin::serving_with(dir, names, std::collections::HashMap::new()).await
+    }
+
+    /// [`LoopbackOrigin::serving`], the DNS server answering `more` too
+    /// (names elsewhere, names it never answers).
+    pub async fn serving_with(
+        dir: &Path,
+        names: &[&str],
+        more: std::collections::HashMap<String, crate::dns::Answer>,
+    ) -> LoopbackOrigin {
         let ca = TestCa::new("origin test CA");
         let ca_file = dir.join("origin-ca.pem");
         ca.write_pem(&ca_file);
-        let origin = Origin::start(&ca, &[name]).await;
+        let origin = Origin::start(&ca, names).await;
         let loopback = "127.0.0.1".parse().expect("loopback");
-        let dns = crate::dns::DnsServer::start(std::collections::HashMap::from([(
-            name.to_owned(),
-            crate::dns::Answer::Addrs(vec![loopback]),
-        )]))
-        .await;
+        let mut table: std::collections::HashMap<String, crate::dns::Answer> = names
+            .iter()
+            .map(|n| ((*n).to_owned(), crate::dns::Answer::Addrs(vec![loopback])))
+            .collect();
+        table.extend(more);
+        let dns = crate::dns::DnsServer::start(table).await;
         LoopbackOrigin {
             origin,
             dns,

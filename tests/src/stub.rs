@@ -253,3 +253,38 @@ impl Drop for Stub {
 fn path(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// The drop reports in a `sandbox status` from member `gateway` for
+/// `attempt`.
+pub fn reports_from<'s>(
+    status: &'s serde_json::Value,
+    gateway: &str,
+    attempt: u64,
+) -> Vec<&'s serde_json::Value> {
+    status["drop_reports"]
+        .as_array()
+        .expect("drop reports")
+        .iter()
+        .filter(|r| r["gateway_id"] == gateway && r["attempt"] == attempt)
+        .collect()
+}
+
+/// The closes in a `sandbox status` asked of member `gateway`.
+pub fn closes_of<'s>(status: &'s serde_json::Value, gateway: &str) -> Vec<&'s serde_json::Value> {
+    status["closes"]
+        .as_array()
+        .expect("closes")
+        .iter()
+        .filter(|c| c["gateway_id"] == gateway)
+        .collect()
+}
+
+/// A certificate's records of session connections on member `gateway`.
+pub fn cert_records<'c>(cert: &'c serde_json::Value, gateway: &str) -> Vec<&'c serde_json::Value> {
+    cert["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .filter(|c| c["gateway_id"] == gateway)
+        .collect()
+}

@@ -24,14 +24,12 @@ use http_body_util::BodyExt;
 use hyper::{HeaderMap, Method};
 use serde_json::Value;
 use talos_certs::Verdict;
-use talos_e2e::clients::{connect_from, http, run_bounded, SESSION_SOURCE};
-use talos_e2e::control::{gateway_client, ControlPki};
+use talos_e2e::clients::{connect_from, curl_via, http, run_bounded, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::hostile::Hostile;
 use talos_e2e::origin::TestCa;
-use talos_e2e::relay::Relay;
-use talos_e2e::stub::{Ran, Stub};
+use talos_e2e::rig::{Pair, SessionSpec, Single};
 use talos_e2e::wait;
 use talos_gateway::pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,20 +43,17 @@ const SECRET: &str = "Adv3rs4ry-S3cret-T0ken-Of-2026";
 /// A second session's source.
 const OTHER_SOURCE: &str = "127.0.0.3";
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
+/// What the rigs put behind the gateway: the hostile origin for `H1` and
+/// `H2`, and a DNS server that puts both on loopback.
+#[derive(Debug)]
+struct Behind {
     hostile: Hostile,
     _dns: DnsServer,
-    pki: ControlPki,
-    relay: Option<Relay>,
-    gateway: Gateway,
 }
 
-/// The hostile origin for `H1` and `H2`, a DNS server that puts both on
-/// loopback, and a gateway config that trusts the origin and reaches it,
-/// with `limits` in `[limits]` and no control channel yet.
-async fn hostile_parts(dir: &std::path::Path, limits: &str) -> (Hostile, DnsServer, TestConfig) {
+/// [`Behind`], in `dir`, and a gateway config that trusts the origin and
+/// reaches it, no control channel yet.
+async fn hostile_parts(dir: &std::path::Path) -> (Behind, TestConfig) {
     let ca = TestCa::new("hostile test CA");
     let ca_file = dir.join("hostile-ca.pem");
     ca.write_pem(&ca_file);
@@ -76,114 +71,66 @@ async fn hostile_parts(dir: &std::path::Path, limits: &str) -> (Hostile, DnsServ
         upstream_port: hostile.addr.port(),
         anchors: vec![ca_file],
         permit_internal: vec!["127.0.0.1/32".into()],
-        limits: limits.to_owned(),
         // Half-sent hellos must stay half-sent while a test looks.
         hello_timeout_ms: Some(60_000),
         ..TestConfig::default()
     };
-    (hostile, dns, config)
+    (Behind { hostile, _dns: dns }, config)
 }
 
-impl Rig {
-    /// A gateway with a control channel (and, with `relay`, a control
-    /// plane taking proposals) in front of the hostile origin; `limits`
-    /// goes into `[limits]`.
-    async fn new(limits: &str, relay: bool) -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let (hostile, dns, config) = hostile_parts(&dir, limits).await;
-        let pki = ControlPki::new(&dir);
-        let relay = if relay {
-            Some(Relay::start(&pki).await)
-        } else {
-            None
-        };
-        let mut control = pki.files.clone();
-        if let Some(r) = &relay {
-            control.extra = format!(
-                "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-                r.addr,
-                dir.join("spool").display().to_string()
-            );
-        }
-        let config = TestConfig {
-            control: Some(control),
-            ..config
-        };
-        let gateway = Gateway::start(&dir, &config.toml(&dir));
-        Rig {
-            _tmp: tmp,
-            dir,
-            hostile,
-            _dns: dns,
-            pki,
-            relay,
-            gateway,
-        }
-    }
+type Rig = Single<Gateway, Behind>;
 
-    fn client(&self) -> pb::gateway_client::GatewayClient<tonic::transport::Channel> {
-        gateway_client(
-            self.gateway.control.expect("control"),
-            &self.pki.ca.cert_pem,
-            Some(self.pki.client_identity()),
-        )
-    }
-
-    /// Open session `id` from `source` with the credential attached to
-    /// both destinations and `rules`; returns the path of its CA.
-    async fn open(&self, id: &str, source: &str, rules: Vec<pb::LockRule>) -> PathBuf {
-        let attach = |d: &str| pb::Attachment {
-            secret: "API_TOKEN".into(),
-            destination: d.into(),
-            header: "authorization".into(),
-            scheme: "Bearer".into(),
-            value: SECRET.as_bytes().to_vec(),
-        };
-        let opened = self
-            .client()
-            .open_session(pb::OpenSessionRequest {
-                session_id: id.into(),
-                attempt: 1,
-                tenant: "acme".into(),
-                sources: vec![source.into()],
-                allowlist: vec![H1.into(), H2.into()],
-                attachments: vec![attach(H1), attach(H2)],
-                cause: "launch".into(),
-                lock: rules,
-                relay_public_key: self
-                    .relay
-                    .as_ref()
-                    .map_or(Vec::new(), |r| r.key.public_key().to_vec()),
-            })
-            .await
-            .expect("open")
-            .into_inner();
-        let path = self.dir.join(format!("{id}.pem"));
-        std::fs::write(&path, opened.ca_pem).expect("write CA");
-        path
-    }
-
-    /// Wait for a record with this verdict and cause.
-    async fn wait_record(&self, verdict: &str, cause: &str) -> Value {
-        wait::until_async(&format!("a record {verdict}/{cause}"), || {
-            let records = self.gateway.records();
-            records
-                .into_iter()
-                .find(|r| r["verdict"] == verdict && r["cause"] == cause)
-                .ok_or(())
-        })
-        .await
-    }
+/// A gateway with a control channel (and, with `relay`, a control plane
+/// taking proposals) in front of the hostile origin; `limits` goes into
+/// `[limits]`.
+async fn rig(limits: &str, relay: bool) -> Rig {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (behind, base) = hostile_parts(tmp.path()).await;
+    let builder = Single::builder().limits(limits);
+    let builder = if relay {
+        builder.relay()
+    } else {
+        builder.control()
+    };
+    builder.start(tmp, behind, base).await
 }
 
-impl Drop for Rig {
-    /// A failing test shows what the gateway logged.
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("gateway log:\n{}", self.gateway.log());
-        }
-    }
+/// Open session `id` from `source` with the credential attached to both
+/// destinations and `rules`; returns the path of its CA.
+async fn open(rig: &Rig, id: &str, source: &str, rules: Vec<pb::LockRule>) -> PathBuf {
+    let attach = |d: &str| pb::Attachment {
+        secret: "API_TOKEN".into(),
+        destination: d.into(),
+        header: "authorization".into(),
+        scheme: "Bearer".into(),
+        value: SECRET.as_bytes().to_vec(),
+    };
+    let request = pb::OpenSessionRequest {
+        session_id: id.into(),
+        attempt: 1,
+        tenant: "acme".into(),
+        sources: vec![source.into()],
+        allowlist: vec![H1.into(), H2.into()],
+        attachments: vec![attach(H1), attach(H2)],
+        cause: "launch".into(),
+        lock: rules,
+        relay_public_key: rig
+            .relay_if_any()
+            .map_or(Vec::new(), |r| r.key.public_key().to_vec()),
+    };
+    rig.open(request, &format!("{id}.pem")).await
+}
+
+/// Wait for a record with this verdict and cause.
+async fn wait_record(rig: &Rig, verdict: &str, cause: &str) -> Value {
+    wait::until_async(&format!("a record {verdict}/{cause}"), || {
+        let records = rig.gateway.records();
+        records
+            .into_iter()
+            .find(|r| r["verdict"] == verdict && r["cause"] == cause)
+            .ok_or(())
+    })
+    .await
 }
 
 fn rule(id: &str, destination: &str, method: &str, prefix: &str) -> pb::LockRule {
@@ -342,17 +289,17 @@ const DEPLOY_FORMS: &[(&str, &str)] = &[
 /// canonical and without method overrides.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_lock_judges_the_path_the_destination_routes() {
-    let rig = Rig::new("", false).await;
-    let ca = rig
-        .open(
-            "sess-lock",
-            SESSION_SOURCE,
-            vec![
-                rule("lock-deploy", "*", "POST", "/deploy"),
-                rule("lock-delete", "*", "DELETE", "/resource"),
-            ],
-        )
-        .await;
+    let rig = rig("", false).await;
+    let ca = open(
+        &rig,
+        "sess-lock",
+        SESSION_SOURCE,
+        vec![
+            rule("lock-deploy", "*", "POST", "/deploy"),
+            rule("lock-delete", "*", "DELETE", "/resource"),
+        ],
+    )
+    .await;
     for session_h2 in [false, true] {
         for name in [H1, H2] {
             let pair = format!(
@@ -397,7 +344,7 @@ async fn the_lock_judges_the_path_the_destination_routes() {
             assert_eq!(got.status, 403, "{pair}: DELETE");
         }
     }
-    let runs = rig.hostile.runs();
+    let runs = rig.peers.hostile.runs();
     let acted = |method: &str| runs.iter().filter(|(m, _)| m == method).count();
     assert_eq!(
         acted("POST"),
@@ -411,7 +358,7 @@ async fn the_lock_judges_the_path_the_destination_routes() {
     );
     assert_eq!(acted("GET"), 4, "{runs:?}");
     // What ran got the path as judged: canonical.
-    let sent = rig.hostile.sent_paths();
+    let sent = rig.peers.hostile.sent_paths();
     assert_eq!(
         sent.iter().filter(|p| *p == "/deploy").count(),
         4,
@@ -451,32 +398,14 @@ async fn the_lock_judges_the_path_the_destination_routes() {
     assert_eq!(alpn, want, "every session/destination protocol pair");
 
     // A real client that sends the path as written agrees.
-    let connect_to = format!("{H1}:443:127.0.0.1:{}", rig.gateway.data.port());
-    let out = run_bounded(
-        "curl",
-        &[
-            "-sS",
-            "--max-time",
-            "20",
-            "--interface",
-            SESSION_SOURCE,
-            "--cacert",
-            ca.to_str().expect("path"),
-            "--connect-to",
-            &connect_to,
-            "--path-as-is",
-            "-X",
-            "POST",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &format!("https://{H1}/x/%2e%2e/%64eploy"),
-        ],
-        None,
-        30,
+    let got = curl_via(
+        rig.gateway.data,
+        &ca,
+        H1,
+        "/x/%2e%2e/%64eploy",
+        &["--path-as-is", "-X", "POST"],
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+    assert_eq!(got.status, 403);
 }
 
 /// The gateway's id when the control stub runs the control plane.
@@ -485,152 +414,66 @@ const GW: &str = "gw-adv";
 /// The hostile origin behind a gateway whose control plane is the real
 /// one: `control-stub serve` takes its batches and proposals (its relay
 /// makes the cards) and the `control-stub` CLI starts sessions and
-/// decides, as operators run them.
-struct StubRig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    hostile: Hostile,
-    _dns: DnsServer,
-    stub: Stub,
-    gateway: Gateway,
+/// decides, as operators run them. `serve` is running, the gateway
+/// shipping to it; `H1` and `H2` are on the egress list; tenant `acme`
+/// has `API_TOKEN`; a Lock rule holds every `POST` under `/deploy` at
+/// `H1`, alice approving.
+async fn stub_rig(limits: &str) -> Pair<Gateway, Behind> {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (behind, base) = hostile_parts(tmp.path()).await;
+    let rig = Pair::builder()
+        .ids(&[GW])
+        .limits(limits)
+        .egress(&[H1, H2])
+        .secret("API_TOKEN", SECRET)
+        .start(tmp, behind, base);
+    rig.lock(H1, "POST", "/deploy", "alice");
+    rig
 }
 
-impl StubRig {
-    /// `serve` running, the gateway shipping to it; `H1` and `H2` on the
-    /// egress list; tenant `acme`'s `API_TOKEN`; a Lock rule holding every
-    /// `POST` under `/deploy` at `H1`, alice approving.
-    async fn new(limits: &str) -> StubRig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let (hostile, dns, config) = hostile_parts(&dir, limits).await;
-        let mut stub = Stub::init(&dir, &[GW]);
-        stub.start_serve();
-        let mut control = stub.gateway_files(GW, &dir);
-        control.extra = format!(
-            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-            stub.serve_addr.expect("serve"),
-            dir.join("spool").display().to_string()
-        );
-        let config = TestConfig {
-            gateway_id: GW.into(),
-            control: Some(control),
-            ..config
-        };
-        let gateway = Gateway::start(&dir, &config.toml(&dir));
-        let rig = StubRig {
-            _tmp: tmp,
-            dir,
-            hostile,
-            _dns: dns,
-            stub,
-            gateway,
-        };
-        for name in [H1, H2] {
-            rig.cli(&["policy", "egress", "add", name]).json();
-        }
-        rig.stub
-            .run(
-                &[],
-                &["secret", "set", "API_TOKEN", "--tenant", "acme"],
-                SECRET.as_bytes(),
-            )
-            .json();
-        rig.cli(&[
-            "policy",
-            "lock",
-            "add",
-            "--destination",
-            H1,
-            "--method",
-            "POST",
-            "--path-prefix",
-            "/deploy",
-            "--mode",
-            "every_request",
-            "--approver",
-            "alice",
-        ])
-        .json();
-        rig
-    }
-
-    /// One CLI command, reaching the gateway.
-    fn cli(&self, args: &[&str]) -> Ran {
-        let link = (GW.to_owned(), self.gateway.control.expect("control"));
-        tokio::task::block_in_place(|| self.stub.run(&[link], args, b""))
-    }
-
-    /// Start a session from [`SESSION_SOURCE`] allowed `H1`, `API_TOKEN`
-    /// attached to it; its id and the path of its trust bundle.
-    fn start_session(&self) -> (String, PathBuf) {
-        let t = self
-            .cli(&[
-                "sandbox",
-                "start",
-                "--tenant",
-                "acme",
-                "--source",
-                SESSION_SOURCE,
-                "--allow",
-                H1,
-                "--attach",
-                &format!("API_TOKEN={H1}:authorization:Bearer"),
-                "--mode",
-                "commands",
-            ])
-            .json();
-        assert_eq!(t["state"], "running", "{t}");
-        let id = t["session_id"].as_str().expect("session id").to_owned();
-        let ran = self.cli(&["sandbox", "trust", &id]);
-        assert_eq!(ran.status, 0, "{}", ran.stderr);
-        let path = self.dir.join(format!("{id}.pem"));
-        std::fs::write(&path, &ran.stdout).expect("write bundle");
-        (id, path)
-    }
-
-    /// Wait for the pending card whose sentence shows `method path` to
-    /// `H1`; returns its id.
-    fn wait_card(&self, method: &str, path: &str) -> String {
-        let shows = format!(" {method} {path} to {H1},");
-        tokio::task::block_in_place(|| {
-            wait::until(&format!("a card for {method} {path}"), || {
-                let cards = self.cli(&["approvals", "list"]).json();
-                cards
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["sentence"].as_str().is_some_and(|t| t.contains(&shows)))
-                    .and_then(|c| c["id"].as_str().map(str::to_owned))
-                    .ok_or(cards)
-            })
-        })
-    }
-
-    /// Wait for the records of the session's closed connections to hold
-    /// `n` requests; returns them.
-    async fn wait_requests(&self, id: &str, n: usize) -> Vec<Value> {
-        wait::until_async(&format!("{n} requests of {id} on the record"), || {
-            let requests: Vec<Value> = self
-                .gateway
-                .records()
-                .iter()
-                .filter(|r| r["session_id"] == id)
-                .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
-                .collect();
-            wait::check(requests, |r| r.len() >= n)
-        })
-        .await
-    }
+/// Start a session from [`SESSION_SOURCE`] allowed `H1`, `API_TOKEN`
+/// attached to it; its id and the path of its trust bundle.
+fn start_session(rig: &Pair<Gateway, Behind>) -> (String, PathBuf) {
+    let (id, _) = rig.start(
+        &SessionSpec::from(SESSION_SOURCE)
+            .allow(H1)
+            .attach(&format!("API_TOKEN={H1}:authorization:Bearer")),
+    );
+    let (path, _) = rig.trust(&id, &format!("{id}.pem"));
+    (id, path)
 }
 
-impl Drop for StubRig {
-    /// A failing test shows what the gateway and `serve` logged.
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("gateway log:\n{}", self.gateway.log());
-            eprintln!("serve log:\n{}", self.stub.serve_log());
-        }
-    }
+/// Wait for the pending card whose sentence shows `method path` to `H1`;
+/// returns its id.
+fn wait_card(rig: &Pair<Gateway, Behind>, method: &str, path: &str) -> String {
+    let shows = format!(" {method} {path} to {H1},");
+    tokio::task::block_in_place(|| {
+        wait::until(&format!("a card for {method} {path}"), || {
+            let cards = rig.cli(&["approvals", "list"]).json();
+            cards
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["sentence"].as_str().is_some_and(|t| t.contains(&shows)))
+                .and_then(|c| c["id"].as_str().map(str::to_owned))
+                .ok_or(cards)
+        })
+    })
+}
+
+/// Wait for the records of the session's closed connections to hold `n`
+/// requests; returns them.
+async fn wait_requests(rig: &Pair<Gateway, Behind>, id: &str, n: usize) -> Vec<Value> {
+    wait::until_async(&format!("{n} requests of {id} on the record"), || {
+        let requests: Vec<Value> = rig.members[0]
+            .records()
+            .iter()
+            .filter(|r| r["session_id"] == id)
+            .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+            .collect();
+        wait::check(requests, |r| r.len() >= n)
+    })
+    .await
 }
 
 /// Every spelling of the contract's shared table that the Lock holds —
@@ -643,9 +486,9 @@ impl Drop for StubRig {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_approved() {
     // Every case proposes within the minute: past the default burst.
-    let rig = StubRig::new("session_proposal_burst = 64").await;
-    let (id, ca) = rig.start_session();
-    let mut s = http::connect(SESSION_SOURCE, rig.gateway.data, H1, &ca, false).await;
+    let rig = stub_rig("session_proposal_burst = 64").await;
+    let (id, ca) = start_session(&rig);
+    let mut s = http::connect(SESSION_SOURCE, rig.members[0].data, H1, &ca, false).await;
     let held: Vec<_> = talos_contract::cases::LOCK_CASES
         .iter()
         .filter(|c| c.held)
@@ -656,7 +499,7 @@ async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_ap
             let got = send(&mut s, method, H1, path, &[]).await;
             (s, got)
         });
-        let card = rig.wait_card(c.method, c.canonical);
+        let card = wait_card(&rig, c.method, c.canonical);
         let decided = rig
             .cli(&["approvals", "approve", &card, "--as", "alice"])
             .json();
@@ -669,12 +512,12 @@ async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_ap
             "{c:?}: {}",
             got.refusal()
         );
-        let sent = rig.hostile.sent_paths();
+        let sent = rig.peers.hostile.sent_paths();
         assert_eq!(sent.last().map(String::as_str), Some(c.canonical), "{c:?}");
     }
-    assert_eq!(rig.hostile.runs().len(), held.len());
+    assert_eq!(rig.peers.hostile.runs().len(), held.len());
     drop(s);
-    let requests = rig.wait_requests(&id, held.len()).await;
+    let requests = wait_requests(&rig, &id, held.len()).await;
     for (r, c) in requests.iter().zip(&held) {
         assert_eq!(r["path"], c.canonical, "{r}");
         assert_eq!(r["approval"]["decision"], "approved", "{r}");
@@ -691,12 +534,12 @@ async fn every_spelling_the_lock_holds_gets_a_card_and_goes_on_canonical_when_ap
 #[tokio::test(flavor = "multi_thread")]
 async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_card() {
     use talos_gateway::session::approvals::{DECISION_TIMEOUT, DELIVERY_TIMEOUT};
-    let mut rig = StubRig::new("session_held_requests = 1").await;
-    let (id, ca) = rig.start_session();
+    let mut rig = stub_rig("session_held_requests = 1").await;
+    let (id, ca) = start_session(&rig);
     let rules = rig.cli(&["policy", "lock", "list"]).json();
     let rule = rules[0]["id"].as_str().expect("rule id").to_owned();
     rig.cli(&["policy", "lock", "remove", &rule]).json();
-    let mut s = http::connect(SESSION_SOURCE, rig.gateway.data, H1, &ca, false).await;
+    let mut s = http::connect(SESSION_SOURCE, rig.members[0].data, H1, &ca, false).await;
     for path in ["/deploy", "/%2Fdeploy/x"] {
         let got = send(&mut s, "POST", H1, path, &[]).await;
         assert_eq!(
@@ -730,7 +573,7 @@ async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_
     );
     drop(s);
 
-    let requests = rig.wait_requests(&id, 3).await;
+    let requests = wait_requests(&rig, &id, 3).await;
     let decisions: Vec<(&str, &str)> = requests
         .iter()
         .map(|r| {
@@ -748,8 +591,8 @@ async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_
             ("approval_declined", "relay_unreachable"),
         ]
     );
-    assert!(rig.hostile.runs().is_empty());
-    let log = rig.gateway.log();
+    assert!(rig.peers.hostile.runs().is_empty());
+    let log = rig.members[0].log();
     assert!(log.contains("relay_refused"), "{log}");
     assert!(log.contains("relay_unreachable"), "{log}");
 }
@@ -758,8 +601,8 @@ async fn a_proposal_the_relay_refuses_or_cannot_take_ends_its_request_without_a_
 /// to an HTTP/1.1 destination and an HTTP/2 session to an HTTP/2 one.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_byte_of_a_reply_passes_the_masker_or_the_reply_is_refused() {
-    let rig = Rig::new("", false).await;
-    let ca = rig.open("sess-echo", SESSION_SOURCE, Vec::new()).await;
+    let rig = rig("", false).await;
+    let ca = open(&rig, "sess-echo", SESSION_SOURCE, Vec::new()).await;
     let stars = "*".repeat(SECRET.len());
     let lower = SECRET.to_ascii_lowercase();
     for (session_h2, name) in [(false, H1), (true, H2)] {
@@ -922,14 +765,14 @@ async fn every_byte_of_a_reply_passes_the_masker_or_the_reply_is_refused() {
 async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
     let limits = "session_connections = 7\nsession_handshakes = 3\nsession_held_requests = 2\n\
                   session_pending_proposals = 1\nsession_proposals_per_minute = 1\nsession_proposal_burst = 3\n";
-    let rig = Rig::new(limits, true).await;
-    let relay = rig.relay.as_ref().expect("relay");
+    let rig = rig(limits, true).await;
+    let relay = rig.relay();
     let rules = vec![
         rule("lock-deploy", "*", "POST", "/deploy"),
         rule("lock-agent", APPROVALS, "POST", "/v1/proposals"),
     ];
-    let ca_a = rig.open("sess-a", SESSION_SOURCE, rules.clone()).await;
-    let ca_b = rig.open("sess-b", OTHER_SOURCE, rules).await;
+    let ca_a = open(&rig, "sess-a", SESSION_SOURCE, rules.clone()).await;
+    let ca_b = open(&rig, "sess-b", OTHER_SOURCE, rules).await;
     let gw = rig.gateway.data;
 
     // Held requests: two wait, the third is refused at once.
@@ -981,7 +824,7 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
         tcp.write_all(&hello[..20]).await.expect("half a hello");
         halves.push(tcp);
     }
-    let r = rig.wait_record("session_limit", "handshakes").await;
+    let r = wait_record(&rig, "session_limit", "handshakes").await;
     assert_eq!(r["session_id"], "sess-a");
     // The refused one is closed (its record is written after); the
     // others wait for the rest of their hello.
@@ -997,7 +840,7 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
     // One gives up: its place is free for a whole connection. Six open
     // then (four connections, two in their hello); one more makes seven.
     drop(open_halves.pop());
-    rig.wait_record("not_tls", "eof").await;
+    wait_record(&rig, "not_tls", "eof").await;
     let mut c4 = http::connect(SESSION_SOURCE, gw, H2, &ca_a, true).await;
     assert_eq!(send(&mut c4, "GET", H2, "/hello", &[]).await.status, 200);
     // Two more half-sent hellos, one after the other: each connection's
@@ -1012,7 +855,7 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
         let _ = tcp.write_all(&hello[..20]).await;
         open_halves.push(tcp);
     }
-    let r = rig.wait_record("session_limit", "connections").await;
+    let r = wait_record(&rig, "session_limit", "connections").await;
     assert_eq!(r["session_id"], "sess-a");
 
     // The agent's proposals: one waits, the next is refused, as JSON.
@@ -1129,8 +972,8 @@ async fn a_session_at_every_bound_leaves_the_gateway_to_another() {
 /// and the kernel probes a silent session connection (TCP keep-alive).
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
-    let rig = Rig::new("h2_idle_timeout_ms = 300\n", false).await;
-    let ca = rig.open("sess-idle", SESSION_SOURCE, Vec::new()).await;
+    let rig = rig("h2_idle_timeout_ms = 300\n", false).await;
+    let ca = open(&rig, "sess-idle", SESSION_SOURCE, Vec::new()).await;
     let tls = http::tls(SESSION_SOURCE, rig.gateway.data, H2, &ca, true).await;
     let (mut sender, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -1179,8 +1022,8 @@ async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
 /// `no_server_name`, whatever the allowlist.
 #[tokio::test(flavor = "multi_thread")]
 async fn names_past_dns_limits_are_not_names() {
-    let rig = Rig::new("", false).await;
-    rig.open("sess-names", SESSION_SOURCE, Vec::new()).await;
+    let rig = rig("", false).await;
+    open(&rig, "sess-names", SESSION_SOURCE, Vec::new()).await;
     let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
     let bind = format!("{SESSION_SOURCE}:0");
     let long_label = format!("{}.adv.test", "a".repeat(64));

@@ -11,44 +11,19 @@ use std::time::Duration;
 
 use serde_json::Value;
 use talos_certs::{GatewayKey, Verdict};
-use talos_e2e::clients::{http, run_bounded, SESSION_SOURCE};
-use talos_e2e::control::{gateway_client, ControlPki};
-use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::LoopbackOrigin;
+use talos_e2e::clients::{http, Curl, SESSION_SOURCE};
 use talos_e2e::relay::{sign, Relay};
+use talos_e2e::rig::{Process, Single};
 use talos_gateway::pb;
-use tonic::transport::Channel;
 use tonic::Code;
 
 const API: &str = "api.test";
 const SECRET: &str = "appr0val-S3cret-v4lue-42";
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    _peers: LoopbackOrigin,
-    pki: ControlPki,
-    relay: Relay,
-    gateway: Gateway,
-}
-
-/// The origin, the control PKI, the relay, and a gateway config that
-/// ships its batches and proposals to the relay, in `dir`.
-async fn parts(dir: &std::path::Path) -> (LoopbackOrigin, ControlPki, Relay, TestConfig) {
-    let peers = LoopbackOrigin::start(dir, API).await;
-    let pki = ControlPki::new(dir);
-    let relay = Relay::start(&pki).await;
-    let mut control = pki.files.clone();
-    control.extra = format!(
-        "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n",
-        relay.addr,
-        dir.join("spool").display().to_string()
-    );
-    let config = TestConfig {
-        control: Some(control),
-        ..peers.config()
-    };
-    (peers, pki, relay, config)
+/// A gateway in front of an origin for `api.test`, its control plane a
+/// relay that receives its batches and proposals over mutual TLS.
+async fn rig<G: Process>() -> Single<G> {
+    Single::builder().relay().start_loopback(&[API]).await
 }
 
 /// OpenSession for session `id` (attempt `attempt`) from `source` with
@@ -79,68 +54,36 @@ fn open_request(
     }
 }
 
-impl Rig {
-    async fn new() -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let (peers, pki, relay, config) = parts(&dir).await;
-        let gateway = Gateway::start(&dir, &config.toml(&dir));
-        Rig {
-            _tmp: tmp,
-            dir,
-            _peers: peers,
-            pki,
-            relay,
-            gateway,
-        }
-    }
+/// Open session `id` (attempt `attempt`) from `source` with `rules`;
+/// returns the path of its CA.
+async fn open<G: Process>(
+    rig: &Single<G>,
+    id: &str,
+    attempt: u32,
+    source: &str,
+    rules: Vec<pb::LockRule>,
+) -> PathBuf {
+    let request = open_request(id, attempt, source, rules, rig.relay());
+    rig.open(request, &format!("{id}-{attempt}.pem")).await
+}
 
-    fn client(&self) -> pb::gateway_client::GatewayClient<Channel> {
-        gateway_client(
-            self.gateway.control.expect("control"),
-            &self.pki.ca.cert_pem,
-            Some(self.pki.client_identity()),
-        )
-    }
+async fn close(rig: &Single, id: &str, attempt: u32) -> pb::CloseSessionReply {
+    rig.client()
+        .close_session(pb::CloseSessionRequest {
+            session_id: id.into(),
+            attempt,
+            reason: "pause".into(),
+        })
+        .await
+        .expect("close")
+        .into_inner()
+}
 
-    /// Open session `id` (attempt `attempt`) from `source` with `rules`;
-    /// returns the path of its CA.
-    async fn open(
-        &self,
-        id: &str,
-        attempt: u32,
-        source: &str,
-        rules: Vec<pb::LockRule>,
-    ) -> PathBuf {
-        let opened = self
-            .client()
-            .open_session(open_request(id, attempt, source, rules, &self.relay))
-            .await
-            .expect("open")
-            .into_inner();
-        let path = self.dir.join(format!("{id}-{attempt}.pem"));
-        std::fs::write(&path, opened.ca_pem).unwrap();
-        path
-    }
-
-    async fn close(&self, id: &str, attempt: u32) -> pb::CloseSessionReply {
-        self.client()
-            .close_session(pb::CloseSessionRequest {
-                session_id: id.into(),
-                attempt,
-                reason: "pause".into(),
-            })
-            .await
-            .expect("close")
-            .into_inner()
-    }
-
-    async fn decide(&self, signed: pb::Signed) -> Result<String, tonic::Status> {
-        self.client()
-            .decide(signed)
-            .await
-            .map(|r| r.into_inner().outcome)
-    }
+async fn decide<G: Process>(rig: &Single<G>, signed: pb::Signed) -> Result<String, tonic::Status> {
+    rig.client()
+        .decide(signed)
+        .await
+        .map(|r| r.into_inner().outcome)
 }
 
 fn rule(mode: &str) -> pb::LockRule {
@@ -180,20 +123,23 @@ async fn send(s: &mut http::Sender, method: &str, path: &str) -> (u16, String, S
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_held_http2_request_blocks_no_other_stream_nor_session_and_goes_on_when_approved() {
-    let rig = Rig::new().await;
-    let ca = rig
-        .open("sess-a", 1, SESSION_SOURCE, vec![rule("every_request")])
-        .await;
-    let other_ca = rig
-        .open("sess-b", 1, "127.0.0.3", vec![rule("every_request")])
-        .await;
+    let rig: Single = rig().await;
+    let ca = open(
+        &rig,
+        "sess-a",
+        1,
+        SESSION_SOURCE,
+        vec![rule("every_request")],
+    )
+    .await;
+    let other_ca = open(&rig, "sess-b", 1, "127.0.0.3", vec![rule("every_request")]).await;
     let conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
     let mut held_conn = match &conn {
         http::Sender::H2(s) => http::Sender::H2(s.clone()),
         http::Sender::H1(_) => unreachable!("h2 asked"),
     };
     let held = tokio::spawn(async move { send(&mut held_conn, "POST", "/merge/7").await });
-    let proposals = rig.relay.wait_proposals(1, 30).await;
+    let proposals = rig.relay().wait_proposals(1, 30).await;
     assert_eq!(proposals.len(), 1);
     let p = &proposals[0];
 
@@ -247,7 +193,7 @@ async fn a_held_http2_request_blocks_no_other_stream_nor_session_and_goes_on_whe
     assert!(!p.sentence.contains(SECRET));
 
     assert_eq!(
-        rig.decide(rig.relay.decision(p, "bob", Verdict::Approved))
+        decide(&rig, rig.relay().decision(p, "bob", Verdict::Approved))
             .await
             .unwrap(),
         "released"
@@ -274,19 +220,24 @@ async fn a_held_http2_request_blocks_no_other_stream_nor_session_and_goes_on_whe
 
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_misdirected_or_unlisted_decisions_change_nothing_and_a_decline_refuses() {
-    let rig = Rig::new().await;
-    let ca = rig
-        .open("sess-a", 1, SESSION_SOURCE, vec![rule("every_request")])
-        .await;
+    let rig: Single = rig().await;
+    let ca = open(
+        &rig,
+        "sess-a",
+        1,
+        SESSION_SOURCE,
+        vec![rule("every_request")],
+    )
+    .await;
     let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, false).await;
     let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/1").await });
-    let p = rig.relay.wait_proposals(1, 30).await.remove(0);
+    let p = rig.relay().wait_proposals(1, 30).await.remove(0);
 
     let forger = GatewayKey::generate().unwrap();
     for (signed, why) in [
         (
             sign(
-                &rig.relay.key,
+                &rig.relay().key,
                 &p.proposal_id,
                 &"0".repeat(96),
                 "alice",
@@ -305,16 +256,16 @@ async fn forged_misdirected_or_unlisted_decisions_change_nothing_and_a_decline_r
             "forged signature",
         ),
         (
-            rig.relay.decision(&p, "mallory", Verdict::Approved),
+            rig.relay().decision(&p, "mallory", Verdict::Approved),
             "unlisted approver",
         ),
     ] {
-        let err = rig.decide(signed).await.unwrap_err();
+        let err = decide(&rig, signed).await.unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied, "{why}: {err:?}");
         assert!(!held.is_finished(), "{why}: the request still waits");
     }
     assert_eq!(
-        rig.decide(rig.relay.decision(&p, "alice", Verdict::Declined))
+        decide(&rig, rig.relay().decision(&p, "alice", Verdict::Declined))
             .await
             .unwrap(),
         "refused"
@@ -326,8 +277,7 @@ async fn forged_misdirected_or_unlisted_decisions_change_nothing_and_a_decline_r
         "{body}"
     );
     // Decided once: nothing left to decide.
-    let err = rig
-        .decide(rig.relay.decision(&p, "alice", Verdict::Approved))
+    let err = decide(&rig, rig.relay().decision(&p, "alice", Verdict::Approved))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
@@ -338,22 +288,26 @@ async fn forged_misdirected_or_unlisted_decisions_change_nothing_and_a_decline_r
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pause_withdraws_the_held_request_and_it_can_no_longer_be_decided() {
-    let rig = Rig::new().await;
-    let ca = rig
-        .open("sess-a", 1, SESSION_SOURCE, vec![rule("every_request")])
-        .await;
+    let rig: Single = rig().await;
+    let ca = open(
+        &rig,
+        "sess-a",
+        1,
+        SESSION_SOURCE,
+        vec![rule("every_request")],
+    )
+    .await;
     let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
     let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/2").await });
-    let p = rig.relay.wait_proposals(1, 30).await.remove(0);
-    let closed = rig.close("sess-a", 1).await;
+    let p = rig.relay().wait_proposals(1, 30).await.remove(0);
+    let closed = close(&rig, "sess-a", 1).await;
     assert_eq!(closed.approvals_withdrawn, 1);
     let (status, refusal, _) = tokio::time::timeout(Duration::from_secs(10), held)
         .await
         .expect("answered at once")
         .unwrap();
     assert_eq!((status, refusal.as_str()), (403, "approval_withdrawn"));
-    let err = rig
-        .decide(rig.relay.decision(&p, "alice", Verdict::Approved))
+    let err = decide(&rig, rig.relay().decision(&p, "alice", Verdict::Approved))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
@@ -369,12 +323,17 @@ async fn a_pause_withdraws_the_held_request_and_it_can_no_longer_be_decided() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn first_use_asks_once_per_authority_and_again_after_a_resume() {
-    let rig = Rig::new().await;
+    let rig: Single = rig().await;
     let mut asked = 0;
     for attempt in 1..=2u32 {
-        let ca = rig
-            .open("sess-a", attempt, SESSION_SOURCE, vec![rule("first_use")])
-            .await;
+        let ca = open(
+            &rig,
+            "sess-a",
+            attempt,
+            SESSION_SOURCE,
+            vec![rule("first_use")],
+        )
+        .await;
         let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
         let mut first = match &conn {
             http::Sender::H2(s) => http::Sender::H2(s.clone()),
@@ -382,9 +341,13 @@ async fn first_use_asks_once_per_authority_and_again_after_a_resume() {
         };
         let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/first").await });
         asked += 1;
-        let p = rig.relay.wait_proposals(asked, 30).await.remove(asked - 1);
+        let p = rig
+            .relay()
+            .wait_proposals(asked, 30)
+            .await
+            .remove(asked - 1);
         assert_eq!(p.attempt, attempt);
-        rig.decide(rig.relay.decision(&p, "alice", Verdict::Approved))
+        decide(&rig, rig.relay().decision(&p, "alice", Verdict::Approved))
             .await
             .unwrap();
         assert_eq!(held.await.unwrap().0, 200);
@@ -393,25 +356,25 @@ async fn first_use_asks_once_per_authority_and_again_after_a_resume() {
             let (status, _, _) = send(&mut conn, "POST", &format!("/merge/again/{i}")).await;
             assert_eq!(status, 200);
         }
-        assert_eq!(rig.relay.proposals().len(), asked, "no new proposal");
-        rig.close("sess-a", attempt).await;
+        assert_eq!(rig.relay().proposals().len(), asked, "no new proposal");
+        close(&rig, "sess-a", attempt).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hundred_held_requests_across_ten_sessions_each_get_their_own_decision() {
-    let rig = Rig::new().await;
+    let rig: Single = rig().await;
     let mut tasks = Vec::new();
     for s in 0..10u32 {
         let source = format!("127.0.0.{}", 10 + s);
-        let ca = rig
-            .open(
-                &format!("sess-{s}"),
-                1,
-                &source,
-                vec![rule("every_request")],
-            )
-            .await;
+        let ca = open(
+            &rig,
+            &format!("sess-{s}"),
+            1,
+            &source,
+            vec![rule("every_request")],
+        )
+        .await;
         let conn = http::connect(&source, rig.gateway.data, API, &ca, true).await;
         let http::Sender::H2(h2) = conn else {
             unreachable!()
@@ -425,7 +388,7 @@ async fn a_hundred_held_requests_across_ten_sessions_each_get_their_own_decision
             ));
         }
     }
-    let mut proposals = rig.relay.wait_proposals(100, 30).await;
+    let mut proposals = rig.relay().wait_proposals(100, 30).await;
     assert_eq!(proposals.len(), 100);
     // A fixed shuffle (a linear congruential sequence), so a failure can
     // be replayed.
@@ -447,7 +410,7 @@ async fn a_hundred_held_requests_across_ten_sessions_each_get_their_own_decision
             Verdict::Declined
         };
         want.insert(p.path.clone(), verdict);
-        rig.decide(rig.relay.decision(p, "alice", verdict))
+        decide(&rig, rig.relay().decision(p, "alice", verdict))
             .await
             .unwrap();
     }
@@ -468,7 +431,7 @@ async fn a_hundred_held_requests_across_ten_sessions_each_get_their_own_decision
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_proposes_with_curl_and_gets_the_decision() {
-    let rig = Rig::new().await;
+    let rig: Single = rig().await;
     let agent_rule = pb::LockRule {
         id: "lock-agent".into(),
         destination: talos_certs::APPROVALS_NAME.into(),
@@ -478,63 +441,39 @@ async fn an_agent_proposes_with_curl_and_gets_the_decision() {
         mode: "every_request".into(),
         approvers: vec!["carol".into()],
     };
-    let ca = rig
-        .open("sess-a", 1, SESSION_SOURCE, vec![agent_rule])
-        .await;
-    let port = rig.gateway.data.port();
+    let ca = open(&rig, "sess-a", 1, SESSION_SOURCE, vec![agent_rule]).await;
+    let data = rig.gateway.data;
     let curl = move |body: &str| {
-        let connect_to = format!("{}:443:127.0.0.1:{port}", talos_certs::APPROVALS_NAME);
-        let url = format!("https://{}/v1/proposals", talos_certs::APPROVALS_NAME);
-        let out = run_bounded(
-            "curl",
-            &[
-                "-sS",
-                "--max-time",
-                "30",
-                "--interface",
-                SESSION_SOURCE,
-                "--cacert",
-                ca.to_str().unwrap(),
-                "--connect-to",
-                &connect_to,
-                "-H",
-                "content-type: application/json",
-                "-d",
-                body,
-                "-w",
-                "\n%{http_code}",
-                &url,
-            ],
-            None,
-            40,
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        Curl::via(data, &ca, talos_certs::APPROVALS_NAME)
+            .max_time(30)
+            .args(&["-H", "content-type: application/json", "-d", body])
+            .run("/v1/proposals")
+            .into_text()
     };
     // Malformed proposals get a 400 with a clear message, and no card.
-    let bad = curl(r#"{"tool":"shell"}"#);
-    assert!(bad.ends_with("400"), "{bad}");
+    let (status, _, bad) = curl(r#"{"tool":"shell"}"#);
+    assert_eq!(status, 400, "{bad}");
     assert!(bad.contains("malformed_proposal"), "{bad}");
-    let bad = curl(r#"{"tool":"shell","digest":"abc"}"#);
+    let (_, _, bad) = curl(r#"{"tool":"shell","digest":"abc"}"#);
     assert!(bad.contains("96 lowercase hex"), "{bad}");
-    assert!(rig.relay.proposals().is_empty());
+    assert!(rig.relay().proposals().is_empty());
 
     let call_digest = "ab".repeat(48);
     let body = format!(r#"{{"tool":"deploy","digest":"{call_digest}"}}"#);
     let waiting = tokio::task::spawn_blocking(move || curl(&body));
-    let p = rig.relay.wait_proposals(1, 30).await.remove(0);
+    let p = rig.relay().wait_proposals(1, 30).await.remove(0);
     assert_eq!(p.kind, "agent");
     assert_eq!(
         (p.tool.as_str(), p.call_digest.as_str()),
         ("deploy", call_digest.as_str())
     );
     assert!(p.sentence.contains("deploy") && p.sentence.contains(&call_digest));
-    rig.decide(rig.relay.decision(&p, "carol", Verdict::Approved))
+    decide(&rig, rig.relay().decision(&p, "carol", Verdict::Approved))
         .await
         .unwrap();
-    let answer = waiting.await.unwrap();
-    let (json, code) = answer.rsplit_once('\n').unwrap();
-    assert_eq!(code, "200");
-    let v: Value = serde_json::from_str(json).unwrap();
+    let (code, _, json) = waiting.await.unwrap();
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["decision"], "approved");
     assert_eq!(v["approver"], "carol");
     assert_eq!(v["proposal_digest"], p.digest.as_str());
@@ -548,17 +487,7 @@ async fn an_agent_proposes_with_curl_and_gets_the_decision() {
 #[tokio::test(flavor = "multi_thread")]
 async fn held_requests_and_first_uses_survive_an_upgrade() {
     use talos_e2e::member::{alive, Member};
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().to_owned();
-    let (_peers, pki, relay, config) = parts(&dir).await;
-    let mut text = config.toml(&dir);
-    text.push_str(&format!(
-        "[process]\nsocket = {:?}\n",
-        dir.join("gateway.sock").display().to_string()
-    ));
-    let mut member = Member::start(&dir, &text);
-    let control_addr = member.control();
-    let client = || gateway_client(control_addr, &pki.ca.cert_pem, Some(pki.client_identity()));
+    let mut rig: Single<Member> = rig().await;
     // Two sessions, a first_use rule each: one approved before the
     // handover, one held across it.
     let mut cas = Vec::new();
@@ -566,33 +495,23 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
         ("sess-before", SESSION_SOURCE),
         ("sess-across", "127.0.0.3"),
     ] {
-        let opened = client()
-            .open_session(open_request(id, 1, source, vec![rule("first_use")], &relay))
-            .await
-            .expect("open")
-            .into_inner();
-        let path = dir.join(format!("{id}.pem"));
-        std::fs::write(&path, opened.ca_pem).expect("ca");
-        cas.push((source, path));
+        cas.push((
+            source,
+            open(&rig, id, 1, source, vec![rule("first_use")]).await,
+        ));
     }
-    let decide = |signed: pb::Signed| async move {
-        client()
-            .decide(signed)
-            .await
-            .map(|r| r.into_inner().outcome)
-    };
 
     // Before: approved, so the next use passes.
     let (source, ca) = &cas[0];
-    let before = http::connect(source, member.data(), API, ca, true).await;
+    let before = http::connect(source, rig.data(), API, ca, true).await;
     let mut first = match &before {
         http::Sender::H2(s) => http::Sender::H2(s.clone()),
         http::Sender::H1(_) => unreachable!("h2 asked"),
     };
     let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/1").await });
-    let p = relay.wait_proposals(1, 30).await.remove(0);
+    let p = rig.relay().wait_proposals(1, 30).await.remove(0);
     assert_eq!(
-        decide(relay.decision(&p, "alice", Verdict::Approved))
+        decide(&rig, rig.relay().decision(&p, "alice", Verdict::Approved))
             .await
             .unwrap(),
         "released"
@@ -601,21 +520,21 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
 
     // Across: held on the old process when the upgrade comes.
     let (source, ca) = &cas[1];
-    let across = http::connect(source, member.data(), API, ca, true).await;
+    let across = http::connect(source, rig.data(), API, ca, true).await;
     let mut first = match &across {
         http::Sender::H2(s) => http::Sender::H2(s.clone()),
         http::Sender::H1(_) => unreachable!("h2 asked"),
     };
     let held = tokio::spawn(async move { send(&mut first, "POST", "/merge/2").await });
-    let p = relay.wait_proposals(2, 30).await.remove(1);
-    let old = member.pid();
-    let (ok, out, err) = tokio::task::block_in_place(|| member.command("upgrade"));
-    assert!(ok, "upgrade: {out} {err}\n{}", member.log());
-    member.wait_ready(2);
+    let p = rig.relay().wait_proposals(2, 30).await.remove(1);
+    let old = rig.gateway.pid();
+    let (ok, out, err) = tokio::task::block_in_place(|| rig.gateway.command("upgrade"));
+    assert!(ok, "upgrade: {out} {err}\n{}", rig.gateway.log());
+    rig.gateway.wait_ready(2);
     assert!(alive(old), "the old process drains the held request");
     // The successor answers the control channel and passes the decision on.
     assert_eq!(
-        decide(relay.decision(&p, "bob", Verdict::Approved))
+        decide(&rig, rig.relay().decision(&p, "bob", Verdict::Approved))
             .await
             .unwrap(),
         "released"
@@ -632,7 +551,7 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
 
     // On the successor, both sessions' first uses are done: not held.
     for (i, (source, ca)) in cas.iter().enumerate() {
-        let mut conn = http::connect(source, member.data(), API, ca, true).await;
+        let mut conn = http::connect(source, rig.data(), API, ca, true).await;
         let (status, refusal, body) = tokio::time::timeout(
             Duration::from_secs(20),
             send(&mut conn, "POST", &format!("/merge/after/{i}")),
@@ -642,7 +561,7 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
         assert_eq!((status, refusal.as_str()), (200, ""), "{body}");
     }
     assert_eq!(
-        relay.proposals().len(),
+        rig.relay().proposals().len(),
         2,
         "no new proposal after the upgrade"
     );

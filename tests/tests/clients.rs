@@ -3,69 +3,22 @@
 //! streams on a few connections), each to the hyper test origin.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
-use std::path::PathBuf;
 
 use serde_json::Value;
 use talos_e2e::clients::{run_bounded, SESSION_SOURCE};
-use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
-use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::rig::Single;
 
 /// The listed name the origin serves.
 const NAME: &str = "allowed.test";
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    _dns: DnsServer,
-    _origin: Origin,
-    /// The session CA the gateway wrote at start-up: all a client trusts.
-    trust: PathBuf,
-    gateway: Gateway,
-}
-
-/// A DNS server, the hyper origin for `allowed.test`, and a gateway with
-/// one session whose source addresses are `sources`.
-async fn rig(sources: &[&str]) -> Rig {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    let mut table = HashMap::new();
-    table.insert(
-        NAME.to_string(),
-        Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]),
-    );
-    let dns = DnsServer::start(table).await;
-    let ca = TestCa::new("origin test CA");
-    let origin_ca = path.join("origin-ca.pem");
-    ca.write_pem(&origin_ca);
-    let origin = Origin::start(&ca, &[NAME]).await;
-    let trust = path.join("session-ca.pem");
-    let config = TestConfig {
-        dns: dns.addr,
-        upstream_port: origin.addr.port(),
-        anchors: vec![origin_ca.clone()],
-        // The test origin lives on loopback; everything else internal stays refused.
-        permit_internal: vec!["127.0.0.1/32".into()],
-        sessions: vec![TestSession {
-            id: "sess-1".into(),
-            sources: sources.iter().map(|s| s.to_string()).collect(),
-            allowlist: vec![NAME.into()],
-            trust_file: trust.clone(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-    .toml(&path);
-    let gateway = Gateway::start(&path, &config);
-    Rig {
-        _dir: dir,
-        dir: path,
-        _dns: dns,
-        _origin: origin,
-        trust,
-        gateway,
-    }
+/// The hyper origin for `allowed.test` behind a gateway with one session
+/// whose source addresses are `sources`.
+async fn rig(sources: &[&str]) -> Single {
+    Single::builder()
+        .session(&[NAME])
+        .sources(sources)
+        .start_loopback(&[NAME])
+        .await
 }
 
 /// A Python client on `urllib`: its connections leave from a session source
@@ -118,36 +71,34 @@ out["mismatch"] = exchange(urllib.request.Request(
 print(json.dumps(out))
 "#;
 
-impl Rig {
-    /// Runs a Python client `script` (saved as `file`) with the gateway's
-    /// address, the session CA, the session source and the listed name as
-    /// its arguments; it prints one JSON object.
-    fn run_python(&self, file: &str, script: &str) -> Value {
-        let path = self.dir.join(file);
-        std::fs::write(&path, script).expect("write the python client");
-        let port = self.gateway.data.port().to_string();
-        let out = run_bounded(
-            "python3",
-            &[
-                path.to_str().unwrap(),
-                "127.0.0.1",
-                &port,
-                self.trust.to_str().unwrap(),
-                SESSION_SOURCE,
-                NAME,
-            ],
-            None,
-            60,
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-            panic!(
-                "python client failed: {}\nstdout: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                self.gateway.log()
-            )
-        })
-    }
+/// Runs a Python client `script` (saved as `file`) with the gateway's
+/// address, the session CA, the session source and the listed name as its
+/// arguments; it prints one JSON object.
+fn run_python(rig: &Single, file: &str, script: &str) -> Value {
+    let path = rig.dir.join(file);
+    std::fs::write(&path, script).expect("write the python client");
+    let port = rig.gateway.data.port().to_string();
+    let out = run_bounded(
+        "python3",
+        &[
+            path.to_str().unwrap(),
+            "127.0.0.1",
+            &port,
+            rig.trust.to_str().unwrap(),
+            SESSION_SOURCE,
+            NAME,
+        ],
+        None,
+        60,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+        panic!(
+            "python client failed: {}\nstdout: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            rig.gateway.log()
+        )
+    })
 }
 
 /// The one record whose single request is `method path`.
@@ -174,7 +125,7 @@ fn record_of<'a>(records: &'a [Value], method: &str, path: &str, status: u64) ->
 #[tokio::test(flavor = "multi_thread")]
 async fn python_urllib_gets_and_posts_through_the_gateway() {
     let rig = rig(&[SESSION_SOURCE]).await;
-    let out = rig.run_python("client.py", PYTHON_CLIENT);
+    let out = run_python(&rig, "client.py", PYTHON_CLIENT);
 
     let get = &out["get"];
     assert_eq!(get["status"], 200, "{out:#}\n{}", rig.gateway.log());
@@ -297,7 +248,7 @@ print(json.dumps({"together": exchange(None), "paused": exchange(1.0)}))
 #[tokio::test(flavor = "multi_thread")]
 async fn a_first_request_is_answered_with_or_after_the_handshake() {
     let rig = rig(&[SESSION_SOURCE]).await;
-    let replies = rig.run_python("flights.py", PYTHON_FLIGHTS);
+    let replies = run_python(&rig, "flights.py", PYTHON_FLIGHTS);
     for case in ["together", "paused"] {
         let reply = replies[case].as_str().unwrap_or_default();
         assert!(

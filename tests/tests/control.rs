@@ -7,7 +7,6 @@
 //! nothing on the channel answers a client without a certificate from the
 //! control CA.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -15,52 +14,19 @@ use sha2::Digest;
 use talos_certs::{Kind, Signed};
 use talos_e2e::clients::http;
 use talos_e2e::clients::{curl_via, SESSION_SOURCE};
-use talos_e2e::control::{gateway_client, ControlPki};
-use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::{LoopbackOrigin, TestCa};
+use talos_e2e::control::gateway_client;
+use talos_e2e::origin::TestCa;
+use talos_e2e::rig::Single;
 use talos_gateway::pb;
-use tonic::transport::Channel;
 use tonic::Code;
 
 const SECRET: &str = "c0ntrol-s3cret-T0ken-0123456789";
 const API: &str = "api.test";
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    _peers: LoopbackOrigin,
-    pki: ControlPki,
-    gateway: Gateway,
-}
-
-async fn rig() -> Rig {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    let peers = LoopbackOrigin::start(&path, API).await;
-    let pki = ControlPki::new(&path);
-    let config = TestConfig {
-        control: Some(pki.files.clone()),
-        ..peers.config()
-    };
-    let gateway = Gateway::start(&path, &config.toml(&path));
-    Rig {
-        _dir: dir,
-        dir: path,
-        _peers: peers,
-        pki,
-        gateway,
-    }
-}
-
-impl Rig {
-    /// A control client with a certificate from the control CA.
-    fn client(&self) -> pb::gateway_client::GatewayClient<Channel> {
-        gateway_client(
-            self.gateway.control.expect("control listener"),
-            &self.pki.ca.cert_pem,
-            Some(self.pki.client_identity()),
-        )
-    }
+/// A gateway with a control channel and no static session, in front of
+/// an origin for `api.test`.
+async fn rig() -> Single {
+    Single::builder().control().start_loopback(&[API]).await
 }
 
 fn open_request(id: &str, attempt: u32, source: &str) -> pb::OpenSessionRequest {
@@ -94,7 +60,7 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
     assert_eq!(me.gateway_id, "gw-test");
     let public_key: [u8; 32] = me.public_key.as_slice().try_into().expect("32-byte key");
     assert_eq!(me.key_id, talos_certs::key_id_for(&public_key));
-    let mode = std::fs::metadata(&rig.pki.files.signing_key_file)
+    let mode = std::fs::metadata(&rig.pki().files.signing_key_file)
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
         .expect("signing key made");
     assert_eq!(mode, 0o600);
@@ -109,9 +75,9 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
     assert_eq!(opened.ca_digest.len(), 96);
     let ca_path = rig.dir.join("session-ca.pem");
     std::fs::write(&ca_path, &opened.ca_pem).unwrap();
-    let (code, _, body) = curl_via(rig.gateway.data, &ca_path, API, "/echo", &["--http1.1"]);
-    assert_eq!(code, 200, "{}", rig.gateway.log());
-    let echo: Value = serde_json::from_slice(&body).unwrap();
+    let got = curl_via(rig.gateway.data, &ca_path, API, "/echo", &["--http1.1"]);
+    assert_eq!(got.status, 200, "{}", rig.gateway.log());
+    let echo: Value = serde_json::from_slice(&got.body).unwrap();
     let want = hex::encode(sha2::Sha256::digest(format!("Bearer {SECRET}")));
     assert_eq!(echo["sha256"]["authorization"], want, "attachment injected");
     let records = rig.gateway.wait_records(1);
@@ -152,7 +118,7 @@ async fn open_then_close_cuts_connections_and_signs_a_drop_report() {
     assert_eq!(records[1]["session_id"], "sess-c");
 
     // The source is no session's any more.
-    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/echo", &[]);
+    let code = curl_via(rig.gateway.data, &ca_path, API, "/echo", &[]).status;
     assert_eq!(code, 0);
     let records = rig.gateway.wait_records(3);
     assert_eq!(records[2]["verdict"], "unknown_source", "{}", records[2]);
@@ -254,10 +220,10 @@ async fn a_newer_open_replaces_the_sources_authority() {
     assert_ne!(first.ca_digest, second.ca_digest, "a fresh CA");
     let ca_path = rig.dir.join("session-ca.pem");
     std::fs::write(&ca_path, &first.ca_pem).unwrap();
-    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &ca_path, API, "/", &[]).status;
     assert_eq!(code, 0, "the old CA is no longer served");
     std::fs::write(&ca_path, &second.ca_pem).unwrap();
-    let (code, _, _) = curl_via(rig.gateway.data, &ca_path, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &ca_path, API, "/", &[]).status;
     assert_eq!(code, 200);
     // Attempt 1 was ended by the newer open: a close of it answers that
     // end's signed report, reason `replaced`.
@@ -323,7 +289,7 @@ async fn invalid_open_requests_name_the_field() {
         assert!(!status.message().contains(SECRET), "{status:?}");
     }
     // Nothing was opened.
-    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &rig.pki().files.ca_file, API, "/", &[]).status;
     assert_eq!(code, 0);
     let records = rig.gateway.wait_records(1);
     assert_eq!(records[0]["verdict"], "unknown_source");
@@ -336,7 +302,7 @@ async fn clients_without_a_control_certificate_cannot_call() {
     let stranger = TestCa::new("another CA");
     let not_ours = stranger.leaf_pem(&["control-plane.control.test"]);
     for (what, identity) in [("no certificate", None), ("another CA", Some(not_ours))] {
-        let mut client = gateway_client(addr, &rig.pki.ca.cert_pem, identity);
+        let mut client = gateway_client(addr, &rig.pki().ca.cert_pem, identity);
         let refused = client.describe(pb::DescribeRequest {}).await;
         assert!(refused.is_err(), "{what}: {refused:?}");
         let refused = client
@@ -354,8 +320,8 @@ async fn clients_without_a_control_certificate_cannot_call() {
     // can neither open, replace, close nor renew a session here.
     let mut peer = gateway_client(
         addr,
-        &rig.pki.ca.cert_pem,
-        Some(rig.pki.peer_gateway_identity()),
+        &rig.pki().ca.cert_pem,
+        Some(rig.pki().peer_gateway_identity()),
     );
     let opened = peer
         .open_session(open_request("sess-peer", 1, SESSION_SOURCE))
@@ -382,7 +348,7 @@ async fn clients_without_a_control_certificate_cannot_call() {
         "{}",
         rig.gateway.log()
     );
-    let (code, _, _) = curl_via(rig.gateway.data, &rig.pki.files.ca_file, API, "/", &[]);
+    let code = curl_via(rig.gateway.data, &rig.pki().files.ca_file, API, "/", &[]).status;
     assert_eq!(code, 0, "no session was opened");
     // The control plane's certificate is served.
     rig.client()

@@ -8,10 +8,11 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use serde_json::Value;
-use talos_e2e::clients::{self, run_bounded, SESSION_SOURCE, UNKNOWN_SOURCE};
-use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{workspace_bin, Gateway, TestConfig, TestSession};
-use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::clients::{self, admin_get, run_bounded, SESSION_SOURCE, UNKNOWN_SOURCE};
+use talos_e2e::dns::Answer;
+use talos_e2e::gateway::workspace_bin;
+use talos_e2e::origin::LoopbackOrigin;
+use talos_e2e::rig::Single;
 
 /// Names the test DNS server knows, and what it answers.
 fn dns_table() -> HashMap<String, Answer> {
@@ -45,88 +46,44 @@ const ALLOWLIST: &[&str] = &[
     "nxdomain.test",
 ];
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    dir: std::path::PathBuf,
-    _dns: DnsServer,
-    _origin: Origin,
-    origin_port: u16,
-    gateway: Gateway,
+/// The origin for `allowed.test` and the DNS server of [`dns_table`]
+/// behind a gateway with one session from the session source, allowed
+/// [`ALLOWLIST`].
+async fn rig() -> Single {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let peers = LoopbackOrigin::serving_with(tmp.path(), &["allowed.test"], dns_table()).await;
+    let base = peers.config();
+    Single::builder()
+        .session(ALLOWLIST)
+        .start(tmp, peers, base)
+        .await
 }
 
-async fn rig() -> Rig {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
-    let dns = DnsServer::start(dns_table()).await;
-    let ca = TestCa::new("origin test CA");
-    ca.write_pem(&path.join("origin-ca.pem"));
-    let origin = Origin::start(&ca, &["allowed.test"]).await;
-    let config = TestConfig {
-        dns: dns.addr,
-        upstream_port: origin.addr.port(),
-        anchors: vec![path.join("origin-ca.pem")],
-        // The test origin lives on loopback; everything else internal stays refused.
-        permit_internal: vec!["127.0.0.1/32".into()],
-        sessions: vec![TestSession {
-            id: "sess-1".into(),
-            sources: vec![SESSION_SOURCE.into()],
-            allowlist: ALLOWLIST.iter().map(|n| n.to_string()).collect(),
-            trust_file: path.join("session-ca.pem"),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-    .toml(&path);
-    let gateway = Gateway::start(&path, &config);
-    Rig {
-        origin_port: origin.addr.port(),
-        _dir: dir,
-        dir: path,
-        _dns: dns,
-        _origin: origin,
-        gateway,
-    }
+/// The path every curl below asks for: its query must reach no record.
+const PATH: &str = "/some/path?q=secret-query";
+
+/// curl through the gateway to `name`, from `source`, trusting only the
+/// session CA, at most 10 s; (exit code, body, stderr).
+fn curl(rig: &Single, source: &str, name: &str, extra: &[&str]) -> (i32, String, String) {
+    let got = rig
+        .curl_to(name)
+        .from(source)
+        .max_time(10)
+        .args(extra)
+        .run(PATH);
+    (got.exit, got.text(), got.stderr)
 }
 
-impl Rig {
-    /// curl through the gateway to `name`, from `source`, trusting only the
-    /// session CA; (exit code, stdout, stderr).
-    fn curl(&self, source: &str, name: &str, extra: &[&str]) -> (i32, String, String) {
-        let ca = self.dir.join("session-ca.pem");
-        let connect_to = format!("{name}:443:127.0.0.1:{}", self.gateway.data.port());
-        let url = format!("https://{name}/some/path?q=secret-query");
-        let mut args = vec![
-            "-sS",
-            "--max-time",
-            "10",
-            "--interface",
-            source,
-            "--cacert",
-            ca.to_str().unwrap(),
-            "--connect-to",
-            &connect_to,
-        ];
-        args.extend_from_slice(extra);
-        args.push(&url);
-        let out = run_bounded("curl", &args, None, 20);
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// The one record whose SNI is `sni` (or whose source is unknown).
-    fn record_for(&self, n: usize, pick: impl Fn(&Value) -> bool) -> Value {
-        let records = self.gateway.wait_records(n);
-        let found: Vec<&Value> = records.iter().filter(|r| pick(r)).collect();
-        assert_eq!(
-            found.len(),
-            1,
-            "expected one matching record in {records:#?}"
-        );
-        found[0].clone()
-    }
+/// The one record `pick` picks among the first `n`.
+fn record_for(rig: &Single, n: usize, pick: impl Fn(&Value) -> bool) -> Value {
+    let records = rig.gateway.wait_records(n);
+    let found: Vec<&Value> = records.iter().filter(|r| pick(r)).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one matching record in {records:#?}"
+    );
+    found[0].clone()
 }
 
 fn sni_is(name: &'static str) -> impl Fn(&Value) -> bool {
@@ -150,7 +107,7 @@ async fn allowed_name_reaches_the_origin_at_the_checked_address() {
         .into_iter()
         .enumerate()
     {
-        let (code, body, err) = rig.curl(SESSION_SOURCE, "allowed.test", &[version]);
+        let (code, body, err) = curl(&rig, SESSION_SOURCE, "allowed.test", &[version]);
         assert_eq!(
             code,
             0,
@@ -174,7 +131,10 @@ async fn allowed_name_reaches_the_origin_at_the_checked_address() {
         assert_eq!(r["tenant"], "acme");
         assert_eq!(r["attempt"], 1);
         assert_eq!(r["sni"], "allowed.test");
-        assert_eq!(r["resolved"], format!("127.0.0.1:{}", rig.origin_port));
+        assert_eq!(
+            r["resolved"],
+            format!("127.0.0.1:{}", rig.peers.origin.addr.port())
+        );
         assert!(r["source"].as_str().unwrap().starts_with("127.0.0.2:"));
         assert!(r["bytes_from_session"].as_u64().unwrap() > 200, "{r}");
         assert!(r["bytes_to_session"].as_u64().unwrap() > 200, "{r}");
@@ -191,9 +151,9 @@ async fn allowed_name_reaches_the_origin_at_the_checked_address() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_source_is_refused() {
     let rig = rig().await;
-    let (code, _, _) = rig.curl(UNKNOWN_SOURCE, "allowed.test", &[]);
+    let (code, _, _) = curl(&rig, UNKNOWN_SOURCE, "allowed.test", &[]);
     assert_ne!(code, 0);
-    let r = rig.record_for(1, |_| true);
+    let r = record_for(&rig, 1, |_| true);
     assert_eq!(r["verdict"], "unknown_source");
     assert!(r["session_id"].is_null());
     assert!(r["source"].as_str().unwrap().starts_with("127.0.0.9:"));
@@ -220,7 +180,7 @@ async fn plain_http_is_not_tls() {
         20,
     );
     assert!(!out.status.success());
-    let r = rig.record_for(1, |_| true);
+    let r = record_for(&rig, 1, |_| true);
     assert_eq!(r["verdict"], "not_tls", "{r}");
     assert_eq!(r["session_id"], "sess-1");
 }
@@ -249,7 +209,7 @@ async fn a_hello_without_server_name_is_refused_with_an_alert() {
         stderr.contains("unrecognized name"),
         "openssl saw: {stderr}"
     );
-    let r = rig.record_for(1, |_| true);
+    let r = record_for(&rig, 1, |_| true);
     assert_eq!(r["verdict"], "no_server_name", "{r}");
     assert!(r["sni"].is_null());
 }
@@ -264,20 +224,20 @@ async fn a_hello_with_ech_is_refused() {
         [21, 3, 3, 0, 2, 2, 40],
         "expected a handshake_failure alert"
     );
-    let r = rig.record_for(1, |_| true);
+    let r = record_for(&rig, 1, |_| true);
     assert_eq!(r["verdict"], "encrypted_client_hello", "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_name_off_the_allowlist_is_refused() {
     let rig = rig().await;
-    let (code, _, err) = rig.curl(SESSION_SOURCE, "Other.Example.", &[]);
+    let (code, _, err) = curl(&rig, SESSION_SOURCE, "Other.Example.", &[]);
     assert_ne!(code, 0);
     assert!(
         err.contains("unrecognized name") || err.contains("alert"),
         "{err}"
     );
-    let r = rig.record_for(1, |_| true);
+    let r = record_for(&rig, 1, |_| true);
     assert_eq!(r["verdict"], "not_on_allowlist", "{r}");
     assert_eq!(
         r["sni"], "other.example",
@@ -302,7 +262,7 @@ async fn names_that_resolve_inside_are_refused() {
         ("mixed.test", "fd00:ec2::254", "internal:cloud_metadata"),
     ];
     for (name, _, _) in cases {
-        let (code, _, _) = rig.curl(SESSION_SOURCE, name, &[]);
+        let (code, _, _) = curl(&rig, SESSION_SOURCE, name, &[]);
         assert_ne!(code, 0, "{name} must be refused");
     }
     for (i, (name, addr, cause)) in cases.into_iter().enumerate() {
@@ -323,13 +283,13 @@ async fn names_that_resolve_inside_are_refused() {
 async fn unresolvable_names_fail_cleanly() {
     let rig = rig().await;
     for name in ["nxdomain.test", "silent.test"] {
-        let (code, _, _) = rig.curl(SESSION_SOURCE, name, &[]);
+        let (code, _, _) = curl(&rig, SESSION_SOURCE, name, &[]);
         assert_ne!(code, 0);
     }
-    let nx = rig.record_for(2, sni_is("nxdomain.test"));
+    let nx = record_for(&rig, 2, sni_is("nxdomain.test"));
     assert_eq!(nx["verdict"], "upstream_failed");
     assert_eq!(nx["cause"], "nxdomain");
-    let silent = rig.record_for(2, sni_is("silent.test"));
+    let silent = record_for(&rig, 2, sni_is("silent.test"));
     assert_eq!(silent["verdict"], "upstream_failed");
     assert_eq!(silent["cause"], "resolver_timeout");
 }
@@ -357,7 +317,7 @@ async fn slow_and_endless_senders_are_cut_off() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_and_exits_cleanly() {
     let mut rig = rig().await;
-    let (code, _, err) = rig.curl(SESSION_SOURCE, "allowed.test", &[]);
+    let (code, _, err) = curl(&rig, SESSION_SOURCE, "allowed.test", &[]);
     assert_eq!(code, 0, "{err}");
     assert!(rig.gateway.stop(), "gateway must exit 0 on SIGTERM");
     assert_eq!(rig.gateway.records().len(), 1);
@@ -368,18 +328,15 @@ async fn sigterm_drains_and_exits_cleanly() {
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_listener_serves_metrics_and_health() {
     let rig = rig().await;
-    let _ = rig.curl(SESSION_SOURCE, "not-listed.test", &[]);
+    let _ = curl(&rig, SESSION_SOURCE, "not-listed.test", &[]);
     rig.gateway.wait_records(1);
-    let url = format!("http://{}/metrics", rig.gateway.admin);
-    let out = run_bounded("curl", &["-sS", "--max-time", "5", &url], None, 10);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text) = admin_get(rig.gateway.admin, "/metrics");
     assert!(
         text.contains("gateway_connections_total{verdict=\"not_on_allowlist\"} 1"),
         "{text}"
     );
-    let health = format!("http://{}/readyz", rig.gateway.admin);
-    let out = run_bounded("curl", &["-sS", "-f", "--max-time", "5", &health], None, 10);
-    assert!(out.status.success());
+    let (status, body) = admin_get(rig.gateway.admin, "/readyz");
+    assert_eq!(status, 200, "{body}");
 }
 
 fn testdata(file: &str) -> std::path::PathBuf {

@@ -7,36 +7,30 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use serde_json::Value;
 use talos_e2e::clients::SESSION_SOURCE;
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::grpc::echo::echo_client::EchoClient;
 use talos_e2e::grpc::echo::EchoRequest;
 use talos_e2e::grpc::{self, Flavour, GrpcOrigin};
 use talos_e2e::origin::TestCa;
+use talos_e2e::rig::Single;
 use tonic::transport::Channel;
 use tonic::Code;
 
 /// The listed name the gRPC origin serves.
 const NAME: &str = "grpc.test";
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    _dns: DnsServer,
-    _origin: GrpcOrigin,
-    origin_port: u16,
-    trust: PathBuf,
-    gateway: Gateway,
-}
+/// A gRPC origin and the DNS server naming it.
+type Rig = Single<Gateway, (GrpcOrigin, DnsServer)>;
 
 /// A DNS server, a gRPC origin of `flavour` for `grpc.test`, and a gateway
 /// with one session (source 127.0.0.2) allowed to reach it.
 async fn rig(flavour: Flavour) -> Rig {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path();
     let mut table = HashMap::new();
     table.insert(
         NAME.to_string(),
@@ -47,53 +41,37 @@ async fn rig(flavour: Flavour) -> Rig {
     let origin_ca = path.join("origin-ca.pem");
     ca.write_pem(&origin_ca);
     let origin = GrpcOrigin::start(&ca, &[NAME], flavour).await;
-    let trust = path.join("session-ca.pem");
-    let config = TestConfig {
+    let base = TestConfig {
         dns: dns.addr,
         upstream_port: origin.addr.port(),
-        anchors: vec![origin_ca.clone()],
+        anchors: vec![origin_ca],
         // The test origin lives on loopback; everything else internal stays refused.
         permit_internal: vec!["127.0.0.1/32".into()],
-        sessions: vec![TestSession {
-            id: "sess-1".into(),
-            sources: vec![SESSION_SOURCE.into()],
-            allowlist: vec![NAME.into()],
-            trust_file: trust.clone(),
-            ..Default::default()
-        }],
         ..Default::default()
-    }
-    .toml(&path);
-    let gateway = Gateway::start(&path, &config);
-    Rig {
-        _dir: dir,
-        _dns: dns,
-        origin_port: origin.addr.port(),
-        _origin: origin,
-        trust,
-        gateway,
-    }
+    };
+    Single::builder()
+        .session(&[NAME])
+        .start(tmp, (origin, dns), base)
+        .await
 }
 
-impl Rig {
-    /// A client through the gateway, as a session would make it.
-    async fn client(&self) -> EchoClient<Channel> {
-        grpc::client_via_gateway(self.gateway.data, SESSION_SOURCE, NAME, &self.trust)
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot connect through the gateway: {e:?}\n{}",
-                    self.gateway.log()
-                )
-            })
-    }
+/// A client through the gateway, as a session would make it.
+async fn echo_client(rig: &Rig) -> EchoClient<Channel> {
+    grpc::client_via_gateway(rig.gateway.data, SESSION_SOURCE, NAME, &rig.trust)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot connect through the gateway: {e:?}\n{}",
+                rig.gateway.log()
+            )
+        })
+}
 
-    /// The single record, once the client's connection has closed.
-    fn only_record(&self) -> Value {
-        let records = self.gateway.wait_records(1);
-        assert_eq!(records.len(), 1, "{records:#?}\n{}", self.gateway.log());
-        records[0].clone()
-    }
+/// The single record, once the client's connection has closed.
+fn only_record(rig: &Rig) -> Value {
+    let records = rig.gateway.wait_records(1);
+    assert_eq!(records.len(), 1, "{records:#?}\n{}", rig.gateway.log());
+    records[0].clone()
 }
 
 fn req(message: &str) -> EchoRequest {
@@ -138,7 +116,7 @@ fn requests_of(r: &Value) -> Vec<(String, String, u64)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn unary_calls_share_one_connection() {
     let rig = rig(Flavour::H2).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let reply = client
         .unary(req("hello"))
         .await
@@ -159,8 +137,8 @@ async fn unary_calls_share_one_connection() {
         );
     }
     drop(client);
-    let r = rig.only_record();
-    assert_h2_both_sides(&r, rig.origin_port);
+    let r = only_record(&rig);
+    assert_h2_both_sides(&r, rig.peers.0.addr.port());
     assert_eq!(r["request_count"], 11, "{r}");
     for (method, path, status) in requests_of(&r) {
         assert_eq!(method, "POST");
@@ -172,7 +150,7 @@ async fn unary_calls_share_one_connection() {
 #[tokio::test(flavor = "multi_thread")]
 async fn server_streaming_delivers_every_message_in_order() {
     let rig = rig(Flavour::H2).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let mut request = req("tick");
     request.count = 100;
     let mut stream = client
@@ -191,8 +169,8 @@ async fn server_streaming_delivers_every_message_in_order() {
     }
     drop(stream);
     drop(client);
-    let r = rig.only_record();
-    assert_h2_both_sides(&r, rig.origin_port);
+    let r = only_record(&rig);
+    assert_h2_both_sides(&r, rig.peers.0.addr.port());
     assert_eq!(
         requests_of(&r),
         vec![(
@@ -206,7 +184,7 @@ async fn server_streaming_delivers_every_message_in_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_streaming_delivers_every_message() {
     let rig = rig(Flavour::H2).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let requests: Vec<EchoRequest> = (0..50)
         .map(|i| EchoRequest {
             message: format!("m{i}"),
@@ -224,15 +202,15 @@ async fn client_streaming_delivers_every_message() {
     assert_eq!(reply.index, 50);
     assert_eq!(reply.payload, b"50000");
     drop(client);
-    let r = rig.only_record();
-    assert_h2_both_sides(&r, rig.origin_port);
+    let r = only_record(&rig);
+    assert_h2_both_sides(&r, rig.peers.0.addr.port());
     assert_eq!(r["request_count"], 1, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bidirectional_streaming_answers_each_message_before_the_next_is_sent() {
     let rig = rig(Flavour::H2).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let (tx, rx) = tokio::sync::mpsc::channel::<EchoRequest>(1);
     tx.send(req("ping 0")).await.expect("first send");
     let mut replies = client
@@ -260,15 +238,15 @@ async fn bidirectional_streaming_answers_each_message_before_the_next_is_sent() 
     assert!(replies.message().await.expect("clean end").is_none());
     drop(replies);
     drop(client);
-    let r = rig.only_record();
-    assert_h2_both_sides(&r, rig.origin_port);
+    let r = only_record(&rig);
+    assert_h2_both_sides(&r, rig.peers.0.addr.port());
     assert_eq!(r["request_count"], 1, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_error_status_in_trailers_reaches_the_client_whole() {
     let rig = rig(Flavour::H2).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let mut request = req("nope");
     request.fail_with = Code::PermissionDenied as u32;
     let status = client
@@ -302,8 +280,8 @@ async fn an_error_status_in_trailers_reaches_the_client_whole() {
         .into_inner();
     assert_eq!(reply.message, "after");
     drop(client);
-    let r = rig.only_record();
-    assert_h2_both_sides(&r, rig.origin_port);
+    let r = only_record(&rig);
+    assert_h2_both_sides(&r, rig.peers.0.addr.port());
     for q in r["requests"].as_array().expect("requests") {
         assert!(q["refusal"].is_null(), "{r}");
         assert_eq!(q["status"], 200, "gRPC statuses ride on HTTP 200: {r}");
@@ -313,7 +291,7 @@ async fn an_error_status_in_trailers_reaches_the_client_whole() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_three_mebibyte_message_crosses_both_ways() {
     let rig = rig(Flavour::H2).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let payload: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let reply = client
         .unary(EchoRequest {
@@ -327,8 +305,8 @@ async fn a_three_mebibyte_message_crosses_both_ways() {
     assert_eq!(reply.payload.len(), payload.len());
     assert!(reply.payload == payload, "payload changed on the way");
     drop(client);
-    let r = rig.only_record();
-    assert_h2_both_sides(&r, rig.origin_port);
+    let r = only_record(&rig);
+    assert_h2_both_sides(&r, rig.peers.0.addr.port());
     for key in ["bytes_from_session", "bytes_to_session"] {
         assert!(
             r[key].as_u64().unwrap_or_default() > 3 * 1024 * 1024,
@@ -340,7 +318,7 @@ async fn a_three_mebibyte_message_crosses_both_ways() {
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_to_an_http1_destination_is_refused_with_a_readable_status() {
     let rig = rig(Flavour::Http1Only).await;
-    let mut client = rig.client().await;
+    let mut client = echo_client(&rig).await;
     let status = client
         .unary(req("hello"))
         .await
@@ -356,7 +334,7 @@ async fn grpc_to_an_http1_destination_is_refused_with_a_readable_status() {
         rig.gateway.log()
     );
     drop(client);
-    let r = rig.only_record();
+    let r = only_record(&rig);
     assert_eq!(
         r["verdict"], "allowed",
         "the connection passed the gate: {r}"

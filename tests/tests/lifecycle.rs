@@ -10,17 +10,14 @@
 //! a gateway restart with no record lost or doubled, tampering detected,
 //! and the spool's bound failing closed.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
-use talos_e2e::clients::{curl_via, run_bounded, SESSION_SOURCE};
-use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{Gateway, TestConfig};
-use talos_e2e::origin::{Origin, TestCa};
-use talos_e2e::stub::Stub;
+use talos_e2e::clients::{admin_get, curl_via, Curl, Kept, SESSION_SOURCE};
+use talos_e2e::gateway::Gateway;
+use talos_e2e::rig::pair::IDS;
+use talos_e2e::rig::{Pair, SessionSpec};
 use talos_e2e::wait;
 
 const API: &str = "api.test";
@@ -28,178 +25,39 @@ const OTHER: &str = "other.test";
 const OFF_LIST: &str = "off-list.test";
 const SECRET: &str = "lifecycle-S3CRET-v4lue-0123456789";
 const SECRET_2: &str = "second-S3CRET-after-rotation-987";
-const IDS: [&str; 2] = ["gw-a", "gw-b"];
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    _dns: DnsServer,
-    _origin: Origin,
-    stub: Stub,
-    config: TestConfig,
-    /// Extra `[control]` lines for every gateway.
-    control_extra: String,
-    gateways: Vec<Gateway>,
+/// Two members shipping batches to a running `serve`; the account's
+/// egress list holds `api.test` and `other.test`; tenant `acme` has
+/// secret `API_TOKEN`.
+async fn pair() -> Pair {
+    pair_with_control("").await
 }
 
-impl Rig {
-    /// Two gateways shipping batches to a running `serve`; the account's
-    /// egress list holds `api.test` and `other.test`; tenant `acme` has
-    /// secret `API_TOKEN`.
-    async fn new() -> Rig {
-        Rig::with_control_extra("").await
-    }
+/// [`pair`] with more lines in every member's `[control]` table.
+async fn pair_with_control(extra: &str) -> Pair {
+    Pair::builder()
+        .control(extra)
+        .egress(&[API, OTHER])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API, OTHER, OFF_LIST])
+        .await
+}
 
-    async fn with_control_extra(extra: &str) -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let ca = TestCa::new("origin test CA");
-        ca.write_pem(&dir.join("origin-ca.pem"));
-        let origin = Origin::start(&ca, &[API, OTHER, OFF_LIST]).await;
-        let loopback = || Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
-        let dns = DnsServer::start(HashMap::from([
-            (API.to_owned(), loopback()),
-            (OTHER.to_owned(), loopback()),
-            (OFF_LIST.to_owned(), loopback()),
-        ]))
-        .await;
-        let mut stub = Stub::init(&dir, &IDS);
-        stub.start_serve();
-        let config = TestConfig {
-            dns: dns.addr,
-            upstream_port: origin.addr.port(),
-            anchors: vec![dir.join("origin-ca.pem")],
-            permit_internal: vec!["127.0.0.1/32".into()],
-            limits: "shutdown_grace_ms = 3000".into(),
-            ..Default::default()
-        };
-        let mut rig = Rig {
-            _tmp: tmp,
-            dir,
-            _dns: dns,
-            _origin: origin,
-            stub,
-            config,
-            control_extra: extra.to_owned(),
-            gateways: Vec::new(),
-        };
-        for i in 0..IDS.len() {
-            let g = rig.start_gateway(i, None);
-            rig.gateways.push(g);
-        }
-        for name in [API, OTHER] {
-            rig.cli(&["policy", "egress", "add", name]).json();
-        }
-        rig.set_secret("API_TOKEN", SECRET);
-        rig
-    }
+/// A session from 127.0.0.2 in `mode` allowed `api.test` and
+/// `other.test`, `API_TOKEN` attached to `api.test`.
+fn session(mode: &str) -> SessionSpec {
+    SessionSpec::from(SESSION_SOURCE)
+        .allow(API)
+        .allow(OTHER)
+        .attach("API_TOKEN=api.test:authorization:Bearer")
+        .mode(mode)
+}
 
-    /// Start gateway `i` (its control listener on `control`, or any port).
-    fn start_gateway(&self, i: usize, control: Option<SocketAddr>) -> Gateway {
-        let id = IDS[i];
-        let dir = self.dir.join(id);
-        std::fs::create_dir_all(&dir).expect("gateway dir");
-        let mut files = self.stub.gateway_files(id, &dir);
-        if let Some(addr) = control {
-            files.listen = addr.to_string();
-        }
-        files.extra = format!(
-            "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\n{}",
-            self.stub.serve_addr.expect("serve started"),
-            dir.join("spool").display().to_string(),
-            self.control_extra,
-        );
-        let config = TestConfig {
-            gateway_id: id.into(),
-            control: Some(files),
-            ..self.config.clone()
-        };
-        Gateway::start(&dir, &config.toml(&dir))
-    }
-
-    fn links(&self) -> Vec<(String, SocketAddr)> {
-        self.gateways
-            .iter()
-            .zip(IDS)
-            .map(|(g, id)| (id.to_owned(), g.control.expect("control listener")))
-            .collect()
-    }
-
-    fn cli(&self, args: &[&str]) -> talos_e2e::stub::Ran {
-        self.stub.run(&self.links(), args, b"")
-    }
-
-    fn set_secret(&self, name: &str, value: &str) {
-        self.stub
-            .run(
-                &[],
-                &["secret", "set", name, "--tenant", "acme"],
-                value.as_bytes(),
-            )
-            .json();
-    }
-
-    /// Start a session from 127.0.0.2 allowed `api.test` and `other.test`,
-    /// `API_TOKEN` attached to `api.test`; returns its id.
-    fn start_session(&self, mode: &str) -> String {
-        let t = self
-            .cli(&[
-                "sandbox",
-                "start",
-                "--tenant",
-                "acme",
-                "--source",
-                SESSION_SOURCE,
-                "--allow",
-                API,
-                "--allow",
-                OTHER,
-                "--attach",
-                "API_TOKEN=api.test:authorization:Bearer",
-                "--mode",
-                mode,
-            ])
-            .json();
-        assert_eq!(t["state"], "running");
-        assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
-        t["session_id"].as_str().expect("session id").to_owned()
-    }
-
-    /// Write the session's current trust bundle (both gateways' CAs).
-    fn trust(&self, id: &str, file: &str) -> PathBuf {
-        let ran = self.cli(&["sandbox", "trust", id]);
-        assert_eq!(ran.status, 0, "{}", ran.stderr);
-        assert_eq!(ran.stdout.matches("BEGIN CERTIFICATE").count(), 2);
-        let path = self.dir.join(file);
-        std::fs::write(&path, &ran.stdout).expect("write bundle");
-        path
-    }
-
-    /// The CA digests of the session's current attempt, by gateway.
-    fn digests(&self, id: &str) -> BTreeMap<String, String> {
-        let status = self.cli(&["sandbox", "status", id]).json();
-        let last = status["attempts"]
-            .as_array()
-            .and_then(|a| a.last())
-            .expect("an attempt")
-            .clone();
-        last["ca"]
-            .as_array()
-            .expect("cas")
-            .iter()
-            .map(|c| {
-                (
-                    c["gateway_id"].as_str().unwrap().to_owned(),
-                    c["digest"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    }
-
-    /// Every record of every gateway so far.
-    fn records(&self) -> Vec<Value> {
-        self.gateways.iter().flat_map(Gateway::records).collect()
-    }
+/// Write the session's current trust bundle (both members' CAs).
+fn trust(rig: &Pair, id: &str, file: &str) -> PathBuf {
+    let (path, digests) = rig.trust(id, file);
+    assert_eq!(digests.len(), 2);
+    path
 }
 
 /// SHA-384 of each certificate's DER in a PEM bundle, as the session
@@ -211,12 +69,6 @@ fn bundle_digests(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// GET `path` on `name` through gateway `g`, trusting `bundle`.
-fn get(g: &Gateway, bundle: &Path, name: &str, path: &str) -> (u16, String, String) {
-    let (code, head, body) = curl_via(g.data, bundle, name, path, &[]);
-    (code, head, String::from_utf8_lossy(&body).into_owned())
-}
-
 /// The authorization header the origin received, from its `/echo` body.
 fn echoed_authorization(body: &str) -> Option<String> {
     let v: Value = serde_json::from_str(body).ok()?;
@@ -225,35 +77,11 @@ fn echoed_authorization(body: &str) -> Option<String> {
     })
 }
 
-/// An HTTP/1.1 keep-alive connection through `g`, kept open; a first
-/// request answered 200 proves it is up.
-async fn open_connection(g: &Gateway, bundle: &Path) -> talos_e2e::clients::http::Sender {
-    let mut s = talos_e2e::clients::http::connect(SESSION_SOURCE, g.data, API, bundle, false).await;
-    let req = hyper::Request::get("/hello")
-        .header("host", API)
-        .body(talos_e2e::clients::http::empty())
-        .unwrap();
-    let resp = s.send(req).await.expect("first request");
-    assert_eq!(resp.status(), 200);
-    s
-}
-
-/// Whether a second request on a kept connection fails (the gateway cut it).
-async fn is_cut(s: &mut talos_e2e::clients::http::Sender) -> bool {
-    let req = hyper::Request::get("/again")
-        .header("host", API)
-        .body(talos_e2e::clients::http::empty())
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), s.send(req))
-        .await
-        .map_or(true, |r| r.is_err())
-}
-
 /// Assert each gateway recorded the session's kept connection
 /// `session_ended` (waiting for the record: the cut is seen by the client
 /// before the gateway has written it).
-fn assert_cut_recorded(rig: &Rig, id: &str) {
-    for g in &rig.gateways {
+fn assert_cut_recorded(rig: &Pair, id: &str) {
+    for g in &rig.members {
         wait::until("a session_ended record on each gateway", || {
             wait::check(g.records(), |records| {
                 records
@@ -265,9 +93,9 @@ fn assert_cut_recorded(rig: &Rig, id: &str) {
 }
 
 /// After a drop: the source is no session's; the gateway refuses.
-fn assert_refused_unknown(rig: &Rig, bundle: &Path) {
-    for g in &rig.gateways {
-        let (code, _, _) = get(g, bundle, API, "/hello");
+fn assert_refused_unknown(rig: &Pair, bundle: &Path) {
+    for g in &rig.members {
+        let code = curl_via(g.data, bundle, API, "/hello", &[]).status;
         assert_eq!(code, 0, "no TLS for a source whose authority was dropped");
     }
     wait::until("unknown_source recorded on each gateway", || {
@@ -276,7 +104,7 @@ fn assert_refused_unknown(rig: &Rig, bundle: &Path) {
             .iter()
             .filter(|r| r["verdict"] == "unknown_source")
             .count();
-        wait::check(refused, |n| *n >= rig.gateways.len())
+        wait::check(refused, |n| *n >= rig.members.len())
     });
 }
 
@@ -295,9 +123,9 @@ fn reports(status: &Value, attempt: u64) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn start_reaches_the_allowlist_with_the_secret_attached_and_masked() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
+    let rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
     let digests = rig.digests(&id);
     let mut from_bundle = bundle_digests(&bundle);
     from_bundle.sort();
@@ -308,19 +136,19 @@ async fn start_reaches_the_allowlist_with_the_secret_attached_and_masked() {
         "the bundle is the CAs the gateways stated"
     );
 
-    for g in &rig.gateways {
+    for g in &rig.members {
         // The credential is injected, and its echo comes back masked.
-        let (code, _, body) = get(g, &bundle, API, "/echo");
+        let (code, _, body) = curl_via(g.data, &bundle, API, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         let auth = echoed_authorization(&body).expect("authorization reached the origin");
         assert_eq!(auth, format!("Bearer {}", "*".repeat(SECRET.len())));
         assert!(!body.contains(SECRET));
         // Other listed names work, without the attachment.
-        let (code, _, body) = get(g, &bundle, OTHER, "/echo");
+        let (code, _, body) = curl_via(g.data, &bundle, OTHER, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         assert_eq!(echoed_authorization(&body), None);
         // A name the session was not allowed is refused.
-        let (code, _, _) = get(g, &bundle, OFF_LIST, "/echo");
+        let code = curl_via(g.data, &bundle, OFF_LIST, "/echo", &[]).status;
         assert_eq!(code, 0);
     }
     let stop = rig.cli(&["sandbox", "stop", &id]).json();
@@ -351,7 +179,7 @@ async fn start_reaches_the_allowlist_with_the_secret_attached_and_masked() {
         .collect();
     assert_eq!(from.into_iter().collect::<Vec<_>>(), IDS);
     // Nothing anywhere holds the value.
-    for g in &rig.gateways {
+    for g in &rig.members {
         assert!(!g.log().contains(SECRET));
         assert!(!std::fs::read_to_string(&g.records_path)
             .unwrap()
@@ -366,20 +194,20 @@ async fn start_reaches_the_allowlist_with_the_secret_attached_and_masked() {
 /// drop report from each gateway names the CA and the secret.
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_closes_connections_destroys_the_ca_and_drops_the_attachments() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
+    let rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
     let digests = rig.digests(&id);
     let mut kept = Vec::new();
-    for g in &rig.gateways {
-        kept.push(open_connection(g, &bundle).await);
+    for g in &rig.members {
+        kept.push(Kept::open(SESSION_SOURCE, g.data, API, &bundle, "/hello").await);
     }
 
     let t = rig.cli(&["sandbox", "pause", &id]).json();
     assert_eq!(t["state"], "paused");
     for s in &mut kept {
         assert!(
-            is_cut(s).await,
+            s.get("/again").await.is_err(),
             "the open connection is closed at the pause"
         );
     }
@@ -410,9 +238,9 @@ async fn pause_closes_connections_destroys_the_ca_and_drops_the_attachments() {
 /// while paused are absent; the old CA no longer works.
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let old_bundle = rig.trust(&id, "trust-1.pem");
+    let rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let old_bundle = trust(&rig, &id, "trust-1.pem");
     let old = rig.digests(&id);
     rig.cli(&["sandbox", "pause", &id]).json();
 
@@ -451,18 +279,18 @@ async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
     for gw in IDS {
         assert_ne!(old[gw], new[gw], "a fresh CA on {gw}");
     }
-    let bundle = rig.trust(&id, "trust-2.pem");
-    for g in &rig.gateways {
-        let (code, _, body) = get(g, &bundle, API, "/echo");
+    let bundle = trust(&rig, &id, "trust-2.pem");
+    for g in &rig.members {
+        let (code, _, body) = curl_via(g.data, &bundle, API, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         assert_eq!(
             echoed_authorization(&body),
             None,
             "the deleted secret is absent"
         );
-        let (code, _, _) = get(g, &bundle, OTHER, "/echo");
+        let code = curl_via(g.data, &bundle, OTHER, "/echo", &[]).status;
         assert_eq!(code, 0, "the removed destination is absent");
-        let (code, _, _) = get(g, &old_bundle, API, "/echo");
+        let code = curl_via(g.data, &old_bundle, API, "/echo", &[]).status;
         assert_eq!(code, 0, "the paused attempt's CA is gone");
     }
     // A secret set again before the next resume is attached again, with
@@ -470,8 +298,8 @@ async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
     rig.set_secret("API_TOKEN", SECRET_2);
     rig.cli(&["sandbox", "pause", &id]).json();
     rig.cli(&["sandbox", "resume", &id]).json();
-    let bundle = rig.trust(&id, "trust-3.pem");
-    let (code, _, body) = get(&rig.gateways[0], &bundle, API, "/echo");
+    let bundle = trust(&rig, &id, "trust-3.pem");
+    let (code, _, body) = curl_via(rig.members[0].data, &bundle, API, "/echo", &[]).into_text();
     assert_eq!(code, 200);
     // The session asked for the attachment at start; it comes back once
     // the secret exists again.
@@ -485,14 +313,14 @@ async fn resume_opens_a_new_authority_from_the_current_policy_and_secrets() {
 /// as a pause does; the recovery is a resume (a new attempt, new CAs).
 #[tokio::test(flavor = "multi_thread")]
 async fn interruption_recovered() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust-1.pem");
+    let rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust-1.pem");
     let old = rig.digests(&id);
-    let mut kept = open_connection(&rig.gateways[0], &bundle).await;
+    let mut kept = Kept::open(SESSION_SOURCE, rig.members[0].data, API, &bundle, "/hello").await;
     let t = rig.cli(&["sandbox", "interrupt", &id]).json();
     assert_eq!(t["state"], "interrupted");
-    assert!(is_cut(&mut kept).await);
+    assert!(kept.get("/again").await.is_err());
     assert_refused_unknown(&rig, &bundle);
     let status = rig.cli(&["sandbox", "status", &id]).json();
     assert!(reports(&status, 1)
@@ -504,9 +332,9 @@ async fn interruption_recovered() {
     assert_eq!(t["attempt"], 2);
     let new = rig.digests(&id);
     assert!(IDS.iter().all(|gw| old[*gw] != new[*gw]));
-    let bundle = rig.trust(&id, "trust-2.pem");
-    for g in &rig.gateways {
-        let (code, _, body) = get(g, &bundle, API, "/echo");
+    let bundle = trust(&rig, &id, "trust-2.pem");
+    for g in &rig.members {
+        let (code, _, body) = curl_via(g.data, &bundle, API, "/echo", &[]).into_text();
         assert_eq!(code, 200);
         assert!(
             echoed_authorization(&body).is_some(),
@@ -522,10 +350,10 @@ async fn interruption_recovered() {
 /// gateways signed at the interruption.
 #[tokio::test(flavor = "multi_thread")]
 async fn interruption_lost_ends_an_agent_session() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("agent");
-    let bundle = rig.trust(&id, "trust.pem");
-    let (code, _, _) = get(&rig.gateways[1], &bundle, API, "/hello");
+    let rig = pair().await;
+    let id = rig.start_session(&session("agent"));
+    let bundle = trust(&rig, &id, "trust.pem");
+    let code = curl_via(rig.members[1].data, &bundle, API, "/hello", &[]).status;
     assert_eq!(code, 200);
     let t = rig.cli(&["sandbox", "interrupt", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
@@ -546,17 +374,18 @@ async fn interruption_lost_ends_an_agent_session() {
 /// confirmed, and its sources are refused from then on.
 #[tokio::test(flavor = "multi_thread")]
 async fn cancellation_from_running_and_from_paused() {
-    let rig = Rig::new().await;
+    let rig = pair().await;
     for (i, paused_first) in [false, true].into_iter().enumerate() {
-        let id = rig.start_session("commands");
-        let bundle = rig.trust(&id, &format!("trust-{i}.pem"));
-        let mut kept = open_connection(&rig.gateways[0], &bundle).await;
+        let id = rig.start_session(&session("commands"));
+        let bundle = trust(&rig, &id, &format!("trust-{i}.pem"));
+        let mut kept =
+            Kept::open(SESSION_SOURCE, rig.members[0].data, API, &bundle, "/hello").await;
         if paused_first {
             rig.cli(&["sandbox", "pause", &id]).json();
         }
         let t = rig.cli(&["sandbox", "stop", &id]).json();
         assert_eq!(t["state"], "ended");
-        assert!(is_cut(&mut kept).await);
+        assert!(kept.get("/again").await.is_err());
         let steps = t["reset"].as_array().expect("reset steps");
         assert_eq!(steps.len(), 5);
         assert!(steps.iter().all(|s| s["confirmed"] == true), "{steps:?}");
@@ -584,9 +413,9 @@ async fn cancellation_from_running_and_from_paused() {
 /// gateway's report.
 #[tokio::test(flavor = "multi_thread")]
 async fn revoke_all_ends_the_session_on_every_gateway() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
+    let rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
     let t = rig.cli(&["sandbox", "revoke-all", &id]).json();
     assert_eq!(t["state"], "ended");
     assert_eq!(t["end_reason"], "revoke_all");
@@ -604,19 +433,19 @@ async fn revoke_all_ends_the_session_on_every_gateway() {
 /// and attachments serve the next connection.
 #[tokio::test(flavor = "multi_thread")]
 async fn disconnection_changes_nothing() {
-    let rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
+    let rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
     let before = rig.digests(&id);
-    let kept = open_connection(&rig.gateways[0], &bundle).await;
+    let kept = Kept::open(SESSION_SOURCE, rig.members[0].data, API, &bundle, "/hello").await;
     drop(kept);
     // Half a hello, then gone.
-    let mut raw = talos_e2e::clients::connect_from(SESSION_SOURCE, rig.gateways[0].data).await;
+    let mut raw = talos_e2e::clients::connect_from(SESSION_SOURCE, rig.members[0].data).await;
     tokio::io::AsyncWriteExt::write_all(&mut raw, &[0x16, 0x03, 0x01, 0x02])
         .await
         .unwrap();
     drop(raw);
-    let (code, _, body) = get(&rig.gateways[0], &bundle, API, "/echo");
+    let (code, _, body) = curl_via(rig.members[0].data, &bundle, API, "/echo", &[]).into_text();
     assert_eq!(code, 200);
     assert!(echoed_authorization(&body).is_some());
     assert_eq!(rig.digests(&id), before);
@@ -627,12 +456,12 @@ async fn disconnection_changes_nothing() {
 
 /// Requests `/n/<first>..` through the gateways in turn, one connection
 /// each; returns the paths that were answered 200.
-fn traffic(rig: &Rig, bundle: &Path, first: usize, count: usize) -> Vec<String> {
+fn traffic(rig: &Pair, bundle: &Path, first: usize, count: usize) -> Vec<String> {
     let mut ok = Vec::new();
     for i in first..first + count {
-        let g = &rig.gateways[i % rig.gateways.len()];
+        let g = &rig.members[i % rig.members.len()];
         let path = format!("/n/{i}");
-        let (code, _, _) = get(g, bundle, API, &path);
+        let code = curl_via(g.data, bundle, API, &path, &[]).status;
         if code == 200 {
             ok.push(path);
         }
@@ -645,9 +474,9 @@ fn traffic(rig: &Rig, bundle: &Path, first: usize, count: usize) -> Vec<String> 
 /// once in the certificate.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_record_is_lost_or_doubled_across_an_outage_and_a_gateway_restart() {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust-1.pem");
+    let mut rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust-1.pem");
     let mut made = traffic(&rig, &bundle, 0, 10);
 
     // The consumer goes away; traffic goes on, batches wait in the spools.
@@ -659,16 +488,14 @@ async fn no_record_is_lost_or_doubled_across_an_outage_and_a_gateway_restart() {
 
     // Pause, restart gateway gw-a (its spool still full), resume.
     rig.cli(&["sandbox", "pause", &id]).json();
-    let control = rig.gateways[0].control;
-    assert!(rig.gateways[0].stop(), "gw-a drains and exits 0");
-    let restarted = rig.start_gateway(0, control);
-    rig.gateways[0] = restarted;
+    assert!(rig.members[0].stop(), "gw-a drains and exits 0");
+    rig.restart(0);
     assert!(
-        spooled(&rig.gateways[0]) > 0,
+        spooled(&rig.members[0]) > 0,
         "the spool survived the restart"
     );
     rig.cli(&["sandbox", "resume", &id]).json();
-    let bundle = rig.trust(&id, "trust-2.pem");
+    let bundle = trust(&rig, &id, "trust-2.pem");
     made.extend(traffic(&rig, &bundle, 20, 10));
 
     // The consumer comes back; the spools drain.
@@ -718,9 +545,9 @@ fn spooled(g: &Gateway) -> usize {
 
 /// Wait until every gateway's spool holds a number of batches for which
 /// `done` holds.
-fn wait_spooled(rig: &Rig, done: impl Fn(usize) -> bool) {
+fn wait_spooled(rig: &Pair, done: impl Fn(usize) -> bool) {
     wait::until("the spooled batches of every gateway", || {
-        let counts: Vec<usize> = rig.gateways.iter().map(spooled).collect();
+        let counts: Vec<usize> = rig.members.iter().map(spooled).collect();
         wait::check(counts, |c| c.iter().all(|n| done(*n)))
     });
 }
@@ -730,15 +557,14 @@ fn wait_spooled(rig: &Rig, done: impl Fn(usize) -> bool) {
 /// not vanish, and nothing after it is accepted out of order.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
-    let mut rig = Rig::new().await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
+    let mut rig = pair().await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
     rig.stub.kill_serve();
     traffic(&rig, &bundle, 0, 2);
     wait_spooled(&rig, |n| n > 0);
     rig.cli(&["sandbox", "pause", &id]).json();
-    let control = rig.gateways[0].control;
-    assert!(rig.gateways[0].stop());
+    assert!(rig.members[0].stop());
     // Flip one byte inside a record of the oldest spooled batch.
     let spool = rig.dir.join("gw-a").join("spool");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&spool)
@@ -766,7 +592,7 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
     signed.payload = flipped.into_bytes();
     std::fs::write(&oldest, serde_json::to_vec(&signed).unwrap()).unwrap();
 
-    rig.gateways[0] = rig.start_gateway(0, control);
+    rig.restart(0);
     rig.stub.start_serve();
     // The consumer records the refusal; the gateway keeps the batch.
     let rejected = wait::until("the consumer to log bad_signature", || {
@@ -777,7 +603,7 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
     // The gateway logs the refusal once the answer reaches it, which may be
     // a moment after the consumer logged it.
     wait::until("the gateway to log the refusal", || {
-        wait::check(rig.gateways[0].log(), |log| {
+        wait::check(rig.members[0].log(), |log| {
             log.contains("control plane refused a batch")
         })
     });
@@ -790,7 +616,7 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
     assert_eq!(r["gateway_id"], "gw-a");
     assert_eq!(r["reason"], "bad_signature");
     let rejected =
-        rig.gateways[0].metric("gateway_batches_rejected_total{reason=\"bad_signature\"}");
+        rig.members[0].metric("gateway_batches_rejected_total{reason=\"bad_signature\"}");
     assert!(rejected.is_some_and(|n| n >= 1.0), "{rejected:?}");
 }
 
@@ -799,75 +625,48 @@ async fn a_tampered_spooled_batch_is_rejected_and_recorded() {
 /// once the control plane acknowledges the batches.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_spool_fails_closed_until_batches_are_acknowledged() {
-    let mut rig = Rig::with_control_extra("spool_max_batches = 2").await;
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
+    let mut rig = pair_with_control("spool_max_batches = 2").await;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
     rig.stub.kill_serve();
-    let g = &rig.gateways[0];
+    let g = &rig.members[0];
     // One connection, one record, one batch (50 ms interval): two fill it.
     for i in 0..2 {
-        let (code, _, _) = get(g, &bundle, API, &format!("/fill/{i}"));
+        let code = curl_via(g.data, &bundle, API, &format!("/fill/{i}"), &[]).status;
         assert_eq!(code, 200);
         wait::until(&format!("batch {} in the spool", i + 1), || {
             wait::check(spooled(g), |n| *n > i)
         });
     }
-    let metric = |name: &str| -> String {
-        let out = run_bounded(
-            "curl",
-            &["-s", &format!("http://{}/metrics", g.admin)],
-            None,
-            10,
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or("")
-            .to_owned()
-    };
     // The spool is full once its second batch is written; the gateway
     // says so when it next tries to seal.
     wait::until("the spool_full metric at 1", || {
-        wait::check(metric("gateway_spool_full"), |m| {
-            m == "gateway_spool_full 1"
-        })
+        wait::check(g.metric("gateway_spool_full"), |m| *m == Some(1.0))
     });
-    let ready = run_bounded(
-        "curl",
-        &[
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &format!("http://{}/readyz", g.admin),
-        ],
-        None,
-        10,
-    );
-    assert_eq!(String::from_utf8_lossy(&ready.stdout), "503");
+    assert_eq!(admin_get(g.admin, "/readyz").0, 503);
     // Logged just after the metric is set.
     wait::until("the gateway to log that its spool is full", || {
         wait::check(g.log(), |log| log.contains("record spool full"))
     });
     // A new connection is not served: the TLS handshake never completes.
-    let (code, _, _) = curl_via(g.data, &bundle, API, "/blocked", &["--max-time", "2"]);
+    let code = Curl::via(g.data, &bundle, API)
+        .max_time(2)
+        .run("/blocked")
+        .status;
     assert_eq!(code, 0, "no connection is served while the spool is full");
 
     rig.stub.start_serve();
     wait::until("the spool_full metric back at 0", || {
-        wait::check(metric("gateway_spool_full"), |m| {
-            m == "gateway_spool_full 0"
-        })
+        wait::check(g.metric("gateway_spool_full"), |m| *m == Some(0.0))
     });
-    let (code, _, _) = get(&rig.gateways[0], &bundle, API, "/after");
+    let code = curl_via(rig.members[0].data, &bundle, API, "/after", &[]).status;
     assert_eq!(code, 200, "accepting again");
     rig.cli(&["sandbox", "stop", &id]).json();
 }
 
 /// Waits (at most [`wait::DEADLINE`]) for `n` pending cards and returns
 /// them.
-fn wait_cards(rig: &Rig, n: usize) -> Vec<Value> {
+fn wait_cards(rig: &Pair, n: usize) -> Vec<Value> {
     let deadline = std::time::Instant::now() + wait::DEADLINE;
     loop {
         let cards = rig.cli(&["approvals", "list"]).json();
@@ -885,28 +684,12 @@ fn wait_cards(rig: &Rig, n: usize) -> Vec<Value> {
 /// nothing; the certificate lists each proposal and the refusal.
 #[tokio::test(flavor = "multi_thread")]
 async fn held_requests_are_approved_and_declined_from_the_control_stub() {
-    let rig = Rig::new().await;
-    let rule = rig
-        .cli(&[
-            "policy",
-            "lock",
-            "add",
-            "--destination",
-            API,
-            "--method",
-            "POST",
-            "--path-prefix",
-            "/merge",
-            "--mode",
-            "every_request",
-            "--approver",
-            "alice",
-        ])
-        .json();
+    let rig = pair().await;
+    let rule = rig.lock(API, "POST", "/merge", "alice");
     let rule_id = rule["id"].as_str().expect("rule id").to_owned();
-    let id = rig.start_session("commands");
-    let bundle = rig.trust(&id, "trust.pem");
-    let data = rig.gateways[0].data;
+    let id = rig.start_session(&session("commands"));
+    let bundle = trust(&rig, &id, "trust.pem");
+    let data = rig.members[0].data;
     let post = |path: &'static str| {
         let bundle = bundle.clone();
         std::thread::spawn(move || curl_via(data, &bundle, API, path, &["-X", "POST"]))
@@ -934,8 +717,8 @@ async fn held_requests_are_approved_and_declined_from_the_control_stub() {
         .cli(&["approvals", "approve", card_id, "--as", "alice"])
         .json();
     assert_eq!(decided["outcome"], "released");
-    let (code, _, body) = first.join().unwrap();
-    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let (code, _, body) = first.join().unwrap().into_text();
+    assert_eq!(code, 200, "{body}");
 
     let second = post("/merge/2");
     let cards = wait_cards(&rig, 1);
@@ -944,7 +727,7 @@ async fn held_requests_are_approved_and_declined_from_the_control_stub() {
         .cli(&["approvals", "decline", &card_id, "--as", "alice"])
         .json();
     assert_eq!(decided["outcome"], "refused");
-    let (code, head, _) = second.join().unwrap();
+    let (code, head, _) = second.join().unwrap().into_text();
     assert_eq!(code, 403);
     assert!(head.contains("hangar-refusal: approval_declined"), "{head}");
     assert_eq!(

@@ -4,66 +4,29 @@
 //! refused — or, if the new process refuses, leaves the old one serving.
 //! Real `gateway` processes, real signals, real curl.
 
-use std::path::PathBuf;
-
-use talos_e2e::clients::curl_via;
-use talos_e2e::gateway::{TestConfig, TestSession};
+use talos_e2e::clients::{client_tls, connect_from};
 use talos_e2e::member::{alive, signal, Member};
-use talos_e2e::origin::LoopbackOrigin;
+use talos_e2e::rig::Single;
 use talos_e2e::wait;
 
 const NAME: &str = "origin.test";
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    origin: LoopbackOrigin,
-    trust_file: PathBuf,
+type Rig = Single<Member>;
+
+/// A member (its process socket in the rig's folder) with one static
+/// session, `sess-op` from 127.0.0.2, and `limits`.
+async fn rig(limits: &str) -> Rig {
+    Single::builder()
+        .session(&[NAME])
+        .session_id("sess-op")
+        .limits(limits)
+        .start_loopback(&[NAME])
+        .await
 }
 
-async fn rig() -> Rig {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().to_owned();
-    let origin = LoopbackOrigin::start(&dir, NAME).await;
-    Rig {
-        trust_file: dir.join("session-ca.pem"),
-        _tmp: tmp,
-        dir,
-        origin,
-    }
-}
-
-impl Rig {
-    /// The config: one static session, the process socket, `limits`.
-    fn config(&self, limits: &str) -> String {
-        let mut c: TestConfig = self.origin.config();
-        c.sessions = vec![TestSession {
-            id: "sess-op".into(),
-            sources: vec!["127.0.0.2".into()],
-            allowlist: vec![NAME.into()],
-            trust_file: self.trust_file.clone(),
-            attach: Vec::new(),
-        }];
-        c.limits = limits.to_owned();
-        let mut text = c.toml(&self.dir);
-        text.push_str(&format!(
-            "[process]\nsocket = {:?}\n",
-            self.dir.join("gateway.sock").display().to_string()
-        ));
-        text
-    }
-
-    fn curl(&self, member: &Member) -> u16 {
-        curl_via(member.data(), &self.trust_file, NAME, "/hello", &[]).0
-    }
-}
-
-/// A raw TCP connection from the session's source, held open.
-async fn hold_connection(member: &Member) -> tokio::net::TcpStream {
-    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
-    sock.bind("127.0.0.2:0".parse().expect("addr"))
-        .expect("bind");
-    sock.connect(member.data()).await.expect("connect")
+/// The status of a GET of `/hello` through the member.
+fn hello(rig: &Rig) -> u16 {
+    rig.curl(NAME, "/hello", &[]).status
 }
 
 /// The `gateway_config_info` series a scrape shows.
@@ -84,12 +47,8 @@ fn digest_of(readyz: &str) -> &str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
-    let rig = rig().await;
-    let mut member = Member::start(
-        &rig.dir,
-        &rig.config("session_connections = 1\nsession_handshakes = 1\n"),
-    );
-    let digest_before = member.readyz();
+    let mut rig = rig("session_connections = 1\nsession_handshakes = 1\n").await;
+    let digest_before = rig.gateway.readyz();
     assert!(
         digest_before.starts_with("ready\nconfig "),
         "{digest_before}"
@@ -97,9 +56,10 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
 
     // One connection held open fills the session's share of one: the
     // next is refused `session_limit`.
-    let held = hold_connection(&member).await;
-    let refused = curl_via(member.data(), &rig.trust_file, NAME, "/hello", &[]);
-    assert_eq!(refused.0, 0, "a second connection past a share of one");
+    // A raw TCP connection from the session's source, held open.
+    let held = connect_from("127.0.0.2", rig.data()).await;
+    let refused = rig.curl(NAME, "/hello", &[]);
+    assert_eq!(refused.status, 0, "a second connection past a share of one");
     wait::until_async("the refusal's record", || {
         let records = std::fs::read_to_string(rig.dir.join("records.jsonl")).unwrap_or_default();
         wait::check(records, |r| r.contains("\"session_limit\""))
@@ -108,14 +68,15 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
 
     // Reload with a share of 4: the next connection goes through, while
     // the held one stays open.
-    member.rewrite(&rig.config("session_connections = 4\nsession_handshakes = 4\n"));
-    let (ok, out, err) = member.command("reload");
+    rig.gateway
+        .rewrite(&rig.config("session_connections = 4\nsession_handshakes = 4\n"));
+    let (ok, out, err) = rig.gateway.command("reload");
     assert!(ok, "reload: {out} {err}");
     assert!(out.contains("\"ok\":true"), "{out}");
-    assert_eq!(rig.curl(&member), 200);
-    let digest_after = member.readyz();
+    assert_eq!(hello(&rig), 200);
+    let digest_after = rig.gateway.readyz();
     assert_ne!(digest_before, digest_after, "the digest follows the config");
-    let metrics = member.metrics();
+    let metrics = rig.gateway.metrics();
     assert!(metrics.contains("gateway_reload_total{result=\"ok\"} 1"));
     // One config_info series: the config in force, not the one replaced.
     assert_eq!(
@@ -136,15 +97,15 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
         .position(|l| l.starts_with("session_handshakes = 0"))
         .expect("the bad line")
         + 1;
-    member.rewrite(&bad);
-    let (ok, out, err) = member.command("reload");
+    rig.gateway.rewrite(&bad);
+    let (ok, out, err) = rig.gateway.command("reload");
     assert!(!ok, "a bad config reloaded: {out}");
     assert!(
         err.contains(&format!("gateway.toml:{line}: limits.session_handshakes")),
         "the error names the line: {err}"
     );
-    assert_eq!(member.readyz(), digest_after, "nothing changed");
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(rig.gateway.readyz(), digest_after, "nothing changed");
+    assert_eq!(hello(&rig), 200);
 
     // A field only a restart changes: refused, naming its line.
     let moved = rig
@@ -155,8 +116,8 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
         .position(|l| l.starts_with("admin = \"127.0.0.1:1\""))
         .expect("the moved line")
         + 1;
-    member.rewrite(&moved);
-    let (ok, _, err) = member.command("reload");
+    rig.gateway.rewrite(&moved);
+    let (ok, _, err) = rig.gateway.command("reload");
     assert!(!ok);
     assert!(
         err.contains(&format!(
@@ -166,22 +127,22 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
     );
 
     // SIGHUP with a bad config says so in the log, and changes nothing.
-    member.rewrite(&bad);
-    signal(member.pids[0], "HUP");
+    rig.gateway.rewrite(&bad);
+    signal(rig.gateway.pids[0], "HUP");
     wait::until_async("the refused reload's log line", || {
-        let log = member.log();
+        let log = rig.gateway.log();
         wait::check(log.clone(), |l| l.matches("reload refused").count() >= 3)
     })
     .await;
-    assert!(alive(member.pids[0]), "SIGHUP never ends the process");
-    assert_eq!(member.readyz(), digest_after);
-    let metrics = member.metrics();
+    assert!(alive(rig.gateway.pids[0]), "SIGHUP never ends the process");
+    assert_eq!(rig.gateway.readyz(), digest_after);
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_reload_total{result=\"refused\"} 3"),
         "{metrics}"
     );
     drop(held);
-    let _ = member.wait_ready(1);
+    let _ = rig.gateway.wait_ready(1);
 }
 
 /// `gateway reload` of a file the gateway cannot even parse is a refused
@@ -190,36 +151,35 @@ async fn a_good_reload_changes_a_bound_live_and_a_bad_one_changes_nothing() {
 /// command prints the gateway's answer and exits non-zero.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_of_a_file_with_a_syntax_error_is_refused_counted_and_logged() {
-    let rig = rig().await;
-    let member = Member::start(&rig.dir, &rig.config("session_connections = 100\n"));
-    let digest = member.readyz();
+    let rig = rig("session_connections = 100\n").await;
+    let digest = rig.gateway.readyz();
     let broken = rig.config("session_connections = = 100\n");
     let line = broken
         .lines()
         .position(|l| l.starts_with("session_connections = = 100"))
         .expect("the broken line")
         + 1;
-    member.rewrite(&broken);
-    let (ok, out, err) = member.command("reload");
+    rig.gateway.rewrite(&broken);
+    let (ok, out, err) = rig.gateway.command("reload");
     assert!(!ok, "a file with a syntax error reloaded: {out}");
     assert!(out.contains("\"ok\":false"), "the gateway's answer: {out}");
     let at = format!("gateway.toml:{line}: limits.session_connections: ");
     assert!(err.contains(&at), "the answer names the line: {err}");
-    let metrics = member.metrics();
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_reload_total{result=\"refused\"} 1"),
         "{metrics}"
     );
     wait::until_async("the refusal's log line", || {
-        let log = member.log();
+        let log = rig.gateway.log();
         wait::check(log, |l| {
             l.lines()
                 .any(|l| l.contains("reload refused") && l.contains(&at))
         })
     })
     .await;
-    assert_eq!(member.readyz(), digest, "nothing changed");
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(rig.gateway.readyz(), digest, "nothing changed");
+    assert_eq!(hello(&rig), 200);
 }
 
 /// `gateway reload --config FILE` reloads the file the running process
@@ -227,12 +187,11 @@ async fn a_reload_of_a_file_with_a_syntax_error_is_refused_counted_and_logged() 
 /// the same file by another path (a symlink) is that file.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_naming_another_file_is_refused_naming_both() {
-    let rig = rig().await;
-    let member = Member::start(&rig.dir, &rig.config(""));
-    let digest = member.readyz();
+    let rig = rig("").await;
+    let digest = rig.gateway.readyz();
     let other = rig.dir.join("other.toml");
     std::fs::write(&other, rig.config("session_connections = 100\n")).expect("other");
-    let (ok, out, err) = member.command_with("reload", &other);
+    let (ok, out, err) = rig.gateway.command_with("reload", &other);
     assert!(!ok, "another file was reloaded: {out}");
     let canonical = |p: &std::path::Path| {
         std::fs::canonicalize(p)
@@ -241,50 +200,50 @@ async fn a_reload_naming_another_file_is_refused_naming_both() {
             .to_string()
     };
     assert!(
-        err.contains(&canonical(&other)) && err.contains(&canonical(&member.config_path)),
+        err.contains(&canonical(&other)) && err.contains(&canonical(&rig.gateway.config_path)),
         "the refusal names both files: {err}"
     );
-    assert_eq!(member.readyz(), digest, "nothing changed");
-    let metrics = member.metrics();
+    assert_eq!(rig.gateway.readyz(), digest, "nothing changed");
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_reload_total{result=\"refused\"} 1"),
         "{metrics}"
     );
 
     let link = rig.dir.join("link.toml");
-    std::os::unix::fs::symlink(&member.config_path, &link).expect("symlink");
-    member.rewrite(&rig.config("session_connections = 100\n"));
-    let (ok, out, err) = member.command_with("reload", &link);
+    std::os::unix::fs::symlink(&rig.gateway.config_path, &link).expect("symlink");
+    rig.gateway
+        .rewrite(&rig.config("session_connections = 100\n"));
+    let (ok, out, err) = rig.gateway.command_with("reload", &link);
     assert!(ok, "the running file, by a symlink: {out} {err}");
-    assert_ne!(member.readyz(), digest, "reloaded");
+    assert_ne!(rig.gateway.readyz(), digest, "reloaded");
 }
 
 /// The session's CA file as the member wrote it at start.
 fn ca_bytes(rig: &Rig) -> Vec<u8> {
-    std::fs::read(&rig.trust_file).expect("trust file")
+    std::fs::read(&rig.trust).expect("trust file")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_keeps_the_session_and_its_ca() {
-    let rig = rig().await;
-    let mut member = Member::start(&rig.dir, &rig.config(""));
-    let old = member.pids[0];
+    let mut rig = rig("").await;
+    let old = rig.gateway.pids[0];
     let ca = ca_bytes(&rig);
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(hello(&rig), 200);
 
-    let (ok, out, err) = member.command("upgrade");
-    assert!(ok, "upgrade: {out} {err}\n{}", member.log());
-    let second = member.wait_ready(2);
+    let (ok, out, err) = rig.gateway.command("upgrade");
+    assert!(ok, "upgrade: {out} {err}\n{}", rig.gateway.log());
+    let second = rig.gateway.wait_ready(2);
     let new = u32::try_from(second["pid"].as_u64().expect("pid")).expect("pid");
     assert_ne!(new, old);
     assert_eq!(
         second["instance"],
-        member.ready_lines()[0]["instance"],
+        rig.gateway.ready_lines()[0]["instance"],
         "the same instance goes on"
     );
     assert_eq!(
         second["data"],
-        member.ready_lines()[0]["data"],
+        rig.gateway.ready_lines()[0]["data"],
         "the same listener"
     );
     wait::until_async("the old process to exit", || {
@@ -292,7 +251,7 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
     })
     .await;
     // The successor counts the handover it took; one config in force.
-    let metrics = member.metrics();
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_handover_total{result=\"ok\"} 1"),
         "{metrics}"
@@ -302,7 +261,7 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
     // The session trusts the same CA: its file is unchanged and a new
     // connection verifies against it.
     assert_eq!(ca_bytes(&rig), ca, "the trust bundle is unchanged");
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(hello(&rig), 200);
     // Both processes' records name one instance; the successor's
     // connections are numbered in its own generation.
     let records: Vec<serde_json::Value> = wait::until_async("two records", || {
@@ -319,46 +278,45 @@ async fn an_upgrade_keeps_the_session_and_its_ca() {
         records[1]["conn"].as_u64().expect("conn") > 1 << 40,
         "{records:?}"
     );
-    assert!(member.log().contains("handed over; draining"));
+    assert!(rig.gateway.log().contains("handed over; draining"));
 
     // A second upgrade, from the successor.
-    let (ok, out, err) = member.command("upgrade");
+    let (ok, out, err) = rig.gateway.command("upgrade");
     assert!(ok, "second upgrade: {out} {err}");
-    member.wait_ready(3);
+    rig.gateway.wait_ready(3);
     wait::until_async("the second process to exit", || {
         wait::check(alive(new), |a| !a)
     })
     .await;
     // The count goes on across processes: a second handover shows.
-    let metrics = member.metrics();
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_handover_total{result=\"ok\"} 2"),
         "{metrics}"
     );
     assert_eq!(ca_bytes(&rig), ca);
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(hello(&rig), 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_takeover_leaves_the_old_process_serving() {
-    let rig = rig().await;
-    let mut member = Member::start(&rig.dir, &rig.config(""));
-    let old = member.pids[0];
-    assert_eq!(rig.curl(&member), 200);
+    let mut rig = rig("").await;
+    let old = rig.gateway.pids[0];
+    assert_eq!(hello(&rig), 200);
 
     // The new process will find a config it refuses.
     let bad = rig.config("hello_max_bytes = 1\n");
-    member.rewrite(&bad);
-    let (ok, out, err) = member.command("upgrade");
+    rig.gateway.rewrite(&bad);
+    let (ok, out, err) = rig.gateway.command("upgrade");
     assert!(!ok, "an upgrade with a bad config: {out}");
     assert!(
         err.contains("refused") && err.contains("hello_max_bytes"),
         "{err}"
     );
     assert!(alive(old));
-    assert_eq!(member.ready_lines().len(), 1, "no successor got ready");
-    assert_eq!(rig.curl(&member), 200, "the old process goes on serving");
-    let metrics = member.metrics();
+    assert_eq!(rig.gateway.ready_lines().len(), 1, "no successor got ready");
+    assert_eq!(hello(&rig), 200, "the old process goes on serving");
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_handover_total{result=\"failed\"} 1"),
         "{metrics}"
@@ -369,12 +327,12 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
     let moved = rig
         .config("")
         .replace("admin = \"127.0.0.1:0\"", "admin = \"127.0.0.1:1\"");
-    member.rewrite(&moved);
-    let (ok, _, err) = member.command("upgrade");
+    rig.gateway.rewrite(&moved);
+    let (ok, _, err) = rig.gateway.command("upgrade");
     assert!(!ok);
     assert!(err.contains("listen.admin"), "{err}");
     assert!(alive(old));
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(hello(&rig), 200);
 
     // Another gateway_id: refused as every other field, naming its line.
     let renamed = format!(
@@ -382,15 +340,15 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
         rig.config("")
             .replace("gateway_id = \"gw-test\"", "gateway_id = \"gw-other\"")
     );
-    member.rewrite(&renamed);
-    let (ok, _, err) = member.command("upgrade");
+    rig.gateway.rewrite(&renamed);
+    let (ok, _, err) = rig.gateway.command("upgrade");
     assert!(!ok);
     assert!(
         err.contains("gateway.toml:2: gateway_id: ") && err.contains("gw-other"),
         "{err}"
     );
     assert!(alive(old));
-    let metrics = member.metrics();
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
         "{metrics}"
@@ -398,15 +356,15 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
     // And with a good config it goes through. The successor's ready line
     // names its pid, which the member stops when the test ends; its
     // counts go on from the old process's.
-    member.rewrite(&rig.config(""));
-    let (ok, out, err) = member.command("upgrade");
+    rig.gateway.rewrite(&rig.config(""));
+    let (ok, out, err) = rig.gateway.command("upgrade");
     assert!(ok, "{out} {err}");
-    member.wait_ready(2);
+    rig.gateway.wait_ready(2);
     wait::until_async("the old process to exit", || {
         wait::check(alive(old), |a| !a)
     })
     .await;
-    let metrics = member.metrics();
+    let metrics = rig.gateway.metrics();
     assert!(
         metrics.contains("gateway_handover_total{result=\"ok\"} 1")
             && metrics.contains("gateway_handover_total{result=\"failed\"} 3"),
@@ -415,13 +373,13 @@ async fn a_refused_takeover_leaves_the_old_process_serving() {
 }
 
 /// One GET from `source`, trusting `ca`: the status, or what failed.
-async fn get_from(member: &Member, source: &str, ca: &std::path::Path) -> Result<u16, String> {
+async fn get_from(rig: &Rig, source: &str, ca: &std::path::Path) -> Result<u16, String> {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket
         .bind(format!("{source}:0").parse().expect("addr"))
         .expect("bind");
-    let tls = talos_e2e::clients::session_tls(ca, &[b"http/1.1"]);
-    talos_e2e::clients::get_once(socket, member.data(), tls, NAME, "/hello")
+    let tls = client_tls(ca);
+    talos_e2e::clients::get_once(socket, rig.data(), tls, NAME, "/hello")
         .await
         .map(|(status, _)| status)
 }
@@ -431,8 +389,7 @@ async fn get_from(member: &Member, source: &str, ca: &std::path::Path) -> Result
 /// ends (its source is refused at once).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_opens_keeps_and_ends_the_configs_sessions() {
-    let rig = rig().await;
-    let member = Member::start(&rig.dir, &rig.config(""));
+    let rig = rig("").await;
     let first_ca = ca_bytes(&rig);
     let two_ca = rig.dir.join("two-ca.pem");
     let with_two = rig.config("").replacen(
@@ -443,31 +400,31 @@ async fn a_reload_opens_keeps_and_ends_the_configs_sessions() {
         ),
         1,
     );
-    member.rewrite(&with_two);
-    let (ok, out, err) = member.command("reload");
+    rig.gateway.rewrite(&with_two);
+    let (ok, out, err) = rig.gateway.command("reload");
     assert!(ok, "{out} {err}");
     assert!(
         out.contains("1 session(s) opened, 0 closed, 1 kept"),
         "{out}"
     );
-    assert_eq!(get_from(&member, "127.0.0.3", &two_ca).await, Ok(200));
+    assert_eq!(get_from(&rig, "127.0.0.3", &two_ca).await, Ok(200));
     assert_eq!(
         ca_bytes(&rig),
         first_ca,
         "the unchanged session keeps its CA"
     );
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(hello(&rig), 200);
 
-    member.rewrite(&rig.config(""));
-    let (ok, out, err) = member.command("reload");
+    rig.gateway.rewrite(&rig.config(""));
+    let (ok, out, err) = rig.gateway.command("reload");
     assert!(ok, "{out} {err}");
     assert!(
         out.contains("0 session(s) opened, 1 closed, 1 kept"),
         "{out}"
     );
     assert!(
-        get_from(&member, "127.0.0.3", &two_ca).await.is_err(),
+        get_from(&rig, "127.0.0.3", &two_ca).await.is_err(),
         "a session no longer in the config is refused"
     );
-    assert_eq!(rig.curl(&member), 200);
+    assert_eq!(hello(&rig), 200);
 }

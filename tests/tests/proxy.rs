@@ -5,16 +5,15 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use talos_e2e::clients::http::{self, Body};
-use talos_e2e::clients::{curl_via, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::{pattern_byte, Origin, TestCa};
+use talos_e2e::rig::Single;
 use tokio::net::TcpListener;
 
 /// Destinations: the good origin on 127.0.0.1; origins with bad
@@ -28,13 +27,17 @@ const DEAD: &str = "dead.test";
 const H1_ONLY: &str = "h1.test";
 const H2_ONLY: &str = "h2only.test";
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
+/// The origins (at one port, on several loopback addresses) and the DNS
+/// server naming them.
+#[derive(Debug)]
+struct Origins {
+    /// The good origin, `origin.test` on 127.0.0.1.
+    good: Origin,
+    _others: Vec<Origin>,
     _dns: DnsServer,
-    origins: Vec<Origin>,
-    gateway: Gateway,
 }
+
+type Rig = Single<Gateway, Origins>;
 
 async fn rig() -> Rig {
     rig_with(talos_e2e::gateway::test_workers(), "").await
@@ -43,8 +46,8 @@ async fn rig() -> Rig {
 /// The rig with `runtime.workers` = `workers` (unset: one per CPU) and
 /// `limits` added to the `[limits]` table.
 async fn rig_with(workers: Option<usize>, limits: &str) -> Rig {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().to_owned();
     let ca = TestCa::new("origin test CA");
     ca.write_pem(&path.join("origin-ca.pem"));
     let stranger = TestCa::new("a CA nobody trusts");
@@ -97,7 +100,7 @@ async fn rig_with(workers: Option<usize>, limits: &str) -> Rig {
         (H2_ONLY.to_owned(), addr("127.0.0.8")),
     ]))
     .await;
-    let config = TestConfig {
+    let base = TestConfig {
         dns: dns.addr,
         upstream_port: port,
         anchors: vec![path.join("origin-ca.pem")],
@@ -107,73 +110,30 @@ async fn rig_with(workers: Option<usize>, limits: &str) -> Rig {
             "127.0.0.4/30".into(),
             "127.0.0.8/32".into(),
         ],
-        sessions: vec![TestSession {
-            id: "sess-1".into(),
-            sources: vec![SESSION_SOURCE.into()],
-            allowlist: [GOOD, WRONG_NAME, EXPIRED, UNTRUSTED, DEAD, H1_ONLY, H2_ONLY]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            trust_file: path.join("session-ca.pem"),
-            ..Default::default()
-        }],
-        workers,
-        limits: limits.to_owned(),
         ..Default::default()
     };
-    let gateway = Gateway::start(&path, &config.toml(&path));
-    Rig {
-        _dir: dir,
-        dir: path,
+    let mut origins = origins.into_iter();
+    let good = origins.next().expect("the good origin");
+    let peers = Origins {
+        good,
+        _others: origins.collect(),
         _dns: dns,
-        origins,
-        gateway,
-    }
+    };
+    Single::builder()
+        .session(&[GOOD, WRONG_NAME, EXPIRED, UNTRUSTED, DEAD, H1_ONLY, H2_ONLY])
+        .workers(workers)
+        .limits(limits)
+        .start(tmp, peers, base)
+        .await
 }
 
-impl Rig {
-    fn session_ca(&self) -> PathBuf {
-        self.dir.join("session-ca.pem")
-    }
-
-    /// curl through the gateway to `https://{name}{path}` with `extra`
-    /// options; returns (status, response headers, body).
-    fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
-        let (code, head, body) = curl_via(self.gateway.data, &self.session_ca(), name, path, extra);
-        (code, head, String::from_utf8_lossy(&body).into_owned())
-    }
-
-    async fn sender(&self, name: &str, h2: bool) -> http::Sender {
-        http::connect(
-            SESSION_SOURCE,
-            self.gateway.data,
-            name,
-            &self.session_ca(),
-            h2,
-        )
-        .await
-    }
-
-    /// A TLS connection to `name` through the gateway (ALPN `http/1.1`),
-    /// for bytes written by hand.
-    async fn raw_tls(&self, name: &str) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-        http::tls(
-            SESSION_SOURCE,
-            self.gateway.data,
-            name,
-            &self.session_ca(),
-            false,
-        )
-        .await
-    }
-
-    fn all_requests(&self, n_records: usize) -> Vec<Value> {
-        self.gateway
-            .wait_records(n_records)
-            .iter()
-            .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
-            .collect()
-    }
+/// Every request of the first `n_records` records.
+fn all_requests(rig: &Rig, n_records: usize) -> Vec<Value> {
+    rig.gateway
+        .wait_records(n_records)
+        .iter()
+        .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+        .collect()
 }
 
 fn assert_refused(head: &str, body: &str, reason: &str) {
@@ -189,36 +149,48 @@ fn assert_refused(head: &str, body: &str, reason: &str) {
 async fn host_mismatch_is_refused_over_both_protocols() {
     let rig = rig().await;
     // HTTP/1.1 Host header.
-    let (code, head, body) = rig.curl(GOOD, "/", &["--http1.1", "-H", "Host: other.test"]);
+    let (code, head, body) = rig
+        .curl(GOOD, "/", &["--http1.1", "-H", "Host: other.test"])
+        .into_text();
     assert_eq!(code, 421);
     assert_refused(&head, &body, "host_mismatch");
     // A port other than 443 is another host.
-    let (code, _, _) = rig.curl(GOOD, "/", &["--http1.1", "-H", "Host: origin.test:8443"]);
+    let (code, _, _) = rig
+        .curl(GOOD, "/", &["--http1.1", "-H", "Host: origin.test:8443"])
+        .into_text();
     assert_eq!(code, 421);
     // HTTP/1.1 absolute-form target.
-    let (code, head, body) = rig.curl(
-        GOOD,
-        "/",
-        &["--http1.1", "--request-target", "https://other.test/x"],
-    );
+    let (code, head, body) = rig
+        .curl(
+            GOOD,
+            "/",
+            &["--http1.1", "--request-target", "https://other.test/x"],
+        )
+        .into_text();
     assert_eq!(code, 421);
     assert_refused(&head, &body, "host_mismatch");
     // HTTP/2 :authority (curl sends the Host option as :authority).
-    let (code, head, body) = rig.curl(GOOD, "/", &["--http2", "-H", "Host: other.test"]);
+    let (code, head, body) = rig
+        .curl(GOOD, "/", &["--http2", "-H", "Host: other.test"])
+        .into_text();
     assert_eq!(code, 421);
     assert_refused(&head, &body, "host_mismatch");
     // The right host, any letter case, with or without :443, goes through.
-    let (code, _, body) = rig.curl(GOOD, "/", &["--http1.1", "-H", "Host: ORIGIN.test:443"]);
+    let (code, _, body) = rig
+        .curl(GOOD, "/", &["--http1.1", "-H", "Host: ORIGIN.test:443"])
+        .into_text();
     assert_eq!(code, 200, "{body}");
-    let (code, _, body) = rig.curl(
-        GOOD,
-        "/",
-        &["--http1.1", "--request-target", "https://origin.test/abs"],
-    );
+    let (code, _, body) = rig
+        .curl(
+            GOOD,
+            "/",
+            &["--http1.1", "--request-target", "https://origin.test/abs"],
+        )
+        .into_text();
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("GET /abs"), "{body}");
 
-    let requests = rig.all_requests(6);
+    let requests = all_requests(&rig, 6);
     let refused = requests
         .iter()
         .filter(|r| r["refusal"] == "host_mismatch")
@@ -233,30 +205,34 @@ async fn upgrades_and_connect_are_refused() {
         ["Connection: Upgrade", "Upgrade: websocket"],
         ["Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c"],
     ] {
-        let (code, head, body) = rig.curl(
-            GOOD,
-            "/",
-            &["--http1.1", "-H", headers[0], "-H", headers[1]],
-        );
+        let (code, head, body) = rig
+            .curl(
+                GOOD,
+                "/",
+                &["--http1.1", "-H", headers[0], "-H", headers[1]],
+            )
+            .into_text();
         assert_eq!(code, 403, "{head}");
         assert_refused(&head, &body, "upgrade_refused");
     }
-    let (code, head, body) = rig.curl(
-        GOOD,
-        "/",
-        &[
-            "--http1.1",
-            "-X",
-            "CONNECT",
-            "--request-target",
-            "origin.test:443",
-        ],
-    );
+    let (code, head, body) = rig
+        .curl(
+            GOOD,
+            "/",
+            &[
+                "--http1.1",
+                "-X",
+                "CONNECT",
+                "--request-target",
+                "origin.test:443",
+            ],
+        )
+        .into_text();
     assert_eq!(code, 403, "{head}");
     assert_refused(&head, &body, "upgrade_refused");
 
     // HTTP/2 extended CONNECT (RFC 8441, WebSockets over HTTP/2).
-    let mut h2 = rig.sender(GOOD, true).await;
+    let mut h2 = rig.connect(GOOD, true).await;
     let mut req = hyper::Request::builder()
         .method(hyper::Method::CONNECT)
         .uri("https://origin.test/chat")
@@ -271,7 +247,7 @@ async fn upgrades_and_connect_are_refused() {
 
     // The curl connections have closed and are recorded; the HTTP/2 one is
     // still open (its CONNECT stream is the client's to end).
-    let requests = rig.all_requests(3);
+    let requests = all_requests(&rig, 3);
     assert_eq!(
         requests
             .iter()
@@ -292,7 +268,7 @@ async fn unreachable_or_untrustworthy_destinations_are_upstream_failed() {
         (UNTRUSTED, "certificate from an unknown CA"),
         (DEAD, "nothing listening"),
     ] {
-        let (code, head, body) = rig.curl(name, "/", &[]);
+        let (code, head, body) = rig.curl(name, "/", &[]).into_text();
         assert_eq!(code, 502, "{name} ({cause_hint}): {head}");
         assert_refused(&head, &body, "upstream_failed");
     }
@@ -312,11 +288,13 @@ async fn unreachable_or_untrustworthy_destinations_are_upstream_failed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn http2_session_reaches_an_http1_destination_and_back() {
     let rig = rig().await;
-    let (code, _, body) = rig.curl(
-        H1_ONLY,
-        "/echo?x=1",
-        &["--http2", "-H", "te: trailers", "-H", "x-end-to-end: yes"],
-    );
+    let (code, _, body) = rig
+        .curl(
+            H1_ONLY,
+            "/echo?x=1",
+            &["--http2", "-H", "te: trailers", "-H", "x-end-to-end: yes"],
+        )
+        .into_text();
     assert_eq!(code, 200, "{body}");
     let echo: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(echo["version"], "HTTP/1.1");
@@ -388,7 +366,7 @@ async fn the_runtime_serves_with_the_configured_workers() {
         for name in [GOOD, H1_ONLY, H2_ONLY] {
             for h2 in [false, true] {
                 let flag = if h2 { "--http2" } else { "--http1.1" };
-                let (code, _, body) = rig.curl(name, "/echo", &[flag]);
+                let (code, _, body) = rig.curl(name, "/echo", &[flag]).into_text();
                 assert_eq!(code, 200, "workers {workers:?} {name} {flag}: {body}");
                 let echo: Value = serde_json::from_str(&body).unwrap();
                 let upstream_h2 = name == H2_ONLY || (name == GOOD && h2);
@@ -424,14 +402,14 @@ async fn open_connections_are_cut_when_the_drain_grace_ends() {
     };
     let mut kept = Vec::new();
     for h2 in [false, true] {
-        let mut s = rig.sender(GOOD, h2).await;
+        let mut s = rig.connect(GOOD, h2).await;
         let resp = s.send(get("/")).await.expect("first request");
         assert_eq!(resp.status(), 200);
         resp.into_body().collect().await.expect("body");
         kept.push(s);
     }
-    let mut quiet = rig.raw_tls(GOOD).await;
-    let mut slow = rig.sender(GOOD, false).await;
+    let mut quiet = rig.tls(GOOD, false).await;
+    let mut slow = rig.connect(GOOD, false).await;
     let in_flight = tokio::spawn(async move {
         let resp = slow.send(get("/hold/in-flight/slow/0")).await?;
         let status = resp.status();
@@ -440,7 +418,7 @@ async fn open_connections_are_cut_when_the_drain_grace_ends() {
             .await
             .map(|b| (status, b.to_bytes()))
     });
-    let holds = rig.origins[0].holds();
+    let holds = rig.peers.good.holds();
     holds.wait_held("in-flight").await;
     let log_path = rig.gateway.log_path.clone();
     let stopped = tokio::task::spawn_blocking(move || {
@@ -486,7 +464,7 @@ async fn open_connections_are_cut_when_the_drain_grace_ends() {
 async fn the_upstream_protocol_follows_the_request() {
     let rig = rig().await;
     let version = |name: &str, flag: &str| {
-        let (code, _, body) = rig.curl(name, "/echo", &[flag]);
+        let (code, _, body) = rig.curl(name, "/echo", &[flag]).into_text();
         assert_eq!(code, 200, "{name} {flag}: {body}");
         let echo: Value = serde_json::from_str(&body).unwrap();
         echo["version"].as_str().unwrap().to_owned()
@@ -538,7 +516,7 @@ async fn large_bodies_stream_both_ways_byte_for_byte_with_bounded_memory() {
     let before = rig.gateway.peak_rss_kib();
     for h2 in [false, true] {
         // Upload: a generated body, hashed as it is sent.
-        let mut sender = rig.sender(GOOD, h2).await;
+        let mut sender = rig.connect(GOOD, h2).await;
         let (tx, rx) =
             tokio::sync::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::io::Error>>(4);
         let producer = tokio::spawn(async move {
@@ -645,7 +623,7 @@ fn tokio_stream_from(
 #[tokio::test]
 async fn http1_destination_connections_are_reused_closed_and_replaced() {
     let rig = rig().await;
-    let origin = &rig.origins[0];
+    let origin = &rig.peers.good;
     let accepted = || origin.seen().accepted;
     async fn fetch(s: &mut http::Sender, method: &str, path: &str) -> (u16, Bytes) {
         let req = hyper::Request::builder()
@@ -671,7 +649,7 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
     };
     let pattern = |n: u64| (0..n).map(pattern_byte).collect::<Vec<u8>>();
 
-    let mut a = rig.sender(GOOD, false).await;
+    let mut a = rig.connect(GOOD, false).await;
     for (method, path, status, len) in [
         ("GET", "/bytes/1024", 200, 1024),
         ("HEAD", "/bytes/16", 200, 0),
@@ -696,7 +674,7 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
     assert_eq!(accepted(), 2, "the closed connection was replaced");
 
     // Two at once: two connections; then both are pooled.
-    let mut b = rig.sender(GOOD, false).await;
+    let mut b = rig.connect(GOOD, false).await;
     let (ra, rb, ()) = tokio::join!(
         fetch(&mut a, "GET", "/hold/a1/download/2000000"),
         fetch(&mut b, "GET", "/hold/b1/download/2000000"),
@@ -716,7 +694,7 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
     drop(a);
     {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut raw = rig.raw_tls(GOOD).await;
+        let mut raw = rig.tls(GOOD, false).await;
         raw.write_all(b"GET /download/50000000 HTTP/1.1\r\nhost: origin.test\r\n\r\n")
             .await
             .unwrap();
@@ -742,7 +720,7 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
             closed: 2
         }
     );
-    let mut c = rig.sender(GOOD, false).await;
+    let mut c = rig.connect(GOOD, false).await;
     let (rb, rc, ()) = tokio::join!(
         fetch(&mut b, "GET", "/hold/b2/bytes/64"),
         fetch(&mut c, "GET", "/hold/c2/download/100000"),

@@ -7,19 +7,19 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use base64::Engine;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use sha2::Digest;
 use talos_e2e::clients::http;
-use talos_e2e::clients::{curl_via, SESSION_SOURCE};
+use talos_e2e::clients::{Curled, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::grpc::echo::EchoRequest;
 use talos_e2e::grpc::{client_via_gateway, Flavour, GrpcOrigin};
 use talos_e2e::origin::{compress, Origin, TestCa};
+use talos_e2e::rig::Single;
 use tokio::net::TcpListener;
 
 const SECRET: &str = "s3cr3t-T0ken/+=-abcdefghij0123456789";
@@ -27,17 +27,16 @@ const API: &str = "api.test";
 const PLAIN: &str = "plain.test";
 const GRPC: &str = "grpc.test";
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    _dns: DnsServer,
-    _origins: (Vec<Origin>, GrpcOrigin),
-    gateway: Gateway,
-}
+/// The origins for `api.test` and `plain.test`, the gRPC origin for
+/// `grpc.test`, and the DNS server naming them.
+type Rig = Single<Gateway, ((Vec<Origin>, GrpcOrigin), DnsServer)>;
 
+/// The three destinations at one port on three loopback addresses, behind
+/// a gateway with one session allowed all three, `API_TOKEN` (read from
+/// a file) attached to `api.test` and `grpc.test`.
 async fn rig() -> Rig {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().to_owned();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().to_owned();
     let ca = TestCa::new("origin test CA");
     ca.write_pem(&path.join("origin-ca.pem"));
     std::fs::write(path.join("api-token"), format!("{SECRET}\n")).unwrap();
@@ -67,7 +66,7 @@ async fn rig() -> Rig {
         (GRPC.to_owned(), addr("127.0.0.4")),
     ]))
     .await;
-    let config = TestConfig {
+    let base = TestConfig {
         dns: dns.addr,
         upstream_port: port,
         anchors: vec![path.join("origin-ca.pem")],
@@ -76,40 +75,17 @@ async fn rig() -> Rig {
             "127.0.0.3/32".into(),
             "127.0.0.4/32".into(),
         ],
-        sessions: vec![TestSession {
-            id: "sess-1".into(),
-            sources: vec![SESSION_SOURCE.into()],
-            allowlist: vec![API.into(), PLAIN.into(), GRPC.into()],
-            trust_file: path.join("session-ca.pem"),
-            attach: vec![
-                format!("API_TOKEN={API}:authorization:Bearer"),
-                format!("API_TOKEN={GRPC}:authorization:Bearer"),
-            ],
-        }],
-        secrets: vec![("API_TOKEN".into(), path.join("api-token"))],
         ..Default::default()
     };
-    let gateway = Gateway::start(&path, &config.toml(&path));
-    Rig {
-        _dir: dir,
-        dir: path,
-        _dns: dns,
-        _origins: origins,
-        gateway,
-    }
-}
-
-impl Rig {
-    /// curl through the gateway; (status, lower-cased head, body bytes).
-    fn curl(&self, name: &str, path: &str, extra: &[&str]) -> (u16, String, Vec<u8>) {
-        curl_via(
-            self.gateway.data,
-            &self.dir.join("session-ca.pem"),
-            name,
-            path,
-            extra,
-        )
-    }
+    Single::builder()
+        .session(&[API, PLAIN, GRPC])
+        .attach(&[
+            &format!("API_TOKEN={API}:authorization:Bearer"),
+            &format!("API_TOKEN={GRPC}:authorization:Bearer"),
+        ])
+        .secret("API_TOKEN", "api-token")
+        .start(tmp, (origins, dns), base)
+        .await
 }
 
 fn stars(n: usize) -> String {
@@ -140,7 +116,9 @@ fn assert_no_secret(what: &str, bytes: &[u8]) {
 #[tokio::test(flavor = "multi_thread")]
 async fn injected_credential_replaces_the_sessions_own_and_is_masked_on_the_way_back() {
     let rig = rig().await;
-    let (code, _, body) = rig.curl(
+    let Curled {
+        status: code, body, ..
+    } = rig.curl(
         API,
         "/echo",
         &[
@@ -182,7 +160,9 @@ async fn injected_credential_replaces_the_sessions_own_and_is_masked_on_the_way_
     );
 
     // HTTP/1.1 too, with the header spelled in another case.
-    let (code, _, body) = rig.curl(API, "/echo", &["--http1.1", "-H", "AUTHORIZATION: mine"]);
+    let Curled {
+        status: code, body, ..
+    } = rig.curl(API, "/echo", &["--http1.1", "-H", "AUTHORIZATION: mine"]);
     assert_eq!(code, 200);
     let echo: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(echo["sha256"]["authorization"], want);
@@ -203,7 +183,7 @@ async fn every_echo_of_the_secret_is_masked() {
     let rig = rig().await;
     let masked = format!("Bearer {}", stars(SECRET.len()));
     // In a response header.
-    let (_, head, _) = rig.curl(API, "/reflect?how=header", &[]);
+    let Curled { head, .. } = rig.curl(API, "/reflect?how=header", &[]);
     assert!(
         head.contains(&format!("x-reflected: {}", masked.to_ascii_lowercase())),
         "{head}"
@@ -212,7 +192,9 @@ async fn every_echo_of_the_secret_is_masked() {
     // In the body, whole and one byte per frame, over both protocols.
     for how in ["body", "chunks"] {
         for proto in ["--http1.1", "--http2"] {
-            let (code, _, body) = rig.curl(API, &format!("/reflect?how={how}"), &[proto]);
+            let Curled {
+                status: code, body, ..
+            } = rig.curl(API, &format!("/reflect?how={how}"), &[proto]);
             assert_eq!(code, 200);
             assert_eq!(
                 String::from_utf8_lossy(&body),
@@ -222,7 +204,7 @@ async fn every_echo_of_the_secret_is_masked() {
         }
     }
     // Base64 of the value inside JSON.
-    let (_, _, body) = rig.curl(API, "/reflect?how=base64", &[]);
+    let Curled { body, .. } = rig.curl(API, "/reflect?how=base64", &[]);
     assert_no_secret("base64 body", &body);
     assert!(
         String::from_utf8_lossy(&body).contains("****"),
@@ -231,8 +213,12 @@ async fn every_echo_of_the_secret_is_masked() {
     );
     // Compressed with each coding, whatever was asked.
     for enc in ["gzip", "deflate", "br", "zstd"] {
-        let (code, head, body) =
-            rig.curl(API, &format!("/reflect?how=body&enc={enc}"), &["--http2"]);
+        let Curled {
+            status: code,
+            head,
+            body,
+            ..
+        } = rig.curl(API, &format!("/reflect?how=body&enc={enc}"), &["--http2"]);
         assert_eq!(code, 200, "{enc}");
         assert!(
             !head.contains("content-encoding"),
@@ -249,14 +235,7 @@ async fn every_echo_of_the_secret_is_masked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn trailers_are_masked_too() {
     let rig = rig().await;
-    let mut sender = http::connect(
-        SESSION_SOURCE,
-        rig.gateway.data,
-        API,
-        &rig.dir.join("session-ca.pem"),
-        true,
-    )
-    .await;
+    let mut sender = http::connect(SESSION_SOURCE, rig.gateway.data, API, &rig.trust, true).await;
     let req = hyper::Request::get("https://api.test/reflect?how=trailer")
         .header("te", "trailers")
         .body(http::empty())
@@ -276,14 +255,9 @@ async fn trailers_are_masked_too() {
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_replies_and_error_messages_are_masked() {
     let rig = rig().await;
-    let mut client = client_via_gateway(
-        rig.gateway.data,
-        SESSION_SOURCE,
-        GRPC,
-        &rig.dir.join("session-ca.pem"),
-    )
-    .await
-    .expect("gRPC through the gateway");
+    let mut client = client_via_gateway(rig.gateway.data, SESSION_SOURCE, GRPC, &rig.trust)
+        .await
+        .expect("gRPC through the gateway");
     let masked = format!("you sent Bearer {}", stars(SECRET.len()));
     let reply = client
         .unary(EchoRequest {
@@ -308,7 +282,12 @@ async fn grpc_replies_and_error_messages_are_masked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_destination_without_attachments_is_untouched() {
     let rig = rig().await;
-    let (code, head, body) = rig.curl(
+    let Curled {
+        status: code,
+        head,
+        body,
+        ..
+    } = rig.curl(
         PLAIN,
         "/reflect?how=body&enc=gzip",
         &["-H", "authorization: Bearer session-own"],
@@ -347,8 +326,5 @@ async fn nothing_logged_or_recorded_holds_the_secret() {
         "the records",
         &std::fs::read(&rig.gateway.records_path).unwrap(),
     );
-    assert_no_secret(
-        "the session CA file",
-        &std::fs::read(rig.dir.join("session-ca.pem")).unwrap(),
-    );
+    assert_no_secret("the session CA file", &std::fs::read(&rig.trust).unwrap());
 }

@@ -12,14 +12,12 @@
 //! loopback, curl as the session. Every wait is on an event, bounded
 //! ([`wait`]); every process is stopped by its PID.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use talos_e2e::clients::{curl_via, run_bounded};
-use talos_e2e::gateway::{workspace_bin, Gateway, TestConfig};
-use talos_e2e::origin::LoopbackOrigin;
-use talos_e2e::stub::{Ran, Stub};
+use talos_e2e::gateway::workspace_bin;
+use talos_e2e::rig::{Pair, SessionSpec};
 use talos_e2e::wait;
 
 const API: &str = "origin.test";
@@ -28,114 +26,46 @@ const ID: &str = "gw-a";
 /// and with `batch_max_records = 1` one batch.
 const PILED_UP: usize = 4;
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    origin: LoopbackOrigin,
-    stub: Stub,
-    gateway: Gateway,
-    /// The member's control address, kept across its restart so `serve`
-    /// and the CLI reach the new process where they reached the old one.
-    control: SocketAddr,
+/// One member shipping to `serve`, which is given the member: every
+/// record its own batch, sealed within 50 ms; a stop with the spool
+/// blocked waits 1 s for the shipper. The egress list holds
+/// `origin.test`.
+async fn member() -> Pair {
+    Pair::builder()
+        .ids(&[ID])
+        .control("batch_max_records = 1\n")
+        .limits("shutdown_grace_ms = 1000")
+        .renewing()
+        .egress(&[API])
+        .start_loopback(&[API])
+        .await
 }
 
-impl Rig {
-    /// One member shipping to `serve`, which is given the member; the
-    /// egress list holds `origin.test`.
-    async fn new() -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let origin = LoopbackOrigin::start(&dir, API).await;
-        let mut stub = Stub::init(&dir, &[ID]);
-        // The member needs serve's address and serve the member's: serve
-        // first for its address, then the member, then serve again on the
-        // same address, given the member.
-        stub.start_serve();
-        let gateway = start_gateway(&dir, &origin, &stub, None);
-        let control = gateway.control.expect("control listener");
-        assert!(stub.stop_serve(), "serve drains and exits 0");
-        stub.serve_gateways = vec![(ID.to_owned(), control)];
-        stub.serve_args = vec![
-            "--renew-ms".into(),
-            "500".into(),
-            "--tick-ms".into(),
-            "100".into(),
-        ];
-        stub.start_serve();
-        let rig = Rig {
-            _tmp: tmp,
-            dir,
-            origin,
-            stub,
-            gateway,
-            control,
-        };
-        rig.cli(&["policy", "egress", "add", API]).json();
-        rig
-    }
-
-    fn cli(&self, args: &[&str]) -> Ran {
-        self.stub.run(&self.stub.serve_gateways, args, b"")
-    }
-
-    fn member_dir(&self) -> PathBuf {
-        self.dir.join(ID)
-    }
-
-    fn spool(&self) -> PathBuf {
-        self.member_dir().join("spool")
-    }
-
-    /// `gateway spool ARGS --config <the member's config>`: exit status,
-    /// stdout, stderr.
-    fn spool_command(&self, args: &[&str]) -> (i32, String, String) {
-        let bin = workspace_bin("gateway");
-        let config = self.member_dir().join("gateway.toml");
-        let mut all = vec!["spool"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["--config", config.to_str().expect("utf-8 path")]);
-        let out = run_bounded(bin.to_str().expect("utf-8 path"), &all, None, 60);
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// One GET through the member, as the session; must be answered 200.
-    fn get(&self, bundle: &Path, path: &str) {
-        let (code, _, _) = curl_via(self.gateway.data, bundle, API, path, &[]);
-        assert_eq!(code, 200, "GET {path}");
-    }
+/// The member's spool.
+fn spool(rig: &Pair) -> PathBuf {
+    rig.dir.join(ID).join("spool")
 }
 
-/// Start the member (its control listener on `control`, or any port):
-/// every record its own batch, sealed within 50 ms.
-fn start_gateway(
-    dir: &Path,
-    origin: &LoopbackOrigin,
-    stub: &Stub,
-    control: Option<SocketAddr>,
-) -> Gateway {
-    let mdir = dir.join(ID);
-    std::fs::create_dir_all(&mdir).expect("member dir");
-    let mut files = stub.gateway_files(ID, &mdir);
-    if let Some(addr) = control {
-        files.listen = addr.to_string();
-    }
-    files.extra = format!(
-        "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\nbatch_max_records = 1\n",
-        stub.serve_addr.expect("serve started"),
-        mdir.join("spool").display().to_string(),
-    );
-    let config = TestConfig {
-        gateway_id: ID.into(),
-        control: Some(files),
-        // A stop with the spool blocked waits this long for the shipper.
-        limits: "shutdown_grace_ms = 1000".into(),
-        ..origin.config()
-    };
-    Gateway::start(&mdir, &config.toml(&mdir))
+/// `gateway spool ARGS --config <the member's config>`: exit status,
+/// stdout, stderr.
+fn spool_command(rig: &Pair, args: &[&str]) -> (i32, String, String) {
+    let bin = workspace_bin("gateway");
+    let config = rig.dir.join(ID).join("gateway.toml");
+    let mut all = vec!["spool"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--config", config.to_str().expect("utf-8 path")]);
+    let out = run_bounded(bin.to_str().expect("utf-8 path"), &all, None, 60);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One GET through the member, as the session; must be answered 200.
+fn get(rig: &Pair, bundle: &Path, path: &str) {
+    let code = curl_via(rig.members[0].data, bundle, API, path, &[]).status;
+    assert_eq!(code, 200, "GET {path}");
 }
 
 /// The sequence numbers of the batch files in `spool`, oldest first.
@@ -209,30 +139,12 @@ fn request_paths(cert: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the_gap() {
-    let mut rig = Rig::new().await;
-    let t = rig
-        .cli(&[
-            "sandbox",
-            "start",
-            "--tenant",
-            "acme",
-            "--source",
-            "127.0.0.2",
-            "--allow",
-            API,
-            "--mode",
-            "commands",
-        ])
-        .json();
-    assert_eq!(t["state"], "running", "{t}");
-    let id = t["session_id"].as_str().expect("session id").to_owned();
-    let ran = rig.cli(&["sandbox", "trust", &id]);
-    assert_eq!(ran.status, 0, "{}", ran.stderr);
-    let bundle = rig.dir.join("trust.pem");
-    std::fs::write(&bundle, &ran.stdout).expect("write bundle");
+    let mut rig = member().await;
+    let (id, _) = rig.start(&SessionSpec::from("127.0.0.2").allow(API));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
 
     // With serve up, batches leave the spool as they are sealed.
-    rig.get(&bundle, "/before");
+    get(&rig, &bundle, "/before");
     let cert = rig
         .stub
         .wait_certificate(&id, wait::DEADLINE.as_secs(), |c| {
@@ -243,20 +155,20 @@ async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the
         "the first request's record accepted: {cert}"
     );
     wait::until("the spool to empty with serve up", || {
-        wait::check(spooled(&rig.spool()), Vec::is_empty)
+        wait::check(spooled(&spool(&rig)), Vec::is_empty)
     });
 
     // serve down: every request's record waits in the spool, a batch each.
     rig.stub.kill_serve();
     for i in 0..PILED_UP {
-        rig.get(&bundle, &format!("/outage/{i}"));
+        get(&rig, &bundle, &format!("/outage/{i}"));
     }
     let piled = wait::until("the outage's batches in the spool", || {
-        wait::check(spooled(&rig.spool()), |s| s.len() >= PILED_UP)
+        wait::check(spooled(&spool(&rig)), |s| s.len() >= PILED_UP)
     });
     // A batch behind the oldest is damaged.
     let bad = piled[1];
-    let lost = flip_one_byte(&rig.spool(), bad);
+    let lost = flip_one_byte(&spool(&rig), bad);
 
     // serve back: the batch before the damaged one is accepted, the
     // damaged one refused, and the spool blocked behind it.
@@ -278,12 +190,12 @@ async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the
         bad - 1
     );
     wait::until("the damaged batch at the head of the spool", || {
-        wait::check(spooled(&rig.spool()), |s| s.first() == Some(&bad))
+        wait::check(spooled(&spool(&rig)), |s| s.first() == Some(&bad))
     });
 
     // The runbook: stop the member, verify, set the batch aside.
-    assert!(rig.gateway.stop(), "the member drains and exits 0");
-    let (status, out, err) = rig.spool_command(&["verify"]);
+    assert!(rig.members[0].stop(), "the member drains and exits 0");
+    let (status, out, err) = spool_command(&rig, &["verify"]);
     assert_eq!(status, 1, "verify finds the damaged batch: {out} {err}");
     let report: Value = serde_json::from_str(&out).expect("verify prints JSON");
     assert_eq!(report["findings"][0]["seq"], bad, "{report}");
@@ -292,8 +204,10 @@ async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the
         "{report}"
     );
     let reason = "one byte flipped on disk, ticket 42";
-    let (status, out, err) =
-        rig.spool_command(&["set-aside", "--seq", &bad.to_string(), "--reason", reason]);
+    let (status, out, err) = spool_command(
+        &rig,
+        &["set-aside", "--seq", &bad.to_string(), "--reason", reason],
+    );
     assert_eq!(status, 0, "set-aside: {out} {err}");
     let done: Value = serde_json::from_str(&out).expect("set-aside prints JSON");
     assert_eq!(done["seq"], bad, "{done}");
@@ -315,7 +229,7 @@ async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the
         .cloned()
         .expect("gw-a listed");
     let chain: Value =
-        serde_json::from_slice(&std::fs::read(rig.spool().join("chain.json")).expect("chain.json"))
+        serde_json::from_slice(&std::fs::read(spool(&rig).join("chain.json")).expect("chain.json"))
             .expect("chain.json is JSON");
     assert_eq!(head["chain_last_seq"], bad - 1, "{head}");
     assert_eq!(chain["last_seq"], bad - 1, "{chain}");
@@ -325,22 +239,19 @@ async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the
     );
     let kept = done["moved_to"].as_str().expect("the bad file's new place");
     assert!(Path::new(kept).exists(), "the damaged file is kept: {kept}");
-    let (status, out, err) = rig.spool_command(&["verify"]);
+    let (status, out, err) = spool_command(&rig, &["verify"]);
     assert_eq!(status, 0, "verify after set-aside: {out} {err}");
 
     // Start the member again: the gap and everything behind it ship.
-    rig.gateway = start_gateway(&rig.dir, &rig.origin, &rig.stub, Some(rig.control));
+    rig.restart(0);
     wait::until("the spool to drain", || {
-        wait::check(spooled(&rig.spool()), Vec::is_empty)
+        wait::check(spooled(&spool(&rig)), Vec::is_empty)
     });
 
     // The session ends; its certificate is issued, with the gap on it.
     let stopped = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(stopped["state"], "ended", "{stopped}");
-    let cert = rig
-        .stub
-        .wait_certificate(&id, wait::DEADLINE.as_secs(), |c| c["issued"] == true);
-    assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
+    let cert = rig.wait_issued(&id);
     let gaps = cert["gaps"].as_array().expect("gaps");
     assert_eq!(gaps.len(), 1, "{cert}");
     assert_eq!(gaps[0]["gateway_id"], ID);

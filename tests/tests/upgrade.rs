@@ -12,142 +12,48 @@
 //! TLS origin and a DNS server on loopback, and a rustls/hyper client as
 //! the session.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::TestConfig;
+use talos_e2e::clients::client_tls;
 use talos_e2e::member::{alive, Member};
-use talos_e2e::origin::{Origin, TestCa};
-use talos_e2e::stub::{Ran, Stub};
+use talos_e2e::rig::pair::IDS;
+use talos_e2e::rig::{Pair, SessionSpec};
 use talos_e2e::wait;
 
 const API: &str = "api.test";
-const IDS: [&str; 2] = ["gw-a", "gw-b"];
 const SOURCE: &str = "127.0.0.2";
 const LEASE_MS: u64 = 3000;
 /// The most requests the load makes (it stops sooner once both upgrades
 /// are done and it has made some after each).
 const MAX_REQUESTS: usize = 3000;
 
-struct Pair {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    _dns: DnsServer,
-    origin: Origin,
-    stub: Stub,
-    members: Vec<Member>,
+/// The pair, `serve` given both members; the egress list holds
+/// `api.test`.
+async fn pair() -> Pair<Member> {
+    Pair::builder()
+        .lease(Duration::from_millis(LEASE_MS))
+        .renewing()
+        .egress(&[API])
+        .start_loopback(&[API])
+        .await
 }
 
-impl Pair {
-    async fn new() -> Pair {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let ca = TestCa::new("origin test CA");
-        ca.write_pem(&dir.join("origin-ca.pem"));
-        let origin = Origin::start(&ca, &[API]).await;
-        let dns = DnsServer::start(HashMap::from([(
-            API.to_owned(),
-            Answer::Addrs(vec!["127.0.0.1".parse::<IpAddr>().expect("ip")]),
-        )]))
-        .await;
-        let mut stub = Stub::init(&dir, &IDS);
-        // The members need serve's address and serve the members': serve
-        // first for its address, then the members, then serve again on
-        // the same address given both.
-        stub.start_serve();
-        let mut members = Vec::new();
-        for id in IDS {
-            let mdir = dir.join(id);
-            std::fs::create_dir_all(&mdir).expect("member dir");
-            let mut files = stub.gateway_files(id, &mdir);
-            files.extra = format!(
-                "plane = \"{}\"\nspool_dir = {:?}\nbatch_interval_ms = 50\nlease_ms = {LEASE_MS}\n",
-                stub.serve_addr.expect("serve"),
-                mdir.join("spool").display().to_string(),
-            );
-            let config = TestConfig {
-                gateway_id: id.into(),
-                dns: dns.addr,
-                upstream_port: origin.addr.port(),
-                anchors: vec![dir.join("origin-ca.pem")],
-                permit_internal: vec!["127.0.0.1/32".into()],
-                limits: "shutdown_grace_ms = 3000".into(),
-                control: Some(files),
-                ..Default::default()
-            };
-            let mut text = config.toml(&mdir);
-            text.push_str(&format!(
-                "[process]\nsocket = {:?}\n",
-                mdir.join("gateway.sock").display().to_string()
-            ));
-            members.push(Member::start(&mdir, &text));
-        }
-        assert!(stub.stop_serve(), "serve drains and exits 0");
-        stub.serve_gateways = IDS
-            .iter()
-            .zip(&members)
-            .map(|(id, m)| ((*id).to_owned(), m.control()))
-            .collect();
-        stub.serve_args = vec![
-            "--renew-ms".into(),
-            "500".into(),
-            "--tick-ms".into(),
-            "100".into(),
-        ];
-        stub.start_serve();
-        let pair = Pair {
-            _tmp: tmp,
-            dir,
-            _dns: dns,
-            origin,
-            stub,
-            members,
-        };
-        pair.cli(&["policy", "egress", "add", API]).json();
-        pair
-    }
-
-    fn cli(&self, args: &[&str]) -> Ran {
-        self.stub.run(&self.stub.serve_gateways, args, b"")
-    }
-
-    /// The session's trust bundle, written to `file`; and its CAs'
-    /// digests, sorted.
-    /// Start a session from SOURCE allowed to reach API, running on both
-    /// members; its id.
-    fn start_session(&self) -> String {
-        let t = self
-            .cli(&[
-                "sandbox", "start", "--tenant", "acme", "--source", SOURCE, "--allow", API,
-                "--mode", "commands",
-            ])
-            .json();
-        assert_eq!(t["state"], "running", "{t}");
-        t["session_id"].as_str().expect("id").to_owned()
-    }
-
-    fn trust(&self, id: &str, file: &str) -> (PathBuf, Vec<String>) {
-        let ran = self.cli(&["sandbox", "trust", id]);
-        assert_eq!(ran.status, 0, "{}", ran.stderr);
-        let path = self.dir.join(file);
-        std::fs::write(&path, &ran.stdout).expect("bundle");
-        let mut digests: Vec<String> = rustls_pemfile::certs(&mut ran.stdout.as_bytes())
-            .map(|c| talos_certs::sha384_hex(c.expect("PEM").as_ref()))
-            .collect();
-        digests.sort();
-        (path, digests)
-    }
+/// Start a session from SOURCE allowed to reach API; its id.
+fn start_session(pair: &Pair<Member>) -> String {
+    pair.start(&SessionSpec::from(SOURCE).allow(API)).0
 }
 
-/// A client TLS config trusting only the PEM bundle at `path`.
-fn client_tls(path: &Path) -> Arc<rustls::ClientConfig> {
-    talos_e2e::clients::session_tls(path, &[b"http/1.1"])
+/// The session's trust bundle, written to `file`; and its CAs'
+/// digests, sorted.
+fn trust(pair: &Pair<Member>, id: &str, file: &str) -> (PathBuf, Vec<String>) {
+    let (path, mut digests) = pair.trust(id, file);
+    digests.sort();
+    (path, digests)
 }
 
 /// One connection from the session's source through `gateway`, one GET
@@ -184,7 +90,7 @@ struct Seen {
 
 /// Upgrade member `i` in place (`gateway upgrade`, which returns once the
 /// successor has taken over); returns the old process's pid, draining.
-fn start_upgrade(pair: &mut Pair, i: usize) -> u32 {
+fn start_upgrade(pair: &mut Pair<Member>, i: usize) -> u32 {
     let member = &mut pair.members[i];
     let old = member.pid();
     let (ok, out, err) = member.command("upgrade");
@@ -197,9 +103,9 @@ fn start_upgrade(pair: &mut Pair, i: usize) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
-    let mut pair = Pair::new().await;
-    let id = pair.start_session();
-    let (bundle, digests) = pair.trust(&id, "trust.pem");
+    let mut pair = pair().await;
+    let id = start_session(&pair);
+    let (bundle, digests) = trust(&pair, &id, "trust.pem");
     assert_eq!(digests.len(), 2, "one CA per member");
     let tls = client_tls(&bundle);
 
@@ -260,9 +166,9 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
             let (tls, target, path) = (Arc::clone(&tls), pair.members[i].data(), path.clone());
             async move { one_request(target, tls, &path).await }
         });
-        pair.origin.wait_held(&name).await;
+        pair.peers.origin.wait_held(&name).await;
         let old = tokio::task::block_in_place(|| start_upgrade(&mut pair, i));
-        pair.origin.release(&name);
+        pair.peers.origin.release(&name);
         let result = held.await.expect("held request's task");
         assert_eq!(
             result,
@@ -307,17 +213,14 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
     assert!(seen.ok.len() >= 100, "{} requests", seen.ok.len());
 
     // The session trusts the same CAs it trusted at its start.
-    let (_, after) = pair.trust(&id, "trust-after.pem");
+    let (_, after) = trust(&pair, &id, "trust-after.pem");
     assert_eq!(after, digests, "the trust bundle changed");
 
     // The end: the certificate is issued, with every request the clients
     // saw succeed, once, and no gap or rejection in either chain.
     let t = pair.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
-    let cert = pair
-        .stub
-        .wait_certificate(&id, wait::DEADLINE.as_secs(), |c| c["issued"] == true);
-    assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
+    let cert = pair.wait_issued(&id);
     assert_eq!(cert["gaps"], Value::Array(Vec::new()), "{cert}");
     assert_eq!(cert["batch_rejections"], Value::Array(Vec::new()), "{cert}");
     let mut on_cert: Vec<String> = cert["connections"]
@@ -347,9 +250,9 @@ async fn a_rolling_upgrade_of_the_pair_keeps_the_session_whole() {
 /// of its own records, and the certificate at the end holds it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_old_process_killed_while_it_drains_loses_nothing() {
-    let mut pair = Pair::new().await;
-    let id = pair.start_session();
-    let (bundle, _) = pair.trust(&id, "trust.pem");
+    let mut pair = pair().await;
+    let id = start_session(&pair);
+    let (bundle, _) = trust(&pair, &id, "trust.pem");
     let tls = client_tls(&bundle);
     let a = pair.members[0].data();
     assert_eq!(
@@ -360,7 +263,7 @@ async fn the_old_process_killed_while_it_drains_loses_nothing() {
         let tls = Arc::clone(&tls);
         async move { one_request(a, tls, "/hold/killed/load/held").await }
     });
-    pair.origin.wait_held("killed").await;
+    pair.peers.origin.wait_held("killed").await;
     let old = tokio::task::block_in_place(|| start_upgrade(&mut pair, 0));
     talos_e2e::member::signal(old, "KILL");
     tokio::task::block_in_place(|| {
@@ -368,7 +271,7 @@ async fn the_old_process_killed_while_it_drains_loses_nothing() {
             wait::check(alive(old), |a| !a)
         })
     });
-    pair.origin.release("killed");
+    pair.peers.origin.release("killed");
     assert!(
         held.await.expect("task").is_err(),
         "its connection died with it"
@@ -381,10 +284,7 @@ async fn the_old_process_killed_while_it_drains_loses_nothing() {
 
     let t = pair.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
-    let cert = pair
-        .stub
-        .wait_certificate(&id, wait::DEADLINE.as_secs(), |c| c["issued"] == true);
-    assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
+    let cert = pair.wait_issued(&id);
     assert_eq!(cert["gaps"], Value::Array(Vec::new()), "{cert}");
     assert_eq!(cert["batch_rejections"], Value::Array(Vec::new()), "{cert}");
     let of_a: Vec<&Value> = cert["connections"]

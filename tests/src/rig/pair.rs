@@ -1,0 +1,463 @@
+//! The members of a pair under the control stub, as operators run them:
+//! `control-stub init` makes the control channel's identities, each member
+//! is a `gateway` process shipping its batches to `control-stub serve`,
+//! and the test drives sessions with the `control-stub` CLI given every
+//! member's control address.
+//!
+//! [`PairBuilder`] holds what the tests vary: the members' ids (two by
+//! default; one for the single-member tests), their lease, more
+//! `[control]` and `[limits]` lines, whether `serve` is given the members
+//! (to renew their leases and ask owed closes again), the account's egress
+//! list and the tenant's secrets.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{blocking, Process};
+use crate::gateway::{Gateway, TestConfig};
+use crate::origin::LoopbackOrigin;
+use crate::stub::{Ran, Stub};
+use crate::wait;
+
+/// The members of a pair.
+pub const IDS: [&str; 2] = ["gw-a", "gw-b"];
+/// `serve --renew-ms` when it is given the members: a sixth of a 3 s
+/// lease, as the defaults are (10 s of 60 s).
+pub const RENEW_MS: u64 = 500;
+/// `serve --tick-ms` when it is given the members: closes owed asked
+/// again, certificates issued.
+pub const TICK_MS: u64 = 100;
+
+/// One line of the fault matrix, printed so a run shows what was tried,
+/// what was seen and how long the command took.
+pub fn matrix(fault: &str, command: &str, seen: &str, took: Duration) {
+    eprintln!(
+        "fault-matrix | {fault} | {command} | {seen} | {} ms",
+        took.as_millis()
+    );
+}
+
+/// What a [`Pair`] is started with.
+#[derive(Debug, Clone)]
+pub struct PairBuilder {
+    ids: Vec<String>,
+    lease: Option<Duration>,
+    control: String,
+    limits: String,
+    renewing: bool,
+    egress: Vec<String>,
+    secrets: Vec<(String, String)>,
+}
+
+/// The members (each `gateway` process in `dir/<id>`, its spool in
+/// `dir/<id>/spool`), the control stub, and what is behind the members.
+/// Every process is stopped when it drops.
+#[derive(Debug)]
+pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
+    // Fields drop in this order: the members stop before `serve`, the
+    // peers and the folder go.
+    pub members: Vec<G>,
+    pub stub: Stub,
+    /// What is behind the members: the origin and the DNS server.
+    pub peers: P,
+    pub dir: PathBuf,
+    /// Each member's control address, kept across its restarts so `serve`
+    /// and the CLI reach the new process where they reached the old one.
+    pub controls: Vec<SocketAddr>,
+    ids: Vec<String>,
+    /// Every member's config but its id and `[control]` table.
+    config: TestConfig,
+    /// The `[control]` lines after `plane` and `spool_dir`.
+    control: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl Pair {
+    /// Two members, `gw-a` and `gw-b`, `shutdown_grace_ms = 3000`.
+    pub fn builder() -> PairBuilder {
+        PairBuilder {
+            ids: IDS.iter().map(|s| (*s).to_owned()).collect(),
+            lease: None,
+            control: String::new(),
+            limits: "shutdown_grace_ms = 3000".into(),
+            renewing: false,
+            egress: Vec::new(),
+            secrets: Vec::new(),
+        }
+    }
+}
+
+impl PairBuilder {
+    /// Other members (one, for the tests of a single member).
+    pub fn ids(mut self, ids: &[&str]) -> Self {
+        self.ids = ids.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Every authority's lease on the members (`[control] lease_ms`).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// More lines for every member's `[control]` table.
+    pub fn control(mut self, lines: &str) -> Self {
+        self.control = lines.to_owned();
+        self
+    }
+
+    /// The members' `[limits]` lines, in place of the grace of 3 s.
+    pub fn limits(mut self, limits: &str) -> Self {
+        self.limits = limits.to_owned();
+        self
+    }
+
+    /// `serve` given the members: it renews their leases (every
+    /// [`RENEW_MS`]), asks owed closes again and issues certificates
+    /// (every [`TICK_MS`]).
+    pub fn renewing(mut self) -> Self {
+        self.renewing = true;
+        self
+    }
+
+    /// The account's egress list.
+    pub fn egress(mut self, names: &[&str]) -> Self {
+        self.egress = names.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// A secret of tenant `acme`.
+    pub fn secret(mut self, name: &str, value: &str) -> Self {
+        self.secrets.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Start it behind one origin serving `names` (see
+    /// [`LoopbackOrigin::serving`]).
+    pub async fn start_loopback<G: Process>(self, names: &[&str]) -> Pair<G> {
+        let (tmp, peers, base) = super::loopback(names).await;
+        self.start(tmp, peers, base)
+    }
+
+    /// Start it in `tmp`, behind `peers`, every member's config from
+    /// `base` (what reaches the peers).
+    pub fn start<G: Process, P>(
+        self,
+        tmp: tempfile::TempDir,
+        peers: P,
+        base: TestConfig,
+    ) -> Pair<G, P> {
+        let dir = tmp.path().to_owned();
+        let ids: Vec<&str> = self.ids.iter().map(String::as_str).collect();
+        let mut stub = Stub::init(&dir, &ids);
+        // The members need serve's address, and serve the members': serve
+        // first, for its address; then the members; then, if it is to be
+        // given them, serve again on the same address.
+        stub.start_serve();
+        let lease = self
+            .lease
+            .map_or(String::new(), |l| format!("lease_ms = {}\n", l.as_millis()));
+        let mut pair: Pair<G, P> = Pair {
+            members: Vec::new(),
+            stub,
+            peers,
+            dir,
+            controls: Vec::new(),
+            ids: self.ids,
+            config: TestConfig {
+                limits: self.limits,
+                ..base
+            },
+            control: format!("batch_interval_ms = 50\n{lease}{}", self.control),
+            _tmp: tmp,
+        };
+        for i in 0..pair.ids.len() {
+            let g = pair.start_member(i);
+            pair.controls.push(g.control());
+            pair.members.push(g);
+        }
+        if self.renewing {
+            assert!(pair.stub.stop_serve(), "serve drains and exits 0");
+            pair.stub.serve_gateways = pair.links();
+            pair.stub.serve_args = vec![
+                "--renew-ms".into(),
+                RENEW_MS.to_string(),
+                "--tick-ms".into(),
+                TICK_MS.to_string(),
+            ];
+            pair.stub.start_serve();
+        }
+        for name in &self.egress {
+            pair.cli(&["policy", "egress", "add", name]).json();
+        }
+        for (name, value) in &self.secrets {
+            pair.set_secret(name, value);
+        }
+        pair
+    }
+}
+
+impl<G: Process, P> Pair<G, P> {
+    /// Start member `i` in `dir/<id>`: on its control address of before,
+    /// or on any port the first time.
+    fn start_member(&self, i: usize) -> G {
+        let id = &self.ids[i];
+        let dir = self.dir.join(id);
+        std::fs::create_dir_all(&dir).expect("member dir");
+        let mut files = self.stub.gateway_files(id, &dir);
+        if let Some(addr) = self.controls.get(i) {
+            files.listen = addr.to_string();
+        }
+        files.extra = format!(
+            "plane = \"{}\"\nspool_dir = {:?}\n{}",
+            self.stub.serve_addr.expect("serve started"),
+            dir.join("spool").display().to_string(),
+            self.control,
+        );
+        let config = TestConfig {
+            gateway_id: id.clone(),
+            control: Some(files),
+            ..self.config.clone()
+        };
+        G::start(&dir, &G::toml(&config, &dir))
+    }
+
+    /// Start member `i` again where it was (same control address, spool
+    /// and journal) after it stopped or was killed.
+    pub fn restart(&mut self, i: usize) {
+        let g = self.start_member(i);
+        self.members[i] = g;
+    }
+
+    /// Every member as `--gateway ID=ADDR` gives it.
+    pub fn links(&self) -> Vec<(String, SocketAddr)> {
+        self.ids
+            .iter()
+            .cloned()
+            .zip(self.controls.clone())
+            .collect()
+    }
+
+    /// One CLI command given every member.
+    pub fn cli(&self, args: &[&str]) -> Ran {
+        blocking(|| self.stub.run(&self.links(), args, b""))
+    }
+
+    /// A CLI command, timed.
+    pub fn timed(&self, args: &[&str]) -> (Ran, Duration) {
+        let t = Instant::now();
+        let ran = self.cli(args);
+        (ran, t.elapsed())
+    }
+
+    /// Set secret `name` of tenant `acme` to `value`.
+    pub fn set_secret(&self, name: &str, value: &str) {
+        blocking(|| {
+            self.stub.run(
+                &[],
+                &["secret", "set", name, "--tenant", "acme"],
+                value.as_bytes(),
+            )
+        })
+        .json();
+    }
+
+    /// `sandbox start` as `spec` says; it must be running. Its id and what
+    /// the command printed.
+    pub fn start(&self, spec: &SessionSpec) -> (String, Value) {
+        let args = spec.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let t = self.cli(&args).json();
+        assert_eq!(t["state"], "running", "{t}");
+        let id = t["session_id"].as_str().expect("session id").to_owned();
+        (id, t)
+    }
+
+    /// [`Pair::start`], and every member must have opened it (one CA
+    /// each); its id.
+    pub fn start_session(&self, spec: &SessionSpec) -> String {
+        let (id, t) = self.start(spec);
+        assert_eq!(
+            t["ca"].as_array().map(Vec::len),
+            Some(self.members.len()),
+            "{t}"
+        );
+        id
+    }
+
+    /// `policy lock add`: a Lock rule holding every `method` under `prefix`
+    /// at `destination`, each request on its own card, `approver`
+    /// deciding; what the command printed (the rule).
+    pub fn lock(&self, destination: &str, method: &str, prefix: &str, approver: &str) -> Value {
+        self.cli(&[
+            "policy",
+            "lock",
+            "add",
+            "--destination",
+            destination,
+            "--method",
+            method,
+            "--path-prefix",
+            prefix,
+            "--mode",
+            "every_request",
+            "--approver",
+            approver,
+        ])
+        .json()
+    }
+
+    /// `sandbox status`.
+    pub fn status(&self, id: &str) -> Value {
+        self.cli(&["sandbox", "status", id]).json()
+    }
+
+    /// The session's trust bundle as `sandbox trust` gives it, written to
+    /// `dir/<file>`; with the SHA-384 digest of each CA in it, in order.
+    pub fn trust(&self, id: &str, file: &str) -> (PathBuf, Vec<String>) {
+        let ran = self.cli(&["sandbox", "trust", id]);
+        assert_eq!(ran.status, 0, "{}", ran.stderr);
+        let path = self.dir.join(file);
+        std::fs::write(&path, &ran.stdout).expect("write bundle");
+        let digests = rustls_pemfile::certs(&mut ran.stdout.as_bytes())
+            .map(|c| talos_certs::sha384_hex(c.expect("PEM").as_ref()))
+            .collect();
+        (path, digests)
+    }
+
+    /// The digests of the CAs the current attempt made, by member.
+    pub fn digests(&self, id: &str) -> BTreeMap<String, String> {
+        let status = self.status(id);
+        let last = status["attempts"]
+            .as_array()
+            .and_then(|a| a.last())
+            .expect("an attempt")
+            .clone();
+        last["ca"]
+            .as_array()
+            .expect("cas")
+            .iter()
+            .map(|c| {
+                (
+                    c["gateway_id"].as_str().expect("gateway id").to_owned(),
+                    c["digest"].as_str().expect("digest").to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Wait until `sandbox trust` lists exactly `want` (digests, any order).
+    pub fn wait_trust(&self, id: &str, file: &str, want: &[&str]) -> PathBuf {
+        let mut want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+        want.sort();
+        wait::until(&format!("sandbox trust to list exactly {want:?}"), || {
+            let (path, mut got) = self.trust(id, file);
+            got.sort();
+            if got == want {
+                Ok(path)
+            } else {
+                Err(got)
+            }
+        })
+    }
+
+    /// Wait until the session's certificate is issued; returns it.
+    pub fn wait_issued(&self, id: &str) -> Value {
+        let cert = blocking(|| {
+            self.stub
+                .wait_certificate(id, wait::DEADLINE.as_secs(), |c| c["issued"] == true)
+        });
+        assert_eq!(cert["issued"], true, "certificate not issued: {cert}");
+        cert
+    }
+
+    /// The signed envelope of the issued certificate, as text.
+    pub fn signed_certificate(&self, id: &str) -> String {
+        let ran = self.cli(&["certificate", id, "--signed"]);
+        assert_eq!(ran.status, 0, "{}", ran.stderr);
+        ran.stdout
+    }
+}
+
+impl<P> Pair<Gateway, P> {
+    /// Every record of every member so far.
+    pub fn records(&self) -> Vec<Value> {
+        self.members.iter().flat_map(Gateway::records).collect()
+    }
+}
+
+impl<G: Process, P> Drop for Pair<G, P> {
+    /// A failing test shows what the members and `serve` logged.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (id, g) in self.ids.iter().zip(&self.members) {
+                eprintln!("{id}'s log:\n{}", g.log());
+            }
+            eprintln!("serve's log:\n{}", self.stub.serve_log());
+        }
+    }
+}
+
+/// A `sandbox start`: tenant `acme`, a source, the names it may reach, the
+/// secrets attached, its mode (`commands` unless said).
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    source: String,
+    allow: Vec<String>,
+    attach: Vec<String>,
+    mode: String,
+}
+
+impl SessionSpec {
+    /// A session in mode `commands` from `source`, allowed nothing yet.
+    pub fn from(source: &str) -> SessionSpec {
+        SessionSpec {
+            source: source.to_owned(),
+            allow: Vec::new(),
+            attach: Vec::new(),
+            mode: "commands".into(),
+        }
+    }
+
+    /// Allowed `name` too.
+    pub fn allow(mut self, name: &str) -> SessionSpec {
+        self.allow.push(name.to_owned());
+        self
+    }
+
+    /// With `SECRET=destination:header[:scheme]` attached too.
+    pub fn attach(mut self, attachment: &str) -> SessionSpec {
+        self.attach.push(attachment.to_owned());
+        self
+    }
+
+    /// In another mode (`agent`).
+    pub fn mode(mut self, mode: &str) -> SessionSpec {
+        self.mode = mode.to_owned();
+        self
+    }
+
+    /// The CLI's arguments.
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = ["sandbox", "start", "--tenant", "acme", "--source"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.push(self.source.clone());
+        for name in &self.allow {
+            args.push("--allow".into());
+            args.push(name.clone());
+        }
+        for a in &self.attach {
+            args.push("--attach".into());
+            args.push(a.clone());
+        }
+        args.push("--mode".into());
+        args.push(self.mode.clone());
+        args
+    }
+}
