@@ -566,3 +566,45 @@ async fn held_requests_and_first_uses_survive_an_upgrade() {
         "no new proposal after the upgrade"
     );
 }
+
+/// A member going down (SIGTERM) answers its held requests at the drain's
+/// start: `approval_withdrawn`, on the record, never a cut at the grace
+/// with no answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_going_down_answers_its_held_requests_withdrawn() {
+    let mut rig: Single = rig().await;
+    let ca = open(
+        &rig,
+        "sess-a",
+        1,
+        SESSION_SOURCE,
+        vec![rule("every_request")],
+    )
+    .await;
+    let mut conn = http::connect(SESSION_SOURCE, rig.gateway.data, API, &ca, true).await;
+    let held = tokio::spawn(async move { send(&mut conn, "POST", "/merge/1").await });
+    rig.relay().wait_proposals(1, 30).await;
+    rig.gateway.signal(talos_e2e::signals::Signal::Term);
+    let (status, refusal, body) = held.await.unwrap();
+    assert_eq!(
+        (status, refusal.as_str()),
+        (403, "approval_withdrawn"),
+        "{body}\n{}",
+        rig.gateway.log()
+    );
+    assert!(rig.gateway.stop(), "a clean exit\n{}", rig.gateway.log());
+    let records = rig.gateway.records();
+    let q = records
+        .iter()
+        .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+        .find(|q| q["path"] == "/merge/1")
+        .expect("recorded");
+    assert_eq!(q["refusal"], "approval_withdrawn", "{q}");
+    assert_eq!(q["approval"]["decision"], "withdrawn", "{q}");
+    assert!(q.get("cut").is_none(), "answered, not cut: {q}");
+    assert!(
+        !rig.gateway.log().contains("grace over"),
+        "nothing waited out the grace\n{}",
+        rig.gateway.log()
+    );
+}

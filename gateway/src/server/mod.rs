@@ -751,6 +751,27 @@ impl Running {
         //    `begin_drain`); their grace runs from here.
         let cut_at = tokio::time::Instant::now() + grace;
         self.data.begin_drain();
+        // A member going down ends its authorities: a request held for
+        // approval is answered `approval_withdrawn` now, not cut unanswered
+        // at the grace (after a handover the successor holds the sessions,
+        // and passes their decisions on to this process).
+        if !handed_over {
+            let withdrawn: u32 = self
+                .data
+                .current
+                .get()
+                .sessions
+                .all()
+                .iter()
+                .map(|s| s.approvals.close())
+                .sum();
+            if withdrawn > 0 {
+                tracing::info!(
+                    withdrawn,
+                    "held requests withdrawn: the member is going down"
+                );
+            }
+        }
         tracing::info!(open = self.data.open(), handed_over, "draining");
         if !handed_over {
             crate::process::notify::stopping();

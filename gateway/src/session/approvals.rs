@@ -222,6 +222,12 @@ pub struct Approvals {
     /// Rules whose first use was approved under this authority.
     first_use_done: Mutex<HashSet<String>>,
     counter: AtomicU64,
+    /// No request is held from now on (the member drains, or the
+    /// authority ended): a request the Lock would hold is withdrawn at
+    /// once.
+    closed: std::sync::atomic::AtomicBool,
+    /// Requests withdrawn under this authority, however they were.
+    withdrawn: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -264,6 +270,8 @@ impl Approvals {
             pending: Mutex::new(HashMap::new()),
             first_use_done: Mutex::new(HashSet::new()),
             counter: AtomicU64::new(0),
+            closed: Default::default(),
+            withdrawn: Default::default(),
         }
     }
 
@@ -372,7 +380,7 @@ impl Approvals {
         };
         let sentence = talos_certs::sentence(&proposal);
         let digest = talos_certs::proposal_digest(&proposal, &sentence);
-        let mut record = ApprovalRecord {
+        let record = ApprovalRecord {
             proposal_id: proposal_id.clone(),
             digest: digest.clone(),
             rule: rule.id.clone(),
@@ -385,14 +393,25 @@ impl Approvals {
         let outcome = if self.relay_key.is_none() || self.proposer.is_none() {
             Outcome::NoRelay
         } else {
-            self.pending.locked().insert(
-                proposal_id.clone(),
-                Pending {
-                    digest: digest.clone(),
-                    approvers: rule.approvers.clone(),
-                    answer,
-                },
-            );
+            {
+                // Checked under the lock `close` drains: a request comes
+                // before the close (and is withdrawn by it) or after it
+                // (and is withdrawn here, no proposal sent).
+                let mut pending = self.pending.locked();
+                if self.closed.load(Ordering::SeqCst) {
+                    drop(pending);
+                    self.withdrawn.fetch_add(1, Ordering::Relaxed);
+                    return self.finish(rule, ask, Outcome::Withdrawn, record);
+                }
+                pending.insert(
+                    proposal_id.clone(),
+                    Pending {
+                        digest: digest.clone(),
+                        approvers: rule.approvers.clone(),
+                        answer,
+                    },
+                );
+            }
             metrics::gauge!("gateway_approvals_pending").increment(1.0);
             tracing::info!(
                 session = ask.session_id,
@@ -437,6 +456,18 @@ impl Approvals {
             metrics::gauge!("gateway_approvals_pending").decrement(1.0);
             outcome
         };
+        self.finish(rule, ask, outcome, record)
+    }
+
+    /// A hold's end: a first use approved is remembered, the outcome
+    /// counted and put on the request's approval record.
+    fn finish(
+        &self,
+        rule: &LockRule,
+        ask: &Ask<'_>,
+        outcome: Outcome,
+        mut record: ApprovalRecord,
+    ) -> (Outcome, ApprovalRecord) {
         if let Outcome::Approved { .. } = &outcome {
             if rule.mode == Mode::FirstUse {
                 self.first_use_done.locked().insert(rule.id.clone());
@@ -498,14 +529,31 @@ impl Approvals {
     }
 
     /// Withdraw every pending proposal (the authority ended): each waiter
-    /// answers `approval_withdrawn`. Returns how many there were.
+    /// answers `approval_withdrawn`, and nothing is held from now on.
+    /// Returns how many requests were withdrawn under this authority, a
+    /// drain's ([`Approvals::close`]) included.
     pub fn withdraw_all(&self) -> u32 {
-        let drained: Vec<Pending> = self.pending.locked().drain().map(|(_, p)| p).collect();
-        let n = drained.len();
+        self.close();
+        self.withdrawn.load(Ordering::Relaxed)
+    }
+
+    /// Hold nothing from now on: every request held is answered
+    /// `approval_withdrawn` at once, and so is every request the Lock
+    /// would hold later. Returns how many were held. The drain of a member
+    /// going down (not of one handing over) closes every session's Lock
+    /// this way, so that no held request waits out the grace unanswered.
+    pub fn close(&self) -> u32 {
+        let drained: Vec<Pending> = {
+            let mut pending = self.pending.locked();
+            self.closed.store(true, Ordering::SeqCst);
+            pending.drain().map(|(_, p)| p).collect()
+        };
+        let n = u32::try_from(drained.len()).unwrap_or(u32::MAX);
+        self.withdrawn.fetch_add(n, Ordering::Relaxed);
         for p in drained {
             let _ = p.answer.send(Outcome::Withdrawn);
         }
-        u32::try_from(n).unwrap_or(u32::MAX)
+        n
     }
 }
 
@@ -635,6 +683,23 @@ mod tests {
         assert_eq!(outcome, Outcome::TimedOut);
         assert_eq!(record.decision, "timed_out");
         assert_eq!(rig.approvals.pending_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_closed_lock_withdraws_what_it_holds_and_holds_nothing_more() {
+        let mut rig = rig("every_request");
+        let ended = CancellationToken::new();
+        let first = rig.hold(rule("every_request"), &ended);
+        let Taken { proposal: p, .. } = rig.taken().await;
+        assert!(rig.approvals.holds(&p.proposal_id));
+        assert_eq!(rig.approvals.close(), 1);
+        assert_eq!(first.await.unwrap().0, Outcome::Withdrawn);
+        // Closed: withdrawn at once, and no proposal goes to the relay.
+        let later = rig.hold(rule("every_request"), &ended);
+        assert_eq!(later.await.unwrap().0, Outcome::Withdrawn);
+        assert!(rig.proposals.try_recv().is_err(), "no card");
+        // The authority's end counts both.
+        assert_eq!(rig.approvals.withdraw_all(), 2);
     }
 
     #[tokio::test(start_paused = true)]
