@@ -396,60 +396,33 @@ impl Prepared {
                 log.set(filter);
             }
         }
-        let in_force = Arc::new(ConfigInForce::new(config.digest()));
-        let reloader = Arc::new(Reloader::new(crate::reload::Reloadable {
-            path: self.options.config_path.clone(),
-            config_restart_only: config.restart_only(),
-            digest: config.digest(),
-            statics,
-            current: Arc::clone(&current),
-            tunables: tunables(
-                &cap,
-                &grace_ms,
-                &self.sessions,
-                authority.as_ref(),
-                self.options.log.as_ref(),
-            ),
-            authority: authority.clone(),
-            clock: Arc::clone(&self.clock),
-            in_force: Arc::clone(&in_force),
-        }));
-        let (stop_tx, stop_accepting) = mpsc::channel(1);
-        let socket = config.process.socket.as_ref().map(|s| s.get_ref().clone());
-        // A successor counts the handover that makes it (once it has `go`).
         let handovers = self
             .predecessor_handovers
             .map_or_else(Handovers::default, Handovers::taken_over);
-        let upgrader = Arc::new(Upgrader::new(crate::handover::Holdings {
+        let socket = config.process.socket.as_ref().map(|s| s.get_ref().clone());
+        let (reloader, in_force, upgrader, stop_accepting) = operator_side(OperatorSetup {
+            config: &config,
+            options: &self.options,
             exe: self.exe,
-            config_path: self.options.config_path.clone(),
-            json_logs: self.options.json_logs,
-            socket: socket.clone(),
-            gateway_id: Arc::clone(&gateway_id),
-            instance: Arc::clone(&self.instance),
+            statics,
+            current: &current,
+            cap: &cap,
+            grace_ms: &grace_ms,
+            sessions: &self.sessions,
+            control: control.as_ref(),
+            clock: &self.clock,
+            gateway_id: &gateway_id,
+            instance: &self.instance,
             generation: self.generation,
-            key_id: control.as_ref().map(|c| c.key_id.clone()),
             listeners: Listeners {
                 data: Arc::clone(&self.data),
                 admin: Arc::clone(&self.admin),
                 control: control.as_ref().map(|c| Arc::clone(c.runner.listener())),
                 process: self.process.clone(),
             },
-            configured: configured_listeners(&config),
-            sessions: Arc::clone(&self.sessions),
-            authority,
-            control: control.as_ref().map(|c| Arc::clone(&c.runner)),
-            reloader: Arc::clone(&reloader),
             proposer,
-            journal_dir: config.control.as_ref().and_then(|c| {
-                c.spool_dir
-                    .as_ref()
-                    .map(|d| d.get_ref().join(journal::JOURNAL_DIR))
-            }),
-            stop_accepting: stop_tx,
-            watcher: control.as_ref().map(|c| Arc::clone(&c.watcher)),
             handovers,
-        }));
+        });
         // A successor: ready, and wait for go.
         if let Some(stream) = link.take() {
             take_the_go(
@@ -480,6 +453,90 @@ impl Prepared {
             records,
         })
     }
+}
+
+/// What the operator side is built from.
+struct OperatorSetup<'a> {
+    config: &'a Config,
+    options: &'a Options,
+    exe: PathBuf,
+    statics: StaticSet,
+    current: &'a Arc<InForce>,
+    cap: &'a Arc<Cap>,
+    grace_ms: &'a Arc<AtomicU64>,
+    sessions: &'a Arc<Sessions>,
+    control: Option<&'a ControlSide>,
+    clock: &'a SharedClock,
+    gateway_id: &'a Arc<str>,
+    instance: &'a Arc<str>,
+    generation: u64,
+    listeners: Listeners,
+    proposer: Option<Proposer>,
+    handovers: Handovers,
+}
+
+/// The reloader (with everything a reload changes), the config in force,
+/// and the upgrader (with everything a handover hands over); and where the
+/// upgrader asks the data plane to stop accepting.
+fn operator_side(
+    o: OperatorSetup<'_>,
+) -> (
+    Arc<Reloader>,
+    Arc<ConfigInForce>,
+    Arc<Upgrader>,
+    mpsc::Receiver<tokio::sync::oneshot::Sender<()>>,
+) {
+    let authority = o.control.map(|c| Arc::clone(&c.authority));
+    let in_force = Arc::new(ConfigInForce::new(o.config.digest()));
+    let reloader = Arc::new(Reloader::new(crate::reload::Reloadable {
+        path: o.options.config_path.clone(),
+        config_restart_only: o.config.restart_only(),
+        digest: o.config.digest(),
+        statics: o.statics,
+        current: Arc::clone(o.current),
+        tunables: tunables(
+            o.cap,
+            o.grace_ms,
+            o.sessions,
+            authority.as_ref(),
+            o.options.log.as_ref(),
+        ),
+        authority: authority.clone(),
+        clock: Arc::clone(o.clock),
+        in_force: Arc::clone(&in_force),
+    }));
+    let (stop_tx, stop_accepting) = mpsc::channel(1);
+    let upgrader = Arc::new(Upgrader::new(crate::handover::Holdings {
+        exe: o.exe,
+        config_path: o.options.config_path.clone(),
+        json_logs: o.options.json_logs,
+        socket: o
+            .config
+            .process
+            .socket
+            .as_ref()
+            .map(|s| s.get_ref().clone()),
+        gateway_id: Arc::clone(o.gateway_id),
+        instance: Arc::clone(o.instance),
+        generation: o.generation,
+        key_id: o.control.map(|c| c.key_id.clone()),
+        listeners: o.listeners,
+        configured: configured_listeners(o.config),
+        sessions: Arc::clone(o.sessions),
+        authority,
+        control: o.control.map(|c| Arc::clone(&c.runner)),
+        reloader: Arc::clone(&reloader),
+        proposer: o.proposer,
+        journal_dir: o.config.control.as_ref().and_then(|c| {
+            c.spool_dir
+                .as_ref()
+                .map(|d| d.get_ref().join(journal::JOURNAL_DIR))
+        }),
+        stop_accepting: stop_tx,
+        watcher: o.control.map(|c| Arc::clone(&c.watcher)),
+        handovers: o.handovers,
+    }));
+    (reloader, in_force, upgrader, stop_accepting)
 }
 
 /// A successor says `ready` and waits for `go`; from then on it holds
