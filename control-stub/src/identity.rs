@@ -64,10 +64,9 @@ pub struct Written {
     pub note: &'static str,
 }
 
-/// Make the control CA, the control stub's certificate and one per gateway
-/// id in `dir` (created if missing). Refuses, before writing anything, if
-/// any of the files exists. Key files are created mode 0600.
-pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
+/// The gateway ids `init` is given, each a valid, distinct name that
+/// names nothing else in the control directory.
+fn checked_ids(gateway_ids: &[String]) -> Result<Vec<String>, Error> {
     let mut ids = Vec::new();
     for id in gateway_ids {
         let id = names::gateway_id(id)?;
@@ -96,6 +95,14 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
         }
         ids.push(id);
     }
+    Ok(ids)
+}
+
+/// Make the control CA, the control stub's certificate and one per gateway
+/// id in `dir` (created if missing). Refuses, before writing anything, if
+/// any of the files exists. Key files are created mode 0600.
+pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
+    let ids = checked_ids(gateway_ids)?;
     let mut plan: Vec<(&str, String, String)> = vec![("stub", STUB_CERT.into(), STUB_KEY.into())];
     for id in &ids {
         plan.push((id, format!("{id}.pem"), format!("{id}.key")));

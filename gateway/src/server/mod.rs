@@ -234,18 +234,7 @@ impl Prepared {
             None => None,
         };
         if let (Some(o), Some(c)) = (&offer, &control) {
-            if o.key_id.as_deref() != Some(c.key.key_id().as_str()) {
-                let refusal = config.field_error(
-                    &options.config_path,
-                    "control.signing_key_file",
-                    format!(
-                        "the key is {} here, {} in the running process: the batch chain has one signer",
-                        c.key.key_id(),
-                        o.key_id.as_deref().unwrap_or("none")
-                    ),
-                );
-                return Err(StartError::Takeover(refusal.to_string()));
-            }
+            same_signing_key(&config, &options, o, c)?;
         }
         // A cold start reads what an earlier process left in the journal
         // (records to seal, connections its crash cut); a successor's
@@ -890,6 +879,29 @@ async fn bind(which: &'static str, addr: SocketAddr) -> Result<TcpListener, Star
             addr,
             source,
         })
+}
+
+/// A successor signs with the key the running process signs with: the
+/// batch chain has one signer.
+fn same_signing_key(
+    config: &Config,
+    options: &Options,
+    o: &crate::handover::state::Offer,
+    c: &ControlSetup,
+) -> Result<(), StartError> {
+    if o.key_id.as_deref() != Some(c.key.key_id().as_str()) {
+        let refusal = config.field_error(
+            &options.config_path,
+            "control.signing_key_file",
+            format!(
+                "the key is {} here, {} in the running process: the batch chain has one signer",
+                c.key.key_id(),
+                o.key_id.as_deref().unwrap_or("none")
+            ),
+        );
+        return Err(StartError::Takeover(refusal.to_string()));
+    }
+    Ok(())
 }
 
 /// The listeners handed over in `fds` (a successor), or bound as the

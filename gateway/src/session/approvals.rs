@@ -342,42 +342,8 @@ impl Approvals {
         ended: &CancellationToken,
         timeout: Duration,
     ) -> (Outcome, ApprovalRecord) {
-        let now = SystemTime::now();
-        let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut random = [0u8; 6];
-        let _ = aws_lc_rs::rand::fill(&mut random);
-        let proposal_id = format!(
-            "{}-{}-{}-{}",
-            ask.session_id,
-            ask.attempt,
-            n,
-            random
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
-        let mut attachments: Vec<String> =
-            ask.attachments.iter().map(|a| (*a).to_owned()).collect();
-        attachments.sort();
-        attachments.dedup();
-        let proposal = Proposal {
-            proposal_id: proposal_id.clone(),
-            gateway_id: ask.gateway_id.to_owned(),
-            session_id: ask.session_id.to_owned(),
-            attempt: ask.attempt,
-            tenant: ask.tenant.to_owned(),
-            kind: ask.kind,
-            destination: ask.destination.as_str().to_owned(),
-            method: ask.method.to_owned(),
-            path: ask.path.canonical().to_owned(),
-            attachments,
-            rule: rule.id.clone(),
-            tool: ask.tool.to_owned(),
-            call_digest: ask.call_digest.to_owned(),
-            approvers: rule.approvers.clone(),
-            created_at: rfc3339(now),
-            expires_at: rfc3339(now + timeout),
-        };
+        let proposal = self.proposal(rule, ask, timeout);
+        let proposal_id = proposal.proposal_id.clone();
         let sentence = talos_certs::sentence(&proposal);
         let digest = talos_certs::proposal_digest(&proposal, &sentence);
         let record = ApprovalRecord {
@@ -486,6 +452,49 @@ impl Approvals {
         };
         record.decided_at = rfc3339(SystemTime::now());
         (outcome, record)
+    }
+
+    /// The proposal for a request held under `rule`: a fresh id (session,
+    /// attempt, a counter and random bytes), the request's facts, and when
+    /// it expires.
+    fn proposal(&self, rule: &LockRule, ask: &Ask<'_>, timeout: Duration) -> Proposal {
+        let now = SystemTime::now();
+        let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut random = [0u8; 6];
+        let _ = aws_lc_rs::rand::fill(&mut random);
+        let proposal_id = format!(
+            "{}-{}-{}-{}",
+            ask.session_id,
+            ask.attempt,
+            n,
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let mut attachments: Vec<String> =
+            ask.attachments.iter().map(|a| (*a).to_owned()).collect();
+        attachments.sort();
+        attachments.dedup();
+        let proposal = Proposal {
+            proposal_id: proposal_id.clone(),
+            gateway_id: ask.gateway_id.to_owned(),
+            session_id: ask.session_id.to_owned(),
+            attempt: ask.attempt,
+            tenant: ask.tenant.to_owned(),
+            kind: ask.kind,
+            destination: ask.destination.as_str().to_owned(),
+            method: ask.method.to_owned(),
+            path: ask.path.canonical().to_owned(),
+            attachments,
+            rule: rule.id.clone(),
+            tool: ask.tool.to_owned(),
+            call_digest: ask.call_digest.to_owned(),
+            approvers: rule.approvers.clone(),
+            created_at: rfc3339(now),
+            expires_at: rfc3339(now + timeout),
+        };
+        proposal
     }
 
     /// Whether `proposal_id` is waiting here.
