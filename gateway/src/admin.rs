@@ -130,6 +130,10 @@ fn describe() {
         "Session authorities dropped because their lease lapsed."
     );
     describe_counter!(
+        "gateway_freezes_total",
+        "Times the process found it had been frozen (its ticks stopped for more than 2 s); its leased authorities are suspended until renewed."
+    );
+    describe_counter!(
         "gateway_approvals_total",
         "Held requests' approvals, by outcome."
     );
@@ -231,6 +235,7 @@ fn preregister() {
     }
     for name in [
         "gateway_leases_lapsed_total",
+        "gateway_freezes_total",
         "gateway_batches_sealed_total",
         "gateway_batch_ship_errors_total",
         "gateway_batch_write_errors_total",
@@ -421,6 +426,7 @@ mod tests {
         }
         for name in [
             "gateway_leases_lapsed_total",
+            "gateway_freezes_total",
             "gateway_batches_sealed_total",
             "gateway_batch_ship_errors_total",
             "gateway_batch_write_errors_total",

@@ -210,6 +210,10 @@ causes! {
         /// `session_ended`: the authority's lease had lapsed (nobody renewed
         /// it) when the connection came.
         LeaseExpired => "lease_expired",
+        /// `session_ended`: the authority is suspended since this process
+        /// was frozen, until the control plane renews it
+        /// ([`crate::session::lease::Awake`]).
+        SuspendedAfterFreeze => "suspended_after_freeze",
         /// Allowed: the session's TLS handshake failed (an untrusting client, say).
         SessionHandshakeFailed => "session_handshake_failed",
         /// Allowed: the session's TLS handshake did not finish in time.
@@ -310,7 +314,12 @@ impl Conn<'_> {
     async fn run(&mut self) -> Result<Ending, Refused> {
         let session = self.session()?;
         if !session.lease.live() {
-            return Err(refused(Refusal::SessionEnded, Cause::LeaseExpired));
+            let cause = if session.lease.lapsed() {
+                Cause::LeaseExpired
+            } else {
+                Cause::SuspendedAfterFreeze
+            };
+            return Err(refused(Refusal::SessionEnded, cause));
         }
         // The session's share: counted open, and in its handshake until TLS is up.
         let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;

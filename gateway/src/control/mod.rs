@@ -262,10 +262,10 @@ impl Gateway for ControlService {
             Ok(session) => {
                 // A lease that lapsed before the close came (a member that
                 // was stopped, say) ended the authority first: say so.
-                let reason = if session.lease.live() {
-                    reason
-                } else {
+                let reason = if session.lease.lapsed() {
                     DropReason::LeaseExpired
+                } else {
+                    reason
                 };
                 self.authority
                     .end_tracked(session, reason)

@@ -51,10 +51,12 @@ pub async fn serve(
     // that wakes from a long stop serves not one request of an authority
     // whose lease lapsed meanwhile (the lease watcher then ends it).
     let response = if !conn.session.lease.live() {
-        let refused = crate::refusal::Refused::new(
-            Refusal::SessionEnded,
-            proxy::Cause::LeaseExpired.as_str(),
-        );
+        let cause = if conn.session.lease.lapsed() {
+            proxy::Cause::LeaseExpired
+        } else {
+            proxy::Cause::SuspendedAfterFreeze
+        };
+        let refused = crate::refusal::Refused::new(Refusal::SessionEnded, cause.as_str());
         refuse(&conn, entry, &refused);
         answers::refusal(&conn, refused, proxy::is_grpc(req.headers()))
     } else {

@@ -70,6 +70,9 @@ causes! {
         /// `session_ended`: the authority's lease had lapsed when the
         /// request came.
         LeaseExpired => "lease_expired",
+        /// `session_ended`: the authority is suspended since this process
+        /// was frozen, until the control plane renews it.
+        SuspendedAfterFreeze => "suspended_after_freeze",
         /// `upstream_failed`: the canonical path would not form a request
         /// (never seen: it is made of the bytes of a path hyper accepted).
         PathNotForwardable => "path_not_forwardable",

@@ -218,6 +218,7 @@ impl Prepared {
         let metrics = crate::admin::install_metrics();
         let tuned = Tuned::build(&config).map_err(StartError::Settings)?;
         let clock = boot_clock();
+        crate::session::lease::start_ticker(Arc::clone(&clock));
         let successor = taken.is_some();
         let (mut fds, offer, mut secrets) = match taken {
             Some(t) => (t.fds, Some(t.offer), t.secrets.into_iter()),

@@ -20,6 +20,26 @@
 //!
 //! A renewal never brings back an authority whose lease has lapsed: the
 //! lapse is a fact at the moment it is observed, whatever comes after.
+//!
+//! # A process woken from a freeze
+//!
+//! A member stopped (SIGSTOP, a frozen VM, a long pause) inside its
+//! leases misses what the control plane did meanwhile: a Stop whose close
+//! could not reach it leaves the session's lease live here until it runs
+//! out. So the process watches itself ([`Awake`]): a thread of its own
+//! ticks every [`TICK`], and a tick that comes more than [`FREEZE_AFTER`]
+//! after the one before means the process was frozen. Every use of a
+//! lease checks the same thing against the last tick (one more atomic
+//! load beside the clock read it makes anyway), so a request served by a
+//! worker that woke before the ticker did is caught too. From the freeze
+//! on, every leased authority is **suspended** until the control plane
+//! next renews it: its connections and requests are refused
+//! `session_ended` (cause `suspended_after_freeze`); nothing is ended or
+//! reported, and the first renewal serves it again. An authority the
+//! control plane ended meanwhile is never renewed: its retried close ends
+//! it, or its lease lapses. Authorities without a lease (the config's
+//! static sessions) are not suspended: no control plane could have ended
+//! them.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,13 +53,72 @@ pub type Millis = u64;
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Now, in milliseconds since the clock's origin.
     fn now(&self) -> Millis;
+
+    /// Whether the process was frozen, as this clock tells (none: never).
+    fn awake(&self) -> Option<&Awake> {
+        None
+    }
 }
 
-/// `CLOCK_BOOTTIME`: the time since boot, suspend included.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BootClock;
+/// How often the process's own ticker ticks.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// A gap between two ticks longer than this is a freeze. Far beyond what a
+/// busy machine delays a sleeping thread, short enough that a member woken
+/// from a freeze serves nothing of what it may have missed.
+pub const FREEZE_AFTER: Duration = Duration::from_secs(2);
+
+/// Whether the process was frozen, and since when: see the module docs.
+#[derive(Debug, Default)]
+pub struct Awake {
+    /// The last tick (0: the ticker has not started; nothing is judged).
+    last_tick: AtomicU64,
+    /// Where the last freeze began to count: leases renewed before it are
+    /// suspended (0: no freeze yet).
+    frozen_at: AtomicU64,
+}
+
+impl Awake {
+    /// The ticker's tick at `now`: the length of the freeze it ends, if
+    /// the tick before came more than [`FREEZE_AFTER`] earlier.
+    pub fn tick(&self, now: Millis) -> Option<Duration> {
+        let last = self.last_tick.swap(now, Ordering::AcqRel);
+        let gap = now.saturating_sub(last);
+        (last != 0 && gap > millis(FREEZE_AFTER)).then(|| {
+            self.frozen_at
+                .fetch_max(last + millis(FREEZE_AFTER), Ordering::AcqRel);
+            Duration::from_millis(gap)
+        })
+    }
+
+    /// Whether a lease last renewed at `renewed_at` is suspended at `now`.
+    /// A freeze the ticker has not seen yet (it may wake after the worker
+    /// asking) is seen here: the last tick is too old.
+    fn suspends(&self, renewed_at: Millis, now: Millis) -> bool {
+        let last = self.last_tick.load(Ordering::Acquire);
+        if last != 0 && now.saturating_sub(last) > millis(FREEZE_AFTER) {
+            // The freeze counts from where the ticks stopped plus the
+            // bound, the same point the ticker sets: renewals after the
+            // wake are later.
+            self.frozen_at
+                .fetch_max(last + millis(FREEZE_AFTER), Ordering::AcqRel);
+        }
+        renewed_at < self.frozen_at.load(Ordering::Acquire)
+    }
+}
+
+/// `CLOCK_BOOTTIME`: the time since boot, suspend included; and whether
+/// the process was frozen ([`Awake`]).
+#[derive(Debug, Default)]
+pub struct BootClock {
+    awake: Awake,
+}
 
 impl Clock for BootClock {
+    fn awake(&self) -> Option<&Awake> {
+        Some(&self.awake)
+    }
+
     fn now(&self) -> Millis {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
         // Seconds since boot fit a u64 of milliseconds for 584 million years.
@@ -53,6 +132,7 @@ impl Clock for BootClock {
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now: AtomicU64,
+    awake: Awake,
 }
 
 impl ManualClock {
@@ -60,6 +140,7 @@ impl ManualClock {
     pub fn new(start: Millis) -> Arc<ManualClock> {
         Arc::new(ManualClock {
             now: AtomicU64::new(start),
+            awake: Awake::default(),
         })
     }
 
@@ -76,6 +157,10 @@ impl Clock for ManualClock {
     fn now(&self) -> Millis {
         self.now.load(Ordering::SeqCst)
     }
+
+    fn awake(&self) -> Option<&Awake> {
+        Some(&self.awake)
+    }
 }
 
 /// The clock the gateway reads leases against.
@@ -83,7 +168,30 @@ pub type SharedClock = Arc<dyn Clock>;
 
 /// The clock of a running gateway.
 pub fn boot_clock() -> SharedClock {
-    Arc::new(BootClock)
+    Arc::new(BootClock::default())
+}
+
+/// Start the process's ticker (see the module docs) on a thread of its
+/// own, for the process's life: a freeze it sees is logged and counted in
+/// `gateway_freezes_total`.
+pub fn start_ticker(clock: SharedClock) {
+    let spawned = std::thread::Builder::new()
+        .name("awake".into())
+        .spawn(move || loop {
+            if let Some(awake) = clock.awake() {
+                if let Some(gap) = awake.tick(clock.now()) {
+                    tracing::warn!(
+                        frozen_ms = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX),
+                        "the process was frozen: every leased authority is suspended until the control plane renews it"
+                    );
+                    metrics::counter!("gateway_freezes_total").increment(1);
+                }
+            }
+            std::thread::sleep(TICK);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the freeze ticker");
+    }
 }
 
 /// One authority's lease.
@@ -103,6 +211,9 @@ pub struct Lease {
     // the lease is lapsed for good: `renew` checks liveness first, so no
     // renewal can move a lapsed `until` again.
     until: AtomicU64,
+    /// When the lease was last given or renewed: a freeze after it
+    /// suspends the authority ([`Awake`]).
+    renewed_at: AtomicU64,
 }
 
 /// `until` of an authority without a lease.
@@ -125,11 +236,13 @@ impl Lease {
         length: Duration,
         on_lapse: Option<Arc<tokio::sync::Notify>>,
     ) -> Lease {
-        let until = clock.now().saturating_add(millis(length));
+        let now = clock.now();
+        let until = now.saturating_add(millis(length));
         Lease {
             clock,
             on_lapse,
             until: AtomicU64::new(until.min(NONE - 1)),
+            renewed_at: AtomicU64::new(now),
         }
     }
 
@@ -140,10 +253,12 @@ impl Lease {
         until: Millis,
         on_lapse: Option<Arc<tokio::sync::Notify>>,
     ) -> Lease {
+        let now = clock.now();
         Lease {
             clock,
             on_lapse,
             until: AtomicU64::new(until.min(NONE - 1)),
+            renewed_at: AtomicU64::new(now),
         }
     }
 
@@ -168,18 +283,32 @@ impl Lease {
             clock,
             on_lapse: None,
             until: AtomicU64::new(NONE),
+            renewed_at: AtomicU64::new(0),
         }
     }
 
-    /// Whether the authority may still be used now.
+    /// Whether the authority may be used now: its lease not lapsed, and
+    /// not suspended after a freeze of the process ([`Awake`]).
     pub fn live(&self) -> bool {
-        let live = self.live_at(self.clock.now());
-        if !live {
+        let now = self.clock.now();
+        let until = self.until.load(Ordering::Acquire);
+        if now >= until {
             if let Some(n) = &self.on_lapse {
                 n.notify_one();
             }
+            return false;
         }
-        live
+        until == NONE
+            || !self
+                .clock
+                .awake()
+                .is_some_and(|a| a.suspends(self.renewed_at.load(Ordering::Acquire), now))
+    }
+
+    /// Whether the lease has lapsed (a use refused for a suspension after
+    /// a freeze, [`Lease::live`], is not a lapse).
+    pub fn lapsed(&self) -> bool {
+        !self.live_at(self.clock.now())
     }
 
     /// Whether the authority has a lease at all.
@@ -201,13 +330,18 @@ impl Lease {
                 return false;
             }
             if new <= current {
+                // Renewed all the same: the control plane still holds it.
+                self.renewed_at.fetch_max(now, Ordering::AcqRel);
                 return true;
             }
             match self
                 .until
                 .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return true,
+                Ok(_) => {
+                    self.renewed_at.fetch_max(now, Ordering::AcqRel);
+                    return true;
+                }
                 Err(seen) => current = seen,
             }
         }
@@ -274,6 +408,36 @@ mod tests {
     }
 
     #[test]
+    fn a_freeze_suspends_leases_until_their_next_renewal() {
+        let clock = ManualClock::new(1_000);
+        let shared: SharedClock = clock.clone();
+        let lease = Lease::new(Arc::clone(&shared), Duration::from_secs(60), None);
+        let fixed = Lease::none(Arc::clone(&shared));
+        let awake = clock.awake().unwrap();
+        assert_eq!(awake.tick(clock.now()), None);
+        clock.advance(TICK);
+        assert_eq!(awake.tick(clock.now()), None, "a tick on time");
+        assert!(lease.live());
+        // Frozen for 10 s: the first use after the wake finds the last
+        // tick too old, before the ticker has run again.
+        clock.advance(Duration::from_secs(10));
+        assert!(!lease.live(), "suspended: the ticks stopped");
+        assert!(!lease.lapsed(), "not a lapse");
+        assert!(fixed.live(), "a lease-less authority is not suspended");
+        assert_eq!(
+            awake.tick(clock.now()),
+            Some(Duration::from_secs(10)),
+            "the ticker sees the freeze"
+        );
+        assert!(!lease.live(), "still suspended once the ticker runs again");
+        assert!(lease.renew(Duration::from_secs(60)));
+        assert!(lease.live(), "renewed after the wake: served again");
+        clock.advance(TICK);
+        assert_eq!(awake.tick(clock.now()), None);
+        assert!(lease.live());
+    }
+
+    #[test]
     fn no_lease_never_lapses() {
         let clock = ManualClock::new(0);
         let lease = Lease::none(clock.clone());
@@ -293,8 +457,8 @@ mod tests {
 
     #[test]
     fn the_boot_clock_moves_forward() {
-        let a = BootClock.now();
+        let a = BootClock::default().now();
         std::thread::sleep(Duration::from_millis(5));
-        assert!(BootClock.now() >= a + 5);
+        assert!(BootClock::default().now() >= a + 5);
     }
 }
