@@ -123,7 +123,7 @@ pub trait Tunable: std::fmt::Debug + Send + Sync {
     fn apply(&self, tuned: &Tuned);
 }
 
-/// The connection cap and the drain grace.
+/// The connection cap (`limits.max_connections`).
 impl Tunable for Cap {
     fn apply(&self, tuned: &Tuned) {
         self.resize(tuned.max_connections);

@@ -221,10 +221,9 @@ impl Config {
 
     /// `gateway_id`, the log filter, the process socket's path.
     fn check_names(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
-        let invalid = |span, field: &str, message| f.invalid(span, field, message);
         let id = self.gateway_id.get_ref();
         if !is_id(id) {
-            return Err(invalid(
+            return Err(f.invalid(
                 self.gateway_id.span(),
                 "gateway_id",
                 format!("{id:?} must be 1-64 letters, digits, '-', '_' or '.'"),
@@ -232,7 +231,7 @@ impl Config {
         }
         if let Some(level) = &self.log.level {
             if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level.get_ref()) {
-                return Err(invalid(
+                return Err(f.invalid(
                     level.span(),
                     "log.level",
                     format!("{:?} is not a log filter: {e}", level.get_ref()),
@@ -242,7 +241,7 @@ impl Config {
         if let Some(socket) = &self.process.socket {
             let p = socket.get_ref();
             if !p.is_absolute() {
-                return Err(invalid(
+                return Err(f.invalid(
                     socket.span(),
                     "process.socket",
                     format!("{} must be an absolute path", p.display()),
@@ -250,7 +249,7 @@ impl Config {
             }
             // sun_path holds 107 bytes and a NUL.
             if p.as_os_str().len() > 107 {
-                return Err(invalid(
+                return Err(f.invalid(
                     socket.span(),
                     "process.socket",
                     format!(
@@ -266,12 +265,10 @@ impl Config {
     /// Every bound in its range (the table [`Config::bounds`]), and the
     /// bounds that must agree with each other.
     fn check_bounds(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
-        let invalid = |span, field: &str, message| f.invalid(span, field, message);
-        let at = |span, field: &str| f.at(span, field);
         for b in self.bounds() {
             if !b.range.contains(&b.value) {
-                return Err(invalid(
-                    at(b.span, b.field),
+                return Err(f.invalid(
+                    f.at(b.span, b.field),
                     b.field,
                     b.message.replacen("{}", &b.value.to_string(), 1),
                 ));
@@ -288,15 +285,15 @@ impl Config {
             // the handshakes' default.
             let why = "connections in their handshake are open connections";
             return Err(if l.session_handshakes.span().is_empty() {
-                invalid(
-                    at(l.session_connections.span(), "limits.session_connections"),
+                f.invalid(
+                    f.at(l.session_connections.span(), "limits.session_connections"),
                     "limits.session_connections",
                     format!(
                         "{connections} is less than limits.session_handshakes ({handshakes}, its default): {why}"
                     ),
                 )
             } else {
-                invalid(
+                f.invalid(
                     l.session_handshakes.span(),
                     "limits.session_handshakes",
                     format!(
@@ -312,11 +309,9 @@ impl Config {
     /// certificates and keys; and the control plane's settings that go
     /// together.
     fn check_files(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
-        let invalid = |span, field: &str, message| f.invalid(span, field, message);
-        let at = |span, field: &str| f.at(span, field);
         for (i, anchor) in self.upstream.extra_trust_anchors.iter().enumerate() {
             if let Err(message) = read_pem_certs(anchor.get_ref()) {
-                return Err(invalid(
+                return Err(f.invalid(
                     anchor.span(),
                     &format!("upstream.extra_trust_anchors[{i}]"),
                     message,
@@ -330,14 +325,14 @@ impl Config {
                 (&c.cert_file, "control.cert_file"),
             ] {
                 if let Err(message) = read_pem_certs(file.get_ref()) {
-                    return Err(invalid(file.span(), field, message));
+                    return Err(f.invalid(file.span(), field, message));
                 }
             }
             if let Err(message) = read_private_key(c.key_file.get_ref()) {
-                return Err(invalid(c.key_file.span(), "control.key_file", message));
+                return Err(f.invalid(c.key_file.span(), "control.key_file", message));
             }
             if let Err(message) = check_private_file(c.signing_key_file.get_ref()) {
-                return Err(invalid(
+                return Err(f.invalid(
                     c.signing_key_file.span(),
                     "control.signing_key_file",
                     message,
@@ -345,14 +340,14 @@ impl Config {
             }
             match (&c.plane, &c.spool_dir) {
                 (Some(plane), None) => {
-                    return Err(invalid(
+                    return Err(f.invalid(
                         plane.span(),
                         "control.spool_dir",
                         "required with control.plane: batches wait there until acknowledged".into(),
                     ))
                 }
                 (None, Some(dir)) => {
-                    return Err(invalid(
+                    return Err(f.invalid(
                         dir.span(),
                         "control.spool_dir",
                         "needs control.plane: without a control plane no batch is made".into(),
@@ -362,8 +357,8 @@ impl Config {
             }
             let name = c.plane_name.get_ref();
             if rustls::pki_types::DnsName::try_from(name.as_str()).is_err() {
-                return Err(invalid(
-                    at(c.plane_name.span(), "control.plane_name"),
+                return Err(f.invalid(
+                    f.at(c.plane_name.span(), "control.plane_name"),
                     "control.plane_name",
                     format!("{name:?} is not a DNS name"),
                 ));
@@ -375,20 +370,19 @@ impl Config {
     /// `[[secret]]` tables: each named once, with exactly one source.
     /// Returns their names.
     fn check_secrets(&self, f: &Faults<'_>) -> Result<HashMap<&str, ()>, ConfigError> {
-        let invalid = |span, field: &str, message| f.invalid(span, field, message);
         let mut secret_names: HashMap<&str, ()> = HashMap::new();
         for (i, src) in self.secrets.iter().enumerate() {
             let field = format!("secret[{i}]");
             let name = src.name.get_ref();
             if secret_names.insert(name, ()).is_some() {
-                return Err(invalid(
+                return Err(f.invalid(
                     src.name.span(),
                     &field,
                     format!("secret {name} is defined twice"),
                 ));
             }
             if src.env.is_some() == src.file.is_some() {
-                return Err(invalid(
+                return Err(f.invalid(
                     src.name.span(),
                     &field,
                     format!("secret {name} needs exactly one of env and file (values never go in the config)"),
@@ -405,7 +399,6 @@ impl Config {
         f: &Faults<'_>,
         secret_names: &HashMap<&str, ()>,
     ) -> Result<(), ConfigError> {
-        let invalid = |span, field: &str, message| f.invalid(span, field, message);
         let mut ids: HashMap<&str, ()> = HashMap::new();
         let mut owners: HashMap<IpAddr, &str> = HashMap::new();
         for (i, s) in self.sessions.iter().enumerate() {
@@ -413,10 +406,10 @@ impl Config {
             let field = |f: &str| format!("session[{i}].{f}");
             let spec = s.spec().map_err(|e| {
                 let (span, name, message) = s.refusal(&e);
-                invalid(span, &field(&name), message)
+                f.invalid(span, &field(&name), message)
             })?;
             if ids.insert(sid, ()).is_some() {
-                return Err(invalid(
+                return Err(f.invalid(
                     s.id.span(),
                     &field("id"),
                     format!("session id {sid:?} is used twice"),
@@ -425,7 +418,7 @@ impl Config {
             for (j, src) in s.sources.get_ref().iter().enumerate() {
                 let ip = canonical_ip(*src.get_ref());
                 if let Some(other) = owners.insert(ip, sid) {
-                    return Err(invalid(
+                    return Err(f.invalid(
                         src.span(),
                         &field(&format!("sources[{j}]")),
                         format!("{ip} is already a source of session {other:?}"),
@@ -434,7 +427,7 @@ impl Config {
             }
             for (j, a) in spec.scope().attachments().iter().enumerate() {
                 if !secret_names.contains_key(a.secret()) {
-                    return Err(invalid(
+                    return Err(f.invalid(
                         s.attach[j].span(),
                         &field(&format!("attach[{j}]")),
                         format!("secret {} has no [[secret]] table", a.secret()),

@@ -292,7 +292,8 @@ impl Session {
     }
 
     /// End the authority as [`end`](Session::end) does, and withdraw every
-    /// pending approval. Returns (connections cut, approvals withdrawn).
+    /// pending approval. Returns (connections cut, approvals withdrawn under
+    /// the authority, those a drain withdrew before included).
     pub fn end_and_withdraw(&self) -> (u32, u32) {
         let withdrawn = self.approvals.withdraw_all();
         (self.end(), withdrawn)

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::recovery::read_lines;
 use super::writer::JournalSetup;
-use super::{io_err, JournalError, OpensLine, Segment, INSTANCE, OPENS, OPENS_COMPACT_AT};
+use super::{
+    create_dir, io_err, JournalError, OpensLine, Segment, INSTANCE, OPENS, OPENS_COMPACT_AT,
+};
 
 /// Write `entries` as segment `n` of `dir` (synced): what a successor
 /// found left in its predecessor's journal, put in its own before it is
@@ -106,14 +108,7 @@ impl JournalFiles {
     ) -> Result<JournalFiles, JournalError> {
         let dir = setup.dir;
         // A successor's journal is new (recovery made a cold start's).
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(io_err(&dir))?;
-        }
+        create_dir(&dir)?;
         let recovered = setup.recovered;
         let mut segment = SegmentFile::create(&dir, recovered.next_segment)?;
         segment.write_synced(&recovered.entries)?;

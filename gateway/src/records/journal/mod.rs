@@ -117,6 +117,17 @@ pub fn first_conn(g: u64) -> u64 {
     (g << 40) + 1
 }
 
+/// Make the journal directory `dir` (mode 0700: records name sessions and
+/// destinations) if it is missing.
+pub(crate) fn create_dir(dir: &Path) -> Result<(), JournalError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(dir))
+}
+
 /// One segment handed to the sealer: its entries become one batch.
 #[derive(Debug)]
 pub struct Segment {

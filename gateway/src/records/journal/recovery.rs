@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{io_err, JournalError, OpensLine, INSTANCE, OPENS};
+use super::{create_dir, io_err, JournalError, OpensLine, INSTANCE, OPENS};
 use crate::records::record::{now, Record, Verdict};
 
 /// What an earlier process left, read by [`recover`].
@@ -69,19 +69,7 @@ pub fn recover(
     gateway_id: &Arc<str>,
     instance: &Arc<str>,
 ) -> Result<Recovered, JournalError> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err(dir))?;
-    let mut out = Recovered {
-        previous_instance: std::fs::read_to_string(dir.join(INSTANCE))
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty()),
-        ..Recovered::default()
-    };
+    let mut out = begin(dir)?;
     recover_one(dir, sealed_through, gateway_id, instance, &mut out)?;
     out.entries.append(&mut out.cut_entries);
     Ok(out)
@@ -114,19 +102,7 @@ pub fn recover_all(
         }
     }
     generations.sort();
-    let mut out = Recovered {
-        previous_instance: std::fs::read_to_string(dir.join(INSTANCE))
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty()),
-        ..Recovered::default()
-    };
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err(dir))?;
+    let mut out = begin(dir)?;
     recover_one(dir, sealed_through, gateway_id, instance, &mut out)?;
     let next_segment = out.next_segment;
     // Every generation's unsealed segments in turn, then every crash
@@ -138,6 +114,19 @@ pub fn recover_all(
     out.next_segment = next_segment;
     out.entries.append(&mut out.cut_entries);
     Ok(out)
+}
+
+/// Nothing recovered yet from `dir`, made (mode 0700) if missing: only
+/// the instance that wrote it before, if its file says.
+fn begin(dir: &Path) -> Result<Recovered, JournalError> {
+    create_dir(dir)?;
+    Ok(Recovered {
+        previous_instance: std::fs::read_to_string(dir.join(INSTANCE))
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty()),
+        ..Recovered::default()
+    })
 }
 
 /// Read one journal directory into `out`.
