@@ -8,6 +8,7 @@
 //!
 //! - [`refusal`]: the closed set of refusal reasons and their stable names.
 //! - [`io`]: stream adapters: replayed hello bytes, byte counts, gathered writes, [`io::woken`].
+//! - [`pair`]: the member-to-member link: the PROXY v2 header it carries.
 //! - [`gate`]: before the handshake: name, ClientHello, capture, address classes, resolution.
 //! - [`secrets`]: secret values and attachments; decoding and masking replies.
 //! - [`tls`]: every rustls config: toward sessions, destinations, and on the control channel.
@@ -36,6 +37,7 @@
 
 pub mod refusal;
 pub mod io;
+pub mod pair;
 pub mod gate;
 pub mod secrets;
 pub mod tls;
