@@ -187,34 +187,13 @@ pub fn parse(fixed: &[u8; FIXED], body: &[u8]) -> Result<Header, HeaderError> {
     if body_len(fixed)? != body.len() {
         return Err(HeaderError::Truncated);
     }
-    let (source, destination, rest) = match fixed[13] {
-        AF_INET_STREAM => {
-            let Some((block, rest)) = body.split_first_chunk::<INET_BLOCK>() else {
-                return Err(HeaderError::ShortAddresses);
-            };
-            let src = Ipv4Addr::from(<[u8; 4]>::try_from(&block[0..4]).expect("4 bytes"));
-            let dst = Ipv4Addr::from(<[u8; 4]>::try_from(&block[4..8]).expect("4 bytes"));
-            let (sp, dp) = ports(&block[8..12]);
-            (
-                SocketAddr::new(src.into(), sp),
-                SocketAddr::new(dst.into(), dp),
-                rest,
-            )
-        }
-        _ => {
-            let Some((block, rest)) = body.split_first_chunk::<INET6_BLOCK>() else {
-                return Err(HeaderError::ShortAddresses);
-            };
-            let src = Ipv6Addr::from(<[u8; 16]>::try_from(&block[0..16]).expect("16 bytes"));
-            let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&block[16..32]).expect("16 bytes"));
-            let (sp, dp) = ports(&block[32..36]);
-            (
-                SocketAddr::new(src.into(), sp),
-                SocketAddr::new(dst.into(), dp),
-                rest,
-            )
-        }
-    };
+    let ip_len = if fixed[13] == AF_INET_STREAM { 4 } else { 16 };
+    let block_len = if ip_len == 4 { INET_BLOCK } else { INET6_BLOCK };
+    if body.len() < block_len {
+        return Err(HeaderError::ShortAddresses);
+    }
+    let (block, rest) = body.split_at(block_len);
+    let (source, destination) = addresses(block, ip_len);
     Ok(Header {
         source,
         destination,
@@ -222,10 +201,19 @@ pub fn parse(fixed: &[u8; FIXED], body: &[u8]) -> Result<Header, HeaderError> {
     })
 }
 
-fn ports(b: &[u8]) -> (u16, u16) {
+/// The source and destination of an address block whose addresses are
+/// `ip_len` bytes each (4 or 16), ports after them.
+fn addresses(block: &[u8], ip_len: usize) -> (SocketAddr, SocketAddr) {
+    let ip = |b: &[u8]| -> IpAddr {
+        match <[u8; 4]>::try_from(b) {
+            Ok(v4) => Ipv4Addr::from(v4).into(),
+            Err(_) => Ipv6Addr::from(<[u8; 16]>::try_from(b).expect("16 bytes")).into(),
+        }
+    };
+    let port = |at: usize| u16::from_be_bytes([block[at], block[at + 1]]);
     (
-        u16::from_be_bytes([b[0], b[1]]),
-        u16::from_be_bytes([b[2], b[3]]),
+        SocketAddr::new(ip(&block[..ip_len]), port(2 * ip_len)),
+        SocketAddr::new(ip(&block[ip_len..2 * ip_len]), port(2 * ip_len + 2)),
     )
 }
 
