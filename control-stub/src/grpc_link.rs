@@ -516,6 +516,7 @@ impl GatewayLink for GrpcLink {
                                 attempt,
                             })
                             .collect(),
+                        ..Default::default()
                     })
                     .await
                     .map_err(|s| status_error(&c.id, s))?

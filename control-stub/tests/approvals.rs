@@ -1001,6 +1001,7 @@ impl Gateway for StandIn {
             not_held: Vec::new(),
             lease_ms: 60_000,
             instance: "00000000000000aa".into(),
+            forwarding_taken: 0,
         }))
     }
 }

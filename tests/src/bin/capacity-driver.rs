@@ -653,7 +653,10 @@ async fn renew_once(
     leases: Vec<pb::SessionAttempt>,
 ) -> Result<pb::RenewLeasesReply, String> {
     client
-        .renew_leases(pb::RenewLeasesRequest { leases })
+        .renew_leases(pb::RenewLeasesRequest {
+            leases,
+            ..Default::default()
+        })
         .await
         .map(tonic::Response::into_inner)
         .map_err(|e| format!("RenewLeases: {e}"))
