@@ -18,6 +18,10 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 use tokio::net::TcpListener;
+
+use crate::pair::forwarding::ForwardResult;
+use crate::pair::link::LinkRefusal;
+use crate::pair::proxy::HeaderError;
 use tokio_util::sync::CancellationToken;
 
 use crate::conn::HandshakeFailure;
@@ -134,6 +138,18 @@ fn describe() {
         "Times the process found it had been frozen (its ticks stopped for more than 2 s); its leased authorities are suspended until renewed."
     );
     describe_counter!(
+        "gateway_forwarded_total",
+        "Connections of sessions only a peer holds, by result (forwarded to it over the member link, holder_unreachable, session_limit)."
+    );
+    describe_counter!(
+        "gateway_link_refused_total",
+        "Connections refused on the member link before a session's byte was read, by cause."
+    );
+    describe_gauge!(
+        "gateway_forwarding_sessions",
+        "Sessions the forwarding table holds: live sessions peers hold and this member does not."
+    );
+    describe_counter!(
         "gateway_approvals_total",
         "Held requests' approvals, by outcome."
     );
@@ -168,7 +184,21 @@ fn describe() {
 /// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
-    let labelled: [(&'static str, &'static str, Vec<&'static str>); 11] = [
+    let labelled: [(&'static str, &'static str, Vec<&'static str>); 13] = [
+        (
+            "gateway_forwarded_total",
+            "result",
+            ForwardResult::ALL.iter().map(|r| r.as_str()).collect(),
+        ),
+        (
+            "gateway_link_refused_total",
+            "cause",
+            LinkRefusal::ALL
+                .iter()
+                .map(|c| c.as_str())
+                .chain(HeaderError::ALL.iter().map(|c| c.as_str()))
+                .collect(),
+        ),
         (
             "gateway_connections_total",
             "verdict",
@@ -250,6 +280,7 @@ fn preregister() {
         "gateway_spool_batches",
         "gateway_spool_bytes",
         "gateway_spool_full",
+        "gateway_forwarding_sessions",
     ] {
         gauge!(name).increment(0.0);
     }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +39,7 @@ use crate::http::connection::{Connection, Destination, Target};
 use crate::io::counted::{Counted, WireBytes};
 use crate::io::replay::Replay;
 use crate::io::woken::WokenOnly;
+use crate::pair::forwarding::ForwardResult;
 use crate::records::journal::RecordSink;
 use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
@@ -73,6 +74,8 @@ pub struct Context {
     /// Delivers held requests' proposals to the approval relay (with a
     /// control plane).
     pub proposer: Option<crate::session::approvals::Proposer>,
+    /// The member link and its forwarding table (`[pair]`).
+    pub link: Option<Arc<crate::pair::link::Link>>,
 }
 
 /// What the gateway's drain tells open connections, each when it comes;
@@ -218,6 +221,15 @@ causes! {
         SessionHandshakeFailed => "session_handshake_failed",
         /// Allowed: the session's TLS handshake did not finish in time.
         SessionHandshakeTimeout => "session_handshake_timeout",
+        /// `upstream_failed`: the session is held by other members of the
+        /// pair and none of them could be reached over the member link.
+        HolderUnreachable => "holder_unreachable",
+        /// `session_limit`: the session has `[pair]
+        /// max_forwarded_per_session` connections forwarded already.
+        ForwardedAtBound => "forwarded_connections",
+        /// `unknown_source`: a connection forwarded over the member link
+        /// for a session other than the one its source belongs to here.
+        LinkSessionMismatch => "link_session_mismatch",
     }
 }
 
@@ -251,13 +263,43 @@ enum Alert {
 /// client, and what its record has learnt so far. Owned by [`serve`];
 /// each stage takes it, fills in what it learns and returns what it
 /// decided.
-struct Conn<'a> {
+struct Conn<'a, S> {
     cx: &'a Context,
-    client: Client,
+    client: Client<S>,
     peer: SocketAddr,
     record: Record,
     /// Counts the connection on its session until its record is written.
     live: Option<Live>,
+    /// A connection a peer forwarded over the member link: the peer, and
+    /// the session and attempt it forwarded for. Never forwarded again.
+    via: Option<Via>,
+}
+
+/// Who forwarded a connection over the member link, and for what.
+#[derive(Debug)]
+struct Via {
+    peer: Arc<str>,
+    session: Option<(String, u32)>,
+}
+
+/// A session connection's stream: a socket of the data listener, or a
+/// member-link stream carrying a connection a peer forwarded.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The TCP socket the session's bytes arrive on as they were sent, if
+    /// they do (not through the member link's TLS).
+    fn socket(&self) -> Option<&TcpStream>;
+}
+
+impl ClientStream for TcpStream {
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl ClientStream for crate::pair::link::Accepted {
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
 }
 
 /// How a connection the gate let through ended, short of a refusal.
@@ -289,9 +331,31 @@ impl Ending {
 /// slot and its session's count of open connections are given back
 /// ([`crate::records::journal`]).
 pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
-    metrics::gauge!("gateway_connections_open").increment(1.0);
     keep_alive(&client, cx.tcp_keepalive);
-    let record = cx.records.open(peer).await;
+    serve_stream(cx, client, peer, None).await;
+}
+
+/// Serve a connection a peer forwarded over the member link
+/// ([`crate::pair::link`]): judged exactly as a direct one from the
+/// header's source, its record saying which peer it came through.
+pub async fn serve_forwarded(cx: &Context, arrival: crate::pair::link::Arrival) {
+    keep_alive(arrival.stream.get_ref().0, cx.tcp_keepalive);
+    let via = Via {
+        peer: arrival.peer,
+        session: arrival.header.session,
+    };
+    serve_stream(cx, arrival.stream, arrival.header.source, Some(via)).await;
+}
+
+async fn serve_stream<S: ClientStream>(
+    cx: &Context,
+    client: S,
+    peer: SocketAddr,
+    via: Option<Via>,
+) {
+    metrics::gauge!("gateway_connections_open").increment(1.0);
+    let mut record = cx.records.open(peer).await;
+    record.via = via.as_ref().map(|v| Arc::clone(&v.peer));
     let wire = Arc::new(WireBytes::default());
     let mut conn = Conn {
         cx,
@@ -299,6 +363,7 @@ pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
         peer,
         record,
         live: None,
+        via,
     };
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
@@ -307,19 +372,28 @@ pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
     metrics::gauge!("gateway_connections_open").decrement(1.0);
 }
 
-type Client = Counted<TcpStream>;
+type Client<S> = Counted<S>;
 
-impl Conn<'_> {
+impl<S: ClientStream> Conn<'_, S> {
     /// The stages, in order.
     async fn run(&mut self) -> Result<Ending, Refused> {
-        let session = self.session()?;
+        let session = match self.session() {
+            Ok(session) => session,
+            Err(refusal) => return self.forward_or(refusal).await,
+        };
         if !session.lease.live() {
-            let cause = if session.lease.lapsed() {
-                Cause::LeaseExpired
-            } else {
-                Cause::SuspendedAfterFreeze
-            };
-            return Err(refused(Refusal::SessionEnded, cause));
+            if session.lease.lapsed() {
+                // Lapsed here while a peer kept it: the peer may hold it.
+                return self
+                    .forward_or(refused(Refusal::SessionEnded, Cause::LeaseExpired))
+                    .await;
+            }
+            return Err(refused(Refusal::SessionEnded, Cause::SuspendedAfterFreeze));
+        }
+        if let Some((id, _)) = self.via.as_ref().and_then(|v| v.session.as_ref()) {
+            if **id != *session.id {
+                return Err(refused(Refusal::UnknownSource, Cause::LinkSessionMismatch));
+            }
         }
         // The session's share: counted open, and in its handshake until TLS is up.
         let (_open, handshake) = session.share.connect().map_err(|at| at.refused())?;
@@ -398,6 +472,96 @@ impl Conn<'_> {
         self.record.attempt = Some(session.attempt);
         self.record.tenant = Some(Arc::clone(&session.tenant));
         Ok(session)
+    }
+
+    /// A connection this member holds no live authority for: if a peer
+    /// holds its session (the forwarding table, [`crate::pair::forwarding`])
+    /// and it did not itself come over the member link, check what can be
+    /// checked without decrypting (the hello parses and names a host, no
+    /// encrypted hello), then hand its bytes, untouched, to a holder, with
+    /// its source in the link's header. Otherwise `refusal` stands.
+    async fn forward_or(&mut self, refusal: Refused) -> Result<Ending, Refused> {
+        if self.via.is_some() {
+            return Err(refusal);
+        }
+        let Some(link) = self.cx.link.clone() else {
+            return Err(refusal);
+        };
+        let Some(entry) = link.forwarding.lookup(self.peer.ip(), Instant::now()) else {
+            return Err(refusal);
+        };
+        // Not a connection of an authority here.
+        self.live = None;
+        self.record.session_id = Some(Arc::clone(&entry.session_id));
+        self.record.attempt = Some(entry.attempt);
+        self.record.tenant = Some(Arc::clone(&entry.tenant));
+        let Some(_forwarded) = link.forwarding.admit(&entry) else {
+            ForwardResult::SessionLimit.count();
+            return Err(refused(Refusal::SessionLimit, Cause::ForwardedAtBound));
+        };
+        let mut first_bytes = Vec::new();
+        self.read_hello(&mut first_bytes).await?;
+        let header = crate::pair::proxy::Header {
+            source: self.peer,
+            destination: self.destination_addr(),
+            session: Some((entry.session_id.to_string(), entry.attempt)),
+        };
+        let mut reached = None;
+        for holder in &entry.holders {
+            match link.connect(holder, &header).await {
+                Ok(stream) => {
+                    reached = Some((Arc::clone(holder), stream));
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(holder = %holder, session = %entry.session_id, error = %e, "holder unreachable over the member link");
+                }
+            }
+        }
+        let Some((holder, mut upstream)) = reached else {
+            ForwardResult::HolderUnreachable.count();
+            return Err(refused(Refusal::UpstreamFailed, Cause::HolderUnreachable));
+        };
+        ForwardResult::Forwarded.count();
+        tracing::debug!(source = %self.peer, session = %entry.session_id, holder = %holder, "forwarded");
+        self.record.forwarded_to = Some(holder);
+        self.cx.records.let_through(&self.record).await.wait().await;
+        if upstream.write_all(&first_bytes).await.is_err() {
+            return Ok(Ending::Closed);
+        }
+        drop(first_bytes);
+        // The bytes as they are, both ways, until either side closes or
+        // the drain's grace runs out (the holder drains its end itself).
+        tokio::select! {
+            relayed = tokio::io::copy_bidirectional(&mut self.client, &mut upstream) => {
+                if let Err(e) = relayed {
+                    tracing::debug!(error = %e, "forwarded connection ended with an error");
+                }
+            }
+            () = self.cx.shutdown.cut.cancelled() => {}
+        }
+        Ok(Ending::Closed)
+    }
+
+    /// The address the session connected to, for the link's header: the
+    /// data listener's side of the socket, in the source's family.
+    fn destination_addr(&self) -> SocketAddr {
+        let local = self
+            .client
+            .get_ref()
+            .socket()
+            .and_then(|s| s.local_addr().ok());
+        match local {
+            Some(l) if l.is_ipv4() == self.peer.is_ipv4() => l,
+            _ => {
+                let ip: IpAddr = if self.peer.is_ipv4() {
+                    std::net::Ipv4Addr::UNSPECIFIED.into()
+                } else {
+                    std::net::Ipv6Addr::UNSPECIFIED.into()
+                };
+                SocketAddr::new(ip, 443)
+            }
+        }
     }
 
     /// Stage 2: read the ClientHello (bounded in bytes and time) and name
@@ -553,17 +717,17 @@ async fn resolve(
 }
 
 /// The session's TLS stream, once its handshake is done.
-type SessionTls<'a> = Box<tokio_rustls::server::TlsStream<Replay<&'a mut Client>>>;
+type SessionTls<'a, S> = Box<tokio_rustls::server::TlsStream<Replay<&'a mut Client<S>>>>;
 
 /// The TLS handshake with the session: the stream, or how the connection
 /// ended without one (no refusal: rustls has sent its own alert).
-async fn accept_tls<'c>(
+async fn accept_tls<'c, S: ClientStream>(
     cx: &Context,
-    client: &'c mut Client,
+    client: &'c mut Client<S>,
     first_bytes: Vec<u8>,
     handshake: Slot,
     conn: &Connection,
-) -> Result<Result<SessionTls<'c>, Ending>, Refused> {
+) -> Result<Result<SessionTls<'c, S>, Ending>, Refused> {
     // The authority may have ended while the hello was read or the name
     // resolved: no handshake with a dropped CA.
     if conn.session.ended.is_cancelled() {
@@ -652,8 +816,8 @@ where
 /// connection just opened is about to send its first request, which is
 /// answered without keep-alive (`Connection: close`, see [`Stops`])
 /// within the grace.
-async fn first_request<M, W>(
-    tls: &mut SessionTls<'_>,
+async fn first_request<M, W, S: ClientStream>(
+    tls: &mut SessionTls<'_, S>,
     by: tokio::time::Instant,
     stop: &mut Stops<M, W>,
 ) -> Option<Result<Ending, Refused>>
@@ -813,8 +977,8 @@ const WITHDRAW_GRACE: Duration = Duration::from_secs(2);
 /// records into (`release_receive_buffer`, a patch to rustls:
 /// third_party/README.md) and the wait is on the socket's readiness, so a
 /// connection opened ahead of use costs its TLS state and no more.
-async fn first_request_byte(
-    tls: &mut tokio_rustls::server::TlsStream<Replay<&mut Client>>,
+async fn first_request_byte<S: ClientStream>(
+    tls: &mut tokio_rustls::server::TlsStream<Replay<&mut Client<S>>>,
 ) -> std::io::Result<bool> {
     let (io, conn) = tls.get_mut();
     // Records read with the handshake's last bytes are decrypted now; a
@@ -825,9 +989,11 @@ async fn first_request_byte(
         Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
     );
     if nothing_yet {
-        if let Some(client) = io.inner_once_replayed() {
+        // Through the member link the bytes come inside the link's TLS:
+        // readable is no sign of them, so the buffer is kept.
+        if let Some(socket) = io.inner_once_replayed().and_then(|c| c.get_ref().socket()) {
             if conn.release_receive_buffer() {
-                client.get_ref().readable().await?;
+                socket.readable().await?;
             }
         }
     }
@@ -906,7 +1072,7 @@ const ALERT_LEN: usize = 7;
 
 /// A fatal alert in a plaintext TLS record: the handshake has not started,
 /// so nothing is encrypted yet.
-async fn send_alert(client: &mut Client, alert: Alert) {
+async fn send_alert<S: ClientStream>(client: &mut Client<S>, alert: Alert) {
     let bytes: [u8; ALERT_LEN] = [21, 3, 3, 0, 2, 2, alert as u8];
     let _ = tokio::time::timeout(Duration::from_secs(1), client.write_all(&bytes)).await;
 }

@@ -178,6 +178,7 @@ impl Context {
         records: crate::records::journal::RecordSink,
         shutdown: crate::conn::Shutdown,
         proposer: Option<crate::session::approvals::Proposer>,
+        link: Option<Arc<crate::pair::link::Link>>,
         tuned: Tuned,
     ) -> Context {
         Context {
@@ -193,6 +194,7 @@ impl Context {
             tcp_keepalive: tuned.tcp_keepalive,
             shutdown,
             proposer,
+            link,
         }
     }
 
@@ -205,6 +207,7 @@ impl Context {
             self.records.clone(),
             self.shutdown.clone(),
             self.proposer.clone(),
+            self.link.clone(),
             tuned,
         )
     }

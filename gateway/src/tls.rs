@@ -128,6 +128,52 @@ pub fn plane_client_config(
     Ok(Arc::new(config))
 }
 
+/// ALPN of the member link: nothing else is spoken on its listener.
+pub const LINK_ALPN: &[u8] = b"talos-link/1";
+
+/// The member link's listener: TLS 1.3 only, ALPN [`LINK_ALPN`], the
+/// gateway's control certificate, and a client certificate chaining to
+/// the control CA required (which member it names is checked after the
+/// handshake: `crate::pair::link`).
+pub fn link_server_config(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
+    let provider = provider();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(control_roots(ca)?),
+        Arc::clone(&provider),
+    )
+    .build()
+    .map_err(ControlTlsError::Verifier)?;
+    let mut config = tls13(rustls::ServerConfig::builder_with_provider(provider))
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(ControlTlsError::CertAndKey)?;
+    config.alpn_protocols = vec![LINK_ALPN.to_vec()];
+    // The link is long-lived per connection and carries one session
+    // connection each: no tickets to keep.
+    config.send_tls13_tickets = 0;
+    Ok(Arc::new(config))
+}
+
+/// The member link's client side: TLS 1.3, the control CA as the only
+/// root (a peer's certificate must name the peer's id), the gateway's
+/// control certificate as its identity, ALPN [`LINK_ALPN`].
+pub fn link_client_config(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
+    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
+        .with_root_certificates(control_roots(ca)?)
+        .with_client_auth_cert(chain, key)
+        .map_err(ControlTlsError::CertAndKey)?;
+    config.alpn_protocols = vec![LINK_ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// A certificate resolver over a session's leaf cache: a leaf of the
 /// session's own CA for the hello's name, minted on first use. A name the
 /// CA does not permit gets no certificate, and rustls ends the handshake.

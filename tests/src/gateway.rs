@@ -226,6 +226,8 @@ pub struct TestConfig {
     /// The `[process] socket` (`gateway reload` and `gateway upgrade` reach
     /// the running process through it); none by default.
     pub process_socket: Option<PathBuf>,
+    /// The `[pair]` table's lines (the member link), if any.
+    pub pair: String,
 }
 
 /// `TALOS_TEST_WORKERS`, if set.
@@ -274,6 +276,7 @@ impl Default for TestConfig {
             hello_timeout_ms: Some(2000),
             tenant: "acme".into(),
             process_socket: None,
+            pair: String::new(),
         }
     }
 }
@@ -385,6 +388,9 @@ port = {port}
                 "[process]\nsocket = {:?}\n",
                 socket.display().to_string()
             ));
+        }
+        if !self.pair.is_empty() {
+            out.push_str(&format!("[pair]\n{}\n", self.pair));
         }
         out
     }

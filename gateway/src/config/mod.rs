@@ -97,6 +97,10 @@ pub struct Config {
     /// the static sessions.
     #[serde(default)]
     pub control: Option<Control>,
+    /// The member link of a pair (`[pair]`). Optional: without it a member
+    /// that holds no authority for a session refuses its connections.
+    #[serde(default)]
+    pub pair: Option<Pair>,
     /// The process socket: reloads and upgrades.
     #[serde(default)]
     pub process: Process,
@@ -223,6 +227,44 @@ impl Control {
     fn default_spool_max_bytes() -> Spanned<u64> {
         unset(1 << 30)
     }
+}
+
+/// The member link (`[pair]`): where the other members of the pair reach
+/// this one, and where this one reaches them. A member that holds no
+/// authority for a live session hands that session's connections,
+/// untouched, to a member that holds it (`docs/operators.md`, "The
+/// member link"). The link is mutual TLS with the control identities
+/// (`[control]` is required): a peer must present a certificate of the
+/// control CA with the gateway role and one of the `peers` ids as its
+/// name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pair {
+    /// Where peers connect, `ADDR:PORT`. Keep it off the session network
+    /// (`ops/nftables.conf`): the link carries a session's source address.
+    pub listen: Spanned<SocketAddr>,
+    /// The other members: their gateway ids and link addresses.
+    pub peers: Vec<Peer>,
+    /// The most connections of one session this member forwards at once
+    /// (one session cannot fill the link). Default 256; range 1-100000.
+    #[serde(default = "Pair::default_max_forwarded")]
+    pub max_forwarded_per_session: Spanned<usize>,
+}
+
+impl Pair {
+    fn default_max_forwarded() -> Spanned<usize> {
+        unset(256)
+    }
+}
+
+/// One other member of the pair (`[[pair.peers]]`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    /// Its gateway id: the name its control certificate carries.
+    pub id: Spanned<String>,
+    /// Its `[pair] listen` address, `ADDR:PORT`.
+    pub link: Spanned<SocketAddr>,
 }
 
 /// Where one secret's value is read from at start-up (`[[secret]]`):

@@ -27,6 +27,24 @@ impl Config {
                 format!("{:?}", self.process.socket.as_ref().map(|s| s.get_ref())),
             ),
         ];
+        match &self.pair {
+            None => fields.push(("pair", "none".into())),
+            Some(p) => fields.extend([
+                ("pair.listen", p.listen.get_ref().to_string()),
+                (
+                    "pair.peers",
+                    p.peers
+                        .iter()
+                        .map(|peer| format!("{}={}", peer.id.get_ref(), peer.link.get_ref()))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+                (
+                    "pair.max_forwarded_per_session",
+                    p.max_forwarded_per_session.get_ref().to_string(),
+                ),
+            ]),
+        }
         match &self.control {
             None => fields.push(("control", "none".into())),
             Some(c) => fields.extend([

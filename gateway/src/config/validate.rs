@@ -205,6 +205,14 @@ impl Config {
                 ),
             ]);
         }
+        if let Some(p) = &self.pair {
+            out.push(bound(
+                "pair.max_forwarded_per_session",
+                num_usize(&p.max_forwarded_per_session),
+                1..=100_000,
+                "{} is outside 1-100000",
+            ));
+        }
         out
     }
 
@@ -215,6 +223,7 @@ impl Config {
         self.check_names(&f)?;
         self.check_bounds(&f)?;
         self.check_files(&f)?;
+        self.check_pair(&f)?;
         let secrets = self.check_secrets(&f)?;
         self.check_sessions(&f, &secrets)
     }
@@ -257,6 +266,57 @@ impl Config {
                         p.display()
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `[pair]`: it needs `[control]` (the link's identities), at least one
+    /// peer, each a valid id other than this gateway's, named once.
+    fn check_pair(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
+        let Some(pair) = &self.pair else {
+            return Ok(());
+        };
+        if self.control.is_none() {
+            return Err(f.invalid(
+                pair.listen.span(),
+                "pair.listen",
+                "needs [control]: the member link uses the control identities".into(),
+            ));
+        }
+        if pair.peers.is_empty() {
+            return Err(f.invalid(
+                f.at(0..0, "pair"),
+                "pair.peers",
+                "name at least one other member".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for peer in &pair.peers {
+            let id = peer.id.get_ref();
+            if !is_id(id) {
+                return Err(f.invalid(
+                    peer.id.span(),
+                    "pair.peers.id",
+                    format!("{id:?} must be 1-64 letters, digits, '-', '_' or '.'"),
+                ));
+            }
+            if id == self.gateway_id.get_ref() {
+                return Err(f.invalid(
+                    peer.id.span(),
+                    "pair.peers.id",
+                    format!("{id:?} is this gateway's own id"),
+                ));
+            }
+            if !seen.insert(id.as_str()) {
+                return Err(f.invalid(
+                    peer.id.span(),
+                    "pair.peers.id",
+                    format!("{id:?} is named twice"),
+                ));
+            }
+            if peer.link.get_ref().port() == 0 {
+                return Err(f.invalid(peer.link.span(), "pair.peers.link", "needs a port".into()));
             }
         }
         Ok(())

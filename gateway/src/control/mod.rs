@@ -310,6 +310,26 @@ impl Gateway for ControlService {
             instance: self.authority.instance().to_string(),
             ..Default::default()
         };
+        // The forwarding table first: it stands for a lease from now.
+        if let Some(link) = &self.current.get().link {
+            let given: Vec<crate::pair::forwarding::Given> = req
+                .forwarding
+                .into_iter()
+                .map(|f| crate::pair::forwarding::Given {
+                    session_id: f.session_id,
+                    attempt: f.attempt,
+                    tenant: f.tenant,
+                    sources: f.sources,
+                    holders: f.holders,
+                })
+                .collect();
+            let taken = link.forwarding.replace(
+                &given,
+                self.authority.lease_length(),
+                std::time::Instant::now(),
+            );
+            reply.forwarding_taken = u32::try_from(taken).unwrap_or(u32::MAX);
+        }
         for lease in req.leases {
             if self.authority.renew(&lease.session_id, lease.attempt) {
                 reply.renewed.push(lease);
@@ -571,7 +591,7 @@ pub struct ControlPeer {
 }
 
 /// Whether the end-entity certificate `leaf` names `role`.
-fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
+pub(crate) fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
     let Ok(name) = rustls::pki_types::ServerName::try_from(role) else {
         return false;
     };

@@ -29,6 +29,8 @@ pub struct Listeners {
     pub data: Arc<TcpListener>,
     pub admin: Arc<TcpListener>,
     pub control: Option<Arc<TcpListener>>,
+    /// The member link's listener (`[pair]`).
+    pub pair: Option<Arc<TcpListener>>,
     pub process: Option<Arc<UnixListener>>,
 }
 
@@ -383,6 +385,9 @@ impl Upgrader {
         let mut fds = vec![l.data.as_fd(), l.admin.as_fd()];
         if let Some(c) = &l.control {
             fds.push(c.as_fd());
+        }
+        if let Some(p) = &l.pair {
+            fds.push(p.as_fd());
         }
         if let Some(p) = &l.process {
             fds.push(p.as_fd());

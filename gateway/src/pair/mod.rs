@@ -6,4 +6,11 @@
 //! - [`proxy`]: the PROXY protocol version 2 header the link carries
 //!   first, naming the session's real source address, so the holder
 //!   judges the connection exactly as a direct one.
+//! - [`link`]: the link itself, mutual TLS between members with the
+//!   control identities, who may connect, and reaching a holder.
+//! - [`forwarding`]: which live sessions other members hold and this one
+//!   does not, as the control plane last said, each entry lapsing with
+//!   the lease it was given under.
+pub mod forwarding;
+pub mod link;
 pub mod proxy;

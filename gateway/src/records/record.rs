@@ -114,6 +114,14 @@ pub struct Record {
     /// Bytes read from the session (hello included) and written to it.
     pub bytes_from_session: u64,
     pub bytes_to_session: u64,
+    /// The member that forwarded the connection over the member link (the
+    /// holder's record of it); `source` is the session's own address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<Arc<str>>,
+    /// The member this one handed the connection to, untouched (the
+    /// forwarder's record: no request lines, it saw none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forwarded_to: Option<Arc<str>>,
 }
 
 impl Record {
@@ -147,6 +155,8 @@ impl Record {
             closed_at: String::new(),
             bytes_from_session: 0,
             bytes_to_session: 0,
+            via: None,
+            forwarded_to: None,
         }
     }
 

@@ -19,6 +19,9 @@ use crate::reload::Cap;
 #[derive(Debug)]
 pub(super) struct DataPlane {
     pub(super) listener: Arc<TcpListener>,
+    /// The member link's listener (`[pair]`): connections peers forward,
+    /// under the same cap, spool rule and drain as the data listener's.
+    pub(super) link: Option<Arc<TcpListener>>,
     /// The connection cap.
     pub(super) cap: Arc<Cap>,
     /// The drain grace, in milliseconds (a reload changes it).
@@ -48,6 +51,7 @@ impl DataPlane {
     ) -> DataPlane {
         DataPlane {
             listener,
+            link: None,
             cap,
             grace_ms,
             current,
@@ -56,6 +60,12 @@ impl DataPlane {
             spool_full,
             stop_accepting,
         }
+    }
+
+    /// Accept the member link's connections too, on `link`.
+    pub(super) fn with_link(mut self, link: Option<Arc<TcpListener>>) -> DataPlane {
+        self.link = link;
+        self
     }
 
     /// The drain grace now.
@@ -94,7 +104,8 @@ impl DataPlane {
                     Err(_) => return End::Shutdown,
                 },
             };
-            let (stream, peer) = tokio::select! {
+            let link = self.link.clone();
+            let (stream, peer, linked) = tokio::select! {
                 _ = &mut signal => return End::Shutdown,
                 ack = self.stop_accepting.recv() => return stopped(ack),
                 // The spool filled while waiting: back to the top, to wait there.
@@ -105,7 +116,7 @@ impl DataPlane {
                         // last bytes of a reply) go out at once instead of
                         // waiting out the peer's delayed ACK.
                         let _ = a.0.set_nodelay(true);
-                        a
+                        (a.0, a.1, false)
                     }
                     Err(e) => {
                         // EMFILE and friends: back off briefly instead of spinning.
@@ -114,10 +125,30 @@ impl DataPlane {
                         continue;
                     }
                 },
+                accepted = accept_link(link.as_deref()) => match accepted {
+                    Ok(a) => (a.0, a.1, true),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "member link accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
             };
             let cx = self.current.get();
             self.tracker.spawn(async move {
-                conn::serve(&cx, stream, peer).await;
+                if linked {
+                    // The link's own checks (its peer, its header) first;
+                    // a refusal there is logged and counted by the link.
+                    let arrival = match &cx.link {
+                        Some(l) => l.accept(stream, peer).await,
+                        None => None,
+                    };
+                    if let Some(arrival) = arrival {
+                        conn::serve_forwarded(&cx, arrival).await;
+                    }
+                } else {
+                    conn::serve(&cx, stream, peer).await;
+                }
                 drop(permit);
             });
         }
@@ -139,6 +170,7 @@ impl DataPlane {
     /// body, is `cut` in its record). Returns the settings in force, for what ends after.
     pub(super) async fn stop(self, cut_at: tokio::time::Instant) -> Arc<InForce> {
         drop(self.listener);
+        drop(self.link);
         self.tracker.close();
         if tokio::time::timeout_at(cut_at, self.tracker.wait())
             .await
@@ -153,6 +185,16 @@ impl DataPlane {
         }
         self.shutdown.cut.cancel();
         self.current
+    }
+}
+
+/// The next connection on the member link's listener; never, without one.
+async fn accept_link(
+    link: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match link {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
     }
 }
 

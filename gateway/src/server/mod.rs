@@ -41,6 +41,7 @@
 mod control;
 mod data;
 mod operator;
+mod pair;
 mod records;
 
 use std::collections::HashMap;
@@ -186,6 +187,8 @@ pub struct Prepared {
     admin: Arc<TcpListener>,
     process: Option<Arc<UnixListener>>,
     control: Option<ControlSetup>,
+    /// The member link (`[pair]`).
+    pair: Option<pair::PairSetup>,
     proposer: Option<(Proposer, Proposals)>,
     /// Told when a use finds a lease lapsed.
     lapsed: Arc<tokio::sync::Notify>,
@@ -225,6 +228,12 @@ impl Prepared {
             None => (HashMap::new(), None, Vec::new().into_iter()),
         };
         let (data, admin, process, control_fd) = take_or_bind(&config, &mut fds).await?;
+        let pair_fd = fds
+            .remove("pair")
+            .map(std::net::TcpListener::from)
+            .map(from_std)
+            .transpose()?;
+        let pair = pair::setup_pair(&config, pair_fd).await?;
         let (instance, generation): (Arc<str>, u64) = match &offer {
             Some(o) => (Arc::from(o.instance.as_str()), o.generation),
             None => (Arc::from(talos_certs::new_instance_id()), 0),
@@ -310,6 +319,7 @@ impl Prepared {
             admin: Arc::new(admin),
             process,
             control,
+            pair,
             proposer,
             lapsed,
             ended,
@@ -359,6 +369,7 @@ impl Prepared {
             records.sink.clone(),
             shutdown.clone(),
             proposer.clone(),
+            self.pair.as_ref().map(|p| Arc::clone(&p.link)),
             tuned,
         ))));
         let control = control.map(|c| {
@@ -408,6 +419,7 @@ impl Prepared {
                 data: Arc::clone(&self.data),
                 admin: Arc::clone(&self.admin),
                 control: control.as_ref().map(|c| Arc::clone(c.runner.listener())),
+                pair: self.pair.as_ref().map(|p| Arc::clone(&p.listener)),
                 process: self.process.clone(),
             },
             proposer,
@@ -432,7 +444,8 @@ impl Prepared {
             shutdown,
             records.spool_full.clone(),
             stop_accepting,
-        );
+        )
+        .with_link(self.pair.map(|p| p.listener));
         Ok(Running {
             admin: Admin::new(self.admin, self.metrics),
             operator: Operator::new(reloader, upgrader, in_force, self.process, socket),
@@ -590,6 +603,12 @@ fn configured_listeners(config: &Config) -> Vec<ListenerState> {
         configured.push(ListenerState {
             role: "control".into(),
             configured: c.listen.get_ref().to_string(),
+        });
+    }
+    if let Some(p) = &config.pair {
+        configured.push(ListenerState {
+            role: "pair".into(),
+            configured: p.listen.get_ref().to_string(),
         });
     }
     if let Some(s) = &config.process.socket {

@@ -32,6 +32,15 @@ pub const RENEW_MS: u64 = 500;
 /// again, certificates issued.
 pub const TICK_MS: u64 = 100;
 
+/// A port of 127.0.0.1 free now, for a listener whose address its peers
+/// must know before it starts (the member link): the kernel's pick for
+/// port 0, released at once.
+fn reserve_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port on 127.0.0.1")
+}
+
 /// One line of the fault matrix, printed so a run shows what was tried,
 /// what was seen and how long the command took.
 pub fn matrix(fault: &str, command: &str, seen: &str, took: Duration) {
@@ -49,6 +58,10 @@ pub struct PairBuilder {
     control: String,
     limits: String,
     renewing: bool,
+    linked: bool,
+    /// Gateway identities `init` issues beside the members' (no member
+    /// runs with them: another pair's, say).
+    identities: Vec<String>,
     egress: Vec<String>,
     secrets: Vec<(String, String)>,
 }
@@ -68,6 +81,9 @@ pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
     /// Each member's control address, kept across its restarts so `serve`
     /// and the CLI reach the new process where they reached the old one.
     pub controls: Vec<SocketAddr>,
+    /// Each member's member-link address (`[pair] listen`), when the pair
+    /// is linked; kept across restarts, as its peers' configs name it.
+    pub pair_links: Vec<SocketAddr>,
     ids: Vec<String>,
     /// Every member's config but its id and `[control]` table.
     config: TestConfig,
@@ -85,6 +101,8 @@ impl Pair {
             control: String::new(),
             limits: "shutdown_grace_ms = 3000".into(),
             renewing: false,
+            linked: false,
+            identities: Vec::new(),
             egress: Vec::new(),
             secrets: Vec::new(),
         }
@@ -124,6 +142,20 @@ impl PairBuilder {
         self
     }
 
+    /// The members linked (`[pair]`): each forwards the connections of
+    /// sessions only its peers hold to them.
+    pub fn linked(mut self) -> Self {
+        self.linked = true;
+        self
+    }
+
+    /// Gateway identities issued by `init` beside the members', for no
+    /// member (a gateway of another pair under the same CA).
+    pub fn identities(mut self, ids: &[&str]) -> Self {
+        self.identities = ids.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     /// The account's egress list.
     pub fn egress(mut self, names: &[&str]) -> Self {
         self.egress = names.iter().map(|s| (*s).to_owned()).collect();
@@ -152,7 +184,12 @@ impl PairBuilder {
         base: TestConfig,
     ) -> Pair<G, P> {
         let dir = tmp.path().to_owned();
-        let ids: Vec<&str> = self.ids.iter().map(String::as_str).collect();
+        let ids: Vec<&str> = self
+            .ids
+            .iter()
+            .chain(&self.identities)
+            .map(String::as_str)
+            .collect();
         let mut stub = Stub::init(&dir, &ids);
         // The members need serve's address, and serve the members': serve
         // first, for its address; then the members; then, if it is to be
@@ -167,6 +204,11 @@ impl PairBuilder {
             peers,
             dir,
             controls: Vec::new(),
+            pair_links: if self.linked {
+                self.ids.iter().map(|_| reserve_port()).collect()
+            } else {
+                Vec::new()
+            },
             ids: self.ids,
             config: TestConfig {
                 limits: self.limits,
@@ -218,9 +260,24 @@ impl<G: Process, P> Pair<G, P> {
             dir.join("spool").display().to_string(),
             self.control,
         );
+        let pair = match self.pair_links.get(i) {
+            Some(listen) => {
+                let peers = self
+                    .ids
+                    .iter()
+                    .zip(&self.pair_links)
+                    .filter(|(peer, _)| *peer != id)
+                    .map(|(peer, link)| format!("{{ id = {peer:?}, link = \"{link}\" }}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("listen = \"{listen}\"\npeers = [{peers}]\n")
+            }
+            None => String::new(),
+        };
         let config = TestConfig {
             gateway_id: id.clone(),
             control: Some(files),
+            pair,
             ..self.config.clone()
         };
         G::start(&dir, &G::toml(&config, &dir))

@@ -1,0 +1,349 @@
+//! The pair's member link, end to end: a member that holds no authority
+//! for a live session (restarted without a handover, or down when the
+//! session opened) hands that session's connections, untouched, to its
+//! peer, which judges them as direct ones; the certificate counts each
+//! connection once and shows the hand-offs. The link refuses whoever is
+//! not a member of this pair, and a second hop.
+//!
+//! The rig and what the fault tests share: [`faults`].
+
+mod faults;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use faults::*;
+use serde_json::Value;
+use talos_e2e::clients::curl_status;
+use talos_e2e::rig::pair::matrix;
+use talos_e2e::rig::Pair;
+use talos_e2e::wait;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Connections after the restart (every other one reaches the restarted
+/// member).
+const CONNECTIONS: usize = 200;
+
+/// A linked pair: [`faults::pair`] with the member link.
+async fn linked_pair() -> Pair {
+    Pair::builder()
+        .lease(LEASE)
+        .renewing()
+        .linked()
+        .identities(&["gw-c"])
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await
+}
+
+/// Wait until member `i` forwards `sessions` sessions.
+fn wait_forwarding(rig: &Pair, i: usize, sessions: f64) {
+    wait::until(
+        &format!("member {i} to forward {sessions} sessions"),
+        || {
+            wait::check(rig.members[i].metric("gateway_forwarding_sessions"), |n| {
+                *n == Some(sessions)
+            })
+        },
+    );
+}
+
+/// How a member is restarted.
+#[derive(Debug, Clone, Copy)]
+enum Restart {
+    Kill,
+    Term,
+}
+
+/// A session on both members; gw-a restarted without a handover; then
+/// [`CONNECTIONS`] new connections alternating between the members, with
+/// the session's original trust bundle: every one succeeds; gw-a
+/// forwarded the ones it received; the certificate lists every connection
+/// exactly once, the forwarded ones as such, and the hand-offs beside.
+async fn restarted_member_forwards(mode: &str, how: Restart) {
+    let mut rig = linked_pair().await;
+    let id = rig.start_session(&session(SOURCE).mode(mode));
+    let (bundle, listed) = rig.trust(&id, "trust-1.pem");
+    assert_eq!(listed.len(), 2);
+    let fault = match how {
+        Restart::Kill => {
+            rig.members[0].kill();
+            "SIGKILL gw-a, start again"
+        }
+        Restart::Term => {
+            assert!(rig.members[0].stop(), "gw-a drains and exits 0");
+            "SIGTERM gw-a, start again"
+        }
+    };
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 1.0);
+    let started = std::time::Instant::now();
+    for i in 0..CONNECTIONS {
+        let g = &rig.members[i % 2];
+        assert_eq!(
+            curl_status(SOURCE, g.data, &bundle, API, &format!("/fwd/{i}")),
+            200,
+            "connection {i} (to {})",
+            ["gw-a", "gw-b"][i % 2]
+        );
+    }
+    matrix(
+        fault,
+        &format!("{CONNECTIONS} connections ({mode})"),
+        "all 200",
+        started.elapsed(),
+    );
+    assert_eq!(
+        rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}"),
+        Some((CONNECTIONS / 2) as f64)
+    );
+    let ran = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(ran["state"], "ended", "{ran}");
+    let cert = rig.wait_issued(&id);
+    let served: Vec<&Value> = cert["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .filter(|c| first_path(c).is_some_and(|p| p.starts_with("/fwd/")))
+        .collect();
+    assert_eq!(served.len(), CONNECTIONS, "each connection once: {cert}");
+    for i in 0..CONNECTIONS {
+        let path = format!("/fwd/{i}");
+        let of: Vec<&&Value> = served
+            .iter()
+            .filter(|c| first_path(c) == Some(path.as_str()))
+            .collect();
+        assert_eq!(of.len(), 1, "{path}: {of:?}");
+        let c = of[0];
+        assert_eq!(c["gateway_id"], "gw-b", "the holder served {path}");
+        assert_eq!(c["verdict"], "allowed");
+        assert_eq!(
+            c["source"].as_str().map(|s| s.starts_with(SOURCE)),
+            Some(true)
+        );
+        if i % 2 == 0 {
+            assert_eq!(c["via"], "gw-a", "{path} came through gw-a: {c}");
+        } else {
+            assert!(c.get("via").is_none(), "{c}");
+        }
+    }
+    let handed: Vec<&Value> = cert["forwarded"]
+        .as_array()
+        .expect("forwarded")
+        .iter()
+        .filter(|c| c["gateway_id"] == "gw-a")
+        .collect();
+    assert_eq!(handed.len(), CONNECTIONS / 2, "{cert}");
+    for c in handed {
+        assert_eq!(c["forwarded_to"], "gw-b");
+        assert_eq!(c["session_id"], id.as_str());
+        assert!(c.get("requests").is_none(), "no request lines: {c}");
+    }
+}
+
+fn first_path(c: &Value) -> Option<&str> {
+    c["requests"].as_array()?.first()?["path"].as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_session_survives_a_sigkill_restart_through_the_peer() {
+    restarted_member_forwards("agent", Restart::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_session_survives_a_sigkill_restart_through_the_peer() {
+    restarted_member_forwards("commands", Restart::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_session_survives_a_sigterm_restart_through_the_peer() {
+    restarted_member_forwards("agent", Restart::Term).await;
+}
+
+/// A member down when the session opens, started afterwards: the
+/// session's connections to it succeed through its peer; stopped, the
+/// session's entry is withdrawn and nothing is forwarded for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_down_at_the_open_forwards_once_started() {
+    let mut rig = linked_pair().await;
+    rig.members[0].kill();
+    let id = rig.start_session(&session(SOURCE).mode("agent"));
+    let (bundle, listed) = rig.trust(&id, "trust-1.pem");
+    assert_eq!(listed.len(), 1, "only gw-b made a CA");
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 1.0);
+    let a = rig.members[0].data;
+    for i in 0..4 {
+        assert_eq!(
+            curl_status(SOURCE, a, &bundle, API, &format!("/late/{i}")),
+            200
+        );
+    }
+    let ran = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(ran["state"], "ended", "{ran}");
+    // The holder ended the session: nothing it was forwarded succeeds.
+    assert_eq!(curl_status(SOURCE, a, &bundle, API, "/after-stop"), 0);
+    wait_forwarding(&rig, 0, 0.0);
+    let before = rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}");
+    assert_eq!(curl_status(SOURCE, a, &bundle, API, "/withdrawn"), 0);
+    assert_eq!(
+        rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}"),
+        before,
+        "a withdrawn entry forwards nothing"
+    );
+}
+
+/// The PROXY v2 header a forwarder sends, made here by hand (not by the
+/// gateway's own encoder): `source` to `destination`, IPv4, with the
+/// link's session TLV.
+fn proxy_header(
+    source: SocketAddr,
+    destination: SocketAddr,
+    session: &str,
+    attempt: u32,
+) -> Vec<u8> {
+    let (SocketAddr::V4(s), SocketAddr::V4(d)) = (source, destination) else {
+        panic!("IPv4 only here");
+    };
+    let mut body = Vec::new();
+    body.extend_from_slice(&s.ip().octets());
+    body.extend_from_slice(&d.ip().octets());
+    body.extend_from_slice(&s.port().to_be_bytes());
+    body.extend_from_slice(&d.port().to_be_bytes());
+    let mut tlv = attempt.to_be_bytes().to_vec();
+    tlv.extend_from_slice(session.as_bytes());
+    body.push(0xE1);
+    body.extend_from_slice(&(tlv.len() as u16).to_be_bytes());
+    body.extend_from_slice(&tlv);
+    let mut out = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    out.push(0x21);
+    out.push(0x11);
+    out.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// A TLS client for the member link with identity `id` of `control_dir`
+/// (none: no client certificate), expecting the server to be `server`.
+fn link_client(control_dir: &std::path::Path, id: Option<&str>) -> tokio_rustls::TlsConnector {
+    let pem = |name: &str| std::fs::read(control_dir.join(name)).expect("pem");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &pem("ca.pem")[..]) {
+        roots.add(c.expect("ca")).expect("root");
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("tls13")
+        .with_root_certificates(roots);
+    let mut config = match id {
+        Some(id) => {
+            let chain = rustls_pemfile::certs(&mut &pem(&format!("{id}.pem"))[..])
+                .collect::<Result<Vec<_>, _>>()
+                .expect("chain");
+            let key = rustls_pemfile::private_key(&mut &pem(&format!("{id}.key"))[..])
+                .expect("key")
+                .expect("a key");
+            builder.with_client_auth_cert(chain, key).expect("identity")
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"talos-link/1".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// Connect to `link` as `id`, send `header`, and read until the member
+/// closes: the bytes it sent back (none for a refusal before a session's
+/// byte) or the error.
+async fn try_link(
+    control_dir: &std::path::Path,
+    id: Option<&str>,
+    link: SocketAddr,
+    header: &[u8],
+) -> Result<Vec<u8>, std::io::Error> {
+    let tcp = tokio::net::TcpStream::connect(link).await?;
+    let name = rustls::pki_types::ServerName::try_from("gw-a").expect("name");
+    let run = async {
+        let mut tls = link_client(control_dir, id).connect(name, tcp).await?;
+        tls.write_all(header).await?;
+        let mut back = Vec::new();
+        tls.read_to_end(&mut back).await?;
+        Ok(back)
+    };
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .map_err(|_| std::io::Error::other("the member neither answered nor closed"))?
+}
+
+/// A claimed source on the member link is taken only from a member of
+/// this pair: no certificate, the control plane's certificate, or a
+/// gateway certificate of the same CA whose id is not a peer here is
+/// refused and logged, before any session byte is read. A connection a
+/// real peer forwards is never forwarded again: gw-a, which forwards the
+/// session, refuses it `unknown_source` and records it as come through
+/// the peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_link_refuses_strangers_and_second_hops() {
+    let mut rig = linked_pair().await;
+    let id = rig.start_session(&session(SOURCE));
+    rig.members[0].kill();
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 1.0);
+    let link = rig.pair_links[0];
+    let source: SocketAddr = format!("{SOURCE}:40000").parse().unwrap();
+    let header = proxy_header(source, "127.0.0.1:443".parse().unwrap(), &id, 1);
+    let dir = rig.stub.control_dir.clone();
+    let metric = |cause: &str| {
+        rig.members[0].metric(&format!("gateway_link_refused_total{{cause=\"{cause}\"}}"))
+    };
+    // No client certificate: the handshake fails.
+    let none = try_link(&dir, None, link, &header).await;
+    assert!(
+        none.is_err() || none.as_ref().is_ok_and(Vec::is_empty),
+        "{none:?}"
+    );
+    // The control plane's identity: of the CA, not a gateway.
+    let plane = try_link(&dir, Some("stub"), link, &header).await;
+    assert!(
+        plane.is_err() || plane.as_ref().is_ok_and(Vec::is_empty),
+        "{plane:?}"
+    );
+    // A gateway of the same CA that is no peer of gw-a.
+    let stranger = try_link(&dir, Some("gw-c"), link, &header).await;
+    assert!(
+        stranger.is_err() || stranger.as_ref().is_ok_and(Vec::is_empty),
+        "{stranger:?}"
+    );
+    wait::until("the three refusals counted", || {
+        let seen = (
+            metric("handshake_failed"),
+            metric("not_a_gateway"),
+            metric("not_a_peer"),
+        );
+        wait::check(seen, |s| *s == (Some(1.0), Some(1.0), Some(1.0)))
+    });
+    let log = rig.members[0].log();
+    assert!(log.contains("member link connection refused"), "{log}");
+    // gw-b's own identity, forwarding to gw-a a connection gw-a would
+    // itself forward: refused, never sent on.
+    let forwarded = rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}");
+    let hop = try_link(&dir, Some("gw-b"), link, &header).await;
+    assert!(hop.as_ref().is_ok_and(Vec::is_empty), "{hop:?}");
+    assert_eq!(
+        rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}"),
+        forwarded,
+        "no second hop"
+    );
+    let record = wait::until("gw-a's record of the second hop", || {
+        let records = rig.members[0].records();
+        wait::check(
+            records.into_iter().find(|r| r["via"] == "gw-b"),
+            Option::is_some,
+        )
+    })
+    .expect("a record");
+    assert_eq!(record["verdict"], "unknown_source", "{record}");
+    assert_eq!(record["source"], source.to_string(), "{record}");
+}
