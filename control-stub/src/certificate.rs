@@ -71,9 +71,22 @@ pub struct Certificate {
     /// The destinations the session asked for.
     pub allow: Vec<String>,
     pub attempts: Vec<CertAttempt>,
-    /// Every connection record of the session, as the gateways signed it.
+    /// Every connection of the session once: each record as the gateways
+    /// signed it, except a member's hand-off of a connection to the peer
+    /// that served it (see `forwarded`). A connection that came through a
+    /// peer is the holder's record, which names the peer in `via`; a
+    /// hand-off that failed (verdict `upstream_failed`, cause
+    /// `holder_unreachable`: no holder has a record) is here, and in
+    /// `refusals`.
     pub connections: Vec<Value>,
-    /// Every refused connection and refused request, with its reason.
+    /// The records of connections a member handed, untouched, to a peer
+    /// that holds the session (verdict `allowed`, `forwarded_to` naming
+    /// the holder), as signed: the connection itself is the holder's
+    /// record in `connections`, so these are shown beside it and counted
+    /// nowhere else.
+    pub forwarded: Vec<Value>,
+    /// Every refused connection and refused request, with its reason, from
+    /// the records in `connections`.
     pub refusals: Vec<Refusal>,
     /// Each secret by name: where it was attached, how often it was used
     /// and masked.
@@ -315,7 +328,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
     let session = load(tx, id)?;
     let cas = tx.cas(id)?;
     let attempts = tx.attempts(id)?;
-    let records = tx.connection_records(id)?;
+    let (records, forwarded) = split_forwarded(tx.connection_records(id)?);
     let reset = tx.reset_steps(id)?;
     let cert_attempts = cert_attempts(&attempts, &cas);
     let (secrets, refusals) = secrets_and_refusals(&attempts, &records);
@@ -337,6 +350,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
         allow: session.allow.clone(),
         attempts: cert_attempts,
         connections: records.into_iter().map(|r| r.record).collect(),
+        forwarded,
         refusals,
         secrets: secrets.into_values().collect(),
         batches: tx.batches_of(id)?,
@@ -370,6 +384,31 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
     })
 }
 
+/// A session's records split so that each connection counts once: the
+/// records of its connections, and apart, the records of hand-offs (a
+/// member passed the connection, untouched, to the peer named in
+/// `forwarded_to`, verdict `allowed`), whose connection is the holder's
+/// record. A hand-off that was refused stays with the connections: no
+/// holder recorded it.
+fn split_forwarded(records: Vec<ConnectionRecord>) -> (Vec<ConnectionRecord>, Vec<Value>) {
+    let mut connections = Vec::with_capacity(records.len());
+    let mut forwarded = Vec::new();
+    for r in records {
+        let handed = r
+            .record
+            .get("forwarded_to")
+            .and_then(Value::as_str)
+            .is_some()
+            && r.record.get("verdict").and_then(Value::as_str) == Some("allowed");
+        if handed {
+            forwarded.push(r.record);
+        } else {
+            connections.push(r);
+        }
+    }
+    (connections, forwarded)
+}
+
 /// Each attempt as the certificate shows it, with the CAs made for it.
 fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
     attempts
@@ -398,7 +437,9 @@ fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
 }
 
 /// Every secret's use (attached at which attempts, used by how many
-/// connections, masked how often), and every refusal the records hold.
+/// connections, masked how often), and every refusal the records hold:
+/// `records` are the connections' (hand-offs left out, see
+/// [`split_forwarded`]), so a forwarded connection counts once.
 fn secrets_and_refusals(
     attempts: &[Attempt],
     records: &[ConnectionRecord],
@@ -541,4 +582,57 @@ fn refusals_of(rec: &Value) -> Vec<Refusal> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(gateway: &str, idx: u32, record: Value) -> ConnectionRecord {
+        ConnectionRecord {
+            gateway_id: gateway.into(),
+            seq: 1,
+            idx,
+            record,
+        }
+    }
+
+    #[test]
+    fn a_hand_off_is_set_apart_and_everything_else_is_a_connection() {
+        let direct =
+            json!({"gateway_id": "gw-b", "verdict": "allowed", "attachments_used": ["GH"]});
+        let handed = json!({"gateway_id": "gw-a", "verdict": "allowed", "forwarded_to": "gw-b"});
+        let served = json!({"gateway_id": "gw-b", "verdict": "allowed", "via": "gw-a", "attachments_used": ["GH"]});
+        let lost = json!({
+            "gateway_id": "gw-a", "verdict": "upstream_failed", "cause": "holder_unreachable",
+            "forwarded_to": "gw-b"
+        });
+        let refused = json!({"gateway_id": "gw-a", "verdict": "not_on_allowlist"});
+        let (connections, forwarded) = split_forwarded(vec![
+            record("gw-a", 0, handed.clone()),
+            record("gw-a", 1, lost.clone()),
+            record("gw-a", 2, refused.clone()),
+            record("gw-b", 0, direct.clone()),
+            record("gw-b", 1, served.clone()),
+        ]);
+        let kept: Vec<&Value> = connections.iter().map(|r| &r.record).collect();
+        assert_eq!(kept, [&lost, &refused, &direct, &served]);
+        assert_eq!(forwarded, [handed]);
+        // Counted from the connections: GH used by two connections (one
+        // direct, one forwarded, each once); two connection refusals.
+        let (secrets, refusals) = secrets_and_refusals(&[], &connections);
+        assert_eq!(secrets["GH"].connections_used, 2);
+        let reasons: Vec<(&str, Option<&str>)> = refusals
+            .iter()
+            .map(|r| (r.reason.as_str(), r.cause.as_deref()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("upstream_failed", Some("holder_unreachable")),
+                ("not_on_allowlist", None)
+            ]
+        );
+    }
 }

@@ -13,8 +13,8 @@ use base64::Engine as _;
 
 use crate::error::LinkError;
 use crate::link::{
-    CloseAnswer, CloseSession, Described, DropReportView, GatewayLink, OpenSession, Opened,
-    Renewed, Reply, ReportVerifier,
+    CloseAnswer, CloseSession, Described, DropReportView, Forwarding, GatewayLink, MemberRenewal,
+    OpenSession, Opened, Renewed, Reply, ReportVerifier,
 };
 use talos_contract::sync::Locked;
 
@@ -60,7 +60,8 @@ pub enum Call {
     Open(OpenSession),
     /// A close and the members it was sent to (`None`: every member).
     Close(CloseSession, Option<Vec<String>>),
-    Renew(Vec<crate::link::MemberLeases>),
+    /// A renewal: what each member was told (leases, forwarding table).
+    Renew(Vec<MemberRenewal>),
     /// A decision delivered to a gateway: its id and the signed envelope.
     Decide {
         gateway_id: String,
@@ -86,10 +87,12 @@ pub enum Tamper {
 /// control stub's digest check runs for real. A close reports, per gateway,
 /// the digest and secret names it opened, and the same report again for an
 /// authority it already ended; a gateway that never held the attempt
-/// answers "not held", as a real one does. Each member can be taken down
-/// (every call to it fails unreachable), made to refuse opens, restarted
-/// (a new instance: everything it held is gone), or have an authority
-/// lapse.
+/// answers "not held", as a real one does. A renewal replaces the
+/// member's forwarding table with the entries it names that name a holder
+/// of the pair other than the member (the ones it takes). Each member can
+/// be taken down (every call to it fails unreachable), made to refuse
+/// opens, restarted (a new instance: everything it held is gone, its
+/// forwarding table too), or have an authority lapse.
 #[derive(Debug)]
 pub struct FakeLink {
     state: Mutex<FakeState>,
@@ -115,6 +118,9 @@ struct Member {
     live: BTreeMap<String, Live>,
     /// (session, attempt) → the report of an authority it ended.
     ended: BTreeMap<(String, u32), DropReportView>,
+    /// The forwarding table the last renewal that reached it gave (the
+    /// entries it took).
+    forwarding: Vec<Forwarding>,
 }
 
 #[derive(Debug, Clone)]
@@ -217,6 +223,7 @@ impl FakeLink {
         m.instance = instance_of(&m.id, m.restarts);
         m.live.clear();
         m.ended.clear();
+        m.forwarding.clear();
         m.instance.clone()
     }
 
@@ -266,6 +273,26 @@ impl FakeLink {
             .gateways
             .iter()
             .any(|m| m.live.contains_key(session_id))
+    }
+
+    /// What the last renewal told member `id` (whether or not it reached
+    /// the member), if any renewal named it.
+    pub fn last_renewal(&self, id: &str) -> Option<MemberRenewal> {
+        self.state().calls.iter().rev().find_map(|c| match c {
+            Call::Renew(list) => list.iter().find(|r| r.gateway == id).cloned(),
+            _ => None,
+        })
+    }
+
+    /// The forwarding table member `id` holds: the entries it took from
+    /// the last renewal that reached it (empty after a restart).
+    pub fn forwarding_table(&self, id: &str) -> Vec<Forwarding> {
+        self.state()
+            .gateways
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| m.forwarding.clone())
+            .unwrap_or_default()
     }
 
     /// Whether member `id` holds an authority for `session_id`.
@@ -461,13 +488,14 @@ impl GatewayLink for FakeLink {
         out
     }
 
-    fn renew(&self, leases: &[crate::link::MemberLeases]) -> Vec<Reply<Renewed>> {
+    fn renew(&self, renewals: &[MemberRenewal]) -> Vec<Reply<Renewed>> {
         let mut st = self.state();
-        st.calls.push(Call::Renew(leases.to_vec()));
+        st.calls.push(Call::Renew(renewals.to_vec()));
         let failure = st.failure.clone();
+        let ids: Vec<String> = st.gateways.iter().map(|m| m.id.clone()).collect();
         let mut out = Vec::new();
-        for (gateway, list) in leases {
-            let Some(m) = st.gateways.iter().find(|m| &m.id == gateway) else {
+        for r in renewals {
+            let Some(m) = st.gateways.iter_mut().find(|m| m.id == r.gateway) else {
                 continue;
             };
             let result = if let Some(e) = &failure {
@@ -475,19 +503,29 @@ impl GatewayLink for FakeLink {
             } else if m.down {
                 Err(unreachable(&m.id))
             } else {
-                let (renewed, not_held) = list
+                let (renewed, not_held) = r
+                    .leases
                     .iter()
                     .cloned()
                     .partition(|(s, a)| m.live.get(s).is_some_and(|l| l.attempt == *a));
+                // As a member does: an entry naming no peer it knows is
+                // not taken.
+                m.forwarding = r
+                    .forwarding
+                    .iter()
+                    .filter(|f| f.holders.iter().any(|h| *h != m.id && ids.contains(h)))
+                    .cloned()
+                    .collect();
                 Ok(Renewed {
                     renewed,
                     not_held,
                     instance: m.instance.clone(),
                     lease_ms: FAKE_LEASE_MS,
+                    forwarding_taken: u32::try_from(m.forwarding.len()).unwrap_or(u32::MAX),
                 })
             };
             out.push(Reply {
-                member: gateway.clone(),
+                member: r.gateway.clone(),
                 result,
             });
         }

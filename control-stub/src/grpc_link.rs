@@ -324,6 +324,32 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// A member's `RenewLeasesRequest`: its leases and its whole forwarding
+/// table.
+fn renew_request(r: &crate::link::MemberRenewal) -> pb::RenewLeasesRequest {
+    pb::RenewLeasesRequest {
+        leases: r
+            .leases
+            .iter()
+            .map(|(session_id, attempt)| pb::SessionAttempt {
+                session_id: session_id.clone(),
+                attempt: *attempt,
+            })
+            .collect(),
+        forwarding: r
+            .forwarding
+            .iter()
+            .map(|f| pb::Forwarding {
+                session_id: f.session_id.clone(),
+                attempt: f.attempt,
+                tenant: f.tenant.clone(),
+                sources: f.sources.iter().map(|s| s.to_string()).collect(),
+                holders: f.holders.clone(),
+            })
+            .collect(),
+    }
+}
+
 /// A gRPC status as a link error: a refusal when the gateway answered one,
 /// unreachable when no answer came.
 fn status_error(gateway: &str, s: tonic::Status) -> LinkError {
@@ -494,30 +520,21 @@ impl GatewayLink for GrpcLink {
         })
     }
 
-    fn renew(&self, leases: &[crate::link::MemberLeases]) -> Vec<Reply<Renewed>> {
-        let only: Vec<String> = leases.iter().map(|(g, _)| g.clone()).collect();
-        let leases: Arc<Vec<crate::link::MemberLeases>> = Arc::new(leases.to_vec());
+    fn renew(&self, renewals: &[crate::link::MemberRenewal]) -> Vec<Reply<Renewed>> {
+        let only: Vec<String> = renewals.iter().map(|r| r.gateway.clone()).collect();
+        let renewals: Arc<Vec<crate::link::MemberRenewal>> = Arc::new(renewals.to_vec());
         self.each(Some(&only), move |c| {
-            let leases = Arc::clone(&leases);
+            let renewals = Arc::clone(&renewals);
             async move {
-                let list = leases
+                let request = renewals
                     .iter()
-                    .find(|(g, _)| *g == c.id)
-                    .map(|(_, l)| l.clone())
+                    .find(|r| r.gateway == c.id)
+                    .map(renew_request)
                     .unwrap_or_default();
                 let reply = c
                     .client
                     .clone()
-                    .renew_leases(pb::RenewLeasesRequest {
-                        leases: list
-                            .into_iter()
-                            .map(|(session_id, attempt)| pb::SessionAttempt {
-                                session_id,
-                                attempt,
-                            })
-                            .collect(),
-                        ..Default::default()
-                    })
+                    .renew_leases(request)
                     .await
                     .map_err(|s| status_error(&c.id, s))?
                     .into_inner();
@@ -529,6 +546,7 @@ impl GatewayLink for GrpcLink {
                     not_held: pairs(reply.not_held),
                     instance: reply.instance,
                     lease_ms: reply.lease_ms,
+                    forwarding_taken: reply.forwarding_taken,
                 })
             }
         })

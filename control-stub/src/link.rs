@@ -55,8 +55,9 @@ pub trait GatewayLink {
     fn close(&self, req: &CloseSession, only: Option<&[String]>) -> Vec<Reply<CloseAnswer>>;
 
     /// Renew leases: for each member named, the (session, attempt) pairs
-    /// the control plane holds live there.
-    fn renew(&self, leases: &[MemberLeases]) -> Vec<Reply<Renewed>>;
+    /// the control plane holds live there, and the member's whole
+    /// forwarding table (which replaces the one it has).
+    fn renew(&self, renewals: &[MemberRenewal]) -> Vec<Reply<Renewed>>;
 
     /// Deliver the relay's signed decision (kind `decision`) to the gateway
     /// `gateway_id`, which holds the proposal; returns the gateway's
@@ -75,9 +76,31 @@ pub trait GatewayLink {
 /// no gateway, so nothing is owed to it.
 pub const NO_GATEWAY: &str = "(none)";
 
-/// A member (gateway id) and the (session, attempt) pairs whose leases it
-/// is asked to renew.
-pub type MemberLeases = (String, Vec<(String, u32)>);
+/// What one member is told at a renewal: the (session, attempt) pairs
+/// whose leases it is asked to renew, and its whole forwarding table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberRenewal {
+    /// The member, by gateway id.
+    pub gateway: String,
+    pub leases: Vec<(String, u32)>,
+    /// Every live session other members hold and this one does not: the
+    /// member forwards its connections, untouched, to a holder. The list
+    /// replaces the member's table (empty: every entry withdrawn).
+    pub forwarding: Vec<Forwarding>,
+}
+
+/// One entry of a member's forwarding table: a running session's latest
+/// attempt, held live by other members of the pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forwarding {
+    pub session_id: String,
+    pub attempt: u32,
+    pub tenant: String,
+    /// The session's source addresses.
+    pub sources: Vec<IpAddr>,
+    /// The members holding the attempt live, by gateway id, sorted.
+    pub holders: Vec<String>,
+}
 
 /// One member's answer.
 #[derive(Clone, Debug)]
@@ -111,6 +134,9 @@ pub struct Renewed {
     pub not_held: Vec<(String, u32)>,
     pub instance: String,
     pub lease_ms: u64,
+    /// Forwarding entries the member took (the rest it found invalid or
+    /// naming no peer it is configured with, and logged).
+    pub forwarding_taken: u32,
 }
 
 /// One gateway's answer to [`GatewayLink::describe`].
@@ -310,7 +336,7 @@ impl GatewayLink for UnavailableLink {
         self.each()
     }
 
-    fn renew(&self, _leases: &[MemberLeases]) -> Vec<Reply<Renewed>> {
+    fn renew(&self, _renewals: &[MemberRenewal]) -> Vec<Reply<Renewed>> {
         self.each()
     }
 

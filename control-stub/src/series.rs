@@ -6,8 +6,9 @@
 //! never fire. Label values come from the enums the call sites count with.
 //!
 //! `stub_gateway_up` is left to the first `Describe` (0 would say the
-//! member is down), and the gauges to the first tick, which reads them from
-//! the store.
+//! member is down), `stub_forwarding_entries` to the member's first
+//! answered renewal, and the other gauges to the first tick, which reads
+//! them from the store.
 
 use crate::model::{CloseAttempt, Renewal};
 

@@ -10,12 +10,27 @@
 //! 1. **Who the members are**: each gateway given is
 //!    asked `Describe`; a new one is registered (first contact), and the
 //!    process instance and lease each runs are recorded.
-//! 2. **Leases**: one `RenewLeases` call per member,
+//! 2. **Leases and forwarding**: one `RenewLeases` call per member,
 //!    listing every (session, attempt) it holds live by the store (a
 //!    running session's latest attempt, a CA of that member not yet
 //!    destroyed). A renewal never brings back an authority the member
 //!    closed, replaced or let lapse; the member says so (`not_held`), and
-//!    its report in its batch chain settles it.
+//!    its report in its batch chain settles it. The same call carries the
+//!    member's whole **forwarding table**, read in the same transaction
+//!    ([`renewals`]): each running session's latest attempt that other
+//!    members hold live and this one does not, with its tenant, source
+//!    addresses and holders. Such a member — restarted without a handover
+//!    (its start report destroyed its CAs), unreachable at the open (no CA
+//!    made there), or whose lease lapsed while its peer kept the session —
+//!    would otherwise refuse the session's connections that reach it
+//!    `unknown_source` until the next attempt; with the entry it hands
+//!    them, untouched, to a holder, which judges them as its own. The
+//!    table replaces the member's at each renewal, and each entry lapses
+//!    with the member's lease if not given again. Nothing is sent to
+//!    withdraw one: a stop, pause, interruption or Revoke All closes the
+//!    authorities on the holders (so the session's connections, forwarded
+//!    ones included, end there), the session is no longer running, and
+//!    the next renewal leaves its entry out.
 //!
 //! And one loop ([`Upkeep::tick`], every `--tick-ms`) for the rest:
 //!
@@ -47,21 +62,22 @@
 //! `stub_closes_pending`, `stub_sessions{state}`,
 //! `stub_certificates_waiting` (gauges, each tick);
 //! `stub_close_attempts_total{gateway,result}`,
-//! `stub_lease_renewals_total{gateway,result}`, `stub_gateway_up{gateway}`
-//! (here); `stub_batches_accepted_total{gateway}`,
+//! `stub_lease_renewals_total{gateway,result}`, `stub_gateway_up{gateway}`,
+//! `stub_forwarding_entries{gateway}` (the entries sent in the member's
+//! last renewal it answered) (here); `stub_batches_accepted_total{gateway}`,
 //! `stub_batches_rejected_total{gateway,reason}`,
 //! `stub_reports_accepted_total{gateway,kind}` (the batch consumer);
 //! `stub_certificates_issued_total` (the certificate).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
 use crate::lifecycle::{ask_closes, Lifecycle};
-use crate::link::{GatewayLink, ReportVerifier};
+use crate::link::{Forwarding, GatewayLink, MemberRenewal, ReportVerifier};
 use crate::machine::Event;
-use crate::model::{limits, CloseAttempt, IdleAction, Renewal, State};
-use crate::store::Store;
+use crate::model::{limits, AttemptEnd, CloseAttempt, IdleAction, Renewal, State};
+use crate::store::{Attempt, CaEvent, Session, Store};
 
 /// How often the loop looks, by default: closes owed are asked at most
 /// this late, and time-driven events happen within it.
@@ -82,6 +98,9 @@ pub struct TickReport {
     /// Leases renewed, and those a member said it does not hold.
     pub renewed: usize,
     pub not_held: Vec<(String, String, u32)>,
+    /// Per member that answered its renewal: (member, forwarding entries
+    /// sent, entries it took).
+    pub forwarding: Vec<(String, usize, u32)>,
     /// Closes asked again, and those confirmed by this tick.
     pub closes_asked: usize,
     pub closes_confirmed: usize,
@@ -176,39 +195,33 @@ impl Upkeep<'_> {
         Ok(())
     }
 
-    /// Renew, per member, the leases of what it holds live by the store.
+    /// Renew, per member, the leases of what it holds live by the store,
+    /// and give it its forwarding table (see [`renewals`]).
     fn renew(&mut self, report: &mut TickReport) -> Result<(), Error> {
-        let leases: BTreeMap<String, Vec<(String, u32)>> = self.store.read(|tx| {
-            let mut by_member: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
-            for g in tx.gateway_list()? {
-                by_member.entry(g.id).or_default();
-            }
+        let renewals = self.store.read(|tx| {
+            let members: Vec<String> = tx.gateway_list()?.into_iter().map(|g| g.id).collect();
+            let mut sessions = Vec::new();
             for session in tx.sessions_in(&[State::Running])? {
-                let Some(latest) = tx
-                    .attempts(&session.id)?
-                    .into_iter()
-                    .rev()
-                    .find(|a| a.end_cause != Some(crate::model::AttemptEnd::StartFailed))
-                else {
-                    continue;
-                };
-                for ca in tx.cas(&session.id)? {
-                    if ca.attempt == latest.n && ca.destroyed_at.is_none() {
-                        by_member
-                            .entry(ca.gateway_id)
-                            .or_default()
-                            .push((session.id.clone(), latest.n));
-                    }
-                }
+                let attempts = tx.attempts(&session.id)?;
+                let cas = tx.cas(&session.id)?;
+                sessions.push((session, attempts, cas));
             }
-            Ok(by_member)
+            Ok(renewals(&members, &sessions))
         })?;
-        let leases: Vec<(String, Vec<(String, u32)>)> = leases.into_iter().collect();
-        for reply in self.link.renew(&leases) {
+        for reply in self.link.renew(&renewals) {
             match reply.result {
                 Ok(r) => {
                     metrics::counter!("stub_lease_renewals_total", "gateway" => reply.member.clone(), "result" => Renewal::Ok.as_str())
                         .increment(1);
+                    let sent = renewals
+                        .iter()
+                        .find(|m| m.gateway == reply.member)
+                        .map_or(0, |m| m.forwarding.len());
+                    metrics::gauge!("stub_forwarding_entries", "gateway" => reply.member.clone())
+                        .set(sent as f64);
+                    report
+                        .forwarding
+                        .push((reply.member.clone(), sent, r.forwarding_taken));
                     report.renewed += r.renewed.len();
                     for (s, a) in r.not_held {
                         report.not_held.push((reply.member.clone(), s, a));
@@ -394,10 +407,313 @@ impl Upkeep<'_> {
     }
 }
 
+/// What each member is told at a renewal, from the store's running
+/// sessions (each with its attempts and the CAs made for it) and the
+/// members it knows (`members`; a member named only by a CA is told too).
+///
+/// For each session in state running, its latest attempt (the last that
+/// did not end `start_failed`) and the members holding it live (a CA made
+/// there for that attempt, not destroyed):
+///
+/// - each holder's leases list (session, attempt);
+/// - each other member's forwarding table has an entry naming the holders
+///   (sorted), when there is one: that member's connections of the session
+///   go, untouched, to a holder. So a member that restarted without a
+///   handover (its start report destroyed its CAs), was unreachable at the
+///   open (no CA made there) or let its lease lapse (its drop report
+///   destroyed the CA) while its peer kept the session serves the
+///   session's connections through the peer until the next attempt.
+///
+/// Members come out sorted by id, each once, with an empty table when it
+/// forwards nothing (a renewal replaces the member's whole table).
+pub fn renewals(
+    members: &[String],
+    sessions: &[(Session, Vec<Attempt>, Vec<CaEvent>)],
+) -> Vec<MemberRenewal> {
+    fn entry<'m>(
+        by_member: &'m mut BTreeMap<String, MemberRenewal>,
+        id: &str,
+    ) -> &'m mut MemberRenewal {
+        by_member
+            .entry(id.to_owned())
+            .or_insert_with(|| MemberRenewal {
+                gateway: id.to_owned(),
+                ..MemberRenewal::default()
+            })
+    }
+    let mut by_member: BTreeMap<String, MemberRenewal> = BTreeMap::new();
+    for id in members {
+        entry(&mut by_member, id);
+    }
+    let mut live = Vec::new();
+    for (session, attempts, cas) in sessions {
+        if session.state != State::Running {
+            continue;
+        }
+        let Some(latest) = attempts
+            .iter()
+            .rev()
+            .find(|a| a.end_cause != Some(AttemptEnd::StartFailed))
+        else {
+            continue;
+        };
+        let holders: BTreeSet<&str> = cas
+            .iter()
+            .filter(|c| c.attempt == latest.n && c.destroyed_at.is_none())
+            .map(|c| c.gateway_id.as_str())
+            .collect();
+        for h in &holders {
+            entry(&mut by_member, h)
+                .leases
+                .push((session.id.clone(), latest.n));
+        }
+        live.push((session, latest.n, holders));
+    }
+    for m in by_member.values_mut() {
+        for (session, attempt, holders) in &live {
+            if holders.is_empty() || holders.contains(m.gateway.as_str()) {
+                continue;
+            }
+            m.forwarding.push(Forwarding {
+                session_id: session.id.clone(),
+                attempt: *attempt,
+                tenant: session.tenant.clone(),
+                sources: session.sources.clone(),
+                holders: holders.iter().map(|h| (*h).to_owned()).collect(),
+            });
+        }
+    }
+    by_member.into_values().collect()
+}
+
 /// One JSON line on standard error.
 fn log(event: &str, gateway: &str, detail: &str) {
     eprintln!(
         "{}",
         serde_json::json!({"upkeep": event, "gateway": gateway, "detail": detail})
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CloseReason, Mode, OpenCause};
+
+    fn session(id: &str, state: State) -> Session {
+        Session {
+            id: id.into(),
+            tenant: "acme".into(),
+            mode: Mode::Commands,
+            state,
+            created_at: "2026-12-01T00:00:00.000Z".into(),
+            ended_at: None,
+            end_reason: None,
+            outcome: None,
+            allow: vec!["api.example.com".into()],
+            attach: Vec::new(),
+            sources: vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+            idle_timeout_seconds: None,
+            idle_action: None,
+            last_activity_at: None,
+        }
+    }
+
+    fn attempt(n: u32, end_cause: Option<AttemptEnd>) -> Attempt {
+        Attempt {
+            n,
+            cause: if n == 1 {
+                OpenCause::Launch
+            } else {
+                OpenCause::Resume
+            },
+            started_at: "2026-12-01T00:00:00.000Z".into(),
+            ended_at: end_cause.map(|_| "2026-12-01T00:01:00.000Z".into()),
+            end_cause,
+            allowlist: vec!["api.example.com".into()],
+            attachments: Vec::new(),
+            lock: Vec::new(),
+            relay_public_key: None,
+        }
+    }
+
+    /// A CA of `gateway` for `attempt`; `destroyed`: why it is gone.
+    fn ca(gateway: &str, attempt: u32, destroyed: Option<CloseReason>) -> CaEvent {
+        CaEvent {
+            attempt,
+            gateway_id: gateway.into(),
+            digest: format!("{gateway}-{attempt}"),
+            cert_pem: String::new(),
+            made_at: "2026-12-01T00:00:00.000Z".into(),
+            instance: Some("00000000000000aa".into()),
+            destroyed_at: destroyed.map(|_| "2026-12-01T00:02:00.000Z".into()),
+            destroy_reason: destroyed,
+            destroy_report: None,
+        }
+    }
+
+    fn pair() -> Vec<String> {
+        vec!["gw-a".into(), "gw-b".into()]
+    }
+
+    fn of<'r>(renewals: &'r [MemberRenewal], id: &str) -> &'r MemberRenewal {
+        renewals.iter().find(|r| r.gateway == id).unwrap()
+    }
+
+    #[test]
+    fn a_member_restarted_without_a_handover_forwards_to_its_peer() {
+        // gw-a's start report destroyed its CA; gw-b keeps the session.
+        let sessions = [(
+            session("sbx-1", State::Running),
+            vec![attempt(1, None)],
+            vec![
+                ca("gw-a", 1, Some(CloseReason::GatewayRestarted)),
+                ca("gw-b", 1, None),
+            ],
+        )];
+        let r = renewals(&pair(), &sessions);
+        assert_eq!(r.len(), 2);
+        let a = of(&r, "gw-a");
+        assert!(a.leases.is_empty());
+        assert_eq!(
+            a.forwarding,
+            [Forwarding {
+                session_id: "sbx-1".into(),
+                attempt: 1,
+                tenant: "acme".into(),
+                sources: vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+                holders: vec!["gw-b".into()],
+            }]
+        );
+        let b = of(&r, "gw-b");
+        assert_eq!(b.leases, [("sbx-1".to_owned(), 1)]);
+        assert!(b.forwarding.is_empty());
+    }
+
+    #[test]
+    fn a_member_unreachable_at_the_open_forwards_the_latest_attempt() {
+        // Attempt 2 (a resume) was made on gw-b only; attempt 3 failed to
+        // start and does not count.
+        let sessions = [(
+            session("sbx-1", State::Running),
+            vec![
+                attempt(1, Some(AttemptEnd::Paused)),
+                attempt(2, None),
+                attempt(3, Some(AttemptEnd::StartFailed)),
+            ],
+            vec![
+                ca("gw-a", 1, Some(CloseReason::Pause)),
+                ca("gw-b", 1, Some(CloseReason::Pause)),
+                ca("gw-b", 2, None),
+            ],
+        )];
+        let r = renewals(&pair(), &sessions);
+        let a = of(&r, "gw-a");
+        assert!(a.leases.is_empty());
+        assert_eq!(a.forwarding.len(), 1);
+        assert_eq!(a.forwarding[0].attempt, 2);
+        assert_eq!(a.forwarding[0].holders, ["gw-b"]);
+        assert_eq!(of(&r, "gw-b").leases, [("sbx-1".to_owned(), 2)]);
+    }
+
+    #[test]
+    fn a_lapsed_lease_forwards_and_holders_come_sorted() {
+        // Three members: gw-b's lease lapsed (its drop report destroyed the
+        // CA), gw-c and gw-a hold on.
+        let members: Vec<String> = vec!["gw-c".into(), "gw-a".into(), "gw-b".into()];
+        let sessions = [(
+            session("sbx-1", State::Running),
+            vec![attempt(1, None)],
+            vec![
+                ca("gw-c", 1, None),
+                ca("gw-b", 1, Some(CloseReason::LeaseExpired)),
+                ca("gw-a", 1, None),
+            ],
+        )];
+        let r = renewals(&members, &sessions);
+        let ids: Vec<&str> = r.iter().map(|m| m.gateway.as_str()).collect();
+        assert_eq!(ids, ["gw-a", "gw-b", "gw-c"]);
+        assert_eq!(of(&r, "gw-b").forwarding[0].holders, ["gw-a", "gw-c"]);
+        assert!(of(&r, "gw-a").forwarding.is_empty());
+        assert!(of(&r, "gw-c").forwarding.is_empty());
+    }
+
+    #[test]
+    fn a_session_not_running_gives_no_entry_and_no_lease() {
+        for state in [
+            State::Paused,
+            State::Interrupted,
+            State::Stopping,
+            State::Ended,
+        ] {
+            let sessions = [(
+                session("sbx-1", state),
+                vec![attempt(1, None)],
+                vec![
+                    ca("gw-a", 1, Some(CloseReason::GatewayRestarted)),
+                    ca("gw-b", 1, None),
+                ],
+            )];
+            let r = renewals(&pair(), &sessions);
+            assert_eq!(r.len(), 2, "{state}");
+            for m in &r {
+                assert!(m.leases.is_empty(), "{state}: {m:?}");
+                assert!(m.forwarding.is_empty(), "{state}: {m:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn both_members_holding_gives_no_entry() {
+        let sessions = [(
+            session("sbx-1", State::Running),
+            vec![attempt(1, None)],
+            vec![ca("gw-a", 1, None), ca("gw-b", 1, None)],
+        )];
+        let r = renewals(&pair(), &sessions);
+        for m in &r {
+            assert_eq!(m.leases, [("sbx-1".to_owned(), 1)]);
+            assert!(m.forwarding.is_empty(), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn no_live_holder_anywhere_gives_no_entry() {
+        // gw-a holds nothing, and gw-b's CA is destroyed too (or was made
+        // for an earlier attempt only).
+        let sessions = [
+            (
+                session("sbx-1", State::Running),
+                vec![attempt(1, None)],
+                vec![
+                    ca("gw-a", 1, Some(CloseReason::GatewayRestarted)),
+                    ca("gw-b", 1, Some(CloseReason::LeaseExpired)),
+                ],
+            ),
+            (
+                session("sbx-2", State::Running),
+                vec![attempt(1, Some(AttemptEnd::Paused)), attempt(2, None)],
+                vec![ca("gw-b", 1, None)],
+            ),
+        ];
+        let r = renewals(&pair(), &sessions);
+        assert_eq!(r.len(), 2);
+        for m in &r {
+            assert!(m.leases.is_empty(), "{m:?}");
+            assert!(m.forwarding.is_empty(), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn a_member_known_only_by_its_ca_is_told_too() {
+        let sessions = [(
+            session("sbx-1", State::Running),
+            vec![attempt(1, None)],
+            vec![ca("gw-x", 1, None)],
+        )];
+        let r = renewals(&pair(), &sessions);
+        let ids: Vec<&str> = r.iter().map(|m| m.gateway.as_str()).collect();
+        assert_eq!(ids, ["gw-a", "gw-b", "gw-x"]);
+        assert_eq!(of(&r, "gw-x").leases, [("sbx-1".to_owned(), 1)]);
+        assert_eq!(of(&r, "gw-a").forwarding[0].holders, ["gw-x"]);
+    }
 }

@@ -428,3 +428,91 @@ fn a_gap_a_gateway_set_aside_shows_on_the_certificates_it_touches() {
         "{early_cert}"
     );
 }
+
+#[test]
+fn a_forwarded_connection_counts_once_and_its_hand_off_is_shown_beside_it() {
+    let mut env = Env::new().with_policy();
+    let key = plane_key();
+    let id = env.start(Mode::Agent).session_id;
+    // gw-a holds no authority and hands two connections to gw-b: the first
+    // reaches it, the second finds it unreachable.
+    let handed = json!({
+        "gateway_id": "gw-a", "instance": "00000000000000a1", "conn": 1,
+        "session_id": id, "attempt": 1, "tenant": "acme",
+        "source": "10.1.0.2:40000", "sni": "api.github.com", "verdict": "allowed",
+        "forwarded_to": "gw-b", "request_count": 0,
+        "opened_at": "2026-11-29T10:00:00.000Z", "closed_at": "2026-11-29T10:00:05.000Z",
+        "bytes_from_session": 900, "bytes_to_session": 4000
+    });
+    let lost = json!({
+        "gateway_id": "gw-a", "instance": "00000000000000a1", "conn": 2,
+        "session_id": id, "attempt": 1, "tenant": "acme",
+        "source": "10.1.0.2:40001", "sni": "api.github.com",
+        "verdict": "upstream_failed", "cause": "holder_unreachable",
+        "forwarded_to": "gw-b", "request_count": 0,
+        "opened_at": "2026-11-29T10:00:06.000Z", "closed_at": "2026-11-29T10:00:06.100Z",
+        "bytes_from_session": 300, "bytes_to_session": 0
+    });
+    env.store
+        .record_batch("gw-a", 1, "d1", &[handed.clone(), lost.clone()])
+        .unwrap();
+    // gw-b's record of the first: the connection, with its requests.
+    let served = json!({
+        "gateway_id": "gw-b", "instance": "00000000000000b1", "conn": 1,
+        "session_id": id, "attempt": 1, "tenant": "acme",
+        "source": "10.1.0.2:40000", "sni": "api.github.com", "verdict": "allowed",
+        "via": "gw-a", "request_count": 2,
+        "requests": [
+            {"method": "GET", "path": "/user", "status": 200},
+            {"method": "GET", "path": "/x", "status": 421, "refusal": "host_mismatch"}
+        ],
+        "attachments_used": ["GH"], "masked": {"GH": 1},
+        "opened_at": "2026-11-29T10:00:00.010Z", "closed_at": "2026-11-29T10:00:05.000Z",
+        "bytes_from_session": 900, "bytes_to_session": 4000
+    });
+    env.store
+        .record_batch("gw-b", 1, "d1", std::slice::from_ref(&served))
+        .unwrap();
+    env.life().stop(&id).unwrap();
+    env.deliver_chain();
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+    let cert = certificate(&env.store, &id).unwrap();
+    assert_eq!(cert["issued"], true, "{cert}");
+
+    // Two connections: the one gw-b served (through gw-a) and the one no
+    // holder got; the hand-off is shown apart, as signed.
+    assert_eq!(cert["connections"], json!([lost, served]));
+    assert_eq!(cert["forwarded"], json!([handed]));
+    let refusals: Vec<(&str, &str, &str)> = cert["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap(),
+                r["reason"].as_str().unwrap(),
+                r["gateway_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refusals,
+        [
+            ("connection", "upstream_failed", "gw-a"),
+            ("request", "host_mismatch", "gw-b")
+        ]
+    );
+    assert_eq!(cert["refusals"][0]["cause"], "holder_unreachable");
+    let gh = cert["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "GH")
+        .unwrap();
+    assert_eq!(
+        (gh["connections_used"].clone(), gh["masked"].clone()),
+        (json!(1), json!(1))
+    );
+    // Both members' batches carried records of the session.
+    assert_eq!(cert["batches"].as_array().unwrap().len(), 2);
+}

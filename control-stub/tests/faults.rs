@@ -260,8 +260,9 @@ fn leases_are_renewed_for_live_attempts_only_and_a_renewal_never_revives() {
         .collect();
     let last = renewals.last().unwrap();
     assert_eq!(last.len(), 2, "one call per member");
-    for (_, leases) in last {
-        assert_eq!(leases, &vec![(running.clone(), 1)]);
+    for r in last {
+        assert_eq!(r.leases, vec![(running.clone(), 1)]);
+        assert!(r.forwarding.is_empty(), "both members hold it: {r:?}");
     }
     // A member whose authority lapsed says so, and is not made to hold it
     // again.
@@ -274,6 +275,151 @@ fn leases_are_renewed_for_live_attempts_only_and_a_renewal_never_revives() {
     env.link.set_down("gw-b", true);
     let r = tick(&mut env, SystemTime::now(), true);
     assert_eq!(r.members_down.len(), 1);
+}
+
+/// The forwarding table the last renewal gave member `id`: (session,
+/// attempt, holders) per entry.
+fn forwarding_told(env: &Env, id: &str) -> Vec<(String, u32, Vec<String>)> {
+    env.link
+        .last_renewal(id)
+        .expect("a renewal named the member")
+        .forwarding
+        .into_iter()
+        .map(|f| (f.session_id, f.attempt, f.holders))
+        .collect()
+}
+
+#[test]
+fn a_member_unreachable_at_the_open_forwards_the_session_to_its_peer_while_it_runs() {
+    let mut env = Env::new().with_policy();
+    // Both members known, then gw-b misses the open.
+    tick(&mut env, SystemTime::now(), true);
+    env.link.set_down("gw-b", true);
+    let id = env.start(Mode::Commands).session_id;
+    env.link.set_down("gw-b", false);
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let r = metrics::with_local_recorder(&recorder, || tick(&mut env, SystemTime::now(), true));
+    let text = metrics.render();
+    for line in [
+        "stub_forwarding_entries{gateway=\"gw-a\"} 0",
+        "stub_forwarding_entries{gateway=\"gw-b\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+    }
+    // gw-b holds no lease and is told that gw-a holds the session, with
+    // what it needs to recognise its connections; gw-a forwards nothing.
+    let told = env.link.last_renewal("gw-b").unwrap();
+    assert!(told.leases.is_empty(), "{told:?}");
+    assert_eq!(told.forwarding.len(), 1, "{told:?}");
+    let entry = &told.forwarding[0];
+    assert_eq!(
+        (
+            entry.session_id.as_str(),
+            entry.attempt,
+            entry.tenant.as_str()
+        ),
+        (id.as_str(), 1, "acme")
+    );
+    assert_eq!(
+        entry.sources,
+        ["10.1.0.2".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(entry.holders, ["gw-a"]);
+    assert_eq!(env.link.forwarding_table("gw-b"), told.forwarding);
+    assert!(forwarding_told(&env, "gw-a").is_empty());
+    let mut forwarding = r.forwarding.clone();
+    forwarding.sort();
+    assert_eq!(
+        forwarding,
+        [("gw-a".to_owned(), 0, 0), ("gw-b".to_owned(), 1, 1)]
+    );
+    // Paused: the next renewal withdraws the entry.
+    env.life().pause(&id).unwrap();
+    tick(&mut env, SystemTime::now(), true);
+    assert!(forwarding_told(&env, "gw-b").is_empty());
+    assert!(env.link.forwarding_table("gw-b").is_empty());
+    // Resumed on both: each holds a lease, neither forwards.
+    env.life().resume(&id).unwrap();
+    tick(&mut env, SystemTime::now(), true);
+    for m in ["gw-a", "gw-b"] {
+        assert_eq!(env.link.last_renewal(m).unwrap().leases, [(id.clone(), 2)]);
+        assert!(forwarding_told(&env, m).is_empty());
+    }
+}
+
+#[test]
+fn a_member_restarted_without_a_handover_forwards_until_the_session_ends() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    let old_instance = env.link.instance("gw-b");
+    let new_instance = env.link.restart("gw-b");
+    // Before its start report is in, the store still has gw-b's CA live:
+    // its lease is asked (and not held), nothing is forwarded.
+    let r = tick(&mut env, SystemTime::now(), true);
+    assert_eq!(r.not_held, [("gw-b".to_owned(), id.clone(), 1)]);
+    assert!(forwarding_told(&env, "gw-b").is_empty());
+    // Its start report says the old process is gone with its CA.
+    env.store
+        .write(|tx| {
+            let r = talos_control_stub::store::StartRecord {
+                gateway_id: "gw-b".into(),
+                instance: old_instance.clone(),
+                started_at: "2026-12-01T00:00:00.000Z".into(),
+                previous_instance: String::new(),
+                cut_by_crash: 0,
+                key_id: "k".into(),
+                batch_seq: 1,
+                received_at: "2026-12-01T00:00:00.000Z".into(),
+                report_digest: "d1".into(),
+            };
+            tx.insert_start_report(&r, b"old")?;
+            let r = talos_control_stub::store::StartRecord {
+                instance: new_instance.clone(),
+                previous_instance: old_instance.clone(),
+                batch_seq: 2,
+                report_digest: "d2".into(),
+                ..r
+            };
+            tx.insert_start_report(&r, b"new")?;
+            confirm::start_report(tx, "gw-b", &new_instance, "d2")?;
+            Ok(())
+        })
+        .unwrap();
+    tick(&mut env, SystemTime::now(), true);
+    assert_eq!(
+        forwarding_told(&env, "gw-b"),
+        [(id.clone(), 1, vec!["gw-a".to_owned()])]
+    );
+    assert!(env.link.last_renewal("gw-b").unwrap().leases.is_empty());
+    assert_eq!(env.link.forwarding_table("gw-b").len(), 1);
+    // Stopped (the close reached gw-a): withdrawn at the next renewal.
+    env.life().stop(&id).unwrap();
+    tick(&mut env, SystemTime::now(), true);
+    assert!(forwarding_told(&env, "gw-b").is_empty());
+    assert!(env.link.forwarding_table("gw-b").is_empty());
+}
+
+#[test]
+fn a_member_whose_lease_lapsed_forwards_to_the_peer_that_kept_the_session() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    let report = env.link.lapse("gw-a", &id).expect("gw-a held it");
+    env.store
+        .write(|tx| confirm::chain_drop_report(tx, &ACCEPT, &report, 1))
+        .unwrap();
+    let r = tick(&mut env, SystemTime::now(), true);
+    assert!(r.not_held.is_empty(), "{r:?}");
+    assert_eq!(
+        forwarding_told(&env, "gw-a"),
+        [(id.clone(), 1, vec!["gw-b".to_owned()])]
+    );
+    assert!(forwarding_told(&env, "gw-b").is_empty());
+    // Revoke All closes gw-b's authority; the entry goes at the next
+    // renewal.
+    env.life().revoke_all(&id).unwrap();
+    tick(&mut env, SystemTime::now(), true);
+    assert!(forwarding_told(&env, "gw-a").is_empty());
 }
 
 #[test]
@@ -474,8 +620,8 @@ impl GatewayLink for Meanwhile<'_> {
         self.pair.close(req, only)
     }
 
-    fn renew(&self, leases: &[talos_control_stub::link::MemberLeases]) -> Vec<Reply<Renewed>> {
-        self.pair.renew(leases)
+    fn renew(&self, renewals: &[talos_control_stub::link::MemberRenewal]) -> Vec<Reply<Renewed>> {
+        self.pair.renew(renewals)
     }
 
     fn decide(

@@ -30,6 +30,7 @@ struct StandIn {
     refuse_open: bool,
     live: Arc<Mutex<BTreeMap<String, Held>>>,
     closes: Arc<Mutex<Vec<pb::CloseSessionRequest>>>,
+    renewals: Arc<Mutex<Vec<pb::RenewLeasesRequest>>>,
 }
 
 #[tonic::async_trait]
@@ -123,12 +124,20 @@ impl Gateway for StandIn {
         &self,
         request: Request<pb::RenewLeasesRequest>,
     ) -> Result<Response<pb::RenewLeasesReply>, Status> {
+        let req = request.into_inner();
+        self.renewals.lock().unwrap().push(req.clone());
+        // Takes the entries that name a holder other than itself.
+        let taken = req
+            .forwarding
+            .iter()
+            .filter(|f| f.holders.iter().any(|h| *h != self.id))
+            .count();
         Ok(Response::new(pb::RenewLeasesReply {
-            renewed: request.into_inner().leases,
+            renewed: req.leases,
             not_held: Vec::new(),
             lease_ms: 60_000,
             instance: "00000000000000aa".into(),
-            forwarding_taken: 0,
+            forwarding_taken: u32::try_from(taken).unwrap(),
         }))
     }
 }
@@ -141,6 +150,7 @@ impl StandIn {
             refuse_open: false,
             live: Arc::default(),
             closes: Arc::default(),
+            renewals: Arc::default(),
         }
     }
 
@@ -328,4 +338,72 @@ fn a_gateway_that_is_not_there_or_not_who_it_should_be_is_refused() {
     let d = link.describe();
     assert_eq!(d[0].result.as_ref().unwrap().gateway_id, "gw-b");
     assert_eq!(d[0].member, "gw-b");
+}
+
+#[test]
+fn a_renewal_carries_each_members_leases_and_whole_forwarding_table() {
+    use talos_control_stub::link::{Forwarding, MemberRenewal};
+    use talos_control_stub::GatewayLink;
+    let s = Setup::new();
+    let a = StandIn::new("gw-a");
+    let b = StandIn::new("gw-b");
+    let gateways = vec![
+        format!("gw-a={}", a.serve(&s.dir())),
+        format!("gw-b={}", b.serve(&s.dir())),
+    ];
+    let link = s.link(&gateways);
+    let entry = Forwarding {
+        session_id: "sbx-000000000001".into(),
+        attempt: 3,
+        tenant: "acme".into(),
+        sources: vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+        holders: vec!["gw-b".into()],
+    };
+    let renewals = [
+        MemberRenewal {
+            gateway: "gw-a".into(),
+            leases: Vec::new(),
+            forwarding: vec![entry],
+        },
+        MemberRenewal {
+            gateway: "gw-b".into(),
+            leases: vec![("sbx-000000000001".into(), 3)],
+            forwarding: Vec::new(),
+        },
+    ];
+    let mut replies = link.renew(&renewals);
+    replies.sort_by(|x, y| x.member.cmp(&y.member));
+    let got: Vec<(String, u32, usize)> = replies
+        .into_iter()
+        .map(|r| {
+            let r = r.result.unwrap();
+            (r.instance, r.forwarding_taken, r.renewed.len())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("00000000000000aa".to_owned(), 1, 0),
+            ("00000000000000aa".to_owned(), 0, 1)
+        ]
+    );
+    // On the wire: gw-a got its one entry, sources as text; gw-b its lease
+    // and an empty table (which withdraws every entry it had).
+    let on_a = a.renewals.lock().unwrap().clone();
+    assert_eq!(on_a.len(), 1);
+    assert!(on_a[0].leases.is_empty());
+    assert_eq!(
+        on_a[0].forwarding,
+        [pb::Forwarding {
+            session_id: "sbx-000000000001".into(),
+            attempt: 3,
+            tenant: "acme".into(),
+            sources: vec!["10.1.0.2".into(), "fd00::2".into()],
+            holders: vec!["gw-b".into()],
+        }]
+    );
+    let on_b = b.renewals.lock().unwrap().clone();
+    assert_eq!(on_b.len(), 1);
+    assert_eq!(on_b[0].leases.len(), 1);
+    assert!(on_b[0].forwarding.is_empty());
 }

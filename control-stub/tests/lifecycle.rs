@@ -531,8 +531,8 @@ impl GatewayLink for LyingLink<'_> {
         self.0.close(req, only)
     }
 
-    fn renew(&self, leases: &[talos_control_stub::link::MemberLeases]) -> Vec<Reply<Renewed>> {
-        self.0.renew(leases)
+    fn renew(&self, renewals: &[talos_control_stub::link::MemberRenewal]) -> Vec<Reply<Renewed>> {
+        self.0.renew(renewals)
     }
 
     fn decide(
