@@ -169,7 +169,8 @@ async fn agent_session_survives_a_sigterm_restart_through_the_peer() {
 async fn a_member_down_at_the_open_forwards_once_started() {
     let mut rig = linked_pair().await;
     rig.members[0].kill();
-    let id = rig.start_session(&session(SOURCE).mode("agent"));
+    let (id, t) = rig.start(&session(SOURCE).mode("agent"));
+    assert_eq!(t["unreached"][0]["gateway"], "gw-a", "{t}");
     let (bundle, listed) = rig.trust(&id, "trust-1.pem");
     assert_eq!(listed.len(), 1, "only gw-b made a CA");
     rig.restart(0);
