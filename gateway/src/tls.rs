@@ -131,6 +131,10 @@ pub fn plane_client_config(
 /// ALPN of the member link: nothing else is spoken on its listener.
 pub const LINK_ALPN: &[u8] = b"talos-link/1";
 
+/// ALPN of a member asking a peer, over the link, which authorities the
+/// peer holds (`crate::pair::link`, "The holder's own word").
+pub const HOLDINGS_ALPN: &[u8] = b"talos-holdings/1";
+
 /// The member link's listener: TLS 1.3 only, ALPN [`LINK_ALPN`], the
 /// gateway's control certificate, and a client certificate chaining to
 /// the control CA required (which member it names is checked after the
@@ -151,7 +155,7 @@ pub fn link_server_config(
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .map_err(ControlTlsError::CertAndKey)?;
-    config.alpn_protocols = vec![LINK_ALPN.to_vec()];
+    config.alpn_protocols = vec![LINK_ALPN.to_vec(), HOLDINGS_ALPN.to_vec()];
     // The link is long-lived per connection and carries one session
     // connection each: no tickets to keep.
     config.send_tls13_tickets = 0;
@@ -160,17 +164,19 @@ pub fn link_server_config(
 
 /// The member link's client side: TLS 1.3, the control CA as the only
 /// root (a peer's certificate must name the peer's id), the gateway's
-/// control certificate as its identity, ALPN [`LINK_ALPN`].
+/// control certificate as its identity, ALPN `alpn` ([`LINK_ALPN`] or
+/// [`HOLDINGS_ALPN`]).
 pub fn link_client_config(
     ca: &[CertificateDer<'static>],
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    alpn: &[u8],
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
     let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
         .with_root_certificates(control_roots(ca)?)
         .with_client_auth_cert(chain, key)
         .map_err(ControlTlsError::CertAndKey)?;
-    config.alpn_protocols = vec![LINK_ALPN.to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
 }
 

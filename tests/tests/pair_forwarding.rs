@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use faults::*;
 use serde_json::Value;
-use talos_e2e::clients::curl_status;
+use talos_e2e::clients::{curl_status, Kept};
 use talos_e2e::rig::pair::matrix;
 use talos_e2e::rig::Pair;
 use talos_e2e::wait;
@@ -347,4 +347,103 @@ async fn the_link_refuses_strangers_and_second_hops() {
     .expect("a record");
     assert_eq!(record["verdict"], "unknown_source", "{record}");
     assert_eq!(record["source"], source.to_string(), "{record}");
+}
+
+/// Stop and Revoke All while a restarted member forwards: the session
+/// ends everywhere. A connection open through the forwarder is cut before
+/// the command returns and recorded cut by the holder (`session_ended`);
+/// no new forwarded connection succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stop_and_revoke_all_while_forwarding_end_the_session_everywhere() {
+    let mut rig = linked_pair().await;
+    let stopped = rig.start_session(&session(SOURCE).mode("agent"));
+    let revoked = rig.start_session(&session(SOURCE_2).mode("agent"));
+    let (bundle_1, _) = rig.trust(&stopped, "trust-1.pem");
+    let (bundle_2, _) = rig.trust(&revoked, "trust-2.pem");
+    rig.members[0].kill();
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 2.0);
+    let a = rig.members[0].data;
+    for (id, source, bundle, command) in [
+        (&stopped, SOURCE, &bundle_1, "stop"),
+        (&revoked, SOURCE_2, &bundle_2, "revoke-all"),
+    ] {
+        let mut kept = Kept::open(source, a, API, bundle, &format!("/kept/{command}")).await;
+        let (ran, took) = rig.timed(&["sandbox", command, id]);
+        let t = ran.json();
+        matrix(
+            "gw-a restarted, forwarding",
+            &format!("sandbox {command}"),
+            t["state"].as_str().unwrap_or("?"),
+            took,
+        );
+        assert_eq!(t["state"], "ended", "{t}");
+        let cut = kept.get(&format!("/kept/{command}/after")).await;
+        assert!(cut.is_err(), "the forwarded connection is cut: {cut:?}");
+        assert_eq!(
+            curl_status(source, a, bundle, API, &format!("/after-{command}")),
+            0
+        );
+        let cert = rig.wait_issued(id);
+        let of: Vec<&Value> = cert["connections"]
+            .as_array()
+            .expect("connections")
+            .iter()
+            .filter(|c| first_path(c) == Some(&format!("/kept/{command}")))
+            .collect();
+        assert_eq!(of.len(), 1, "{cert}");
+        assert_eq!(of[0]["gateway_id"], "gw-b");
+        assert_eq!(of[0]["via"], "gw-a");
+        assert_eq!(of[0]["verdict"], "session_ended", "recorded cut: {}", of[0]);
+    }
+}
+
+/// A member cut off from the control plane past its lease while its peer
+/// keeps renewing: its authority lapses, and it forwards the session's
+/// connections to the peer on the peer's own word. Healed, the session
+/// stopped, it forwards nothing for it within the forwarding lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_cut_off_from_the_control_plane_forwards_on_its_peers_word() {
+    let mut rig = linked_pair().await;
+    let id = rig.start_session(&session(SOURCE).mode("agent"));
+    let (bundle, _) = rig.trust(&id, "trust-1.pem");
+    // The partition: serve renews gw-b only.
+    let links = rig.links();
+    assert!(rig.stub.stop_serve(), "serve drains and exits 0");
+    rig.stub.serve_gateways = vec![links[1].clone()];
+    rig.stub.start_serve();
+    wait::until("gw-a's lease to lapse", || {
+        wait::check(rig.members[0].metric("gateway_leases_lapsed_total"), |n| {
+            *n == Some(1.0)
+        })
+    });
+    wait_forwarding(&rig, 0, 1.0);
+    let a = rig.members[0].data;
+    for i in 0..20 {
+        assert_eq!(
+            curl_status(SOURCE, a, &bundle, API, &format!("/cut-off/{i}")),
+            200,
+            "connection {i} through gw-b"
+        );
+    }
+    // Healed.
+    assert!(rig.stub.stop_serve(), "serve drains and exits 0");
+    rig.stub.serve_gateways = links;
+    rig.stub.start_serve();
+    let ran = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(ran["state"], "ended", "{ran}");
+    assert_eq!(curl_status(SOURCE, a, &bundle, API, "/after-stop"), 0);
+    wait_forwarding(&rig, 0, 0.0);
+    let cert = rig.wait_issued(&id);
+    let through_b = cert["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .filter(|c| {
+            first_path(c).is_some_and(|p| p.starts_with("/cut-off/"))
+                && c["gateway_id"] == "gw-b"
+                && c["via"] == "gw-a"
+        })
+        .count();
+    assert_eq!(through_b, 20, "{cert}");
 }

@@ -249,11 +249,21 @@ pub struct Pair {
     /// (one session cannot fill the link). Default 256; range 1-100000.
     #[serde(default = "Pair::default_max_forwarded")]
     pub max_forwarded_per_session: Spanned<usize>,
+    /// How often this member asks each peer, over the link, which
+    /// authorities the peer holds and for how long (the holder's own
+    /// word: a member cut off from the control plane, but not from its
+    /// peer, still forwards), in milliseconds. Default 1000; range
+    /// 100-60000.
+    #[serde(default = "Pair::default_holdings_interval_ms")]
+    pub holdings_interval_ms: Spanned<u64>,
 }
 
 impl Pair {
     fn default_max_forwarded() -> Spanned<usize> {
         unset(256)
+    }
+    fn default_holdings_interval_ms() -> Spanned<u64> {
+        unset(1000)
     }
 }
 

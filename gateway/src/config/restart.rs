@@ -43,6 +43,10 @@ impl Config {
                     "pair.max_forwarded_per_session",
                     p.max_forwarded_per_session.get_ref().to_string(),
                 ),
+                (
+                    "pair.holdings_interval_ms",
+                    p.holdings_interval_ms.get_ref().to_string(),
+                ),
             ]),
         }
         match &self.control {

@@ -206,12 +206,20 @@ impl Config {
             ]);
         }
         if let Some(p) = &self.pair {
-            out.push(bound(
-                "pair.max_forwarded_per_session",
-                num_usize(&p.max_forwarded_per_session),
-                1..=100_000,
-                "{} is outside 1-100000",
-            ));
+            out.extend([
+                bound(
+                    "pair.max_forwarded_per_session",
+                    num_usize(&p.max_forwarded_per_session),
+                    1..=100_000,
+                    "{} is outside 1-100000",
+                ),
+                bound(
+                    "pair.holdings_interval_ms",
+                    num(&p.holdings_interval_ms),
+                    100..=60_000,
+                    "{} is outside 100-60000",
+                ),
+            ]);
         }
         out
     }

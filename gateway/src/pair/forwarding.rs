@@ -9,6 +9,13 @@
 //! direct one: a stale entry can cause a refusal there, never a
 //! connection served under an authority that ended.
 //!
+//! Beside the control plane's word, each peer's own word on its own
+//! authorities ([`Forwarding::replace_from_peer`], asked over the member
+//! link): an entry learnt that way lapses when the peer said its lease
+//! does, so a member cut off from the control plane but not from its peer
+//! still forwards, and stops once the peer's authority would have lapsed.
+//! The control plane's entry for a source wins over a peer's.
+//!
 //! Each session's connections forwarded at once are bounded
 //! (`[pair] max_forwarded_per_session`), so one session cannot fill the
 //! link; the bound's count follows the session across replacements of the
@@ -108,10 +115,30 @@ pub struct Given {
     pub holders: Vec<String>,
 }
 
+/// One authority a peer holds, as it says over the member link.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holding {
+    pub session_id: String,
+    pub attempt: u32,
+    pub tenant: String,
+    pub sources: Vec<String>,
+    /// What is left of its lease, in milliseconds.
+    pub lease_ms_left: u64,
+}
+
+/// The longest a peer's word stands: the longest lease a member gives
+/// (`control.lease_ms` at most 3600000).
+const LONGEST_WORD: Duration = Duration::from_secs(3600);
+
+type Table = HashMap<IpAddr, Arc<Entry>>;
+
 /// The table.
 #[derive(Debug)]
 pub struct Forwarding {
-    by_source: std::sync::RwLock<HashMap<IpAddr, Arc<Entry>>>,
+    /// The control plane's word.
+    by_source: std::sync::RwLock<Table>,
+    /// Each peer's own word on its authorities.
+    by_peer: std::sync::RwLock<HashMap<Arc<str>, Table>>,
     /// The peers this member may forward to (its `[pair] peers`).
     peers: Vec<Arc<str>>,
     max_per_session: usize,
@@ -121,6 +148,7 @@ impl Forwarding {
     pub fn new(peers: Vec<Arc<str>>, max_per_session: usize) -> Forwarding {
         Forwarding {
             by_source: Default::default(),
+            by_peer: Default::default(),
             peers,
             max_per_session,
         }
@@ -130,43 +158,90 @@ impl Forwarding {
     /// from `now`. Returns how many entries were taken; each one not taken
     /// is logged with its session and why.
     pub fn replace(&self, given: &[Given], lease: Duration, now: Instant) -> usize {
-        let until = now + lease;
-        let mut table = HashMap::new();
+        let given: Vec<(&Given, Instant)> = given.iter().map(|g| (g, now + lease)).collect();
         let old = self.by_source.read_locked().clone();
-        let mut taken = 0;
-        let mut sessions = 0;
-        for g in given {
-            match self.entry(g, until, &old) {
-                Ok((entry, sources)) => {
-                    taken += 1;
-                    sessions += 1;
-                    for s in sources {
-                        table.insert(s, Arc::clone(&entry));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(session = %g.session_id, attempt = g.attempt, cause = %e, "forwarding entry not taken");
-                }
-            }
-        }
+        let (table, taken) = self.table(&given, "control plane");
         let changed = table.len() != old.len()
             || table
                 .iter()
                 .any(|(s, e)| old.get(s).is_none_or(|o| o.session_id != e.session_id));
         *self.by_source.write_locked() = table;
-        metrics::gauge!("gateway_forwarding_sessions").set(sessions as f64);
+        let sessions = self.publish();
         if changed {
             tracing::info!(sessions, "forwarding table changed");
         }
         taken
     }
 
-    fn entry(
-        &self,
-        g: &Given,
-        until: Instant,
-        old: &HashMap<IpAddr, Arc<Entry>>,
-    ) -> Result<(Arc<Entry>, Vec<IpAddr>), EntryError> {
+    /// Replace what `peer` said it holds with `holdings`, each standing
+    /// until its lease ends as the peer said, from `now`. Returns how many
+    /// were taken.
+    pub fn replace_from_peer(&self, peer: &Arc<str>, holdings: &[Holding], now: Instant) -> usize {
+        let given: Vec<(Given, Instant)> = holdings
+            .iter()
+            .map(|h| {
+                let left = Duration::from_millis(h.lease_ms_left).min(LONGEST_WORD);
+                (
+                    Given {
+                        session_id: h.session_id.clone(),
+                        attempt: h.attempt,
+                        tenant: h.tenant.clone(),
+                        sources: h.sources.clone(),
+                        holders: vec![peer.to_string()],
+                    },
+                    now + left,
+                )
+            })
+            .collect();
+        let given: Vec<(&Given, Instant)> = given.iter().map(|(g, u)| (g, *u)).collect();
+        let (table, taken) = self.table(&given, peer);
+        self.by_peer.write_locked().insert(Arc::clone(peer), table);
+        self.publish();
+        taken
+    }
+
+    /// A table of `given`, each entry standing until its instant; each
+    /// one not taken is logged with its session, why, and who gave it.
+    fn table(&self, given: &[(&Given, Instant)], from: &str) -> (Table, usize) {
+        let mut table = HashMap::new();
+        let mut taken = 0;
+        for (g, until) in given {
+            match self.entry(g, *until) {
+                Ok((entry, sources)) => {
+                    taken += 1;
+                    for s in sources {
+                        table.insert(s, Arc::clone(&entry));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session = %g.session_id, attempt = g.attempt, cause = %e, from, "forwarding entry not taken");
+                }
+            }
+        }
+        (table, taken)
+    }
+
+    /// Set `gateway_forwarding_sessions`; returns it.
+    fn publish(&self) -> usize {
+        let n = self.sessions();
+        metrics::gauge!("gateway_forwarding_sessions").set(n as f64);
+        n
+    }
+
+    /// The count of forwarded connections of session `id`, if an entry
+    /// for it stands already (the bound follows the session across
+    /// tables).
+    fn open_of(&self, id: &str) -> Option<Arc<AtomicUsize>> {
+        let find = |t: &Table| {
+            t.values()
+                .find(|e| *e.session_id == *id)
+                .map(|e| Arc::clone(&e.open))
+        };
+        find(&self.by_source.read_locked())
+            .or_else(|| self.by_peer.read_locked().values().find_map(find))
+    }
+
+    fn entry(&self, g: &Given, until: Instant) -> Result<(Arc<Entry>, Vec<IpAddr>), EntryError> {
         if !talos_contract::id::is_id(&g.session_id)
             || g.session_id.len() > super::proxy::MAX_SESSION_ID
             || !talos_contract::id::is_id(&g.tenant)
@@ -191,10 +266,7 @@ impl Forwarding {
             return Err(EntryError::NoKnownHolder);
         }
         // The session's count of forwarded connections carries over.
-        let open = sources
-            .iter()
-            .find_map(|s| old.get(s).filter(|e| *e.session_id == *g.session_id))
-            .map_or_else(Default::default, |e| Arc::clone(&e.open));
+        let open = self.open_of(&g.session_id).unwrap_or_default();
         Ok((
             Arc::new(Entry {
                 session_id: Arc::from(g.session_id.as_str()),
@@ -210,9 +282,11 @@ impl Forwarding {
 
     /// The entry for `source`, if one stands at `now`.
     pub fn lookup(&self, source: IpAddr, now: Instant) -> Option<Arc<Entry>> {
-        let table = self.by_source.read_locked();
-        let entry = table.get(&source)?;
-        entry.live_at(now).then(|| Arc::clone(entry))
+        let live = |t: &Table| t.get(&source).filter(|e| e.live_at(now)).map(Arc::clone);
+        if let Some(e) = live(&self.by_source.read_locked()) {
+            return Some(e);
+        }
+        self.by_peer.read_locked().values().find_map(live)
     }
 
     /// A place for one more of `entry`'s session's connections, unless
@@ -231,10 +305,15 @@ impl Forwarding {
         }
     }
 
-    /// How many sessions the table holds now (lapsed entries included).
+    /// How many sessions the tables hold now (lapsed entries included).
     pub fn sessions(&self) -> usize {
-        let table = self.by_source.read_locked();
-        let mut ids: Vec<&str> = table.values().map(|e| &*e.session_id).collect();
+        let plane = self.by_source.read_locked();
+        let peers = self.by_peer.read_locked();
+        let mut ids: Vec<&str> = plane
+            .values()
+            .chain(peers.values().flat_map(HashMap::values))
+            .map(|e| &*e.session_id)
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         ids.len()
@@ -298,6 +377,41 @@ mod tests {
         assert_eq!(e.holders, vec![Arc::<str>::from("gw-b")]);
         assert!(t.lookup("10.0.0.1".parse().unwrap(), now).is_none());
         assert_eq!(t.sessions(), 1);
+    }
+
+    #[test]
+    fn a_peers_word_stands_for_the_lease_it_said_and_the_plane_wins() {
+        let t = table();
+        let now = Instant::now();
+        let peer: Arc<str> = Arc::from("gw-b");
+        let held = |id: &str, left| Holding {
+            session_id: id.into(),
+            attempt: 2,
+            tenant: "t1".into(),
+            sources: vec!["10.0.0.1".into()],
+            lease_ms_left: left,
+        };
+        assert_eq!(t.replace_from_peer(&peer, &[held("s1", 3000)], now), 1);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let e = t.lookup(ip, now).unwrap();
+        assert_eq!((&*e.session_id, e.attempt), ("s1", 2));
+        assert_eq!(e.holders, vec![Arc::clone(&peer)]);
+        assert!(t.lookup(ip, now + Duration::from_millis(3000)).is_none());
+        // The control plane's entry for the source comes first.
+        t.replace(
+            &[given("s9", &["10.0.0.1"], &["gw-b"])],
+            Duration::from_secs(60),
+            now,
+        );
+        assert_eq!(&*t.lookup(ip, now).unwrap().session_id, "s9");
+        assert_eq!(t.sessions(), 2);
+        // The peer no longer holds it.
+        t.replace_from_peer(&peer, &[], now);
+        t.replace(&[], Duration::from_secs(60), now);
+        assert!(t.lookup(ip, now).is_none());
+        // A peer's word is taken only for a configured peer.
+        let stranger: Arc<str> = Arc::from("gw-x");
+        assert_eq!(t.replace_from_peer(&stranger, &[held("s1", 3000)], now), 0);
     }
 
     #[test]

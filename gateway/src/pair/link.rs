@@ -15,6 +15,15 @@
 //!   here, never forwarded again: `conn` serves it with its `via` set,
 //!   and only connections without one consult the forwarding table.
 //!
+//! - **The holder's own word.** A connection with ALPN
+//!   [`crate::tls::HOLDINGS_ALPN`] asks which authorities this member
+//!   holds live, each with its sources and what is left of its lease; the
+//!   answer is a JSON array of [`Holding`]s, then the close. Each member
+//!   asks each peer every `[pair] holdings_interval_ms` ([`Link::ask_peers`])
+//!   and forwards by what it was told until that lease would end, so a
+//!   member cut off from the control plane, but not from its peer, still
+//!   forwards, and stops when the peer's authority would have lapsed.
+//!
 //! Every refusal is logged with its peer and a stable cause, and counted
 //! in `gateway_link_refused_total{cause}`.
 
@@ -24,9 +33,13 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use super::forwarding::Forwarding;
+use super::forwarding::{Forwarding, Holding};
 use super::proxy::{self, Header, HeaderError};
 use crate::refusal::causes;
+use crate::session::sessions::Sessions;
+
+/// The most bytes of a peer's answer on what it holds.
+const MAX_HOLDINGS_ANSWER: u64 = 4 << 20;
 
 /// How long a peer has for the link's TLS handshake and header together.
 pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,11 +95,23 @@ pub struct Arrival {
     pub header: Header,
 }
 
+/// The link's TLS configs: its listener's, and the client's for a
+/// forwarded connection and for asking a peer what it holds.
+#[derive(Debug)]
+pub struct Tls {
+    pub server: Arc<rustls::ServerConfig>,
+    pub client: Arc<rustls::ClientConfig>,
+    pub asking: Arc<rustls::ClientConfig>,
+}
+
 /// The member link: its TLS on both sides, the peers, the forwarding
 /// table.
 pub struct Link {
     acceptor: tokio_rustls::TlsAcceptor,
     connector: tokio_rustls::TlsConnector,
+    asker: tokio_rustls::TlsConnector,
+    /// How often each peer is asked what it holds.
+    interval: Duration,
     /// Each peer's id and link address.
     peers: Vec<(Arc<str>, SocketAddr)>,
     pub forwarding: Arc<Forwarding>,
@@ -103,30 +128,38 @@ impl std::fmt::Debug for Link {
 
 impl Link {
     pub fn new(
-        server: Arc<rustls::ServerConfig>,
-        client: Arc<rustls::ClientConfig>,
+        tls: Tls,
         peers: Vec<(Arc<str>, SocketAddr)>,
         max_per_session: usize,
+        interval: Duration,
     ) -> Link {
         let ids = peers.iter().map(|(id, _)| Arc::clone(id)).collect();
         Link {
-            acceptor: tokio_rustls::TlsAcceptor::from(server),
-            connector: tokio_rustls::TlsConnector::from(client),
+            acceptor: tokio_rustls::TlsAcceptor::from(tls.server),
+            connector: tokio_rustls::TlsConnector::from(tls.client),
+            asker: tokio_rustls::TlsConnector::from(tls.asking),
+            interval,
             peers,
             forwarding: Arc::new(Forwarding::new(ids, max_per_session)),
         }
     }
 
     /// Accept one link connection: its handshake, who the peer is, its
-    /// header, within ACCEPT_TIMEOUT. A refusal is logged and counted
+    /// header, within ACCEPT_TIMEOUT; or answer a peer's question on what
+    /// this member holds (`sessions`). A refusal is logged and counted
     /// here.
-    pub async fn accept(&self, tcp: TcpStream, from: SocketAddr) -> Option<Arrival> {
+    pub async fn accept(
+        &self,
+        tcp: TcpStream,
+        from: SocketAddr,
+        sessions: &Sessions,
+    ) -> Option<Arrival> {
         let _ = tcp.set_nodelay(true);
-        let accepted = tokio::time::timeout(ACCEPT_TIMEOUT, self.arrive(tcp))
+        let accepted = tokio::time::timeout(ACCEPT_TIMEOUT, self.arrive(tcp, sessions))
             .await
             .unwrap_or(Err(Refused::Link(LinkRefusal::AcceptTimeout)));
         match accepted {
-            Ok(a) => Some(a),
+            Ok(a) => a,
             Err(why) => {
                 tracing::warn!(peer = %from, cause = why.as_str(), "member link connection refused");
                 metrics::counter!("gateway_link_refused_total", "cause" => why.as_str())
@@ -136,29 +169,95 @@ impl Link {
         }
     }
 
-    async fn arrive(&self, tcp: TcpStream) -> Result<Arrival, Refused> {
+    async fn arrive(
+        &self,
+        tcp: TcpStream,
+        sessions: &Sessions,
+    ) -> Result<Option<Arrival>, Refused> {
         let mut stream = self
             .acceptor
             .accept(tcp)
             .await
             .map_err(|_| Refused::Link(LinkRefusal::HandshakeFailed))?;
-        let peer = {
+        let (peer, asking) = {
             let (_, tls) = stream.get_ref();
             let leaf = tls
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .ok_or(Refused::Link(LinkRefusal::HandshakeFailed))?;
-            self.member(leaf)?
+            (
+                self.member(leaf)?,
+                tls.alpn_protocol() == Some(crate::tls::HOLDINGS_ALPN),
+            )
         };
+        if asking {
+            let answer = serde_json::to_vec(&holdings(sessions)).unwrap_or_default();
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, &answer).await;
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+            tracing::debug!(peer = %peer, "told a peer what this member holds");
+            return Ok(None);
+        }
         // The deadline is the caller's: the header has what is left of it.
         let header = proxy::read(&mut stream, ACCEPT_TIMEOUT)
             .await
             .map_err(Refused::Header)?;
-        Ok(Arrival {
+        Ok(Some(Arrival {
             stream,
             peer,
             header,
-        })
+        }))
+    }
+
+    /// Ask every peer, every interval, what it holds, until `stop`; each
+    /// answer replaces that peer's word in the forwarding table. A peer
+    /// that does not answer keeps what it said last, which lapses with
+    /// the leases it named.
+    pub async fn ask_peers(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut every = tokio::time::interval(self.interval);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            for (id, addr) in &self.peers {
+                match tokio::time::timeout(CONNECT_TIMEOUT, self.ask(id, *addr)).await {
+                    Ok(Ok(held)) => {
+                        self.forwarding
+                            .replace_from_peer(id, &held, std::time::Instant::now());
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(peer = %id, error = %e, "peer did not say what it holds");
+                    }
+                    Err(_) => tracing::debug!(peer = %id, "peer did not say what it holds in time"),
+                }
+            }
+        }
+    }
+
+    async fn ask(&self, id: &str, addr: SocketAddr) -> std::io::Result<Vec<Holding>> {
+        let name = rustls::pki_types::ServerName::try_from(id.to_owned())
+            .map_err(|_| std::io::Error::other("peer id is no server name"))?;
+        let tcp = TcpStream::connect(addr).await?;
+        let tls = self.asker.connect(name, tcp).await?;
+        let carries = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .is_some_and(|leaf| crate::control::carries_role(leaf, talos_contract::role::GATEWAY));
+        if !carries {
+            return Err(std::io::Error::other(
+                "the peer's certificate does not carry the gateway role",
+            ));
+        }
+        let mut answer = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(
+            &mut tokio::io::AsyncReadExt::take(tls, MAX_HOLDINGS_ANSWER),
+            &mut answer,
+        )
+        .await?;
+        serde_json::from_slice(&answer).map_err(std::io::Error::other)
     }
 
     /// The configured peer `leaf` names, if it carries the gateway role.
@@ -215,4 +314,25 @@ impl Link {
                 ))
             })
     }
+}
+
+/// The authorities this member holds live under a lease, each with its
+/// sources and what is left of its lease (static sessions have no lease
+/// and are every member's own).
+fn holdings(sessions: &Sessions) -> Vec<Holding> {
+    sessions
+        .snapshot()
+        .into_iter()
+        .filter(|(s, _)| s.lease.is_leased() && s.lease.live() && s.usable())
+        .filter_map(|(s, sources)| {
+            let left = s.lease.left()?;
+            Some(Holding {
+                session_id: s.id.to_string(),
+                attempt: s.attempt,
+                tenant: s.tenant.to_string(),
+                sources: sources.iter().map(ToString::to_string).collect(),
+                lease_ms_left: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            })
+        })
+        .collect()
 }

@@ -37,6 +37,8 @@ pub(super) struct DataPlane {
     spool_full: watch::Receiver<bool>,
     /// A handover asks here to stop accepting.
     stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
+    /// Stops asking the peers what they hold (at the drain's end).
+    stop_asking: tokio_util::sync::CancellationToken,
 }
 
 impl DataPlane {
@@ -59,6 +61,7 @@ impl DataPlane {
             shutdown,
             spool_full,
             stop_accepting,
+            stop_asking: Default::default(),
         }
     }
 
@@ -85,6 +88,9 @@ impl DataPlane {
         signal: impl std::future::Future<Output = ()>,
     ) -> End {
         tokio::pin!(signal);
+        if let Some(link) = self.current.get().link.clone() {
+            tokio::spawn(link.ask_peers(self.stop_asking.clone()));
+        }
         let mut spool_full = self.spool_full.clone();
         loop {
             // A full spool fails closed: accept nothing until it has room.
@@ -140,7 +146,7 @@ impl DataPlane {
                     // The link's own checks (its peer, its header) first;
                     // a refusal there is logged and counted by the link.
                     let arrival = match &cx.link {
-                        Some(l) => l.accept(stream, peer).await,
+                        Some(l) => l.accept(stream, peer, &cx.sessions).await,
                         None => None,
                     };
                     if let Some(arrival) = arrival {
@@ -171,6 +177,7 @@ impl DataPlane {
     pub(super) async fn stop(self, cut_at: tokio::time::Instant) -> Arc<InForce> {
         drop(self.listener);
         drop(self.link);
+        self.stop_asking.cancel();
         self.tracker.close();
         if tokio::time::timeout_at(cut_at, self.tracker.wait())
             .await

@@ -30,7 +30,11 @@ pub(super) async fn setup_pair(
     let key = crate::config::read_private_key(c.key_file.get_ref()).map_err(StartError::Control)?;
     let server = crate::tls::link_server_config(&ca, chain.clone(), key.clone_key())
         .map_err(StartError::ControlTls)?;
-    let client = crate::tls::link_client_config(&ca, chain, key).map_err(StartError::ControlTls)?;
+    let client =
+        crate::tls::link_client_config(&ca, chain.clone(), key.clone_key(), crate::tls::LINK_ALPN)
+            .map_err(StartError::ControlTls)?;
+    let asking = crate::tls::link_client_config(&ca, chain, key, crate::tls::HOLDINGS_ALPN)
+        .map_err(StartError::ControlTls)?;
     let peers = p
         .peers
         .iter()
@@ -43,10 +47,14 @@ pub(super) async fn setup_pair(
     Ok(Some(PairSetup {
         listener: Arc::new(listener),
         link: Arc::new(Link::new(
-            server,
-            client,
+            crate::pair::link::Tls {
+                server,
+                client,
+                asking,
+            },
             peers,
             *p.max_forwarded_per_session.get_ref(),
+            std::time::Duration::from_millis(*p.holdings_interval_ms.get_ref()),
         )),
     }))
 }
