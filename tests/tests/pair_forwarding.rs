@@ -447,3 +447,65 @@ async fn a_member_cut_off_from_the_control_plane_forwards_on_its_peers_word() {
         .count();
     assert_eq!(through_b, 20, "{cert}");
 }
+
+/// `name`'s value in a `/metrics` text.
+fn metric_in(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Upgrades in place while a restarted member forwards: the forwarder's
+/// successor takes the link's listener with the others and forwards from
+/// its first connection; the holder's successor takes the session's
+/// authority and the link's listener, and the forwarder's connections go
+/// on reaching it. Not one connection fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upgrades_of_either_member_keep_forwarding() {
+    use talos_e2e::member::{alive, signal, Member};
+    let mut rig: Pair<Member> = Pair::builder()
+        .lease(LEASE)
+        .renewing()
+        .linked()
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await;
+    let id = rig.start_session(&session(SOURCE).mode("agent"));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    let crashed = rig.members[0].pid();
+    signal(crashed, "KILL");
+    wait::until("gw-a to be gone", || wait::check(alive(crashed), |a| !a));
+    rig.restart(0);
+    wait::until("gw-a to forward the session", || {
+        wait::check(
+            metric_in(&rig.members[0].metrics(), "gateway_forwarding_sessions"),
+            |n| *n == Some(1.0),
+        )
+    });
+    let a = rig.members[0].data();
+    for (i, upgraded) in [0, 1].into_iter().enumerate() {
+        let member = &mut rig.members[upgraded];
+        let old = member.pid();
+        let (ok, out, err) = member.command("upgrade");
+        assert!(ok, "upgrade: {out} {err}\n{}", member.log());
+        member.wait_ready(2);
+        for n in 0..20 {
+            assert_eq!(
+                curl_status(SOURCE, a, &bundle, API, &format!("/upgraded-{i}/{n}")),
+                200,
+                "after the upgrade of member {upgraded}: {n}"
+            );
+        }
+        wait::until("the old process to exit", || {
+            wait::check(alive(old), |a| !a)
+        });
+    }
+    assert_eq!(
+        metric_in(
+            &rig.members[0].metrics(),
+            "gateway_forwarded_total{result=\"forwarded\"}"
+        ),
+        Some(40.0),
+        "gw-a's successor forwarded every connection after the upgrades"
+    );
+}

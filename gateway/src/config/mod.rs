@@ -958,6 +958,65 @@ allowlist = ["API.example.com."]
         assert!(e.contains("t.toml:12: control.ca_file"), "{e}");
     }
 
+    /// `[pair]` needs `[control]` and names other members, each once; a
+    /// bad one is refused at its line.
+    #[test]
+    fn the_member_link_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = private_key_file(dir.path());
+        let cert = dir.path().join("cert.pem");
+        let ca = talos_certs::SessionCa::new(&talos_certs::CaParams::new(
+            "s1",
+            1,
+            "gw-a",
+            vec!["api.example.com".to_owned()],
+        ))
+        .unwrap();
+        std::fs::write(&cert, ca.cert_pem()).unwrap();
+        let control = format!(
+            "[control]\nlisten = \"127.0.0.1:0\"\nca_file = {cert:?}\ncert_file = {cert:?}\nkey_file = {key:?}\nsigning_key_file = {:?}\n",
+            dir.path().join("signing.key")
+        );
+        let pair =
+            |peers: &str| format!("[pair]\nlisten = \"127.0.0.1:8444\"\npeers = [\n{peers}\n]\n");
+        let good = pair("{ id = \"gw-b\", link = \"127.0.0.1:8445\" }");
+        let c = Config::parse(Path::new("t.toml"), &format!("{GOOD}{control}{good}")).unwrap();
+        let p = c.pair.as_ref().unwrap();
+        assert_eq!(p.peers.len(), 1);
+        assert_eq!(*p.max_forwarded_per_session.get_ref(), 256);
+        assert_eq!(*p.holdings_interval_ms.get_ref(), 1000);
+        let e = err(&format!("{GOOD}{good}"));
+        assert!(
+            e.starts_with("t.toml:11: pair.listen: needs [control]"),
+            "{e}"
+        );
+        let e = err(&format!("{GOOD}{control}{}", pair("")));
+        assert!(e.contains("pair.peers: name at least one"), "{e}");
+        let e = err(&format!(
+            "{GOOD}{control}{}",
+            pair("{ id = \"gw-a\", link = \"127.0.0.1:8445\" }")
+        ));
+        assert!(
+            e.starts_with("t.toml:19: pair.peers.id: \"gw-a\" is this gateway's own id"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{GOOD}{control}{}",
+            pair("{ id = \"gw-b\", link = \"127.0.0.1:8445\" },\n{ id = \"gw-b\", link = \"127.0.0.1:8446\" }")
+        ));
+        assert!(
+            e.starts_with("t.toml:20: pair.peers.id: \"gw-b\" is named twice"),
+            "{e}"
+        );
+        let e = err(&format!("{GOOD}{control}{good}holdings_interval_ms = 5\n"));
+        assert!(
+            e.contains("pair.holdings_interval_ms: 5 is outside 100-60000"),
+            "{e}"
+        );
+        let e = err(&format!("{GOOD}{control}{good}forward = true\n"));
+        assert!(e.contains("unknown field `forward`"), "{e}");
+    }
+
     /// A key file's PEM framing; only its mode and framing are checked
     /// when the config loads (rustls checks the key itself at start-up).
     const TEST_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";

@@ -208,6 +208,22 @@ impl Link {
         }))
     }
 
+    /// Ask every peer once what it holds, waiting at most `within` in
+    /// all: before the data plane accepts, so that a member just started
+    /// (or a successor just taken over) forwards from its first
+    /// connection where its peers hold what it does not.
+    pub async fn ask_once(&self, within: Duration) {
+        let asks = async {
+            for (id, addr) in &self.peers {
+                if let Ok(held) = self.ask(id, *addr).await {
+                    self.forwarding
+                        .replace_from_peer(id, &held, std::time::Instant::now());
+                }
+            }
+        };
+        let _ = tokio::time::timeout(within, asks).await;
+    }
+
     /// Ask every peer, every interval, what it holds, until `stop`; each
     /// answer replaces that peer's word in the forwarding table. A peer
     /// that does not answer keeps what it said last, which lapses with

@@ -89,6 +89,9 @@ impl DataPlane {
     ) -> End {
         tokio::pin!(signal);
         if let Some(link) = self.current.get().link.clone() {
+            // What the peers hold, before the first connection (a peer
+            // that does not answer within the bound is asked again soon).
+            link.ask_once(ASK_BEFORE_ACCEPTING).await;
             tokio::spawn(link.ask_peers(self.stop_asking.clone()));
         }
         let mut spool_full = self.spool_full.clone();
@@ -194,6 +197,10 @@ impl DataPlane {
         self.current
     }
 }
+
+/// The longest a start waits for its peers to say what they hold before
+/// it accepts (connections wait in the listener's backlog meanwhile).
+const ASK_BEFORE_ACCEPTING: Duration = Duration::from_secs(1);
 
 /// The next connection on the member link's listener; never, without one.
 async fn accept_link(

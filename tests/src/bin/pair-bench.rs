@@ -1,0 +1,276 @@
+//! What forwarding over the member link costs (`benches/pair/run.sh`): a
+//! linked pair under `control-stub serve` (the end-to-end rig, with the
+//! binaries `TALOS_GATEWAY_BIN` and `TALOS_CONTROL_STUB_BIN` name: release
+//! builds, one runtime worker each by `TALOS_TEST_WORKERS`), one session
+//! from 127.0.0.2 on both members, member gw-a SIGKILLed and started again
+//! (it then forwards the session to gw-b). Then, side by side, rounds
+//! alternating which goes first:
+//!
+//! - **new connections**: `--conns` connections one after another, each a
+//!   TLS handshake with the session's bundle and one HTTP/1.1 request for
+//!   1 KiB (`Connection: close`): through gw-a (forwarded to gw-b) and
+//!   straight to gw-b (terminated). Each process's CPU (utime+stime from
+//!   `/proc`) per connection, and each connection's time, at p50 and p99;
+//! - **bytes**: one download of `--mib` MiB over one connection, the same
+//!   two ways, and through a plain TCP relay (HAProxy in TCP mode, one
+//!   thread, 256 KiB buffers, as `benches/compare/run.sh`'s relay column)
+//!   straight to the origin: CPU seconds per GB of each process that moves
+//!   the bytes.
+//!
+//! Prints one Markdown table of the medians over the rounds. Every run is
+//! bounded; every process is stopped by its PID (the rig's, and HAProxy's).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use talos_e2e::clients::{connect_from, session_tls};
+use talos_e2e::rig::{Pair, SessionSpec};
+use talos_e2e::wait;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NAME: &str = "api.test";
+const SOURCE: &str = "127.0.0.2";
+/// Each connection at most this long.
+const CONN_LIMIT: Duration = Duration::from_secs(30);
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, |v| v.parse().expect("a number"))
+}
+
+/// utime+stime of `pid`, in seconds.
+fn cpu(pid: u32) -> f64 {
+    let ticks = talos_e2e::figures::ticks(&pid.to_string()).unwrap_or(0);
+    ticks as f64 / 100.0
+}
+
+/// One request on a new TLS connection from the session's source: the
+/// time it took, and the reply's bytes.
+async fn one(
+    tls: &Arc<rustls::ClientConfig>,
+    to: SocketAddr,
+    path: &str,
+    server_name: &str,
+) -> (Duration, usize) {
+    let started = Instant::now();
+    let run = async {
+        let tcp = connect_from(SOURCE, to).await;
+        let _ = tcp.set_nodelay(true);
+        let name = rustls::pki_types::ServerName::try_from(server_name.to_owned()).expect("name");
+        let mut s = tokio_rustls::TlsConnector::from(Arc::clone(tls))
+            .connect(name, tcp)
+            .await
+            .expect("TLS");
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {NAME}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.expect("request");
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut n = 0;
+        let mut head = Vec::new();
+        loop {
+            let k = s.read(&mut buf).await.unwrap_or(0);
+            if k == 0 {
+                break;
+            }
+            if head.len() < 16 {
+                head.extend_from_slice(&buf[..k.min(16)]);
+            }
+            n += k;
+        }
+        assert!(
+            head.starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&head)
+        );
+        n
+    };
+    let n = tokio::time::timeout(CONN_LIMIT, run)
+        .await
+        .expect("in time");
+    (started.elapsed(), n)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+/// HAProxy in TCP mode to `origin`, if it is installed; its child and
+/// address.
+fn relay(dir: &std::path::Path, origin: SocketAddr) -> Option<(Child, SocketAddr)> {
+    let haproxy = ["haproxy", "/usr/sbin/haproxy"]
+        .into_iter()
+        .find(|h| Command::new(h).arg("-v").output().is_ok())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a port")
+        .port();
+    let cfg = dir.join("relay.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  nbthread 1\n  maxconn 1000\n  tune.bufsize 262144\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\nfrontend fe\n  bind 127.0.0.1:{port}\n  default_backend origin\nbackend origin\n  server o {origin}\n"
+        ),
+    )
+    .expect("relay config");
+    let child = Command::new(haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    wait::until("the relay to listen", || {
+        std::net::TcpStream::connect(addr).map(drop)
+    });
+    Some((child, addr))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let conns = arg("--conns", 500) as usize;
+    let rounds = arg("--rounds", 3) as usize;
+    let mib = arg("--mib", 256);
+    let mut rig: Pair = Pair::builder()
+        .lease(Duration::from_secs(60))
+        .renewing()
+        .linked()
+        .egress(&[NAME])
+        .start_loopback(&[NAME])
+        .await;
+    let id = rig.start_session(&SessionSpec::from(SOURCE).allow(NAME).mode("agent"));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    rig.members[0].kill();
+    rig.restart(0);
+    wait::until("gw-a to forward the session", || {
+        wait::check(rig.members[0].metric("gateway_forwarding_sessions"), |n| {
+            *n == Some(1.0)
+        })
+    });
+    let tls = session_tls(&bundle, &[b"http/1.1"]);
+    let (a, b) = (rig.members[0].data, rig.members[1].data);
+    let (pa, pb) = (rig.members[0].pid(), rig.members[1].pid());
+    // Warm both paths (the resolver's cache, the origin connection pool).
+    for to in [a, b] {
+        for _ in 0..20 {
+            one(&tls, to, "/bytes/1024", NAME).await;
+        }
+    }
+
+    let mut fwd_cpu = Vec::new();
+    let mut holder_cpu = Vec::new();
+    let mut term_cpu = Vec::new();
+    let mut fwd_lat = Vec::new();
+    let mut term_lat = Vec::new();
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [a, b] } else { [b, a] };
+        for to in order {
+            let (ca, cb) = (cpu(pa), cpu(pb));
+            for _ in 0..conns {
+                let (took, _) = one(&tls, to, "/bytes/1024", NAME).await;
+                if to == a {
+                    fwd_lat.push(took);
+                } else {
+                    term_lat.push(took);
+                }
+            }
+            let (da, db) = (cpu(pa) - ca, cpu(pb) - cb);
+            let per = |d: f64| d / conns as f64 * 1e6;
+            if to == a {
+                fwd_cpu.push(per(da));
+                holder_cpu.push(per(db));
+            } else {
+                term_cpu.push(per(db));
+            }
+        }
+    }
+
+    let path = format!("/download/{}", mib << 20);
+    let gb = (mib << 20) as f64 / 1e9;
+    let mut fwd_gb = Vec::new();
+    let mut holder_gb = Vec::new();
+    let mut term_gb = Vec::new();
+    let mut relay_gb = Vec::new();
+    let origin = rig.peers.origin.addr;
+    let relayed = relay(&rig.dir, origin);
+    let origin_tls = session_tls(&rig.dir.join("origin-ca.pem"), &[b"http/1.1"]);
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [a, b] } else { [b, a] };
+        for to in order {
+            let (ca, cb) = (cpu(pa), cpu(pb));
+            let (_, n) = one(&tls, to, &path, NAME).await;
+            assert!(n as u64 >= mib << 20, "the whole download: {n}");
+            let (da, db) = (cpu(pa) - ca, cpu(pb) - cb);
+            if to == a {
+                fwd_gb.push(da / gb);
+                holder_gb.push(db / gb);
+            } else {
+                term_gb.push(db / gb);
+            }
+        }
+        if let Some((child, addr)) = &relayed {
+            let before = cpu(child.id());
+            one(&origin_tls, *addr, &path, NAME).await;
+            relay_gb.push((cpu(child.id()) - before) / gb);
+        }
+    }
+    if let Some((mut child, _)) = relayed {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (f50, f99) = (
+        percentile(&mut fwd_lat, 0.5),
+        percentile(&mut fwd_lat, 0.99),
+    );
+    let (t50, t99) = (
+        percentile(&mut term_lat, 0.5),
+        percentile(&mut term_lat, 0.99),
+    );
+    let (fc, hc, tc) = (median(fwd_cpu), median(holder_cpu), median(term_cpu));
+    let (fg, hg, tg) = (median(fwd_gb), median(holder_gb), median(term_gb));
+    println!(
+        "| figure (medians of {rounds} rounds, {conns} connections and {mib} MiB each) | forwarded: forwarder gw-a | forwarded: holder gw-b | terminated: gw-b alone | forwarder / terminated |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| CPU per new connection (µs) | {fc:.0} | {hc:.0} | {tc:.0} | {:.2} |",
+        fc / tc
+    );
+    println!(
+        "| CPU per GB (s) | {fg:.3} | {hg:.3} | {tg:.3} | {:.2} |",
+        fg / tg
+    );
+    if !relay_gb.is_empty() {
+        let rg = median(relay_gb);
+        println!(
+            "| plain TCP relay (HAProxy, mode tcp) CPU per GB (s) | {rg:.3} | | | forwarder / relay {:.2} |",
+            fg / rg
+        );
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "| new connection + 1 KiB request, p50 (ms) | {:.2} | | {:.2} | hop +{:.2} ms |",
+        ms(f50),
+        ms(t50),
+        ms(f50) - ms(t50)
+    );
+    println!(
+        "| new connection + 1 KiB request, p99 (ms) | {:.2} | | {:.2} | hop +{:.2} ms |",
+        ms(f99),
+        ms(t99),
+        ms(f99) - ms(t99)
+    );
+    drop(rig);
+}
