@@ -286,8 +286,11 @@ impl<G: Process, P> Pair<G, P> {
     /// Start member `i` again where it was (same control address, spool
     /// and journal) after it stopped or was killed.
     pub fn restart(&mut self, i: usize) {
+        // The old one goes first: a `Member`'s drop stops every process
+        // started with its config, which the new one is.
+        drop(self.members.remove(i));
         let g = self.start_member(i);
-        self.members[i] = g;
+        self.members.insert(i, g);
     }
 
     /// Every member as `--gateway ID=ADDR` gives it.
