@@ -377,16 +377,18 @@ type Client<S> = Counted<S>;
 impl<S: ClientStream> Conn<'_, S> {
     /// The stages, in order.
     async fn run(&mut self) -> Result<Ending, Refused> {
+        // Forwarding is boxed, as the other long stages are: its state
+        // (the link's TLS stream, the relay's buffers) is not carried in
+        // every connection's future.
         let session = match self.session() {
             Ok(session) => session,
-            Err(refusal) => return self.forward_or(refusal).await,
+            Err(refusal) => return Box::pin(self.forward_or(refusal)).await,
         };
         if !session.lease.live() {
             if session.lease.lapsed() {
                 // Lapsed here while a peer kept it: the peer may hold it.
-                return self
-                    .forward_or(refused(Refusal::SessionEnded, Cause::LeaseExpired))
-                    .await;
+                let lapsed = refused(Refusal::SessionEnded, Cause::LeaseExpired);
+                return Box::pin(self.forward_or(lapsed)).await;
             }
             return Err(refused(Refusal::SessionEnded, Cause::SuspendedAfterFreeze));
         }

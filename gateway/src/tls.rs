@@ -97,19 +97,7 @@ pub fn control_server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
-    let provider = provider();
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(control_roots(ca)?),
-        Arc::clone(&provider),
-    )
-    .build()
-    .map_err(ControlTlsError::Verifier)?;
-    let mut config = tls13(rustls::ServerConfig::builder_with_provider(provider))
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(ControlTlsError::CertAndKey)?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
+    mutual_server(ca, chain, key, &[b"h2"]).map(Arc::new)
 }
 
 /// The shipper's connection to the control plane: TLS 1.3, the control CA
@@ -120,30 +108,18 @@ pub fn plane_client_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
-    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
-        .with_root_certificates(control_roots(ca)?)
-        .with_client_auth_cert(chain, key)
-        .map_err(ControlTlsError::CertAndKey)?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
+    mutual_client(ca, chain, key, b"h2")
 }
 
-/// ALPN of the member link: nothing else is spoken on its listener.
-pub const LINK_ALPN: &[u8] = b"talos-link/1";
-
-/// ALPN of a member asking a peer, over the link, which authorities the
-/// peer holds (`crate::pair::link`, "The holder's own word").
-pub const HOLDINGS_ALPN: &[u8] = b"talos-holdings/1";
-
-/// The member link's listener: TLS 1.3 only, ALPN [`LINK_ALPN`], the
-/// gateway's control certificate, and a client certificate chaining to
-/// the control CA required (which member it names is checked after the
-/// handshake: `crate::pair::link`).
-pub fn link_server_config(
+/// A server of the control identities: TLS 1.3 only, `chain` and `key` as
+/// its certificate, a client certificate chaining to one of `ca`
+/// required, ALPN `alpn`.
+fn mutual_server(
     ca: &[CertificateDer<'static>],
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
+    alpn: &[&[u8]],
+) -> Result<rustls::ServerConfig, ControlTlsError> {
     let provider = provider();
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
         Arc::new(control_roots(ca)?),
@@ -155,9 +131,45 @@ pub fn link_server_config(
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .map_err(ControlTlsError::CertAndKey)?;
-    config.alpn_protocols = vec![LINK_ALPN.to_vec(), HOLDINGS_ALPN.to_vec()];
-    // The link is long-lived per connection and carries one session
-    // connection each: no tickets to keep.
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// A client of the control identities: TLS 1.3, `ca` as the only root,
+/// `chain` and `key` as its identity, ALPN `alpn`.
+fn mutual_client(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    alpn: &[u8],
+) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
+    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
+        .with_root_certificates(control_roots(ca)?)
+        .with_client_auth_cert(chain, key)
+        .map_err(ControlTlsError::CertAndKey)?;
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// ALPN of the member link: nothing else is spoken on its listener.
+pub const LINK_ALPN: &[u8] = b"talos-link/1";
+
+/// ALPN of a member asking a peer, over the link, which authorities the
+/// peer holds (`crate::pair::link`, "The holder's own word").
+pub const HOLDINGS_ALPN: &[u8] = b"talos-holdings/1";
+
+/// The member link's listener: TLS 1.3 only, ALPN [`LINK_ALPN`] and
+/// [`HOLDINGS_ALPN`], the gateway's control certificate, and a client
+/// certificate chaining to the control CA required (which member it
+/// names is checked after the handshake: `crate::pair::link`).
+pub fn link_server_config(
+    ca: &[CertificateDer<'static>],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
+    let mut config = mutual_server(ca, chain, key, &[LINK_ALPN, HOLDINGS_ALPN])?;
+    // Each link connection carries one session connection: no tickets to
+    // keep.
     config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
 }
@@ -172,12 +184,7 @@ pub fn link_client_config(
     key: PrivateKeyDer<'static>,
     alpn: &[u8],
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
-    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
-        .with_root_certificates(control_roots(ca)?)
-        .with_client_auth_cert(chain, key)
-        .map_err(ControlTlsError::CertAndKey)?;
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Ok(Arc::new(config))
+    mutual_client(ca, chain, key, alpn)
 }
 
 /// A certificate resolver over a session's leaf cache: a leaf of the

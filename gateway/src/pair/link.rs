@@ -252,21 +252,7 @@ impl Link {
     }
 
     async fn ask(&self, id: &str, addr: SocketAddr) -> std::io::Result<Vec<Holding>> {
-        let name = rustls::pki_types::ServerName::try_from(id.to_owned())
-            .map_err(|_| std::io::Error::other("peer id is no server name"))?;
-        let tcp = TcpStream::connect(addr).await?;
-        let tls = self.asker.connect(name, tcp).await?;
-        let carries = tls
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .is_some_and(|leaf| crate::control::carries_role(leaf, talos_contract::role::GATEWAY));
-        if !carries {
-            return Err(std::io::Error::other(
-                "the peer's certificate does not carry the gateway role",
-            ));
-        }
+        let tls = reach(&self.asker, id, addr).await?;
         let mut answer = Vec::new();
         tokio::io::AsyncReadExt::read_to_end(
             &mut tokio::io::AsyncReadExt::take(tls, MAX_HOLDINGS_ANSWER),
@@ -298,26 +284,9 @@ impl Link {
             .find(|(p, _)| **p == *id)
             .map(|(_, a)| *a)
             .ok_or_else(|| std::io::Error::other("not a configured peer"))?;
-        let name = rustls::pki_types::ServerName::try_from(id.to_owned())
-            .map_err(|_| std::io::Error::other("peer id is no server name"))?;
         let bytes = header.encode().map_err(std::io::Error::other)?;
         let connecting = async {
-            let tcp = TcpStream::connect(addr).await?;
-            let _ = tcp.set_nodelay(true);
-            let mut tls = self.connector.connect(name, tcp).await?;
-            let carries = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .is_some_and(|leaf| {
-                    crate::control::carries_role(leaf, talos_contract::role::GATEWAY)
-                });
-            if !carries {
-                return Err(std::io::Error::other(
-                    "the peer's certificate does not carry the gateway role",
-                ));
-            }
+            let mut tls = reach(&self.connector, id, addr).await?;
             tokio::io::AsyncWriteExt::write_all(&mut tls, &bytes).await?;
             Ok(tls)
         };
@@ -330,6 +299,32 @@ impl Link {
                 ))
             })
     }
+}
+
+/// TLS with peer `id` at `addr` through `connector`: its certificate must
+/// name `id` (the verifier checks it) and carry the gateway role.
+async fn reach(
+    connector: &tokio_rustls::TlsConnector,
+    id: &str,
+    addr: SocketAddr,
+) -> std::io::Result<Connected> {
+    let name = rustls::pki_types::ServerName::try_from(id.to_owned())
+        .map_err(|_| std::io::Error::other("peer id is no server name"))?;
+    let tcp = TcpStream::connect(addr).await?;
+    let _ = tcp.set_nodelay(true);
+    let tls = connector.connect(name, tcp).await?;
+    let carries = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .is_some_and(|leaf| crate::control::carries_role(leaf, talos_contract::role::GATEWAY));
+    if !carries {
+        return Err(std::io::Error::other(
+            "the peer's certificate does not carry the gateway role",
+        ));
+    }
+    Ok(tls)
 }
 
 /// The authorities this member holds live under a lease, each with its
