@@ -10,8 +10,8 @@
 # connection's time through the hop and without it, at p50 and p99.
 # Prints one Markdown table (tests/src/bin/pair-bench.rs computes it).
 #
-#   benches/pair/run.sh                       # 500 connections, 256 MiB, 3 rounds
-#   CONNS=200 MIB=64 ROUNDS=3 benches/pair/run.sh
+#   benches/pair/run.sh     # 2000 connections 16 at once, 300 one at a time, 256 MiB; 3 rounds
+#   CONNS=1000 CONCURRENCY=16 LATENCY_CONNS=100 MIB=64 ROUNDS=3 benches/pair/run.sh
 #   NO_BUILD=1 (use BIN_DIR as it is)  NO_INSTALL=1 (do not apt-get haproxy)
 #
 # Every process is stopped by its PID (the driver stops the rig's and
@@ -32,4 +32,4 @@ fi
 export TALOS_GATEWAY_BIN=$bin/gateway TALOS_CONTROL_STUB_BIN=$bin/control-stub
 export TALOS_TEST_WORKERS=${WORKERS:-1}
 export RUST_LOG=${RUST_LOG:-warn}
-timeout -k 5 900 "$bin/pair-bench" --conns "${CONNS:-500}" --mib "${MIB:-256}" --rounds "${ROUNDS:-3}"
+timeout -k 5 900 "$bin/pair-bench" --conns "${CONNS:-2000}" --concurrency "${CONCURRENCY:-16}" --latency-conns "${LATENCY_CONNS:-300}" --mib "${MIB:-256}" --rounds "${ROUNDS:-3}"

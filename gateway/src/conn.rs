@@ -535,7 +535,12 @@ impl<S: ClientStream> Conn<'_, S> {
         // The bytes as they are, both ways, until either side closes or
         // the drain's grace runs out (the holder drains its end itself).
         tokio::select! {
-            relayed = tokio::io::copy_bidirectional(&mut self.client, &mut upstream) => {
+            relayed = tokio::io::copy_bidirectional_with_sizes(
+                &mut self.client,
+                &mut upstream,
+                RELAY_BUFFER,
+                RELAY_BUFFER,
+            ) => {
                 if let Err(e) = relayed {
                     tracing::debug!(error = %e, "forwarded connection ended with an error");
                 }
@@ -961,6 +966,11 @@ where
         }
     }
 }
+
+/// Each direction's buffer of a forwarded connection's relay: larger than
+/// tokio's 8 KiB default, so that a download moves in fewer, larger reads
+/// and writes (and the link's TLS records are full: 16 KiB).
+const RELAY_BUFFER: usize = 64 * 1024;
 
 /// How long a closed connection's record waits for its last requests and
 /// replies to report (HTTP/2 replies end in tasks of their own).

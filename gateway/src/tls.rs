@@ -168,9 +168,14 @@ pub fn link_server_config(
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
     let mut config = mutual_server(ca, chain, key, &[LINK_ALPN, HOLDINGS_ALPN])?;
-    // Each link connection carries one session connection: no tickets to
-    // keep.
-    config.send_tls13_tickets = 0;
+    // Each link connection carries one session connection, so a member
+    // forwarding many makes many handshakes with its peer: resumed ones
+    // (stateful, tickets naming sessions kept in this process's memory)
+    // skip the certificates' signatures and their verification, most of a
+    // handshake's cost. A resumed session keeps the peer's certificate,
+    // which the link checks again at every connection.
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(LINK_SESSIONS);
+    config.send_tls13_tickets = 2;
     Ok(Arc::new(config))
 }
 
@@ -184,8 +189,14 @@ pub fn link_client_config(
     key: PrivateKeyDer<'static>,
     alpn: &[u8],
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
-    mutual_client(ca, chain, key, alpn)
+    let mut config = mutual_client(ca, chain, key, alpn)?;
+    Arc::make_mut(&mut config).resumption =
+        rustls::client::Resumption::in_memory_sessions(LINK_SESSIONS);
+    Ok(config)
 }
+
+/// Resumable sessions the member link keeps, on each side.
+const LINK_SESSIONS: usize = 4096;
 
 /// A certificate resolver over a session's leaf cache: a leaf of the
 /// session's own CA for the hello's name, minted on first use. A name the

@@ -509,3 +509,79 @@ async fn upgrades_of_either_member_keep_forwarding() {
         "gw-a's successor forwarded every connection after the upgrades"
     );
 }
+
+/// No holder reachable: a forwarded connection is refused `upstream_failed`,
+/// cause `holder_unreachable` (a TLS alert, the record and the metric say
+/// so). A claimed source anywhere but the member link counts for nothing:
+/// a PROXY header sent to the data listener naming the session's source
+/// is judged by the connection's real source (no session's:
+/// `unknown_source`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_holder_reachable_is_refused_and_a_claimed_source_off_the_link_is_not_taken() {
+    // Entries stand for a long lease here: the member still forwards
+    // when its holder has gone.
+    let mut rig: Pair = Pair::builder()
+        .lease(Duration::from_secs(60))
+        .renewing()
+        .linked()
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await;
+    let id = rig.start_session(&session(SOURCE).mode("agent"));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    rig.members[0].kill();
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 1.0);
+    let a = rig.members[0].data;
+    assert_eq!(curl_status(SOURCE, a, &bundle, API, "/before"), 200);
+
+    // A PROXY header naming the session's source, sent from elsewhere to
+    // the data listener.
+    let claimed: SocketAddr = format!("{SOURCE}:40000").parse().unwrap();
+    let header = proxy_header(claimed, "127.0.0.1:443".parse().unwrap(), &id, 1);
+    let mut tcp = tokio::net::TcpStream::connect(a).await.expect("connect");
+    tcp.write_all(&header).await.expect("header");
+    let mut back = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut back)).await;
+    let record = wait::until("gw-a's record of the claimed source", || {
+        wait::check(
+            rig.members[0].records().into_iter().find(|r| {
+                r["source"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("127.0.0.1:"))
+            }),
+            Option::is_some,
+        )
+    })
+    .expect("a record");
+    assert_eq!(
+        record["verdict"], "unknown_source",
+        "judged by its real source, no session's: {record}"
+    );
+
+    rig.members[1].kill();
+    assert_eq!(curl_status(SOURCE, a, &bundle, API, "/no-holder"), 0);
+    assert_eq!(
+        rig.members[0].metric("gateway_forwarded_total{result=\"holder_unreachable\"}"),
+        Some(1.0)
+    );
+    let record = wait::until("gw-a's record of the refusal", || {
+        wait::check(
+            rig.members[0]
+                .records()
+                .into_iter()
+                .find(|r| r["cause"] == "holder_unreachable"),
+            Option::is_some,
+        )
+    })
+    .expect("a record");
+    assert_eq!(record["verdict"], "upstream_failed", "{record}");
+    assert_eq!(record["session_id"], id.as_str(), "{record}");
+    assert!(record.get("forwarded_to").is_none(), "{record}");
+    let log = rig.members[0].log();
+    assert!(
+        log.contains("holder unreachable over the member link"),
+        "{log}"
+    );
+}

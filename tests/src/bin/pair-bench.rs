@@ -6,11 +6,14 @@
 //! (it then forwards the session to gw-b). Then, side by side, rounds
 //! alternating which goes first:
 //!
-//! - **new connections**: `--conns` connections one after another, each a
-//!   TLS handshake with the session's bundle and one HTTP/1.1 request for
+//! - **new connections**: `--conns` connections, `--concurrency` at once
+//!   (as the comparison's newconn figure, h2load -c16), each a TLS
+//!   handshake with the session's bundle and one HTTP/1.1 request for
 //!   1 KiB (`Connection: close`): through gw-a (forwarded to gw-b) and
-//!   straight to gw-b (terminated). Each process's CPU (utime+stime from
-//!   `/proc`) per connection, and each connection's time, at p50 and p99;
+//!   straight to gw-b (terminated); each process's CPU (utime+stime from
+//!   `/proc`) per connection;
+//! - **the hop's latency**: `--latency-conns` such connections one after
+//!   another, each way: each one's time, at p50 and p99;
 //! - **bytes**: one download of `--mib` MiB over one connection, the same
 //!   two ways, and through a plain TCP relay (HAProxy in TCP mode, one
 //!   thread, 256 KiB buffers, as `benches/compare/run.sh`'s relay column)
@@ -140,7 +143,9 @@ fn relay(dir: &std::path::Path, origin: SocketAddr) -> Option<(Child, SocketAddr
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let conns = arg("--conns", 500) as usize;
+    let conns = arg("--conns", 2000) as usize;
+    let concurrency = arg("--concurrency", 16) as usize;
+    let latency_conns = arg("--latency-conns", 300) as usize;
     let rounds = arg("--rounds", 3) as usize;
     let mib = arg("--mib", 256);
     let mut rig: Pair = Pair::builder()
@@ -178,13 +183,18 @@ async fn main() {
         let order = if round % 2 == 0 { [a, b] } else { [b, a] };
         for to in order {
             let (ca, cb) = (cpu(pa), cpu(pb));
-            for _ in 0..conns {
-                let (took, _) = one(&tls, to, "/bytes/1024", NAME).await;
-                if to == a {
-                    fwd_lat.push(took);
-                } else {
-                    term_lat.push(took);
-                }
+            let mut workers = tokio::task::JoinSet::new();
+            for w in 0..concurrency {
+                let tls = Arc::clone(&tls);
+                let n = conns / concurrency + usize::from(w < conns % concurrency);
+                workers.spawn(async move {
+                    for _ in 0..n {
+                        one(&tls, to, "/bytes/1024", NAME).await;
+                    }
+                });
+            }
+            while let Some(done) = workers.join_next().await {
+                done.expect("a worker");
             }
             let (da, db) = (cpu(pa) - ca, cpu(pb) - cb);
             let per = |d: f64| d / conns as f64 * 1e6;
@@ -193,6 +203,20 @@ async fn main() {
                 holder_cpu.push(per(db));
             } else {
                 term_cpu.push(per(db));
+            }
+        }
+    }
+
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [a, b] } else { [b, a] };
+        for to in order {
+            for _ in 0..latency_conns {
+                let (took, _) = one(&tls, to, "/bytes/1024", NAME).await;
+                if to == a {
+                    fwd_lat.push(took);
+                } else {
+                    term_lat.push(took);
+                }
             }
         }
     }
@@ -241,7 +265,7 @@ async fn main() {
     let (fc, hc, tc) = (median(fwd_cpu), median(holder_cpu), median(term_cpu));
     let (fg, hg, tg) = (median(fwd_gb), median(holder_gb), median(term_gb));
     println!(
-        "| figure (medians of {rounds} rounds, {conns} connections and {mib} MiB each) | forwarded: forwarder gw-a | forwarded: holder gw-b | terminated: gw-b alone | forwarder / terminated |"
+        "| figure (medians of {rounds} rounds: {conns} connections {concurrency} at once, {mib} MiB, {latency_conns} connections one at a time) | forwarded: forwarder gw-a | forwarded: holder gw-b | terminated: gw-b alone | forwarder / terminated |"
     );
     println!("|---|---|---|---|---|");
     println!(
