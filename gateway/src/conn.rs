@@ -339,7 +339,6 @@ pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
 /// ([`crate::pair::link`]): judged exactly as a direct one from the
 /// header's source, its record saying which peer it came through.
 pub async fn serve_forwarded(cx: &Context, arrival: crate::pair::link::Arrival) {
-    keep_alive(arrival.stream.get_ref().0, cx.tcp_keepalive);
     let via = Via {
         peer: arrival.peer,
         session: arrival.header.session,

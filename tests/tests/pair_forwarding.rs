@@ -255,23 +255,43 @@ fn link_client(control_dir: &std::path::Path, id: Option<&str>) -> tokio_rustls:
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
-/// Connect to `link` as `id`, send `header`, and read until the member
-/// closes: the bytes it sent back (none for a refusal before a session's
-/// byte) or the error.
+/// Connect to `link` as `id` and, as a forwarder does, open one stream
+/// of the link's HTTP/2 connection whose body is `header`; read until the
+/// member ends it: the bytes it sent back (none for a refusal before a
+/// session's byte) or the error.
 async fn try_link(
     control_dir: &std::path::Path,
     id: Option<&str>,
     link: SocketAddr,
     header: &[u8],
 ) -> Result<Vec<u8>, std::io::Error> {
+    use http_body_util::BodyExt;
     let tcp = tokio::net::TcpStream::connect(link).await?;
     let name = rustls::pki_types::ServerName::try_from("gw-a").expect("name");
     let run = async {
-        let mut tls = link_client(control_dir, id).connect(name, tcp).await?;
-        tls.write_all(header).await?;
-        let mut back = Vec::new();
-        tls.read_to_end(&mut back).await?;
-        Ok(back)
+        let tls = link_client(control_dir, id).connect(name, tcp).await?;
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .map_err(std::io::Error::other)?;
+        tokio::spawn(conn);
+        let request = hyper::Request::post("https://link/")
+            .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(
+                header,
+            )))
+            .expect("request");
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(std::io::Error::other)?;
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok(body.to_bytes().to_vec())
     };
     tokio::time::timeout(Duration::from_secs(20), run)
         .await

@@ -33,8 +33,11 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use bytes::Bytes;
+
 use super::forwarding::{Forwarding, Holding};
 use super::proxy::{self, Header, HeaderError};
+use super::stream::{LinkStream, CONNECTION_WINDOW, MAX_STREAMS, STREAM_WINDOW};
 use crate::refusal::causes;
 use crate::session::sessions::Sessions;
 
@@ -47,11 +50,28 @@ pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the forwarder waits to reach a holder (TCP and TLS).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The link's stream on the holder's side.
-pub type Accepted = tokio_rustls::server::TlsStream<TcpStream>;
+/// A forwarded connection as the holder reads it: a stream of a link
+/// connection.
+pub type Accepted = LinkStream;
 
-/// The link's stream on the forwarder's side.
-pub type Connected = tokio_rustls::client::TlsStream<TcpStream>;
+/// A forwarded connection as the forwarder writes it.
+pub type Connected = LinkStream;
+
+/// A link connection from a peer, after its TLS handshake and the check
+/// of who the peer is: its HTTP/2 connection, each stream one forwarded
+/// session connection ([`Link::open_stream`]).
+pub struct Linked {
+    pub peer: Arc<str>,
+    pub conn: h2::server::Connection<tokio_rustls::server::TlsStream<TcpStream>, Bytes>,
+}
+
+impl std::fmt::Debug for Linked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Linked")
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
 
 causes! {
     /// Why the link refused a connection before serving its session's
@@ -67,6 +87,8 @@ causes! {
         /// A gateway certificate naming no configured peer (another
         /// pair's member, say).
         NotAPeer => "not_a_peer",
+        /// A member that does not speak the link's HTTP/2 framing.
+        NotHttp2 => "not_http2",
     }
 }
 
@@ -109,6 +131,10 @@ pub struct Tls {
 pub struct Link {
     acceptor: tokio_rustls::TlsAcceptor,
     connector: tokio_rustls::TlsConnector,
+    /// The link connection to each peer, once made: every forwarded
+    /// connection to it is a stream of it.
+    channels:
+        tokio::sync::Mutex<std::collections::HashMap<Arc<str>, h2::client::SendRequest<Bytes>>>,
     asker: tokio_rustls::TlsConnector,
     /// How often each peer is asked what it holds.
     interval: Duration,
@@ -137,6 +163,7 @@ impl Link {
         Link {
             acceptor: tokio_rustls::TlsAcceptor::from(tls.server),
             connector: tokio_rustls::TlsConnector::from(tls.client),
+            channels: Default::default(),
             asker: tokio_rustls::TlsConnector::from(tls.asking),
             interval,
             peers,
@@ -144,17 +171,18 @@ impl Link {
         }
     }
 
-    /// Accept one link connection: its handshake, who the peer is, its
-    /// header, within ACCEPT_TIMEOUT; or answer a peer's question on what
-    /// this member holds (`sessions`). A refusal is logged and counted
-    /// here.
+    /// Accept one link connection: its handshake, who the peer is, and
+    /// its HTTP/2 preface, within ACCEPT_TIMEOUT; or answer a peer's
+    /// question on what this member holds (`sessions`). A refusal is
+    /// logged and counted here.
     pub async fn accept(
         &self,
         tcp: TcpStream,
         from: SocketAddr,
         sessions: &Sessions,
-    ) -> Option<Arrival> {
+    ) -> Option<Linked> {
         let _ = tcp.set_nodelay(true);
+        keep_alive(&tcp);
         let accepted = tokio::time::timeout(ACCEPT_TIMEOUT, self.arrive(tcp, sessions))
             .await
             .unwrap_or(Err(Refused::Link(LinkRefusal::AcceptTimeout)));
@@ -169,11 +197,7 @@ impl Link {
         }
     }
 
-    async fn arrive(
-        &self,
-        tcp: TcpStream,
-        sessions: &Sessions,
-    ) -> Result<Option<Arrival>, Refused> {
+    async fn arrive(&self, tcp: TcpStream, sessions: &Sessions) -> Result<Option<Linked>, Refused> {
         let mut stream = self
             .acceptor
             .accept(tcp)
@@ -197,15 +221,45 @@ impl Link {
             tracing::debug!(peer = %peer, "told a peer what this member holds");
             return Ok(None);
         }
-        // The deadline is the caller's: the header has what is left of it.
-        let header = proxy::read(&mut stream, ACCEPT_TIMEOUT)
+        let conn = h2::server::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_concurrent_streams(MAX_STREAMS)
+            .handshake(stream)
             .await
-            .map_err(Refused::Header)?;
-        Ok(Some(Arrival {
+            .map_err(|_| Refused::Link(LinkRefusal::NotHttp2))?;
+        tracing::debug!(peer = %peer, "member link connection open");
+        Ok(Some(Linked { peer, conn }))
+    }
+
+    /// One stream of a link connection from `peer`: its PROXY v2 header
+    /// (within ACCEPT_TIMEOUT), then the answer that lets its bytes flow.
+    /// A stream without a valid header is reset, logged and counted.
+    pub async fn open_stream(
+        &self,
+        peer: Arc<str>,
+        request: http::Request<h2::RecvStream>,
+        mut respond: h2::server::SendResponse<Bytes>,
+    ) -> Option<Arrival> {
+        let mut stream = LinkStream::new(None, request.into_body());
+        let header = match proxy::read(&mut stream, ACCEPT_TIMEOUT).await {
+            Ok(h) => h,
+            Err(e) => {
+                let why = Refused::Header(e);
+                tracing::warn!(peer = %peer, cause = why.as_str(), "member link stream refused");
+                metrics::counter!("gateway_link_refused_total", "cause" => why.as_str())
+                    .increment(1);
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                return None;
+            }
+        };
+        let send = respond.send_response(http::Response::new(()), false).ok()?;
+        stream.answer(send);
+        Some(Arrival {
             stream,
             peer,
             header,
-        }))
+        })
     }
 
     /// Ask every peer once what it holds, waiting at most `within` in
@@ -274,9 +328,11 @@ impl Link {
             .ok_or(Refused::Link(LinkRefusal::NotAPeer))
     }
 
-    /// Reach holder `id` over the link and send `header`: the stream is
-    /// ready for the session's bytes. The holder's certificate must name
-    /// `id` and carry the gateway role.
+    /// Open a stream to holder `id` over the link and send `header`: the
+    /// stream is ready for the session's bytes once the holder has
+    /// answered. The link connection to the holder is made at the first
+    /// stream, and made again when it has failed; the holder's
+    /// certificate must name `id` and carry the gateway role.
     pub async fn connect(&self, id: &str, header: &Header) -> std::io::Result<Connected> {
         let addr = self
             .peers
@@ -284,21 +340,144 @@ impl Link {
             .find(|(p, _)| **p == *id)
             .map(|(_, a)| *a)
             .ok_or_else(|| std::io::Error::other("not a configured peer"))?;
-        let bytes = header.encode().map_err(std::io::Error::other)?;
-        let connecting = async {
-            let mut tls = reach(&self.connector, id, addr).await?;
-            tokio::io::AsyncWriteExt::write_all(&mut tls, &bytes).await?;
-            Ok(tls)
+        let bytes = Bytes::from(header.encode().map_err(std::io::Error::other)?);
+        let opening = async {
+            // A link connection made before may have ended meanwhile (the
+            // holder drained it for an upgrade: GOAWAY, its new streams
+            // refused unprocessed): then once more on a new connection.
+            match self
+                .open_on(self.channel(id, addr).await?, bytes.clone())
+                .await
+            {
+                Ok(stream) => Ok(stream),
+                Err(e) if e.retry => {
+                    tracing::debug!(peer = %id, error = %e.error, "member link connection ended; making it again");
+                    self.channels.lock().await.remove(id);
+                    self.open_on(self.channel(id, addr).await?, bytes)
+                        .await
+                        .map_err(|e| e.error)
+                }
+                Err(e) => Err(e.error),
+            }
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+        let opened = tokio::time::timeout(CONNECT_TIMEOUT, opening)
             .await
             .unwrap_or_else(|_| {
                 Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "timed out",
                 ))
-            })
+            });
+        if opened.is_err() {
+            // The next stream makes the connection again.
+            self.channels.lock().await.remove(id);
+        }
+        opened
     }
+
+    /// Open one stream on `channel`, its body starting with `header`, and
+    /// wait for the holder's answer.
+    async fn open_on(
+        &self,
+        channel: h2::client::SendRequest<Bytes>,
+        header: Bytes,
+    ) -> Result<LinkStream, OpenError> {
+        let mut channel = channel.ready().await.map_err(OpenError::retry)?;
+        let request = http::Request::post("https://link/")
+            .body(())
+            .map_err(|e| OpenError::fatal(std::io::Error::other(e)))?;
+        let (response, mut send) = channel
+            .send_request(request, false)
+            .map_err(OpenError::retry)?;
+        send.send_data(header, false).map_err(OpenError::retry)?;
+        let response = response.await.map_err(OpenError::retry)?;
+        if response.status() != http::StatusCode::OK {
+            return Err(OpenError::fatal(std::io::Error::other(format!(
+                "the holder answered {}",
+                response.status()
+            ))));
+        }
+        Ok(LinkStream::new(Some(send), response.into_body()))
+    }
+
+    /// The link connection to peer `id`: the one made before, or a new
+    /// one.
+    async fn channel(
+        &self,
+        id: &str,
+        addr: SocketAddr,
+    ) -> std::io::Result<h2::client::SendRequest<Bytes>> {
+        let mut channels = self.channels.lock().await;
+        if let Some(c) = channels.get(id) {
+            return Ok(c.clone());
+        }
+        let tls = reach(&self.connector, id, addr).await?;
+        keep_alive(tls.get_ref().0);
+        let (channel, conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake(tls)
+            .await
+            .map_err(h2_io)?;
+        let peer = id.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::info!(peer = %peer, error = %e, "member link connection ended");
+            }
+        });
+        tracing::info!(peer = %id, "member link connection made");
+        channels.insert(Arc::from(id), channel.clone());
+        Ok(channel)
+    }
+}
+
+/// Why a stream could not be opened, and whether a new link connection
+/// may succeed where this one failed: the connection ended, or the stream
+/// was refused unprocessed (REFUSED_STREAM, or past a GOAWAY), so the
+/// holder has not seen its header.
+#[derive(Debug)]
+struct OpenError {
+    error: std::io::Error,
+    retry: bool,
+}
+
+impl OpenError {
+    fn retry(e: h2::Error) -> OpenError {
+        let retry = e.is_go_away()
+            || e.is_io()
+            || e.reason() == Some(h2::Reason::REFUSED_STREAM)
+            || (e.is_library() && e.reason().is_none());
+        OpenError {
+            error: h2_io(e),
+            retry,
+        }
+    }
+
+    fn fatal(error: std::io::Error) -> OpenError {
+        OpenError {
+            error,
+            retry: false,
+        }
+    }
+}
+
+fn h2_io(e: h2::Error) -> std::io::Error {
+    if e.is_io() {
+        e.into_io()
+            .unwrap_or_else(|| std::io::Error::other("link I/O error"))
+    } else {
+        std::io::Error::other(e)
+    }
+}
+
+/// TCP keep-alive on a link connection: a peer gone without a word is
+/// found by the kernel, and its streams fail, within about a minute.
+pub fn keep_alive(tcp: &TcpStream) {
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(3);
+    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&probes);
 }
 
 /// TLS with peer `id` at `addr` through `connector`: its certificate must
@@ -307,7 +486,7 @@ async fn reach(
     connector: &tokio_rustls::TlsConnector,
     id: &str,
     addr: SocketAddr,
-) -> std::io::Result<Connected> {
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let name = rustls::pki_types::ServerName::try_from(id.to_owned())
         .map_err(|_| std::io::Error::other("peer id is no server name"))?;
     let tcp = TcpStream::connect(addr).await?;

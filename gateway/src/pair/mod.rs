@@ -8,9 +8,13 @@
 //!   judges the connection exactly as a direct one.
 //! - [`link`]: the link itself, mutual TLS between members with the
 //!   control identities, who may connect, and reaching a holder.
+//! - [`stream`]: one forwarded connection as a stream of the link's
+//!   HTTP/2 connection to the peer (one TLS connection per pair of
+//!   members carries them all).
 //! - [`forwarding`]: which live sessions other members hold and this one
 //!   does not, as the control plane last said, each entry lapsing with
 //!   the lease it was given under.
 pub mod forwarding;
 pub mod link;
 pub mod proxy;
+pub mod stream;

@@ -144,16 +144,21 @@ impl DataPlane {
                 },
             };
             let cx = self.current.get();
+            let streams = Streams {
+                tracker: self.tracker.clone(),
+                permits: Arc::clone(self.cap.permits()),
+                shutdown: self.shutdown.clone(),
+            };
             self.tracker.spawn(async move {
                 if linked {
-                    // The link's own checks (its peer, its header) first;
-                    // a refusal there is logged and counted by the link.
-                    let arrival = match &cx.link {
-                        Some(l) => l.accept(stream, peer, &cx.sessions).await,
-                        None => None,
-                    };
-                    if let Some(arrival) = arrival {
-                        conn::serve_forwarded(&cx, arrival).await;
+                    // The link's own checks (its peer) first; a refusal
+                    // there is logged and counted by the link.
+                    if let Some(link) = cx.link.clone() {
+                        if let Some(linked) = link.accept(stream, peer, &cx.sessions).await {
+                            drop(permit);
+                            serve_link(cx, link, linked, streams).await;
+                            return;
+                        }
                     }
                 } else {
                     conn::serve(&cx, stream, peer).await;
@@ -195,6 +200,61 @@ impl DataPlane {
         }
         self.shutdown.cut.cancel();
         self.current
+    }
+}
+
+/// What a link connection's streams are served under: the data plane's
+/// tracker (the drain waits for them), its cap (each stream holds a place,
+/// as a direct connection does), its drain.
+struct Streams {
+    tracker: TaskTracker,
+    permits: Arc<tokio::sync::Semaphore>,
+    shutdown: conn::Shutdown,
+}
+
+/// Serve a peer's link connection: each of its streams is one forwarded
+/// session connection, served on a task of its own under the cap, until
+/// the peer closes it; at the drain no new stream is taken (GOAWAY) and
+/// the open ones get the grace, as direct connections do.
+async fn serve_link(
+    cx: Arc<crate::conn::Context>,
+    link: Arc<crate::pair::link::Link>,
+    linked: crate::pair::link::Linked,
+    streams: Streams,
+) {
+    let crate::pair::link::Linked { peer, mut conn } = linked;
+    let mut draining = false;
+    loop {
+        let next = tokio::select! {
+            next = conn.accept() => next,
+            () = streams.shutdown.drain.cancelled(), if !draining => {
+                draining = true;
+                conn.graceful_shutdown();
+                continue;
+            }
+            () = streams.shutdown.cut.cancelled() => return,
+        };
+        let (request, respond) = match next {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                tracing::debug!(peer = %peer, error = %e, "member link connection ended with an error");
+                return;
+            }
+            None => return,
+        };
+        // The place under the cap is waited for on the stream's own task:
+        // this loop drives the connection, whose other streams must go on.
+        let permits = Arc::clone(&streams.permits);
+        let (cx, link, peer) = (Arc::clone(&cx), Arc::clone(&link), Arc::clone(&peer));
+        streams.tracker.spawn(async move {
+            let Ok(permit) = permits.acquire_owned().await else {
+                return;
+            };
+            if let Some(arrival) = link.open_stream(peer, request, respond).await {
+                conn::serve_forwarded(&cx, arrival).await;
+            }
+            drop(permit);
+        });
     }
 }
 
