@@ -155,3 +155,85 @@ impl AsyncWrite for LinkStream {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A client and a server stream of one in-memory HTTP/2 connection.
+    async fn pair() -> (LinkStream, LinkStream) {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::Builder::new()
+                .initial_window_size(STREAM_WINDOW)
+                .handshake::<_, Bytes>(b)
+                .await
+                .unwrap();
+            let (req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let send = respond
+                .send_response(http::Response::new(()), false)
+                .unwrap();
+            tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            LinkStream::new(Some(send), req.into_body())
+        });
+        let (client, conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .handshake::<_, Bytes>(a)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let (response, send) = client
+            .send_request(
+                http::Request::post("https://link/").body(()).unwrap(),
+                false,
+            )
+            .unwrap();
+        let server = server.await.unwrap();
+        let response = response.await.unwrap();
+        (LinkStream::new(Some(send), response.into_body()), server)
+    }
+
+    #[tokio::test]
+    async fn bytes_pass_both_ways_past_the_window_and_an_end_is_an_eof() {
+        let (mut client, mut server) = pair().await;
+        let big: Vec<u8> = (0..(4 * STREAM_WINDOW as usize))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let sent = big.clone();
+        let writer = tokio::spawn(async move {
+            client.write_all(&sent).await.unwrap();
+            client.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            client.read_to_end(&mut back).await.unwrap();
+            back
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, big, "every byte, in order, then the end");
+        server.write_all(b"and back").await.unwrap();
+        server.shutdown().await.unwrap();
+        assert_eq!(writer.await.unwrap(), b"and back");
+    }
+
+    #[tokio::test]
+    async fn a_side_dropped_open_is_an_error_not_an_end() {
+        let (mut client, server) = pair().await;
+        drop(server);
+        let mut buf = [0u8; 16];
+        let read = client.read(&mut buf).await;
+        assert!(read.is_err(), "a reset, not a clean close: {read:?}");
+    }
+
+    #[tokio::test]
+    async fn writing_before_the_answer_is_refused() {
+        // A holder's stream before it has answered has no side to write.
+        let (client, server) = pair().await;
+        drop(client);
+        let LinkStream { recv, .. } = server;
+        let mut unanswered = LinkStream::new(None, recv);
+        let e = unanswered.write(b"x").await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotConnected);
+    }
+}
