@@ -6,11 +6,14 @@
 //!   member's `[pair] peers` by its id. A gateway of another pair (same
 //!   CA, an id not configured here), the control plane, or anyone without
 //!   a certificate is refused before a byte of a session is read.
-//! - **What it carries.** One session connection per link connection:
-//!   first a PROXY protocol v2 header ([`super::proxy`]) naming the
-//!   session's real source address and the attempt the forwarder forwards
-//!   for, then the session's bytes as the session sent them (its
-//!   ClientHello first), never decrypted by the forwarder.
+//! - **What it carries.** One long-lived link connection from each member
+//!   to each peer, HTTP/2-framed; each forwarded session connection is one
+//!   stream of it ([`super::stream`]): first a PROXY protocol v2 header
+//!   ([`super::proxy`]) naming the session's real source address and the
+//!   attempt the forwarder forwards for, then the session's bytes as the
+//!   session sent them (its ClientHello first), never decrypted by the
+//!   forwarder. A connection ended (the peer restarted, or drained it for
+//!   an upgrade) is made again at the next stream.
 //! - **No second hop.** A connection that came over the link is judged
 //!   here, never forwarded again: `conn` serves it with its `via` set,
 //!   and only connections without one consult the forwarding table.
