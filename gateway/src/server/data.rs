@@ -144,13 +144,15 @@ impl DataPlane {
                 },
             };
             let cx = self.current.get();
-            let streams = Streams {
+            // Only a link connection needs what its streams are served
+            // under.
+            let streams = linked.then(|| Streams {
                 tracker: self.tracker.clone(),
                 permits: Arc::clone(self.cap.permits()),
                 shutdown: self.shutdown.clone(),
-            };
+            });
             self.tracker.spawn(async move {
-                if linked {
+                if let Some(streams) = streams {
                     // The link's own checks (its peer) first; a refusal
                     // there is logged and counted by the link.
                     if let Some(link) = cx.link.clone() {
