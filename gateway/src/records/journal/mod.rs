@@ -166,6 +166,12 @@ pub(crate) enum OpensLine {
         attempt: u32,
         tenant: String,
         sni: String,
+        /// The member the connection came through (the member link).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<String>,
+        /// The member the connection was handed to (the member link).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forwarded_to: Option<String>,
     },
     Closed {
         conn: u64,

@@ -207,6 +207,8 @@ fn recover_one(
                     attempt,
                     tenant,
                     sni,
+                    via,
+                    forwarded_to,
                 } => {
                     if let Some(o) = open.get_mut(&conn) {
                         o.passed = Some(Passed {
@@ -214,6 +216,8 @@ fn recover_one(
                             attempt,
                             tenant,
                             sni,
+                            via,
+                            forwarded_to,
                         });
                     }
                 }
@@ -270,6 +274,10 @@ fn cut_record(
             record.attempt = Some(g.attempt);
             record.tenant = Some(Arc::from(g.tenant.as_str()));
             record.sni = Some(g.sni);
+            // So that the certificate counts a forwarded connection the
+            // crash cut once: by the holder's record, the hand-off beside.
+            record.via = g.via.map(Arc::from);
+            record.forwarded_to = g.forwarded_to.map(Arc::from);
             record.verdict = Verdict::Allowed;
         }
         None => record.verdict = Verdict::Undecided,
@@ -328,4 +336,6 @@ struct Passed {
     attempt: u32,
     tenant: String,
     sni: String,
+    via: Option<String>,
+    forwarded_to: Option<String>,
 }

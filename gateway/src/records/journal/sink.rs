@@ -100,6 +100,8 @@ impl RecordSink {
             attempt: record.attempt.unwrap_or(0),
             tenant: record.tenant.as_deref().unwrap_or("").to_owned(),
             sni: record.sni.clone().unwrap_or_default(),
+            via: record.via.as_deref().map(str::to_owned),
+            forwarded_to: record.forwarded_to.as_deref().map(str::to_owned),
         };
         let (ack, rx) = oneshot::channel();
         self.send_opening(&line, Some(ack)).await;

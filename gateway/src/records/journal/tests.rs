@@ -122,6 +122,7 @@ async fn a_crash_leaves_open_connections_recorded_as_cut_and_unsealed_records_se
         gated.attempt = Some(3);
         gated.tenant = Some(Arc::from("acme"));
         gated.sni = Some("api.example.com".into());
+        gated.forwarded_to = Some(Arc::from("gw-b"));
         sink.let_through(&gated).await.wait().await;
         let early = sink.open(src(3)).await;
         // The writer takes entries in order: once this gate line (for a
@@ -160,6 +161,8 @@ async fn a_crash_leaves_open_connections_recorded_as_cut_and_unsealed_records_se
     assert_eq!(entries[1]["cause"], "cut_by_crash");
     assert_eq!(entries[1]["session_id"], "sess-1");
     assert_eq!(entries[1]["sni"], "api.example.com");
+    assert_eq!(entries[1]["forwarded_to"], "gw-b", "a hand-off stays one");
+    assert!(entries[1].get("via").is_none());
     assert_eq!(entries[2]["conn"], 3);
     assert_eq!(entries[2]["verdict"], "undecided");
     assert!(entries[2]["session_id"].is_null());
