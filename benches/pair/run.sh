@@ -31,5 +31,5 @@ if [ "${NO_INSTALL:-0}" != 1 ] && ! command -v haproxy >/dev/null && [ ! -x /usr
 fi
 export TALOS_GATEWAY_BIN=$bin/gateway TALOS_CONTROL_STUB_BIN=$bin/control-stub
 export TALOS_TEST_WORKERS=${WORKERS:-1}
-export RUST_LOG=${RUST_LOG:-warn}
+export RUST_LOG=${RUST_LOG:-warn} TALOS_GATEWAY_LOG=${TALOS_GATEWAY_LOG:-info}
 timeout -k 5 900 "$bin/pair-bench" --conns "${CONNS:-2000}" --concurrency "${CONCURRENCY:-16}" --latency-conns "${LATENCY_CONNS:-300}" --mib "${MIB:-256}" --rounds "${ROUNDS:-3}"

@@ -59,7 +59,13 @@ impl Gateway {
             .arg("run")
             .arg("--config")
             .arg(&config_path)
-            .env("RUST_LOG", "debug,hickory_proto=info,hickory_resolver=info")
+            // Benchmarks over the rig (`pair-bench`) log less: a debug log
+            // of every frame would be most of what they measure.
+            .env(
+                "RUST_LOG",
+                std::env::var("TALOS_GATEWAY_LOG")
+                    .unwrap_or_else(|_| "debug,hickory_proto=info,hickory_resolver=info".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()

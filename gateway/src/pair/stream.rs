@@ -24,7 +24,11 @@ use h2::{RecvStream, SendStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What one stream may have in flight each way.
-pub const STREAM_WINDOW: u32 = 256 * 1024;
+pub const STREAM_WINDOW: u32 = 1024 * 1024;
+
+/// The largest DATA frame either member takes: a write of several TLS
+/// records goes as one frame, not one per record.
+pub const MAX_FRAME: u32 = 256 * 1024;
 
 /// What the whole link connection may have in flight each way.
 pub const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
@@ -138,6 +142,36 @@ impl AsyncWrite for LinkStream {
                 }
             }
         }
+    }
+
+    /// The session's TLS writes several records at once: they go as one
+    /// DATA frame (as much as the stream's capacity takes), one copy.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() <= 1 || total <= 1 {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return self.poll_write(cx, first);
+        }
+        let mut joined = Vec::with_capacity(total.min(MAX_FRAME as usize));
+        for b in bufs {
+            let room = (MAX_FRAME as usize).saturating_sub(joined.len());
+            if room == 0 {
+                break;
+            }
+            joined.extend_from_slice(&b[..b.len().min(room)]);
+        }
+        self.poll_write(cx, &joined)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
