@@ -426,6 +426,18 @@ pub fn curl_status(
     Curl::via(gateway, ca, name).from(source).run(path).status
 }
 
+/// The value of `series` (a metric name with its labels, as exported) in
+/// a Prometheus text exposition; `None` when it is absent.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// A GET of `path` on an admin listener (plain HTTP, at most 10 s): the
 /// status (0 when no answer came) and the body.
 pub fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {

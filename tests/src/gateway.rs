@@ -426,12 +426,6 @@ impl Gateway {
     /// value, not a name.
     pub fn metric(&self, series: &str) -> Option<f64> {
         let (_, text) = crate::clients::admin_get(self.admin, "/metrics");
-        text.lines().find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
+        crate::clients::metric_value(&text, series)
     }
 }

@@ -187,6 +187,11 @@ impl Member {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+
+    /// The value of `series` (name and labels) in `/metrics`.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        crate::clients::metric_value(&self.metrics(), series)
+    }
 }
 
 /// Whether process `pid` runs (a zombie does not).

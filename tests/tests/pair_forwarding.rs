@@ -17,7 +17,7 @@ use faults::*;
 use serde_json::Value;
 use talos_e2e::clients::{curl_status, Kept};
 use talos_e2e::rig::pair::matrix;
-use talos_e2e::rig::Pair;
+use talos_e2e::rig::{Pair, Process};
 use talos_e2e::wait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -25,10 +25,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// member).
 const CONNECTIONS: usize = 200;
 
-/// A linked pair: [`faults::pair`] with the member link.
-async fn linked_pair() -> Pair {
+/// A linked pair of `G` processes with a lease of `lease`:
+/// [`faults::pair`] with the member link, and a spare identity `gw-c`.
+async fn linked_pair_of<G: Process>(lease: Duration) -> Pair<G> {
     Pair::builder()
-        .lease(LEASE)
+        .lease(lease)
         .renewing()
         .linked()
         .identities(&["gw-c"])
@@ -36,6 +37,11 @@ async fn linked_pair() -> Pair {
         .secret("API_TOKEN", SECRET)
         .start_loopback(&[API])
         .await
+}
+
+/// A linked pair of gateways with the tests' lease.
+async fn linked_pair() -> Pair {
+    linked_pair_of(LEASE).await
 }
 
 /// Wait until member `i` forwards `sessions` sessions.
@@ -468,12 +474,6 @@ async fn a_member_cut_off_from_the_control_plane_forwards_on_its_peers_word() {
     assert_eq!(through_b, 20, "{cert}");
 }
 
-/// `name`'s value in a `/metrics` text.
-fn metric_in(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// Upgrades in place while a restarted member forwards: the forwarder's
 /// successor takes the link's listener with the others and forwards from
 /// its first connection; the holder's successor takes the session's
@@ -482,14 +482,7 @@ fn metric_in(text: &str, name: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn upgrades_of_either_member_keep_forwarding() {
     use talos_e2e::member::{alive, signal, Member};
-    let mut rig: Pair<Member> = Pair::builder()
-        .lease(LEASE)
-        .renewing()
-        .linked()
-        .egress(&[API])
-        .secret("API_TOKEN", SECRET)
-        .start_loopback(&[API])
-        .await;
+    let mut rig: Pair<Member> = linked_pair_of(LEASE).await;
     let id = rig.start_session(&session(SOURCE).mode("agent"));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let crashed = rig.members[0].pid();
@@ -497,10 +490,9 @@ async fn upgrades_of_either_member_keep_forwarding() {
     wait::until("gw-a to be gone", || wait::check(alive(crashed), |a| !a));
     rig.restart(0);
     wait::until("gw-a to forward the session", || {
-        wait::check(
-            metric_in(&rig.members[0].metrics(), "gateway_forwarding_sessions"),
-            |n| *n == Some(1.0),
-        )
+        wait::check(rig.members[0].metric("gateway_forwarding_sessions"), |n| {
+            *n == Some(1.0)
+        })
     });
     let a = rig.members[0].data();
     for (i, upgraded) in [0, 1].into_iter().enumerate() {
@@ -521,10 +513,7 @@ async fn upgrades_of_either_member_keep_forwarding() {
         });
     }
     assert_eq!(
-        metric_in(
-            &rig.members[0].metrics(),
-            "gateway_forwarded_total{result=\"forwarded\"}"
-        ),
+        rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}"),
         Some(40.0),
         "gw-a's successor forwarded every connection after the upgrades"
     );
@@ -540,14 +529,7 @@ async fn upgrades_of_either_member_keep_forwarding() {
 async fn no_holder_reachable_is_refused_and_a_claimed_source_off_the_link_is_not_taken() {
     // Entries stand for a long lease here: the member still forwards
     // when its holder has gone.
-    let mut rig: Pair = Pair::builder()
-        .lease(Duration::from_secs(60))
-        .renewing()
-        .linked()
-        .egress(&[API])
-        .secret("API_TOKEN", SECRET)
-        .start_loopback(&[API])
-        .await;
+    let mut rig: Pair = linked_pair_of(Duration::from_secs(60)).await;
     let id = rig.start_session(&session(SOURCE).mode("agent"));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     rig.members[0].kill();

@@ -40,7 +40,7 @@ use bytes::Bytes;
 
 use super::forwarding::{Forwarding, Holding};
 use super::proxy::{self, Header, HeaderError};
-use super::stream::{LinkStream, CONNECTION_WINDOW, MAX_FRAME, MAX_STREAMS, STREAM_WINDOW};
+use super::stream::{self, LinkStream};
 use crate::refusal::causes;
 use crate::session::sessions::Sessions;
 
@@ -224,18 +224,7 @@ impl Link {
             tracing::debug!(peer = %peer, "told a peer what this member holds");
             return Ok(None);
         }
-        let conn = h2::server::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_frame_size(MAX_FRAME)
-            .max_concurrent_streams(MAX_STREAMS)
-            // The peer is an authenticated member, and a session
-            // connection that ends with its other direction still open (a
-            // refusal, a cut, a client gone) ends its stream with a reset:
-            // HTTP/2's guards against a client resetting streams to load a
-            // server would end the link under ordinary traffic.
-            .max_local_error_reset_streams(None)
-            .max_pending_accept_reset_streams(MAX_STREAMS as usize)
+        let conn = stream::server_builder()
             .handshake(stream)
             .await
             .map_err(|_| Refused::Link(LinkRefusal::NotHttp2))?;
@@ -424,12 +413,7 @@ impl Link {
         }
         let tls = reach(&self.connector, id, addr).await?;
         keep_alive(tls.get_ref().0);
-        let (channel, conn) = h2::client::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_frame_size(MAX_FRAME)
-            .max_local_error_reset_streams(None)
-            .max_pending_accept_reset_streams(MAX_STREAMS as usize)
+        let (channel, conn) = stream::client_builder()
             .handshake(tls)
             .await
             .map_err(h2_io)?;

@@ -36,6 +36,35 @@ pub const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// The most forwarded connections one link connection carries at once.
 pub const MAX_STREAMS: u32 = 100_000;
 
+/// How the holder's side of a link connection is framed.
+pub fn server_builder() -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_concurrent_streams(MAX_STREAMS)
+        // The peer is an authenticated member, and a session connection
+        // that ends with its other direction still open (a refusal, a cut,
+        // a client gone) ends its stream with a reset: HTTP/2's guards
+        // against a client resetting streams to load a server would end
+        // the link under ordinary traffic.
+        .max_local_error_reset_streams(None)
+        .max_pending_accept_reset_streams(MAX_STREAMS as usize);
+    b
+}
+
+/// How the forwarder's side of a link connection is framed.
+pub fn client_builder() -> h2::client::Builder {
+    let mut b = h2::client::Builder::new();
+    b.initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        // As on the holder's side: resets are ordinary here.
+        .max_local_error_reset_streams(None)
+        .max_pending_accept_reset_streams(MAX_STREAMS as usize);
+    b
+}
+
 /// A stream of the member link as a byte stream.
 #[derive(Debug)]
 pub struct LinkStream {
@@ -199,11 +228,7 @@ mod tests {
     async fn pair() -> (LinkStream, LinkStream) {
         let (a, b) = tokio::io::duplex(64 * 1024);
         let server = tokio::spawn(async move {
-            let mut conn = h2::server::Builder::new()
-                .initial_window_size(STREAM_WINDOW)
-                .handshake::<_, Bytes>(b)
-                .await
-                .unwrap();
+            let mut conn = server_builder().handshake::<_, Bytes>(b).await.unwrap();
             let (req, mut respond) = conn.accept().await.unwrap().unwrap();
             let send = respond
                 .send_response(http::Response::new(()), false)
@@ -211,11 +236,7 @@ mod tests {
             tokio::spawn(async move { while conn.accept().await.is_some() {} });
             LinkStream::new(Some(send), req.into_body())
         });
-        let (client, conn) = h2::client::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .handshake::<_, Bytes>(a)
-            .await
-            .unwrap();
+        let (client, conn) = client_builder().handshake::<_, Bytes>(a).await.unwrap();
         tokio::spawn(conn);
         let mut client = client.ready().await.unwrap();
         let (response, send) = client
@@ -269,5 +290,102 @@ mod tests {
         let mut unanswered = LinkStream::new(None, recv);
         let e = unanswered.write(b"x").await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotConnected);
+    }
+
+    /// Far more streams than HTTP/2's guards allow end in resets, from
+    /// either side (a refusal, a cut, a client gone), and the connection
+    /// still carries the next stream.
+    #[tokio::test]
+    async fn thousands_of_reset_streams_leave_the_connection_up() {
+        const RESETS: usize = 3000;
+        const AT_ONCE: usize = 100;
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let holder = tokio::spawn(async move {
+            let mut conn = server_builder().handshake::<_, Bytes>(b).await.unwrap();
+            while let Some(next) = conn.accept().await {
+                let (req, mut respond) = next.expect("the connection stays up");
+                let send = respond
+                    .send_response(http::Response::new(()), false)
+                    .unwrap();
+                let mut stream = LinkStream::new(Some(send), req.into_body());
+                tokio::spawn(async move {
+                    let mut first = [0u8; 1];
+                    if stream.read_exact(&mut first).await.is_err() {
+                        return;
+                    }
+                    match first[0] {
+                        b'e' => {
+                            let _ = stream.write_all(b"echo").await;
+                            let _ = stream.shutdown().await;
+                        }
+                        // Bytes toward a forwarder that drops the stream.
+                        b'w' => {
+                            let _ = stream.write_all(&[0u8; 32 * 1024]).await;
+                        }
+                        // Dropped with both directions open and the
+                        // forwarder's bytes still coming: a reset.
+                        _ => {}
+                    }
+                });
+            }
+        });
+        let (client, conn) = client_builder().handshake::<_, Bytes>(a).await.unwrap();
+        let driven = tokio::spawn(conn);
+        let open = |client: &h2::client::SendRequest<Bytes>| {
+            let client = client.clone();
+            async move {
+                let mut client = client.ready().await.expect("the connection stays up");
+                let (response, send) = client
+                    .send_request(
+                        http::Request::post("https://link/").body(()).unwrap(),
+                        false,
+                    )
+                    .unwrap();
+                let response = response.await.expect("an answer");
+                LinkStream::new(Some(send), response.into_body())
+            }
+        };
+        // Many at once, as under load: more streams in their reset's
+        // aftermath than HTTP/2 remembers (frames for a forgotten one are a
+        // protocol error, and each such reset counts toward the guard).
+        for batch in 0..RESETS / AT_ONCE {
+            let mut tasks = Vec::new();
+            for j in 0..AT_ONCE {
+                let stream = open(&client);
+                tasks.push(tokio::spawn(async move {
+                    let mut stream = stream.await;
+                    if j % 2 == 0 {
+                        // The holder resets it while bytes keep coming.
+                        stream.write_all(b"r").await.unwrap();
+                        for _ in 0..16 {
+                            if stream.write_all(&[0u8; 16 * 1024]).await.is_err() {
+                                break;
+                            }
+                            tokio::task::yield_now().await;
+                        }
+                    } else {
+                        // The forwarder drops it open while the holder
+                        // writes: a reset the other way (or it meets the
+                        // holder's own).
+                        stream.write_all(b"w").await.unwrap();
+                        let mut buf = [0u8; 1];
+                        let _ = stream.read(&mut buf).await;
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap_or_else(|e| panic!("batch {batch}: {e}"));
+            }
+        }
+        let mut last = open(&client).await;
+        last.write_all(b"e").await.unwrap();
+        last.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        last.read_to_end(&mut back).await.unwrap();
+        assert_eq!(back, b"echo");
+        drop(last);
+        drop(client);
+        driven.await.unwrap().expect("the connection ended cleanly");
+        holder.await.unwrap();
     }
 }

@@ -113,7 +113,6 @@ impl DataPlane {
                     Err(_) => return End::Shutdown,
                 },
             };
-            let link = self.link.clone();
             let (stream, peer, linked) = tokio::select! {
                 _ = &mut signal => return End::Shutdown,
                 ack = self.stop_accepting.recv() => return stopped(ack),
@@ -134,7 +133,7 @@ impl DataPlane {
                         continue;
                     }
                 },
-                accepted = accept_link(link.as_deref()) => match accepted {
+                accepted = accept_link(self.link.as_deref()) => match accepted {
                     Ok(a) => (a.0, a.1, true),
                     Err(e) => {
                         tracing::warn!(error = %e, "member link accept failed");
