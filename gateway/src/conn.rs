@@ -534,12 +534,7 @@ impl<S: ClientStream> Conn<'_, S> {
         // The bytes as they are, both ways, until either side closes or
         // the drain's grace runs out (the holder drains its end itself).
         tokio::select! {
-            relayed = tokio::io::copy_bidirectional_with_sizes(
-                &mut self.client,
-                &mut upstream,
-                RELAY_BUFFER,
-                RELAY_BUFFER,
-            ) => {
+            relayed = crate::io::relay::relay(&mut self.client, &mut upstream, RELAY_BUFFER) => {
                 if let Err(e) = relayed {
                     tracing::debug!(error = %e, "forwarded connection ended with an error");
                 }

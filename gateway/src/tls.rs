@@ -31,6 +31,19 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// The member link's provider: TLS 1.3 with AES-128-GCM only. The link
+/// carries bytes that are already a session's own TLS (a forwarded
+/// connection) between two members that authenticate each other, and it
+/// encrypts all of them once more: AES-128 takes 10 rounds a block
+/// against AES-256's 14, for the same GCM authentication, and both
+/// members run this build, so nothing else need be offered.
+fn link_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: vec![rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256],
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    })
+}
+
 /// A config builder restricted to TLS 1.3, with `provider`.
 fn tls13<S: rustls::ConfigSide>(
     builder: rustls::ConfigBuilder<S, rustls::WantsVersions>,
@@ -97,7 +110,7 @@ pub fn control_server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
-    mutual_server(ca, chain, key, &[b"h2"]).map(Arc::new)
+    mutual_server(provider(), ca, chain, key, &[b"h2"]).map(Arc::new)
 }
 
 /// The shipper's connection to the control plane: TLS 1.3, the control CA
@@ -108,19 +121,19 @@ pub fn plane_client_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
-    mutual_client(ca, chain, key, b"h2")
+    mutual_client(provider(), ca, chain, key, b"h2")
 }
 
 /// A server of the control identities: TLS 1.3 only, `chain` and `key` as
 /// its certificate, a client certificate chaining to one of `ca`
 /// required, ALPN `alpn`.
 fn mutual_server(
+    provider: Arc<rustls::crypto::CryptoProvider>,
     ca: &[CertificateDer<'static>],
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     alpn: &[&[u8]],
 ) -> Result<rustls::ServerConfig, ControlTlsError> {
-    let provider = provider();
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
         Arc::new(control_roots(ca)?),
         Arc::clone(&provider),
@@ -138,12 +151,13 @@ fn mutual_server(
 /// A client of the control identities: TLS 1.3, `ca` as the only root,
 /// `chain` and `key` as its identity, ALPN `alpn`.
 fn mutual_client(
+    provider: Arc<rustls::crypto::CryptoProvider>,
     ca: &[CertificateDer<'static>],
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     alpn: &[u8],
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
-    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider()))
+    let mut config = tls13(rustls::ClientConfig::builder_with_provider(provider))
         .with_root_certificates(control_roots(ca)?)
         .with_client_auth_cert(chain, key)
         .map_err(ControlTlsError::CertAndKey)?;
@@ -167,9 +181,9 @@ pub fn link_server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ServerConfig>, ControlTlsError> {
-    let mut config = mutual_server(ca, chain, key, &[LINK_ALPN, HOLDINGS_ALPN])?;
-    // Each link connection carries one session connection, so a member
-    // forwarding many makes many handshakes with its peer: resumed ones
+    let mut config = mutual_server(link_provider(), ca, chain, key, &[LINK_ALPN, HOLDINGS_ALPN])?;
+    // A link connection is made again after a peer's restart or drain,
+    // and each ask for holdings is a connection of its own: resumed ones
     // (stateful, tickets naming sessions kept in this process's memory)
     // skip the certificates' signatures and their verification, most of a
     // handshake's cost. A resumed session keeps the peer's certificate,
@@ -189,7 +203,7 @@ pub fn link_client_config(
     key: PrivateKeyDer<'static>,
     alpn: &[u8],
 ) -> Result<Arc<rustls::ClientConfig>, ControlTlsError> {
-    let mut config = mutual_client(ca, chain, key, alpn)?;
+    let mut config = mutual_client(link_provider(), ca, chain, key, alpn)?;
     Arc::make_mut(&mut config).resumption =
         rustls::client::Resumption::in_memory_sessions(LINK_SESSIONS);
     Ok(config)

@@ -4,8 +4,10 @@
 //! - [`counted`]: the bytes that cross a connection, counted for its record.
 //! - [`gathered`]: an HTTP/2 connection's writes gathered into one flush.
 //! - [`woken`]: a future polled only when its own waker fired.
+//! - [`relay`]: a forwarded connection's bytes, both ways, as they are.
 
 pub mod replay;
 pub mod counted;
 pub mod gathered;
 pub mod woken;
+pub mod relay;

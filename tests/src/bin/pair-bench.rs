@@ -150,6 +150,9 @@ async fn main() {
     let mib = arg("--mib", 256);
     let mut rig: Pair = Pair::builder()
         .lease(Duration::from_secs(60))
+        // Batches as a production gateway seals them (the default), not
+        // every 50 ms as in the tests.
+        .control("batch_interval_ms = 1000\n")
         .renewing()
         .linked()
         .egress(&[NAME])

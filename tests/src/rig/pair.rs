@@ -214,7 +214,13 @@ impl PairBuilder {
                 limits: self.limits,
                 ..base
             },
-            control: format!("batch_interval_ms = 50\n{lease}{}", self.control),
+            // Batches every 50 ms, so that tests see them soon, unless the
+            // builder's lines say otherwise.
+            control: if self.control.contains("batch_interval_ms") {
+                format!("{lease}{}", self.control)
+            } else {
+                format!("batch_interval_ms = 50\n{lease}{}", self.control)
+            },
             _tmp: tmp,
         };
         for i in 0..pair.ids.len() {
