@@ -5,12 +5,12 @@
 # again so that it forwards the session to the other. Side by side, in
 # rounds alternating which goes first: CPU per new connection on the
 # forwarder against a terminated one, CPU per GB of the forwarded path
-# against a terminated one and against a plain TCP relay (HAProxy in TCP
+# against a terminated one, both against a plain TCP relay (HAProxy in TCP
 # mode, as benches/compare/run.sh's relay column), and each new
 # connection's time through the hop and without it, at p50 and p99.
 # Prints one Markdown table (tests/src/bin/pair-bench.rs computes it).
 #
-#   benches/pair/run.sh     # 2000 connections 16 at once, 300 one at a time, 256 MiB; 3 rounds
+#   benches/pair/run.sh     # 2000 connections 16 at once, 300 one at a time, 1 GiB; 3 rounds
 #   CONNS=1000 CONCURRENCY=16 LATENCY_CONNS=100 MIB=64 ROUNDS=3 benches/pair/run.sh
 #   NO_BUILD=1 (use BIN_DIR as it is)  NO_INSTALL=1 (do not apt-get haproxy)
 #
@@ -32,4 +32,4 @@ fi
 export TALOS_GATEWAY_BIN=$bin/gateway TALOS_CONTROL_STUB_BIN=$bin/control-stub
 export TALOS_TEST_WORKERS=${WORKERS:-1}
 export RUST_LOG=${RUST_LOG:-warn} TALOS_GATEWAY_LOG=${TALOS_GATEWAY_LOG:-info}
-timeout -k 5 900 "$bin/pair-bench" --conns "${CONNS:-2000}" --concurrency "${CONCURRENCY:-16}" --latency-conns "${LATENCY_CONNS:-300}" --mib "${MIB:-256}" --rounds "${ROUNDS:-3}"
+timeout -k 5 900 "$bin/pair-bench" --conns "${CONNS:-2000}" --concurrency "${CONCURRENCY:-16}" --latency-conns "${LATENCY_CONNS:-300}" --mib "${MIB:-1024}" --rounds "${ROUNDS:-3}"

@@ -3,34 +3,68 @@
 //! link.
 //!
 //! `tokio::io::copy_bidirectional_with_sizes` does the same, but zeroes
-//! each direction's buffer when it makes it: 128 KiB written per forwarded
-//! connection before its first byte moves, a measurable part of what a
-//! short forwarded connection costs. Here each buffer is a `BytesMut`
-//! read into through its spare capacity ([`tokio_util::io::poll_read_buf`]),
-//! which is never zeroed.
+//! each direction's buffer when it makes it (128 KiB written per forwarded
+//! connection before its first byte moves), and copies every byte once
+//! more into or out of the link's frames. Here the link's side is
+//! [`Chunked`]: what it receives comes as the chunks it was decoded in and
+//! is written from them; what the session sends is read into a `BytesMut`
+//! through its spare capacity ([`tokio_util::io::poll_read_buf`], never
+//! zeroed) and handed over as a shared chunk. Each byte is copied only by
+//! the kernel and by the link's TLS.
 
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+/// A stream that gives and takes bytes as shared chunks.
+pub trait Chunked {
+    /// The next chunk received; `None` once the other side has ended.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>>;
+    /// Send the front of `chunk` (at least one byte of it), taking what
+    /// was sent off it.
+    fn poll_send(&mut self, cx: &mut Context<'_>, chunk: &mut Bytes) -> Poll<io::Result<()>>;
+    /// End this side's direction, once what was sent has gone.
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+/// Room for a read of about `size` bytes in `buf`: its own spare capacity
+/// while there is a good part of it left, else a fresh allocation (the
+/// chunks split off earlier may still be in flight), never zeroed.
+fn reserve(buf: &mut BytesMut, size: usize) {
+    if buf.capacity() < size / 4 {
+        buf.reserve(size);
+    }
+}
+
 /// Pass bytes from `a` to `b` and from `b` to `a` until both have ended,
-/// each direction in reads of up to `size` bytes. A direction's end (EOF)
-/// shuts down the other side's writing half, and the other direction goes
-/// on; an error on either side ends both and is returned.
+/// reading `a` up to `size` bytes at a time. A direction's end (EOF) ends
+/// the other side's writing half, and the other direction goes on; an
+/// error on either side ends both and is returned.
 pub async fn relay<A, B>(a: &mut A, b: &mut B, size: usize) -> io::Result<()>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: Chunked + ?Sized,
 {
-    let mut a_to_b = OneWay::new(size);
-    let mut b_to_a = OneWay::new(size);
+    let mut up = Up {
+        buf: BytesMut::new(),
+        chunk: Bytes::new(),
+        size,
+        read_done: false,
+        done: false,
+    };
+    let mut down = Down {
+        chunk: Bytes::new(),
+        ended: false,
+        need_flush: false,
+        done: false,
+    };
     poll_fn(|cx| {
-        let there = a_to_b.poll(cx, Pin::new(&mut *a), Pin::new(&mut *b))?;
-        let back = b_to_a.poll(cx, Pin::new(&mut *b), Pin::new(&mut *a))?;
+        let there = up.poll(cx, Pin::new(&mut *a), b)?;
+        let back = down.poll(cx, b, Pin::new(&mut *a))?;
         if there.is_ready() && back.is_ready() {
             Poll::Ready(Ok(()))
         } else {
@@ -40,69 +74,104 @@ where
     .await
 }
 
-/// One direction of a relay.
-struct OneWay {
-    /// Read and not yet written.
+/// From the byte stream to the chunked one.
+struct Up {
+    /// Where reads go; each read is split off as a chunk.
     buf: BytesMut,
+    /// Read and not yet sent.
+    chunk: Bytes,
     size: usize,
     /// The reader has ended.
     read_done: bool,
+    /// The chunked side's direction has been ended: this one is over.
+    done: bool,
+}
+
+impl Up {
+    fn poll<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut reader: Pin<&mut R>,
+        writer: &mut W,
+    ) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + ?Sized,
+        W: Chunked + ?Sized,
+    {
+        if self.done {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            if !self.chunk.is_empty() {
+                ready!(writer.poll_send(cx, &mut self.chunk))?;
+                continue;
+            }
+            if self.read_done {
+                ready!(writer.poll_end(cx))?;
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            reserve(&mut self.buf, self.size);
+            match ready!(tokio_util::io::poll_read_buf(
+                reader.as_mut(),
+                cx,
+                &mut self.buf
+            ))? {
+                0 => self.read_done = true,
+                _ => self.chunk = self.buf.split().freeze(),
+            }
+        }
+    }
+}
+
+/// From the chunked stream to the byte stream.
+struct Down {
+    /// Received and not yet written.
+    chunk: Bytes,
+    /// The chunked side has ended.
+    ended: bool,
     /// Written since the writer was last flushed.
     need_flush: bool,
     /// The writer has been shut down: this direction is over.
     done: bool,
 }
 
-impl OneWay {
-    fn new(size: usize) -> OneWay {
-        OneWay {
-            buf: BytesMut::new(),
-            size,
-            read_done: false,
-            need_flush: false,
-            done: false,
-        }
-    }
-
+impl Down {
     fn poll<R, W>(
         &mut self,
         cx: &mut Context<'_>,
-        mut reader: Pin<&mut R>,
+        reader: &mut R,
         mut writer: Pin<&mut W>,
     ) -> Poll<io::Result<()>>
     where
-        R: AsyncRead + ?Sized,
+        R: Chunked + ?Sized,
         W: AsyncWrite + ?Sized,
     {
         if self.done {
             return Poll::Ready(Ok(()));
         }
         loop {
-            if self.buf.has_remaining() {
-                match writer.as_mut().poll_write(cx, &self.buf)? {
-                    Poll::Ready(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                    Poll::Ready(n) => {
-                        self.buf.advance(n);
+            if !self.chunk.is_empty() {
+                match ready!(writer.as_mut().poll_write(cx, &self.chunk))? {
+                    0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    n => {
+                        self.chunk.advance(n);
                         self.need_flush = true;
                         continue;
                     }
-                    Poll::Pending => return Poll::Pending,
                 }
             }
-            if self.read_done {
+            if self.ended {
                 ready!(writer.as_mut().poll_flush(cx))?;
                 ready!(writer.as_mut().poll_shutdown(cx))?;
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
-            // Empty: the whole buffer is free again (no copy, no zeroing).
-            self.buf.clear();
-            self.buf.reserve(self.size);
-            match tokio_util::io::poll_read_buf(reader.as_mut(), cx, &mut self.buf)? {
-                Poll::Ready(0) => self.read_done = true,
-                Poll::Ready(_) => {}
+            match reader.poll_chunk(cx)? {
+                Poll::Ready(None) => self.ended = true,
+                Poll::Ready(Some(chunk)) => self.chunk = chunk,
                 Poll::Pending => {
-                    // Nothing to read now: what was written goes out.
+                    // Nothing more now: what was written goes out.
                     if self.need_flush {
                         ready!(writer.as_mut().poll_flush(cx))?;
                         self.need_flush = false;
@@ -119,11 +188,59 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// Any byte stream as [`Chunked`], reading up to `size` bytes at a time.
+    #[derive(Debug)]
+    pub struct Plain<T> {
+        inner: T,
+        buf: BytesMut,
+        size: usize,
+    }
+
+    impl<T> Plain<T> {
+        pub fn new(inner: T, size: usize) -> Plain<T> {
+            Plain {
+                inner,
+                buf: BytesMut::new(),
+                size,
+            }
+        }
+    }
+
+    impl<T: AsyncRead + AsyncWrite + Unpin> Chunked for Plain<T> {
+        fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+            reserve(&mut self.buf, self.size);
+            match ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut self.inner),
+                cx,
+                &mut self.buf
+            ))? {
+                0 => Poll::Ready(Ok(None)),
+                _ => Poll::Ready(Ok(Some(self.buf.split().freeze()))),
+            }
+        }
+
+        fn poll_send(&mut self, cx: &mut Context<'_>, chunk: &mut Bytes) -> Poll<io::Result<()>> {
+            match ready!(Pin::new(&mut self.inner).poll_write(cx, chunk))? {
+                0 => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                n => {
+                    chunk.advance(n);
+                    Poll::Ready(Ok(()))
+                }
+            }
+        }
+
+        fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
     #[tokio::test]
     async fn bytes_pass_both_ways_and_an_end_passes_on() {
         let (mut client, mut a) = tokio::io::duplex(4096);
-        let (mut b, mut holder) = tokio::io::duplex(4096);
-        let relayed = tokio::spawn(async move { relay(&mut a, &mut b, 1024).await });
+        let (b, mut holder) = tokio::io::duplex(4096);
+        let relayed =
+            tokio::spawn(async move { relay(&mut a, &mut Plain::new(b, 1024), 1024).await });
         let big: Vec<u8> = (0..300_000).map(|i| (i % 251) as u8).collect();
         let sent = big.clone();
         let writer = tokio::spawn(async move {
@@ -175,7 +292,9 @@ mod tests {
     #[tokio::test]
     async fn an_error_on_either_side_ends_the_relay_with_it() {
         let (_client, mut a) = tokio::io::duplex(64);
-        let e = relay(&mut a, &mut Broken, 1024).await.unwrap_err();
+        let e = relay(&mut a, &mut Plain::new(Broken, 1024), 1024)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionReset);
     }
 
@@ -208,7 +327,9 @@ mod tests {
         }
         let (mut client, mut a) = tokio::io::duplex(64);
         client.write_all(b"x").await.unwrap();
-        let e = relay(&mut a, &mut Full, 1024).await.unwrap_err();
+        let e = relay(&mut a, &mut Plain::new(Full, 1024), 1024)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WriteZero);
     }
 }

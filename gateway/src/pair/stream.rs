@@ -129,23 +129,26 @@ impl AsyncRead for LinkStream {
     }
 }
 
-impl AsyncWrite for LinkStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
+impl LinkStream {
+    /// Send the first `len` bytes, or as many of them as the stream's
+    /// window takes now, as one DATA frame: `take(n)` gives the frame's
+    /// `n` bytes.
+    fn poll_send_with(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &[u8],
+        len: usize,
+        take: impl FnOnce(usize) -> Bytes,
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let Some(send) = this.send.as_mut() else {
+        let Some(send) = self.send.as_mut() else {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::NotConnected,
                 "the stream is not answered yet",
             )));
         };
-        if buf.is_empty() {
+        if len == 0 {
             return Poll::Ready(Ok(0));
         }
-        send.reserve_capacity(buf.len());
+        send.reserve_capacity(len);
         loop {
             match ready!(send.poll_capacity(cx)) {
                 Some(Ok(0)) => {
@@ -154,9 +157,8 @@ impl AsyncWrite for LinkStream {
                     continue;
                 }
                 Some(Ok(n)) => {
-                    let n = n.min(buf.len());
-                    send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
-                        .map_err(h2_error)?;
+                    let n = n.min(len);
+                    send.send_data(take(n), false).map_err(h2_error)?;
                     return Poll::Ready(Ok(n));
                 }
                 Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
@@ -171,6 +173,55 @@ impl AsyncWrite for LinkStream {
                 }
             }
         }
+    }
+
+    fn poll_end(&mut self) -> io::Result<()> {
+        if !self.ended {
+            self.ended = true;
+            if let Some(send) = self.send.as_mut() {
+                send.send_data(Bytes::new(), true).map_err(h2_error)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A forwarded connection's relay takes received DATA frames as they were
+/// decoded and sends what the session sent as the chunks it was read in:
+/// no copy of its own either way.
+impl crate::io::relay::Chunked for LinkStream {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        if !self.pending.is_empty() {
+            return Poll::Ready(Ok(Some(std::mem::take(&mut self.pending))));
+        }
+        match ready!(self.recv.poll_data(cx)) {
+            None => Poll::Ready(Ok(None)),
+            Some(Ok(data)) => {
+                let _ = self.recv.flow_control().release_capacity(data.len());
+                Poll::Ready(Ok(Some(data)))
+            }
+            Some(Err(e)) => Poll::Ready(Err(h2_error(e))),
+        }
+    }
+
+    fn poll_send(&mut self, cx: &mut Context<'_>, chunk: &mut Bytes) -> Poll<io::Result<()>> {
+        ready!(self.poll_send_with(cx, chunk.len(), |n| chunk.split_to(n)))?;
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_end(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(LinkStream::poll_end(self))
+    }
+}
+
+impl AsyncWrite for LinkStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut()
+            .poll_send_with(cx, buf.len(), |n| Bytes::copy_from_slice(&buf[..n]))
     }
 
     /// The session's TLS writes several records at once: they go as one
@@ -208,14 +259,7 @@ impl AsyncWrite for LinkStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.ended {
-            this.ended = true;
-            if let Some(send) = this.send.as_mut() {
-                send.send_data(Bytes::new(), true).map_err(h2_error)?;
-            }
-        }
-        Poll::Ready(Ok(()))
+        Poll::Ready(self.get_mut().poll_end())
     }
 }
 
@@ -270,6 +314,53 @@ mod tests {
         server.write_all(b"and back").await.unwrap();
         server.shutdown().await.unwrap();
         assert_eq!(writer.await.unwrap(), b"and back");
+    }
+
+    /// The forwarder's relay between a session's socket and its stream:
+    /// every byte both ways past the stream's window, each end passed on.
+    #[tokio::test]
+    async fn a_relay_over_a_stream_passes_every_byte_and_each_end() {
+        let (mut stream, mut holder) = pair().await;
+        let (mut session, mut socket) = tokio::io::duplex(8 * 1024);
+        let relayed =
+            tokio::spawn(
+                async move { crate::io::relay::relay(&mut socket, &mut stream, 4096).await },
+            );
+        let up: Vec<u8> = (0..(3 * STREAM_WINDOW as usize))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let down: Vec<u8> = up.iter().rev().copied().collect();
+        let sent = up.clone();
+        let session_side = tokio::spawn(async move {
+            let (mut r, mut w) = tokio::io::split(&mut session);
+            let ((), back) = tokio::join!(
+                async {
+                    w.write_all(&sent).await.unwrap();
+                    w.shutdown().await.unwrap();
+                },
+                async {
+                    let mut back = Vec::new();
+                    r.read_to_end(&mut back).await.unwrap();
+                    back
+                }
+            );
+            back
+        });
+        let (mut hr, mut hw) = tokio::io::split(&mut holder);
+        let (got, ()) = tokio::join!(
+            async {
+                let mut got = Vec::new();
+                hr.read_to_end(&mut got).await.unwrap();
+                got
+            },
+            async {
+                hw.write_all(&down).await.unwrap();
+                hw.shutdown().await.unwrap();
+            }
+        );
+        assert_eq!(got, up, "the session's bytes, in order, then its end");
+        assert_eq!(session_side.await.unwrap(), down, "the holder's, the same");
+        relayed.await.unwrap().expect("both ends were clean");
     }
 
     #[tokio::test]

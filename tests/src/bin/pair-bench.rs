@@ -10,8 +10,10 @@
 //!   (as the comparison's newconn figure, h2load -c16), each a TLS
 //!   handshake with the session's bundle and one HTTP/1.1 request for
 //!   1 KiB (`Connection: close`): through gw-a (forwarded to gw-b) and
-//!   straight to gw-b (terminated); each process's CPU (utime+stime from
-//!   `/proc`) per connection;
+//!   straight to gw-b (terminated), and through a plain TCP relay in
+//!   front of gw-b (HAProxy in TCP mode connecting from the session's
+//!   source: passing a new connection on with no link, record or check);
+//!   each process's CPU (utime+stime from `/proc`) per connection;
 //! - **the hop's latency**: `--latency-conns` such connections one after
 //!   another, each way: each one's time, at p50 and p99;
 //! - **bytes**: one download of `--mib` MiB over one connection, the same
@@ -108,9 +110,14 @@ fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v[i]
 }
 
-/// HAProxy in TCP mode to `origin`, if it is installed; its child and
-/// address.
-fn relay(dir: &std::path::Path, origin: SocketAddr) -> Option<(Child, SocketAddr)> {
+/// HAProxy in TCP mode to `origin`, if it is installed, connecting from
+/// `source` when given; its child and address.
+fn relay(
+    dir: &std::path::Path,
+    name: &str,
+    origin: SocketAddr,
+    source: Option<&str>,
+) -> Option<(Child, SocketAddr)> {
     let haproxy = ["haproxy", "/usr/sbin/haproxy"]
         .into_iter()
         .find(|h| Command::new(h).arg("-v").output().is_ok())?;
@@ -118,11 +125,12 @@ fn relay(dir: &std::path::Path, origin: SocketAddr) -> Option<(Child, SocketAddr
         .and_then(|l| l.local_addr())
         .expect("a port")
         .port();
-    let cfg = dir.join("relay.cfg");
+    let cfg = dir.join(format!("{name}.cfg"));
+    let from = source.map_or(String::new(), |s| format!(" source {s}"));
     std::fs::write(
         &cfg,
         format!(
-            "global\n  nbthread 1\n  maxconn 1000\n  tune.bufsize 262144\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\nfrontend fe\n  bind 127.0.0.1:{port}\n  default_backend origin\nbackend origin\n  server o {origin}\n"
+            "global\n  nbthread 1\n  maxconn 1000\n  tune.bufsize 262144\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\nfrontend fe\n  bind 127.0.0.1:{port}\n  default_backend origin\nbackend origin\n  server o {origin}{from}\n"
         ),
     )
     .expect("relay config");
@@ -147,7 +155,7 @@ async fn main() {
     let concurrency = arg("--concurrency", 16) as usize;
     let latency_conns = arg("--latency-conns", 300) as usize;
     let rounds = arg("--rounds", 3) as usize;
-    let mib = arg("--mib", 256);
+    let mib = arg("--mib", 1024);
     let mut rig: Pair = Pair::builder()
         .lease(Duration::from_secs(60))
         // Batches as a production gateway seals them (the default), not
@@ -177,15 +185,30 @@ async fn main() {
         }
     }
 
+    // A plain TCP relay in front of gw-b, connecting from the session's
+    // source: what passing a new connection on costs with no link, no
+    // record and no check at all.
+    let front = relay(&rig.dir, "front", b, Some(SOURCE));
+    if let Some((_, r)) = &front {
+        for _ in 0..20 {
+            one(&tls, *r, "/bytes/1024", NAME).await;
+        }
+    }
+    let mut targets = vec![a, b];
+    targets.extend(front.as_ref().map(|(_, r)| *r));
+    let pr = front.as_ref().map(|(c, _)| c.id());
+
     let mut fwd_cpu = Vec::new();
     let mut holder_cpu = Vec::new();
     let mut term_cpu = Vec::new();
+    let mut front_cpu = Vec::new();
     let mut fwd_lat = Vec::new();
     let mut term_lat = Vec::new();
     for round in 0..rounds {
-        let order = if round % 2 == 0 { [a, b] } else { [b, a] };
+        let mut order = targets.clone();
+        order.rotate_left(round % targets.len());
         for to in order {
-            let (ca, cb) = (cpu(pa), cpu(pb));
+            let (ca, cb, cr) = (cpu(pa), cpu(pb), pr.map_or(0.0, cpu));
             let mut workers = tokio::task::JoinSet::new();
             for w in 0..concurrency {
                 let tls = Arc::clone(&tls);
@@ -199,13 +222,15 @@ async fn main() {
             while let Some(done) = workers.join_next().await {
                 done.expect("a worker");
             }
-            let (da, db) = (cpu(pa) - ca, cpu(pb) - cb);
+            let (da, db, dr) = (cpu(pa) - ca, cpu(pb) - cb, pr.map_or(0.0, cpu) - cr);
             let per = |d: f64| d / conns as f64 * 1e6;
             if to == a {
                 fwd_cpu.push(per(da));
                 holder_cpu.push(per(db));
-            } else {
+            } else if to == b {
                 term_cpu.push(per(db));
+            } else {
+                front_cpu.push(per(dr));
             }
         }
     }
@@ -231,7 +256,7 @@ async fn main() {
     let mut term_gb = Vec::new();
     let mut relay_gb = Vec::new();
     let origin = rig.peers.origin.addr;
-    let relayed = relay(&rig.dir, origin);
+    let relayed = relay(&rig.dir, "relay", origin, None);
     let origin_tls = session_tls(&rig.dir.join("origin-ca.pem"), &[b"http/1.1"]);
     for round in 0..rounds {
         let order = if round % 2 == 0 { [a, b] } else { [b, a] };
@@ -253,7 +278,7 @@ async fn main() {
             relay_gb.push((cpu(child.id()) - before) / gb);
         }
     }
-    if let Some((mut child, _)) = relayed {
+    for (mut child, _) in relayed.into_iter().chain(front) {
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -279,6 +304,13 @@ async fn main() {
         "| CPU per GB (s) | {fg:.3} | {hg:.3} | {tg:.3} | {:.2} |",
         fg / tg
     );
+    if !front_cpu.is_empty() {
+        let rc = median(front_cpu);
+        println!(
+            "| plain TCP relay (HAProxy, mode tcp) in front of gw-b, CPU per new connection (µs) | {rc:.0} | | | forwarder / relay {:.2} |",
+            fc / rc
+        );
+    }
     if !relay_gb.is_empty() {
         let rg = median(relay_gb);
         println!(
