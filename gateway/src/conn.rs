@@ -175,17 +175,30 @@ enum Stop {
     Drain,
     /// The gateway's drain grace ran out: cut.
     Cut,
-    /// The session's authority ended.
-    Ended,
+    /// The session's authority ended: the connection is cut
+    /// `session_ended` with this cause.
+    Ended(Cause),
+}
+
+/// Why an open connection of `session` is cut as its authority ends: the
+/// lease, when it lapsed (nobody renewed it in time: the control plane
+/// was out of reach, or this member was), else the session's close (a
+/// Stop, a pause, an interruption, a Revoke All, a newer authority).
+fn cut_cause(session: &Session) -> Cause {
+    if session.lease.lapsed() {
+        Cause::LeaseExpired
+    } else {
+        Cause::SessionClosed
+    }
 }
 
 /// The first of the events that interrupt a connection: the end of its
 /// session's authority, the end of the drain's grace, and — until the
 /// connection has been `told` — the drain's start.
-async fn stopped(shutdown: Shutdown, ended: CancellationToken, told: bool) -> Stop {
+async fn stopped(shutdown: Shutdown, session: Arc<Session>, told: bool) -> Stop {
     tokio::select! {
         biased;
-        () = ended.cancelled() => Stop::Ended,
+        () = session.ended.cancelled() => Stop::Ended(cut_cause(&session)),
         () = shutdown.cut.cancelled() => Stop::Cut,
         () = shutdown.drain.cancelled(), if !told => Stop::Drain,
     }
@@ -211,7 +224,7 @@ causes! {
         /// `session_ended`: with the connection open.
         SessionClosed => "session_closed",
         /// `session_ended`: the authority's lease had lapsed (nobody renewed
-        /// it) when the connection came.
+        /// it) when the connection came, or lapsed with it open.
         LeaseExpired => "lease_expired",
         /// `session_ended`: the authority is suspended since this process
         /// was frozen, until the control plane renews it
@@ -650,8 +663,10 @@ impl<S: ClientStream> Conn<'_, S> {
         // line went to the writer before the handshake, so this rarely waits.
         journaled.wait().await;
         let mut stop = {
-            let (shutdown, ended) = (cx.shutdown.clone(), conn.session.ended.clone());
-            Stops::new(move |told| WokenOnly::new(stopped(shutdown.clone(), ended.clone(), told)))
+            let (shutdown, session) = (cx.shutdown.clone(), Arc::clone(&conn.session));
+            Stops::new(move |told| {
+                WokenOnly::new(stopped(shutdown.clone(), Arc::clone(&session), told))
+            })
         };
         // HTTP/1.1: hyper's connection state (a read buffer and a write
         // buffer of 8 KiB each, and the connection itself) is made only
@@ -836,8 +851,8 @@ where
                     Stop::Drain => {}
                     Stop::Cut => return Some(Ok(Ending::Closed)),
                     // No request yet, so none held for approval.
-                    Stop::Ended => {
-                        return Some(Err(refused(Refusal::SessionEnded, Cause::SessionClosed)));
+                    Stop::Ended(cause) => {
+                        return Some(Err(refused(Refusal::SessionEnded, cause)));
                     }
                 },
             }
@@ -949,12 +964,12 @@ where
                     }
                 }
                 Stop::Cut => return Ok(Ending::Closed),
-                Stop::Ended => {
+                Stop::Ended(cause) => {
                     if conn.holds.answers_pending() {
                         served.as_mut().graceful();
                         let _ = tokio::time::timeout(WITHDRAW_GRACE, served.as_mut()).await;
                     }
-                    return Err(refused(Refusal::SessionEnded, Cause::SessionClosed));
+                    return Err(refused(Refusal::SessionEnded, cause));
                 }
             }
         }

@@ -224,7 +224,23 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
         Vec::<String>::new()
     );
     rig.cli(&["sandbox", "stop", &id]).json();
-    rig.wait_issued(&id);
+    let cert = rig.wait_issued(&id);
+    // The kept connection was cut by the lapse, and its record says so.
+    let cut: Vec<&Value> = cert["refusals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["kind"] == "connection" && r["reason"] == "session_ended")
+        .collect();
+    assert!(
+        cut.iter()
+            .any(|r| r["cause"] == "lease_expired" && r["gateway_id"] == IDS[0]),
+        "the kept connection, cut by the lapse: {cut:?}"
+    );
+    assert!(
+        cut.iter().all(|r| r["cause"] != "session_closed"),
+        "no connection of the first attempt was cut by a close: {cut:?}"
+    );
 }
 
 /// The CLI killed in the middle of `stop`, after the end is committed and
