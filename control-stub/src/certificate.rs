@@ -103,6 +103,9 @@ pub struct Certificate {
     /// session, and what became of it.
     pub proposals: Vec<CertProposal>,
     pub reset: Vec<ResetStep>,
+    /// Every command and time-driven event that moved the session, with
+    /// who asked.
+    pub commands: Vec<crate::store::CommandRecord>,
     pub issued: bool,
     /// When the control plane signed it (spec: `certificate_signed`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -377,6 +380,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
             })
             .collect(),
         reset,
+        commands: tx.commands(id)?,
         issued: not_issued_because.is_none(),
         certificate_signed: None,
         not_issued_because,

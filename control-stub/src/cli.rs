@@ -46,6 +46,11 @@ pub struct Cli {
     /// certificate and key, for the control channel.
     #[arg(long, global = true, value_name = "DIR")]
     pub control_dir: Option<PathBuf>,
+    /// Who asks: recorded with every command that changes a session
+    /// (`sandbox status`, the certificate). Default: `TALOS_OPERATOR`, else
+    /// the login name.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub operator: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -476,7 +481,13 @@ fn sandbox(
         (Some(dir), true) => Some(crate::identity::relay_key(dir)?.public_key()),
         _ => None,
     };
-    let mut life = Lifecycle::new(&mut store, link, verifier).with_relay_key(relay);
+    let operator = cli
+        .operator
+        .clone()
+        .unwrap_or_else(crate::lifecycle::local_operator);
+    let mut life = Lifecycle::new(&mut store, link, verifier)
+        .with_relay_key(relay)
+        .with_requester(crate::store::Requester::operator(&operator));
     match cmd {
         SandboxCommand::Start {
             tenant,

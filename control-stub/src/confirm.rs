@@ -363,13 +363,15 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
                 .iter()
                 .find(|s| usize::from(s.step) == i + 1)
                 .cloned()
-                .unwrap_or_else(|| ResetStep {
-                    step: step_number(i),
-                    name: (*name).to_owned(),
-                    confirmed: true,
-                    response: stub_response(),
-                    error: None,
-                    at: at.clone(),
+                .unwrap_or_else(|| {
+                    ResetStep::new(
+                        step_number(i),
+                        (*name).to_owned(),
+                        true,
+                        stub_response(),
+                        None,
+                        at.clone(),
+                    )
                 })
         })
         .collect();
@@ -392,6 +394,8 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
     for step in &steps {
         tx.insert_reset_step(&session.id, step)?;
     }
+    // As recorded: each step with the outcomes before its latest.
+    let steps = tx.reset_steps(&session.id)?;
     let event = if steps.iter().all(|s| s.confirmed) {
         Event::ResetConfirmed
     } else {
@@ -568,14 +572,14 @@ fn gateway_step(
     errors: Vec<String>,
     at: &str,
 ) -> ResetStep {
-    ResetStep {
-        step: step_number(index),
-        name: RESET_STEPS[index].to_owned(),
-        confirmed: errors.is_empty(),
+    ResetStep::new(
+        step_number(index),
+        RESET_STEPS[index].to_owned(),
+        errors.is_empty(),
         response,
-        error: (!errors.is_empty()).then(|| errors.join("; ")),
-        at: at.to_owned(),
-    }
+        (!errors.is_empty()).then(|| errors.join("; ")),
+        at.to_owned(),
+    )
 }
 
 /// Step numbers run from 1; there are five.

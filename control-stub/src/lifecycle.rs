@@ -97,7 +97,10 @@ use crate::link::{
 use crate::machine::{self, Event, Next, Refusal, Step};
 use crate::model::{limits, AttemptEnd, CloseReason, EndReason, IdleAction, Mode, State};
 use crate::names::{self, AttachSpec};
-use crate::store::{now, Attempt, CaEvent, CloseTask, DropReport, ResetStep, Session, Store, Tx};
+use crate::store::{
+    now, Attempt, CaEvent, CloseTask, CommandRecord, DropReport, Requester, ResetStep, Session,
+    Store, Tx,
+};
 
 pub use crate::confirm::stub_response;
 
@@ -215,6 +218,9 @@ pub struct Status {
     /// null, with the last error and the next ask) or confirmed.
     pub closes: Vec<CloseTask>,
     pub reset: Vec<ResetStep>,
+    /// Every command and time-driven event that moved the session, with
+    /// who asked.
+    pub commands: Vec<CommandRecord>,
     /// Whether the certificate is issued.
     pub certificate_issued: bool,
 }
@@ -234,6 +240,9 @@ pub struct Lifecycle<'a> {
     link: &'a dyn GatewayLink,
     verifier: &'a dyn ReportVerifier,
     relay_public_key: Option<[u8; 32]>,
+    /// Who asks for the commands this lifecycle commits (time-driven
+    /// events name their cause instead).
+    requester: Requester,
 }
 
 impl std::fmt::Debug for Lifecycle<'_> {
@@ -256,7 +265,15 @@ impl<'a> Lifecycle<'a> {
             link,
             verifier,
             relay_public_key: None,
+            requester: Requester::operator(&local_operator()),
         }
+    }
+
+    /// Commit commands as asked by `requester` (by default, the operator
+    /// running this process: [`local_operator`]).
+    pub fn with_requester(mut self, requester: Requester) -> Lifecycle<'a> {
+        self.requester = requester;
+        self
     }
 
     /// Open sessions with the approval relay's public key, so the gateways
@@ -275,6 +292,7 @@ impl<'a> Lifecycle<'a> {
         let (sources, allow, attach) = names::scope(&req.sources, &req.allow, &req.attach)?;
         let (idle_timeout_seconds, idle_action) = idle_settings(req)?;
         let relay = self.relay_public_key;
+        let by = &self.requester;
         let opening = self.store.write(|tx| {
             check_start(tx, &tenant, &sources, &allow, &attach)?;
             let next = machine::next(None, req.mode, Event::Start)
@@ -297,6 +315,13 @@ impl<'a> Lifecycle<'a> {
                 last_activity_at: Some(at),
             };
             tx.insert_session(&session, &next)?;
+            tx.record_command(
+                &session.id,
+                Event::Start.as_str(),
+                by,
+                Some(1),
+                &session.created_at,
+            )?;
             open_attempt(tx, &session, 1, &next, &allow, &attach, relay)
         })?;
         self.ask_open(opening, Vec::new())
@@ -322,12 +347,15 @@ impl<'a> Lifecycle<'a> {
 
     fn reopen(&mut self, id: &str, event: Event) -> Result<Transition, Error> {
         let relay = self.relay_public_key;
+        let by = &self.requester;
         let (opening, left_out) = self.store.write(|tx| {
             let (session, next) = decide(tx, id, event)??;
             let allowed = still_allowed(tx, &session)?;
             // Numbered after every attempt, a failed start's too.
             let n = tx.attempts(id)?.last().map_or(0, |a| a.n) + 1;
-            commit(tx, &session, n, &next, &now())?;
+            let at = now();
+            commit(tx, &session, n, &next, &at)?;
+            tx.record_command(id, event.as_str(), by, Some(n), &at)?;
             let opening = open_attempt(
                 tx,
                 &session,
@@ -397,7 +425,8 @@ impl<'a> Lifecycle<'a> {
     /// due by the clock `serve` reads: committed as a command is, or `None`
     /// when the machine refuses it now (the session moved on since).
     pub fn time_event(&mut self, id: &str, event: Event) -> Result<Option<Transition>, Error> {
-        Ok(self.close(id, event)?.ok())
+        let by = Requester::time(event.as_str());
+        Ok(self.close_as(id, event, &by)?.ok())
     }
 
     /// `serve`: give up the open of attempt `n` of session `id`, found in
@@ -421,6 +450,8 @@ impl<'a> Lifecycle<'a> {
                         tx.insert_close_task(id, n, m, CloseReason::End, &at)?;
                     }
                     commit(tx, &session, n, &next, &at)?;
+                    let event = Event::OpenTimedOut.as_str();
+                    tx.record_command(id, event, &Requester::time(event), Some(n), &at)?;
                 }
                 // It ended while its open was in flight.
                 Err(Refusal::Ended) => {
@@ -443,13 +474,27 @@ impl<'a> Lifecycle<'a> {
     /// ended the session, run the reset. The inner error is the machine's
     /// refusal; the outer one, the store's or the link's failure.
     fn close(&mut self, id: &str, event: Event) -> Result<Result<Transition, Error>, Error> {
+        let by = self.requester.clone();
+        self.close_as(id, event, &by)
+    }
+
+    /// [`close`](Lifecycle::close), asked by `by`.
+    fn close_as(
+        &mut self,
+        id: &str,
+        event: Event,
+        by: &Requester,
+    ) -> Result<Result<Transition, Error>, Error> {
         let decided = self.store.write(|tx| {
             let (session, next) = match decide(tx, id, event)? {
                 Ok(decided) => decided,
                 Err(refused) => return Ok(Err(refused)),
             };
             let n = tx.attempts(id)?.last().map_or(0, |a| a.n);
-            commit(tx, &session, n, &next, &now())?;
+            let at = now();
+            commit(tx, &session, n, &next, &at)?;
+            let attempt = (n > 0).then_some(n);
+            tx.record_command(id, event.as_str(), by, attempt, &at)?;
             Ok(Ok(next))
         })?;
         let next = match decided {
@@ -1109,6 +1154,7 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
             drop_reports: tx.drop_reports(id)?,
             closes: tx.close_tasks(id)?,
             reset: tx.reset_steps(id)?,
+            commands: tx.commands(id)?,
             certificate_issued: tx.issued_certificate(id)?.is_some(),
         })
     })
@@ -1166,4 +1212,30 @@ fn pem_digest(pem: &str) -> Result<String, String> {
             other.len()
         )),
     }
+}
+
+/// The identity of the operator running this process, for the commands it
+/// commits: `TALOS_OPERATOR` when set, else the login name (`USER`,
+/// `LOGNAME`), else `uid N` from the kernel.
+pub fn local_operator() -> String {
+    let named = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    named("TALOS_OPERATOR")
+        .or_else(|| named("USER"))
+        .or_else(|| named("LOGNAME"))
+        .or_else(|| {
+            let status = std::fs::read_to_string("/proc/self/status").ok()?;
+            let uid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))?
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(format!("uid {uid}"))
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
 }

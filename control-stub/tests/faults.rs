@@ -84,8 +84,53 @@ fn stop_with_a_member_down_ends_the_session_and_its_close_is_asked_until_confirm
         assert!(!env.link.holds(&id));
         assert_eq!(state(&mut env, &id), State::Ended);
         assert!(owed(&mut env, &id).is_empty());
-        // And the certificate, once the chains are in.
-        assert_eq!(env.issue(&id)["issued"], true);
+        // Steps 4 and 5 keep every earlier outcome (one per failed ask of
+        // gw-b's close: 1 try, then 2), unconfirmed and naming gw-b, beside
+        // the confirmation that came later.
+        let status = env.life().status(&id).unwrap();
+        for step in &status.reset[3..] {
+            assert!(step.confirmed, "{step:?}");
+            assert_eq!(step.earlier.len(), 2, "{step:?}");
+            for (tries, outcome) in step.earlier.iter().enumerate() {
+                assert!(!outcome.confirmed, "{step:?}");
+                let error = outcome.error.as_deref().unwrap();
+                assert!(error.contains("gw-b"), "{step:?}");
+                assert!(error.contains(&format!("({} tries", tries + 1)), "{error}");
+                assert!(outcome.at <= step.at, "{step:?}");
+            }
+        }
+        for step in &status.reset[..3] {
+            assert!(step.earlier.is_empty(), "recorded once: {step:?}");
+        }
+        // Who asked: the start and the end, by the operator running this.
+        let who = talos_control_stub::lifecycle::local_operator();
+        let asked: Vec<(&str, &str, &str)> = status
+            .commands
+            .iter()
+            .map(|c| {
+                (
+                    c.event.as_str(),
+                    c.by.requester.as_str(),
+                    c.by.requested_by.as_str(),
+                )
+            })
+            .collect();
+        let end = if revoke { "revoke_all" } else { "stop" };
+        assert_eq!(
+            asked,
+            [
+                ("start", "operator", who.as_str()),
+                (end, "operator", who.as_str())
+            ]
+        );
+        // And the certificate, once the chains are in, shows both outcomes
+        // and who asked.
+        let cert = env.issue(&id);
+        assert_eq!(cert["issued"], true);
+        assert_eq!(cert["reset"][3]["confirmed"], true, "{cert}");
+        assert_eq!(cert["reset"][3]["earlier"][0]["confirmed"], false, "{cert}");
+        assert_eq!(cert["commands"][1]["event"], end, "{cert}");
+        assert_eq!(cert["commands"][1]["requested_by"], who.as_str(), "{cert}");
     }
 }
 
@@ -527,6 +572,23 @@ fn the_idle_timeout_pauses_or_ends_and_an_attach_counts_as_activity() {
         let r = tick(&mut env, since + Duration::from_secs(61), false);
         assert_eq!(r.events.len(), 1, "{r:?}");
         assert_eq!(state(&mut env, &id), want, "{action}");
+        // The record says the clock asked, not an operator.
+        let commands = env.life().status(&id).unwrap().commands;
+        let last = commands.last().expect("commands");
+        let cause = if action == "pause" {
+            "idle_timeout_pause"
+        } else {
+            "idle_timeout_end"
+        };
+        assert_eq!(
+            (
+                last.event.as_str(),
+                last.by.requester.as_str(),
+                last.by.requested_by.as_str()
+            ),
+            (cause, "time", cause),
+            "{commands:?}"
+        );
     }
     // The default: 900 s, end.
     let mut env = Env::new().with_policy();

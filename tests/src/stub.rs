@@ -18,6 +18,9 @@ pub struct Ran {
     pub stderr: String,
 }
 
+/// The operator identity the end-to-end CLI calls record (`TALOS_OPERATOR`).
+pub const E2E_OPERATOR: &str = "e2e-operator";
+
 impl Ran {
     /// The command's JSON output; panics with its error if it failed.
     pub fn json(&self) -> serde_json::Value {
@@ -107,7 +110,9 @@ impl Stub {
             .arg("--db")
             .arg(&self.db)
             .arg("--control-dir")
-            .arg(&self.control_dir);
+            .arg(&self.control_dir)
+            // Who asks, as the commands record it.
+            .env("TALOS_OPERATOR", E2E_OPERATOR);
         for (id, addr) in gateways {
             cmd.arg("--gateway").arg(format!("{id}={addr}"));
         }

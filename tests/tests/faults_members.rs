@@ -42,7 +42,7 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
 
     rig.members[0].kill();
 
-    let (stop, took) = rig.timed(&["sandbox", "stop", &stopped]);
+    let (stop, took) = rig.timed(&["--operator", "alice", "sandbox", "stop", &stopped]);
     let t = stop.json();
     matrix(
         "SIGKILL gw-a",
@@ -143,6 +143,47 @@ async fn sigkill_one_member_then_stop_and_revoke_all() {
             .unwrap()
             .iter()
             .all(|s| s["confirmed"] == true));
+        // Steps 4 and 5 were confirmed late: the first outcome, naming
+        // gw-a, stays beside the confirmation, in the status and on the
+        // certificate.
+        for shown in [&status, &cert] {
+            for step in &shown["reset"].as_array().unwrap()[3..] {
+                let first = &step["earlier"][0];
+                assert_eq!(first["confirmed"], false, "{step}");
+                assert!(
+                    first["error"].as_str().is_some_and(|e| e.contains("gw-a")),
+                    "{step}"
+                );
+            }
+        }
+        // Who asked, in the status and on the certificate.
+        let (end, by) = if id == &stopped {
+            ("stop", "alice")
+        } else {
+            ("revoke_all", talos_e2e::stub::E2E_OPERATOR)
+        };
+        for shown in [&status, &cert] {
+            let asked: Vec<(&str, &str, &str)> = shown["commands"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["event"].as_str().unwrap(),
+                        c["requester"].as_str().unwrap(),
+                        c["requested_by"].as_str().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                asked,
+                [
+                    ("start", "operator", talos_e2e::stub::E2E_OPERATOR),
+                    (end, "operator", by)
+                ],
+                "{shown}"
+            );
+        }
     }
     // The connection open on gw-a at the kill is on the certificate, cut
     // by the crash, once.

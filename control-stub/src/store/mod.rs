@@ -10,10 +10,11 @@
 //! of reach).
 //!
 //! The schema is versioned with `PRAGMA user_version` and created on first
-//! use (version 5; an older file is upgraded in place: version 1 gains
+//! use (version 6; an older file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
-//! version 4 the states of an open in flight — see `schema.rs`):
+//! version 4 the states of an open in flight, version 5 the audit trail:
+//! numbered reset step outcomes and the commands — see `schema.rs`):
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
@@ -24,7 +25,8 @@
 //! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with), `lock` (JSON: the Lock rules sent at this open), `relay_public_key` (hex; NULL when none was sent) |
 //! | `ca_events` | CA a gateway made for an attempt | `session_id`, `attempt`, `gateway_id`, `digest`, `cert_pem`, `made_at`, `destroyed_at`, `destroy_reason` (set only when a verified drop report names this digest) |
 //! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
-//! | `reset_steps` | reset step of an ended session | `session_id`, `step` (1–5), `name`, `confirmed`, `response` (JSON), `error`, `at` |
+//! | `reset_steps` | outcome of a reset step of an ended session (never replaced: a later outcome is a row beside it) | `session_id`, `step` (1–5), `n` (from 1, one more at each outcome recorded), `name`, `confirmed`, `response` (JSON), `error`, `at` |
+//! | `commands` | command or time-driven event that moved a session | `session_id`, `n` (from 1), `event` (the machine's), `requester` (`operator`, `approver`, `time`), `requested_by` (the operator's identity, the approver's name, or the time-driven cause), `attempt` (opened or ended, when one), `at` |
 //! | `batches` | verified batch received | `gateway_id`, `seq`, `digest`, `received_at` |
 //! | `connection_records` | connection record of a batch | `gateway_id`, `seq`, `idx` (position in the batch), `session_id` (from the record; NULL for `unknown_source`), `json` |
 //! | `batch_rejections` | batch refused by the batch consumer | `gateway_id`, `seq`, `reason`, `at` |
@@ -53,6 +55,7 @@
 //!   chain positions.
 //! - `approvals`: the approvers and the relay's proposals.
 //! - `certificates`: issued certificates, written once.
+//! - `commands`: who asked for each change of a session.
 
 mod schema;
 mod db;
@@ -64,15 +67,17 @@ mod gateways;
 mod batches;
 mod approvals;
 mod certificates;
+mod commands;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
 pub use batches::{
     BatchInfo, BatchOutcome, BatchRejection, ChainGap, ChainPosition, ConnectionRecord,
 };
 pub use certificates::IssuedCertificate;
+pub use commands::{CommandRecord, Requester, RequesterKind};
 pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
-pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep};
+pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome};
 pub use schema::{ddl_through, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};

@@ -58,7 +58,8 @@ pub struct DropReport {
     pub secrets_error: Option<String>,
 }
 
-/// One recorded reset step.
+/// One recorded reset step: its latest outcome, and every outcome
+/// recorded before it, oldest first (none when it was recorded once).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ResetStep {
     pub step: u8,
@@ -67,6 +68,47 @@ pub struct ResetStep {
     pub response: serde_json::Value,
     pub error: Option<String>,
     pub at: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<StepOutcome>,
+}
+
+/// An outcome of a reset step that a later one followed: kept as it was
+/// recorded, never replaced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepOutcome {
+    pub confirmed: bool,
+    pub response: serde_json::Value,
+    pub error: Option<String>,
+    pub at: String,
+}
+
+impl ResetStep {
+    /// A step recorded now, with no earlier outcome.
+    pub fn new(
+        step: u8,
+        name: String,
+        confirmed: bool,
+        response: serde_json::Value,
+        error: Option<String>,
+        at: String,
+    ) -> ResetStep {
+        ResetStep {
+            step,
+            name,
+            confirmed,
+            response,
+            error,
+            at,
+            earlier: Vec::new(),
+        }
+    }
+
+    /// Whether `self` says what `other` says (its time and history aside).
+    fn same_outcome(&self, other: &ResetStep) -> bool {
+        self.confirmed == other.confirmed
+            && self.error == other.error
+            && self.response == other.response
+    }
 }
 
 impl Tx<'_> {
@@ -203,13 +245,25 @@ impl Tx<'_> {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Record a reset step, replacing an earlier record of it (steps 4
-    /// and 5 are recorded again as gateways confirm their closes).
+    /// Record an outcome of a reset step. One that says what the step's
+    /// latest outcome says adds nothing; another is added beside the
+    /// earlier ones, which stay as they were (steps 4 and 5 are recorded
+    /// again as gateways confirm their closes: the first, unconfirmed
+    /// outcome is kept beside the confirmation).
     pub fn insert_reset_step(&self, session_id: &str, step: &ResetStep) -> Result<(), Error> {
+        let latest = self
+            .reset_steps(session_id)?
+            .into_iter()
+            .find(|s| s.step == step.step);
+        if latest.as_ref().is_some_and(|l| l.same_outcome(step)) {
+            return Ok(());
+        }
         self.conn.execute(
-            "INSERT OR REPLACE INTO reset_steps (session_id, step, name, confirmed, response,
-                                                 error, at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO reset_steps (session_id, step, n, name, confirmed, response, error, at)
+             VALUES (?1, ?2,
+                     (SELECT coalesce(max(n), 0) + 1 FROM reset_steps
+                      WHERE session_id = ?1 AND step = ?2),
+                     ?3, ?4, ?5, ?6, ?7)",
             params![
                 session_id,
                 step.step,
@@ -223,23 +277,42 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// The session's reset steps, in order (none before it ends).
+    /// The session's reset steps, in order (none before it ends): each
+    /// with its latest outcome and the ones before it.
     pub fn reset_steps(&self, session_id: &str) -> Result<Vec<ResetStep>, Error> {
         let mut stmt = self.conn.prepare(
             "SELECT step, name, confirmed, response, error, at
-             FROM reset_steps WHERE session_id = ?1 ORDER BY step",
+             FROM reset_steps WHERE session_id = ?1 ORDER BY step, n",
         )?;
         let rows = stmt.query_map(params![session_id], |r| {
-            Ok(ResetStep {
-                step: r.get(0)?,
-                name: r.get(1)?,
-                confirmed: r.get(2)?,
-                response: json_col(3, r.get(3)?)?,
-                error: r.get(4)?,
-                at: r.get(5)?,
-            })
+            Ok(ResetStep::new(
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                json_col(3, r.get(3)?)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        let mut steps: Vec<ResetStep> = Vec::new();
+        for row in rows {
+            let row = row?;
+            match steps.last_mut() {
+                Some(last) if last.step == row.step => {
+                    let before = std::mem::replace(last, row);
+                    let mut earlier = before.earlier;
+                    earlier.push(StepOutcome {
+                        confirmed: before.confirmed,
+                        response: before.response,
+                        error: before.error,
+                        at: before.at,
+                    });
+                    last.earlier = earlier;
+                }
+                _ => steps.push(row),
+            }
+        }
+        Ok(steps)
     }
 }
 

@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -291,12 +291,46 @@ DROP TABLE sessions;
 ALTER TABLE sessions_v5 RENAME TO sessions;
 "#;
 
+/// Version 6: an audit trail that keeps every step. A reset step's
+/// outcomes are numbered (`n`) and never replaced: a step recorded again
+/// with another outcome adds a row beside the first. Every command and
+/// time-driven event that moved a session is recorded with who asked.
+const SCHEMA_V6: &str = r#"
+CREATE TABLE reset_steps_v6 (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    step INTEGER NOT NULL CHECK (step BETWEEN 1 AND 5),
+    n INTEGER NOT NULL CHECK (n >= 1),
+    name TEXT NOT NULL,
+    confirmed INTEGER NOT NULL CHECK (confirmed IN (0, 1)),
+    response TEXT NOT NULL,
+    error TEXT,
+    at TEXT NOT NULL,
+    PRIMARY KEY (session_id, step, n)
+);
+INSERT INTO reset_steps_v6 SELECT session_id, step, 1, name, confirmed, response, error, at
+    FROM reset_steps;
+DROP TABLE reset_steps;
+ALTER TABLE reset_steps_v6 RENAME TO reset_steps;
+CREATE TABLE commands (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    n INTEGER NOT NULL CHECK (n >= 1),
+    event TEXT NOT NULL,
+    requester TEXT NOT NULL CHECK (requester IN ('operator', 'approver', 'time')),
+    requested_by TEXT NOT NULL,
+    attempt INTEGER,
+    at TEXT NOT NULL,
+    PRIMARY KEY (session_id, n)
+);
+"#;
+
 /// The tables of every version up to `version` (1 to [`SCHEMA_VERSION`]),
 /// as one script: what a store of that version was made with. For tests of
 /// the upgrade.
 #[doc(hidden)]
 pub fn ddl_through(version: i64) -> String {
-    let all = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+    let all = [
+        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+    ];
     all[..usize::try_from(version).unwrap_or(0).min(all.len())].concat()
 }
 
@@ -304,7 +338,8 @@ pub fn ddl_through(version: i64) -> String {
 /// transaction; refuse a file from a newer version.
 ///
 /// Foreign keys are off while it runs (the version 4 and 5 upgrades
-/// rebuild the sessions table other tables refer to) and on again after.
+/// rebuild the sessions table other tables refer to, version 6 the reset
+/// steps) and on again after.
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     let result = migrate_tx(conn, path);
@@ -316,8 +351,10 @@ fn migrate_tx(conn: &mut Connection, path: &Path) -> Result<(), Error> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
     match version {
-        0..=4 => {
-            let upgrades = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+        0..=5 => {
+            let upgrades = [
+                SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+            ];
             for sql in &upgrades[usize::try_from(version).unwrap_or(0)..] {
                 tx.execute_batch(sql)?;
             }
