@@ -300,6 +300,18 @@ pub enum GatewayCommand {
         #[arg(long, value_name = "HEX")]
         public_key: String,
     },
+    /// Add a member of the pair with the address of its control listener
+    /// (or move it there): every later CLI call and every `serve` reaches
+    /// it there (`--gateway ID=ADDR` on a call still overrides).
+    Add {
+        id: String,
+        #[arg(long, value_name = "HOST:PORT")]
+        control: String,
+    },
+    /// Remove a member (refused while a live session needs it).
+    Remove { id: String },
+    /// The members and the registered gateways: each with its control
+    /// address, key, last contact and chain position.
     List,
 }
 
@@ -614,20 +626,38 @@ fn gateway(store: &mut Store, cmd: &GatewayCommand) -> Result<String, Error> {
             store.register_gateway(id, public_key)?;
             json(&serde_json::json!({"registered": id}))
         }
+        GatewayCommand::Add { id, control } => json(&store.add_member(id, control)?),
+        GatewayCommand::Remove { id } => {
+            store.remove_member(id)?;
+            json(&serde_json::json!({"removed": id}))
+        }
         GatewayCommand::List => {
+            let members = store.members()?;
             // Each key also as PEM, the form openssl verifies with.
             let mut list = serde_json::to_value(store.gateways()?)?;
-            if let Some(items) = list.as_array_mut() {
-                for g in items {
-                    let key = g["public_key_hex"]
-                        .as_str()
-                        .and_then(crate::store::ed25519_key);
-                    if let Some(key) = key {
-                        g["public_key_pem"] = ed25519_pem(&key).into();
-                    }
+            let mut items = list.as_array_mut().map(std::mem::take).unwrap_or_default();
+            for g in &mut items {
+                let key = g["public_key_hex"]
+                    .as_str()
+                    .and_then(crate::store::ed25519_key);
+                if let Some(key) = key {
+                    g["public_key_pem"] = ed25519_pem(&key).into();
+                }
+                let member = members.iter().find(|m| g["id"] == m.id.as_str());
+                g["control"] = member.map(|m| m.control.clone()).into();
+            }
+            // Members not registered yet (never reached): their address.
+            for m in &members {
+                if !items.iter().any(|g| g["id"] == m.id.as_str()) {
+                    items.push(serde_json::json!({
+                        "id": m.id,
+                        "control": m.control,
+                        "added_at": m.added_at,
+                        "public_key_hex": null,
+                    }));
                 }
             }
-            json(&list)
+            json(&items)
         }
     }
 }
@@ -747,6 +777,42 @@ fn register_gateways(
     Ok(())
 }
 
+/// The members a call reaches, as `GrpcLink` takes them: every stored
+/// member (`gateway add`) as `ID=ADDR`, each replaced by a `--gateway`
+/// that names the same id, then every other `--gateway` as given.
+pub fn merge_targets(stored: &[crate::store::Member], overrides: &[String]) -> Vec<String> {
+    let ids = override_ids(overrides);
+    let mut targets: Vec<String> = stored
+        .iter()
+        .filter(|m| !ids.contains(&m.id))
+        .map(|m| format!("{}={}", m.id, m.control))
+        .collect();
+    targets.extend(overrides.iter().cloned());
+    targets
+}
+
+/// The ids `--gateway ID=ADDR` names.
+fn override_ids(overrides: &[String]) -> Vec<String> {
+    overrides
+        .iter()
+        .filter_map(|g| g.split_once('=').map(|(id, _)| id.to_owned()))
+        .collect()
+}
+
+/// The members `cli` reaches: [`merge_targets`] of the store's members
+/// (when the store exists: a command that needs no store, as `init`,
+/// makes none) and `--gateway`.
+pub fn gateway_targets(cli: &Cli) -> Result<Vec<String>, Error> {
+    let needs_no_store = matches!(cli.command, Command::Init { .. } | Command::PlaneKey);
+    if needs_no_store || !cli.db.exists() {
+        return Ok(cli.gateways.clone());
+    }
+    Ok(merge_targets(
+        &Store::open(&cli.db)?.members()?,
+        &cli.gateways,
+    ))
+}
+
 /// What `serve` listens on and how often its loop runs.
 #[derive(Debug, Clone)]
 struct ServeSettings {
@@ -769,7 +835,29 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     }
     let identity = crate::identity::Identity::load(dir, "stub")?;
     let tls = identity.server_config()?;
-    let store = std::sync::Arc::new(std::sync::Mutex::new(Store::open(&cli.db)?));
+    let opened = Store::open(&cli.db)?;
+    let targets = merge_targets(&opened.members()?, &cli.gateways);
+    // A live session on a member this process could not reach would lose
+    // its renewals and its closes: refuse to start, naming the member.
+    let unaddressed = opened.unaddressed(&override_ids(&cli.gateways))?;
+    if !unaddressed.is_empty() {
+        let named: Vec<String> = unaddressed
+            .iter()
+            .map(|u| {
+                format!(
+                    "{} ({} live sessions: {})",
+                    u.gateway_id,
+                    u.session_count,
+                    u.sessions.join(", ")
+                )
+            })
+            .collect();
+        return Err(Error::GatewayUnaddressed(format!(
+            "live sessions are held on members with no control address: {}; give each one: control-stub gateway add ID --control HOST:PORT",
+            named.join("; ")
+        )));
+    }
+    let store = std::sync::Arc::new(std::sync::Mutex::new(opened));
     // Checked now so a bad key file stops the start, not the first
     // certificate.
     crate::identity::plane_key(dir)?;
@@ -782,7 +870,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
             store.clone(),
             std::sync::Arc::new(crate::identity::relay_key(dir)?),
             std::sync::Arc::new(
-                crate::grpc_link::GrpcLink::new(&cli.gateways, cli.control_dir.clone())
+                crate::grpc_link::GrpcLink::new(&targets, cli.control_dir.clone())
                     .map_err(Error::Link)?,
             ),
         )),
@@ -816,7 +904,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     // client, on a thread of its own (the link blocks on its own runtime).
     // Dropped when serving ends: the loop sees the channel close.
     let stopped = std::sync::Arc::new(Stop::default());
-    let upkeep = start_upkeep(cli, dir, settings, &stopped)?;
+    let upkeep = start_upkeep(cli, &targets, dir, settings, &stopped)?;
     let result = runtime.block_on(async {
         let (listener, addr) = bind(settings.listen).await?;
         let approvals = match settings.approvals {
@@ -845,7 +933,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         let grpc = crate::serve::serve(
             listener,
             tls,
-            crate::serve::Consumer::shared(store.clone()),
+            crate::serve::Consumer::shared(store.clone()).registering(dir.to_owned()),
             shutdown.clone().wait(),
         );
         match (approvals, api.clone(), api_tls) {
@@ -899,6 +987,9 @@ fn install_metrics(
             .collect();
         let registered = store.locked().gateways()?;
         members.extend(registered.into_iter().map(|g| g.id));
+        members.extend(store.locked().members()?.into_iter().map(|m| m.id));
+        members.sort();
+        members.dedup();
         crate::series::preregister(members.iter().map(String::as_str));
     }
     Ok(metrics)
@@ -910,6 +1001,7 @@ fn install_metrics(
 /// member for its leases. Each runs until `stopped`.
 fn start_upkeep(
     cli: &Cli,
+    targets: &[String],
     dir: &std::path::Path,
     settings: &ServeSettings,
     stopped: &std::sync::Arc<Stop>,
@@ -918,8 +1010,8 @@ fn start_upkeep(
     // One loop for closes, time-driven events and certificates; one per
     // member for its leases.
     let mut loops: Vec<(String, Vec<String>, bool)> =
-        vec![("upkeep".into(), cli.gateways.clone(), false)];
-    for (i, g) in cli.gateways.iter().enumerate() {
+        vec![("upkeep".into(), targets.to_vec(), false)];
+    for (i, g) in targets.iter().enumerate() {
         loops.push((format!("renew-{i}"), vec![g.clone()], true));
     }
     for (name, gateways, renewer) in loops {
@@ -981,6 +1073,9 @@ fn upkeep_loop(
     } else {
         settings.tick
     };
+    // The members this process reaches, by id.
+    let reached = override_ids(gateways);
+    let mut unaddressed_before: Vec<String> = Vec::new();
     loop {
         let started = std::time::Instant::now();
         let mut upkeep = crate::upkeep::Upkeep {
@@ -1006,6 +1101,28 @@ fn upkeep_loop(
                 }
             }
             Err(e) => fail(if renewer { "renew" } else { "tick" }, &e),
+        }
+        if !renewer {
+            // A live session on a member nobody here can reach (added to
+            // a session after this process started, or removed from the
+            // list by hand): its leases lapse and its closes wait.
+            match store.unaddressed(&reached) {
+                Ok(unaddressed) => {
+                    metrics::gauge!("stub_members_unaddressed").set(unaddressed.len() as f64);
+                    let ids: Vec<String> =
+                        unaddressed.iter().map(|u| u.gateway_id.clone()).collect();
+                    if ids != unaddressed_before {
+                        for u in &unaddressed {
+                            eprintln!(
+                                "{}",
+                                serde_json::json!({"member_unaddressed": u.gateway_id, "live_sessions": u.session_count, "sessions": u.sessions, "action": "its leases are not renewed and its closes not asked: control-stub gateway add ID --control HOST:PORT, then restart serve"})
+                            );
+                        }
+                        unaddressed_before = ids;
+                    }
+                }
+                Err(e) => fail("members", &e),
+            }
         }
         // Wait out the rest of the period, or until serving ends.
         if stopped.wait(every.saturating_sub(started.elapsed())) {

@@ -28,6 +28,9 @@
 //! | `gateway_refused` | a gateway answered with a refusal |
 //! | `gateway_reply_invalid` | a gateway's answer does not hold together (a CA digest that is not the certificate's, a gateway answering twice, no gateway at all) |
 //! | `gateway_key_conflict` | a gateway id is already registered with another public key |
+//! | `gateway_not_found` | `gateway remove` of an id that is no member |
+//! | `gateway_in_use` | `gateway remove` of a member a live session needs (it holds an authority of a session not over, or is owed a close) |
+//! | `gateway_unaddressed` | `serve` found live sessions on a member that has no control address (`gateway add ID --control ADDR`, or `--gateway ID=ADDR`); it does not start |
 //! | `batch_conflict` | a batch sequence number already recorded with another digest |
 //! | `certificate_not_issued` | the session certificate cannot be issued: the session has not ended, or a reset step is not confirmed |
 //! | `lock_rule_invalid` | a `policy lock add` rule is malformed: a destination that is neither a name nor `*`, a method that is not an HTTP token, a path prefix not starting with `/`, no approver, a bad approver name |
@@ -91,6 +94,16 @@ pub enum Error {
     GatewayReplyInvalid { gateway_id: String, reason: String },
     #[error("gateway {gateway_id} is already registered with another public key")]
     GatewayKeyConflict { gateway_id: String },
+    #[error("no member {gateway_id}")]
+    GatewayNotFound { gateway_id: String },
+    #[error("member {gateway_id} is needed by {sessions} live sessions (first: {first}): end them or let its closes be confirmed first")]
+    GatewayInUse {
+        gateway_id: String,
+        sessions: u64,
+        first: String,
+    },
+    #[error("{0}")]
+    GatewayUnaddressed(String),
     #[error("gateway {gateway_id} batch {seq} was already recorded with digest {recorded}")]
     BatchConflict {
         gateway_id: String,
@@ -149,6 +162,9 @@ impl Error {
             Error::Link(e) => e.code(),
             Error::GatewayReplyInvalid { .. } => "gateway_reply_invalid",
             Error::GatewayKeyConflict { .. } => "gateway_key_conflict",
+            Error::GatewayNotFound { .. } => "gateway_not_found",
+            Error::GatewayInUse { .. } => "gateway_in_use",
+            Error::GatewayUnaddressed(_) => "gateway_unaddressed",
             Error::BatchConflict { .. } => "batch_conflict",
             Error::CertificateNotIssued { .. } => "certificate_not_issued",
             Error::LockRuleInvalid { .. } => "lock_rule_invalid",

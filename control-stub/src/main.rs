@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use talos_control_stub::cli::{report, run, Cli, EXIT_FAILURE};
+use talos_control_stub::cli::{gateway_targets, report, run, Cli, EXIT_FAILURE};
 use talos_control_stub::grpc_link::GrpcLink;
 use talos_control_stub::SignatureVerifier;
 
@@ -14,7 +14,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The link reads the control channel identity and connects only when a
     // command first needs the gateways.
-    let link = match GrpcLink::new(&cli.gateways, cli.control_dir.clone()) {
+    // The members: the store's (`gateway add`), and `--gateway`.
+    let targets = match gateway_targets(&cli) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {}: {e}", e.code());
+            return ExitCode::from(u8::try_from(EXIT_FAILURE).unwrap_or(2));
+        }
+    };
+    let link = match GrpcLink::new(&targets, cli.control_dir.clone()) {
         Ok(link) => link,
         Err(e) => {
             eprintln!("error: {}: {e}", e.code());

@@ -66,6 +66,9 @@ pub use talos_contract::role::CERTIFICATE_MISMATCH;
 #[derive(Debug, Clone)]
 pub struct Consumer {
     store: Arc<Mutex<Store>>,
+    /// The control channel identity, to fetch the key of a member that was
+    /// added (`gateway add`) but never reached, when its first batch comes.
+    control_dir: Option<std::path::PathBuf>,
 }
 
 impl Consumer {
@@ -75,8 +78,83 @@ impl Consumer {
 
     /// A consumer on a store shared with the approvals API.
     pub fn shared(store: Arc<Mutex<Store>>) -> Consumer {
-        Consumer { store }
+        Consumer {
+            store,
+            control_dir: None,
+        }
     }
+
+    /// Register a stored member's key at its first batch, by asking it
+    /// (`Describe` over the control channel, with the identity in `dir`).
+    pub fn registering(mut self, dir: std::path::PathBuf) -> Consumer {
+        self.control_dir = Some(dir);
+        self
+    }
+}
+
+/// Why a batch waits: the member is in the store (`gateway add`) with no
+/// key yet, and could not be asked for it. The gateway keeps the batch and
+/// sends it again (gRPC `UNAVAILABLE`), so a member's first start, with
+/// its start report, is never refused `unknown_gateway`.
+struct NotRegisteredYet(String);
+
+/// If `gateway_id` is a stored member whose key is not registered, ask it
+/// for its key over the control channel and register it. `Ok` when there
+/// was nothing to do or it is registered now.
+fn register_member(
+    store: &Mutex<Store>,
+    control_dir: Option<&std::path::Path>,
+    gateway_id: &str,
+) -> Result<(), NotRegisteredYet> {
+    let member = store.locked().read(|tx| {
+        Ok(match tx.gateway_key(gateway_id)? {
+            Some(_) => None,
+            None => tx.member(gateway_id)?,
+        })
+    });
+    let member = match member {
+        Ok(Some(m)) => m,
+        // Registered, or no member of that id (refused unknown_gateway as
+        // before), or the store failed (the accept below says so).
+        _ => return Ok(()),
+    };
+    let Some(dir) = control_dir else {
+        return Ok(());
+    };
+    let wait = |why: String| {
+        Err(NotRegisteredYet(format!(
+            "member {gateway_id} is added but its key is not registered yet: {why}; send the batch again"
+        )))
+    };
+    let target = format!("{}={}", member.id, member.control);
+    let link = match crate::grpc_link::GrpcLink::new(&[target], Some(dir.to_owned())) {
+        Ok(l) => l,
+        Err(e) => return wait(e.to_string()),
+    };
+    let reply = crate::link::GatewayLink::describe(&link).into_iter().next();
+    let described = match reply.map(|r| r.result) {
+        Some(Ok(d)) => d,
+        Some(Err(e)) => return wait(format!("its Describe failed: {e}")),
+        None => return wait("no Describe answer".into()),
+    };
+    if described.gateway_id != gateway_id || described.public_key_hex.is_empty() {
+        return wait(format!(
+            "its Describe answered as {:?} with no usable key",
+            described.gateway_id
+        ));
+    }
+    let mut store = store.locked();
+    if let Err(e) = store.register_gateway(gateway_id, &described.public_key_hex) {
+        return wait(e.to_string());
+    }
+    let at = crate::store::now();
+    let _ =
+        store.write(|tx| tx.gateway_seen(gateway_id, &described.instance, described.lease_ms, &at));
+    eprintln!(
+        "{}",
+        serde_json::json!({"registered": gateway_id, "via": "first batch", "control": member.control})
+    );
+    Ok(())
 }
 
 /// The certificates the client presented, put in each request's
@@ -129,25 +207,32 @@ impl ControlPlane for Consumer {
         let peer = request.extensions().get::<PeerCerts>().cloned();
         let signed = signed_from(request.into_inner()).map_err(Status::invalid_argument)?;
         let store = self.store.clone();
+        let control_dir = self.control_dir.clone();
         let verdict = tokio::task::spawn_blocking(move || {
-            let mut store = store.locked();
             let (claimed, seq) = talos_certs::claimed_header(&signed.payload);
-            // A payload that names no gateway is refused `malformed` below.
-            if !claimed.is_empty() && !certificate_names(peer.as_ref(), &claimed) {
-                let sessions = crate::batches::claimed_sessions(&signed.payload);
-                store.record_rejection(&claimed, seq, CERTIFICATE_MISMATCH, &sessions)?;
-                return Ok(BatchVerdict::Rejected {
-                    gateway_id: claimed,
-                    seq,
-                    reason: CERTIFICATE_MISMATCH,
-                    detail: "the client certificate does not name the gateway the batch claims"
-                        .into(),
-                });
+            let named = !claimed.is_empty() && certificate_names(peer.as_ref(), &claimed);
+            if named {
+                register_member(&store, control_dir.as_deref(), &claimed)?;
             }
-            batches::accept(&mut store, &signed)
+            let mut store = store.locked();
+            // A payload that names no gateway is refused `malformed` below.
+            if !claimed.is_empty() && !named {
+                let sessions = crate::batches::claimed_sessions(&signed.payload);
+                return Ok(store
+                    .record_rejection(&claimed, seq, CERTIFICATE_MISMATCH, &sessions)
+                    .map(|()| BatchVerdict::Rejected {
+                        gateway_id: claimed,
+                        seq,
+                        reason: CERTIFICATE_MISMATCH,
+                        detail: "the client certificate does not name the gateway the batch claims"
+                            .into(),
+                    }));
+            }
+            Ok(batches::accept(&mut store, &signed))
         })
         .await
         .map_err(|e| Status::internal(format!("batch consumer task: {e}")))?
+        .map_err(|NotRegisteredYet(why)| Status::unavailable(why))?
         .map_err(|e| {
             log_store_error(&e);
             Status::internal(format!("{}: {e}", e.code()))

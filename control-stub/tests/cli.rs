@@ -507,3 +507,174 @@ fn the_store_is_versioned_and_in_wal_mode() {
     assert_eq!(err.code(), "store_failed");
     assert!(err.to_string().contains("schema version 99"));
 }
+
+/// `gateway add`, `list` and `remove`: one list of members with their
+/// control addresses; a bad address or id changes nothing; a member a
+/// live session needs cannot be removed until the session no longer does.
+#[test]
+fn members_are_added_listed_and_removed() {
+    let mut env = Env::new().with_policy();
+    let db = env.db();
+    let id = env.start(Mode::Commands).session_id;
+    let out = bin(
+        &db,
+        &["gateway", "add", "gw-a", "--control", "127.0.0.1:9443"],
+        b"",
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    let added: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(added["control"], "127.0.0.1:9443", "{added}");
+    // Moved: the same member, another address.
+    let out = bin(
+        &db,
+        &[
+            "gateway",
+            "add",
+            "gw-a",
+            "--control",
+            "gw-a.example.net:8443",
+        ],
+        b"",
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    let out = bin(
+        &db,
+        &["gateway", "add", "gw-b", "--control", "[::1]:8443"],
+        b"",
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    for bad in [
+        "gw-a.example.net",
+        "127.0.0.1:0",
+        "gw a:1",
+        "x-.example:1",
+        ":443",
+        "h:99999",
+    ] {
+        refused(
+            &db,
+            &["gateway", "add", "gw-c", "--control", bad],
+            "name_invalid",
+        );
+    }
+    refused(
+        &db,
+        &["gateway", "add", "", "--control", "127.0.0.1:1"],
+        "name_invalid",
+    );
+    let out = bin(&db, &["gateway", "list"], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let shown: Vec<(&str, &str)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["id"].as_str().unwrap(),
+                g["control"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [("gw-a", "gw-a.example.net:8443"), ("gw-b", "[::1]:8443")],
+        "{list}"
+    );
+    // Both hold the session's authority: neither can go.
+    refused(&db, &["gateway", "remove", "gw-a"], "gateway_in_use");
+    refused(&db, &["gateway", "remove", "gw-c"], "gateway_not_found");
+    // Stopped, both closes confirmed: nothing needs them any more.
+    let t = env.life().stop(&id).unwrap();
+    assert_eq!(t.state, State::Ended, "{t:?}");
+    let out = bin(&db, &["gateway", "remove", "gw-a"], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let out = bin(&db, &["gateway", "list"], b"");
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let gw_a = list.as_array().unwrap().iter().find(|g| g["id"] == "gw-a");
+    assert!(
+        gw_a.is_none_or(|g| g["control"].is_null()),
+        "gw-a has no address any more: {list}"
+    );
+}
+
+/// `serve` with a live session on a member it has no control address for
+/// refuses to start, naming the member and the session; with the address
+/// stored, the same check passes.
+#[test]
+fn serve_refuses_to_start_with_live_sessions_on_unaddressed_members() {
+    let mut env = Env::new().with_policy();
+    let db = env.db();
+    let id = env.start(Mode::Agent).session_id;
+    let control = env.dir.path().join("control");
+    let out = bin(
+        &db,
+        &[
+            "init",
+            "--dir",
+            control.to_str().unwrap(),
+            "--gateway",
+            "gw-a",
+            "--gateway",
+            "gw-b",
+        ],
+        b"",
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    // gw-a is given on the command line, gw-b nowhere.
+    let args = |control: &std::path::Path| -> Vec<String> {
+        [
+            "--db",
+            db.to_str().unwrap(),
+            "--control-dir",
+            control.to_str().unwrap(),
+            "--gateway",
+            "gw-a=127.0.0.1:1",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let out = std::process::Command::new("timeout")
+        .args(["-k", "5", "60"])
+        .arg(env!("CARGO_BIN_EXE_control-stub"))
+        .args(args(&control))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: gateway_unaddressed: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("gw-b (1 live sessions: "), "{stderr}");
+    assert!(stderr.contains(&id), "{stderr}");
+    assert!(!stderr.contains("gw-a ("), "gw-a has an address: {stderr}");
+    // With gw-b's address stored, it starts: its ready line comes, and it
+    // is stopped by its PID.
+    let out = bin(
+        &db,
+        &["gateway", "add", "gw-b", "--control", "127.0.0.1:2"],
+        b"",
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_control-stub"))
+        .args(args(&control))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let read = std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    read.unwrap();
+    assert!(line.contains("\"listening\""), "{line:?}");
+}

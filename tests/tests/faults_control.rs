@@ -351,3 +351,94 @@ async fn a_close_owed_survives_a_restart_of_serve() {
     assert!(report.iter().any(|r| r["reason"] == "end"), "{status}");
     rig.wait_issued(&id);
 }
+
+/// As an operator deploys: both members stored with their control
+/// addresses (`gateway add`) before anything runs, `serve` started from
+/// the store alone (no `--gateway`), then the members. Each member's first
+/// batch, with its start report, is its first contact: `serve` fetches
+/// and registers its key then, and refuses nothing (no `unknown_gateway`
+/// on either side). CLI calls reach the members by the store alone;
+/// `serve` renews their leases; a stop through the store's list ends the
+/// session on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_stored_before_their_first_start_are_registered_by_their_first_batch() {
+    let rig: talos_e2e::rig::Pair = talos_e2e::rig::Pair::builder()
+        .lease(Duration::from_secs(10))
+        .stored()
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await;
+    // Each member registered by its first batch, its start report taken.
+    let listed = wait::until("both members registered by their first batches", || {
+        let list = rig.stub.run(&[], &["gateway", "list"], b"").json();
+        wait::check(list, |l| {
+            IDS.iter().all(|g| {
+                l.as_array().into_iter().flatten().any(|m| {
+                    m["id"] == *g
+                        && m["public_key_hex"].is_string()
+                        && m["chain_last_seq"].as_u64() > Some(0)
+                })
+            })
+        })
+    });
+    for g in IDS {
+        let m = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == g)
+            .unwrap();
+        let at = rig.controls[IDS.iter().position(|i| *i == g).unwrap()];
+        assert_eq!(m["control"], at.to_string(), "{listed}");
+    }
+    let log = rig.stub.serve_log();
+    assert!(
+        !log.contains("batch_rejected"),
+        "serve refused a batch: {log}"
+    );
+    assert!(log.contains("\"via\":\"first batch\""), "{log}");
+    for g in &rig.members {
+        let rejected: f64 = ["unknown_gateway", "bad_signature", "gap", "malformed"]
+            .iter()
+            .filter_map(|r| g.metric(&format!("gateway_batches_rejected_total{{reason=\"{r}\"}}")))
+            .sum();
+        assert_eq!(rejected, 0.0, "a member's batch was refused");
+    }
+    // A session started, reached and stopped with no --gateway anywhere.
+    let spec = session(SOURCE).mode("commands");
+    let args = spec.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t = rig.stub.run(&[], &args, b"").json();
+    assert_eq!(t["state"], "running", "{t}");
+    assert_eq!(
+        t["ca"].as_array().map(Vec::len),
+        Some(2),
+        "opened on both: {t}"
+    );
+    let id = t["session_id"].as_str().unwrap().to_owned();
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    for g in &rig.members {
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/stored"), 200);
+    }
+    // serve renews the leases it read from the store: each member's least
+    // lease left goes up again (it only falls between renewals).
+    for g in &rig.members {
+        let mut last: Option<f64> = None;
+        wait::until("a renewal of the member's lease", || {
+            let now = g.metric("gateway_lease_seconds_left_min");
+            let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
+            last = now.or(last);
+            if renewed {
+                Ok(())
+            } else {
+                Err(now)
+            }
+        });
+    }
+    let t = rig.stub.run(&[], &["sandbox", "stop", &id], b"").json();
+    assert_eq!(t["state"], "ended", "both confirmed at once: {t}");
+    for g in &rig.members {
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/after-stop"), 0);
+    }
+}

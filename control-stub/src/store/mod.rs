@@ -14,7 +14,8 @@
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
 //! version 4 the states of an open in flight, version 5 the audit trail:
-//! numbered reset step outcomes and the commands — see `schema.rs`):
+//! numbered reset step outcomes and the commands, and the members — see
+//! `schema.rs`):
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
@@ -26,6 +27,7 @@
 //! | `ca_events` | CA a gateway made for an attempt | `session_id`, `attempt`, `gateway_id`, `digest`, `cert_pem`, `made_at`, `destroyed_at`, `destroy_reason` (set only when a verified drop report names this digest) |
 //! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
 //! | `reset_steps` | outcome of a reset step of an ended session (never replaced: a later outcome is a row beside it) | `session_id`, `step` (1–5), `n` (from 1, one more at each outcome recorded), `name`, `confirmed`, `response` (JSON), `error`, `at` |
+//! | `members` | member of the pair (`gateway add`) | `id`, `control` (`HOST:PORT` of its control listener), `added_at` |
 //! | `commands` | command or time-driven event that moved a session | `session_id`, `n` (from 1), `event` (the machine's), `requester` (`operator`, `approver`, `time`), `requested_by` (the operator's identity, the approver's name, or the time-driven cause), `attempt` (opened or ended, when one), `at` |
 //! | `batches` | verified batch received | `gateway_id`, `seq`, `digest`, `received_at` |
 //! | `connection_records` | connection record of a batch | `gateway_id`, `seq`, `idx` (position in the batch), `session_id` (from the record; NULL for `unknown_source`), `json` |
@@ -56,6 +58,7 @@
 //! - `approvals`: the approvers and the relay's proposals.
 //! - `certificates`: issued certificates, written once.
 //! - `commands`: who asked for each change of a session.
+//! - `members`: the members of the pair and their control addresses.
 
 mod schema;
 mod db;
@@ -68,6 +71,7 @@ mod batches;
 mod approvals;
 mod certificates;
 mod commands;
+mod members;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
 pub use batches::{
@@ -77,6 +81,7 @@ pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
 pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
+pub use members::{Member, Unaddressed};
 pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome};
 pub use schema::{ddl_through, SCHEMA_VERSION};
 pub use secrets::SecretInfo;

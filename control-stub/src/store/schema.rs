@@ -294,7 +294,8 @@ ALTER TABLE sessions_v5 RENAME TO sessions;
 /// Version 6: an audit trail that keeps every step. A reset step's
 /// outcomes are numbered (`n`) and never replaced: a step recorded again
 /// with another outcome adds a row beside the first. Every command and
-/// time-driven event that moved a session is recorded with who asked.
+/// time-driven event that moved a session is recorded with who asked. The
+/// members of the pair are stored with their control addresses.
 const SCHEMA_V6: &str = r#"
 CREATE TABLE reset_steps_v6 (
     session_id TEXT NOT NULL REFERENCES sessions (id),
@@ -320,6 +321,11 @@ CREATE TABLE commands (
     attempt INTEGER,
     at TEXT NOT NULL,
     PRIMARY KEY (session_id, n)
+);
+CREATE TABLE members (
+    id TEXT PRIMARY KEY NOT NULL,
+    control TEXT NOT NULL,
+    added_at TEXT NOT NULL
 );
 "#;
 

@@ -59,6 +59,8 @@ pub struct PairBuilder {
     limits: String,
     renewing: bool,
     linked: bool,
+    /// The members stored (`gateway add`) before anything starts.
+    stored: bool,
     /// Gateway identities `init` issues beside the members' (no member
     /// runs with them: another pair's, say).
     identities: Vec<String>,
@@ -102,6 +104,7 @@ impl Pair {
             limits: "shutdown_grace_ms = 3000".into(),
             renewing: false,
             linked: false,
+            stored: false,
             identities: Vec::new(),
             egress: Vec::new(),
             secrets: Vec::new(),
@@ -149,6 +152,16 @@ impl PairBuilder {
         self
     }
 
+    /// As an operator deploys: each member's control address reserved and
+    /// stored (`gateway add ID --control ADDR`) before anything starts,
+    /// then `serve` (renewing, given no `--gateway`: it reads the store),
+    /// then the members, whose first batches are their first contact.
+    pub fn stored(mut self) -> Self {
+        self.stored = true;
+        self.renewing = true;
+        self
+    }
+
     /// Gateway identities issued by `init` beside the members', for no
     /// member (a gateway of another pair under the same CA).
     pub fn identities(mut self, ids: &[&str]) -> Self {
@@ -191,9 +204,24 @@ impl PairBuilder {
             .map(String::as_str)
             .collect();
         let mut stub = Stub::init(&dir, &ids);
+        // Stored members: their addresses first, then serve reads them.
+        let mut controls = Vec::new();
+        if self.stored {
+            for id in &self.ids {
+                let addr = reserve_port();
+                stub.run(
+                    &[],
+                    &["gateway", "add", id, "--control", &addr.to_string()],
+                    b"",
+                )
+                .json();
+                controls.push(addr);
+            }
+            stub.serve_args = serve_args();
+        }
         // The members need serve's address, and serve the members': serve
         // first, for its address; then the members; then, if it is to be
-        // given them, serve again on the same address.
+        // given them on the command line, serve again on the same address.
         stub.start_serve();
         let lease = self
             .lease
@@ -203,7 +231,7 @@ impl PairBuilder {
             stub,
             peers,
             dir,
-            controls: Vec::new(),
+            controls,
             pair_links: if self.linked {
                 self.ids.iter().map(|_| reserve_port()).collect()
             } else {
@@ -225,18 +253,15 @@ impl PairBuilder {
         };
         for i in 0..pair.ids.len() {
             let g = pair.start_member(i);
-            pair.controls.push(g.control());
+            if !self.stored {
+                pair.controls.push(g.control());
+            }
             pair.members.push(g);
         }
-        if self.renewing {
+        if self.renewing && !self.stored {
             assert!(pair.stub.stop_serve(), "serve drains and exits 0");
             pair.stub.serve_gateways = pair.links();
-            pair.stub.serve_args = vec![
-                "--renew-ms".into(),
-                RENEW_MS.to_string(),
-                "--tick-ms".into(),
-                TICK_MS.to_string(),
-            ];
+            pair.stub.serve_args = serve_args();
             pair.stub.start_serve();
         }
         for name in &self.egress {
@@ -247,6 +272,16 @@ impl PairBuilder {
         }
         pair
     }
+}
+
+/// `serve`'s arguments in a renewing pair.
+fn serve_args() -> Vec<String> {
+    vec![
+        "--renew-ms".into(),
+        RENEW_MS.to_string(),
+        "--tick-ms".into(),
+        TICK_MS.to_string(),
+    ]
 }
 
 impl<G: Process, P> Pair<G, P> {
@@ -508,7 +543,7 @@ impl SessionSpec {
     }
 
     /// The CLI's arguments.
-    fn args(&self) -> Vec<String> {
+    pub fn args(&self) -> Vec<String> {
         let mut args: Vec<String> = ["sandbox", "start", "--tenant", "acme", "--source"]
             .iter()
             .map(|s| (*s).to_owned())
