@@ -346,8 +346,13 @@ impl<'a> Lifecycle<'a> {
     }
 
     fn reopen(&mut self, id: &str, event: Event) -> Result<Transition, Error> {
+        let by = self.requester.clone();
+        self.reopen_as(id, event, &by)
+    }
+
+    /// [`reopen`](Lifecycle::reopen), asked by `by`.
+    fn reopen_as(&mut self, id: &str, event: Event, by: &Requester) -> Result<Transition, Error> {
         let relay = self.relay_public_key;
-        let by = &self.requester;
         let (opening, left_out) = self.store.write(|tx| {
             let (session, next) = decide(tx, id, event)??;
             let allowed = still_allowed(tx, &session)?;
@@ -427,6 +432,43 @@ impl<'a> Lifecycle<'a> {
     pub fn time_event(&mut self, id: &str, event: Event) -> Result<Option<Transition>, Error> {
         let by = Requester::time(event.as_str());
         Ok(self.close_as(id, event, &by)?.ok())
+    }
+
+    /// `serve`: every authority of the running attempt of session `id` is
+    /// gone (each member's CA destroyed, by a lapsed lease or the end of
+    /// the process that held it, as their signed reports say), so nothing
+    /// serves it. It is interrupted, `cause` recorded as who asked; a
+    /// session in mode commands then recovers at once, as a new attempt
+    /// (its instance runs: only its authorities were lost), and stays
+    /// interrupted, to be recovered by the next tick or ended by the
+    /// 30 minutes' rule, if the members cannot open it now; a session in
+    /// mode agent ends `interruption_lost`, as an interruption ends it.
+    /// `None` when the session moved on meanwhile.
+    pub fn authority_lost(&mut self, id: &str, cause: &str) -> Result<Option<Transition>, Error> {
+        let by = Requester::time(cause);
+        let interrupted = match self.close_as(id, Event::Interrupt, &by)? {
+            Ok(t) => t,
+            Err(_) => return Ok(None),
+        };
+        if interrupted.state != State::Interrupted {
+            return Ok(Some(interrupted));
+        }
+        Ok(Some(self.recover_lost(id, cause)?.unwrap_or(interrupted)))
+    }
+
+    /// Recover session `id`, interrupted because its authorities were
+    /// lost (`cause`), as a new attempt. `None` when it is no longer
+    /// interrupted, or the members could not open it now (the open's
+    /// failure is recorded as any failed recovery's; it is not tried
+    /// again, so that members out of reach do not make an attempt a tick).
+    fn recover_lost(&mut self, id: &str, cause: &str) -> Result<Option<Transition>, Error> {
+        let by = Requester::time(cause);
+        match self.reopen_as(id, Event::Recover, &by) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.code() == "sandbox_not_interrupted" => Ok(None),
+            Err(Error::Store(e)) => Err(Error::Store(e)),
+            Err(_) => Ok(None),
+        }
     }
 
     /// `serve`: give up the open of attempt `n` of session `id`, found in

@@ -858,3 +858,77 @@ fn answers_after_the_open_was_given_up_are_recorded_and_closed() {
     assert!(attempt.ca.iter().all(|c| c.destroyed_at.is_some()));
     assert!(status.closes.iter().all(|c| c.confirmed_at.is_some()));
 }
+
+/// The control plane away past the lease: both members' authorities of a
+/// running session lapse and their reports come in their chains. The next
+/// tick sees nothing serves the session: mode commands is interrupted and
+/// recovered at once as a new attempt on both members, mode agent ends
+/// `interruption_lost`; each with the lease as who asked. One member's
+/// lapse alone (the other still holds it) changes nothing.
+#[test]
+fn a_running_session_whose_every_authority_lapsed_is_interrupted_and_recovered() {
+    for mode in [Mode::Commands, Mode::Agent] {
+        let mut env = Env::new().with_policy();
+        let id = env.start(mode).session_id;
+        let report = env.link.lapse("gw-a", &id).expect("gw-a held it");
+        env.store
+            .write(|tx| confirm::chain_drop_report(tx, &ACCEPT, &report, 1))
+            .unwrap();
+        let r = tick(&mut env, SystemTime::now(), false);
+        assert!(r.events.is_empty(), "gw-b still serves it: {r:?}");
+        assert_eq!(state(&mut env, &id), State::Running);
+        let report = env.link.lapse("gw-b", &id).expect("gw-b held it");
+        env.store
+            .write(|tx| confirm::chain_drop_report(tx, &ACCEPT, &report, 1))
+            .unwrap();
+        let r = tick(&mut env, SystemTime::now(), false);
+        assert_eq!(r.events.len(), 1, "{r:?}");
+        assert!(r.events[0].1.contains("lease_expired"), "{r:?}");
+        let status = env.life().status(&id).unwrap();
+        let asked: Vec<(&str, &str, &str)> = status
+            .commands
+            .iter()
+            .skip(1)
+            .map(|c| {
+                (
+                    c.event.as_str(),
+                    c.by.requester.as_str(),
+                    c.by.requested_by.as_str(),
+                )
+            })
+            .collect();
+        match mode {
+            Mode::Commands => {
+                assert_eq!(status.session.state, State::Running, "{status:?}");
+                assert_eq!(status.attempts.len(), 2, "{status:?}");
+                let second = &status.attempts[1];
+                assert_eq!(second.attempt.cause.as_str(), "recovery");
+                assert_eq!(second.ca.len(), 2, "opened on both: {second:?}");
+                assert!(env.link.member_holds("gw-a", &id));
+                assert!(env.link.member_holds("gw-b", &id));
+                assert_eq!(
+                    status.attempts[0].attempt.end_cause.map(|c| c.as_str()),
+                    Some("interrupted")
+                );
+                assert_eq!(
+                    asked,
+                    [
+                        ("interrupt", "time", "lease_expired"),
+                        ("recover", "time", "lease_expired")
+                    ]
+                );
+            }
+            Mode::Agent => {
+                assert_eq!(status.session.state, State::Ended, "{status:?}");
+                assert_eq!(
+                    status.session.end_reason.map(|r| r.as_str()),
+                    Some("interruption_lost")
+                );
+                assert_eq!(asked, [("interrupt", "time", "lease_expired")]);
+            }
+        }
+        // Nothing more at the next tick.
+        let r = tick(&mut env, SystemTime::now(), false);
+        assert!(r.events.is_empty(), "{r:?}");
+    }
+}

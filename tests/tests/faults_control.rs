@@ -169,9 +169,10 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
 
 /// The control plane hung (SIGSTOP of `serve`) past the lease: both
 /// members end the session's authority by themselves (fail closed, each
-/// with its `lease_expired` report); woken, `serve` takes the reports, and
-/// `sandbox trust` lists no CA; a pause and a resume open a new attempt on
-/// both.
+/// with its `lease_expired` report); woken, `serve` takes the reports,
+/// sees that nothing serves the session any more, interrupts it (the
+/// lease as the cause) and recovers it at once as a new attempt on both
+/// (mode commands): it never shows `running` with nothing serving it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() {
     let rig = pair().await;
@@ -200,24 +201,42 @@ async fn the_control_plane_hung_past_the_lease_ends_authority_on_both_members() 
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/after-lapse"), 0);
     }
     signals::send(serve, Signal::Cont);
-    let status = wait::until("both lease_expired reports at the stub", || {
+    let status = wait::until("the lapse seen and the session recovered", || {
         wait::check(rig.status(&id), |s| {
             IDS.iter().all(|g| {
                 reports_from(s, g, 1)
                     .iter()
                     .any(|r| r["reason"] == "lease_expired")
-            })
+            }) && s["attempts"].as_array().map(Vec::len) == Some(2)
+                && s["state"] == "running"
         })
     });
-    assert_eq!(status["state"], "running", "{status}");
-    let (_, listed) = rig.trust(&id, "trust-none.pem");
-    assert!(listed.is_empty(), "no live CA is handed out: {listed:?}");
-    rig.cli(&["sandbox", "pause", &id]).json();
-    let t = rig.cli(&["sandbox", "resume", &id]).json();
-    assert_eq!(t["ca"].as_array().map(Vec::len), Some(2), "{t}");
-    let (bundle, _) = rig.trust(&id, "trust-2.pem");
+    let first = &status["attempts"][0];
+    assert_eq!(first["end_cause"], "interrupted", "{status}");
+    let second = &status["attempts"][1];
+    assert_eq!(second["cause"], "recovery", "{status}");
+    assert_eq!(second["ca"].as_array().map(Vec::len), Some(2), "{status}");
+    let asked: Vec<(&str, &str)> = status["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|c| {
+            (
+                c["event"].as_str().unwrap(),
+                c["requested_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [("interrupt", "lease_expired"), ("recover", "lease_expired")],
+        "{status}"
+    );
+    let (bundle, listed) = rig.trust(&id, "trust-2.pem");
+    assert_eq!(listed.len(), 2, "the new attempt's CAs: {listed:?}");
     for g in &rig.members {
-        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/resumed"), 200);
+        assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/recovered"), 200);
     }
     assert_eq!(
         rig.peers.origin.paths_starting("/after-lapse"),
