@@ -268,6 +268,7 @@ fn preregister() {
         "gateway_freezes_total",
         "gateway_batches_sealed_total",
         "gateway_batch_ship_errors_total",
+        "gateway_plane_failovers_total",
         "gateway_batch_write_errors_total",
         "gateway_journal_write_errors_total",
     ] {
@@ -460,6 +461,7 @@ mod tests {
             "gateway_freezes_total",
             "gateway_batches_sealed_total",
             "gateway_batch_ship_errors_total",
+            "gateway_plane_failovers_total",
             "gateway_batch_write_errors_total",
             "gateway_journal_write_errors_total",
             "gateway_connections_open",

@@ -183,6 +183,21 @@ impl Stub {
         addr
     }
 
+    /// Another `serve` over the same store and control identity (a
+    /// replica), with the same arguments, logging to `<name>-serve.log`
+    /// beside this one's; not started.
+    pub fn replica(&self, name: &str) -> Stub {
+        Stub {
+            db: self.db.clone(),
+            control_dir: self.control_dir.clone(),
+            serve: None,
+            serve_addr: None,
+            serve_log: self.serve_log.with_file_name(format!("{name}-serve.log")),
+            serve_gateways: self.serve_gateways.clone(),
+            serve_args: self.serve_args.clone(),
+        }
+    }
+
     /// Kill `serve` at once (SIGKILL): an outage, not a shutdown.
     pub fn kill_serve(&mut self) {
         if let Some(mut child) = self.serve.take() {

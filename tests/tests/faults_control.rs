@@ -461,3 +461,79 @@ async fn members_stored_before_their_first_start_are_registered_by_their_first_b
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/after-stop"), 0);
     }
 }
+
+/// Two `serve` replicas over one store; both members name both
+/// (`control.plane = [first, second]`). The first SIGSTOPped (hung: it
+/// accepts connections and answers nothing): each member's batches fail
+/// over to the second within seconds (`gateway_plane_failovers_total`),
+/// and the records of connections made meanwhile reach the store; the
+/// second renews the leases; a stop through the store ends the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_fail_over_to_another_replica_when_one_hangs() {
+    let rig: talos_e2e::rig::Pair = talos_e2e::rig::Pair::builder()
+        .lease(Duration::from_secs(20))
+        .stored()
+        .replicas(1)
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await;
+    wait::until("both members registered", || {
+        let list = rig.stub.run(&[], &["gateway", "list"], b"").json();
+        wait::check(list, |l| {
+            IDS.iter().all(|g| {
+                l.as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m["id"] == *g && m["public_key_hex"].is_string())
+            })
+        })
+    });
+    let id = rig.start_session(&session(SOURCE));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    let first = rig.stub.serve_pid().expect("the first replica runs");
+    signals::send(first, Signal::Stop);
+    let hung_at = Instant::now();
+    for (i, g) in rig.members.iter().enumerate() {
+        assert_eq!(
+            curl_status(SOURCE, g.data, &bundle, API, &format!("/while-hung/{i}")),
+            200
+        );
+    }
+    // The records of those connections reach the store through the second
+    // replica while the first is still hung.
+    let status = wait::until("both members' records in the store", || {
+        let cert = rig.stub.run(&[], &["certificate", &id], b"");
+        let cert: Value = serde_json::from_str(&cert.stdout).unwrap_or(Value::Null);
+        wait::check(cert, |c| {
+            let paths: Vec<String> = c["connections"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
+                .filter_map(|q| q["path"].as_str().map(str::to_owned))
+                .collect();
+            (0..2).all(|i| paths.contains(&format!("/while-hung/{i}")))
+        })
+    });
+    matrix(
+        "serve replica 1 SIGSTOPped",
+        "(batches)",
+        "accepted by replica 2",
+        hung_at.elapsed(),
+    );
+    assert!(status["connections"].is_array());
+    for (g, name) in rig.members.iter().zip(IDS) {
+        let failovers = g.metric("gateway_plane_failovers_total").unwrap_or(0.0);
+        assert!(failovers >= 1.0, "{name} never failed over");
+        assert_eq!(g.metric("gateway_leases_lapsed_total"), Some(0.0));
+    }
+    let log = rig.members[0].log();
+    assert!(
+        log.contains("control plane replica did not answer; trying the next"),
+        "{log}"
+    );
+    let t = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(t["state"], "ended", "{t}");
+    signals::send(first, Signal::Cont);
+}

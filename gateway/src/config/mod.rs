@@ -162,11 +162,13 @@ pub struct Control {
     /// The gateway's Ed25519 key that signs batches and drop reports
     /// (PKCS#8 DER); made, mode 0600, if missing.
     pub signing_key_file: Spanned<PathBuf>,
-    /// The control plane's `ControlPlane` service, `ADDR:PORT`, where the
-    /// gateway ships its signed batches of records. Without it no batch is
-    /// made: records go only to `[records] path`.
+    /// The control plane's `ControlPlane` service, `ADDR:PORT`, or a list
+    /// of them (every replica of `control-stub serve`): where the gateway
+    /// ships its signed batches of records and sends its proposals, to the
+    /// first that answers, failing over to the next within seconds.
+    /// Without it no batch is made: records go only to `[records] path`.
     #[serde(default)]
-    pub plane: Option<Spanned<SocketAddr>>,
+    pub plane: Option<Spanned<Planes>>,
     /// The DNS name the control plane's certificate must carry. Default
     /// `control-stub` (the name `control-stub init` gives it).
     #[serde(default = "Control::default_plane_name")]
@@ -202,6 +204,53 @@ pub struct Control {
     #[serde(default = "Control::default_lease_ms")]
     pub lease_ms: Spanned<u64>,
 }
+
+/// `control.plane`: one address, or a list of them, each a replica of the
+/// control plane.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "PlanesText")]
+pub enum Planes {
+    One(SocketAddr),
+    Several(Vec<SocketAddr>),
+}
+
+/// `control.plane` as written: a string or a list of strings.
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "ADDR:PORT, or a list of them")]
+enum PlanesText {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl TryFrom<PlanesText> for Planes {
+    type Error = String;
+
+    fn try_from(text: PlanesText) -> Result<Planes, String> {
+        let parse = |a: &str| {
+            a.parse::<SocketAddr>()
+                .map_err(|_| format!("{a:?} is not ADDR:PORT (an IP address and a port)"))
+        };
+        Ok(match text {
+            PlanesText::One(a) => Planes::One(parse(&a)?),
+            PlanesText::Several(v) => {
+                Planes::Several(v.iter().map(|a| parse(a)).collect::<Result<_, _>>()?)
+            }
+        })
+    }
+}
+
+impl Planes {
+    /// Every replica, in the order given.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        match self {
+            Planes::One(a) => vec![*a],
+            Planes::Several(v) => v.clone(),
+        }
+    }
+}
+
+/// The most replicas `control.plane` names.
+pub const MAX_PLANES: usize = 16;
 
 impl Control {
     fn default_plane_name() -> Spanned<String> {
@@ -956,6 +1005,81 @@ allowlist = ["API.example.com."]
             err(&control(&key)
                 .replace(&format!("ca_file = {cert:?}"), "ca_file = \"/nonexistent\""));
         assert!(e.contains("t.toml:12: control.ca_file"), "{e}");
+    }
+
+    /// `control.plane`: one replica or a list of them; an empty list, one
+    /// named twice, or too many are refused at the line.
+    #[test]
+    fn the_control_plane_is_one_address_or_a_list_of_replicas() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = private_key_file(dir.path());
+        let cert = dir.path().join("cert.pem");
+        let ca = talos_certs::SessionCa::new(&talos_certs::CaParams::new(
+            "s1",
+            1,
+            "gw-a",
+            vec!["api.example.com".to_owned()],
+        ))
+        .unwrap();
+        std::fs::write(&cert, ca.cert_pem()).unwrap();
+        let control = |plane: &str| {
+            format!(
+                "{GOOD}[control]
+listen = \"127.0.0.1:0\"
+ca_file = {cert:?}
+cert_file = {cert:?}
+key_file = {key:?}
+signing_key_file = {:?}
+spool_dir = {:?}
+plane = {plane}
+",
+                dir.path().join("signing.key"),
+                dir.path().join("spool"),
+            )
+        };
+        let addrs = |text: &str| {
+            Config::parse(Path::new("t.toml"), &control(text))
+                .unwrap()
+                .control
+                .unwrap()
+                .plane
+                .unwrap()
+                .get_ref()
+                .addrs()
+        };
+        let one: SocketAddr = "127.0.0.1:7443".parse().unwrap();
+        let two: SocketAddr = "[::1]:7444".parse().unwrap();
+        assert_eq!(addrs("\"127.0.0.1:7443\""), [one]);
+        assert_eq!(addrs("[\"127.0.0.1:7443\", \"[::1]:7444\"]"), [one, two]);
+        let e = err(&control("[]"));
+        assert!(
+            e.starts_with("t.toml:17: control.plane: names no replica"),
+            "{e}"
+        );
+        let e = err(&control("[\"127.0.0.1:7443\", \"127.0.0.1:7443\"]"));
+        assert!(
+            e.starts_with("t.toml:17: control.plane: names 127.0.0.1:7443 twice"),
+            "{e}"
+        );
+        let many: Vec<String> = (0..17)
+            .map(|i| format!("\"127.0.0.1:{}\"", 7000 + i))
+            .collect();
+        let e = err(&control(&format!("[{}]", many.join(", "))));
+        assert!(
+            e.contains("control.plane: names 17 replicas; at most 16"),
+            "{e}"
+        );
+        let e = err(&control("[\"127.0.0.1\"]"));
+        assert!(
+            e.starts_with("t.toml:17: control.plane: \"127.0.0.1\" is not ADDR:PORT"),
+            "{e}"
+        );
+        let e = err(&control("7443"));
+        assert!(
+            e.starts_with("t.toml:17: control.plane: ")
+                && e.contains("ADDR:PORT, or a list of them"),
+            "{e}"
+        );
     }
 
     /// `[pair]` needs `[control]` and names other members, each once; a

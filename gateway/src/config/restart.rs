@@ -68,7 +68,7 @@ impl Config {
                 ),
                 (
                     "control.plane",
-                    format!("{:?}", c.plane.as_ref().map(|p| *p.get_ref())),
+                    format!("{:?}", c.plane.as_ref().map(|p| p.get_ref().addrs())),
                 ),
                 ("control.plane_name", c.plane_name.get_ref().clone()),
                 (

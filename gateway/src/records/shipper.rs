@@ -46,24 +46,111 @@ pub fn rejection_reasons() -> impl Iterator<Item = &'static str> {
 /// Where and how the shipper reaches the control plane.
 #[derive(Clone, Debug)]
 pub struct Plane {
-    pub addr: SocketAddr,
+    /// Every replica (`control.plane`), in the order given.
+    pub addrs: Vec<SocketAddr>,
     pub name: String,
     /// From [`crate::tls::plane_client_config`].
     pub tls: Arc<rustls::ClientConfig>,
 }
 
-/// How long one submission may take before it counts as failed.
+/// How long one submission may take before it counts as failed, with one
+/// replica: nothing to fail over to, so a slow answer is waited for.
 const SUBMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The same with several: a replica that stops answering (hung, cut off)
+/// is skipped after this long, so batches and proposals fail over within
+/// seconds.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry delays after a failure: from the first to the cap, doubling.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_CAP: Duration = Duration::from_secs(10);
 
-fn client(
-    plane: &Plane,
-) -> Result<pb::control_plane_client::ControlPlaneClient<tonic::transport::Channel>, String> {
+type Client = pb::control_plane_client::ControlPlaneClient<tonic::transport::Channel>;
+
+/// The control plane's replicas, each with its own (lazily connected)
+/// client, and the one calls go to now: a call goes to it, and on a
+/// failure that says nothing of the call itself (unreachable,
+/// `UNAVAILABLE`, a timeout, a replica's internal error) to the next, each
+/// tried once per call, the first that answers becoming the current one.
+#[derive(Clone)]
+struct Replicas {
+    clients: Arc<Vec<(SocketAddr, Client)>>,
+    current: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A status that another replica may answer differently: the call did
+/// not reach a replica that could decide it.
+fn fails_over(status: &tonic::Status) -> bool {
+    use tonic::Code as C;
+    matches!(
+        status.code(),
+        C::Unavailable
+            | C::DeadlineExceeded
+            | C::Unknown
+            | C::Cancelled
+            | C::Internal
+            | C::ResourceExhausted
+            | C::Aborted
+    )
+}
+
+impl Replicas {
+    fn new(plane: &Plane) -> Result<Replicas, String> {
+        let timeout = if plane.addrs.len() > 1 {
+            FAILOVER_TIMEOUT
+        } else {
+            SUBMIT_TIMEOUT
+        };
+        let clients = plane
+            .addrs
+            .iter()
+            .map(|a| Ok((*a, client(plane, *a, timeout)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Replicas {
+            clients: Arc::new(clients),
+            current: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        })
+    }
+
+    /// `call` on the current replica, then on each other in turn while
+    /// the answer [`fails_over`]; the first other answer (or the last
+    /// failure) is returned.
+    async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        use std::sync::atomic::Ordering;
+        let n = self.clients.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut last = None;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let (addr, client) = &self.clients[i];
+            match call(client.clone()).await {
+                Err(status) if fails_over(&status) => {
+                    if n > 1 {
+                        let next = self.clients[(i + 1) % n].0;
+                        tracing::warn!(replica = %addr, next = %next, code = ?status.code(), message = %status.message(), "control plane replica did not answer; trying the next");
+                        metrics::counter!("gateway_plane_failovers_total").increment(1);
+                    }
+                    last = Some(status);
+                }
+                answered => {
+                    if i != first {
+                        self.current.store(i, Ordering::Relaxed);
+                        tracing::info!(replica = %addr, "control plane replica answers; calls go to it");
+                    }
+                    return answered;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| tonic::Status::unavailable("no control plane replica")))
+    }
+}
+
+fn client(plane: &Plane, addr: SocketAddr, timeout: Duration) -> Result<Client, String> {
     let name = ServerName::try_from(plane.name.clone()).map_err(|e| e.to_string())?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&plane.tls));
-    let addr = plane.addr;
     let connect = tower::service_fn(move |_uri: hyper::Uri| {
         let connector = connector.clone();
         let name = name.clone();
@@ -76,8 +163,8 @@ fn client(
     });
     let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", plane.name))
         .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(SUBMIT_TIMEOUT)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout)
         .connect_with_connector_lazy(connect);
     Ok(pb::control_plane_client::ControlPlaneClient::new(channel)
         .max_encoding_message_size(talos_certs::MAX_PAYLOAD_LEN + 64 * 1024))
@@ -88,7 +175,7 @@ fn client(
 /// refusal or an outage is retried with growing delays (never skipped:
 /// the next batch would only be refused as a gap).
 pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
-    let mut client = match client(&plane) {
+    let replicas = match Replicas::new(&plane) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot make the control plane client; batches stay spooled");
@@ -126,7 +213,10 @@ pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
         };
         let answer = tokio::select! {
             _ = stop.cancelled() => return,
-            a = client.submit_batch(msg) => a,
+            a = replicas.call(|mut c| {
+                let msg = msg.clone();
+                async move { c.submit_batch(msg).await }
+            }) => a,
         };
         use pb::batch_ack::Status as S;
         match answer {
@@ -214,7 +304,7 @@ pub async fn propose(
     plane: Plane,
     stop: CancellationToken,
 ) {
-    let client = match client(&plane) {
+    let replicas = match Replicas::new(&plane) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot make the control plane client; held requests will be declined");
@@ -248,7 +338,7 @@ pub async fn propose(
                 Err(_) => return,
             },
         };
-        let mut client = client.clone();
+        let replicas = replicas.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -277,7 +367,10 @@ pub async fn propose(
                 let answer = tokio::select! {
                     _ = stop.cancelled() => return,
                     () = delivered.closed() => return,
-                    a = client.propose(msg.clone()) => a,
+                    a = replicas.call(|mut c| {
+                        let msg = msg.clone();
+                        async move { c.propose(msg).await }
+                    }) => a,
                 };
                 match answer {
                     Ok(_) => {

@@ -297,7 +297,7 @@ async fn batches_task(t: BatchesTask) -> Option<JoinHandle<()>> {
     let _ = spool_tx.send(Some(Arc::clone(&spool)));
     tokio::spawn(forward_full(spool.full(), full_tx, stop.clone()));
     tracing::info!(
-        plane = %setup.plane.addr,
+        plane = ?setup.plane.addrs,
         spooled = spool.len().0,
         next_seq = position.last_seq + 1,
         "shipping signed batches"

@@ -412,7 +412,10 @@ attach = ["KEY1=origin.demo.test:x-api-key-1", "KEY2=origin.demo.test:x-api-key-
         ));
         let control = config.control.expect("[control]");
         assert_eq!(control.ca_file.get_ref(), &pki.files.ca_file);
-        assert_eq!(control.plane.expect("plane").get_ref().port(), 7001);
+        assert_eq!(
+            control.plane.expect("plane").get_ref().addrs()[0].port(),
+            7001
+        );
         assert_eq!(
             control.spool_dir.expect("spool").get_ref(),
             &d.join("spool")

@@ -61,6 +61,8 @@ pub struct PairBuilder {
     linked: bool,
     /// The members stored (`gateway add`) before anything starts.
     stored: bool,
+    /// More `serve` replicas over the same store.
+    replicas: usize,
     /// Gateway identities `init` issues beside the members' (no member
     /// runs with them: another pair's, say).
     identities: Vec<String>,
@@ -77,6 +79,8 @@ pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
     // peers and the folder go.
     pub members: Vec<G>,
     pub stub: Stub,
+    /// More `serve` replicas over the stub's store, when asked.
+    pub replicas: Vec<Stub>,
     /// What is behind the members: the origin and the DNS server.
     pub peers: P,
     pub dir: PathBuf,
@@ -105,6 +109,7 @@ impl Pair {
             renewing: false,
             linked: false,
             stored: false,
+            replicas: 0,
             identities: Vec::new(),
             egress: Vec::new(),
             secrets: Vec::new(),
@@ -159,6 +164,17 @@ impl PairBuilder {
     pub fn stored(mut self) -> Self {
         self.stored = true;
         self.renewing = true;
+        self
+    }
+
+    /// `n` more `serve` replicas over the same store (with [`stored`]:
+    /// each reads the members from it), started after the first; every
+    /// member's `control.plane` names them all, the first first.
+    ///
+    /// [`stored`]: PairBuilder::stored
+    pub fn replicas(mut self, n: usize) -> Self {
+        assert!(self.stored, "replicas read the members from the store");
+        self.replicas = n;
         self
     }
 
@@ -223,12 +239,19 @@ impl PairBuilder {
         // first, for its address; then the members; then, if it is to be
         // given them on the command line, serve again on the same address.
         stub.start_serve();
+        let mut replicas = Vec::new();
+        for i in 0..self.replicas {
+            let mut r = stub.replica(&format!("replica-{}", i + 1));
+            r.start_serve();
+            replicas.push(r);
+        }
         let lease = self
             .lease
             .map_or(String::new(), |l| format!("lease_ms = {}\n", l.as_millis()));
         let mut pair: Pair<G, P> = Pair {
             members: Vec::new(),
             stub,
+            replicas,
             peers,
             dir,
             controls,
@@ -295,9 +318,13 @@ impl<G: Process, P> Pair<G, P> {
         if let Some(addr) = self.controls.get(i) {
             files.listen = addr.to_string();
         }
+        let planes: Vec<String> = std::iter::once(&self.stub)
+            .chain(&self.replicas)
+            .map(|s| format!("\"{}\"", s.serve_addr.expect("serve started")))
+            .collect();
         files.extra = format!(
-            "plane = \"{}\"\nspool_dir = {:?}\n{}",
-            self.stub.serve_addr.expect("serve started"),
+            "plane = [{}]\nspool_dir = {:?}\n{}",
+            planes.join(", "),
             dir.join("spool").display().to_string(),
             self.control,
         );
