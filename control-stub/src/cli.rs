@@ -951,9 +951,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         Ok(())
     });
     stopped.stop();
-    for t in upkeep {
-        let _ = t.join();
-    }
+    upkeep.join();
     drop(runtime);
     drop(api);
     result
@@ -998,92 +996,238 @@ fn install_metrics(
 /// The upkeep loops, each on a thread of its own with its own store
 /// connection and control channel client (the link blocks on its own
 /// runtime): one for closes, time-driven events and certificates; one per
-/// member for its leases. Each runs until `stopped`.
+/// member for its leases. Each runs until `stopped`. The members are the
+/// store's (`gateway add`) and `--gateway`'s: the tick reads the store's
+/// again every round, starts the loop of a member added since and ends
+/// the loop of one removed, so a change needs no restart of `serve`.
 fn start_upkeep(
     cli: &Cli,
     targets: &[String],
     dir: &std::path::Path,
     settings: &ServeSettings,
     stopped: &std::sync::Arc<Stop>,
-) -> Result<Vec<std::thread::JoinHandle<()>>, Error> {
-    let mut upkeep = Vec::new();
-    // One loop for closes, time-driven events and certificates; one per
-    // member for its leases.
-    let mut loops: Vec<(String, Vec<String>, bool)> =
-        vec![("upkeep".into(), targets.to_vec(), false)];
-    for (i, g) in targets.iter().enumerate() {
-        loops.push((format!("renew-{i}"), vec![g.clone()], true));
-    }
-    for (name, gateways, renewer) in loops {
-        let db = cli.db.clone();
-        let control_dir = dir.to_owned();
-        let settings = settings.clone();
-        let stopped = std::sync::Arc::clone(stopped);
-        upkeep.push(
-            std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    upkeep_loop(&db, &gateways, &control_dir, &settings, renewer, &stopped);
-                })
-                .map_err(|e| Error::Io {
-                    what: format!("{name} thread"),
-                    reason: e.to_string(),
-                })?,
-        );
-    }
-    Ok(upkeep)
+) -> Result<std::sync::Arc<Upkeeps>, Error> {
+    let upkeeps = std::sync::Arc::new(Upkeeps {
+        db: cli.db.clone(),
+        control_dir: dir.to_owned(),
+        settings: settings.clone(),
+        stopped: std::sync::Arc::clone(stopped),
+        overrides: cli.gateways.clone(),
+        targets: std::sync::Mutex::new(Vec::new()),
+        threads: std::sync::Mutex::new(Vec::new()),
+    });
+    upkeeps.sync(targets)?;
+    let u = std::sync::Arc::clone(&upkeeps);
+    upkeeps.spawn("upkeep".into(), move || u.tick_loop())?;
+    Ok(upkeeps)
 }
 
-/// An upkeep loop until `stopped` closes: with `renewer`, the member's
-/// own loop (describe and renew every `settings.renew`); without, the
-/// tick (every `settings.tick`). A round that fails (the store busy, say)
-/// is logged and the next one tries again.
-fn upkeep_loop(
-    db: &std::path::Path,
-    gateways: &[String],
-    control_dir: &std::path::Path,
-    settings: &ServeSettings,
-    renewer: bool,
-    stopped: &Stop,
-) {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        eprintln!(
-            "{}",
-            serde_json::json!({"upkeep": "failed", "what": what, "error": e.to_string()})
-        );
-    };
-    let mut store = match Store::open(db) {
-        Ok(s) => s,
-        Err(e) => return fail("store", &e),
-    };
-    let link = match crate::grpc_link::GrpcLink::new(gateways, Some(control_dir.to_owned())) {
-        Ok(l) => l,
-        Err(e) => return fail("link", &e),
-    };
-    let plane_key = match crate::identity::plane_key(control_dir) {
-        Ok(k) => k,
-        Err(e) => return fail("plane key", &e),
-    };
-    let relay = crate::identity::relay_key(control_dir)
-        .ok()
-        .map(|k| k.public_key());
-    let verifier = crate::confirm::SignatureVerifier;
-    let every = if renewer {
-        settings.renew
-    } else {
-        settings.tick
-    };
-    // The members this process reaches, by id.
-    let reached = override_ids(gateways);
-    let mut unaddressed_before: Vec<String> = Vec::new();
-    loop {
-        let started = std::time::Instant::now();
+/// What the upkeep loops share: where the store and the identity are,
+/// the loops' settings, the members reached now and every loop's thread.
+#[derive(Debug)]
+struct Upkeeps {
+    db: std::path::PathBuf,
+    control_dir: std::path::PathBuf,
+    settings: ServeSettings,
+    stopped: std::sync::Arc<Stop>,
+    /// `--gateway`, which the store's members are merged with.
+    overrides: Vec<String>,
+    /// The members reached now (`ID=ADDR`, as `GrpcLink` takes them), each
+    /// with a renewal loop of its own.
+    targets: std::sync::Mutex<Vec<String>>,
+    threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Upkeeps {
+    fn spawn(&self, name: String, f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
+        let t = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(f)
+            .map_err(|e| Error::Io {
+                what: format!("{name} thread"),
+                reason: e.to_string(),
+            })?;
+        self.threads.locked().push(t);
+        Ok(())
+    }
+
+    /// Make `targets` the members reached: a renewal loop started for
+    /// each new one (a loop whose member is gone ends by itself).
+    fn sync(self: &std::sync::Arc<Self>, targets: &[String]) -> Result<(), Error> {
+        let added: Vec<String> = {
+            let mut now = self.targets.locked();
+            let added = targets
+                .iter()
+                .filter(|t| !now.contains(t))
+                .cloned()
+                .collect();
+            let removed: Vec<&String> = now.iter().filter(|t| !targets.contains(t)).collect();
+            for r in removed {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"member_dropped": r, "action": "its leases are no longer renewed from here"})
+                );
+            }
+            *now = targets.to_vec();
+            added
+        };
+        for target in added {
+            let u = std::sync::Arc::clone(self);
+            let label = crate::grpc_link::GatewayAddr::parse(&target).label();
+            self.spawn(format!("renew-{label}"), move || u.renew_loop(&target))?;
+        }
+        Ok(())
+    }
+
+    fn reached(&self, target: &str) -> bool {
+        self.targets.locked().iter().any(|t| t == target)
+    }
+
+    /// The members to reach now: the store's, merged with `--gateway`.
+    fn current(&self, store: &Store) -> Result<Vec<String>, Error> {
+        Ok(merge_targets(&store.members()?, &self.overrides))
+    }
+
+    /// One member's renewals, every `--renew-ms`, until serving ends or
+    /// the member is no longer reached.
+    fn renew_loop(&self, target: &str) {
+        let Some(mut r) = Round::open(self, &[target.to_owned()]) else {
+            return;
+        };
+        loop {
+            let started = std::time::Instant::now();
+            if !self.reached(target) {
+                return;
+            }
+            r.run(true);
+            if self
+                .stopped
+                .wait(self.settings.renew.saturating_sub(started.elapsed()))
+            {
+                return;
+            }
+        }
+    }
+
+    /// Closes, time-driven events and certificates, every `--tick-ms`;
+    /// and the members: added and removed ones followed, and a live
+    /// session on a member nobody here can reach said.
+    fn tick_loop(self: std::sync::Arc<Self>) {
+        let targets = self.targets.locked().clone();
+        let Some(mut r) = Round::open(&self, &targets) else {
+            return;
+        };
+        let mut unaddressed_before: Vec<String> = Vec::new();
+        loop {
+            let started = std::time::Instant::now();
+            match self.current(&r.store) {
+                Ok(now) if now != r.targets => {
+                    if let Err(e) = self.sync(&now) {
+                        fail("members", &e);
+                    }
+                    match crate::grpc_link::GrpcLink::new(&now, Some(self.control_dir.clone())) {
+                        Ok(link) => {
+                            r.link = link;
+                            r.targets = now;
+                        }
+                        Err(e) => fail("link", &e),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => fail("members", &e),
+            }
+            r.run(false);
+            // A live session on a member nobody here can reach (it has no
+            // address in the store nor on the command line): its leases
+            // lapse and its closes wait.
+            match r.store.unaddressed(&override_ids(&r.targets)) {
+                Ok(unaddressed) => {
+                    metrics::gauge!("stub_members_unaddressed").set(unaddressed.len() as f64);
+                    let ids: Vec<String> =
+                        unaddressed.iter().map(|u| u.gateway_id.clone()).collect();
+                    if ids != unaddressed_before {
+                        for u in &unaddressed {
+                            eprintln!(
+                                "{}",
+                                serde_json::json!({"member_unaddressed": u.gateway_id, "live_sessions": u.session_count, "sessions": u.sessions, "action": "its leases are not renewed and its closes not asked: control-stub gateway add ID --control HOST:PORT"})
+                            );
+                        }
+                        unaddressed_before = ids;
+                    }
+                }
+                Err(e) => fail("members", &e),
+            }
+            if self
+                .stopped
+                .wait(self.settings.tick.saturating_sub(started.elapsed()))
+            {
+                return;
+            }
+        }
+    }
+
+    /// Wait for every loop (after `stopped`).
+    fn join(&self) {
+        loop {
+            let next = self.threads.locked().pop();
+            match next {
+                Some(t) => {
+                    let _ = t.join();
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// An upkeep loop's failure, logged; the next round tries again.
+fn fail(what: &str, e: &dyn std::fmt::Display) {
+    eprintln!(
+        "{}",
+        serde_json::json!({"upkeep": "failed", "what": what, "error": e.to_string()})
+    );
+}
+
+/// What one upkeep loop runs its rounds with.
+struct Round {
+    store: Store,
+    link: crate::grpc_link::GrpcLink,
+    targets: Vec<String>,
+    plane_key: talos_certs::GatewayKey,
+    relay: Option<[u8; 32]>,
+}
+
+impl Round {
+    fn open(u: &Upkeeps, targets: &[String]) -> Option<Round> {
+        let store = Store::open(&u.db).map_err(|e| fail("store", &e)).ok()?;
+        let link = crate::grpc_link::GrpcLink::new(targets, Some(u.control_dir.clone()))
+            .map_err(|e| fail("link", &e))
+            .ok()?;
+        let plane_key = crate::identity::plane_key(&u.control_dir)
+            .map_err(|e| fail("plane key", &e))
+            .ok()?;
+        let relay = crate::identity::relay_key(&u.control_dir)
+            .ok()
+            .map(|k| k.public_key());
+        Some(Round {
+            store,
+            link,
+            targets: targets.to_vec(),
+            plane_key,
+            relay,
+        })
+    }
+
+    /// One round: with `renewer`, describe and renew the member; else the
+    /// tick. What it did is logged when it did something.
+    fn run(&mut self, renewer: bool) {
+        let verifier = crate::confirm::SignatureVerifier;
         let mut upkeep = crate::upkeep::Upkeep {
-            store: &mut store,
-            link: &link,
+            store: &mut self.store,
+            link: &self.link,
             verifier: &verifier,
-            plane_key: Some(&plane_key),
-            relay_public_key: relay,
+            plane_key: Some(&self.plane_key),
+            relay_public_key: self.relay,
         };
         let round = if renewer {
             upkeep.keep_members()
@@ -1101,32 +1245,6 @@ fn upkeep_loop(
                 }
             }
             Err(e) => fail(if renewer { "renew" } else { "tick" }, &e),
-        }
-        if !renewer {
-            // A live session on a member nobody here can reach (added to
-            // a session after this process started, or removed from the
-            // list by hand): its leases lapse and its closes wait.
-            match store.unaddressed(&reached) {
-                Ok(unaddressed) => {
-                    metrics::gauge!("stub_members_unaddressed").set(unaddressed.len() as f64);
-                    let ids: Vec<String> =
-                        unaddressed.iter().map(|u| u.gateway_id.clone()).collect();
-                    if ids != unaddressed_before {
-                        for u in &unaddressed {
-                            eprintln!(
-                                "{}",
-                                serde_json::json!({"member_unaddressed": u.gateway_id, "live_sessions": u.session_count, "sessions": u.sessions, "action": "its leases are not renewed and its closes not asked: control-stub gateway add ID --control HOST:PORT, then restart serve"})
-                            );
-                        }
-                        unaddressed_before = ids;
-                    }
-                }
-                Err(e) => fail("members", &e),
-            }
-        }
-        // Wait out the rest of the period, or until serving ends.
-        if stopped.wait(every.saturating_sub(started.elapsed())) {
-            return;
         }
     }
 }

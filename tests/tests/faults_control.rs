@@ -460,6 +460,38 @@ async fn members_stored_before_their_first_start_are_registered_by_their_first_b
     for g in &rig.members {
         assert_eq!(curl_status(SOURCE, g.data, &bundle, API, "/after-stop"), 0);
     }
+    // The list changes while serve runs: gw-b removed, then added again,
+    // each followed without a restart of serve.
+    let b_at = rig.controls[1].to_string();
+    rig.stub
+        .run(&[], &["gateway", "remove", "gw-b"], b"")
+        .json();
+    wait::until("serve to drop gw-b", || {
+        let log = rig.stub.serve_log();
+        wait::check(log.contains("\"member_dropped\":\"gw-b="), |seen| *seen)
+    });
+    rig.stub
+        .run(&[], &["gateway", "add", "gw-b", "--control", &b_at], b"")
+        .json();
+    let args = session(SOURCE_2).mode("commands").args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t = rig.stub.run(&[], &args, b"").json();
+    assert_eq!(
+        t["ca"].as_array().map(Vec::len),
+        Some(2),
+        "opened on both: {t}"
+    );
+    let mut last: Option<f64> = None;
+    wait::until("a renewal of gw-b's lease after it was added again", || {
+        let now = rig.members[1].metric("gateway_lease_seconds_left_min");
+        let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
+        last = now.or(last);
+        if renewed {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    });
 }
 
 /// Two `serve` replicas over one store; both members name both
