@@ -278,6 +278,17 @@ impl PairBuilder {
             let g = pair.start_member(i);
             if !self.stored {
                 pair.controls.push(g.control());
+                // In the store too, as an operator adds a member: a serve
+                // started again later (with live sessions on the members)
+                // must know where they are.
+                let addr = g.control().to_string();
+                pair.stub
+                    .run(
+                        &[],
+                        &["gateway", "add", &pair.ids[i], "--control", &addr],
+                        b"",
+                    )
+                    .json();
             }
             pair.members.push(g);
         }
