@@ -116,16 +116,23 @@ fn multiset<'r>(records: impl IntoIterator<Item = &'r Value>) -> Vec<String> {
     v
 }
 
-/// `stop` given only the reachable member (the other's address left
-/// out): the end commits, the member given closes at once, and `serve`
-/// (which knows both) closes the other; the session then ends and its
+/// `stop` that reaches only one member (the CLI told another address for
+/// gw-a, where nothing listens: `--gateway` overrides the store's): the
+/// end commits, the member reached closes at once, and `serve` (which
+/// reaches both) closes the other; the session then ends and its
 /// certificate is issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
     let rig = pair().await;
     let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let only_b = vec![("gw-b".to_owned(), rig.controls[1])];
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a port nothing listens on once dropped");
+    let only_b = vec![
+        ("gw-a".to_owned(), nowhere),
+        ("gw-b".to_owned(), rig.controls[1]),
+    ];
     let t = rig.stub.run(&only_b, &["sandbox", "stop", &id], b"").json();
     // Over; `ended` already if serve closed gw-a before the command ran
     // its reset (serve asks owed closes every tick).
