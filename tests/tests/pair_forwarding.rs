@@ -433,10 +433,14 @@ async fn a_member_cut_off_from_the_control_plane_forwards_on_its_peers_word() {
     let mut rig = linked_pair().await;
     let id = rig.start_session(&session(SOURCE).mode("agent"));
     let (bundle, _) = rig.trust(&id, "trust-1.pem");
-    // The partition: serve renews gw-b only.
+    // The partition: serve reaches gw-b only (gw-a's address, overriding
+    // the store's, is one where nothing listens).
     let links = rig.links();
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a port nothing listens on once dropped");
     assert!(rig.stub.stop_serve(), "serve drains and exits 0");
-    rig.stub.serve_gateways = vec![links[1].clone()];
+    rig.stub.serve_gateways = vec![("gw-a".to_owned(), nowhere), links[1].clone()];
     rig.stub.start_serve();
     wait::until("gw-a's lease to lapse", || {
         wait::check(rig.members[0].metric("gateway_leases_lapsed_total"), |n| {
