@@ -450,17 +450,7 @@ async fn members_stored_before_their_first_start_are_registered_by_their_first_b
     // serve renews the leases it read from the store: each member's least
     // lease left goes up again (it only falls between renewals).
     for g in &rig.members {
-        let mut last: Option<f64> = None;
-        wait::until("a renewal of the member's lease", || {
-            let now = g.metric("gateway_lease_seconds_left_min");
-            let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
-            last = now.or(last);
-            if renewed {
-                Ok(())
-            } else {
-                Err(now)
-            }
-        });
+        wait_renewal(g, "a renewal of the member's lease");
     }
     let t = rig.stub.run(&[], &["sandbox", "stop", &id], b"").json();
     assert_eq!(t["state"], "ended", "both confirmed at once: {t}");
@@ -488,9 +478,18 @@ async fn members_stored_before_their_first_start_are_registered_by_their_first_b
         Some(2),
         "opened on both: {t}"
     );
+    wait_renewal(
+        &rig.members[1],
+        "a renewal of gw-b's lease after it was added again",
+    );
+}
+
+/// Wait until member `g`'s least lease left goes up: a renewal came (it
+/// only falls between renewals).
+fn wait_renewal(g: &talos_e2e::gateway::Gateway, what: &str) {
     let mut last: Option<f64> = None;
-    wait::until("a renewal of gw-b's lease after it was added again", || {
-        let now = rig.members[1].metric("gateway_lease_seconds_left_min");
+    wait::until(what, || {
+        let now = g.metric("gateway_lease_seconds_left_min");
         let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
         last = now.or(last);
         if renewed {

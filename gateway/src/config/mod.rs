@@ -969,12 +969,9 @@ allowlist = ["API.example.com."]
         }
     }
 
-    #[test]
-    fn control_files_are_checked_and_the_key_must_be_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let key = private_key_file(dir.path());
-        let cert = dir.path().join("cert.pem");
+    /// A certificate (PEM) in `dir`, for the `[control]` file checks.
+    fn cert_file(dir: &Path) -> std::path::PathBuf {
+        let cert = dir.join("cert.pem");
         let ca = talos_certs::SessionCa::new(&talos_certs::CaParams::new(
             "s1",
             1,
@@ -983,6 +980,15 @@ allowlist = ["API.example.com."]
         ))
         .unwrap();
         std::fs::write(&cert, ca.cert_pem()).unwrap();
+        cert
+    }
+
+    #[test]
+    fn control_files_are_checked_and_the_key_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let key = private_key_file(dir.path());
+        let cert = cert_file(dir.path());
         let control = |key: &Path| {
             format!(
                 "{GOOD}[control]\nlisten = \"127.0.0.1:0\"\nca_file = {cert:?}\ncert_file = {cert:?}\nkey_file = {key:?}\nsigning_key_file = {:?}\n",
@@ -1013,15 +1019,7 @@ allowlist = ["API.example.com."]
     fn the_control_plane_is_one_address_or_a_list_of_replicas() {
         let dir = tempfile::tempdir().unwrap();
         let key = private_key_file(dir.path());
-        let cert = dir.path().join("cert.pem");
-        let ca = talos_certs::SessionCa::new(&talos_certs::CaParams::new(
-            "s1",
-            1,
-            "gw-a",
-            vec!["api.example.com".to_owned()],
-        ))
-        .unwrap();
-        std::fs::write(&cert, ca.cert_pem()).unwrap();
+        let cert = cert_file(dir.path());
         let control = |plane: &str| {
             format!(
                 "{GOOD}[control]
@@ -1088,15 +1086,7 @@ plane = {plane}
     fn the_member_link_is_checked() {
         let dir = tempfile::tempdir().unwrap();
         let key = private_key_file(dir.path());
-        let cert = dir.path().join("cert.pem");
-        let ca = talos_certs::SessionCa::new(&talos_certs::CaParams::new(
-            "s1",
-            1,
-            "gw-a",
-            vec!["api.example.com".to_owned()],
-        ))
-        .unwrap();
-        std::fs::write(&cert, ca.cert_pem()).unwrap();
+        let cert = cert_file(dir.path());
         let control = format!(
             "[control]\nlisten = \"127.0.0.1:0\"\nca_file = {cert:?}\ncert_file = {cert:?}\nkey_file = {key:?}\nsigning_key_file = {:?}\n",
             dir.path().join("signing.key")
