@@ -249,8 +249,14 @@ async fn a_bad_batch_behind_a_backlog_is_set_aside_and_the_certificate_shows_the
     });
 
     // The session ends; its certificate is issued, with the gap on it.
+    // The member's stop ended its only authority (`shutdown`), so nothing
+    // served the session: serve may be recovering it as a new attempt when
+    // the stop comes, and the end then waits for that open to settle.
     let stopped = rig.cli(&["sandbox", "stop", &id]).json();
-    assert_eq!(stopped["state"], "ended", "{stopped}");
+    assert!(
+        ["ended", "reset_incomplete"].contains(&stopped["state"].as_str().unwrap_or("")),
+        "{stopped}"
+    );
     let cert = rig.wait_issued(&id);
     let gaps = cert["gaps"].as_array().expect("gaps");
     assert_eq!(gaps.len(), 1, "{cert}");
