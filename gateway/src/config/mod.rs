@@ -205,14 +205,11 @@ pub struct Control {
     pub lease_ms: Spanned<u64>,
 }
 
-/// `control.plane`: one address, or a list of them, each a replica of the
-/// control plane.
+/// `control.plane`: every replica of the control plane, in the order
+/// given (one `ADDR:PORT`, or a list of them).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "PlanesText")]
-pub enum Planes {
-    One(SocketAddr),
-    Several(Vec<SocketAddr>),
-}
+pub struct Planes(Vec<SocketAddr>);
 
 /// `control.plane` as written: a string or a list of strings.
 #[derive(Deserialize)]
@@ -225,27 +222,40 @@ enum PlanesText {
 impl TryFrom<PlanesText> for Planes {
     type Error = String;
 
+    /// Each an `ADDR:PORT`; at least one, at most [`MAX_PLANES`], none
+    /// twice.
     fn try_from(text: PlanesText) -> Result<Planes, String> {
-        let parse = |a: &str| {
-            a.parse::<SocketAddr>()
-                .map_err(|_| format!("{a:?} is not ADDR:PORT (an IP address and a port)"))
+        let texts = match text {
+            PlanesText::One(a) => vec![a],
+            PlanesText::Several(v) => v,
         };
-        Ok(match text {
-            PlanesText::One(a) => Planes::One(parse(&a)?),
-            PlanesText::Several(v) => {
-                Planes::Several(v.iter().map(|a| parse(a)).collect::<Result<_, _>>()?)
+        if texts.is_empty() {
+            return Err("names no replica: give ADDR:PORT or a list of them".into());
+        }
+        if texts.len() > MAX_PLANES {
+            return Err(format!(
+                "names {} replicas; at most {MAX_PLANES}",
+                texts.len()
+            ));
+        }
+        let mut addrs: Vec<SocketAddr> = Vec::with_capacity(texts.len());
+        for a in &texts {
+            let addr = a
+                .parse::<SocketAddr>()
+                .map_err(|_| format!("{a:?} is not ADDR:PORT (an IP address and a port)"))?;
+            if addrs.contains(&addr) {
+                return Err(format!("names {addr} twice"));
             }
-        })
+            addrs.push(addr);
+        }
+        Ok(Planes(addrs))
     }
 }
 
 impl Planes {
     /// Every replica, in the order given.
-    pub fn addrs(&self) -> Vec<SocketAddr> {
-        match self {
-            Planes::One(a) => vec![*a],
-            Planes::Several(v) => v.clone(),
-        }
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.0
     }
 }
 
@@ -1044,6 +1054,7 @@ plane = {plane}
                 .unwrap()
                 .get_ref()
                 .addrs()
+                .to_vec()
         };
         let one: SocketAddr = "127.0.0.1:7443".parse().unwrap();
         let two: SocketAddr = "[::1]:7444".parse().unwrap();

@@ -406,27 +406,6 @@ impl Config {
                     message,
                 ));
             }
-            if let Some(plane) = &c.plane {
-                let addrs = plane.get_ref().addrs();
-                let mut seen = std::collections::HashSet::new();
-                let message = if addrs.is_empty() {
-                    Some("names no replica: give ADDR:PORT or a list of them".to_owned())
-                } else if addrs.len() > super::MAX_PLANES {
-                    Some(format!(
-                        "names {} replicas; at most {}",
-                        addrs.len(),
-                        super::MAX_PLANES
-                    ))
-                } else {
-                    addrs
-                        .iter()
-                        .find(|a| !seen.insert(**a))
-                        .map(|a| format!("names {a} twice"))
-                };
-                if let Some(message) = message {
-                    return Err(f.invalid(plane.span(), "control.plane", message));
-                }
-            }
             match (&c.plane, &c.spool_dir) {
                 (Some(plane), None) => {
                     return Err(f.invalid(

@@ -111,22 +111,27 @@ impl Replicas {
         })
     }
 
-    /// `call` on the current replica, then on each other in turn while
-    /// the answer [`fails_over`]; the first other answer (or the last
-    /// failure) is returned.
-    async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    /// `call` with `msg` on the current replica, then on each other in
+    /// turn while the answer [`fails_over`]; the first other answer (or
+    /// the last failure) is returned. `msg` is copied only for a replica
+    /// that may be followed by another: the last one tried takes it.
+    async fn call<M, T, F, Fut>(&self, msg: M, mut call: F) -> Result<T, tonic::Status>
     where
-        F: FnMut(Client) -> Fut,
+        M: Clone,
+        F: FnMut(Client, M) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
         use std::sync::atomic::Ordering;
         let n = self.clients.len();
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut last = None;
+        let mut msg = Some(msg);
         for k in 0..n {
             let i = (first + k) % n;
             let (addr, client) = &self.clients[i];
-            match call(client.clone()).await {
+            let this = if k + 1 == n { msg.take() } else { msg.clone() };
+            let Some(this) = this else { break };
+            match call(client.clone(), this).await {
                 Err(status) if fails_over(&status) => {
                     if n > 1 {
                         let next = self.clients[(i + 1) % n].0;
@@ -213,10 +218,7 @@ pub async fn ship(spool: Arc<Spool>, plane: Plane, stop: CancellationToken) {
         };
         let answer = tokio::select! {
             _ = stop.cancelled() => return,
-            a = replicas.call(|mut c| {
-                let msg = msg.clone();
-                async move { c.submit_batch(msg).await }
-            }) => a,
+            a = replicas.call(msg, |mut c, msg| async move { c.submit_batch(msg).await }) => a,
         };
         use pb::batch_ack::Status as S;
         match answer {
@@ -367,10 +369,7 @@ pub async fn propose(
                 let answer = tokio::select! {
                     _ = stop.cancelled() => return,
                     () = delivered.closed() => return,
-                    a = replicas.call(|mut c| {
-                        let msg = msg.clone();
-                        async move { c.propose(msg).await }
-                    }) => a,
+                    a = replicas.call(msg.clone(), |mut c, msg| async move { c.propose(msg).await }) => a,
                 };
                 match answer {
                     Ok(_) => {

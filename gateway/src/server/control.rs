@@ -60,7 +60,7 @@ pub(super) async fn setup_control(
                 spool_dir: dir.get_ref().clone(),
                 limits,
                 plane: crate::records::shipper::Plane {
-                    addrs: plane.get_ref().addrs(),
+                    addrs: plane.get_ref().addrs().to_vec(),
                     name: c.plane_name.get_ref().clone(),
                     tls: crate::tls::plane_client_config(&ca, chain, key)
                         .map_err(StartError::PlaneTls)?,
