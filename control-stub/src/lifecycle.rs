@@ -241,8 +241,9 @@ pub struct Lifecycle<'a> {
     verifier: &'a dyn ReportVerifier,
     relay_public_key: Option<[u8; 32]>,
     /// Who asks for the commands this lifecycle commits (time-driven
-    /// events name their cause instead).
-    requester: Requester,
+    /// events name their cause instead); unset, the operator running this
+    /// process ([`local_operator`]).
+    requester: Option<Requester>,
 }
 
 impl std::fmt::Debug for Lifecycle<'_> {
@@ -265,15 +266,22 @@ impl<'a> Lifecycle<'a> {
             link,
             verifier,
             relay_public_key: None,
-            requester: Requester::operator(&local_operator()),
+            requester: None,
         }
     }
 
     /// Commit commands as asked by `requester` (by default, the operator
     /// running this process: [`local_operator`]).
     pub fn with_requester(mut self, requester: Requester) -> Lifecycle<'a> {
-        self.requester = requester;
+        self.requester = Some(requester);
         self
+    }
+
+    /// Who asks for an operator's command.
+    fn requester(&self) -> Requester {
+        self.requester
+            .clone()
+            .unwrap_or_else(|| Requester::operator(&local_operator()))
     }
 
     /// Open sessions with the approval relay's public key, so the gateways
@@ -292,7 +300,7 @@ impl<'a> Lifecycle<'a> {
         let (sources, allow, attach) = names::scope(&req.sources, &req.allow, &req.attach)?;
         let (idle_timeout_seconds, idle_action) = idle_settings(req)?;
         let relay = self.relay_public_key;
-        let by = &self.requester;
+        let by = &self.requester();
         let opening = self.store.write(|tx| {
             check_start(tx, &tenant, &sources, &allow, &attach)?;
             let next = machine::next(None, req.mode, Event::Start)
@@ -346,7 +354,7 @@ impl<'a> Lifecycle<'a> {
     }
 
     fn reopen(&mut self, id: &str, event: Event) -> Result<Transition, Error> {
-        let by = self.requester.clone();
+        let by = self.requester();
         self.reopen_as(id, event, &by)
     }
 
@@ -439,11 +447,13 @@ impl<'a> Lifecycle<'a> {
     /// the process that held it, as their signed reports say), so nothing
     /// serves it. It is interrupted, `cause` recorded as who asked; a
     /// session in mode commands then recovers at once, as a new attempt
-    /// (its instance runs: only its authorities were lost), and stays
-    /// interrupted, to be recovered by the next tick or ended by the
-    /// 30 minutes' rule, if the members cannot open it now; a session in
-    /// mode agent ends `interruption_lost`, as an interruption ends it.
-    /// `None` when the session moved on meanwhile.
+    /// (its instance runs: only its authorities were lost). If the members
+    /// cannot open it now (the failed open is recorded as any failed
+    /// recovery's), it stays interrupted and is not tried again, so that
+    /// members out of reach do not make an attempt a tick: a `recover`
+    /// or the 30 minutes' rule decides. A session in mode agent ends
+    /// `interruption_lost`, as an interruption ends it. `None` when the
+    /// session moved on meanwhile.
     pub fn authority_lost(&mut self, id: &str, cause: &str) -> Result<Option<Transition>, Error> {
         let by = Requester::time(cause);
         let interrupted = match self.close_as(id, Event::Interrupt, &by)? {
@@ -453,21 +463,10 @@ impl<'a> Lifecycle<'a> {
         if interrupted.state != State::Interrupted {
             return Ok(Some(interrupted));
         }
-        Ok(Some(self.recover_lost(id, cause)?.unwrap_or(interrupted)))
-    }
-
-    /// Recover session `id`, interrupted because its authorities were
-    /// lost (`cause`), as a new attempt. `None` when it is no longer
-    /// interrupted, or the members could not open it now (the open's
-    /// failure is recorded as any failed recovery's; it is not tried
-    /// again, so that members out of reach do not make an attempt a tick).
-    fn recover_lost(&mut self, id: &str, cause: &str) -> Result<Option<Transition>, Error> {
-        let by = Requester::time(cause);
         match self.reopen_as(id, Event::Recover, &by) {
             Ok(t) => Ok(Some(t)),
-            Err(e) if e.code() == "sandbox_not_interrupted" => Ok(None),
             Err(Error::Store(e)) => Err(Error::Store(e)),
-            Err(_) => Ok(None),
+            Err(_) => Ok(Some(interrupted)),
         }
     }
 
@@ -516,7 +515,7 @@ impl<'a> Lifecycle<'a> {
     /// ended the session, run the reset. The inner error is the machine's
     /// refusal; the outer one, the store's or the link's failure.
     fn close(&mut self, id: &str, event: Event) -> Result<Result<Transition, Error>, Error> {
-        let by = self.requester.clone();
+        let by = self.requester();
         self.close_as(id, event, &by)
     }
 

@@ -303,16 +303,23 @@ impl Upkeep<'_> {
                     .and_then(|a| a.ended_at);
                 paused.push((s, at));
             }
-            let running = tx.sessions_in(&[State::Running])?;
-            let mut lost = Vec::new();
-            for s in &running {
-                if let Some(cause) = authority_lost(tx, &s.id)? {
-                    lost.push((s.id.clone(), cause));
-                }
-            }
-            Ok((tx.opens_in_flight()?, interrupted, paused, running, lost))
+            Ok((
+                tx.opens_in_flight()?,
+                interrupted,
+                paused,
+                tx.sessions_in(&[State::Running])?,
+                tx.unserved_sessions()?,
+            ))
         })?;
-        for (id, cause) in lost {
+        // Nothing serves these: every member's authority of the running
+        // attempt is gone. The cause is the destroy reasons (`lease_expired`,
+        // say).
+        for (id, reasons) in lost {
+            let cause = if reasons.is_empty() {
+                "authority_lost".to_owned()
+            } else {
+                reasons.join(",")
+            };
             if let Some(t) = self.life().authority_lost(&id, &cause)? {
                 report.events.push((
                     id,
@@ -506,39 +513,6 @@ fn log(event: &str, gateway: &str, detail: &str) {
         "{}",
         serde_json::json!({"upkeep": event, "gateway": gateway, "detail": detail})
     );
-}
-
-/// Why nothing serves running session `id`, if nothing does: its latest
-/// attempt made CAs and every one of them is destroyed, as verified
-/// reports say (each member's lease lapsed, or the process that held it
-/// ended: a crash of both members, a control-plane outage past the lease).
-/// The cause is the destroy reasons, joined (`lease_expired`, say).
-fn authority_lost(tx: &crate::store::Tx<'_>, id: &str) -> Result<Option<String>, Error> {
-    let Some(attempt) = tx.attempts(id)?.pop() else {
-        return Ok(None);
-    };
-    if attempt.ended_at.is_some() {
-        return Ok(None);
-    }
-    let cas: Vec<_> = tx
-        .cas(id)?
-        .into_iter()
-        .filter(|c| c.attempt == attempt.n)
-        .collect();
-    if cas.is_empty() || cas.iter().any(|c| c.destroyed_at.is_none()) {
-        return Ok(None);
-    }
-    let mut reasons: Vec<&str> = cas
-        .iter()
-        .filter_map(|c| c.destroy_reason.map(|r| r.as_str()))
-        .collect();
-    reasons.sort_unstable();
-    reasons.dedup();
-    Ok(Some(if reasons.is_empty() {
-        "authority_lost".to_owned()
-    } else {
-        reasons.join(",")
-    }))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! the drop reports that say they were destroyed, the closes still owed,
 //! and the reset's steps.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::db::{json_col, parse_word, Tx};
@@ -101,13 +101,6 @@ impl ResetStep {
             at,
             earlier: Vec::new(),
         }
-    }
-
-    /// Whether `self` says what `other` says (its time and history aside).
-    fn same_outcome(&self, other: &ResetStep) -> bool {
-        self.confirmed == other.confirmed
-            && self.error == other.error
-            && self.response == other.response
     }
 }
 
@@ -252,10 +245,23 @@ impl Tx<'_> {
     /// outcome is kept beside the confirmation).
     pub fn insert_reset_step(&self, session_id: &str, step: &ResetStep) -> Result<(), Error> {
         let latest = self
-            .reset_steps(session_id)?
-            .into_iter()
-            .find(|s| s.step == step.step);
-        if latest.as_ref().is_some_and(|l| l.same_outcome(step)) {
+            .conn
+            .query_row(
+                "SELECT confirmed, response, error FROM reset_steps
+                 WHERE session_id = ?1 AND step = ?2 ORDER BY n DESC LIMIT 1",
+                params![session_id, step.step],
+                |r| {
+                    Ok((
+                        r.get::<_, bool>(0)?,
+                        json_col::<serde_json::Value>(1, r.get(1)?)?,
+                        r.get::<_, Option<String>>(2)?,
+                    ))
+                },
+            )
+            .optional()?;
+        if latest.is_some_and(|(confirmed, response, error)| {
+            confirmed == step.confirmed && response == step.response && error == step.error
+        }) {
             return Ok(());
         }
         self.conn.execute(
@@ -313,6 +319,40 @@ impl Tx<'_> {
             }
         }
         Ok(steps)
+    }
+}
+
+impl Tx<'_> {
+    /// Every running session nothing serves: its latest attempt has not
+    /// ended, made CAs, and every one of them is destroyed (verified
+    /// reports say so: a lapsed lease, the end of the process that held
+    /// it). Each with the destroy reasons, sorted, once each. One query,
+    /// whatever the number of sessions.
+    pub fn unserved_sessions(&self) -> Result<Vec<(String, Vec<String>)>, Error> {
+        let mut stmt = self.conn.prepare(
+            "SELECT s.id, group_concat(coalesce(c.destroy_reason, ''), ',')
+             FROM sessions s
+             JOIN attempts a ON a.session_id = s.id
+                 AND a.n = (SELECT max(n) FROM attempts WHERE session_id = s.id)
+             JOIN ca_events c ON c.session_id = s.id AND c.attempt = a.n
+             WHERE s.state = 'running' AND a.ended_at IS NULL
+             GROUP BY s.id
+             HAVING count(*) = count(c.destroyed_at)
+             ORDER BY s.id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let id: String = r.get(0)?;
+            let joined: String = r.get(1)?;
+            let mut reasons: Vec<String> = joined
+                .split(',')
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned)
+                .collect();
+            reasons.sort_unstable();
+            reasons.dedup();
+            Ok((id, reasons))
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 }
 

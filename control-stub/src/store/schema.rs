@@ -327,6 +327,7 @@ CREATE TABLE members (
     control TEXT NOT NULL,
     added_at TEXT NOT NULL
 );
+CREATE INDEX ca_events_live ON ca_events (session_id, attempt) WHERE destroyed_at IS NULL;
 "#;
 
 /// The tables of every version up to `version` (1 to [`SCHEMA_VERSION`]),
