@@ -32,12 +32,36 @@ if [ "$demo" -eq 0 ]; then
   command -v g++ >/dev/null || need+=(g++)
 fi
 
+# PostgreSQL's server binaries for the replicated store's tests
+# (scripts/postgres.sh runs a server of its own in a temporary folder): the
+# package is installed without its system cluster, and nothing is started.
+pg_server=0
+if [ "$demo" -eq 0 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need+=(postgresql)
+  pg_server=1
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}"
+  policy_made=0
+  if [ "$pg_server" -eq 1 ]; then
+    # No "main" cluster made, and no service started by the package.
+    $sudo_cmd mkdir -p /etc/postgresql-common
+    if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+      echo "create_main_cluster = false" | $sudo_cmd tee /etc/postgresql-common/createcluster.conf >/dev/null
+    fi
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
+      $sudo_cmd chmod 755 /usr/sbin/policy-rc.d
+      policy_made=1
+    fi
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq \
+    -o Dpkg::Options::=--force-confold "${need[@]}"
+  if [ "$policy_made" -eq 1 ]; then $sudo_cmd rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 # The ops checks and the session-image client test: systemd-analyze, nft,

@@ -11,8 +11,14 @@ scripts/install-deps.sh
 # not theirs to stop; anything else still running after them is a leak.
 before="$(mktemp)"
 scripts/check-leftovers.sh --record "$before"
+# A PostgreSQL server of this run's own (scripts/postgres.sh: a temporary
+# folder, 127.0.0.1 only) for the replicated store's tests; stopped at the
+# end, whatever happened.
+pgdir="$(mktemp -d)"
+TALOS_TEST_POSTGRES="$(scripts/postgres.sh start "$pgdir/pg")"
+export TALOS_TEST_POSTGRES
 # On a failure too, whatever the tests left is listed and stopped.
-trap 'status=$?; if [ $status -ne 0 ]; then scripts/check-leftovers.sh --check "$before" || true; fi; rm -f "$before"' EXIT
+trap 'status=$?; scripts/postgres.sh stop "$pgdir/pg" || true; rm -rf "$pgdir"; if [ $status -ne 0 ]; then scripts/check-leftovers.sh --check "$before" || true; fi; rm -f "$before"' EXIT
 # A run from a clean checkout (CI) reuses nothing of incremental state,
 # which would only take disk beside the build.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
@@ -25,6 +31,10 @@ cargo build --workspace --bins --locked
 # rules and their unit tests, the dashboard's queries).
 scripts/check-ops.sh
 cargo test --workspace --locked
+# The control plane's tests again with every store a PostgreSQL database
+# (each test its own, on the server above): the store's code and schema
+# hold on both.
+TALOS_TEST_STORE=postgres cargo test -p talos-control-stub --locked
 scripts/check-leftovers.sh --check "$before"
 # Every criterion benchmark once, in criterion's test mode (each routine
 # runs once, debug build, and its own checks must hold), so that a

@@ -23,7 +23,7 @@ use crate::link::{GatewayLink, ReportVerifier};
 use crate::lock::NewRule;
 use crate::model::{LockMode, Mode};
 use crate::names;
-use crate::store::{Store, DEFAULT_PATH};
+use crate::store::{Db, Store, DEFAULT_PATH};
 use talos_contract::sync::Locked;
 
 /// Exit status of a command that failed.
@@ -34,9 +34,12 @@ pub const EXIT_FAILURE: i32 = 2;
 #[derive(Debug, Parser)]
 #[command(name = "control-stub", version)]
 pub struct Cli {
-    /// The store (SQLite). Created with mode 0600 on first use.
-    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_PATH)]
-    pub db: PathBuf,
+    /// The store: a SQLite file (created with mode 0600 on first use), or
+    /// a PostgreSQL database that several `serve` replicas share,
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (the password also from
+    /// `PGPASSWORD`; its schema is made on first use).
+    #[arg(long, global = true, value_name = "PATH|URL", default_value = DEFAULT_PATH)]
+    pub db: Db,
     /// A gateway's control address, `ID=HOST:PORT` (its certificate must
     /// name ID) or `HOST:PORT` (its certificate must name `localhost`);
     /// repeat for each gateway of the pair.
@@ -1026,7 +1029,7 @@ fn start_upkeep(
 /// the loops' settings, the members reached now and every loop's thread.
 #[derive(Debug)]
 struct Upkeeps {
-    db: std::path::PathBuf,
+    db: Db,
     control_dir: std::path::PathBuf,
     settings: ServeSettings,
     stopped: std::sync::Arc<Stop>,

@@ -759,17 +759,22 @@ fn the_approvals_commands_list_decide_and_refuse_bad_inputs_with_their_codes() {
         session,
         rule,
     } = relay_env();
-    let Env { dir, store, link } = env;
+    let Env {
+        dir,
+        db,
+        store,
+        link,
+    } = env;
     let mut store = store;
     let p = proposal(&session, 1, &rule, "gw-a", 1);
     relay::receive(&mut store, &msg(&p)).unwrap();
     drop(store);
-    let db = dir.path().join("stub.db");
     let control = dir.path().join("control");
     std::fs::create_dir(&control).unwrap();
     let verifier = talos_control_stub::FakeVerifier::accepting();
     let run = |args: &[&str]| {
-        let mut argv = vec!["control-stub", "--db", db.to_str().unwrap()];
+        let db_arg = db.as_arg();
+        let mut argv = vec!["control-stub", "--db", db_arg.to_str().unwrap()];
         argv.extend_from_slice(args);
         let mut out = Vec::new();
         let mut err = Vec::new();

@@ -319,7 +319,7 @@ async fn the_chain_position_survives_a_restart_of_the_consumer() {
     let mut c = client(s.addr, tls()).await.unwrap();
     assert_eq!(submit(&mut c, &b1).await.status(), AckStatus::Accepted);
     // `gateway list` says where the chain stands, for an operator's repair.
-    let listed = Store::open(&s.db()).unwrap().gateways().unwrap();
+    let listed = Store::open(s.db()).unwrap().gateways().unwrap();
     let gw = listed.iter().find(|g| g.id == "gw-a").expect("gw-a listed");
     assert_eq!(gw.chain_last_seq, 1);
     assert_eq!(
@@ -330,7 +330,7 @@ async fn the_chain_position_survives_a_restart_of_the_consumer() {
     // A second consumer on the same store: it knows where the chain is.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let store = Store::open(&s.db()).unwrap();
+    let store = Store::open(s.db()).unwrap();
     let server_tls = Identity::load(&s.dir(), "stub")
         .unwrap()
         .server_config()

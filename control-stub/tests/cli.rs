@@ -5,6 +5,7 @@ mod common;
 
 use common::{bin, dump, Env};
 use talos_control_stub::cli::main_with;
+use talos_control_stub::store::{Db, Value};
 use talos_control_stub::{EndReason, FakeLink, FakeVerifier, Mode, State};
 
 /// A value no command may print.
@@ -12,9 +13,9 @@ const SECRET: &str = "s3cr3t-Zq9-UNMISTAKABLE-7731";
 
 /// An empty store in a temp dir, with `api.github.com` on the egress list
 /// and tenant `acme`'s secret `GH`, set through the binary.
-fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
+fn setup() -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("stub.db");
+    let db = common::test_db(dir.path());
     let out = bin(&db, &["policy", "egress", "add", "api.github.com"], b"");
     assert_eq!(out.status, 0, "{out:?}");
     let out = bin(
@@ -27,13 +28,14 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
 }
 
 /// Run `args`, expect exit status 2 with `code`, and no change to the store.
-fn refused(db: &std::path::Path, args: &[&str], code: &str) {
-    let before = dump(db);
-    let out = bin(db, args, b"");
+fn refused(db: impl Into<Db>, args: &[&str], code: &str) {
+    let db: Db = db.into();
+    let before = dump(&db);
+    let out = bin(&db, args, b"");
     assert_eq!(out.status, 2, "{args:?}: {out:?}");
     assert_eq!(out.code(), Some(code), "{args:?}: {out:?}");
     assert!(out.stderr.starts_with(&format!("error: {code}: ")));
-    assert_eq!(dump(db), before, "{args:?} changed the store");
+    assert_eq!(dump(&db), before, "{args:?} changed the store");
 }
 
 #[test]
@@ -358,16 +360,17 @@ fn secret_set_list_and_delete() {
     assert_eq!(out.stdout.trim(), "[]");
 
     // Stored exactly as given, less the one line ending.
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let v: Vec<u8> = conn
-        .query_row(
+    let stored = talos_control_stub::Store::open(&db)
+        .unwrap()
+        .test_query(
             "SELECT value FROM secrets WHERE tenant = 'acme' AND name = 'FILE'",
-            [],
-            |r| r.get(0),
+            &[],
         )
         .unwrap();
-    assert_eq!(v, format!("{SECRET}-2").as_bytes());
-    drop(conn);
+    assert_eq!(
+        stored,
+        vec![vec![Value::Blob(format!("{SECRET}-2").into_bytes())]]
+    );
 
     let out = bin(&db, &["secret", "delete", "FILE", "--tenant", "acme"], b"");
     assert_eq!(out.status, 0, "{out:?}");
@@ -420,7 +423,8 @@ fn no_output_ever_holds_a_secret_value() {
     let link = FakeLink::default();
     let verifier = FakeVerifier::accepting();
     let in_process = |args: &[&str]| -> String {
-        let mut argv = vec!["control-stub", "--db", db.to_str().unwrap()];
+        let db_arg = db.as_arg();
+        let mut argv = vec!["control-stub", "--db", db_arg.to_str().unwrap()];
         argv.extend_from_slice(args);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let status = main_with(argv, &link, &verifier, &mut &b""[..], &mut out, &mut err);
@@ -489,9 +493,25 @@ fn the_store_is_private_to_its_owner() {
 }
 
 #[test]
-fn the_store_is_versioned_and_in_wal_mode() {
-    let env = Env::new();
-    let conn = rusqlite::Connection::open(env.db()).unwrap();
+fn the_store_is_versioned_and_refuses_a_newer_version() {
+    let mut env = Env::new();
+    let Db::File(path) = env.db() else {
+        assert_eq!(
+            env.store
+                .test_i64("SELECT version FROM schema_version")
+                .unwrap(),
+            talos_control_stub::store::SCHEMA_VERSION
+        );
+        env.store
+            .test_execute("UPDATE schema_version SET version = 99", &[])
+            .unwrap();
+        drop(env.store);
+        let err = talos_control_stub::Store::open(&env.db).unwrap_err();
+        assert_eq!(err.code(), "store_failed");
+        assert!(err.to_string().contains("schema version 99"), "{err}");
+        return;
+    };
+    let conn = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
@@ -503,7 +523,7 @@ fn the_store_is_versioned_and_in_wal_mode() {
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     drop(env.store);
-    let err = talos_control_stub::Store::open(&env.dir.path().join("stub.db")).unwrap_err();
+    let err = talos_control_stub::Store::open(&path).unwrap_err();
     assert_eq!(err.code(), "store_failed");
     assert!(err.to_string().contains("schema version 99"));
 }
@@ -622,10 +642,11 @@ fn serve_refuses_to_start_with_live_sessions_on_unaddressed_members() {
     );
     assert_eq!(out.status, 0, "{out:?}");
     // gw-a is given on the command line, gw-b nowhere.
+    let db_arg = db.as_arg();
     let args = |control: &std::path::Path| -> Vec<String> {
         [
             "--db",
-            db.to_str().unwrap(),
+            db_arg.to_str().unwrap(),
             "--control-dir",
             control.to_str().unwrap(),
             "--gateway",

@@ -6,6 +6,7 @@
 mod common;
 
 use std::time::{Duration, SystemTime};
+use talos_control_stub::store::Value;
 
 use common::{request, Env, ACCEPT};
 use talos_control_stub::fake::Call;
@@ -548,11 +549,10 @@ fn the_idle_timeout_pauses_or_ends_and_an_attach_counts_as_activity() {
         let long_ago =
             humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(3600))
                 .to_string();
-        rusqlite::Connection::open(env.db())
-            .unwrap()
-            .execute(
+        env.store
+            .test_execute(
                 "UPDATE sessions SET last_activity_at = ?2 WHERE id = ?1",
-                [&id, &long_ago],
+                &[Value::Text(id.clone()), Value::Text(long_ago)],
             )
             .unwrap();
         // ...but a client attaches now: idle time counts from now.

@@ -170,7 +170,7 @@ impl Setup {
     fn new() -> Setup {
         let tmp = tempfile::tempdir().unwrap();
         identity::init(&tmp.path().join("control"), &["gw-a".into(), "gw-b".into()]).unwrap();
-        let mut store = Store::open(&tmp.path().join("stub.db")).unwrap();
+        let mut store = Store::open(tmp.path().join("stub.db")).unwrap();
         store.egress_add("api.github.com").unwrap();
         store.secret_set("acme", "GH", b"gh-value-QZX").unwrap();
         Setup { tmp, store }

@@ -549,6 +549,7 @@ fn a_misstated_ca_digest_refuses_the_start_and_undoes_the_opening() {
     let env = Env::new().with_policy();
     let Env {
         dir: _dir,
+        db: _,
         mut store,
         link,
     } = env;

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use talos_control_stub::batches::{accept, BatchVerdict};
 use talos_control_stub::Store;
 
+mod common;
+
 /// Batches in the stream, records in each.
 const BATCHES: u64 = 120;
 const RECORDS: usize = 3;
@@ -27,7 +29,8 @@ fn record(seq: u64, i: usize) -> Vec<u8> {
 #[test]
 fn two_replicas_ingesting_one_stream_accept_each_batch_once() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("stub.db");
+    // A SQLite file both open, or one PostgreSQL database (common::test_db).
+    let db = common::test_db(dir.path());
     let key = Arc::new(talos_certs::GatewayKey::generate().unwrap());
     Store::open(&db)
         .unwrap()
@@ -76,14 +79,11 @@ fn two_replicas_ingesting_one_stream_accept_each_batch_once() {
         .find(|g| g.id == "gw-a")
         .unwrap();
     assert_eq!(position.chain_last_seq, BATCHES);
-    let counted: i64 = rusqlite::Connection::open(&db)
-        .unwrap()
-        .query_row(
+    let counted: i64 = store
+        .test_i64(
             "SELECT (SELECT count(*) FROM batches) * 1000000
                   + (SELECT count(*) FROM connection_records) * 1000
                   + (SELECT count(*) FROM batch_rejections)",
-            [],
-            |r| r.get(0),
         )
         .unwrap();
     let want = i64::try_from(BATCHES).unwrap() * 1_000_000

@@ -1,7 +1,7 @@
 //! The approval relay's tables: the approvals API's approvers and the
 //! gateways' proposals with their decisions.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::db::{json_col, now, parse_word, Store, Tx};
@@ -76,7 +76,7 @@ impl Store {
                     created_at: r.get(1)?,
                 })
             })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            rows.collect::<Result<Vec<_>, _>>()
         })
     }
 
@@ -127,14 +127,13 @@ impl Tx<'_> {
 
     /// Proposal `id`, if the relay has it.
     pub fn proposal(&self, id: &str) -> Result<Option<ProposalRecord>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 &format!("SELECT {PROPOSAL_COLUMNS} FROM proposals WHERE proposal_id = ?1"),
                 params![id],
                 proposal_row,
             )
-            .optional()?)
+            .optional()
     }
 
     /// Proposals in order of receipt: of one session, or all; in one
@@ -146,14 +145,15 @@ impl Tx<'_> {
     ) -> Result<Vec<ProposalRecord>, Error> {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT {PROPOSAL_COLUMNS} FROM proposals
-             WHERE (?1 IS NULL OR session_id = ?1) AND (?2 IS NULL OR state = ?2)
+             WHERE (CAST(?1 AS TEXT) IS NULL OR session_id = ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR state = ?2)
              ORDER BY rowid"
         ))?;
         let rows = stmt.query_map(
             params![session_id, state.map(ProposalState::as_str)],
             proposal_row,
         )?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Move a pending proposal to `state` (withdrawn or expired) at `at`.
@@ -195,23 +195,22 @@ impl Tx<'_> {
     /// Withdraw every pending proposal of the session (it paused, was
     /// interrupted or ended); returns how many.
     pub fn withdraw_proposals(&self, session_id: &str, at: &str) -> Result<usize, Error> {
-        Ok(self.conn.execute(
+        self.conn.execute(
             "UPDATE proposals SET state = 'withdrawn', decided_at = ?2
              WHERE session_id = ?1 AND state = 'pending'",
             params![session_id, at],
-        )?)
+        )
     }
 
     /// The approver whose token has this SHA-256 (hex), if any.
     pub fn approver_by_token(&self, token_sha256: &str) -> Result<Option<String>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT name FROM approvers WHERE token_sha256 = ?1",
                 params![token_sha256],
                 |r| r.get(0),
             )
-            .optional()?)
+            .optional()
     }
 }
 
@@ -219,7 +218,7 @@ const PROPOSAL_COLUMNS: &str =
     "proposal_id, gateway_id, session_id, attempt, rule, fields, sentence,
      digest, state, approver, decided_at, created_at, expires_at, received_at, decision, outcome";
 
-fn proposal_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ProposalRecord> {
+fn proposal_row(r: &Row) -> Result<ProposalRecord, Error> {
     Ok(ProposalRecord {
         proposal_id: r.get(0)?,
         gateway_id: r.get(1)?,

@@ -1,7 +1,7 @@
 //! The batch consumer's tables: the batches received, their connection
 //! records, the refused batches and each gateway's chain position.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::db::{json_col, now, Store, Tx};
@@ -286,7 +286,7 @@ impl Tx<'_> {
                 record: json_col(3, r.get(3)?)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// The batches that carried records of the session.
@@ -306,19 +306,20 @@ impl Tx<'_> {
                 received_at: r.get(3)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Every refused batch that claimed to hold records of the session.
     pub fn batch_rejections(&self, session_id: &str) -> Result<Vec<BatchRejection>, Error> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare(&format!(
             "SELECT r.gateway_id, r.seq, r.reason, r.at,
                     EXISTS (SELECT 1 FROM batches b
                             WHERE b.gateway_id = r.gateway_id AND b.seq = r.seq)
              FROM batch_rejections r
-             WHERE EXISTS (SELECT 1 FROM json_each(r.sessions) WHERE value = ?1)
+             WHERE {}
              ORDER BY r.rowid",
-        )?;
+            self.conn.dialect().json_array_contains("r.sessions", "?1")
+        ))?;
         let rows = stmt.query_map(params![session_id], |r| {
             Ok(BatchRejection {
                 gateway_id: r.get(0)?,
@@ -328,7 +329,7 @@ impl Tx<'_> {
                 resolved: r.get(4)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// How many batches of each gateway were refused and never accepted
@@ -338,7 +339,7 @@ impl Tx<'_> {
             "SELECT gateway_id, reason, count(*) FROM batch_rejections GROUP BY gateway_id, reason",
         )?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, get_u64(r, 2)?)))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 }
 
@@ -347,11 +348,8 @@ fn seq_to_sql(seq: u64) -> Result<i64, Error> {
 }
 
 /// A non-negative integer column (SQLite stores signed 64-bit integers).
-fn get_u64(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
-    let v: i64 = r.get(idx)?;
-    u64::try_from(v).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Integer, Box::new(e))
-    })
+fn get_u64(r: &Row, idx: usize) -> Result<u64, Error> {
+    r.get(idx)
 }
 
 /// A batch a gateway's operator set aside (`gateway spool set-aside`): its
@@ -394,9 +392,9 @@ impl Tx<'_> {
                 .optional()?,
         };
         self.conn.execute(
-            "INSERT OR IGNORE INTO chain_gaps (gateway_id, seq, found, reason, expected_digest,
+            "INSERT INTO chain_gaps (gateway_id, seq, found, reason, expected_digest,
                  window_after, window_before, set_aside_file, set_aside_at, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING",
             params![
                 gap.gateway_id,
                 seq_to_sql(gap.seq)?,
@@ -441,6 +439,6 @@ impl Tx<'_> {
                 received_at: r.get(9)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 }

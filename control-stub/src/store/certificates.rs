@@ -1,6 +1,6 @@
 //! Issued session certificates: written once, never changed.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension};
 
 use super::db::Tx;
 use crate::error::Error;
@@ -20,8 +20,8 @@ impl Tx<'_> {
     /// certificate never changes.
     pub fn insert_certificate(&self, id: &str, cert: &IssuedCertificate) -> Result<(), Error> {
         let n = self.conn.execute(
-            "INSERT OR IGNORE INTO certificates (session_id, issued_at, payload, signature, key_id)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO certificates (session_id, issued_at, payload, signature, key_id)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             params![
                 id,
                 cert.issued_at,
@@ -40,8 +40,7 @@ impl Tx<'_> {
 
     /// Session `id`'s issued certificate, if there is one.
     pub fn issued_certificate(&self, id: &str) -> Result<Option<IssuedCertificate>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT issued_at, payload, signature, key_id FROM certificates
                  WHERE session_id = ?1",
@@ -55,7 +54,7 @@ impl Tx<'_> {
                     })
                 },
             )
-            .optional()?)
+            .optional()
     }
 
     /// Sessions over (ended or reset incomplete) without a certificate.
@@ -67,6 +66,6 @@ impl Tx<'_> {
              ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 }

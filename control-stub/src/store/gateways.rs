@@ -1,7 +1,7 @@
 //! The registered gateways: the keys their drop reports and batches are
 //! checked under.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::db::{now, Store, Tx};
@@ -175,9 +175,9 @@ impl Tx<'_> {
     /// before.
     pub fn insert_start_report(&self, r: &StartRecord, signed: &[u8]) -> Result<bool, Error> {
         let n = self.conn.execute(
-            "INSERT OR IGNORE INTO start_reports (gateway_id, instance, started_at,
+            "INSERT INTO start_reports (gateway_id, instance, started_at,
                  previous_instance, cut_by_crash, key_id, batch_seq, signed, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING",
             params![
                 r.gateway_id,
                 r.instance,
@@ -213,18 +213,17 @@ impl Tx<'_> {
                 report_digest: talos_certs::sha384_hex(&r.get::<_, Vec<u8>>(8)?),
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// The registered public key (hex) of gateway `id`.
     pub fn gateway_key(&self, id: &str) -> Result<Option<String>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT public_key_hex FROM gateways WHERE id = ?1",
                 params![id],
                 |r| r.get(0),
             )
-            .optional()?)
+            .optional()
     }
 }

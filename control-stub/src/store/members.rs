@@ -2,7 +2,7 @@
 //! every CLI call and every `serve` reads (`gateway add ID --control
 //! ADDR`), beside the registered keys (`gateways`).
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::db::{now, Store, Tx};
@@ -140,8 +140,7 @@ impl Store {
 
 impl Tx<'_> {
     pub fn member(&self, id: &str) -> Result<Option<Member>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT id, control, added_at FROM members WHERE id = ?1",
                 params![id],
@@ -153,7 +152,7 @@ impl Tx<'_> {
                     })
                 },
             )
-            .optional()?)
+            .optional()
     }
 
     pub fn member_list(&self) -> Result<Vec<Member>, Error> {
@@ -167,7 +166,7 @@ impl Tx<'_> {
                 added_at: r.get(2)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// What makes a session need a member: a CA it made for an attempt
@@ -186,22 +185,22 @@ impl Tx<'_> {
     /// Every member some live session needs, by id.
     fn needed_members(&self) -> Result<Vec<String>, Error> {
         let sql = format!(
-            "SELECT DISTINCT gateway_id FROM ({}) ORDER BY gateway_id",
+            "SELECT DISTINCT gateway_id FROM ({}) needs ORDER BY gateway_id",
             Self::NEEDS
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// The sessions that need member `id`, by id.
     fn sessions_needing(&self, id: &str) -> Result<Vec<String>, Error> {
         let sql = format!(
-            "SELECT DISTINCT session_id FROM ({}) WHERE gateway_id = ?1 ORDER BY session_id",
+            "SELECT DISTINCT session_id FROM ({}) needs WHERE gateway_id = ?1 ORDER BY session_id",
             Self::NEEDS
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map(params![id], |r| r.get(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 }

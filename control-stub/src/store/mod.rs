@@ -79,10 +79,11 @@ pub use batches::{
 };
 pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
-pub use db::{now, Store, Tx, BUSY_TIMEOUT, DEFAULT_PATH};
+pub(crate) use db::pg_message;
+pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
 pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome};
-pub use schema::{ddl_through, SCHEMA_VERSION};
+pub use schema::{ddl_through, postgres_ddl, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};

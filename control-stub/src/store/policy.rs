@@ -1,8 +1,8 @@
 //! The account's policy: the egress list and the Lock's rules.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension, Row};
 
-use super::db::{json_col, now, parse_word, Store, Tx};
+use super::db::{json_col, now, parse_word, random_hex, Store, Tx};
 use crate::error::Error;
 use crate::lock::{LockRule, NewRule};
 use crate::model::LockMode;
@@ -15,7 +15,7 @@ impl Store {
         let name = names::destination(name)?;
         self.write(|tx| {
             tx.conn.execute(
-                "INSERT OR IGNORE INTO egress (name, added_at) VALUES (?1, ?2)",
+                "INSERT INTO egress (name, added_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
                 params![name, now()],
             )?;
             Ok(())
@@ -74,18 +74,19 @@ impl Tx<'_> {
     pub fn egress_names(&self) -> Result<Vec<String>, Error> {
         let mut stmt = self.conn.prepare("SELECT name FROM egress ORDER BY name")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<Result<Vec<String>, _>>()?)
+        rows.collect::<Result<Vec<String>, _>>()
     }
 
     /// Add a rule; its id is `lock-N`, N never used before.
     pub fn insert_lock_rule(&self, rule: &NewRule) -> Result<LockRule, Error> {
         let created_at = now();
         // The row gets its number first; the id is made from it.
-        self.conn.execute(
+        let n: i64 = self.conn.query_row(
             "INSERT INTO lock_rules (id, destination, attachment, method, path_prefix, mode,
                                      approvers, created_at)
-             VALUES ('new-' || lower(hex(randomblob(8))), ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING n",
             params![
+                format!("new-{}", random_hex(8)?),
                 rule.destination,
                 rule.attachment,
                 rule.method,
@@ -94,8 +95,8 @@ impl Tx<'_> {
                 serde_json::to_string(&rule.approvers)?,
                 created_at,
             ],
+            |r| r.get(0),
         )?;
-        let n = self.conn.last_insert_rowid();
         let id = format!("lock-{n}");
         self.conn
             .execute("UPDATE lock_rules SET id = ?2 WHERE n = ?1", params![n, id])?;
@@ -117,26 +118,25 @@ impl Tx<'_> {
             .conn
             .prepare(&format!("SELECT {LOCK_COLUMNS} FROM lock_rules ORDER BY n"))?;
         let rows = stmt.query_map([], lock_rule_row)?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Rule `id`, if it exists.
     pub fn lock_rule(&self, id: &str) -> Result<Option<LockRule>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 &format!("SELECT {LOCK_COLUMNS} FROM lock_rules WHERE id = ?1"),
                 params![id],
                 lock_rule_row,
             )
-            .optional()?)
+            .optional()
     }
 }
 
 const LOCK_COLUMNS: &str =
     "id, destination, attachment, method, path_prefix, mode, approvers, created_at";
 
-fn lock_rule_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LockRule> {
+fn lock_rule_row(r: &Row) -> Result<LockRule, Error> {
     Ok(LockRule {
         id: r.get(0)?,
         destination: r.get(1)?,

@@ -2,7 +2,7 @@
 //! the drop reports that say they were destroyed, the closes still owed,
 //! and the reset's steps.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::db::{json_col, parse_word, Tx};
@@ -132,7 +132,7 @@ impl Tx<'_> {
             "SELECT {CA_COLUMNS} FROM ca_events WHERE session_id = ?1 ORDER BY attempt, gateway_id"
         ))?;
         let rows = stmt.query_map(params![session_id], ca_row)?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Every CA of gateway `gateway_id` not yet destroyed, with its
@@ -145,7 +145,7 @@ impl Tx<'_> {
         let rows = stmt.query_map(params![gateway_id], |r| {
             Ok((r.get::<_, String>(0)?, ca_row_at(r, 1)?))
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Record that a verified report named the CA `digest` of this attempt
@@ -235,7 +235,7 @@ impl Tx<'_> {
                     .and_then(|n| u64::try_from(n).ok()),
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Record an outcome of a reset step. One that says what the step's
@@ -329,8 +329,8 @@ impl Tx<'_> {
     /// it). Each with the destroy reasons, sorted, once each. One query,
     /// whatever the number of sessions.
     pub fn unserved_sessions(&self) -> Result<Vec<(String, Vec<String>)>, Error> {
-        let mut stmt = self.conn.prepare(
-            "SELECT s.id, group_concat(coalesce(c.destroy_reason, ''), ',')
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT s.id, {}
              FROM sessions s
              JOIN attempts a ON a.session_id = s.id
                  AND a.n = (SELECT max(n) FROM attempts WHERE session_id = s.id)
@@ -339,7 +339,10 @@ impl Tx<'_> {
              GROUP BY s.id
              HAVING count(*) = count(c.destroyed_at)
              ORDER BY s.id",
-        )?;
+            self.conn
+                .dialect()
+                .string_agg("coalesce(c.destroy_reason, '')", ",")
+        ))?;
         let rows = stmt.query_map([], |r| {
             let id: String = r.get(0)?;
             let joined: String = r.get(1)?;
@@ -352,7 +355,7 @@ impl Tx<'_> {
             reasons.dedup();
             Ok((id, reasons))
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 }
 
@@ -360,11 +363,11 @@ impl Tx<'_> {
 const CA_COLUMNS: &str = "attempt, gateway_id, digest, cert_pem, made_at, destroyed_at,
     destroy_reason, instance, destroy_report";
 
-fn ca_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CaEvent> {
+fn ca_row(r: &Row) -> Result<CaEvent, Error> {
     ca_row_at(r, 0)
 }
 
-fn ca_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CaEvent> {
+fn ca_row_at(r: &Row, at: usize) -> Result<CaEvent, Error> {
     Ok(CaEvent {
         attempt: r.get(at)?,
         gateway_id: r.get(at + 1)?,
@@ -411,7 +414,7 @@ pub struct DueClose {
 const CLOSE_COLUMNS: &str = "attempt, gateway_id, reason, created_at, tries, next_at, last_error,
     confirmed_at, confirmed_by";
 
-fn close_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CloseTask> {
+fn close_row_at(r: &Row, at: usize) -> Result<CloseTask, Error> {
     Ok(CloseTask {
         attempt: r.get(at)?,
         gateway_id: r.get(at + 1)?,
@@ -437,9 +440,9 @@ impl Tx<'_> {
         at: &str,
     ) -> Result<(), Error> {
         self.conn.execute(
-            "INSERT OR IGNORE INTO close_tasks (session_id, attempt, gateway_id, reason,
+            "INSERT INTO close_tasks (session_id, attempt, gateway_id, reason,
                                                 created_at, next_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT DO NOTHING",
             params![session_id, attempt, gateway_id, reason.as_str(), at],
         )?;
         Ok(())
@@ -476,7 +479,7 @@ impl Tx<'_> {
              ORDER BY attempt, gateway_id"
         ))?;
         let rows = stmt.query_map(params![session_id], |r| close_row_at(r, 0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Closes still owed whose next call is due at `now`.
@@ -491,7 +494,7 @@ impl Tx<'_> {
                 task: close_row_at(r, 1)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// How many closes are still owed.

@@ -330,6 +330,326 @@ CREATE TABLE members (
 CREATE INDEX ca_events_live ON ca_events (session_id, attempt) WHERE destroyed_at IS NULL;
 "#;
 
+/// The whole schema of version 6 in one script, the tables in the order
+/// their references need: how a PostgreSQL store begins (it has no older
+/// versions to upgrade). The same tables and columns as a SQLite store
+/// brought up through versions 1 to 6 (a test compares them), written in
+/// SQLite's words and given to PostgreSQL through [`for_postgres`]; the
+/// tables read in insertion order name it `rowid`, as SQLite's own.
+const WHOLE_V6: &str = r#"
+CREATE TABLE egress (
+    name TEXT PRIMARY KEY NOT NULL,
+    added_at TEXT NOT NULL
+);
+CREATE TABLE secrets (
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value BLOB NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE gateways (
+    id TEXT PRIMARY KEY NOT NULL,
+    public_key_hex TEXT NOT NULL,
+    registered_at TEXT NOT NULL,
+    instance TEXT,
+    lease_ms INTEGER,
+    last_contact_at TEXT,
+    last_error TEXT
+);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('agent', 'commands')),
+    state TEXT NOT NULL
+        CHECK (state IN ('launching', 'running', 'paused', 'resuming', 'interrupted',
+                         'recovering', 'stopping', 'ended', 'reset_incomplete')),
+    created_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_reason TEXT,
+    outcome TEXT,
+    allow TEXT NOT NULL,
+    attach TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    idle_timeout_seconds INTEGER,
+    idle_action TEXT CHECK (idle_action IN ('end', 'pause')),
+    last_activity_at TEXT
+);
+CREATE TABLE attempts (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    n INTEGER NOT NULL CHECK (n >= 1),
+    cause TEXT NOT NULL CHECK (cause IN ('launch', 'resume', 'recovery')),
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_cause TEXT,
+    allowlist TEXT NOT NULL,
+    attachments TEXT NOT NULL,
+    lock TEXT NOT NULL DEFAULT '[]',
+    relay_public_key TEXT,
+    PRIMARY KEY (session_id, n)
+);
+CREATE TABLE ca_events (
+    session_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    gateway_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    cert_pem TEXT NOT NULL,
+    made_at TEXT NOT NULL,
+    destroyed_at TEXT,
+    destroy_reason TEXT,
+    instance TEXT,
+    destroy_report TEXT,
+    PRIMARY KEY (session_id, attempt, gateway_id),
+    FOREIGN KEY (session_id, attempt) REFERENCES attempts (session_id, n)
+);
+CREATE INDEX ca_events_live ON ca_events (session_id, attempt) WHERE destroyed_at IS NULL;
+CREATE TABLE drop_reports (
+    rowid ROWID,
+    session_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    gateway_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    ca_digest TEXT NOT NULL,
+    secrets TEXT NOT NULL,
+    signed BLOB NOT NULL,
+    received_at TEXT NOT NULL,
+    verifier TEXT NOT NULL,
+    ca_error TEXT,
+    secrets_error TEXT,
+    instance TEXT,
+    via TEXT NOT NULL DEFAULT 'reply',
+    batch_seq INTEGER,
+    FOREIGN KEY (session_id, attempt) REFERENCES attempts (session_id, n)
+);
+CREATE INDEX drop_reports_by_attempt ON drop_reports (session_id, attempt);
+CREATE TABLE reset_steps (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    step INTEGER NOT NULL CHECK (step BETWEEN 1 AND 5),
+    n INTEGER NOT NULL CHECK (n >= 1),
+    name TEXT NOT NULL,
+    confirmed INTEGER NOT NULL CHECK (confirmed IN (0, 1)),
+    response TEXT NOT NULL,
+    error TEXT,
+    at TEXT NOT NULL,
+    PRIMARY KEY (session_id, step, n)
+);
+CREATE TABLE batches (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, seq)
+);
+CREATE TABLE connection_records (
+    rowid ROWID,
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    session_id TEXT,
+    json TEXT NOT NULL,
+    instance TEXT,
+    conn INTEGER,
+    superseded INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (gateway_id, seq, idx),
+    FOREIGN KEY (gateway_id, seq) REFERENCES batches (gateway_id, seq)
+);
+CREATE INDEX connection_records_by_session ON connection_records (session_id);
+CREATE INDEX connection_records_by_conn ON connection_records (gateway_id, instance, conn);
+CREATE TABLE batch_rejections (
+    rowid ROWID,
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    at TEXT NOT NULL,
+    sessions TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE chain_state (
+    gateway_id TEXT PRIMARY KEY NOT NULL,
+    json TEXT NOT NULL
+);
+CREATE TABLE lock_rules (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    destination TEXT NOT NULL,
+    attachment TEXT NOT NULL,
+    method TEXT NOT NULL,
+    path_prefix TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('first_use', 'every_request')),
+    approvers TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE proposals (
+    rowid ROWID,
+    proposal_id TEXT PRIMARY KEY NOT NULL,
+    gateway_id TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    attempt INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    sentence TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    state TEXT NOT NULL
+        CHECK (state IN ('pending', 'approved', 'declined', 'withdrawn', 'expired')),
+    approver TEXT,
+    decided_at TEXT,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    decision TEXT,
+    outcome TEXT
+);
+CREATE INDEX proposals_by_session ON proposals (session_id);
+CREATE INDEX proposals_by_state ON proposals (state);
+CREATE TABLE approvers (
+    name TEXT PRIMARY KEY NOT NULL,
+    token_sha256 TEXT UNIQUE NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE close_tasks (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    attempt INTEGER NOT NULL,
+    gateway_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    next_at TEXT NOT NULL,
+    last_error TEXT,
+    confirmed_at TEXT,
+    confirmed_by TEXT,
+    PRIMARY KEY (session_id, attempt, gateway_id)
+);
+CREATE INDEX close_tasks_open ON close_tasks (confirmed_at, next_at);
+CREATE TABLE start_reports (
+    gateway_id TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    previous_instance TEXT NOT NULL,
+    cut_by_crash INTEGER NOT NULL,
+    key_id TEXT NOT NULL,
+    batch_seq INTEGER NOT NULL,
+    signed BLOB NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, instance)
+);
+CREATE TABLE chain_gaps (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    found TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    expected_digest TEXT,
+    window_after TEXT,
+    window_before TEXT NOT NULL,
+    set_aside_file TEXT,
+    set_aside_at TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, seq)
+);
+CREATE TABLE certificates (
+    session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id),
+    issued_at TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    signature BLOB NOT NULL,
+    key_id TEXT NOT NULL
+);
+CREATE TABLE commands (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    n INTEGER NOT NULL CHECK (n >= 1),
+    event TEXT NOT NULL,
+    requester TEXT NOT NULL CHECK (requester IN ('operator', 'approver', 'time')),
+    requested_by TEXT NOT NULL,
+    attempt INTEGER,
+    at TEXT NOT NULL,
+    PRIMARY KEY (session_id, n)
+);
+CREATE TABLE members (
+    id TEXT PRIMARY KEY NOT NULL,
+    control TEXT NOT NULL,
+    added_at TEXT NOT NULL
+);
+"#;
+
+/// The upgrades after version 6, each written once for both databases
+/// (through [`for_postgres`] for PostgreSQL): `(version it makes, script)`.
+const UPGRADES: &[(i64, &str)] = &[];
+
+/// A script in SQLite's words as PostgreSQL takes it: 64-bit integers,
+/// bytes, text compared byte by byte (SQLite's order, whatever the
+/// database's locale), a generated key for `AUTOINCREMENT`, and `ROWID`
+/// as a generated column (SQLite's own rowid, made explicit).
+pub(super) fn for_postgres(sql: &str) -> String {
+    let mut out = Vec::new();
+    for line in sql.lines() {
+        let line = line
+            .replace(
+                "INTEGER PRIMARY KEY AUTOINCREMENT",
+                "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
+            )
+            .replace("rowid ROWID", "rowid BIGINT GENERATED ALWAYS AS IDENTITY")
+            .replace("INTEGER", "BIGINT")
+            .replace("BLOB", "BYTEA")
+            .replace(" TEXT", " TEXT COLLATE \"C\"");
+        out.push(line);
+    }
+    out.join("\n")
+}
+
+/// The schema's version in a PostgreSQL store: one row of
+/// `schema_version`, made with the tables.
+const PG_VERSION_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)";
+
+/// Bring the schema of the PostgreSQL store `db` up to [`SCHEMA_VERSION`],
+/// in one transaction under the write lock (so replicas starting at once
+/// make it once); refuse a database from a newer version.
+pub(super) fn migrate_postgres(
+    client: &mut postgres::Client,
+    db: &super::db::Db,
+) -> Result<(), Error> {
+    let mut tx = client.transaction()?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&super::db::WRITE_LOCK],
+    )?;
+    tx.batch_execute(PG_VERSION_TABLE)?;
+    let version: Option<i64> = tx
+        .query_opt("SELECT version FROM schema_version", &[])?
+        .map(|r| r.get(0));
+    match version {
+        None => {
+            tx.batch_execute(&for_postgres(WHOLE_V6))?;
+            for (_, sql) in UPGRADES {
+                tx.batch_execute(&for_postgres(sql))?;
+            }
+            tx.execute(
+                "INSERT INTO schema_version (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )?;
+        }
+        Some(v) if v == SCHEMA_VERSION => {}
+        Some(v) if (6..SCHEMA_VERSION).contains(&v) => {
+            for (_, sql) in UPGRADES.iter().filter(|(to, _)| *to > v) {
+                tx.batch_execute(&for_postgres(sql))?;
+            }
+            tx.execute("UPDATE schema_version SET version = $1", &[&SCHEMA_VERSION])?;
+        }
+        Some(v) => {
+            return Err(Error::Store(format!(
+                "{db}: schema version {v} is not one this control stub knows \
+                 (it knows {SCHEMA_VERSION})"
+            )))
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The whole schema as PostgreSQL is given it, for the test that compares
+/// it with SQLite's.
+#[doc(hidden)]
+pub fn postgres_ddl() -> String {
+    for_postgres(WHOLE_V6)
+}
+
 /// The tables of every version up to `version` (1 to [`SCHEMA_VERSION`]),
 /// as one script: what a store of that version was made with. For tests of
 /// the upgrade.
@@ -363,6 +683,9 @@ fn migrate_tx(conn: &mut Connection, path: &Path) -> Result<(), Error> {
                 SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
             ];
             for sql in &upgrades[usize::try_from(version).unwrap_or(0)..] {
+                tx.execute_batch(sql)?;
+            }
+            for (_, sql) in UPGRADES {
                 tx.execute_batch(sql)?;
             }
             let broken: i64 =

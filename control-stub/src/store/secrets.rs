@@ -1,7 +1,7 @@
 //! The secret store: each tenant's secrets, by name. No list shows a
 //! value; a change checkpoints the WAL so an old value does not linger.
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
@@ -68,7 +68,7 @@ impl Store {
                     updated_at: r.get(1)?,
                 })
             })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            rows.collect::<Result<Vec<_>, _>>()
         })
     }
 }

@@ -6,10 +6,10 @@
 
 use std::net::IpAddr;
 
-use rusqlite::{params, OptionalExtension};
+use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::db::{json_col, parse_word, Tx};
+use super::db::{json_col, parse_word, random_hex, Param, Tx, Value};
 use crate::error::Error;
 use crate::lock::LockRule;
 use crate::machine::{Next, Step};
@@ -66,14 +66,10 @@ pub struct Attempt {
 
 impl Tx<'_> {
     /// A session id no session has yet: `sbx-` and 12 random hex digits
-    /// (SQLite's generator, seeded from the operating system).
+    /// (the operating system's generator).
     pub fn new_session_id(&self) -> Result<String, Error> {
         loop {
-            let id: String =
-                self.conn
-                    .query_row("SELECT 'sbx-' || lower(hex(randomblob(6)))", [], |r| {
-                        r.get(0)
-                    })?;
+            let id = format!("sbx-{}", random_hex(6)?);
             if self.session(&id)?.is_none() {
                 return Ok(id);
             }
@@ -117,14 +113,13 @@ impl Tx<'_> {
 
     /// The session `id`, if there is one.
     pub fn session(&self, id: &str) -> Result<Option<Session>, Error> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
                 params![id],
                 session_row,
             )
-            .optional()?)
+            .optional()
     }
 
     /// Sessions that have not ended.
@@ -134,18 +129,23 @@ impl Tx<'_> {
              WHERE state NOT IN ('ended', 'reset_incomplete') ORDER BY id"
         ))?;
         let rows = stmt.query_map([], session_row)?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Sessions in any of `states`.
     pub fn sessions_in(&self, states: &[State]) -> Result<Vec<Session>, Error> {
-        let words: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        if states.is_empty() {
+            return Ok(Vec::new());
+        }
+        let words: Vec<Value> = states.iter().map(|s| s.as_str().value()).collect();
+        let marks: Vec<String> = (1..=words.len()).map(|i| format!("?{i}")).collect();
         let mut stmt = self.conn.prepare(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions
-             WHERE state IN (SELECT value FROM json_each(?1)) ORDER BY id"
+             WHERE state IN ({}) ORDER BY id",
+            marks.join(", ")
         ))?;
-        let rows = stmt.query_map(params![serde_json::to_string(&words)?], session_row)?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        let rows = stmt.query_map(words, session_row)?;
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Count sessions by state.
@@ -159,7 +159,7 @@ impl Tx<'_> {
                 u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
             ))
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Write the transition `next` of session `id` at `at`: its state;
@@ -234,7 +234,7 @@ impl Tx<'_> {
                 relay_public_key: r.get(8)?,
             })
         })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Every open in flight: an attempt not ended of a session that is not
@@ -249,7 +249,7 @@ impl Tx<'_> {
              ORDER BY a.started_at",
         )?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        rows.collect::<Result<Vec<_>, _>>()
     }
 
     pub fn end_attempt(
@@ -267,7 +267,7 @@ impl Tx<'_> {
     }
 }
 
-fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
+fn session_row(r: &Row) -> Result<Session, Error> {
     Ok(Session {
         id: r.get(0)?,
         tenant: r.get(1)?,

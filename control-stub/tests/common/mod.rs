@@ -4,18 +4,57 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use talos_control_stub::fake::{FakeLink, FakeVerifier};
 use talos_control_stub::link::ReportVerifier;
+use talos_control_stub::store::Db;
 use talos_control_stub::{Lifecycle, Mode, StartRequest, Store, Transition};
 
 pub const ACCEPT: FakeVerifier = FakeVerifier::accepting();
 
-/// A store in its own temporary directory and a fake gateway pair.
+/// Whether the tests' stores are PostgreSQL databases: with
+/// `TALOS_TEST_STORE=postgres`, each store is a fresh database on the
+/// server `TALOS_TEST_POSTGRES` names (`scripts/test.sh` starts one with
+/// `scripts/postgres.sh` and runs this crate's tests again on it);
+/// otherwise each is a SQLite file in a temporary directory.
+pub fn on_postgres() -> bool {
+    std::env::var("TALOS_TEST_STORE").is_ok_and(|v| v == "postgres")
+}
+
+/// A store's place for one test: a fresh PostgreSQL database (see
+/// [`on_postgres`]) or `stub.db` in `dir`.
+pub fn test_db(dir: &Path) -> Db {
+    if on_postgres() {
+        fresh_postgres_db()
+    } else {
+        Db::File(dir.join("stub.db"))
+    }
+}
+
+/// A new, empty database on the test server: its URL.
+pub fn fresh_postgres_db() -> Db {
+    let server = std::env::var("TALOS_TEST_POSTGRES").expect(
+        "TALOS_TEST_STORE=postgres needs TALOS_TEST_POSTGRES, a server's URL \
+         (scripts/postgres.sh start DIR prints one)",
+    );
+    let mut client = postgres::Client::connect(&server, postgres::NoTls).unwrap();
+    let mut id = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut id).unwrap();
+    let name = format!("t_{}", hex::encode(id));
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let base = server.rsplit_once('/').unwrap().0;
+    Db::Postgres(format!("{base}/{name}"))
+}
+
+/// A store in its own temporary directory (or database) and a fake
+/// gateway pair.
 pub struct Env {
     pub dir: tempfile::TempDir,
+    pub db: Db,
     pub store: Store,
     pub link: FakeLink,
 }
@@ -23,16 +62,18 @@ pub struct Env {
 impl Env {
     pub fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("stub.db")).unwrap();
+        let db = test_db(dir.path());
+        let store = Store::open(&db).unwrap();
         Env {
             dir,
+            db,
             store,
             link: FakeLink::default(),
         }
     }
 
-    pub fn db(&self) -> PathBuf {
-        self.dir.path().join("stub.db")
+    pub fn db(&self) -> Db {
+        self.db.clone()
     }
 
     /// The state machine with a verifier that accepts every report.
@@ -66,7 +107,7 @@ impl Env {
     }
 
     pub fn dump(&self) -> String {
-        dump(&self.db())
+        dump(self.db())
     }
 
     /// Deliver the fake pair's chain reports and issue the certificate
@@ -115,39 +156,8 @@ pub fn request(mode: Mode) -> StartRequest {
 
 /// Every row of every table, and the schema version, as text: two dumps
 /// are equal exactly when nothing changed.
-pub fn dump(db: &Path) -> String {
-    let conn =
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut out = String::new();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    out.push_str(&format!("user_version {version}\n"));
-    let mut tables = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap();
-    let names: Vec<String> = tables
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    for table in names {
-        out.push_str(&format!("table {table}\n"));
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
-            .unwrap();
-        let columns = stmt.column_count();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            let values: Vec<String> = (0..columns)
-                .map(|i| format!("{:?}", row.get::<_, rusqlite::types::Value>(i).unwrap()))
-                .collect();
-            out.push_str(&values.join(" | "));
-            out.push('\n');
-        }
-    }
-    out
+pub fn dump(db: impl Into<Db>) -> String {
+    Store::open(db).unwrap().test_dump().unwrap()
 }
 
 /// What a run of the binary gave.
@@ -167,10 +177,10 @@ impl Output {
 }
 
 /// Run the built `control-stub` against `db`, with `stdin` on its input.
-pub fn bin(db: &Path, args: &[&str], stdin: &[u8]) -> Output {
+pub fn bin(db: impl Into<Db>, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_control-stub"))
         .arg("--db")
-        .arg(db)
+        .arg(db.into().as_arg())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -241,4 +251,57 @@ where
         });
     });
     rx.recv().unwrap()
+}
+
+/// A PostgreSQL server of a test's own (`scripts/postgres.sh` in a
+/// temporary folder), for the tests that stop and start it; stopped by its
+/// postmaster's PID when dropped.
+pub struct OwnPostgres {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+}
+
+impl OwnPostgres {
+    pub fn start() -> OwnPostgres {
+        let dir = tempfile::tempdir().unwrap();
+        let url = postgres_script("start", dir.path());
+        OwnPostgres { dir, url }
+    }
+
+    /// Stop it (a fast shutdown: sessions are cut).
+    pub fn stop(&self) {
+        postgres_script("stop", self.dir.path());
+    }
+
+    /// Start it again, on the same port, with the same data.
+    pub fn restart(&self) {
+        postgres_script("start", self.dir.path());
+    }
+
+    pub fn db(&self) -> Db {
+        Db::Postgres(self.url.clone())
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        postgres_script("stop", self.dir.path());
+    }
+}
+
+fn postgres_script(cmd: &str, dir: &Path) -> String {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/postgres.sh"
+    ))
+    .arg(cmd)
+    .arg(dir.join("pg"))
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/postgres.sh {cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }

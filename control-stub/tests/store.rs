@@ -1,0 +1,156 @@
+//! The store on either database: one schema for both, a PostgreSQL
+//! password never shown, a database that goes away and comes back, and
+//! writers from several processes taking turns.
+//!
+//! The rest of this crate's tests run on PostgreSQL too when
+//! `TALOS_TEST_STORE=postgres` (`scripts/test.sh` runs them so); these are
+//! the ones about the databases themselves.
+
+use std::sync::Arc;
+
+use talos_control_stub::store::{Db, Value};
+use talos_control_stub::Store;
+
+mod common;
+
+/// A server for the tests that need one but do not stop it: the test
+/// command's (`TALOS_TEST_POSTGRES`), or one of their own.
+fn server() -> (Option<common::OwnPostgres>, Db) {
+    if std::env::var("TALOS_TEST_POSTGRES").is_ok() {
+        (None, common::fresh_postgres_db())
+    } else {
+        let own = common::OwnPostgres::start();
+        let db = own.db();
+        (Some(own), db)
+    }
+}
+
+#[test]
+fn both_databases_have_the_same_tables_and_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(dir.path().join("stub.db")).unwrap();
+    let (_own, db) = server();
+    let pg = Store::open(&db).unwrap();
+    let (a, b) = (sqlite.test_columns().unwrap(), pg.test_columns().unwrap());
+    assert!(a.len() > 100, "{a:?}");
+    assert_eq!(a, b, "the schemas differ");
+    // Opening again changes nothing (the schema is made once).
+    let before = pg.test_dump().unwrap();
+    drop(pg);
+    let pg = Store::open(&db).unwrap();
+    assert_eq!(pg.test_dump().unwrap(), before);
+}
+
+#[test]
+fn a_postgres_password_is_never_shown() {
+    let db = Db::parse("postgres://talos:hunter2-Zq9@127.0.0.1:1/stub");
+    assert_eq!(db.to_string(), "postgres://talos:***@127.0.0.1:1/stub");
+    assert_eq!(format!("{db:?}"), "postgres://talos:***@127.0.0.1:1/stub");
+    // Nothing listens on port 1: the error names the database, not the
+    // password.
+    let err = Store::open(&db).unwrap_err();
+    assert_eq!(err.code(), "store_failed");
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("PostgreSQL unreachable"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+
+    // A wrong password is refused, and not repeated either.
+    let (_own, good) = server();
+    let Db::Postgres(url) = &good else { panic!() };
+    let (head, tail) = url.split_once('@').unwrap();
+    let user = head.rsplit_once(':').unwrap().0;
+    let bad = Db::Postgres(format!("{user}:wrong-Zq9-secret@{tail}"));
+    let err = Store::open(&bad).unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("password"), "{text}");
+    assert!(!text.contains("wrong-Zq9-secret"), "{text}");
+}
+
+#[test]
+fn while_postgres_is_down_commands_fail_clearly_and_change_nothing_then_it_reconnects() {
+    let pg = common::OwnPostgres::start();
+    let db = pg.db();
+    let mut store = Store::open(&db).unwrap();
+    store.add_member("gw-a", "127.0.0.1:9001").unwrap();
+    let before = store.test_dump().unwrap();
+
+    pg.stop();
+    let err = store.add_member("gw-b", "127.0.0.1:9002").unwrap_err();
+    assert_eq!(err.code(), "store_failed", "{err}");
+    let err = store.members().unwrap_err();
+    assert_eq!(err.code(), "store_failed", "{err}");
+    // The CLI says so and exits 2.
+    let out = common::bin(
+        &db,
+        &["gateway", "add", "gw-c", "--control", "127.0.0.1:9003"],
+        b"",
+    );
+    assert_eq!(out.status, 2, "{out:?}");
+    assert_eq!(out.code(), Some("store_failed"), "{out:?}");
+    assert!(out.stderr.contains("PostgreSQL"), "{out:?}");
+    assert!(!out.stderr.contains(&pg.url), "the password shown: {out:?}");
+
+    // Back: the same store reconnects, and nothing changed meanwhile.
+    pg.restart();
+    assert_eq!(store.test_dump().unwrap(), before);
+    store.add_member("gw-b", "127.0.0.1:9002").unwrap();
+    let ids: Vec<String> = store.members().unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(ids, ["gw-a", "gw-b"]);
+}
+
+/// Writers in several threads, each with its own connection (as replicas
+/// have), each reading then writing in one transaction: every write is
+/// made on what the one before it left, so none is lost and no number is
+/// handed out twice.
+#[test]
+fn writers_with_their_own_connections_take_turns() {
+    const WRITERS: usize = 4;
+    const EACH: usize = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let (_own, pg) = server();
+    for db in [Db::File(dir.path().join("stub.db")), pg] {
+        let mut store = Store::open(&db).unwrap();
+        store
+            .test_execute(
+                "INSERT INTO members (id, control, added_at) VALUES ('counter', '0', 'x')",
+                &[],
+            )
+            .unwrap();
+        let db = Arc::new(db);
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let db = Arc::clone(&db);
+                std::thread::spawn(move || {
+                    let mut store = Store::open(&*db).unwrap();
+                    for _ in 0..EACH {
+                        // Read the count, then write it plus one: a lost
+                        // update shows as a count short.
+                        store
+                            .test_read_modify_write(
+                                "SELECT control FROM members WHERE id = 'counter'",
+                                "UPDATE members SET control = ?1 WHERE id = 'counter'",
+                                |v| match v {
+                                    Value::Text(t) => {
+                                        Value::Text((t.parse::<u64>().unwrap() + 1).to_string())
+                                    }
+                                    other => panic!("{other:?}"),
+                                },
+                            )
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let rows = store
+            .test_query("SELECT control FROM members WHERE id = 'counter'", &[])
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![vec![Value::Text((WRITERS * EACH).to_string())]],
+            "{db:?}"
+        );
+    }
+}
