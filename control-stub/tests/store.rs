@@ -154,3 +154,49 @@ fn writers_with_their_own_connections_take_turns() {
         );
     }
 }
+
+/// A replica frozen inside a write transaction (it holds the write lock)
+/// stops nobody for long: the database ends its session once it has sat
+/// idle in the transaction for 5 s, the others' writes go through, and
+/// what the frozen one wrote is never committed (its commit fails): it
+/// cannot act on a decision it made before the freeze.
+#[test]
+fn a_replica_frozen_in_a_write_transaction_is_cut_off_and_commits_nothing() {
+    let (_own, db) = server();
+    let mut store = Store::open(&db).unwrap();
+    store.add_member("gw-a", "127.0.0.1:9001").unwrap();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let frozen = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let mut store = Store::open(&db).unwrap();
+            store.test_write_during(
+                "UPDATE members SET control = '127.0.0.1:7777' WHERE id = 'gw-a'",
+                || {
+                    locked_tx.send(()).unwrap();
+                    // Frozen well past the database's 5 s.
+                    std::thread::sleep(std::time::Duration::from_secs(9));
+                },
+            )
+        })
+    };
+    locked_rx.recv().unwrap();
+    // Another replica's write waits for the lock, then goes through.
+    let mut other = Store::open(&db).unwrap();
+    other.add_member("gw-b", "127.0.0.1:9002").unwrap();
+    let err = frozen.join().unwrap().unwrap_err();
+    assert_eq!(err.code(), "store_failed", "{err}");
+    let members: Vec<(String, String)> = store
+        .members()
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.id, m.control))
+        .collect();
+    assert_eq!(
+        members,
+        [
+            ("gw-a".to_owned(), "127.0.0.1:9001".to_owned()),
+            ("gw-b".to_owned(), "127.0.0.1:9002".to_owned())
+        ]
+    );
+}

@@ -8,6 +8,7 @@
 //!   reload` and `gateway upgrade`.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`postgres`]: a PostgreSQL server of a test's own (the replicated store).
 //! - [`hostile`]: an origin that misbehaves on purpose, for the adversarial suite.
 //! - [`control`]: the control plane's side of the control channel: a
 //!   control CA, certificates, and a mutual-TLS `Gateway` client.
@@ -30,6 +31,7 @@ pub mod grpc;
 pub mod hostile;
 pub mod member;
 pub mod origin;
+pub mod postgres;
 pub mod relay;
 pub mod rig;
 pub mod signals;

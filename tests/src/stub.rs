@@ -43,7 +43,8 @@ impl Ran {
 /// process when running.
 #[derive(Debug)]
 pub struct Stub {
-    pub db: PathBuf,
+    /// `--db`: the SQLite file, or a PostgreSQL database's URL.
+    pub db: std::ffi::OsString,
     pub control_dir: PathBuf,
     serve: Option<Child>,
     /// Where `serve` listens (kept across restarts).
@@ -78,7 +79,7 @@ impl Stub {
             String::from_utf8_lossy(&out.stderr)
         );
         Stub {
-            db: dir.join("stub.db"),
+            db: dir.join("stub.db").into_os_string(),
             control_dir,
             serve: None,
             serve_addr: None,

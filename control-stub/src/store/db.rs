@@ -47,6 +47,15 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// hung database must give a replica an error, not hold it for ever.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a PostgreSQL transaction may sit between two statements before
+/// the database ends its session: a replica frozen inside a transaction
+/// (SIGSTOP, a VM paused) loses it, so its write lock goes to the others
+/// and whatever it decided before the freeze is never committed (its
+/// commit finds the connection gone). No transaction here waits on
+/// anything but the database: no member is called inside one
+/// ([`crate::lifecycle`]).
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
 /// How long a connection to PostgreSQL may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -239,9 +248,11 @@ impl Pg {
                 .map_err(|e| Error::Store(format!("PostgreSQL unreachable: {}", pg_message(&e))))?;
             client
                 .batch_execute(&format!(
-                    "SET lock_timeout = {}; SET statement_timeout = {};",
+                    "SET lock_timeout = {}; SET statement_timeout = {};
+                     SET idle_in_transaction_session_timeout = {};",
                     BUSY_TIMEOUT.as_millis(),
-                    STATEMENT_TIMEOUT.as_millis()
+                    STATEMENT_TIMEOUT.as_millis(),
+                    IDLE_IN_TRANSACTION.as_millis()
                 ))
                 .map_err(Error::from)?;
             self.client = Some(client);
@@ -1140,6 +1151,16 @@ impl Store {
 
 #[cfg(feature = "test-util")]
 impl Store {
+    /// In one write transaction: run `sql`, then `during` (a freeze, say),
+    /// then commit.
+    pub fn test_write_during(&mut self, sql: &str, during: impl FnOnce()) -> Result<(), Error> {
+        self.write(|tx| {
+            tx.conn.execute(sql, [])?;
+            during();
+            Ok(())
+        })
+    }
+
     /// In one write transaction: read one value, then write what `f`
     /// makes of it (as `?1`). What a lost update would show.
     pub fn test_read_modify_write(

@@ -63,6 +63,8 @@ pub struct PairBuilder {
     stored: bool,
     /// More `serve` replicas over the same store.
     replicas: usize,
+    /// The store: a PostgreSQL database's URL, or the stub's SQLite file.
+    store: Option<String>,
     /// Gateway identities `init` issues beside the members' (no member
     /// runs with them: another pair's, say).
     identities: Vec<String>,
@@ -110,6 +112,7 @@ impl Pair {
             linked: false,
             stored: false,
             replicas: 0,
+            store: None,
             identities: Vec::new(),
             egress: Vec::new(),
             secrets: Vec::new(),
@@ -178,6 +181,14 @@ impl PairBuilder {
         self
     }
 
+    /// The store in the PostgreSQL database at `url` (a
+    /// [`crate::postgres::Postgres`]'s), as replicas on several hosts
+    /// share it, instead of a SQLite file.
+    pub fn store(mut self, url: &str) -> Self {
+        self.store = Some(url.to_owned());
+        self
+    }
+
     /// Gateway identities issued by `init` beside the members', for no
     /// member (a gateway of another pair under the same CA).
     pub fn identities(mut self, ids: &[&str]) -> Self {
@@ -220,6 +231,9 @@ impl PairBuilder {
             .map(String::as_str)
             .collect();
         let mut stub = Stub::init(&dir, &ids);
+        if let Some(url) = &self.store {
+            stub.db = url.into();
+        }
         // Stored members: their addresses first, then serve reads them.
         let mut controls = Vec::new();
         if self.stored {
