@@ -12,6 +12,10 @@
 #   scripts/postgres.sh kill DIR    SIGKILL its postmaster (a crash)
 #   scripts/postgres.sh url DIR     print the URL of a server made in DIR
 #
+# With PG_TLS=1 at its first start the server also speaks TLS, with a
+# certificate for 127.0.0.1 from a CA of its own (DIR/ca.pem, for
+# `sslrootcert`).
+#
 # The binaries are Debian's (package postgresql, installed by
 # scripts/install-deps.sh); PG_BIN overrides where they are.
 set -euo pipefail
@@ -75,6 +79,22 @@ case "$cmd" in
       as_owner rm -f "$dir/pwfile"
       printf '%s\n' "$pw" > "$dir/password"
       chmod 600 "$dir/password"
+      if [ "${PG_TLS:-0}" = 1 ]; then
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+          -subj "/CN=talos test postgres CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+          -subj "/CN=127.0.0.1" -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' > "$dir/ext.cnf"
+        openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+          -CAcreateserial -days 2 -extfile "$dir/ext.cnf" -out "$dir/server.crt" 2>/dev/null
+        rm -f "$dir/ca.key" "$dir/server.csr" "$dir/ext.cnf" "$dir/ca.srl"
+        cp "$dir/server.crt" "$dir/server.key" "$data/"
+        if [ "$(id -u)" -eq 0 ]; then chown postgres: "$data/server.crt" "$data/server.key"; fi
+        chmod 600 "$data/server.key"
+        rm -f "$dir/server.key"
+        printf "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n" \
+          | as_owner tee -a "$data/postgresql.conf" >/dev/null
+      fi
     fi
     pw="$(cat "$dir/password")"
     port=""

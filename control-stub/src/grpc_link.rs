@@ -328,6 +328,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// table.
 fn renew_request(r: &crate::link::MemberRenewal) -> pb::RenewLeasesRequest {
     pb::RenewLeasesRequest {
+        read_at_unix_ms: r.read_at_unix_ms,
         leases: r
             .leases
             .iter()

@@ -87,6 +87,11 @@ pub struct MemberRenewal {
     /// member forwards its connections, untouched, to a holder. The list
     /// replaces the member's table (empty: every entry withdrawn).
     pub forwarding: Vec<Forwarding>,
+    /// When the store was read for this renewal (the wall clock, ms since
+    /// the Unix epoch): the member's leases run from then, not from when
+    /// the call arrives, so a renewal held up on its way grants no more
+    /// than one lease past the read.
+    pub read_at_unix_ms: u64,
 }
 
 /// One entry of a member's forwarding table: a running session's latest

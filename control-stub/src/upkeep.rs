@@ -88,6 +88,12 @@ pub const DEFAULT_TICK: Duration = Duration::from_secs(1);
 /// control plane restarting, a network blip) before any authority lapses.
 pub const DEFAULT_RENEW: Duration = Duration::from_secs(10);
 
+/// `t` in milliseconds since the Unix epoch (0 before it).
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// What one tick did, for logs and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TickReport {
@@ -198,7 +204,10 @@ impl Upkeep<'_> {
     /// Renew, per member, the leases of what it holds live by the store,
     /// and give it its forwarding table (see [`renewals`]).
     fn renew(&mut self, report: &mut TickReport) -> Result<(), Error> {
-        let renewals = self.store.read(|tx| {
+        // Taken before the read: the leases run from no later than the
+        // store said what they renew.
+        let read_at = unix_ms(SystemTime::now());
+        let mut renewals = self.store.read(|tx| {
             let members: Vec<String> = tx.gateway_list()?.into_iter().map(|g| g.id).collect();
             let mut sessions = Vec::new();
             for session in tx.sessions_in(&[State::Running])? {
@@ -208,6 +217,9 @@ impl Upkeep<'_> {
             }
             Ok(renewals(&members, &sessions))
         })?;
+        for r in &mut renewals {
+            r.read_at_unix_ms = read_at;
+        }
         for reply in self.link.renew(&renewals) {
             match reply.result {
                 Ok(r) => {

@@ -364,11 +364,13 @@ fn a_renewal_carries_each_members_leases_and_whole_forwarding_table() {
             gateway: "gw-a".into(),
             leases: Vec::new(),
             forwarding: vec![entry],
+            read_at_unix_ms: 1_765_000_000_000,
         },
         MemberRenewal {
             gateway: "gw-b".into(),
             leases: vec![("sbx-000000000001".into(), 3)],
             forwarding: Vec::new(),
+            read_at_unix_ms: 1_765_000_000_000,
         },
     ];
     let mut replies = link.renew(&renewals);

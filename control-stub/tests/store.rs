@@ -200,3 +200,51 @@ fn a_replica_frozen_in_a_write_transaction_is_cut_off_and_commits_nothing() {
         ]
     );
 }
+
+/// The store holds the tenants' secrets: a database on another host is
+/// reached over TLS only, its certificate checked (against `sslrootcert`,
+/// for the host the URL names); one on this host in clear unless asked.
+#[test]
+fn a_database_elsewhere_is_reached_over_checked_tls_only() {
+    // Refused before any connection is tried (no name is looked up).
+    for mode in ["disable", "prefer"] {
+        let db = Db::parse(&format!(
+            "postgres://talos:pw-Zq9@db.example.invalid:5432/stub?sslmode={mode}"
+        ));
+        let err = Store::open(&db).unwrap_err();
+        assert_eq!(err.code(), "store_failed");
+        let text = err.to_string();
+        assert!(text.contains("over TLS only"), "{text}");
+        assert!(!text.contains("pw-Zq9"), "{text}");
+    }
+
+    let pg = common::OwnPostgres::start_tls();
+    let ca = pg.ca_file();
+    let tls = Db::Postgres(format!(
+        "{}?sslmode=require&sslrootcert={}",
+        pg.url,
+        ca.display()
+    ));
+    let mut store = Store::open(&tls).unwrap();
+    store.add_member("gw-a", "127.0.0.1:9001").unwrap();
+    let on_tls = store
+        .test_i64("SELECT count(*) FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl")
+        .unwrap();
+    assert_eq!(on_tls, 1, "the store's connection is TLS");
+
+    // Another CA: the server's certificate is refused.
+    let other = tempfile::tempdir().unwrap();
+    let other_ca = other.path().join("other-ca.pem");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    std::fs::write(&other_ca, params.self_signed(&key).unwrap().pem()).unwrap();
+    let wrong = Db::Postgres(format!(
+        "{}?sslmode=require&sslrootcert={}",
+        pg.url,
+        other_ca.display()
+    ));
+    let err = Store::open(&wrong).unwrap_err();
+    assert_eq!(err.code(), "store_failed", "{err}");
+    assert!(err.to_string().contains("unreachable"), "{err}");
+}

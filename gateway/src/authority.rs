@@ -300,9 +300,17 @@ impl Authority {
     /// Renew the lease of attempt `attempt` of session `id` if this
     /// gateway holds it live; returns whether it did.
     pub fn renew(&self, id: &str, attempt: u32) -> bool {
+        self.renew_from(id, attempt, Duration::ZERO)
+    }
+
+    /// [`Authority::renew`] with a renewal the control plane decided `age`
+    /// ago: the lease runs from then ([`Lease::renew_from`]).
+    ///
+    /// [`Lease::renew_from`]: crate::session::lease::Lease::renew_from
+    pub fn renew_from(&self, id: &str, attempt: u32, age: Duration) -> bool {
         let length = self.lease_length();
         self.sessions.find(id).is_some_and(|s| {
-            s.attempt == attempt && !s.ended.is_cancelled() && s.lease.renew(length)
+            s.attempt == attempt && !s.ended.is_cancelled() && s.lease.renew_from(length, age)
         })
     }
 

@@ -356,3 +356,76 @@ async fn clients_without_a_control_certificate_cannot_call() {
         .await
         .expect("describe");
 }
+
+/// A renewal's leases run from when the control plane read the store
+/// (`read_at_unix_ms`), not from when it arrives: one held up on its way
+/// grants only what is left of it, one a lease old or older is refused
+/// `FAILED_PRECONDITION` (`stale_renewal`) and renews nothing, and one
+/// with no time is refused `INVALID_ARGUMENT`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_runs_from_when_the_control_plane_read_the_store() {
+    let rig = rig().await;
+    let mut client = rig.client();
+    client
+        .open_session(open_request("sess-r", 1, SESSION_SOURCE))
+        .await
+        .expect("open");
+    let now_ms = || {
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap()
+    };
+    let lease = |read_at_unix_ms| pb::RenewLeasesRequest {
+        leases: vec![pb::SessionAttempt {
+            session_id: "sess-r".into(),
+            attempt: 1,
+        }],
+        read_at_unix_ms,
+        ..Default::default()
+    };
+    // Fresh: renewed, and the reply says the lease's length.
+    let fresh = client
+        .renew_leases(lease(now_ms()))
+        .await
+        .expect("renew")
+        .into_inner();
+    assert_eq!(fresh.renewed.len(), 1, "{fresh:?}");
+    let lease_ms = fresh.lease_ms;
+    assert!(lease_ms >= 10_000, "{fresh:?}");
+
+    let undated = client.renew_leases(lease(0)).await.unwrap_err();
+    assert_eq!(undated.code(), Code::InvalidArgument, "{undated:?}");
+    let stale = client
+        .renew_leases(lease(now_ms() - lease_ms - 1_000))
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition, "{stale:?}");
+    assert!(stale.message().contains("stale_renewal"), "{stale:?}");
+    assert_eq!(
+        rig.gateway
+            .metric("gateway_renewals_refused_total{cause=\"stale\"}"),
+        Some(1.0)
+    );
+
+    // Held up for all but 5 s of the lease: renewed, with about 5 s left
+    // (the lease-left gauge is refreshed at least every second).
+    let late = client
+        .renew_leases(lease(now_ms() - (lease_ms - 5_000)))
+        .await
+        .expect("renew late")
+        .into_inner();
+    assert_eq!(late.renewed.len(), 1, "{late:?}");
+    // The fresh renewal above still stands (a renewal never shortens a
+    // lease); the next fresh one is what moves it on.
+    let left = talos_e2e::wait::until("the lease-left gauge refreshed", || {
+        match rig.gateway.metric("gateway_lease_seconds_left_min") {
+            Some(l) if l >= 0.0 => Ok(l),
+            other => Err(other),
+        }
+    });
+    assert!(left > 5.0, "{left}");
+}

@@ -28,6 +28,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rusqlite::{Connection, TransactionBehavior};
@@ -211,14 +212,18 @@ impl fmt::Debug for Backend {
 /// (a restart, a failover), and its prepared statements.
 struct Pg {
     config: postgres::Config,
+    /// TLS to the database; none only for one on this host.
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     client: Option<postgres::Client>,
     statements: HashMap<String, postgres::Statement>,
 }
 
 impl Pg {
     fn connect(url: &str) -> Result<Pg, Error> {
+        let shown = redact_url(url);
+        let (url, root_file) = take_param(url, "sslrootcert");
         let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| {
-            Error::Store(format!("{}: not a PostgreSQL URL: {e}", redact_url(url)))
+            Error::Store(format!("{shown}: not a PostgreSQL URL: {e}"))
         })?;
         if config.get_password().is_none() {
             if let Ok(pw) = std::env::var("PGPASSWORD") {
@@ -228,8 +233,11 @@ impl Pg {
         config.connect_timeout(CONNECT_TIMEOUT);
         config.keepalives(true);
         config.application_name("control-stub");
+        let tls = tls_for(&mut config, url.contains("sslmode="), root_file.as_deref())
+            .map_err(|e| Error::Store(format!("{shown}: {e}")))?;
         let mut pg = Pg {
             config,
+            tls,
             client: None,
             statements: HashMap::new(),
         };
@@ -242,9 +250,11 @@ impl Pg {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             self.client = None;
             self.statements.clear();
-            let mut client = self
-                .config
-                .connect(postgres::NoTls)
+            let connected = match &self.tls {
+                Some(tls) => self.config.connect(tls.clone()),
+                None => self.config.connect(postgres::NoTls),
+            };
+            let mut client = connected
                 .map_err(|e| Error::Store(format!("PostgreSQL unreachable: {}", pg_message(&e))))?;
             client
                 .batch_execute(&format!(
@@ -281,6 +291,107 @@ impl Pg {
             .ok_or_else(|| Error::Store("PostgreSQL connection lost".into()))?;
         Ok((client, statements))
     }
+}
+
+/// `url` without its query parameter `name`, and that parameter's value
+/// (the client library does not know `sslrootcert`; libpq's name for it
+/// is kept).
+fn take_param(url: &str, name: &str) -> (String, Option<String>) {
+    let Some((head, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.split_once('=') {
+            Some((k, v)) if k == name => {
+                value = Some(v.to_owned());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    if kept.is_empty() {
+        (head.to_owned(), value)
+    } else {
+        (format!("{head}?{}", kept.join("&")), value)
+    }
+}
+
+/// Whether every host `config` names is this machine (a loopback address,
+/// `localhost`, or a Unix socket).
+fn local_only(config: &postgres::Config) -> bool {
+    use postgres::config::Host;
+    !config.get_hosts().is_empty()
+        && config.get_hosts().iter().all(|h| match h {
+            Host::Tcp(name) => {
+                name == "localhost"
+                    || name
+                        .trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }
+            Host::Unix(_) => true,
+        })
+}
+
+/// The TLS a store's connection uses. The store holds the tenants'
+/// secrets, so a database on another host is reached over TLS only
+/// (`sslmode=require`, the default there; `disable` and `prefer`, which may
+/// fall back to clear text, are refused), its certificate checked against
+/// `sslrootcert` (a PEM file) or else the public roots, for the host name
+/// the URL gives. One on this host is reached in clear unless the URL asks
+/// for `sslmode`.
+fn tls_for(
+    config: &mut postgres::Config,
+    mode_given: bool,
+    root_file: Option<&str>,
+) -> Result<Option<tokio_postgres_rustls::MakeRustlsConnect>, String> {
+    use postgres::config::SslMode;
+    let local = local_only(config);
+    if !mode_given {
+        config.ssl_mode(if local {
+            SslMode::Disable
+        } else {
+            SslMode::Require
+        });
+    }
+    match config.get_ssl_mode() {
+        SslMode::Disable if local => return Ok(None),
+        SslMode::Disable | SslMode::Prefer if !local => {
+            return Err(
+                "a database on another host is reached over TLS only (sslmode=require): \
+                 the store holds the tenants' secrets"
+                    .into(),
+            )
+        }
+        _ => {}
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    match root_file {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| format!("sslrootcert {path}: {e}"))?;
+            let mut found = 0;
+            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+                let cert = cert.map_err(|e| format!("sslrootcert {path}: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+                found += 1;
+            }
+            if found == 0 {
+                return Err(format!("sslrootcert {path}: no certificate in it"));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Some(tokio_postgres_rustls::MakeRustlsConnect::new(tls)))
 }
 
 impl Store {

@@ -264,18 +264,31 @@ pub struct OwnPostgres {
 impl OwnPostgres {
     pub fn start() -> OwnPostgres {
         let dir = tempfile::tempdir().unwrap();
-        let url = postgres_script("start", dir.path());
+        let url = postgres_script("start", dir.path(), false);
         OwnPostgres { dir, url }
+    }
+
+    /// One that also speaks TLS, its certificate from a CA of its own
+    /// ([`OwnPostgres::ca_file`]).
+    pub fn start_tls() -> OwnPostgres {
+        let dir = tempfile::tempdir().unwrap();
+        let url = postgres_script("start", dir.path(), true);
+        OwnPostgres { dir, url }
+    }
+
+    /// The CA of a server started with [`OwnPostgres::start_tls`].
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("pg").join("ca.pem")
     }
 
     /// Stop it (a fast shutdown: sessions are cut).
     pub fn stop(&self) {
-        postgres_script("stop", self.dir.path());
+        postgres_script("stop", self.dir.path(), false);
     }
 
     /// Start it again, on the same port, with the same data.
     pub fn restart(&self) {
-        postgres_script("start", self.dir.path());
+        postgres_script("start", self.dir.path(), false);
     }
 
     pub fn db(&self) -> Db {
@@ -285,15 +298,16 @@ impl OwnPostgres {
 
 impl Drop for OwnPostgres {
     fn drop(&mut self) {
-        postgres_script("stop", self.dir.path());
+        postgres_script("stop", self.dir.path(), false);
     }
 }
 
-fn postgres_script(cmd: &str, dir: &Path) -> String {
+fn postgres_script(cmd: &str, dir: &Path, tls: bool) -> String {
     let out = Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../scripts/postgres.sh"
     ))
+    .env("PG_TLS", if tls { "1" } else { "0" })
     .arg(cmd)
     .arg(dir.join("pg"))
     .output()

@@ -305,6 +305,7 @@ impl Gateway for ControlService {
         request: Request<pb::RenewLeasesRequest>,
     ) -> Result<Response<pb::RenewLeasesReply>, Status> {
         let req = request.into_inner();
+        let age = renewal_age(req.read_at_unix_ms, self.authority.lease_length())?;
         let mut reply = pb::RenewLeasesReply {
             lease_ms: self.lease_ms(),
             instance: self.authority.instance().to_string(),
@@ -323,15 +324,19 @@ impl Gateway for ControlService {
                     holders: f.holders,
                 })
                 .collect();
+            let now = std::time::Instant::now();
             let taken = link.forwarding.replace(
                 &given,
                 self.authority.lease_length(),
-                std::time::Instant::now(),
+                now.checked_sub(age).unwrap_or(now),
             );
             reply.forwarding_taken = u32::try_from(taken).unwrap_or(u32::MAX);
         }
         for lease in req.leases {
-            if self.authority.renew(&lease.session_id, lease.attempt) {
+            if self
+                .authority
+                .renew_from(&lease.session_id, lease.attempt, age)
+            {
                 reply.renewed.push(lease);
             } else {
                 reply.not_held.push(lease);
@@ -656,6 +661,37 @@ impl AsyncWrite for ControlIo {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
+}
+
+/// How long ago the control plane read the store a renewal was made from
+/// (`read_at_unix_ms`, its wall clock against this host's): what the
+/// renewal's leases run from. A time ahead of this host's counts as now
+/// (the clocks are kept in step); none is refused; one a whole lease ago
+/// or more is refused as stale and renews nothing: whatever held it up (a
+/// replica frozen between its read and its call), it may no longer speak
+/// for the store.
+fn renewal_age(read_at_unix_ms: u64, lease: Duration) -> Result<Duration, Status> {
+    if read_at_unix_ms == 0 {
+        return Err(invalid("read_at_unix_ms", "is required"));
+    }
+    let read_at = std::time::UNIX_EPOCH + Duration::from_millis(read_at_unix_ms);
+    let age = std::time::SystemTime::now()
+        .duration_since(read_at)
+        .unwrap_or(Duration::ZERO);
+    if age >= lease {
+        metrics::counter!("gateway_renewals_refused_total", "cause" => "stale").increment(1);
+        tracing::warn!(
+            age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+            lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            "renewal refused: the control plane read the store a lease ago or more"
+        );
+        return Err(Status::failed_precondition(format!(
+            "stale_renewal: read {} ms ago, the lease is {} ms",
+            age.as_millis(),
+            lease.as_millis()
+        )));
+    }
+    Ok(age)
 }
 
 #[cfg(test)]

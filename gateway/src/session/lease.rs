@@ -319,8 +319,20 @@ impl Lease {
     /// Extend the lease to `length` from now, if it is live now. Returns
     /// whether it was renewed; a lapsed lease stays lapsed.
     pub fn renew(&self, length: Duration) -> bool {
+        self.renew_from(length, Duration::ZERO)
+    }
+
+    /// Extend the lease to `length` from `age` ago (when the control plane
+    /// read what the renewal says), if it is live now: a renewal that was
+    /// held up on its way grants only what is left of it, and counts as
+    /// news of the control plane from then (a suspension after a freeze,
+    /// [`Lease::live`], lifts only for news from after the freeze). Returns
+    /// whether the lease is still live and held; a lapsed lease stays
+    /// lapsed.
+    pub fn renew_from(&self, length: Duration, age: Duration) -> bool {
         let now = self.clock.now();
-        let new = now.saturating_add(millis(length)).min(NONE - 1);
+        let from = now.saturating_sub(millis(age));
+        let new = from.saturating_add(millis(length)).min(NONE - 1);
         let mut current = self.until.load(Ordering::Acquire);
         loop {
             if current == NONE {
@@ -331,7 +343,7 @@ impl Lease {
             }
             if new <= current {
                 // Renewed all the same: the control plane still holds it.
-                self.renewed_at.fetch_max(now, Ordering::AcqRel);
+                self.renewed_at.fetch_max(from, Ordering::AcqRel);
                 return true;
             }
             match self
@@ -339,7 +351,7 @@ impl Lease {
                 .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    self.renewed_at.fetch_max(now, Ordering::AcqRel);
+                    self.renewed_at.fetch_max(from, Ordering::AcqRel);
                     return true;
                 }
                 Err(seen) => current = seen,
@@ -396,6 +408,40 @@ mod tests {
         assert!(!lease.renew(Duration::from_secs(10)));
         assert!(!lease.live());
         assert_eq!(lease.left(), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_renewal_held_up_on_its_way_runs_from_when_it_was_decided() {
+        let clock = ManualClock::new(1_000);
+        let lease = Lease::new(clock.clone(), Duration::from_secs(10), None);
+        clock.advance(Duration::from_secs(8));
+        // Decided 7 s ago (its replica froze between its read and its
+        // call): 3 s left of it, not 10.
+        assert!(lease.renew_from(Duration::from_secs(10), Duration::from_secs(7)));
+        assert_eq!(lease.left(), Some(Duration::from_secs(3)));
+        // One decided before the lease's own start grants nothing more,
+        // and never shortens it.
+        assert!(lease.renew_from(Duration::from_secs(10), Duration::from_secs(20)));
+        assert_eq!(lease.left(), Some(Duration::from_secs(3)));
+        clock.advance(Duration::from_secs(3));
+        assert!(!lease.live(), "lapsed 10 s after the decision");
+    }
+
+    #[test]
+    fn a_freeze_is_lifted_only_by_news_from_after_it() {
+        let clock = ManualClock::new(1_000);
+        let shared: SharedClock = clock.clone();
+        let lease = Lease::new(Arc::clone(&shared), Duration::from_secs(60), None);
+        let awake = clock.awake().unwrap();
+        assert_eq!(awake.tick(clock.now()), None);
+        clock.advance(Duration::from_secs(10));
+        assert!(awake.tick(clock.now()).is_some(), "the freeze is seen");
+        assert!(!lease.live());
+        // A renewal decided 12 s ago, before the freeze: no news of after.
+        assert!(lease.renew_from(Duration::from_secs(60), Duration::from_secs(12)));
+        assert!(!lease.live(), "still suspended");
+        assert!(lease.renew_from(Duration::from_secs(60), Duration::ZERO));
+        assert!(lease.live(), "news from after the wake");
     }
 
     #[test]

@@ -655,6 +655,10 @@ async fn renew_once(
     client
         .renew_leases(pb::RenewLeasesRequest {
             leases,
+            // Read "now": this driver is the control plane.
+            read_at_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             ..Default::default()
         })
         .await
