@@ -697,13 +697,11 @@ fn check_start(
             });
         }
     }
-    for live in tx.live_sessions()? {
-        if let Some(addr) = sources.iter().find(|a| live.sources.contains(a)) {
-            return Err(Error::SourceInUse {
-                source_addr: addr.to_string(),
-                session_id: live.id,
-            });
-        }
+    if let Some((addr, session_id)) = tx.live_session_with_source(sources)? {
+        return Err(Error::SourceInUse {
+            source_addr: addr.to_string(),
+            session_id,
+        });
     }
     Ok(())
 }

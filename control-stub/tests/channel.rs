@@ -581,6 +581,15 @@ fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
         assert_eq!(status.attempts[0].ca[0].instance, None);
         assert!(status.closes.is_empty());
         assert!(store.lock_list().unwrap().is_empty());
+        // Its source address is found by the index version 7 added.
+        let holder = store
+            .read(|tx| tx.live_session_with_source(&["10.1.0.2".parse().unwrap()]))
+            .unwrap();
+        assert_eq!(
+            holder,
+            Some(("10.1.0.2".parse().unwrap(), "sbx-000000000001".to_owned())),
+            "from {version}"
+        );
         drop(store);
         let conn = rusqlite::Connection::open(&db).unwrap();
         let v: i64 = conn

@@ -248,3 +248,49 @@ fn a_database_elsewhere_is_reached_over_checked_tls_only() {
     assert_eq!(err.code(), "store_failed", "{err}");
     assert!(err.to_string().contains("unreachable"), "{err}");
 }
+
+/// A PostgreSQL store made at version 6 is upgraded in place, its rows
+/// kept and the sessions' source index filled from them.
+#[test]
+fn a_postgres_store_of_version_6_is_upgraded_in_place() {
+    let (_own, db) = server();
+    let Db::Postgres(url) = &db else { panic!() };
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&talos_control_stub::store::postgres_ddl())
+        .unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE schema_version (version BIGINT NOT NULL);
+             INSERT INTO schema_version VALUES (6);
+             INSERT INTO sessions (id, tenant, mode, state, created_at, allow, attach, sources)
+             VALUES ('sbx-000000000001', 'acme', 'commands', 'paused',
+                     '2026-11-29T10:00:00.000Z', '[\"api.github.com\"]', '[]',
+                     '[\"10.1.0.2\",\"fd00::2\"]');",
+        )
+        .unwrap();
+    drop(client);
+    let store = Store::open(&db).unwrap();
+    assert_eq!(
+        store
+            .test_i64("SELECT version FROM schema_version")
+            .unwrap(),
+        talos_control_stub::store::SCHEMA_VERSION
+    );
+    for source in ["10.1.0.2", "fd00::2"] {
+        let holder = store
+            .read(|tx| tx.live_session_with_source(&[source.parse().unwrap()]))
+            .unwrap();
+        assert_eq!(
+            holder.map(|(_, id)| id).as_deref(),
+            Some("sbx-000000000001"),
+            "{source}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Store::open(dir.path().join("stub.db")).unwrap();
+    assert_eq!(
+        sqlite.test_columns().unwrap(),
+        store.test_columns().unwrap()
+    );
+}

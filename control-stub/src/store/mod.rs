@@ -1,6 +1,8 @@
-//! The control stub's store: one SQLite file.
+//! The control stub's store: one SQLite file, or one PostgreSQL database
+//! shared by several `serve` replicas (`db.rs` says how the two are one
+//! store).
 //!
-//! The file is created with mode 0600 (it holds the secret store), and an
+//! A SQLite file is created with mode 0600 (it holds the secret store), and an
 //! existing file that others may read or write is refused. It runs in WAL
 //! mode with `synchronous = FULL` (a recorded CA destruction survives a
 //! power cut) and `secure_delete = ON` (a deleted or replaced secret value
@@ -9,13 +11,16 @@
 //! frame keeps it either — what the filesystem keeps of freed blocks is out
 //! of reach).
 //!
-//! The schema is versioned with `PRAGMA user_version` and created on first
-//! use (version 6; an older file is upgraded in place: version 1 gains
+//! The schema is versioned (SQLite's `PRAGMA user_version`; a PostgreSQL
+//! store's `schema_version` table) and created on first use (version 7).
+//! An older SQLite file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
 //! version 4 the states of an open in flight, version 5 the audit trail:
-//! numbered reset step outcomes and the commands, and the members — see
-//! `schema.rs`):
+//! numbered reset step outcomes and the commands, and the members;
+//! version 7 the sessions by source. A PostgreSQL store begins at version
+//! 6 (the whole schema at once) and takes the upgrades after it, which are
+//! written once for both — see `schema.rs`:
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
@@ -28,6 +33,7 @@
 //! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
 //! | `reset_steps` | outcome of a reset step of an ended session (never replaced: a later outcome is a row beside it) | `session_id`, `step` (1–5), `n` (from 1, one more at each outcome recorded), `name`, `confirmed`, `response` (JSON), `error`, `at` |
 //! | `members` | member of the pair (`gateway add`) | `id`, `control` (`HOST:PORT` of its control listener), `added_at` |
+//! | `session_sources` | source address of a session | `session_id`, `source` (as text; indexed: a start's check that its sources are no live session's) |
 //! | `commands` | command or time-driven event that moved a session | `session_id`, `n` (from 1), `event` (the machine's), `requester` (`operator`, `approver`, `time`), `requested_by` (the operator's identity, the approver's name, or the time-driven cause), `attempt` (opened or ended, when one), `at` |
 //! | `batches` | verified batch received | `gateway_id`, `seq`, `digest`, `received_at` |
 //! | `connection_records` | connection record of a batch | `gateway_id`, `seq`, `idx` (position in the batch), `session_id` (from the record; NULL for `unknown_source`), `json` |

@@ -108,7 +108,38 @@ impl Tx<'_> {
                 s.last_activity_at,
             ],
         )?;
+        for source in &s.sources {
+            self.conn.execute(
+                "INSERT INTO session_sources (session_id, source) VALUES (?1, ?2)
+                 ON CONFLICT DO NOTHING",
+                params![s.id, source.to_string()],
+            )?;
+        }
         Ok(())
+    }
+
+    /// A session not over that has one of `sources`: (the address, the
+    /// session), the first found. One indexed look-up per address.
+    pub fn live_session_with_source(
+        &self,
+        sources: &[IpAddr],
+    ) -> Result<Option<(IpAddr, String)>, Error> {
+        for source in sources {
+            let found: Option<String> = self
+                .conn
+                .query_row(
+                    "SELECT s.id FROM session_sources ss JOIN sessions s ON s.id = ss.session_id
+                     WHERE ss.source = ?1 AND s.state NOT IN ('ended', 'reset_incomplete')
+                     ORDER BY s.id LIMIT 1",
+                    params![source.to_string()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(id) = found {
+                return Ok(Some((*source, id)));
+            }
+        }
+        Ok(None)
     }
 
     /// The session `id`, if there is one.
@@ -120,16 +151,6 @@ impl Tx<'_> {
                 session_row,
             )
             .optional()
-    }
-
-    /// Sessions that have not ended.
-    pub fn live_sessions(&self) -> Result<Vec<Session>, Error> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions
-             WHERE state NOT IN ('ended', 'reset_incomplete') ORDER BY id"
-        ))?;
-        let rows = stmt.query_map([], session_row)?;
-        rows.collect::<Result<Vec<_>, _>>()
     }
 
     /// Sessions in any of `states`.
