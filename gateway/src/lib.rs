@@ -16,6 +16,7 @@
 //!   `talos-contract` crate's, which also holds the session rules).
 //! - [`config`]: the TOML config, strictly validated.
 //! - [`logging`]: logs on standard error, at a level a reload changes.
+//! - [`dns`]: the sessions' DNS queries answered: listed names only, nothing looked up for others.
 //! - [`session`]: a session's authority: its lease, its share (per-session bounds), the Lock and holds, the upstream pool, sessions by source.
 //! - [`records`]: connection records, the journal, signed batches on disk, the shipper.
 //! - [`process`]: the process socket's frames, readiness notifications, the
@@ -44,6 +45,7 @@ pub mod tls;
 pub mod pb;
 pub mod config;
 pub mod logging;
+pub mod dns;
 pub mod session;
 pub mod records;
 pub mod process;
