@@ -321,7 +321,9 @@ fn reply(
         .set_recursion_desired(query.recursion_desired())
         .set_recursion_available(true)
         .set_response_code(code);
-    if query.op_code() == OpCode::Query {
+    // The question is echoed when there is exactly one (a query with
+    // several is refused FORMERR, and its questions are not sent back).
+    if query.op_code() == OpCode::Query && query.queries().len() == 1 {
         m.add_queries(query.queries().iter().cloned());
     }
     if query.extensions().is_some() {
@@ -337,8 +339,15 @@ fn reply(
             out.set_truncated(true);
         }
         match out.to_vec() {
-            Ok(bytes) if bytes.len() <= usize::from(limit) || kept == 0 => {
-                return Step::Reply(bytes, outcome)
+            Ok(bytes) if bytes.len() <= usize::from(limit) => return Step::Reply(bytes, outcome),
+            // Not even the question fits: the header alone, cut.
+            Ok(_) if kept == 0 => {
+                let mut step = header_only_id(query.id(), code);
+                if let Step::Reply(out, o) = &mut step {
+                    out[2] |= 0x02;
+                    *o = outcome;
+                }
+                return step;
             }
             Ok(_) => kept -= 1,
             Err(_) => return header_only_id(query.id(), ResponseCode::ServFail),
@@ -548,6 +557,24 @@ mod tests {
         notify[2] = (notify[2] & !0x78) | (4 << 3);
         let (m, _) = parsed(&step(&notify, Scope::Session(&listed), &[], 30));
         assert_eq!(m.response_code(), ResponseCode::NotImp);
+        // Many questions: FORMERR, none sent back.
+        let mut m = Message::new();
+        m.set_id(7);
+        for i in 0..65 {
+            let name = format!("q{i}.{}.example.com.", "x".repeat(40));
+            m.add_query(Query::query(
+                DnsName::from_str(&name).unwrap(),
+                RecordType::A,
+            ));
+        }
+        let step_many = step(&m.to_vec().unwrap(), Scope::Session(&listed), &[], 30);
+        let Step::Reply(bytes, _) = &step_many else {
+            panic!()
+        };
+        assert!(bytes.len() <= 512, "{}", bytes.len());
+        let (m, _) = parsed(&step_many);
+        assert_eq!(m.response_code(), ResponseCode::FormErr);
+        assert!(m.queries().is_empty());
         // Every prefix of a good query is settled without a panic.
         for n in 0..good.len() {
             let _ = step(&good[..n], Scope::Session(&listed), &APPROVALS, 30);
