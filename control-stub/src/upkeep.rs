@@ -209,12 +209,7 @@ impl Upkeep<'_> {
         let read_at = unix_ms(SystemTime::now());
         let mut renewals = self.store.read(|tx| {
             let members: Vec<String> = tx.gateway_list()?.into_iter().map(|g| g.id).collect();
-            let mut sessions = Vec::new();
-            for session in tx.sessions_in(&[State::Running])? {
-                let attempts = tx.attempts(&session.id)?;
-                let cas = tx.cas(&session.id)?;
-                sessions.push((session, attempts, cas));
-            }
+            let sessions = tx.running_sessions_in_full()?;
             Ok(renewals(&members, &sessions))
         })?;
         for r in &mut renewals {

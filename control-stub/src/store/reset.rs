@@ -135,6 +135,21 @@ impl Tx<'_> {
         rows.collect::<Result<Vec<_>, _>>()
     }
 
+    /// Every CA made for a running session, with its session, in order.
+    pub fn cas_of_running(&self) -> Result<Vec<(String, CaEvent)>, Error> {
+        let cols: Vec<String> = CA_COLUMNS
+            .split(',')
+            .map(|c| format!("c.{}", c.trim()))
+            .collect();
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT c.session_id, {} FROM ca_events c JOIN sessions s ON s.id = c.session_id
+             WHERE s.state = 'running' ORDER BY c.session_id, c.attempt, c.gateway_id",
+            cols.join(", ")
+        ))?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, ca_row_at(r, 1)?)))?;
+        rows.collect::<Result<Vec<_>, _>>()
+    }
+
     /// Every CA of gateway `gateway_id` not yet destroyed, with its
     /// session: what a start report of that gateway may confirm.
     pub fn live_cas_of(&self, gateway_id: &str) -> Result<Vec<(String, CaEvent)>, Error> {

@@ -234,28 +234,43 @@ impl Tx<'_> {
 
     /// The session's attempts, in order.
     pub fn attempts(&self, session_id: &str) -> Result<Vec<Attempt>, Error> {
-        let mut stmt = self.conn.prepare(
-            "SELECT n, cause, started_at, ended_at, end_cause, allowlist, attachments, lock,
-                    relay_public_key
-             FROM attempts WHERE session_id = ?1 ORDER BY n",
-        )?;
-        let rows = stmt.query_map(params![session_id], |r| {
-            Ok(Attempt {
-                n: r.get(0)?,
-                cause: parse_word(1, r.get(1)?, OpenCause::parse)?,
-                started_at: r.get(2)?,
-                ended_at: r.get(3)?,
-                end_cause: r
-                    .get::<_, Option<String>>(4)?
-                    .map(|t| parse_word(4, t, AttemptEnd::parse))
-                    .transpose()?,
-                allowlist: json_col(5, r.get(5)?)?,
-                attachments: json_col(6, r.get(6)?)?,
-                lock: json_col(7, r.get(7)?)?,
-                relay_public_key: r.get(8)?,
-            })
-        })?;
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE session_id = ?1 ORDER BY n"
+        ))?;
+        let rows = stmt.query_map(params![session_id], |r| attempt_row(r, 0))?;
         rows.collect::<Result<Vec<_>, _>>()
+    }
+
+    /// Every running session with its attempts and the CAs made for them,
+    /// in three queries whatever their number (a lease renewal round reads
+    /// this for every member).
+    pub fn running_sessions_in_full(&self) -> Result<Vec<SessionInFull>, Error> {
+        let mut by_id: std::collections::BTreeMap<String, SessionInFull> = self
+            .sessions_in(&[State::Running])?
+            .into_iter()
+            .map(|s| (s.id.clone(), (s, Vec::new(), Vec::new())))
+            .collect();
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT a.session_id, {} FROM attempts a JOIN sessions s ON s.id = a.session_id
+             WHERE s.state = 'running' ORDER BY a.session_id, a.n",
+            ATTEMPT_COLUMNS
+                .split(',')
+                .map(|c| format!("a.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, attempt_row(r, 1)?)))? {
+            let (id, attempt) = row?;
+            if let Some(entry) = by_id.get_mut(&id) {
+                entry.1.push(attempt);
+            }
+        }
+        for (id, ca) in self.cas_of_running()? {
+            if let Some(entry) = by_id.get_mut(&id) {
+                entry.2.push(ca);
+            }
+        }
+        Ok(by_id.into_values().collect())
     }
 
     /// Every open in flight: an attempt not ended of a session that is not
@@ -286,6 +301,31 @@ impl Tx<'_> {
         )?;
         Ok(())
     }
+}
+
+/// A session, its attempts and the CAs made for them.
+pub type SessionInFull = (Session, Vec<Attempt>, Vec<super::CaEvent>);
+
+/// The columns of an attempt row, in [`attempt_row`]'s order.
+const ATTEMPT_COLUMNS: &str = "n, cause, started_at, ended_at, end_cause, allowlist, attachments,
+    lock, relay_public_key";
+
+/// An attempt from the row's columns from `at` on.
+fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
+    Ok(Attempt {
+        n: r.get(at)?,
+        cause: parse_word(at + 1, r.get(at + 1)?, OpenCause::parse)?,
+        started_at: r.get(at + 2)?,
+        ended_at: r.get(at + 3)?,
+        end_cause: r
+            .get::<_, Option<String>>(at + 4)?
+            .map(|t| parse_word(at + 4, t, AttemptEnd::parse))
+            .transpose()?,
+        allowlist: json_col(at + 5, r.get(at + 5)?)?,
+        attachments: json_col(at + 6, r.get(at + 6)?)?,
+        lock: json_col(at + 7, r.get(at + 7)?)?,
+        relay_public_key: r.get(at + 8)?,
+    })
 }
 
 fn session_row(r: &Row) -> Result<Session, Error> {
