@@ -146,18 +146,14 @@ fn no_lease_lapsed(rig: &Pair) {
 /// from some replica.
 fn wait_renewals(rig: &Pair, what: &str) {
     for g in &rig.members {
-        let mut last: Option<f64> = None;
-        wait::until(what, || {
-            let now = g.metric("gateway_lease_seconds_left_min");
-            let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
-            last = now.or(last);
-            if renewed {
-                Ok(())
-            } else {
-                Err(now)
-            }
-        });
+        faults::wait_renewal(g, what);
     }
+}
+
+/// Every request the clients made was answered 200.
+fn all_answered(seen: &[(String, String, u16)]) {
+    let failed: Vec<_> = seen.iter().filter(|(_, _, s)| *s != 200).collect();
+    assert!(failed.is_empty(), "requests failed: {failed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -175,7 +171,14 @@ async fn one_replica_killed_and_the_other_frozen_for_three_leases_loses_nothing(
 
     // The first replica killed: the second renews alone.
     rig.stub.kill_serve();
+    let killed_at = Instant::now();
     wait_renewals(&rig, "a renewal from the second replica");
+    matrix(
+        "serve replica 1 SIGKILLed",
+        "(leases)",
+        "renewed by replica 2",
+        killed_at.elapsed(),
+    );
     // The first started again, then the second frozen for three leases.
     rig.stub.start_serve();
     let frozen = rig.replicas[0]
@@ -194,8 +197,7 @@ async fn one_replica_killed_and_the_other_frozen_for_three_leases_loses_nothing(
         "renewed, served",
         frozen_at.elapsed(),
     );
-    let failed: Vec<_> = seen.iter().filter(|(_, _, s)| *s != 200).collect();
-    assert!(failed.is_empty(), "requests failed: {failed:?}");
+    all_answered(&seen);
     assert!(seen.len() >= 40, "too little traffic: {}", seen.len());
     for id in [&s1, &s2] {
         assert_eq!(rig.status(id)["state"], "running", "{id}");
@@ -263,11 +265,17 @@ async fn postgres_restarted_during_traffic_loses_no_batch_and_a_command_meanwhil
         down_at.elapsed(),
     );
     // The replicas reconnect: renewals go on, and the session never moved.
+    let back_at = Instant::now();
     wait_renewals(&rig, "renewals after the database came back");
+    matrix(
+        "PostgreSQL started again",
+        "(leases)",
+        "renewed",
+        back_at.elapsed(),
+    );
     assert_eq!(rig.status(&id)["state"], "running");
     let seen = traffic.finish();
-    let failed: Vec<_> = seen.iter().filter(|(_, _, s)| *s != 200).collect();
-    assert!(failed.is_empty(), "requests failed: {failed:?}");
+    all_answered(&seen);
     no_lease_lapsed(&rig);
 
     let t = rig.cli(&["sandbox", "stop", &id]).json();

@@ -484,22 +484,6 @@ async fn members_stored_before_their_first_start_are_registered_by_their_first_b
     );
 }
 
-/// Wait until member `g`'s least lease left goes up: a renewal came (it
-/// only falls between renewals).
-fn wait_renewal(g: &talos_e2e::gateway::Gateway, what: &str) {
-    let mut last: Option<f64> = None;
-    wait::until(what, || {
-        let now = g.metric("gateway_lease_seconds_left_min");
-        let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
-        last = now.or(last);
-        if renewed {
-            Ok(())
-        } else {
-            Err(now)
-        }
-    });
-}
-
 /// Two `serve` replicas over one store; both members name both
 /// (`control.plane = [first, second]`). The first SIGSTOPped (hung: it
 /// accepts connections and answers nothing): each member's batches fail

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use talos_e2e::clients::curl_status;
 use talos_e2e::rig::{Pair, SessionSpec};
+use talos_e2e::wait;
 
 pub const API: &str = "api.test";
 pub const SECRET: &str = "faults-S3CRET-v4lue-0123456789";
@@ -65,4 +66,20 @@ pub fn traffic(rig: &Pair, source: &str, bundle: &Path, tag: &str, n: usize) {
             "{tag} {i}"
         );
     }
+}
+
+/// Wait until member `g`'s least lease left goes up: a renewal came (it
+/// only falls between renewals).
+pub fn wait_renewal(g: &talos_e2e::gateway::Gateway, what: &str) {
+    let mut last: Option<f64> = None;
+    wait::until(what, || {
+        let now = g.metric("gateway_lease_seconds_left_min");
+        let renewed = matches!((last, now), (Some(a), Some(b)) if b > a);
+        last = now.or(last);
+        if renewed {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    });
 }
