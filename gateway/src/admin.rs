@@ -134,6 +134,10 @@ fn describe() {
         "Session authorities dropped because their lease lapsed."
     );
     describe_counter!(
+        "gateway_renewals_refused_total",
+        "Lease renewals refused, by cause (stale: the control plane read the store a lease ago or more)."
+    );
+    describe_counter!(
         "gateway_freezes_total",
         "Times the process found it had been frozen (its ticks stopped for more than 2 s); its leased authorities are suspended until renewed."
     );
@@ -184,7 +188,12 @@ fn describe() {
 /// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
-    let labelled: [(&'static str, &'static str, Vec<&'static str>); 13] = [
+    let labelled: [(&'static str, &'static str, Vec<&'static str>); 14] = [
+        (
+            "gateway_renewals_refused_total",
+            "cause",
+            crate::control::RENEWAL_REFUSALS.to_vec(),
+        ),
         (
             "gateway_forwarded_total",
             "result",
@@ -433,6 +442,7 @@ mod tests {
             ));
         }
         for (name, values) in [
+            ("gateway_renewals_refused_total{cause", &["stale"][..]),
             ("gateway_reload_total{result", &["ok", "refused"][..]),
             ("gateway_handover_total{result", &["ok", "failed"][..]),
             (

@@ -663,6 +663,9 @@ impl AsyncWrite for ControlIo {
     }
 }
 
+/// Why a lease renewal is refused (`gateway_renewals_refused_total{cause}`).
+pub const RENEWAL_REFUSALS: [&str; 1] = ["stale"];
+
 /// How long ago the control plane read the store a renewal was made from
 /// (`read_at_unix_ms`, its wall clock against this host's): what the
 /// renewal's leases run from. A time ahead of this host's counts as now
