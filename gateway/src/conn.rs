@@ -286,6 +286,9 @@ struct Conn<'a, S> {
     /// A connection a peer forwarded over the member link: the peer, and
     /// the session and attempt it forwarded for. Never forwarded again.
     via: Option<Via>,
+    /// The client's sending side is shut already: a relay passed the
+    /// holder's end on (a second shutdown would only fail).
+    client_shut: bool,
 }
 
 /// Who forwarded a connection over the member link, and for what.
@@ -378,6 +381,7 @@ async fn serve_stream<S: ClientStream>(
         record,
         live: None,
         via,
+        client_shut: false,
     };
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
@@ -471,7 +475,9 @@ impl<S: ClientStream> Conn<'_, S> {
         if let Some(alert) = alert {
             send_alert(&mut self.client, alert).await;
         }
-        let _ = self.client.shutdown().await;
+        if !self.client_shut {
+            let _ = self.client.shutdown().await;
+        }
         drop(self.live);
     }
 
@@ -550,8 +556,10 @@ impl<S: ClientStream> Conn<'_, S> {
         // the drain's grace runs out (the holder drains its end itself).
         tokio::select! {
             relayed = crate::io::relay::relay(&mut self.client, &mut upstream, RELAY_BUFFER) => {
-                if let Err(e) = relayed {
-                    tracing::debug!(error = %e, "forwarded connection ended with an error");
+                match relayed {
+                    // Both ends passed on: the client's side is shut.
+                    Ok(()) => self.client_shut = true,
+                    Err(e) => tracing::debug!(error = %e, "forwarded connection ended with an error"),
                 }
             }
             () = self.cx.shutdown.cut.cancelled() => {}
