@@ -13,6 +13,8 @@
 #   benches/pair/run.sh     # 2000 connections 16 at once, 300 one at a time, 1 GiB; 3 rounds
 #   CONNS=1000 CONCURRENCY=16 LATENCY_CONNS=100 MIB=64 ROUNDS=3 benches/pair/run.sh
 #   NO_BUILD=1 (use BIN_DIR as it is)  NO_INSTALL=1 (do not apt-get haproxy)
+#   GATEWAY_B=path/to/other/gateway benches/pair/run.sh   # two builds of the
+#     forwarder side by side: CPU per new connection of each, every round
 #
 # Every process is stopped by its PID (the driver stops the rig's and
 # HAProxy's); the run is bounded by `timeout`.
@@ -32,4 +34,6 @@ fi
 export TALOS_GATEWAY_BIN=$bin/gateway TALOS_CONTROL_STUB_BIN=$bin/control-stub
 export TALOS_TEST_WORKERS=${WORKERS:-1}
 export RUST_LOG=${RUST_LOG:-warn} TALOS_GATEWAY_LOG=${TALOS_GATEWAY_LOG:-info}
-timeout -k 5 900 "$bin/pair-bench" --conns "${CONNS:-2000}" --concurrency "${CONCURRENCY:-16}" --latency-conns "${LATENCY_CONNS:-300}" --mib "${MIB:-1024}" --rounds "${ROUNDS:-3}"
+ab=()
+[ -z "${GATEWAY_B:-}" ] || ab=(--ab "$(realpath "$GATEWAY_B")")
+timeout -k 5 900 "$bin/pair-bench" "${ab[@]}" --conns "${CONNS:-2000}" --concurrency "${CONCURRENCY:-16}" --latency-conns "${LATENCY_CONNS:-300}" --mib "${MIB:-1024}" --rounds "${ROUNDS:-3}"

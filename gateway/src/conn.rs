@@ -286,6 +286,9 @@ struct Conn<'a, S> {
     /// A connection a peer forwarded over the member link: the peer, and
     /// the session and attempt it forwarded for. Never forwarded again.
     via: Option<Via>,
+    /// The client's sending side is shut already: a relay passed the
+    /// holder's end on (a second shutdown would only fail).
+    client_shut: bool,
 }
 
 /// Who forwarded a connection over the member link, and for what.
@@ -343,8 +346,10 @@ impl Ending {
 /// refusal's alert and close reach the client, before the connection's
 /// slot and its session's count of open connections are given back
 /// ([`crate::records::journal`]).
+///
+/// The socket comes with its options set: it inherits them from the data
+/// listener ([`session_socket_options`]).
 pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
-    keep_alive(&client, cx.tcp_keepalive);
     serve_stream(cx, client, peer, None).await;
 }
 
@@ -376,6 +381,7 @@ async fn serve_stream<S: ClientStream>(
         record,
         live: None,
         via,
+        client_shut: false,
     };
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
@@ -469,7 +475,9 @@ impl<S: ClientStream> Conn<'_, S> {
         if let Some(alert) = alert {
             send_alert(&mut self.client, alert).await;
         }
-        let _ = self.client.shutdown().await;
+        if !self.client_shut {
+            let _ = self.client.shutdown().await;
+        }
         drop(self.live);
     }
 
@@ -548,8 +556,10 @@ impl<S: ClientStream> Conn<'_, S> {
         // the drain's grace runs out (the holder drains its end itself).
         tokio::select! {
             relayed = crate::io::relay::relay(&mut self.client, &mut upstream, RELAY_BUFFER) => {
-                if let Err(e) = relayed {
-                    tracing::debug!(error = %e, "forwarded connection ended with an error");
+                match relayed {
+                    // Both ends passed on: the client's side is shut.
+                    Ok(()) => self.client_shut = true,
+                    Err(e) => tracing::debug!(error = %e, "forwarded connection ended with an error"),
                 }
             }
             () = self.cx.shutdown.cut.cancelled() => {}
@@ -1022,19 +1032,33 @@ async fn first_request_byte<S: ClientStream>(
     Ok(bytes.is_empty())
 }
 
-/// TCP keep-alive probes after `idle` of silence, `idle / 3` apart, three
-/// of them: a peer gone without a word (its host down, the network cut)
-/// is found within twice `idle`, by the kernel, at no cost per request.
-/// HTTP/2 PINGs would find it too, but hyper's keep-alive takes a lock and
-/// reads the clock at every frame of every connection (about 9 % of an
-/// HTTP/2 request's CPU in `benches/load/gateway-ab.sh`).
-fn keep_alive(client: &TcpStream, idle: Duration) {
+/// The options every session socket gets, set once on the data listener:
+/// Linux gives each socket a listener accepts the listener's options, so
+/// no connection pays a system call for them (five per connection when
+/// each accepted socket was set alone). A reload sets them again for the
+/// sockets accepted after it.
+///
+/// - `TCP_NODELAY`: small TLS records (handshake, HTTP/2 frames, the last
+///   bytes of a reply) go out at once instead of waiting out the peer's
+///   delayed ACK.
+/// - TCP keep-alive probes after `idle` of silence, `idle / 3` apart,
+///   three of them: a peer gone without a word (its host down, the
+///   network cut) is found within twice `idle`, by the kernel, at no cost
+///   per request. HTTP/2 PINGs would find it too, but hyper's keep-alive
+///   takes a lock and reads the clock at every frame of every connection
+///   (about 9 % of an HTTP/2 request's CPU in
+///   `benches/load/gateway-ab.sh`).
+pub fn session_socket_options(listener: &tokio::net::TcpListener, idle: Duration) {
     let probes = socket2::TcpKeepalive::new()
         .with_time(idle)
         .with_interval((idle / 3).max(Duration::from_secs(1)))
         .with_retries(3);
-    if let Err(e) = socket2::SockRef::from(client).set_tcp_keepalive(&probes) {
-        tracing::debug!(error = %e, "cannot set TCP keep-alive");
+    let socket = socket2::SockRef::from(listener);
+    if let Err(e) = socket
+        .set_tcp_nodelay(true)
+        .and_then(|()| socket.set_tcp_keepalive(&probes))
+    {
+        tracing::warn!(error = %e, "cannot set the data listener's socket options");
     }
 }
 
@@ -1102,6 +1126,25 @@ async fn send_alert<S: ClientStream>(client: &mut Client<S>, alert: Alert) {
 mod tests {
     use super::*;
     use hyper::rt::Timer;
+
+    /// Every socket the data listener accepts has the options set on the
+    /// listener (Linux copies them): none is set per connection.
+    #[tokio::test]
+    async fn an_accepted_socket_has_the_listeners_options() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        session_socket_options(&listener, Duration::from_secs(45));
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let s = socket2::SockRef::from(&accepted);
+        assert!(s.tcp_nodelay().unwrap());
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(45));
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(15));
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), 3);
+        drop(client);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn first_head_by_brings_only_the_first_deadline_forward() {

@@ -51,6 +51,7 @@ impl DataPlane {
         spool_full: watch::Receiver<bool>,
         stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
     ) -> DataPlane {
+        conn::session_socket_options(&listener, current.get().tcp_keepalive);
         DataPlane {
             listener,
             link: None,
@@ -118,14 +119,10 @@ impl DataPlane {
                 ack = self.stop_accepting.recv() => return stopped(ack),
                 // The spool filled while waiting: back to the top, to wait there.
                 () = spool_fills(&mut spool_full) => continue,
+                // The socket inherits its options from the listener
+                // (`conn::session_socket_options`).
                 accepted = self.listener.accept() => match accepted {
-                    Ok(a) => {
-                        // Small TLS records (handshake, HTTP/2 frames, the
-                        // last bytes of a reply) go out at once instead of
-                        // waiting out the peer's delayed ACK.
-                        let _ = a.0.set_nodelay(true);
-                        (a.0, a.1, false)
-                    }
+                    Ok(a) => (a.0, a.1, false),
                     Err(e) => {
                         // EMFILE and friends: back off briefly instead of spinning.
                         tracing::warn!(error = %e, "accept failed");
@@ -201,6 +198,17 @@ impl DataPlane {
         }
         self.shutdown.cut.cancel();
         self.current
+    }
+}
+
+/// The data listener, as a reload changes it: the options the sockets it
+/// accepts from then on inherit (`limits.tcp_keepalive_ms`).
+#[derive(Debug)]
+pub(super) struct DataListener(pub(super) Arc<TcpListener>);
+
+impl crate::reload::Tunable for DataListener {
+    fn apply(&self, tuned: &crate::reload::Tuned) {
+        conn::session_socket_options(&self.0, tuned.tcp_keepalive);
     }
 }
 

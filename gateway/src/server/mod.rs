@@ -498,6 +498,7 @@ fn operator_side(
         statics: o.statics,
         current: Arc::clone(o.current),
         tunables: tunables(
+            &o.listeners.data,
             o.cap,
             o.grace_ms,
             o.sessions,
@@ -567,6 +568,7 @@ async fn take_the_go(
 /// What a reload changes besides the settings new connections get, in the
 /// order it changes them.
 fn tunables(
+    data: &Arc<TcpListener>,
     cap: &Arc<Cap>,
     grace_ms: &Arc<AtomicU64>,
     sessions: &Arc<Sessions>,
@@ -574,6 +576,7 @@ fn tunables(
     log: Option<&crate::logging::LogControl>,
 ) -> Vec<Arc<dyn Tunable>> {
     let mut all: Vec<Arc<dyn Tunable>> = vec![
+        Arc::new(data::DataListener(Arc::clone(data))),
         Arc::clone(cap) as Arc<dyn Tunable>,
         Arc::new(Grace(Arc::clone(grace_ms))),
         Arc::clone(sessions) as Arc<dyn Tunable>,

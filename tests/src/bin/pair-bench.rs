@@ -24,6 +24,13 @@
 //!
 //! Prints one Markdown table of the medians over the rounds. Every run is
 //! bounded; every process is stopped by its PID (the rig's, and HAProxy's).
+//!
+//! With `--ab GATEWAY`, it compares two builds of the forwarder instead
+//! (how a change to forwarding is judged): each round gw-a is started
+//! again with one build, then the other (alternating which goes first),
+//! and each forwards `--conns` new connections; between them, the same
+//! connections straight to gw-b and through the plain TCP relay. Prints
+//! each round's CPU per connection and the medians.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -52,6 +59,21 @@ fn arg(name: &str, default: u64) -> u64 {
 fn cpu(pid: u32) -> f64 {
     let ticks = talos_e2e::figures::ticks(&pid.to_string()).unwrap_or(0);
     ticks as f64 / 100.0
+}
+
+/// The CPU time of `pid`'s threads running now, in seconds, to the
+/// nanosecond (`/proc/PID/task/*/schedstat`): what `--ab` compares, where
+/// `/proc`'s 10 ms ticks are too coarse for a few thousand connections.
+fn cpu_ns(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e9
 }
 
 /// One request on a new TLS connection from the session's source: the
@@ -149,6 +171,127 @@ fn relay(
     Some((child, addr))
 }
 
+/// New connections, as the CPU figure makes them.
+struct Load {
+    tls: Arc<rustls::ClientConfig>,
+    conns: usize,
+    concurrency: usize,
+}
+
+impl Load {
+    /// `conns` connections to `to`, `concurrency` at once.
+    async fn run(&self, to: SocketAddr) {
+        let mut workers = tokio::task::JoinSet::new();
+        for w in 0..self.concurrency {
+            let tls = Arc::clone(&self.tls);
+            let n = self.conns / self.concurrency + usize::from(w < self.conns % self.concurrency);
+            workers.spawn(async move {
+                for _ in 0..n {
+                    one(&tls, to, "/bytes/1024", NAME).await;
+                }
+            });
+        }
+        while let Some(done) = workers.join_next().await {
+            done.expect("a worker");
+        }
+    }
+
+    /// CPU per connection (µs) of `pid` over one run to `to`.
+    async fn cpu_per_conn(&self, pid: u32, to: SocketAddr) -> f64 {
+        let before = cpu_ns(pid);
+        self.run(to).await;
+        (cpu_ns(pid) - before) / self.conns as f64 * 1e6
+    }
+}
+
+/// gw-a started again with the gateway build `bin`, forwarding the
+/// session again; its pid and data address.
+async fn forward_with(
+    rig: &mut Pair,
+    bin: &str,
+    tls: &Arc<rustls::ClientConfig>,
+) -> (u32, SocketAddr) {
+    std::env::set_var("TALOS_GATEWAY_BIN", bin);
+    rig.restart(0);
+    wait::until("gw-a to forward the session", || {
+        wait::check(rig.members[0].metric("gateway_forwarding_sessions"), |n| {
+            *n == Some(1.0)
+        })
+    });
+    let a = rig.members[0].data;
+    for _ in 0..20 {
+        one(tls, a, "/bytes/1024", NAME).await;
+    }
+    (rig.members[0].pid(), a)
+}
+
+/// Two builds of the forwarder side by side (`--ab`): the build gw-a runs
+/// now (A, `TALOS_GATEWAY_BIN`) against `other` (B), each round both in
+/// turn, alternating which goes first, with gw-b terminated and the plain
+/// TCP relay `front` in between.
+async fn ab(
+    rig: &mut Pair,
+    load: &Load,
+    other: &str,
+    rounds: usize,
+    b: SocketAddr,
+    front: Option<(u32, SocketAddr)>,
+) {
+    let builds = [
+        std::env::var("TALOS_GATEWAY_BIN").expect("TALOS_GATEWAY_BIN"),
+        other.to_owned(),
+    ];
+    let pb = rig.members[1].pid();
+    let mut fwd = [Vec::new(), Vec::new()];
+    let mut term = Vec::new();
+    let mut relay = Vec::new();
+    println!(
+        "| round | forwarder A (µs) | forwarder B (µs) | B / A | terminated (µs) | relay (µs) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut this = [0.0; 2];
+        for (k, i) in order.into_iter().enumerate() {
+            let (pa, a) = forward_with(rig, &builds[i], &load.tls).await;
+            this[i] = load.cpu_per_conn(pa, a).await;
+            fwd[i].push(this[i]);
+            if k == 0 {
+                term.push(load.cpu_per_conn(pb, b).await);
+                if let Some((pr, r)) = front {
+                    relay.push(load.cpu_per_conn(pr, r).await);
+                }
+            }
+        }
+        println!(
+            "| {round} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |",
+            this[0],
+            this[1],
+            this[1] / this[0],
+            term.last().copied().unwrap_or(0.0),
+            relay.last().copied().unwrap_or(0.0)
+        );
+    }
+    let ratios: Vec<f64> = fwd[1].iter().zip(&fwd[0]).map(|(b, a)| b / a).collect();
+    let (fa, fb) = (median(fwd[0].clone()), median(fwd[1].clone()));
+    let (t, r) = (
+        median(term),
+        if relay.is_empty() { 0.0 } else { median(relay) },
+    );
+    println!(
+        "| median | {fa:.0} | {fb:.0} | {:.2} | {t:.0} | {r:.0} |",
+        median(ratios)
+    );
+    println!(
+        "\nforwarder / terminated: A {:.2}, B {:.2}; forwarder / relay: A {:.2}, B {:.2}",
+        fa / t,
+        fb / t,
+        fa / r,
+        fb / r
+    );
+    std::env::set_var("TALOS_GATEWAY_BIN", &builds[0]);
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let conns = arg("--conns", 2000) as usize;
@@ -197,6 +340,31 @@ async fn main() {
     let mut targets = vec![a, b];
     targets.extend(front.as_ref().map(|(_, r)| *r));
     let pr = front.as_ref().map(|(c, _)| c.id());
+    if let Some(other) = std::env::args()
+        .position(|a| a == "--ab")
+        .and_then(|i| std::env::args().nth(i + 1))
+    {
+        let load = Load {
+            tls,
+            conns,
+            concurrency,
+        };
+        ab(
+            &mut rig,
+            &load,
+            &other,
+            rounds,
+            b,
+            front.as_ref().map(|(c, r)| (c.id(), *r)),
+        )
+        .await;
+        if let Some((mut child, _)) = front {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        drop(rig);
+        return;
+    }
 
     let mut fwd_cpu = Vec::new();
     let mut holder_cpu = Vec::new();

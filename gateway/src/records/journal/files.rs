@@ -238,12 +238,10 @@ impl JournalFiles {
         }
     }
 
-    /// An opening line for `opens.log` is on its way: its connection is
-    /// live until its record is written.
-    pub(super) fn opening(&mut self, line: &[u8]) {
-        if let Ok(OpensLine::Open { conn, .. }) = serde_json::from_slice::<OpensLine>(line) {
-            self.live.insert(conn);
-        }
+    /// Connection `conn`'s opening line is on its way to `opens.log`: it
+    /// is live until its record is written.
+    pub(super) fn opened(&mut self, conn: u64) {
+        self.live.insert(conn);
     }
 
     /// `conn`'s record is in the segment: the line that says so goes to

@@ -82,7 +82,7 @@ impl RecordSink {
                 source: source.to_string(),
                 at: record.opened_at.clone(),
             };
-            self.send_opening(&line, None).await;
+            self.send_opening(&line, Some(conn), None).await;
         }
         record
     }
@@ -104,16 +104,27 @@ impl RecordSink {
             forwarded_to: record.forwarded_to.as_deref().map(str::to_owned),
         };
         let (ack, rx) = oneshot::channel();
-        self.send_opening(&line, Some(ack)).await;
+        self.send_opening(&line, None, Some(ack)).await;
         Written(Some(rx))
     }
 
-    async fn send_opening(&self, line: &OpensLine, ack: Option<oneshot::Sender<()>>) {
+    /// `opened`: the connection the line opens, if it is its first.
+    async fn send_opening(
+        &self,
+        line: &OpensLine,
+        opened: Option<u64>,
+        ack: Option<oneshot::Sender<()>>,
+    ) {
         let Ok(mut bytes) = serde_json::to_vec(line) else {
             return;
         };
         bytes.push(b'\n');
-        self.send(Msg::Opening { line: bytes, ack }).await;
+        self.send(Msg::Opening {
+            line: bytes,
+            opened,
+            ack,
+        })
+        .await;
     }
 
     /// Close a record: stamp its end and write it. Returns once it is on

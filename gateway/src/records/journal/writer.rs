@@ -15,9 +15,11 @@ use super::{io_err, JournalError, Recovered, Segment, OPENS_SYNC};
 
 /// What the writer is asked to do.
 pub(super) enum Msg {
-    /// A line for `opens.log`; `ack` (if any) once written.
+    /// A line for `opens.log`, the first of connection `opened` if
+    /// given; `ack` (if any) once written.
     Opening {
         line: Vec<u8>,
+        opened: Option<u64>,
         ack: Option<oneshot::Sender<()>>,
     },
     /// A record: the record file, the segment, `opens.log`; `ack` once
@@ -231,9 +233,11 @@ impl Writer {
     fn take(&mut self, q: Queued) {
         let round = &mut self.round;
         match q.msg {
-            Msg::Opening { line, ack } => {
+            Msg::Opening { line, opened, ack } => {
                 if let Some(j) = self.journal.as_mut() {
-                    j.opening(&line);
+                    if let Some(conn) = opened {
+                        j.opened(conn);
+                    }
                     round.opens.extend_from_slice(&line);
                 }
                 round.written.extend(ack);
