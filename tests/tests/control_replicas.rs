@@ -28,7 +28,6 @@ use talos_e2e::postgres::Postgres;
 use talos_e2e::rig::pair::{matrix, IDS};
 use talos_e2e::rig::Pair;
 use talos_e2e::signals::{self, Signal};
-use talos_e2e::wait;
 
 /// The members' lease: long enough that a replica's restart and the
 /// database's own recovery of a frozen replica's transaction (5 s) fit in
@@ -50,17 +49,7 @@ async fn replicated(pg: &Postgres) -> Pair {
         .secret("API_TOKEN", SECRET)
         .start_loopback(&[API])
         .await;
-    wait::until("both members registered", || {
-        let list = rig.stub.run(&[], &["gateway", "list"], b"").json();
-        wait::check(list, |l| {
-            IDS.iter().all(|g| {
-                l.as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|m| m["id"] == *g && m["public_key_hex"].is_string())
-            })
-        })
-    });
+    rig.wait_registered();
     rig
 }
 

@@ -500,17 +500,7 @@ async fn batches_fail_over_to_another_replica_when_one_hangs() {
         .secret("API_TOKEN", SECRET)
         .start_loopback(&[API])
         .await;
-    wait::until("both members registered", || {
-        let list = rig.stub.run(&[], &["gateway", "list"], b"").json();
-        wait::check(list, |l| {
-            IDS.iter().all(|g| {
-                l.as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|m| m["id"] == *g && m["public_key_hex"].is_string())
-            })
-        })
-    });
+    rig.wait_registered();
     let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let first = rig.stub.serve_pid().expect("the first replica runs");

@@ -200,8 +200,11 @@ pub fn step(bytes: &[u8], scope: Scope<'_>, approvals: &[IpAddr], ttl: u32) -> S
         }
         Scope::Session(listed) => listed,
     };
-    let text = q.name().to_ascii();
-    let Ok(name) = canonicalize(&text) else {
+    // An unlisted name, or one that is no host name at all: NXDOMAIN.
+    let Some(name) = canonicalize(&q.name().to_ascii())
+        .ok()
+        .filter(|n| n.as_str() == APPROVALS_NAME || listed(n))
+    else {
         return reply(
             &query,
             ResponseCode::NXDomain,
@@ -226,15 +229,6 @@ pub fn step(bytes: &[u8], scope: Scope<'_>, approvals: &[IpAddr], ttl: u32) -> S
             &records,
             limit,
             Outcome::Answered,
-        );
-    }
-    if !listed(&name) {
-        return reply(
-            &query,
-            ResponseCode::NXDomain,
-            &[],
-            limit,
-            Outcome::Unlisted,
         );
     }
     match family {

@@ -376,6 +376,22 @@ impl<G: Process, P> Pair<G, P> {
         G::start(&dir, &G::toml(&config, &dir))
     }
 
+    /// Wait until every member is registered in the store (its key taken
+    /// at its first batch): what a stored pair's tests begin with.
+    pub fn wait_registered(&self) {
+        crate::wait::until("every member registered", || {
+            let list = self.stub.run(&[], &["gateway", "list"], b"").json();
+            crate::wait::check(list, |l| {
+                self.ids.iter().all(|g| {
+                    l.as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|m| m["id"] == g.as_str() && m["public_key_hex"].is_string())
+                })
+            })
+        });
+    }
+
     /// Start member `i` again where it was (same control address, spool
     /// and journal) after it stopped or was killed.
     pub fn restart(&mut self, i: usize) {
