@@ -8,6 +8,8 @@
 //!   reload` and `gateway upgrade`.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`ports`]: ports named before anything listens on them, outside the
+//!   kernel's ephemeral range.
 //! - [`postgres`]: a PostgreSQL server of a test's own (the replicated store).
 //! - [`hostile`]: an origin that misbehaves on purpose, for the adversarial suite.
 //! - [`control`]: the control plane's side of the control channel: a
@@ -31,6 +33,7 @@ pub mod grpc;
 pub mod hostile;
 pub mod member;
 pub mod origin;
+pub mod ports;
 pub mod postgres;
 pub mod relay;
 pub mod rig;

@@ -126,9 +126,7 @@ async fn stop_naming_one_member_is_finished_by_serve_on_the_other() {
     let rig = pair().await;
     let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
-    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a port nothing listens on once dropped");
+    let nowhere = talos_e2e::ports::reserve();
     let only_b = vec![
         ("gw-a".to_owned(), nowhere),
         ("gw-b".to_owned(), rig.controls[1]),

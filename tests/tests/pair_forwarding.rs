@@ -436,9 +436,7 @@ async fn a_member_cut_off_from_the_control_plane_forwards_on_its_peers_word() {
     // The partition: serve reaches gw-b only (gw-a's address, overriding
     // the store's, is one where nothing listens).
     let links = rig.links();
-    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a port nothing listens on once dropped");
+    let nowhere = talos_e2e::ports::reserve();
     assert!(rig.stub.stop_serve(), "serve drains and exits 0");
     rig.stub.serve_gateways = vec![("gw-a".to_owned(), nowhere), links[1].clone()];
     rig.stub.start_serve();

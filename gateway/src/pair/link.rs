@@ -488,6 +488,16 @@ async fn reach(
     let name = rustls::pki_types::ServerName::try_from(id.to_owned())
         .map_err(|_| std::io::Error::other("peer id is no server name"))?;
     let tcp = TcpStream::connect(addr).await?;
+    // A peer down, its port in the ephemeral range: the kernel may hand
+    // the dial that very port as its source, and TCP's simultaneous open
+    // connects the socket to itself, which would hold the peer's port
+    // against its restart. Such a connection is closed at once.
+    if tcp.local_addr().ok() == Some(addr) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "the dial connected to itself (the peer is down)",
+        ));
+    }
     let _ = tcp.set_nodelay(true);
     let tls = connector.connect(name, tcp).await?;
     let carries = tls

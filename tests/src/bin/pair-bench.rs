@@ -143,10 +143,7 @@ fn relay(
     let haproxy = ["haproxy", "/usr/sbin/haproxy"]
         .into_iter()
         .find(|h| Command::new(h).arg("-v").output().is_ok())?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a port")
-        .port();
+    let port = talos_e2e::ports::reserve().port();
     let cfg = dir.join(format!("{name}.cfg"));
     let from = source.map_or(String::new(), |s| format!(" source {s}"));
     std::fs::write(

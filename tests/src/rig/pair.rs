@@ -32,13 +32,10 @@ pub const RENEW_MS: u64 = 500;
 /// again, certificates issued.
 pub const TICK_MS: u64 = 100;
 
-/// A port of 127.0.0.1 free now, for a listener whose address its peers
-/// must know before it starts (the member link): the kernel's pick for
-/// port 0, released at once.
+/// A port for a listener whose address its peers must know before it
+/// starts (the member link, a stored member's control listener).
 fn reserve_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port on 127.0.0.1")
+    crate::ports::reserve()
 }
 
 /// One line of the fault matrix, printed so a run shows what was tried,
@@ -288,10 +285,20 @@ impl PairBuilder {
             },
             _tmp: tmp,
         };
+        // Every member's control address is fixed before it starts (a
+        // reserved port, outside the ephemeral range), so that a member
+        // started again finds its port free, whoever dialled it meanwhile.
+        if !self.stored {
+            pair.controls = pair.ids.iter().map(|_| reserve_port()).collect();
+        }
         for i in 0..pair.ids.len() {
             let g = pair.start_member(i);
             if !self.stored {
-                pair.controls.push(g.control());
+                assert_eq!(
+                    g.control(),
+                    pair.controls[i],
+                    "the member listens where told"
+                );
                 // In the store too, as an operator adds a member: a serve
                 // started again later (with live sessions on the members)
                 // must know where they are.
@@ -333,8 +340,7 @@ fn serve_args() -> Vec<String> {
 }
 
 impl<G: Process, P> Pair<G, P> {
-    /// Start member `i` in `dir/<id>`: on its control address of before,
-    /// or on any port the first time.
+    /// Start member `i` in `dir/<id>`, on its reserved control address.
     fn start_member(&self, i: usize) -> G {
         let id = &self.ids[i];
         let dir = self.dir.join(id);
