@@ -30,6 +30,11 @@ if [ "$demo" -eq 0 ]; then
   command -v h2load >/dev/null || need+=(nghttp2-client)
   # g++ builds libFuzzer for the fuzz smoke run.
   command -v g++ >/dev/null || need+=(g++)
+  # dig asks the gateway's DNS answerer in the session DNS tests; unshare
+  # and mount (util-linux, mount) give a client its own /etc/resolv.conf.
+  command -v dig >/dev/null || need+=(bind9-dnsutils)
+  command -v unshare >/dev/null || need+=(util-linux)
+  command -v mount >/dev/null || need+=(mount)
 fi
 
 # PostgreSQL's server binaries for the replicated store's tests

@@ -146,6 +146,10 @@ fn describe() {
         "Connections of sessions only a peer holds, by result (forwarded to it over the member link, holder_unreachable, session_limit)."
     );
     describe_counter!(
+        "gateway_dns_queries_total",
+        "The sessions' DNS queries, by outcome (answered, unlisted, resolves_internal, unresolved, unknown_source, elsewhere, forwarded, limited, malformed)."
+    );
+    describe_counter!(
         "gateway_link_refused_total",
         "Connections refused on the member link before a session's byte was read, by cause."
     );
@@ -188,7 +192,15 @@ fn describe() {
 /// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
-    let labelled: [(&'static str, &'static str, Vec<&'static str>); 14] = [
+    let labelled: [(&'static str, &'static str, Vec<&'static str>); 15] = [
+        (
+            "gateway_dns_queries_total",
+            "outcome",
+            crate::dns::query::Outcome::ALL
+                .iter()
+                .map(|o| o.as_str())
+                .collect(),
+        ),
         (
             "gateway_renewals_refused_total",
             "cause",

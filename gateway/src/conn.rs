@@ -527,6 +527,7 @@ impl<S: ClientStream> Conn<'_, S> {
             source: self.peer,
             destination: self.destination_addr(),
             session: Some((entry.session_id.to_string(), entry.attempt)),
+            service: crate::pair::proxy::Service::Tls,
         };
         let mut reached = None;
         for holder in &entry.holders {

@@ -25,6 +25,8 @@ pub enum Answer {
 #[derive(Debug)]
 pub struct DnsServer {
     pub addr: SocketAddr,
+    /// Every name asked, in order, as asked (lower case, no final dot).
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -41,19 +43,40 @@ impl DnsServer {
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind dns");
         let addr = socket.local_addr().expect("dns addr");
         let table = Arc::new(table);
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&asked);
         let task = tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             loop {
                 let Ok((n, from)) = socket.recv_from(&mut buf).await else {
                     return;
                 };
+                if let Some(name) = asked_name(&buf[..n]) {
+                    log.lock().expect("asked").push(name);
+                }
                 if let Some(reply) = answer(&table, &buf[..n]) {
                     let _ = socket.send_to(&reply, from).await;
                 }
             }
         });
-        DnsServer { addr, task }
+        DnsServer { addr, asked, task }
     }
+
+    /// Every name asked so far.
+    pub fn asked(&self) -> Vec<String> {
+        self.asked.lock().expect("asked").clone()
+    }
+}
+
+fn asked_name(query: &[u8]) -> Option<String> {
+    let query = Message::from_vec(query).ok()?;
+    let q = query.queries().first()?;
+    Some(
+        q.name()
+            .to_ascii()
+            .trim_end_matches('.')
+            .to_ascii_lowercase(),
+    )
 }
 
 fn answer(table: &HashMap<String, Answer>, query: &[u8]) -> Option<Vec<u8>> {

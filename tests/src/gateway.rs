@@ -40,6 +40,8 @@ pub struct Gateway {
     pub admin: SocketAddr,
     /// The control listener, when the config has a `[control]` table.
     pub control: Option<SocketAddr>,
+    /// The sessions' DNS answerer (UDP and TCP), with a `[dns]` table.
+    pub answerer: Option<SocketAddr>,
     /// The runtime workers the ready line reports.
     pub workers: usize,
     pub records_path: PathBuf,
@@ -90,6 +92,9 @@ impl Gateway {
             data: addr("data"),
             admin: addr("admin"),
             control: ready["control"]
+                .as_str()
+                .map(|a| a.parse().expect("socket addr")),
+            answerer: ready["dns"]
                 .as_str()
                 .map(|a| a.parse().expect("socket addr")),
             workers: ready["workers"]
@@ -234,6 +239,8 @@ pub struct TestConfig {
     pub process_socket: Option<PathBuf>,
     /// The `[pair]` table's lines (the member link), if any.
     pub pair: String,
+    /// The `[dns]` table's lines (the sessions' DNS answerer), if any.
+    pub answerer: String,
 }
 
 /// `TALOS_TEST_WORKERS`, if set.
@@ -283,6 +290,7 @@ impl Default for TestConfig {
             tenant: "acme".into(),
             process_socket: None,
             pair: String::new(),
+            answerer: String::new(),
         }
     }
 }
@@ -397,6 +405,9 @@ port = {port}
         }
         if !self.pair.is_empty() {
             out.push_str(&format!("[pair]\n{}\n", self.pair));
+        }
+        if !self.answerer.is_empty() {
+            out.push_str(&format!("[dns]\n{}\n", self.answerer));
         }
         out
     }

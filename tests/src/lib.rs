@@ -11,6 +11,8 @@
 //! - [`ports`]: ports named before anything listens on them, outside the
 //!   kernel's ephemeral range.
 //! - [`postgres`]: a PostgreSQL server of a test's own (the replicated store).
+//! - [`resolving`]: clients that find names through the C library's
+//!   resolver, pointed at the gateway's DNS answerer.
 //! - [`hostile`]: an origin that misbehaves on purpose, for the adversarial suite.
 //! - [`control`]: the control plane's side of the control channel: a
 //!   control CA, certificates, and a mutual-TLS `Gateway` client.
@@ -36,6 +38,7 @@ pub mod origin;
 pub mod ports;
 pub mod postgres;
 pub mod relay;
+pub mod resolving;
 pub mod rig;
 pub mod signals;
 pub mod stub;

@@ -77,6 +77,18 @@ pub fn reserve() -> SocketAddr {
         .expect("a free port on 127.0.0.1")
 }
 
+/// A port of 127.0.0.1 free now for both TCP and UDP, outside the
+/// ephemeral range (a DNS listener, which takes both).
+pub fn reserve_both() -> SocketAddr {
+    for _ in 0..64 {
+        let addr = reserve();
+        if std::net::UdpSocket::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no port free for both TCP and UDP on 127.0.0.1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

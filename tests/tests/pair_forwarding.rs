@@ -202,6 +202,78 @@ async fn a_member_down_at_the_open_forwards_once_started() {
     );
 }
 
+/// A member restarted without a handover holds no authority for a live
+/// session, and does not know its names: it passes the session's DNS
+/// queries to the holder over the member link (a stream whose header says
+/// DNS), and passes the holder's answers back. The holder judges them as
+/// its own (a listed name answered, another NXDOMAIN) and counts them on
+/// its record; a source no member holds is refused by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_member_passes_a_sessions_dns_to_the_holder() {
+    let mut rig: Pair = Pair::builder()
+        .lease(LEASE)
+        .renewing()
+        .linked()
+        .dns()
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await;
+    let id = rig.start_session(&session(SOURCE));
+    let answerers = rig.answerers.clone();
+    let dig_at = |i: usize, source: &str, name: &str, more: &[&str]| {
+        let a = answerers[i];
+        let (at, port) = (format!("@{}", a.ip()), a.port().to_string());
+        let mut args = vec![at.as_str(), "-p", &port, "-b", source, name, "A"];
+        args.extend_from_slice(more);
+        talos_e2e::resolving::dig(&args)
+    };
+    use talos_e2e::resolving::status;
+    // Both members hold it: each answers itself.
+    for i in 0..2 {
+        let out = dig_at(i, SOURCE, API, &[]);
+        assert_eq!(status(&out), "NOERROR", "member {i}: {out}");
+        assert!(out.contains("IN\tA\t127.0.0.1"), "{out}");
+    }
+    rig.members[0].kill();
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 1.0);
+    let started = std::time::Instant::now();
+    for more in [&[][..], &["+tcp"][..]] {
+        let out = dig_at(0, SOURCE, API, more);
+        assert_eq!(status(&out), "NOERROR", "through gw-a {more:?}: {out}");
+        assert!(out.contains("IN\tA\t127.0.0.1"), "{out}");
+        let out = dig_at(0, SOURCE, "unlisted.test", more);
+        assert_eq!(
+            status(&out),
+            "NXDOMAIN",
+            "the holder's word {more:?}: {out}"
+        );
+    }
+    matrix(
+        "SIGKILL gw-a, start again",
+        "dig A of a listed and an unlisted name at gw-a, UDP and TCP",
+        "NOERROR and NXDOMAIN, from gw-b over the link",
+        started.elapsed(),
+    );
+    assert_eq!(
+        rig.members[0].metric("gateway_dns_queries_total{outcome=\"forwarded\"}"),
+        Some(4.0)
+    );
+    let out = dig_at(0, talos_e2e::clients::UNKNOWN_SOURCE, API, &[]);
+    assert_eq!(status(&out), "REFUSED", "{out}");
+    // The holder's record counts the session's queries.
+    wait::until("gw-b's record of the session's DNS", || {
+        let counted: u64 = rig.members[1]
+            .records()
+            .iter()
+            .filter(|r| r["kind"] == "dns" && r["session_id"] == id.as_str())
+            .map(|r| r["queries"]["unlisted"].as_u64().unwrap_or(0))
+            .sum();
+        wait::check(counted, |n| *n >= 2)
+    });
+}
+
 /// The PROXY v2 header a forwarder sends, made here by hand (not by the
 /// gateway's own encoder): `source` to `destination`, IPv4, with the
 /// link's session TLV.

@@ -5,8 +5,13 @@
 //!   10.20.0.5, routed to the gateway host (10.20.0.1) over a veth pair;
 //! - the gateway host applies `ops/nftables.conf` as shipped (only its
 //!   ports set to the test gateway's), so every TCP 443 connection is
-//!   redirected to a member's data listener, and UDP 443, other ports and
-//!   the admin listener are refused;
+//!   redirected to a member's data listener, every DNS query (UDP and TCP
+//!   53, to whatever nameserver) to its DNS answerer, and UDP 443, other
+//!   ports and the admin listener are refused;
+//! - the session finds the names it may reach through its own resolver
+//!   (`/etc/resolv.conf` names some nameserver; the rules bring the query
+//!   to the gateway), which gives it the destinations' real addresses: no
+//!   `/etc/hosts` entry for them;
 //! - `/etc/hangar/session-ca.pem` holds both members' CAs, as the worker
 //!   writes it, and `ops/session-image/trust-session-ca.sh install` then
 //!   `apply` run as an image's build and entrypoint would;
@@ -45,6 +50,12 @@ const ALLOWED: &str = "allowed.test";
 const BADCERT: &str = "badcert.test";
 /// Not on the allowlist: refused before the handshake.
 const OFFLIST: &str = "offlist.test";
+/// The origin's address (on the gateway host's loopback; the session's
+/// route to it is the gateway host), as the names resolve.
+const ORIGIN_ADDR: &str = "198.51.100.7";
+/// The nameserver the session's `/etc/resolv.conf` names: nothing is
+/// there, the rules bring its queries to the gateway.
+const NAMESERVER: &str = "192.0.2.53";
 /// The gateway host's address on the session side, and the session's.
 const GATEWAY_HOST: &str = "10.20.0.1";
 const SESSION_ADDR: &str = "10.20.0.5";
@@ -252,19 +263,24 @@ fn session_namespace(home: PathBuf) -> Session {
     session
 }
 
-/// `ops/nftables.conf` as shipped, with the data and admin ports set to
-/// the member's, loaded into this (the test's own) network namespace.
-fn load_rules(dir: &Path, data_port: u16, admin_port: u16) {
+/// `ops/nftables.conf` as shipped, with the data, admin and DNS ports set
+/// to the member's, loaded into this (the test's own) network namespace.
+fn load_rules(dir: &Path, data_port: u16, admin_port: u16, dns_port: u16) {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/nftables.conf");
     let text = std::fs::read_to_string(&shipped).expect("ops/nftables.conf");
-    let (data, admin) = ("define DATA_PORT = 443", "define ADMIN_PORT = 9443");
+    let (data, admin, dns) = (
+        "define DATA_PORT = 443",
+        "define ADMIN_PORT = 9443",
+        "define DNS_PORT = 53",
+    );
     assert!(
-        text.contains(data) && text.contains(admin),
+        text.contains(data) && text.contains(admin) && text.contains(dns),
         "the shipped defines"
     );
     let text = text
         .replace(data, &format!("define DATA_PORT = {data_port}"))
-        .replace(admin, &format!("define ADMIN_PORT = {admin_port}"));
+        .replace(admin, &format!("define ADMIN_PORT = {admin_port}"))
+        .replace(dns, &format!("define DNS_PORT = {dns_port}"));
     let file = dir.join("nftables.conf");
     std::fs::write(&file, text).expect("write rules");
     must("nft", &["-f", file.to_str().unwrap()]);
@@ -342,22 +358,30 @@ async fn session_image_inner() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_owned();
     must("ip", &["link", "set", "lo", "up"]);
+    must(
+        "ip",
+        &["addr", "add", &format!("{ORIGIN_ADDR}/32"), "dev", "lo"],
+    );
     overlay_system(&dir.join("overlay"));
 
-    // The peers: DNS and a TLS origin on loopback (of this namespace).
-    let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+    // The peers: DNS and a TLS origin on this namespace's loopback, the
+    // origin at ORIGIN_ADDR, where the names resolve.
+    let origin_ip: IpAddr = ORIGIN_ADDR.parse().unwrap();
     let dns = DnsServer::start(HashMap::from([
-        (ALLOWED.to_owned(), Answer::Addrs(vec![loopback])),
-        (BADCERT.to_owned(), Answer::Addrs(vec![loopback])),
+        (ALLOWED.to_owned(), Answer::Addrs(vec![origin_ip])),
+        (BADCERT.to_owned(), Answer::Addrs(vec![origin_ip])),
     ]))
     .await;
     let ca = TestCa::new("origin test CA");
     let origin_ca = dir.join("origin-ca.pem");
     ca.write_pem(&origin_ca);
-    let origin = Origin::start(&ca, &[ALLOWED]).await;
+    let listener = tokio::net::TcpListener::bind((origin_ip, 0))
+        .await
+        .expect("bind the origin");
+    let origin = Origin::serve(listener, &ca, &[ALLOWED]);
 
     // The pair: two members, each with its own CA for the session.
-    let member = |id: &str| {
+    let member = |id: &str, answerer: &str| {
         let gdir = dir.join(id);
         std::fs::create_dir_all(&gdir).expect("member dir");
         let config = TestConfig {
@@ -365,7 +389,8 @@ async fn session_image_inner() {
             dns: dns.addr,
             upstream_port: origin.addr.port(),
             anchors: vec![origin_ca.clone()],
-            permit_internal: vec!["127.0.0.1/32".into()],
+            permit_internal: vec![format!("{ORIGIN_ADDR}/32")],
+            answerer: answerer.into(),
             sessions: vec![TestSession {
                 id: "sess-image".into(),
                 sources: vec![SESSION_ADDR.into()],
@@ -382,8 +407,19 @@ async fn session_image_inner() {
         .replace("admin = \"127.0.0.1:0\"", "admin = \"0.0.0.0:0\"");
         Gateway::start(&gdir, &config)
     };
-    let gw_a = member("gw-a");
-    let gw_b = member("gw-b");
+    // Each member answers the sessions' DNS, on every address (the redirect
+    // delivers to the receiving interface's), approvals.hangar.internal
+    // being the gateway host's session-side address.
+    let gw_a = member(
+        "gw-a",
+        &format!("listen = \"0.0.0.0:0\"\napprovals = [\"{GATEWAY_HOST}\"]\n"),
+    );
+    let gw_b = member(
+        "gw-b",
+        &format!("listen = \"0.0.0.0:0\"\napprovals = [\"{GATEWAY_HOST}\"]\n"),
+    );
+    let answerer = gw_a.answerer.expect("gw-a's DNS answerer");
+    let answerer_b = gw_b.answerer.expect("gw-b's DNS answerer");
 
     // The worker's part: the pair's bundle, and the hosts the session's
     // resolver would answer (any address: the rules catch every TCP 443).
@@ -396,14 +432,21 @@ async fn session_image_inner() {
     .map(|d| std::fs::read_to_string(d.join("session-ca.pem")).expect("member CA"))
     .collect::<String>();
     std::fs::write(SESSION_CA, &bundle).expect("write the session CA");
+    // The session's resolver names some nameserver (the rules bring its
+    // queries to the gateway). Only the name off the allowlist has an
+    // address in /etc/hosts, as a program with an address of its own
+    // would: the gateway gives it none.
+    let _ = std::fs::remove_file("/etc/resolv.conf");
+    std::fs::write("/etc/resolv.conf", format!("nameserver {NAMESERVER}\n"))
+        .expect("/etc/resolv.conf");
     let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-    hosts.push_str(&format!("\n{GATEWAY_HOST} {ALLOWED} {BADCERT} {OFFLIST}\n"));
+    hosts.push_str(&format!("\n{GATEWAY_HOST} {OFFLIST}\n"));
     std::fs::write("/etc/hosts", hosts).expect("/etc/hosts");
 
     let home = dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
     let session = session_namespace(home.clone());
-    load_rules(&dir, gw_a.data.port(), gw_a.admin.port());
+    load_rules(&dir, gw_a.data.port(), gw_a.admin.port(), answerer.port());
     let java_file = dir.join("Client.java");
     std::fs::write(&java_file, JAVA_CLIENT).expect("Client.java");
     let java = java_file.to_str().unwrap().to_owned();
@@ -422,7 +465,23 @@ async fn session_image_inner() {
         assert_eq!(probe(GATEWAY_HOST, 443, "tcp"), "open", "TCP 443 is redirected to the gateway");
         assert_eq!(probe(GATEWAY_HOST, 443, "udp"), "refused", "UDP 443 (QUIC) is refused at once");
         assert_eq!(probe(GATEWAY_HOST, 80, "tcp"), "refused", "TCP 80 is refused");
-        assert_eq!(probe(GATEWAY_HOST, 53, "udp"), "unreachable", "any other UDP is refused");
+        assert_eq!(probe(GATEWAY_HOST, 5353, "udp"), "unreachable", "any other UDP is refused");
+        // DNS, to whatever nameserver, is the gateway's: the names the
+        // session may reach, with their real addresses; no other name.
+        let dig = |args: &[&str]| {
+            let mut all = vec!["+tries=2", "+time=3"];
+            all.extend_from_slice(args);
+            session.run(&none, "dig", &all).stdout
+        };
+        for via in [&[][..], &["@203.0.113.9"][..], &["+tcp"][..]] {
+            let mut args = via.to_vec();
+            args.extend(["+short", ALLOWED]);
+            assert_eq!(dig(&args).trim(), ORIGIN_ADDR, "the answer for {ALLOWED} via {via:?}");
+        }
+        let off = dig(&["offlist.test"]);
+        assert!(off.contains("status: NXDOMAIN"), "a name off the allowlist does not exist: {off}");
+        let approvals = dig(&["+short", "approvals.hangar.internal"]);
+        assert_eq!(approvals.trim(), GATEWAY_HOST, "the approvals name is the gateway");
         assert_eq!(
             probe(GATEWAY_HOST, gw_a.admin.port(), "tcp"),
             "refused",
@@ -637,7 +696,7 @@ async fn session_image_inner() {
         );
 
         // The other member: the bundle trusts both.
-        load_rules(&dir, gw_b.data.port(), gw_b.admin.port());
+        load_rules(&dir, gw_b.data.port(), gw_b.admin.port(), answerer_b.port());
         let java_b = session.run(&none, "java", &[&java, &url(ALLOWED)]);
         assert!(java_b.stdout.starts_with(&format!("{} 200 ", url(ALLOWED))), "java via gw-b: {java_b:?}");
         let wget_b = session.run(&none, "wget", &["-q", "-O", "-", &url(ALLOWED)]);

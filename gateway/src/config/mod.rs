@@ -101,6 +101,10 @@ pub struct Config {
     /// that holds no authority for a session refuses its connections.
     #[serde(default)]
     pub pair: Option<Pair>,
+    /// The sessions' DNS, answered by the gateway (`[dns]`). Optional:
+    /// without it the sessions' port 53 goes nowhere (`ops/nftables.conf`).
+    #[serde(default)]
+    pub dns: Option<Dns>,
     /// The process socket: reloads and upgrades.
     #[serde(default)]
     pub process: Process,
@@ -323,6 +327,64 @@ impl Pair {
     }
     fn default_holdings_interval_ms() -> Spanned<u64> {
         unset(1000)
+    }
+}
+
+/// The sessions' DNS answerer (`[dns]`; see `gateway::dns`): UDP and TCP
+/// on one address, where nftables redirects the sessions' port 53. A
+/// session learns the addresses of the names it may reach, and nothing of
+/// any other name; no query is ever passed on to a resolver as it came.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dns {
+    /// Where the sessions' queries arrive, `ADDR:PORT`, UDP and TCP.
+    pub listen: Spanned<SocketAddr>,
+    /// The addresses `approvals.hangar.internal` is given (the gateway's
+    /// own on the session network: every port-443 connection reaches the
+    /// gateway anyway). Default: the listen address's IP, when it is a
+    /// specific one; required when `listen` is a wildcard.
+    #[serde(default)]
+    pub approvals: Vec<Spanned<std::net::IpAddr>>,
+    /// The answers' time to live, in seconds. Default 30; range 1-300.
+    #[serde(default = "Dns::default_ttl_s")]
+    pub ttl_s: Spanned<u32>,
+    /// Queries one session may make per second, on average (UDP and TCP
+    /// together; beyond it UDP queries are dropped and TCP ones refused).
+    /// Default 50; range 1-10000. The burst is twice this.
+    #[serde(default = "Dns::default_qps")]
+    pub queries_per_second: Spanned<u32>,
+    /// TCP connections one session may hold open on the answerer at once.
+    /// Default 8; range 1-1024.
+    #[serde(default = "Dns::default_tcp")]
+    pub max_tcp_per_session: Spanned<u32>,
+    /// How often each session's counts (answered, refused, …) go on the
+    /// record, in milliseconds; a session's last counts go at its end.
+    /// Default 60000; range 1000-3600000.
+    #[serde(default = "Dns::default_record_interval_ms")]
+    pub record_interval_ms: Spanned<u64>,
+}
+
+impl Dns {
+    fn default_ttl_s() -> Spanned<u32> {
+        unset(30)
+    }
+    fn default_qps() -> Spanned<u32> {
+        unset(50)
+    }
+    fn default_tcp() -> Spanned<u32> {
+        unset(8)
+    }
+    fn default_record_interval_ms() -> Spanned<u64> {
+        unset(60_000)
+    }
+
+    /// The addresses given for `approvals.hangar.internal`.
+    pub fn approvals(&self) -> Vec<std::net::IpAddr> {
+        if self.approvals.is_empty() {
+            vec![self.listen.get_ref().ip()]
+        } else {
+            self.approvals.iter().map(|a| *a.get_ref()).collect()
+        }
     }
 }
 

@@ -49,6 +49,26 @@ impl Config {
                 ),
             ]),
         }
+        match &self.dns {
+            None => fields.push(("dns", "none".into())),
+            Some(d) => fields.extend([
+                ("dns.listen", d.listen.get_ref().to_string()),
+                ("dns.approvals", format!("{:?}", d.approvals())),
+                ("dns.ttl_s", d.ttl_s.get_ref().to_string()),
+                (
+                    "dns.queries_per_second",
+                    d.queries_per_second.get_ref().to_string(),
+                ),
+                (
+                    "dns.max_tcp_per_session",
+                    d.max_tcp_per_session.get_ref().to_string(),
+                ),
+                (
+                    "dns.record_interval_ms",
+                    d.record_interval_ms.get_ref().to_string(),
+                ),
+            ]),
+        }
         match &self.control {
             None => fields.push(("control", "none".into())),
             Some(c) => fields.extend([

@@ -205,6 +205,29 @@ impl Config {
                 ),
             ]);
         }
+        if let Some(d) = &self.dns {
+            out.extend([
+                bound("dns.ttl_s", num(&d.ttl_s), 1..=300, "{} is outside 1-300"),
+                bound(
+                    "dns.queries_per_second",
+                    num(&d.queries_per_second),
+                    1..=10_000,
+                    "{} is outside 1-10000",
+                ),
+                bound(
+                    "dns.max_tcp_per_session",
+                    num(&d.max_tcp_per_session),
+                    1..=1024,
+                    "{} is outside 1-1024",
+                ),
+                bound(
+                    "dns.record_interval_ms",
+                    num(&d.record_interval_ms),
+                    1000..=3_600_000,
+                    "{} is outside 1000-3600000",
+                ),
+            ]);
+        }
         if let Some(p) = &self.pair {
             out.extend([
                 bound(
@@ -232,6 +255,7 @@ impl Config {
         self.check_bounds(&f)?;
         self.check_files(&f)?;
         self.check_pair(&f)?;
+        self.check_dns(&f)?;
         let secrets = self.check_secrets(&f)?;
         self.check_sessions(&f, &secrets)
     }
@@ -273,6 +297,34 @@ impl Config {
                         "{} is longer than a Unix socket path may be (107 bytes)",
                         p.display()
                     ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `[dns]`: the addresses for `approvals.hangar.internal` are known
+    /// (named, or the listen address's own), and none is a wildcard.
+    fn check_dns(&self, f: &Faults<'_>) -> Result<(), ConfigError> {
+        let Some(dns) = &self.dns else {
+            return Ok(());
+        };
+        if dns.approvals.is_empty() && dns.listen.get_ref().ip().is_unspecified() {
+            return Err(f.invalid(
+                dns.listen.span(),
+                "dns.listen",
+                format!(
+                    "{} is a wildcard: name the gateway's address on the session network in dns.approvals (what approvals.hangar.internal resolves to)",
+                    dns.listen.get_ref()
+                ),
+            ));
+        }
+        for a in &dns.approvals {
+            if a.get_ref().is_unspecified() || a.get_ref().is_multicast() {
+                return Err(f.invalid(
+                    a.span(),
+                    "dns.approvals",
+                    format!("{} cannot be connected to", a.get_ref()),
                 ));
             }
         }

@@ -3,5 +3,9 @@
 //! query is answered).
 //!
 //! - [`query`]: one query and its answer, bytes in, bytes out.
+//! - [`answerer`]: the listeners (UDP and TCP), whose query it is, each
+//!   session's share, the queries passed to a peer that holds the
+//!   session, the counts on the record.
 
+pub mod answerer;
 pub mod query;

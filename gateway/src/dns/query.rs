@@ -39,6 +39,7 @@ use hickory_resolver::proto::rr::rdata::{A, AAAA};
 use hickory_resolver::proto::rr::{DNSClass, RData, Record, RecordType};
 
 use crate::gate::name::{canonicalize, Name};
+use crate::refusal::causes;
 
 /// The name the gateway answers itself (the approvals API).
 pub const APPROVALS_NAME: &str = "approvals.hangar.internal";
@@ -74,37 +75,31 @@ impl std::fmt::Debug for Scope<'_> {
     }
 }
 
-/// How a query was settled, for the counts kept per session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// A listed name (or the approvals name): answered.
-    Answered,
-    /// A name not on the allowlist: `NXDOMAIN`.
-    Unlisted,
-    /// A listed name resolving to an internal address: no address given.
-    Internal,
-    /// A listed name the gateway could not resolve: `SERVFAIL`.
-    Unresolved,
-    /// No session's source: `REFUSED`.
-    UnknownSource,
-    /// A session a peer holds: `SERVFAIL`.
-    Elsewhere,
-    /// Not a query the gateway answers: `FORMERR` or `NOTIMP`.
-    Malformed,
-}
-
-impl Outcome {
-    /// The stable word for logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Answered => "answered",
-            Outcome::Unlisted => "unlisted",
-            Outcome::Internal => "resolves_internal",
-            Outcome::Unresolved => "unresolved",
-            Outcome::UnknownSource => "unknown_source",
-            Outcome::Elsewhere => "elsewhere",
-            Outcome::Malformed => "malformed",
-        }
+causes! {
+    /// How a query was settled: the `outcome` label of
+    /// `gateway_dns_queries_total`, and the counts kept per session.
+    pub enum Outcome {
+        /// A listed name (or the approvals name): answered.
+        Answered => "answered",
+        /// A name not on the allowlist: `NXDOMAIN`.
+        Unlisted => "unlisted",
+        /// A listed name resolving to an internal address: no address given.
+        Internal => "resolves_internal",
+        /// A listed name the gateway could not resolve: `SERVFAIL`.
+        Unresolved => "unresolved",
+        /// No session's source: `REFUSED`.
+        UnknownSource => "unknown_source",
+        /// A session a peer holds, and no peer could answer for it: `SERVFAIL`.
+        Elsewhere => "elsewhere",
+        /// A session a peer holds: passed to it over the member link, and
+        /// its answer passed back.
+        Forwarded => "forwarded",
+        /// Past the session's share of queries (or the bound for sources
+        /// that are no session's): a UDP query dropped, a TCP one refused.
+        Limited => "limited",
+        /// Not a query the gateway answers: `FORMERR` or `NOTIMP`, or no
+        /// answer at all when it is no DNS message.
+        Malformed => "malformed",
     }
 }
 
@@ -241,6 +236,19 @@ pub fn step(bytes: &[u8], scope: Scope<'_>, approvals: &[IpAddr], ttl: u32) -> S
             limit,
         }),
     }
+}
+
+/// The question's name of the query in `bytes`, as sent (for the length
+/// and distinctness of a refused name; never recorded).
+pub fn question_name(bytes: &[u8]) -> Option<String> {
+    let m = Message::from_vec(bytes).ok()?;
+    m.queries().first().map(|q| {
+        let mut name = q.name().to_ascii();
+        if name.len() > 1 && name.ends_with('.') {
+            name.pop();
+        }
+        name
+    })
 }
 
 impl Pending {

@@ -31,6 +31,8 @@ pub struct Listeners {
     pub control: Option<Arc<TcpListener>>,
     /// The member link's listener (`[pair]`).
     pub pair: Option<Arc<TcpListener>>,
+    /// The sessions' DNS sockets (`[dns]`): UDP, then TCP.
+    pub dns: Option<(Arc<tokio::net::UdpSocket>, Arc<TcpListener>)>,
     pub process: Option<Arc<UnixListener>>,
 }
 
@@ -388,6 +390,10 @@ impl Upgrader {
         }
         if let Some(p) = &l.pair {
             fds.push(p.as_fd());
+        }
+        if let Some((udp, tcp)) = &l.dns {
+            fds.push(udp.as_fd());
+            fds.push(tcp.as_fd());
         }
         if let Some(p) = &l.process {
             fds.push(p.as_fd());

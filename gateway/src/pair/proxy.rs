@@ -48,6 +48,14 @@ pub const MAX_HEADER: usize = 512;
 /// bytes, big-endian), then the session id (UTF-8, 1 to 128 bytes).
 pub const TLV_SESSION: u8 = 0xE1;
 
+/// The link's TLV for what a stream carries: one byte, 1 for DNS
+/// queries ([`Service::Dns`]); absent for a TLS connection. A member that
+/// does not know it refuses the stream (`unknown_custom_tlv`), so a query
+/// is never taken for a ClientHello.
+pub const TLV_SERVICE: u8 = 0xE2;
+
+const SERVICE_DNS: u8 = 1;
+
 /// The longest session id the session TLV carries.
 pub const MAX_SESSION_ID: usize = 128;
 
@@ -69,6 +77,20 @@ pub struct Header {
     pub destination: SocketAddr,
     /// The session and attempt the forwarder's entry names, if it gave one.
     pub session: Option<(String, u32)>,
+    /// What the stream carries: a session's TLS connection, or its DNS
+    /// queries ([`TLV_SERVICE`]).
+    pub service: Service,
+}
+
+/// What a forwarded stream carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Service {
+    /// A session's TCP connection to port 443, its ClientHello first.
+    #[default]
+    Tls,
+    /// A session's DNS queries, each as DNS over TCP frames it (a two-byte
+    /// length first), answered in order ([`crate::dns`]).
+    Dns,
 }
 
 causes! {
@@ -97,6 +119,8 @@ causes! {
         BadTlv => "bad_tlv",
         /// The session TLV is malformed or given twice.
         BadSessionTlv => "bad_session_tlv",
+        /// The service TLV twice, or with a value the link does not know.
+        BadServiceTlv => "bad_service_tlv",
         /// A TLV of the custom range the link does not know.
         UnknownCustomTlv => "unknown_custom_tlv",
         /// Source and destination of different families.
@@ -146,6 +170,9 @@ impl Header {
             body.extend_from_slice(&attempt.to_be_bytes());
             body.extend_from_slice(id.as_bytes());
         }
+        if self.service == Service::Dns {
+            body.extend_from_slice(&[TLV_SERVICE, 0, 1, SERVICE_DNS]);
+        }
         let mut out = Vec::with_capacity(FIXED + body.len());
         out.extend_from_slice(&SIGNATURE);
         out.push(VERSION_2 | CMD_PROXY);
@@ -194,10 +221,12 @@ pub fn parse(fixed: &[u8; FIXED], body: &[u8]) -> Result<Header, HeaderError> {
     }
     let (block, rest) = body.split_at(block_len);
     let (source, destination) = addresses(block, ip_len);
+    let (session, service) = tlvs(rest)?;
     Ok(Header {
         source,
         destination,
-        session: tlvs(rest)?,
+        session,
+        service,
     })
 }
 
@@ -217,10 +246,11 @@ fn addresses(block: &[u8], ip_len: usize) -> (SocketAddr, SocketAddr) {
     )
 }
 
-/// Walk the TLVs: the session TLV, if any (see the module docs for what
-/// else is skipped or refused).
-fn tlvs(mut rest: &[u8]) -> Result<Option<(String, u32)>, HeaderError> {
+/// Walk the TLVs: the session TLV, if any, and the service (see the
+/// module docs for what else is skipped or refused).
+fn tlvs(mut rest: &[u8]) -> Result<(Option<(String, u32)>, Service), HeaderError> {
     let mut session = None;
+    let mut service = None;
     while !rest.is_empty() {
         let [kind, hi, lo, tail @ ..] = rest else {
             return Err(HeaderError::BadTlv);
@@ -237,12 +267,18 @@ fn tlvs(mut rest: &[u8]) -> Result<Option<(String, u32)>, HeaderError> {
                 }
                 session = Some(session_tlv(value)?);
             }
+            TLV_SERVICE => {
+                if service.is_some() || value != [SERVICE_DNS] {
+                    return Err(HeaderError::BadServiceTlv);
+                }
+                service = Some(Service::Dns);
+            }
             0xE0..=0xEF => return Err(HeaderError::UnknownCustomTlv),
             _ => {}
         }
         rest = next;
     }
-    Ok(session)
+    Ok((session, service.unwrap_or_default()))
 }
 
 fn session_tlv(value: &[u8]) -> Result<(String, u32), HeaderError> {
@@ -315,6 +351,7 @@ mod tests {
             source: "127.0.0.7:40000".parse().unwrap(),
             destination: "93.184.215.14:443".parse().unwrap(),
             session: Some(("sbx-0001".into(), 3)),
+            service: Service::Tls,
         }
     }
 
@@ -326,12 +363,41 @@ mod tests {
                 .parse()
                 .unwrap(),
             session: None,
+            service: Service::Tls,
         };
-        for h in [v4(), v6] {
+        let dns = Header {
+            destination: "10.0.0.1:53".parse().unwrap(),
+            service: Service::Dns,
+            ..v4()
+        };
+        for h in [v4(), v6, dns] {
             let bytes = h.encode().unwrap();
             let (back, used) = parse_prefix(&bytes).unwrap().unwrap();
             assert_eq!(back, h);
             assert_eq!(used, bytes.len());
+        }
+    }
+
+    #[test]
+    fn the_service_tlv_is_known_once_with_its_one_value() {
+        let mut h = v4();
+        h.session = None;
+        let plain = h.encode().unwrap();
+        let with = |tlv: &[u8]| {
+            let mut b = plain.clone();
+            let len = u16::from_be_bytes([b[14], b[15]]) + tlv.len() as u16;
+            b[14..16].copy_from_slice(&len.to_be_bytes());
+            b.extend_from_slice(tlv);
+            parse_prefix(&b).map(|h| h.map(|(h, _)| h.service))
+        };
+        assert_eq!(with(&[TLV_SERVICE, 0, 1, 1]), Ok(Some(Service::Dns)));
+        for bad in [
+            &[TLV_SERVICE, 0, 1, 2][..],
+            &[TLV_SERVICE, 0, 0],
+            &[TLV_SERVICE, 0, 2, 1, 1],
+            &[TLV_SERVICE, 0, 1, 1, TLV_SERVICE, 0, 1, 1],
+        ] {
+            assert_eq!(with(bad), Err(HeaderError::BadServiceTlv), "{bad:?}");
         }
     }
 

@@ -39,6 +39,9 @@ pub(super) struct DataPlane {
     stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
     /// Stops asking the peers what they hold (at the drain's end).
     stop_asking: tokio_util::sync::CancellationToken,
+    /// The sessions' DNS answerer (`[dns]`): it answers the queries peers
+    /// pass over the member link.
+    dns: Option<Arc<crate::dns::answerer::Answerer>>,
 }
 
 impl DataPlane {
@@ -63,12 +66,22 @@ impl DataPlane {
             spool_full,
             stop_accepting,
             stop_asking: Default::default(),
+            dns: None,
         }
     }
 
     /// Accept the member link's connections too, on `link`.
     pub(super) fn with_link(mut self, link: Option<Arc<TcpListener>>) -> DataPlane {
         self.link = link;
+        self
+    }
+
+    /// Answer the DNS queries peers pass over the link with `dns`.
+    pub(super) fn with_dns(
+        mut self,
+        dns: Option<Arc<crate::dns::answerer::Answerer>>,
+    ) -> DataPlane {
+        self.dns = dns;
         self
     }
 
@@ -146,6 +159,7 @@ impl DataPlane {
                 tracker: self.tracker.clone(),
                 permits: Arc::clone(self.cap.permits()),
                 shutdown: self.shutdown.clone(),
+                dns: self.dns.clone(),
             });
             self.tracker.spawn(async move {
                 if let Some(streams) = streams {
@@ -219,6 +233,7 @@ struct Streams {
     tracker: TaskTracker,
     permits: Arc<tokio::sync::Semaphore>,
     shutdown: conn::Shutdown,
+    dns: Option<Arc<crate::dns::answerer::Answerer>>,
 }
 
 /// Serve a peer's link connection: each of its streams is one forwarded
@@ -255,12 +270,26 @@ async fn serve_link(
         // this loop drives the connection, whose other streams must go on.
         let permits = Arc::clone(&streams.permits);
         let (cx, link, peer) = (Arc::clone(&cx), Arc::clone(&link), Arc::clone(&peer));
+        let dns = streams.dns.clone();
         streams.tracker.spawn(async move {
             let Ok(permit) = permits.acquire_owned().await else {
                 return;
             };
             if let Some(arrival) = link.open_stream(peer, request, respond).await {
-                conn::serve_forwarded(&cx, arrival).await;
+                match (arrival.header.service, dns) {
+                    (crate::pair::proxy::Service::Tls, _) => {
+                        conn::serve_forwarded(&cx, arrival).await;
+                    }
+                    (crate::pair::proxy::Service::Dns, Some(dns)) => {
+                        let header = arrival.header;
+                        dns.serve_forwarded(arrival.stream, &header).await;
+                    }
+                    // No answerer here: the peer's query goes unanswered
+                    // (it answers SERVFAIL), never taken for a hello.
+                    (crate::pair::proxy::Service::Dns, None) => {
+                        tracing::debug!(peer = %arrival.peer, "dns query over the link, and no [dns] here");
+                    }
+                }
             }
             drop(permit);
         });

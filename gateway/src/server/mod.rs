@@ -189,6 +189,8 @@ pub struct Prepared {
     control: Option<ControlSetup>,
     /// The member link (`[pair]`).
     pair: Option<pair::PairSetup>,
+    /// The sessions' DNS sockets (`[dns]`), bound or taken over.
+    dns: Option<DnsSockets>,
     proposer: Option<(Proposer, Proposals)>,
     /// Told when a use finds a lease lapsed.
     lapsed: Arc<tokio::sync::Notify>,
@@ -234,6 +236,7 @@ impl Prepared {
             .map(from_std)
             .transpose()?;
         let pair = pair::setup_pair(&config, pair_fd).await?;
+        let dns = dns_sockets(&config, &mut fds).await?;
         let (instance, generation): (Arc<str>, u64) = match &offer {
             Some(o) => (Arc::from(o.instance.as_str()), o.generation),
             None => (Arc::from(talos_certs::new_instance_id()), 0),
@@ -320,6 +323,7 @@ impl Prepared {
             process,
             control,
             pair,
+            dns,
             proposer,
             lapsed,
             ended,
@@ -420,6 +424,10 @@ impl Prepared {
                 admin: Arc::clone(&self.admin),
                 control: control.as_ref().map(|c| Arc::clone(c.runner.listener())),
                 pair: self.pair.as_ref().map(|p| Arc::clone(&p.listener)),
+                dns: self
+                    .dns
+                    .as_ref()
+                    .map(|d| (Arc::clone(&d.udp), Arc::clone(&d.tcp))),
                 process: self.process.clone(),
             },
             proposer,
@@ -436,6 +444,15 @@ impl Prepared {
             )
             .await?;
         }
+        let dns = self.dns.map(|sockets| {
+            let settings = crate::dns::answerer::Settings::from_config(
+                config.dns.as_ref().expect("[dns] with its sockets"),
+            );
+            (
+                crate::dns::answerer::Answerer::new(settings, Arc::clone(&current)),
+                sockets,
+            )
+        });
         let data = DataPlane::new(
             self.data,
             cap,
@@ -445,8 +462,10 @@ impl Prepared {
             records.spool_full.clone(),
             stop_accepting,
         )
-        .with_link(self.pair.map(|p| p.listener));
+        .with_link(self.pair.map(|p| p.listener))
+        .with_dns(dns.as_ref().map(|(a, _)| Arc::clone(a)));
         Ok(Running {
+            dns,
             admin: Admin::new(self.admin, self.metrics),
             operator: Operator::new(reloader, upgrader, in_force, self.process, socket),
             config,
@@ -614,6 +633,18 @@ fn configured_listeners(config: &Config) -> Vec<ListenerState> {
             configured: p.listen.get_ref().to_string(),
         });
     }
+    if config.dns.is_some() {
+        for role in ["dns_udp", "dns_tcp"] {
+            configured.push(ListenerState {
+                role: role.into(),
+                configured: config
+                    .dns
+                    .as_ref()
+                    .map(|d| d.listen.get_ref().to_string())
+                    .unwrap_or_default(),
+            });
+        }
+    }
     if let Some(s) = &config.process.socket {
         configured.push(ListenerState {
             role: "process".into(),
@@ -646,6 +677,50 @@ fn from_std(l: std::net::TcpListener) -> Result<TcpListener, StartError> {
             addr,
             source,
         })
+}
+
+/// The sessions' DNS sockets: UDP and TCP on `[dns] listen`.
+#[derive(Debug)]
+pub struct DnsSockets {
+    pub udp: Arc<tokio::net::UdpSocket>,
+    pub tcp: Arc<TcpListener>,
+}
+
+/// The DNS sockets handed over in `fds` (a successor), or bound as
+/// `[dns]` says; none without it.
+async fn dns_sockets(
+    config: &Config,
+    fds: &mut HashMap<String, std::os::fd::OwnedFd>,
+) -> Result<Option<DnsSockets>, StartError> {
+    let Some(dns) = &config.dns else {
+        return Ok(None);
+    };
+    let addr = *dns.listen.get_ref();
+    let udp = match fds.remove("dns_udp") {
+        Some(fd) => std::net::UdpSocket::from(fd),
+        None => std::net::UdpSocket::bind(addr).map_err(|source| StartError::Bind {
+            which: "dns (UDP)",
+            addr,
+            source,
+        })?,
+    };
+    // The TCP listener on the UDP socket's port (a port 0 in the config,
+    // in tests, is the kernel's pick for both).
+    let tcp_addr = udp.local_addr().unwrap_or(addr);
+    let tcp_fd = fds.remove("dns_tcp").map(std::net::TcpListener::from);
+    let tcp = listener(tcp_fd, "dns (TCP)", tcp_addr).await?;
+    let udp = udp
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UdpSocket::from_std(udp))
+        .map_err(|source| StartError::Bind {
+            which: "dns (UDP)",
+            addr,
+            source,
+        })?;
+    Ok(Some(DnsSockets {
+        udp: Arc::new(udp),
+        tcp: Arc::new(tcp),
+    }))
 }
 
 /// How accepting ended.
@@ -745,6 +820,8 @@ async fn follow_spool(
 pub struct Running {
     config: Config,
     instance: Arc<str>,
+    /// The sessions' DNS answerer and its sockets (`[dns]`).
+    dns: Option<(Arc<crate::dns::answerer::Answerer>, DnsSockets)>,
     admin: Admin,
     data: DataPlane,
     /// Present with a `[control]` table.
@@ -793,6 +870,13 @@ impl Running {
         if let Some(c) = &self.control {
             ready_line["control"] = serde_json::json!(c.start());
         }
+        if let Some((answerer, sockets)) = &self.dns {
+            answerer.start(Arc::clone(&sockets.udp), Arc::clone(&sockets.tcp));
+            if let Ok(addr) = sockets.udp.local_addr() {
+                tracing::info!(dns = %addr, "answering the sessions' DNS");
+                ready_line["dns"] = serde_json::json!(addr);
+            }
+        }
         let shutdown = self.operator.start(signals);
         if let Some(socket) = self.operator.socket() {
             ready_line["socket"] = serde_json::json!(socket);
@@ -820,6 +904,13 @@ impl Running {
         //    `begin_drain`); their grace runs from here.
         let cut_at = tokio::time::Instant::now() + grace;
         self.data.begin_drain();
+        // The sessions' DNS stops answering (its sockets stay open until
+        // the process ends: after a handover the successor answers what
+        // waits in them); the queries in flight get the grace, and every
+        // session's counts go on the record.
+        if let Some((answerer, _)) = &self.dns {
+            answerer.stop(cut_at).await;
+        }
         // A member going down ends its authorities: a request held for
         // approval is answered `approval_withdrawn` now, not cut unanswered
         // at the grace (after a handover the successor holds the sessions,

@@ -38,6 +38,8 @@ pub trait Process: Sized {
     fn control(&self) -> SocketAddr;
     /// What it logged so far.
     fn log(&self) -> String;
+    /// The sessions' DNS answerer (the config has a `[dns]` table).
+    fn answerer(&self) -> Option<SocketAddr>;
 }
 
 impl Process for Gateway {
@@ -59,6 +61,10 @@ impl Process for Gateway {
 
     fn log(&self) -> String {
         Gateway::log(self)
+    }
+
+    fn answerer(&self) -> Option<SocketAddr> {
+        self.answerer
     }
 }
 
@@ -86,6 +92,12 @@ impl Process for Member {
 
     fn log(&self) -> String {
         Member::log(self)
+    }
+
+    fn answerer(&self) -> Option<SocketAddr> {
+        self.ready_lines()[0]["dns"]
+            .as_str()
+            .map(|a| a.parse().expect("addr"))
     }
 }
 

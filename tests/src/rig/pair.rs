@@ -67,6 +67,8 @@ pub struct PairBuilder {
     identities: Vec<String>,
     egress: Vec<String>,
     secrets: Vec<(String, String)>,
+    /// Each member answers the sessions' DNS (`[dns]`).
+    dns: bool,
 }
 
 /// The members (each `gateway` process in `dir/<id>`, its spool in
@@ -89,6 +91,9 @@ pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
     /// Each member's member-link address (`[pair] listen`), when the pair
     /// is linked; kept across restarts, as its peers' configs name it.
     pub pair_links: Vec<SocketAddr>,
+    /// Each member's DNS answerer (`[dns] listen`), when asked; kept
+    /// across restarts, as a session's resolver configuration names it.
+    pub answerers: Vec<SocketAddr>,
     ids: Vec<String>,
     /// Every member's config but its id and `[control]` table.
     config: TestConfig,
@@ -112,6 +117,7 @@ impl Pair {
             store: None,
             identities: Vec::new(),
             egress: Vec::new(),
+            dns: false,
             secrets: Vec::new(),
         }
     }
@@ -154,6 +160,14 @@ impl PairBuilder {
     /// sessions only its peers hold to them.
     pub fn linked(mut self) -> Self {
         self.linked = true;
+        self
+    }
+
+    /// Each member answers the sessions' DNS (`[dns]`), on a port of
+    /// 127.0.0.1 reserved for it and kept across its restarts
+    /// ([`Pair::answerers`]).
+    pub fn dns(mut self) -> Self {
+        self.dns = true;
         self
     }
 
@@ -271,6 +285,14 @@ impl PairBuilder {
             } else {
                 Vec::new()
             },
+            answerers: if self.dns {
+                self.ids
+                    .iter()
+                    .map(|_| crate::ports::reserve_both())
+                    .collect()
+            } else {
+                Vec::new()
+            },
             ids: self.ids,
             config: TestConfig {
                 limits: self.limits,
@@ -373,10 +395,14 @@ impl<G: Process, P> Pair<G, P> {
             }
             None => String::new(),
         };
+        let answerer = self.answerers.get(i).map_or(String::new(), |a| {
+            format!("listen = \"{a}\"\nrecord_interval_ms = 1000\n")
+        });
         let config = TestConfig {
             gateway_id: id.clone(),
             control: Some(files),
             pair,
+            answerer,
             ..self.config.clone()
         };
         G::start(&dir, &G::toml(&config, &dir))

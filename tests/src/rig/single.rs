@@ -30,6 +30,10 @@ pub struct SingleBuilder {
     secrets: Vec<(String, String)>,
     control: bool,
     relay: bool,
+    /// The `[dns]` table's lines.
+    answerer: String,
+    /// More static sessions beside the first.
+    more_sessions: Vec<TestSession>,
 }
 
 /// The gateway (a [`Gateway`], or a [`crate::member::Member`]), in `dir`,
@@ -91,6 +95,24 @@ impl SingleBuilder {
     /// The session's attachments (`SECRET=destination:header[:scheme]`).
     pub fn attach(mut self, attach: &[&str]) -> Self {
         self.session_mut().attach = attach.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Another static session, `id`, from `source`, allowed `allowlist`
+    /// (its CA written to `dir/<id>-ca.pem`).
+    pub fn also_session(mut self, id: &str, source: &str, allowlist: &[&str]) -> Self {
+        self.more_sessions.push(TestSession {
+            id: id.to_owned(),
+            sources: vec![source.to_owned()],
+            allowlist: allowlist.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// The sessions' DNS answerer: the `[dns]` table's `lines`.
+    pub fn answerer(mut self, lines: &str) -> Self {
+        self.answerer = lines.to_owned();
         self
     }
 
@@ -170,7 +192,12 @@ impl SingleBuilder {
                     trust_file: trust.clone(),
                     ..s
                 })
+                .chain(self.more_sessions.into_iter().map(|s| TestSession {
+                    trust_file: dir.join(format!("{}-ca.pem", s.id)),
+                    ..s
+                }))
                 .collect(),
+            answerer: self.answerer,
             secrets: self
                 .secrets
                 .iter()

@@ -140,7 +140,24 @@ impl RecordSink {
         let (ack, rx) = oneshot::channel();
         if self
             .send(Msg::Record {
-                conn: record.conn,
+                conn: Some(record.conn),
+                json,
+                ack,
+            })
+            .await
+        {
+            let _ = rx.await;
+        }
+    }
+
+    /// Put a record that is no connection's (a session's DNS counts) on
+    /// the record: the record file and the batches, as a connection's
+    /// record goes. Returns once it is on disk.
+    pub async fn note(&self, json: Vec<u8>) {
+        let (ack, rx) = oneshot::channel();
+        if self
+            .send(Msg::Record {
+                conn: None,
                 json,
                 ack,
             })

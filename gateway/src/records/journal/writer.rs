@@ -22,10 +22,10 @@ pub(super) enum Msg {
         opened: Option<u64>,
         ack: Option<oneshot::Sender<()>>,
     },
-    /// A record: the record file, the segment, `opens.log`; `ack` once
-    /// synced.
+    /// A record: the record file, the segment, `opens.log` (a
+    /// connection's, `conn`); `ack` once synced.
     Record {
-        conn: u64,
+        conn: Option<u64>,
         json: Vec<u8>,
         ack: oneshot::Sender<()>,
     },
@@ -248,7 +248,9 @@ impl Writer {
                 match self.journal.as_mut() {
                     Some(j) => {
                         j.push_entry(json, &mut round.segment);
-                        j.recorded(conn, &mut round.opens);
+                        if let Some(conn) = conn {
+                            j.recorded(conn, &mut round.opens);
+                        }
                         round.synced.push(ack);
                     }
                     None => round.written.push(ack),
