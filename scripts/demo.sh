@@ -84,6 +84,10 @@ signing_key_file = "$work/gw-demo-signing.key"
 plane = "$plane"
 spool_dir = "$work/spool"
 batch_interval_ms = 200
+[dns]
+# The sessions' DNS: listed names get their addresses, every other name
+# NXDOMAIN and no lookup (nftables brings a session's port 53 here).
+listen = "127.0.0.1:0"
 [process]
 # Where \`gateway reload\` and \`gateway upgrade\` reach the running process.
 socket = "$work/gateway.sock"
@@ -99,8 +103,9 @@ gw_line=$(ready_line "$work/gateway.out")
 gw=$(echo "$gw_line" | json_field data)
 admin=$(echo "$gw_line" | json_field admin)
 ctl=$(echo "$gw_line" | json_field control)
+answerer=$(echo "$gw_line" | json_field dns)
 port=${gw##*:}
-echo "gateway data $gw, admin $admin, control $ctl"
+echo "gateway data $gw, admin $admin, control $ctl, session DNS $answerer"
 
 stub() { "$bin/control-stub" --db "$work/stub.db" --control-dir "$work/control" --gateway "gw-demo=$ctl" "$@"; }
 
@@ -176,6 +181,35 @@ through metadata.demo.test
 
 say "Refused: a name that does not resolve"
 through gone.demo.test
+
+say "The session's DNS, answered by the gateway (python3 speaks DNS from 127.0.0.2; a source that is no session's gets REFUSED)"
+ask_dns() { # name type source
+  python3 - "$answerer" "$1" "$2" "$3" <<'PY'
+import socket, struct, sys
+(host, port), name, qtype, source = sys.argv[1].rsplit(":", 1), sys.argv[2], sys.argv[3], sys.argv[4]
+types = {"A": 1, "AAAA": 28, "HTTPS": 65}
+q = struct.pack(">HHHHHH", 0x7A10, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", types[qtype], 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((source, 0)); s.settimeout(3)
+s.sendto(q, (host, int(port)))
+r = s.recv(1232)
+rcode = ["NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"][r[3] & 0x0F]
+answers, i = struct.unpack(">H", r[6:8])[0], len(q)
+addrs = []
+for _ in range(answers):
+    i += 2  # the name, a pointer to the question
+    t, _, ttl, n = struct.unpack(">HHIH", r[i:i + 10]); i += 10
+    if t == 1: addrs.append("%s (ttl %d)" % (socket.inet_ntoa(r[i:i + n]), ttl))
+    i += n
+print("  %-5s %-28s from %-10s -> %s %s" % (qtype, name, source, rcode, ", ".join(addrs)))
+PY
+}
+ask_dns origin.demo.test A 127.0.0.2
+ask_dns origin.demo.test HTTPS 127.0.0.2
+ask_dns approvals.hangar.internal A 127.0.0.2
+ask_dns api.example.com A 127.0.0.2
+ask_dns c2VjcmV0.exfil.example A 127.0.0.2
+ask_dns origin.demo.test A 127.0.0.9
 
 say "Refused: a hello with an encrypted client hello extension (python3)"
 python3 - "$port" gateway/testdata/hellos/crafted-curl-http2-ech.bin <<'PY'
@@ -293,8 +327,12 @@ say "The records: one per connection, allowed or refused"
 python3 - "$work/records.jsonl" <<'PY'
 import json, sys
 print(f"{'verdict':<23} {'sni':<19} {'alpn in/out':<13} {'cause':<24} {'bytes in/out':<16} {'masked':<14} requests")
+dns = []
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    if r.get("kind") == "dns":
+        dns.append(r)
+        continue
     alpn = f"{r.get('alpn_session') or '-'}/{r.get('alpn_upstream') or '-'}"
     reqs = "; ".join(f"{q['method']} {q['path']} {q['status']}" + (f" {q['refusal']}" if q.get('refusal') else "")
                      for q in r.get("requests", []))
@@ -302,6 +340,9 @@ for line in open(sys.argv[1]):
           f"{str(r['bytes_from_session']) + '/' + str(r['bytes_to_session']):<16} "
           f"{','.join(f'{k}:{v}' for k, v in r.get('masked', {}).items()) or '-':<14} {reqs}")
 print("(no query string, header value, body or secret is ever recorded)")
+for r in dns:
+    print(f"the session's DNS ({r['session_id']}): {r['queries']}; {r['refused_names']} distinct names refused,"
+          f" the longest {r['longest_refused_name']} bytes (no name is recorded)")
 PY
 
 say "Metrics (admin listener)"

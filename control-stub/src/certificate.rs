@@ -85,6 +85,14 @@ pub struct Certificate {
     /// record in `connections`, so these are shown beside it and counted
     /// nowhere else.
     pub forwarded: Vec<Value>,
+    /// The session's DNS, as the members that answered it counted it
+    /// (`kind` `dns`): per interval, the queries by outcome and, of the
+    /// names refused, only how many distinct ones and the longest's
+    /// length; never a name. Not connections: counted nowhere else.
+    pub dns: Vec<Value>,
+    /// DNS queries of the session over every interval above, summed by
+    /// outcome (`answered`, `unlisted`, `limited`, …).
+    pub dns_totals: std::collections::BTreeMap<String, u64>,
     /// Every refused connection and refused request, with its reason, from
     /// the records in `connections`.
     pub refusals: Vec<Refusal>,
@@ -331,7 +339,8 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
     let session = load(tx, id)?;
     let cas = tx.cas(id)?;
     let attempts = tx.attempts(id)?;
-    let (records, forwarded) = split_forwarded(tx.connection_records(id)?);
+    let (records, forwarded, dns) = split_forwarded(tx.connection_records(id)?);
+    let dns_totals = dns_totals(&dns);
     let reset = tx.reset_steps(id)?;
     let cert_attempts = cert_attempts(&attempts, &cas);
     let (secrets, refusals) = secrets_and_refusals(&attempts, &records);
@@ -354,6 +363,8 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
         attempts: cert_attempts,
         connections: records.into_iter().map(|r| r.record).collect(),
         forwarded,
+        dns,
+        dns_totals,
         refusals,
         secrets: secrets.into_values().collect(),
         batches: tx.batches_of(id)?,
@@ -393,11 +404,19 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
 /// member passed the connection, untouched, to the peer named in
 /// `forwarded_to`, verdict `allowed`), whose connection is the holder's
 /// record. A hand-off that was refused stays with the connections: no
-/// holder recorded it.
-fn split_forwarded(records: Vec<ConnectionRecord>) -> (Vec<ConnectionRecord>, Vec<Value>) {
+/// holder recorded it. The session's DNS counts (`kind` `dns`) are no
+/// connection's, and go apart too.
+fn split_forwarded(
+    records: Vec<ConnectionRecord>,
+) -> (Vec<ConnectionRecord>, Vec<Value>, Vec<Value>) {
     let mut connections = Vec::with_capacity(records.len());
     let mut forwarded = Vec::new();
+    let mut dns = Vec::new();
     for r in records {
+        if r.record.get("kind").and_then(Value::as_str) == Some("dns") {
+            dns.push(r.record);
+            continue;
+        }
         let handed = r
             .record
             .get("forwarded_to")
@@ -410,7 +429,23 @@ fn split_forwarded(records: Vec<ConnectionRecord>) -> (Vec<ConnectionRecord>, Ve
             connections.push(r);
         }
     }
-    (connections, forwarded)
+    (connections, forwarded, dns)
+}
+
+/// The DNS counts summed by outcome.
+fn dns_totals(dns: &[Value]) -> std::collections::BTreeMap<String, u64> {
+    let mut totals = std::collections::BTreeMap::new();
+    for r in dns {
+        for (outcome, n) in r
+            .get("queries")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            *totals.entry(outcome.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
+        }
+    }
+    totals
 }
 
 /// Each attempt as the certificate shows it, with the CAs made for it.
@@ -613,16 +648,19 @@ mod tests {
             "forwarded_to": "gw-b"
         });
         let refused = json!({"gateway_id": "gw-a", "verdict": "not_on_allowlist"});
-        let (connections, forwarded) = split_forwarded(vec![
+        let dns = json!({"kind": "dns", "gateway_id": "gw-b", "queries": {"answered": 2}});
+        let (connections, forwarded, counted) = split_forwarded(vec![
             record("gw-a", 0, handed.clone()),
             record("gw-a", 1, lost.clone()),
             record("gw-a", 2, refused.clone()),
             record("gw-b", 0, direct.clone()),
             record("gw-b", 1, served.clone()),
+            record("gw-b", 2, dns.clone()),
         ]);
         let kept: Vec<&Value> = connections.iter().map(|r| &r.record).collect();
         assert_eq!(kept, [&lost, &refused, &direct, &served]);
         assert_eq!(forwarded, [handed]);
+        assert_eq!(counted, [dns]);
         // Counted from the connections: GH used by two connections (one
         // direct, one forwarded, each once); two connection refusals.
         let (secrets, refusals) = secrets_and_refusals(&[], &connections);

@@ -516,3 +516,36 @@ fn a_forwarded_connection_counts_once_and_its_hand_off_is_shown_beside_it() {
     // Both members' batches carried records of the session.
     assert_eq!(cert["batches"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn a_sessions_dns_counts_are_listed_apart_and_summed_never_as_connections() {
+    let mut env = Env::new().with_policy();
+    let key = plane_key();
+    let id = env.start(Mode::Agent).session_id;
+    let tally = |gw: &str, answered: u64, unlisted: u64| {
+        json!({
+            "kind": "dns", "gateway_id": gw, "instance": "00000000000000a1",
+            "session_id": id, "attempt": 1, "tenant": "acme", "source": "10.1.0.2",
+            "opened_at": "2026-11-29T10:00:00.000Z", "closed_at": "2026-11-29T10:01:00.000Z",
+            "queries": {"answered": answered, "unlisted": unlisted},
+            "answered": answered, "refused": unlisted,
+            "refused_names": unlisted, "refused_names_at_least": false,
+            "longest_refused_name": 40
+        })
+    };
+    let (a, b) = (tally("gw-a", 10, 3), tally("gw-b", 5, 1));
+    env.store
+        .record_batch("gw-a", 1, "d1", std::slice::from_ref(&a))
+        .unwrap();
+    env.store
+        .record_batch("gw-b", 1, "d1", std::slice::from_ref(&b))
+        .unwrap();
+    env.life().stop(&id).unwrap();
+    env.deliver_chain();
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+    let cert = certificate(&env.store, &id).unwrap();
+    assert_eq!(cert["connections"], json!([]), "no connection: {cert}");
+    assert_eq!(cert["refusals"], json!([]), "{cert}");
+    assert_eq!(cert["dns"], json!([a, b]));
+    assert_eq!(cert["dns_totals"], json!({"answered": 15, "unlisted": 4}));
+}

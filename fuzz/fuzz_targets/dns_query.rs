@@ -11,7 +11,9 @@
 use std::net::IpAddr;
 
 use libfuzzer_sys::fuzz_target;
-use talos_gateway::dns::query::{step, Outcome, Resolved, Scope, Step, MAX_UDP_PAYLOAD};
+use talos_gateway::dns::query::{
+    question_name, step, Outcome, Resolved, Scope, Step, MAX_UDP_PAYLOAD,
+};
 
 fn check(input: &[u8], bytes: &[u8], outcome: Outcome) {
     assert!(bytes.len() <= usize::from(MAX_UDP_PAYLOAD), "{}", bytes.len());
@@ -25,6 +27,10 @@ fn check(input: &[u8], bytes: &[u8], outcome: Outcome) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // The refused name's length and distinctness are read from it.
+    if let Some(name) = question_name(data) {
+        assert!(name.len() <= 255 * 4, "{}", name.len());
+    }
     let listed = |n: &talos_gateway::gate::name::Name| n.as_str().ends_with("example.com");
     let approvals: [IpAddr; 2] = ["192.0.2.53".parse().unwrap(), "2001:db8::53".parse().unwrap()];
     let addrs: [IpAddr; 3] = [

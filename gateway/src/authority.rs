@@ -204,6 +204,16 @@ impl Authority {
             cut += there.connections_closed;
             withdrawn += there.approvals_withdrawn;
         }
+        // The session's last DNS counts go on the record before its drop
+        // report, so its certificate has them.
+        if let Some(json) = session.dns.take_record(
+            &self.gateway_id,
+            self.instance(),
+            &session.id,
+            session.attempt,
+        ) {
+            self.records.note(json).await;
+        }
         let report = DropReport {
             gateway_id: self.gateway_id.to_string(),
             instance: self.instance().to_string(),

@@ -34,6 +34,13 @@
 #   HANGAR_JAVA_HOMES  JDK/JRE homes whose default truststore to replace
 #                      (default: every one under /usr/lib/jvm, /opt,
 #                      /usr/local and $JAVA_HOME)
+#   HANGAR_DNS         the gateway's DNS answerer on the session network
+#                      (its [dns] address): `apply` writes /etc/resolv.conf
+#                      naming it alone, with no search domain. The
+#                      gateway's packet rules bring every DNS query to it
+#                      whatever nameserver it names, so this only saves a
+#                      client a wrong first guess; unset, resolv.conf is
+#                      left as the runtime wrote it.
 #
 # POSIX sh, no bash: images differ. Uses keytool and certutil (NSS) when
 # the image has them, and says so when it has not.
@@ -244,8 +251,20 @@ EOF
   done
 }
 
+# The resolver: the gateway's answerer alone (docs/clients.md, "Names").
+# A runtime may bind-mount /etc/resolv.conf: it is written in place.
+apply_dns() {
+  [ -n "${HANGAR_DNS:-}" ] || return 0
+  case "$HANGAR_DNS" in
+    *[!0-9a-fA-F.:]*) die "HANGAR_DNS=$HANGAR_DNS is no IP address" ;;
+  esac
+  printf '# Written by hangar-trust: the gateway answers the session'"'"'s names.\nnameserver %s\noptions timeout:2 attempts:2\n' \
+    "$HANGAR_DNS" >/etc/resolv.conf
+}
+
 apply() {
   [ -r "$CA" ] || die "$CA is missing: the worker writes it when the container starts"
+  apply_dns
   install_paths
   split_bundle
   apply_java
@@ -253,7 +272,7 @@ apply() {
   apply_chromium
   apply_firefox
   n=$(ls "$TRUST"/session-ca-*.pem | wc -l)
-  say "session CA set up ($n certificate(s)): system bundle, variables, wget, Java, NSS, Chromium, Firefox"
+  say "session CA set up ($n certificate(s)): system bundle, variables, wget, Java, NSS, Chromium, Firefox${HANGAR_DNS:+; resolver $HANGAR_DNS}"
 }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it writes under /etc)"

@@ -9,9 +9,9 @@
 //!   53, to whatever nameserver) to its DNS answerer, and UDP 443, other
 //!   ports and the admin listener are refused;
 //! - the session finds the names it may reach through its own resolver
-//!   (`/etc/resolv.conf` names some nameserver; the rules bring the query
-//!   to the gateway), which gives it the destinations' real addresses: no
-//!   `/etc/hosts` entry for them;
+//!   (`/etc/resolv.conf` names some nameserver, then the one the script
+//!   writes; the rules bring every query to the gateway), which gives it
+//!   the destinations' real addresses: no `/etc/hosts` entry for them;
 //! - `/etc/hangar/session-ca.pem` holds both members' CAs, as the worker
 //!   writes it, and `ops/session-image/trust-session-ca.sh install` then
 //!   `apply` run as an image's build and entrypoint would;
@@ -53,8 +53,9 @@ const OFFLIST: &str = "offlist.test";
 /// The origin's address (on the gateway host's loopback; the session's
 /// route to it is the gateway host), as the names resolve.
 const ORIGIN_ADDR: &str = "198.51.100.7";
-/// The nameserver the session's `/etc/resolv.conf` names: nothing is
-/// there, the rules bring its queries to the gateway.
+/// The nameserver the image's script writes in the session's
+/// `/etc/resolv.conf` (`HANGAR_DNS`, as the worker gives the gateway's
+/// address): nothing is there, the rules bring its queries to the gateway.
 const NAMESERVER: &str = "192.0.2.53";
 /// The gateway host's address on the session side, and the session's.
 const GATEWAY_HOST: &str = "10.20.0.1";
@@ -432,13 +433,13 @@ async fn session_image_inner() {
     .map(|d| std::fs::read_to_string(d.join("session-ca.pem")).expect("member CA"))
     .collect::<String>();
     std::fs::write(SESSION_CA, &bundle).expect("write the session CA");
-    // The session's resolver names some nameserver (the rules bring its
-    // queries to the gateway). Only the name off the allowlist has an
-    // address in /etc/hosts, as a program with an address of its own
-    // would: the gateway gives it none.
+    // The session's resolver names, until the image's script sets it,
+    // some other nameserver: the rules bring its queries to the gateway
+    // all the same. Only the name off the allowlist has an address in
+    // /etc/hosts, as a program with an address of its own would: the
+    // gateway gives it none.
     let _ = std::fs::remove_file("/etc/resolv.conf");
-    std::fs::write("/etc/resolv.conf", format!("nameserver {NAMESERVER}\n"))
-        .expect("/etc/resolv.conf");
+    std::fs::write("/etc/resolv.conf", "nameserver 203.0.113.99\n").expect("/etc/resolv.conf");
     let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
     hosts.push_str(&format!("\n{GATEWAY_HOST} {OFFLIST}\n"));
     std::fs::write("/etc/hosts", hosts).expect("/etc/hosts");
@@ -548,6 +549,7 @@ async fn session_image_inner() {
                 .arg(step)
                 .env("HOME", &home)
                 .env("HANGAR_NSS_HOMES", &home)
+                .env("HANGAR_DNS", NAMESERVER)
                 .output()
                 .expect("run the script");
             assert!(
@@ -556,6 +558,14 @@ async fn session_image_inner() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        let resolv = std::fs::read_to_string("/etc/resolv.conf").expect("resolv.conf");
+        assert!(
+            resolv.lines().any(|l| l == format!("nameserver {NAMESERVER}"))
+                && resolv.matches("nameserver").count() == 1,
+            "apply names the gateway's answerer alone: {resolv}"
+        );
+        let after = session.run(&none, "dig", &["+short", ALLOWED]).stdout;
+        assert_eq!(after.trim(), ORIGIN_ADDR, "through the resolver apply set");
         let vars = env_file();
         assert!(vars.len() >= 6 && vars.iter().all(|(_, v)| v == SESSION_CA), "{vars:?}");
 

@@ -1204,6 +1204,88 @@ plane = {plane}
         assert!(e.contains("unknown field `forward`"), "{e}");
     }
 
+    #[test]
+    fn the_dns_table_is_checked_and_only_a_restart_changes_it() {
+        let dns = |lines: &str| format!("{GOOD}[dns]\n{lines}");
+        let c = Config::parse(Path::new("t.toml"), &dns("listen = \"10.0.0.10:53\"\n")).unwrap();
+        let d = c.dns.as_ref().unwrap();
+        assert_eq!(*d.ttl_s.get_ref(), 30);
+        assert_eq!(*d.queries_per_second.get_ref(), 50);
+        assert_eq!(*d.max_tcp_per_session.get_ref(), 8);
+        assert_eq!(*d.record_interval_ms.get_ref(), 60_000);
+        assert_eq!(
+            d.approvals(),
+            ["10.0.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+        let e = err(&dns("listen = \"0.0.0.0:53\"\n"));
+        assert!(
+            e.starts_with(
+                "t.toml:11: dns.listen: 0.0.0.0:53 is a wildcard: name the gateway's address"
+            ),
+            "{e}"
+        );
+        let c = Config::parse(
+            Path::new("t.toml"),
+            &dns("listen = \"0.0.0.0:53\"\napprovals = [\"10.0.0.10\"]\n"),
+        )
+        .unwrap();
+        assert_eq!(c.dns.as_ref().unwrap().approvals().len(), 1);
+        let e = err(&dns(
+            "listen = \"10.0.0.10:53\"\napprovals = [\"0.0.0.0\"]\n",
+        ));
+        assert!(
+            e.starts_with("t.toml:12: dns.approvals: 0.0.0.0 cannot be connected to"),
+            "{e}"
+        );
+        for (line, says) in [
+            ("ttl_s = 0", "dns.ttl_s: 0 is outside 1-300"),
+            ("ttl_s = 3600", "dns.ttl_s: 3600 is outside 1-300"),
+            (
+                "queries_per_second = 0",
+                "dns.queries_per_second: 0 is outside 1-10000",
+            ),
+            (
+                "max_tcp_per_session = 5000",
+                "dns.max_tcp_per_session: 5000 is outside 1-1024",
+            ),
+            (
+                "record_interval_ms = 10",
+                "dns.record_interval_ms: 10 is outside 1000-3600000",
+            ),
+            ("recursion = true", "unknown field `recursion`"),
+        ] {
+            let e = err(&dns(&format!("listen = \"10.0.0.10:53\"\n{line}\n")));
+            assert!(
+                e.starts_with("t.toml:12: ") && e.contains(says),
+                "{line}: {e}"
+            );
+        }
+        let e = err(&dns("ttl_s = 30\n"));
+        assert!(e.contains("missing field `listen`"), "{e}");
+        // Every field is one only a restart changes.
+        let a = Config::parse(Path::new("t.toml"), &dns("listen = \"10.0.0.10:53\"\n")).unwrap();
+        let b = Config::parse(
+            Path::new("t.toml"),
+            &dns("listen = \"10.0.0.10:53\"\nttl_s = 5\n"),
+        )
+        .unwrap();
+        let running = a.restart_only();
+        let e = b
+            .check_restart_only(Path::new("t.toml"), &running)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("t.toml:12: dns.ttl_s: changes only with a restart"),
+            "{e}"
+        );
+        let none = Config::parse(Path::new("t.toml"), GOOD).unwrap();
+        let e = a
+            .check_restart_only(Path::new("t.toml"), &none.restart_only())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dns"), "{e}");
+    }
+
     /// A key file's PEM framing; only its mode and framing are checked
     /// when the config loads (rustls checks the key itself at start-up).
     const TEST_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";

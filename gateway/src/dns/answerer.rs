@@ -701,22 +701,53 @@ struct Tally {
     source: Option<IpAddr>,
     opened_at: String,
     since: Instant,
-    /// Whether the session is this member's (a tally of a peer's session
-    /// goes at its interval only).
-    local: bool,
     counts: [u64; Outcome::ALL.len()],
     refused_names: HashSet<u64>,
     refused_names_more: bool,
     longest_refused_name: usize,
 }
 
-/// Every session's counts, each put on the record when its interval is
-/// over or its session has ended.
+/// A session's DNS counts since they last went on the record: kept with
+/// the session ([`Session::dns`]), so that its end puts them on the record
+/// before its drop report ([`DnsCounts::take_record`]), and with the
+/// answerer, which puts them there at each interval.
+#[derive(Debug, Default)]
+pub struct DnsCounts(Mutex<Option<Tally>>);
+
+impl DnsCounts {
+    /// The counts as their record (see [`tally_record`]), taken: `None`
+    /// when there were none.
+    pub fn take_record(
+        &self,
+        gateway_id: &str,
+        instance: &str,
+        session_id: &str,
+        attempt: u32,
+    ) -> Option<Vec<u8>> {
+        let t = self.0.lock().ok()?.take()?;
+        Some(tally_record(gateway_id, instance, session_id, attempt, &t))
+    }
+
+    fn due(&self, interval: Duration, now: Instant) -> bool {
+        self.0
+            .lock()
+            .map(|t| {
+                t.as_ref()
+                    .is_some_and(|t| now.saturating_duration_since(t.since) >= interval)
+            })
+            .unwrap_or(false)
+    }
+}
+
+/// Every session counted, each put on the record when its interval is
+/// over or its session has ended here.
 #[derive(Debug)]
 pub struct Tallies {
     interval: Duration,
     hasher: RandomState,
-    by_session: Mutex<HashMap<Key, Tally>>,
+    /// Each session's counts; `local`: a session of this member's (its
+    /// counts are its own [`Session::dns`]).
+    by_session: Mutex<HashMap<Key, (Arc<DnsCounts>, bool)>>,
 }
 
 impl Tallies {
@@ -729,43 +760,47 @@ impl Tallies {
     }
 
     fn count(&self, session: &Session, source: IpAddr, outcome: Outcome, refused: Option<&str>) {
-        self.add(
-            (Arc::clone(&session.id), session.attempt),
-            &session.tenant,
-            source,
-            true,
-            outcome,
-            refused,
+        let key = (Arc::clone(&session.id), session.attempt);
+        let cell = Arc::clone(
+            &self
+                .by_session
+                .lock()
+                .expect("tallies")
+                .entry(key)
+                .or_insert_with(|| (Arc::clone(&session.dns), true))
+                .0,
         );
+        self.add(&cell, &session.tenant, source, outcome, refused);
     }
 
     fn count_elsewhere(&self, entry: &Entry, source: IpAddr, outcome: Outcome) {
-        self.add(
-            (Arc::clone(&entry.session_id), entry.attempt),
-            &entry.tenant,
-            source,
-            false,
-            outcome,
-            None,
+        let key = (Arc::clone(&entry.session_id), entry.attempt);
+        let cell = Arc::clone(
+            &self
+                .by_session
+                .lock()
+                .expect("tallies")
+                .entry(key)
+                .or_insert_with(|| (Arc::default(), false))
+                .0,
         );
+        self.add(&cell, &entry.tenant, source, outcome, None);
     }
 
     fn add(
         &self,
-        key: Key,
+        cell: &DnsCounts,
         tenant: &Arc<str>,
         source: IpAddr,
-        local: bool,
         outcome: Outcome,
         refused: Option<&str>,
     ) {
-        let mut all = self.by_session.lock().expect("tallies");
-        let t = all.entry(key).or_insert_with(|| Tally {
+        let mut t = cell.0.lock().expect("dns counts");
+        let t = t.get_or_insert_with(|| Tally {
             tenant: Arc::clone(tenant),
             source: None,
             opened_at: crate::records::record::now(),
             since: Instant::now(),
-            local,
             counts: [0; Outcome::ALL.len()],
             refused_names: HashSet::new(),
             refused_names_more: false,
@@ -777,39 +812,43 @@ impl Tallies {
         }
         if let Some(name) = refused {
             t.longest_refused_name = t.longest_refused_name.max(name.len());
+            let h = self.hasher.hash_one(name);
             if t.refused_names.len() < MAX_DISTINCT_REFUSED {
-                t.refused_names.insert(self.hasher.hash_one(name));
-            } else if !t.refused_names.contains(&self.hasher.hash_one(name)) {
+                t.refused_names.insert(h);
+            } else if !t.refused_names.contains(&h) {
                 t.refused_names_more = true;
             }
         }
     }
 
-    /// Put on the record each tally whose interval is over or whose
-    /// session has ended here (every one, with `all`).
+    /// Put on the record each session's counts whose interval is over,
+    /// and those of sessions that ended here (every one, with `all`).
     async fn record_due(&self, cx: &Context, all: bool) {
         let now = Instant::now();
-        let due: Vec<(Key, Tally)> = {
+        let due: Vec<(Key, Arc<DnsCounts>)> = {
             let mut tallies = self.by_session.lock().expect("tallies");
-            let keys: Vec<Key> = tallies
-                .iter()
-                .filter(|((id, attempt), t)| {
-                    all || now.saturating_duration_since(t.since) >= self.interval
-                        || (t.local
-                            && !cx
-                                .sessions
-                                .find(id)
-                                .is_some_and(|s| s.attempt == *attempt && s.usable()))
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| tallies.remove(&k).map(|t| (k, t)))
-                .collect()
+            let mut due = Vec::new();
+            tallies.retain(|(id, attempt), (cell, local)| {
+                let gone = *local
+                    && !cx
+                        .sessions
+                        .find(id)
+                        .is_some_and(|s| s.attempt == *attempt && s.usable());
+                if all || gone || cell.due(self.interval, now) {
+                    due.push(((Arc::clone(id), *attempt), Arc::clone(cell)));
+                }
+                // A peer's session's counts are forgotten once recorded;
+                // this member's, once the session is gone.
+                !(gone || all || (!*local && cell.due(self.interval, now)))
+            });
+            due
         };
-        for ((id, attempt), t) in due {
-            let json = tally_record(cx, &id, attempt, &t);
-            cx.records.note(json).await;
+        for ((id, attempt), cell) in due {
+            if let Some(json) =
+                cell.take_record(&cx.gateway_id, cx.records.instance(), &id, attempt)
+            {
+                cx.records.note(json).await;
+            }
         }
     }
 }
@@ -817,7 +856,7 @@ impl Tallies {
 /// A tally as its record: the session, the interval, the counts by
 /// outcome (those not zero), and of the refused names only how many
 /// distinct ones there were and the length of the longest.
-fn tally_record(cx: &Context, id: &str, attempt: u32, t: &Tally) -> Vec<u8> {
+fn tally_record(gateway_id: &str, instance: &str, id: &str, attempt: u32, t: &Tally) -> Vec<u8> {
     let mut queries = serde_json::Map::new();
     for (o, n) in Outcome::ALL.iter().zip(t.counts) {
         if n > 0 {
@@ -828,8 +867,8 @@ fn tally_record(cx: &Context, id: &str, attempt: u32, t: &Tally) -> Vec<u8> {
     let total: u64 = t.counts.iter().sum();
     let record = serde_json::json!({
         "kind": "dns",
-        "gateway_id": &*cx.gateway_id,
-        "instance": &**cx.records.instance(),
+        "gateway_id": gateway_id,
+        "instance": instance,
         "session_id": id,
         "attempt": attempt,
         "tenant": &*t.tenant,

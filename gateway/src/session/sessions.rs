@@ -62,6 +62,9 @@ pub struct Session {
     live: TaskTracker,
     /// The session's share of the gateway: its bounds, counted.
     pub share: Arc<Share>,
+    /// The session's DNS queries, counted until they go on the record
+    /// (at each interval, and before the drop report of its end).
+    pub dns: Arc<crate::dns::answerer::DnsCounts>,
 }
 
 /// Counts one open connection of a session until dropped; holds the
@@ -245,6 +248,7 @@ impl Session {
             lease,
             live: TaskTracker::new(),
             share: Arc::new(Share::new(upstream.share)),
+            dns: Arc::default(),
         })
     }
 

@@ -192,11 +192,25 @@ fn check(
         }
     }
     let mut local = Vec::new();
+    let mut dns = Vec::new();
     for l in read(records)?.lines() {
         let r: Value = serde_json::from_str(l).map_err(|e| format!("{records}: {e}"))?;
         if r.get("session_id").and_then(Value::as_str) == Some(sid) {
-            local.push(r);
+            // A session's DNS counts are no connection: the certificate
+            // lists them apart.
+            if r.get("kind").and_then(Value::as_str) == Some("dns") {
+                dns.push(r);
+            } else {
+                local.push(r);
+            }
         }
+    }
+    if list(&cert["dns"]).len() != dns.len() {
+        problems.push(format!(
+            "the gateway recorded {} DNS counts of the session, the certificate holds {}",
+            dns.len(),
+            list(&cert["dns"]).len()
+        ));
     }
     let key = |r: &Value| (r["source"].to_string(), r["opened_at"].to_string());
     let mut mine: Vec<_> = local.iter().map(key).collect();
