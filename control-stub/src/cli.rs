@@ -1198,6 +1198,9 @@ struct Round {
     targets: Vec<String>,
     plane_key: talos_certs::GatewayKey,
     relay: Option<[u8; 32]>,
+    /// Whether the last renewal round reached the member: the first that
+    /// does, after the start or a failure, is logged (`{"renewing": …}`).
+    renewing: bool,
 }
 
 impl Round {
@@ -1218,6 +1221,7 @@ impl Round {
             targets: targets.to_vec(),
             plane_key,
             relay,
+            renewing: false,
         })
     }
 
@@ -1237,6 +1241,13 @@ impl Round {
         } else {
             upkeep.tick(std::time::SystemTime::now(), false)
         };
+        let reached = matches!(&round, Ok(r) if r.members_down.is_empty());
+        if renewer && reached && !self.renewing {
+            eprintln!("{}", serde_json::json!({"renewing": self.targets}));
+        }
+        if renewer {
+            self.renewing = reached;
+        }
         match round {
             Ok(report) => {
                 if !report.events.is_empty()

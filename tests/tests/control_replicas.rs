@@ -28,6 +28,7 @@ use talos_e2e::postgres::Postgres;
 use talos_e2e::rig::pair::{matrix, IDS};
 use talos_e2e::rig::Pair;
 use talos_e2e::signals::{self, Signal};
+use talos_e2e::wait;
 
 /// The members' lease: long enough that a replica's restart and the
 /// database's own recovery of a frozen replica's transaction (5 s) fit in
@@ -168,8 +169,18 @@ async fn one_replica_killed_and_the_other_frozen_for_three_leases_loses_nothing(
         "renewed by replica 2",
         killed_at.elapsed(),
     );
-    // The first started again, then the second frozen for three leases.
+    // The first started again; once it renews both members itself (its
+    // log says so), the second frozen for three leases.
+    let renewing = |log: &str| {
+        log.lines()
+            .filter(|l| l.starts_with("{\"renewing\""))
+            .count()
+    };
+    let before = renewing(&rig.stub.serve_log());
     rig.stub.start_serve();
+    wait::until("the restarted replica to renew both members", || {
+        wait::check(renewing(&rig.stub.serve_log()), |n| *n >= before + 2)
+    });
     let frozen = rig.replicas[0]
         .serve_pid()
         .expect("the second replica runs");
