@@ -3,11 +3,13 @@
 //!
 //! - Toward the session, a [`rustls::ServerConfig`] per session whose
 //!   certificate resolver mints (once) a leaf for the hello's name under the
-//!   session's own CA.
+//!   session's own CA, and whose TLS 1.3 resumption state is its own
+//!   (stateful tickets in its memory, dropped with the authority).
 //! - Toward destinations, a [`rustls::ClientConfig`] per session that checks
 //!   certificates against the public roots (webpki-roots) plus only those
 //!   extra anchors the config names explicitly. One per session so that not
-//!   even TLS resumption state is shared between sessions.
+//!   even TLS resumption state is shared between sessions: a destination
+//!   that offers tickets is resumed within the session only.
 //! - On the control channel, mutual TLS with the control CA as the only
 //!   root, ALPN `h2`: [`control_server_config`] for the control listener
 //!   (a client certificate chaining to the CA required), and
@@ -64,7 +66,42 @@ pub fn server_config(leaves: Arc<dyn ResolvesServerCert>) -> Arc<rustls::ServerC
     // No 0-RTT: early data could be replayed, and requests are checked
     // before they go on.
     config.max_early_data_size = 0;
+    // TLS 1.3 resumption, bound to the authority: the tickets are
+    // stateful (each names an entry of this config's own cache, in memory;
+    // no ticket key exists, so none can be stolen or shared), the config
+    // is the session authority's alone and is dropped with its CA. A
+    // ticket therefore resumes only within the authority that issued it:
+    // not in another session, not in the next attempt of the same one,
+    // not after a close or a lapse (the source is no session's then).
+    // Each ticket resumes once (the entry is taken), as RFC 8446 advises.
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_TICKETS);
+    config.ticketer = Arc::new(NoTicketKey);
+    config.send_tls13_tickets = 2;
     Arc::new(config)
+}
+
+/// Resumable connections one session authority remembers (the oldest go
+/// first): a few per client process that reconnects.
+const SESSION_TICKETS: usize = 256;
+
+/// No stateless tickets: every ticket is an entry of the authority's own
+/// cache (see [`server_config`]).
+#[derive(Debug)]
+struct NoTicketKey;
+
+impl rustls::server::ProducesTickets for NoTicketKey {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// The client side for one session: TLS 1.3, public roots plus `extra`.

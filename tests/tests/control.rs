@@ -429,3 +429,121 @@ async fn a_renewal_runs_from_when_the_control_plane_read_the_store() {
     });
     assert!(left > 5.0, "{left}");
 }
+
+/// A TLS client that keeps one context (and so its session tickets)
+/// across connections, driven line by line: `trust PATH` adds a CA;
+/// `connect SOURCE save|use|none` makes one connection from SOURCE (with
+/// the saved ticket for `use`), one GET, and prints `reused STATUS` or
+/// `failed ERROR`; `save` keeps the ticket it got.
+const RESUMING_CLIENT: &str = r#"
+import socket, ssl, sys
+port, name = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+saved = None
+for line in sys.stdin:
+    words = line.split()
+    if words[0] == "trust":
+        ctx.load_verify_locations(cafile=words[1])
+        print("ok", flush=True)
+        continue
+    _, source, how = words
+    try:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+        s = ctx.wrap_socket(raw, server_hostname=name, session=saved if how == "use" else None)
+        s.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % name).encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        status = data.split(b" ")[1].decode() if data else "none"
+        if how == "save":
+            saved = s.session
+        print("reused" if s.session_reused else "full", status, flush=True)
+        s.close()
+    except Exception as e:
+        print("failed", type(e).__name__, flush=True)
+"#;
+
+/// TLS 1.3 resumption is offered to a session's clients, bound to its
+/// authority: each authority's server config keeps its own resumption
+/// state in memory, dropped with it. A ticket resumes within the
+/// authority; in another session (from its source), or in the next
+/// attempt of the same session, the same ticket gets a full handshake;
+/// after the close, nothing is served at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_ticket_resumes_only_in_its_own_authority() {
+    use std::io::{BufRead, BufReader, Write};
+    const OTHER_SOURCE: &str = "127.0.0.3";
+    let rig = rig().await;
+    let mut client = rig.client();
+    let ca1 = rig
+        .open(open_request("sess-r", 1, SESSION_SOURCE), "r1.pem")
+        .await;
+    let other = rig
+        .open(open_request("sess-o", 1, OTHER_SOURCE), "o1.pem")
+        .await;
+
+    let mut py = std::process::Command::new("python3")
+        .args(["-c", RESUMING_CLIENT])
+        .arg(rig.gateway.data.port().to_string())
+        .arg(API)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut input = py.stdin.take().expect("stdin");
+    let mut output = BufReader::new(py.stdout.take().expect("stdout"));
+    let mut ask = |line: String| {
+        writeln!(input, "{line}").expect("to the client");
+        let mut answer = String::new();
+        output.read_line(&mut answer).expect("from the client");
+        answer.trim().to_owned()
+    };
+    for ca in [&ca1, &other] {
+        assert_eq!(ask(format!("trust {}", ca.display())), "ok");
+    }
+    assert_eq!(ask(format!("connect {SESSION_SOURCE} save")), "full 200");
+    assert_eq!(
+        ask(format!("connect {SESSION_SOURCE} use")),
+        "reused 200",
+        "resumed in its authority"
+    );
+    assert_eq!(
+        ask(format!("connect {OTHER_SOURCE} use")),
+        "full 200",
+        "another session's authority does not know the ticket"
+    );
+    // The next attempt: a new authority, a new CA.
+    let ca2 = rig
+        .open(open_request("sess-r", 2, SESSION_SOURCE), "r2.pem")
+        .await;
+    assert_eq!(ask(format!("trust {}", ca2.display())), "ok");
+    assert_eq!(
+        ask(format!("connect {SESSION_SOURCE} use")),
+        "full 200",
+        "attempt 2 does not resume attempt 1's ticket"
+    );
+    assert_eq!(ask(format!("connect {SESSION_SOURCE} save")), "full 200");
+    assert_eq!(ask(format!("connect {SESSION_SOURCE} use")), "reused 200");
+    // Closed: the source is no session's; the ticket opens nothing.
+    client
+        .close_session(pb::CloseSessionRequest {
+            session_id: "sess-r".into(),
+            attempt: 2,
+            reason: "end".into(),
+        })
+        .await
+        .expect("close");
+    let after = ask(format!("connect {SESSION_SOURCE} use"));
+    assert!(after.starts_with("failed"), "after the close: {after}");
+    drop(input);
+    let _ = py.wait();
+    let records = rig.gateway.records();
+    assert_eq!(
+        records.last().map(|r| r["verdict"].clone()),
+        Some(Value::from("unknown_source"))
+    );
+}
