@@ -146,6 +146,10 @@ fn describe() {
         "Connections of sessions only a peer holds, by result (forwarded to it over the member link, holder_unreachable, session_limit)."
     );
     describe_counter!(
+        "gateway_passthrough_total",
+        "Connections to passthrough destinations passed on unread, by relay (splice: inside the kernel; copy: through the process, for a connection that came over the member link)."
+    );
+    describe_counter!(
         "gateway_link_refused_total",
         "Connections refused on the member link before a session's byte was read, by cause."
     );
@@ -188,7 +192,8 @@ fn describe() {
 /// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
-    let labelled: [(&'static str, &'static str, Vec<&'static str>); 14] = [
+    let labelled: [(&'static str, &'static str, Vec<&'static str>); 15] = [
+        ("gateway_passthrough_total", "relay", vec!["splice", "copy"]),
         (
             "gateway_renewals_refused_total",
             "cause",

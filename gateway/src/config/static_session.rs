@@ -136,7 +136,7 @@ impl StaticSession {
                 };
                 (text.span(), format!("attach[{j}]"), message)
             }
-            Field::Lock | Field::Rule(..) | Field::RelayKey => {
+            Field::Lock | Field::Rule(..) | Field::RelayKey | Field::Passthrough(_) => {
                 (self.id.span(), e.field.to_string(), fault)
             }
         }
