@@ -90,7 +90,7 @@ pub enum Error {
     },
     #[error("{name} is not on the egress list")]
     EgressNotFound { name: String },
-    #[error("{destination} is passthrough: the gateway passes its connections on without seeing a request, so {what}")]
+    #[error("{destination} {what}")]
     PassthroughConflict { destination: String, what: String },
     #[error("{name} is not marked passthrough")]
     PassthroughNotFound { name: String },

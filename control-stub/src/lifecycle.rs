@@ -847,7 +847,7 @@ fn passthrough_of(
         return Err(Error::PassthroughConflict {
             destination: a.destination.clone(),
             what: format!(
-                "it cannot carry attachment {}: the credential could never be injected",
+                "is passthrough: the gateway passes its connections on without seeing a request, so it cannot carry attachment {} (the credential could never be injected)",
                 a.secret
             ),
         });
@@ -855,7 +855,10 @@ fn passthrough_of(
     if let Some(r) = lock.iter().find(|r| passthrough.contains(&r.destination)) {
         return Err(Error::PassthroughConflict {
             destination: r.destination.clone(),
-            what: format!("Lock rule {} that names it could never hold a request: remove the rule or the passthrough mark", r.id),
+            what: format!(
+                "is passthrough: the gateway passes its connections on without seeing a request, so Lock rule {} that names it could never hold one; remove the rule or the passthrough mark",
+                r.id
+            ),
         });
     }
     Ok(passthrough)

@@ -61,7 +61,7 @@ impl Store {
                 return Err(Error::PassthroughConflict {
                     destination: name.clone(),
                     what: format!(
-                        "Lock rule {} that names it could never hold a request: remove the rule first",
+                        "cannot be made passthrough: Lock rule {} names it, and the gateway never sees a passthrough destination's requests; remove the rule first",
                         rule.id
                     ),
                 });
@@ -74,7 +74,7 @@ impl Store {
                 return Err(Error::PassthroughConflict {
                     destination: name.clone(),
                     what: format!(
-                        "session {} that attaches secret {} to it could not have it injected: end that session first",
+                        "cannot be made passthrough: session {} attaches secret {} to it, which the gateway could no longer inject; end that session first",
                         s.id, a.secret
                     ),
                 });
@@ -117,7 +117,7 @@ impl Store {
             if tx.passthrough_names()?.contains(&rule.destination) {
                 return Err(Error::PassthroughConflict {
                     destination: rule.destination.clone(),
-                    what: "no Lock rule can hold one of its requests: name another destination, or remove it from the passthrough list first".into(),
+                    what: "is passthrough: the gateway passes its connections on without seeing a request, so no Lock rule can hold one; name another destination, or remove the passthrough mark first".into(),
                 });
             }
             tx.insert_lock_rule(rule)
