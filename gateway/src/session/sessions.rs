@@ -180,8 +180,7 @@ impl SessionSpec {
             // Static sessions have no control plane, so no Lock.
             lock: Vec::new(),
             relay_key: None,
-            // Passthrough is the account's mark; static sessions have none.
-            passthrough: Vec::new(),
+            passthrough: spec.passthrough().to_vec(),
         })
     }
 }
