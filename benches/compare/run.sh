@@ -19,7 +19,8 @@
 # apt-get/pip install); PEERS="nginx haproxy mitmproxy" (a subset);
 # STRICT=1 (fail when a run loses requests or connections; speed is never
 # judged); FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
-# TCP relay reference column); QUIET_WAIT=SECONDS (wait for other jobs to
+# TCP relay reference column); PASSTHROUGH=0 (leave out the gateway's
+# passthrough column); QUIET_WAIT=SECONDS (wait for other jobs to
 # leave the CPUs before each run, default 30); KEEP=1 (keep the work folder
 # /tmp/talos-compare.*); FROM=DIR (print the table again from a kept work
 # folder, and with STRICT=1 check it: no run).
@@ -49,6 +50,12 @@ peers=${PEERS-nginx haproxy mitmproxy}
 # user-space process costs on this kernel before any TLS is terminated.
 refs="direct"
 [ "${RELAY:-1}" = 1 ] && refs="direct relay"
+# PASSTHROUGH=1 (the default): the gateway with the name marked
+# passthrough, a second gateway process beside the terminating one: the
+# client's TLS goes through to the origin (its clients trust the origin's
+# CA) after the gate's checks, the bytes moved by splice(2). The figure to
+# hold beside the relay's, and far below the terminating gateway's.
+[ "${PASSTHROUGH:-1}" = 1 ] && refs="$refs passthrough"
 figures_on=${FIGURES:-idle h1 h2 mib newconn}
 bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 name=origin.demo.test
@@ -211,6 +218,31 @@ shutdown_grace_ms = 2000" gateway="$bin/gateway"
   ca[gateway]=$work/session-ca.pem tpids[gateway]=$pid
   bench_check_workers "$pid" "$line" 1 || die "the gateway is not serving with one worker"
   echo "gateway 127.0.0.1:${port[gateway]} (pid $pid, 1 worker)" >&2
+}
+
+# The gateway again, NAME marked passthrough in its session (the same
+# limits, one worker): the pre-handshake stages, then the bytes moved
+# between the two sockets inside the kernel.
+start_passthrough() {
+  say "Starting the gateway with $name passthrough (one runtime worker)"
+  local d=$work/passthrough
+  mkdir -p "$d"
+  bench_gateway_toml file="$d/gateway.toml" id=gw-passthrough session=sbx-passthrough name="$name" \
+    sources="$idle_sources" dns="$dns" port="$origin_port" work="$work" passthrough=1 \
+    records="$d/records.jsonl" trust="$d/session-ca.pem" \
+    limits="max_connections = 30000
+session_connections = 30000
+session_handshakes = 30000
+shutdown_grace_ms = 2000" gateway="$bin/gateway"
+  "$bin/gateway" run --config "$d/gateway.toml" >"$d/gateway.out" 2>"$d/gateway.log" &
+  local pid=$!
+  pids+=("$pid")
+  local line
+  line=$(bench_ready_line "$d/gateway.out")
+  port[passthrough]=$(echo "$line" | figures json-field data | sed 's/.*://')
+  ca[passthrough]=$work/origin-ca.pem tpids[passthrough]=$pid
+  bench_check_workers "$pid" "$line" 1 || die "the passthrough gateway is not serving with one worker"
+  echo "passthrough gateway 127.0.0.1:${port[passthrough]} (pid $pid, 1 worker)" >&2
 }
 
 # nginx: one worker process, in the foreground, with a private prefix,
@@ -596,6 +628,7 @@ start_gateway
 for p in $peers; do "start_$p"; done
 proxies="gateway $peers"
 [[ " $refs " == *" relay "* ]] && start_relay
+[[ " $refs " == *" passthrough "* ]] && start_passthrough
 targets="$refs $proxies"
 check_targets
 aes_floor

@@ -65,6 +65,10 @@ pub struct SessionDraft<'a> {
     pub lock: Vec<RuleDraft<'a>>,
     /// The approval relay's Ed25519 public key: empty (none) or 32 bytes.
     pub relay_key: &'a [u8],
+    /// Names of the allowlist the account marks passthrough: checked
+    /// before the handshake as every connection is, then passed on
+    /// without termination.
+    pub passthrough: Vec<&'a str>,
 }
 
 /// The field at fault.
@@ -80,6 +84,7 @@ pub enum Field {
     Lock,
     Rule(usize, RuleField),
     RelayKey,
+    Passthrough(usize),
 }
 
 /// The control channel's names (`session_id`, `sources[0]`,
@@ -100,6 +105,7 @@ impl fmt::Display for Field {
             Field::Lock => f.write_str("lock"),
             Field::Rule(k, field) => write!(f, "lock[{k}].{field}"),
             Field::RelayKey => f.write_str("relay_public_key"),
+            Field::Passthrough(i) => write!(f, "passthrough[{i}]"),
         }
     }
 }
@@ -129,6 +135,11 @@ pub enum Fault {
     TooManyRules,
     Rule(String),
     RelayKey,
+    /// An attachment, or a Lock rule, names a passthrough destination:
+    /// the gateway never sees its requests, so it could honour neither.
+    Passthrough {
+        destination: Name,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -147,6 +158,9 @@ impl fmt::Display for Fault {
             Fault::TooManyRules => write!(f, "too many rules (at most {MAX_RULES})"),
             Fault::Rule(reason) => f.write_str(reason),
             Fault::RelayKey => f.write_str("must be 32 bytes (Ed25519)"),
+            Fault::Passthrough { .. } => f.write_str(
+                "names a passthrough destination, whose requests the gateway never sees",
+            ),
         }
     }
 }
@@ -252,7 +266,10 @@ impl Scope {
 ///
 /// invariant: the id is an id ([`crate::id::is_id`]), the attempt at least
 /// 1, the tenant not empty, the scope a [`Scope`], at most [`MAX_RULES`]
-/// Lock rules with distinct ids, the relay key absent or 32 bytes.
+/// Lock rules with distinct ids, the relay key absent or 32 bytes; the
+/// passthrough names canonical, distinct and on the allowlist, and none of
+/// them named by an attachment or a Lock rule (a rule for any destination,
+/// `*`, reaches only the destinations the gateway terminates).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionSpec {
     id: String,
@@ -261,6 +278,7 @@ pub struct SessionSpec {
     scope: Scope,
     lock: Vec<LockRule>,
     relay_key: Option<[u8; 32]>,
+    passthrough: Vec<Name>,
 }
 
 impl SessionSpec {
@@ -296,6 +314,7 @@ impl SessionSpec {
                     .or_else(|_| refuse(Field::RelayKey, Fault::RelayKey))?,
             ),
         };
+        let passthrough = passthrough(&d.passthrough, &scope, &lock)?;
         Ok(SessionSpec {
             id: d.id.to_owned(),
             tenant: d.tenant.to_owned(),
@@ -303,6 +322,7 @@ impl SessionSpec {
             scope,
             lock,
             relay_key,
+            passthrough,
         })
     }
 
@@ -332,6 +352,55 @@ impl SessionSpec {
     pub fn relay_key(&self) -> Option<[u8; 32]> {
         self.relay_key
     }
+
+    /// The allowlist's passthrough names, in the draft's order.
+    pub fn passthrough(&self) -> &[Name] {
+        &self.passthrough
+    }
+}
+
+/// The passthrough names, checked against the scope and the Lock: each a
+/// name on the allowlist, once; no attachment and no rule naming one.
+fn passthrough(drafts: &[&str], scope: &Scope, lock: &[LockRule]) -> Result<Vec<Name>, SpecError> {
+    let mut names: Vec<Name> = Vec::with_capacity(drafts.len());
+    for (i, n) in drafts.iter().enumerate() {
+        let name =
+            name::canonicalize(n).or_else(|e| refuse(Field::Passthrough(i), Fault::Name(e)))?;
+        if names.contains(&name) {
+            return refuse(Field::Passthrough(i), Fault::Repeated);
+        }
+        if !scope.allowlist().contains(&name) {
+            return refuse(
+                Field::Passthrough(i),
+                Fault::NotAllowed { destination: name },
+            );
+        }
+        names.push(name);
+    }
+    if let Some((j, a)) = scope
+        .attachments()
+        .iter()
+        .enumerate()
+        .find(|(_, a)| names.contains(a.destination()))
+    {
+        return refuse(
+            Field::Attachment(j, Part::Destination),
+            Fault::Passthrough {
+                destination: a.destination().clone(),
+            },
+        );
+    }
+    for (k, rule) in lock.iter().enumerate() {
+        if let Some(destination) = rule.destination.as_ref().filter(|d| names.contains(d)) {
+            return refuse(
+                Field::Rule(k, RuleField::Destination),
+                Fault::Passthrough {
+                    destination: destination.clone(),
+                },
+            );
+        }
+    }
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -379,6 +448,58 @@ mod tests {
         let spec = SessionSpec::new(&d).unwrap();
         assert_eq!(spec.relay_key(), Some([7; 32]));
         assert_eq!(spec.lock().len(), 1);
+    }
+
+    #[test]
+    fn passthrough_names_carry_no_attachment_and_no_rule() {
+        let who = ["alice".to_owned()];
+        let rule = |destination| RuleDraft {
+            id: "lock-1",
+            destination,
+            attachment: "",
+            method: "",
+            path_prefix: "",
+            mode: "first_use",
+            approvers: &who,
+        };
+        let mut d = crate::cases::CASES[0].draft();
+        d.scope.allowlist = vec!["api.example.com", "claude.ai"];
+        d.passthrough = vec!["Claude.AI."];
+        let spec = SessionSpec::new(&d).unwrap();
+        assert_eq!(spec.passthrough()[0].as_str(), "claude.ai");
+        // A rule for any destination reaches the terminated ones only.
+        d.lock = vec![rule("*")];
+        assert!(SessionSpec::new(&d).is_ok());
+        d.lock = vec![rule("api.example.com"), rule("claude.ai")];
+        d.lock[1].id = "lock-2";
+        let e = SessionSpec::new(&d).unwrap_err();
+        assert_eq!(e.field, Field::Rule(1, RuleField::Destination));
+        assert!(
+            matches!(&e.fault, Fault::Passthrough { destination } if destination.as_str() == "claude.ai")
+        );
+        d.lock.clear();
+        d.scope.attachments = vec![AttachDraft::Text("K=claude.ai:authorization:Bearer")];
+        let e = SessionSpec::new(&d).unwrap_err();
+        assert_eq!(e.field, Field::Attachment(0, Part::Destination));
+        assert_eq!(
+            e.to_string(),
+            "attachments[0].destination: names a passthrough destination, whose requests the gateway never sees"
+        );
+        d.scope.attachments.clear();
+        d.passthrough = vec!["console.anthropic.com"];
+        let e = SessionSpec::new(&d).unwrap_err();
+        assert_eq!(e.field, Field::Passthrough(0));
+        assert!(matches!(e.fault, Fault::NotAllowed { .. }));
+        d.passthrough = vec!["claude.ai", "claude.ai"];
+        assert_eq!(
+            SessionSpec::new(&d).unwrap_err().field,
+            Field::Passthrough(1)
+        );
+        d.passthrough = vec!["10.0.0.1"];
+        assert!(matches!(
+            SessionSpec::new(&d).unwrap_err().fault,
+            Fault::Name(_)
+        ));
     }
 
     #[test]

@@ -147,6 +147,10 @@ pub struct CertAttempt {
     pub allowlist: Vec<String>,
     /// The Lock rules this attempt opened with.
     pub lock: Vec<crate::lock::LockRule>,
+    /// The allowlist's names passed on without termination: their
+    /// connections are on the certificate, nothing inside them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<String>,
     pub ca: Vec<CertCa>,
 }
 
@@ -460,6 +464,7 @@ fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
             end_cause: a.end_cause,
             allowlist: a.allowlist.clone(),
             lock: a.lock.clone(),
+            passthrough: a.passthrough.clone(),
             ca: cas
                 .iter()
                 .filter(|c| c.attempt == a.n)

@@ -213,6 +213,15 @@ pub enum PolicyCommand {
     /// The account's egress list: the names a session may --allow.
     #[command(subcommand)]
     Egress(EgressCommand),
+    /// Destinations passed on without termination: the gateway checks
+    /// their connections before the TLS handshake as any other's, then
+    /// passes the bytes on unread and records the connection alone. The
+    /// model route (claude.ai, console.anthropic.com, api.anthropic.com)
+    /// is marked from the start. A passthrough destination can carry no
+    /// attachment and no Lock rule. Changes reach each session at its next
+    /// open.
+    #[command(subcommand)]
+    Passthrough(PassthroughCommand),
     /// The Lock: which uses need a named person to decide first. Rules
     /// travel to the gateways with each open (start, resume, recover).
     #[command(subcommand)]
@@ -286,6 +295,17 @@ pub enum ApproversCommand {
     List,
     /// Take an approver's token away.
     Remove { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PassthroughCommand {
+    /// Mark a destination passthrough (refused while a Lock rule names it
+    /// or a session not ended attaches a credential to it).
+    Add { name: String },
+    /// Terminate a destination again like any other.
+    Remove { name: String },
+    /// The passthrough destinations, sorted.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -577,6 +597,13 @@ fn policy(store: &mut Store, cmd: &PolicyCommand) -> Result<String, Error> {
             json(&serde_json::json!({"removed": store.egress_remove(name)?}))
         }
         PolicyCommand::Egress(EgressCommand::List) => json(&store.egress_list()?),
+        PolicyCommand::Passthrough(PassthroughCommand::Add { name }) => {
+            json(&serde_json::json!({"passthrough": store.passthrough_add(name)?}))
+        }
+        PolicyCommand::Passthrough(PassthroughCommand::Remove { name }) => {
+            json(&serde_json::json!({"removed": store.passthrough_remove(name)?}))
+        }
+        PolicyCommand::Passthrough(PassthroughCommand::List) => json(&store.passthrough_list()?),
         PolicyCommand::Lock(LockCommand::Add {
             destination,
             attachment,

@@ -24,6 +24,8 @@
 //! | `secret_value_invalid` | a secret value is empty, too long, or holds a byte a header cannot carry |
 //! | `name_invalid` | a tenant, secret, destination or gateway name is not well formed |
 //! | `egress_not_found` | `policy egress remove` of a name that is not on the list |
+//! | `passthrough_conflict` | a passthrough destination with an attachment or a Lock rule: `policy lock add` naming a passthrough destination, `policy passthrough add` of a name a Lock rule names or a session not ended attaches a credential to, a start, resume or recovery whose attachment or rule names one. The gateway passes such a destination's connections on without seeing a request, so it could honour neither |
+//! | `passthrough_not_found` | `policy passthrough remove` of a name that is not marked passthrough |
 //! | `gateway_unreachable` | the gateways could not be reached (the link failed before they answered) |
 //! | `gateway_refused` | a gateway answered with a refusal |
 //! | `gateway_reply_invalid` | a gateway's answer does not hold together (a CA digest that is not the certificate's, a gateway answering twice, no gateway at all) |
@@ -88,6 +90,10 @@ pub enum Error {
     },
     #[error("{name} is not on the egress list")]
     EgressNotFound { name: String },
+    #[error("{destination} {what}")]
+    PassthroughConflict { destination: String, what: String },
+    #[error("{name} is not marked passthrough")]
+    PassthroughNotFound { name: String },
     #[error("{0}")]
     Link(#[from] LinkError),
     #[error("gateway {gateway_id}: {reason}")]
@@ -159,6 +165,8 @@ impl Error {
             Error::SecretValueInvalid { .. } => "secret_value_invalid",
             Error::NameInvalid { .. } => "name_invalid",
             Error::EgressNotFound { .. } => "egress_not_found",
+            Error::PassthroughConflict { .. } => "passthrough_conflict",
+            Error::PassthroughNotFound { .. } => "passthrough_not_found",
             Error::Link(e) => e.code(),
             Error::GatewayReplyInvalid { .. } => "gateway_reply_invalid",
             Error::GatewayKeyConflict { .. } => "gateway_key_conflict",

@@ -619,6 +619,7 @@ mod tests {
             cause: OpenCause::Launch,
             lock: vec![],
             relay_public_key: None,
+            passthrough: vec![],
         };
         let link = FakeLink::default();
         assert!(link.open(&open).iter().all(|r| r.result.is_ok()));

@@ -444,6 +444,7 @@ impl GatewayLink for GrpcLink {
                 })
                 .collect(),
             relay_public_key: req.relay_public_key.map(|k| k.to_vec()).unwrap_or_default(),
+            passthrough: req.passthrough.clone(),
         };
         let shared = Arc::new(msg.clone());
         // Every member but those distrusted (known by the id each stated

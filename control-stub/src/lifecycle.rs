@@ -780,6 +780,7 @@ fn open_attempt(
         )));
     };
     let lock = tx.lock_rules()?;
+    let passthrough = passthrough_of(tx, allowlist, attach, &lock)?;
     tx.insert_attempt(
         &session.id,
         &Attempt {
@@ -792,6 +793,7 @@ fn open_attempt(
             attachments: attach.to_vec(),
             lock: lock.clone(),
             relay_public_key: relay_public_key.map(hex::encode),
+            passthrough: passthrough.clone(),
         },
     )?;
     let mut attachments = Vec::new();
@@ -820,7 +822,46 @@ fn open_attempt(
         cause,
         lock,
         relay_public_key,
+        passthrough,
     })
+}
+
+/// The names of `allowlist` the account marks passthrough, for an open;
+/// refused, naming the destination, when an attachment or a Lock rule
+/// names one of them (the gateway, never seeing their requests, could
+/// honour neither). A rule for any destination (`*`) reaches only the
+/// terminated ones.
+fn passthrough_of(
+    tx: &Tx<'_>,
+    allowlist: &[String],
+    attach: &[AttachSpec],
+    lock: &[crate::lock::LockRule],
+) -> Result<Vec<String>, Error> {
+    let marked: BTreeSet<String> = tx.passthrough_names()?.into_iter().collect();
+    let passthrough: Vec<String> = allowlist
+        .iter()
+        .filter(|n| marked.contains(*n))
+        .cloned()
+        .collect();
+    if let Some(a) = attach.iter().find(|a| passthrough.contains(&a.destination)) {
+        return Err(Error::PassthroughConflict {
+            destination: a.destination.clone(),
+            what: format!(
+                "is passthrough: the gateway passes its connections on without seeing a request, so it cannot carry attachment {} (the credential could never be injected)",
+                a.secret
+            ),
+        });
+    }
+    if let Some(r) = lock.iter().find(|r| passthrough.contains(&r.destination)) {
+        return Err(Error::PassthroughConflict {
+            destination: r.destination.clone(),
+            what: format!(
+                "is passthrough: the gateway passes its connections on without seeing a request, so Lock rule {} that names it could never hold one; remove the rule or the passthrough mark",
+                r.id
+            ),
+        });
+    }
+    Ok(passthrough)
 }
 
 /// Whether attempt `n` of session `id` is recorded and not ended.

@@ -175,6 +175,9 @@ pub struct OpenSession {
     /// The approval relay's Ed25519 public key; `None`: no relay (the
     /// gateway then refuses a held request `approval_declined` at once).
     pub relay_public_key: Option<[u8; 32]>,
+    /// The names of `allowlist` the account marks passthrough: passed on
+    /// without termination (none carries an attachment or a Lock rule).
+    pub passthrough: Vec<String>,
 }
 
 /// An attachment with its value: the only type here that holds one.

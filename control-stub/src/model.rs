@@ -116,6 +116,17 @@ words! {
 }
 
 impl State {
+    /// The states of a session that is not over: it may still open an
+    /// attempt (or holds one).
+    pub const NOT_OVER: [State; 6] = [
+        State::Launching,
+        State::Running,
+        State::Paused,
+        State::Resuming,
+        State::Interrupted,
+        State::Recovering,
+    ];
+
     /// True once the session's end is committed, whatever its reset shows.
     pub fn is_over(self) -> bool {
         matches!(

@@ -561,6 +561,7 @@ mod tests {
             attachments: Vec::new(),
             lock: Vec::new(),
             relay_public_key: None,
+            passthrough: Vec::new(),
         }
     }
 

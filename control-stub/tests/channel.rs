@@ -558,6 +558,14 @@ fn old_store(db: &std::path::Path, version: i64) {
          PRAGMA user_version = {version};"
     ))
     .unwrap();
+    // From version 7 a session's sources are indexed as it starts.
+    if version >= 7 {
+        conn.execute_batch(
+            "INSERT INTO session_sources (session_id, source)
+             VALUES ('sbx-000000000001', '10.1.0.2');",
+        )
+        .unwrap();
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -581,6 +589,13 @@ fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
         assert_eq!(status.attempts[0].ca[0].instance, None);
         assert!(status.closes.is_empty());
         assert!(store.lock_list().unwrap().is_empty());
+        // Version 8 marks the model route passthrough (no rule names it).
+        assert_eq!(
+            store.passthrough_list().unwrap(),
+            ["api.anthropic.com", "claude.ai", "console.anthropic.com"],
+            "from {version}"
+        );
+        assert!(status.attempts[0].attempt.passthrough.is_empty());
         // Its source address is found by the index version 7 added.
         let holder = store
             .read(|tx| tx.live_session_with_source(&["10.1.0.2".parse().unwrap()]))

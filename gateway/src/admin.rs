@@ -150,6 +150,10 @@ fn describe() {
         "The sessions' DNS queries, by outcome (answered, unlisted, resolves_internal, unresolved, unknown_source, elsewhere, forwarded, limited, malformed)."
     );
     describe_counter!(
+        "gateway_passthrough_total",
+        "Connections to passthrough destinations passed on unread, by relay (splice: inside the kernel; copy: through the process, for a connection that came over the member link)."
+    );
+    describe_counter!(
         "gateway_link_refused_total",
         "Connections refused on the member link before a session's byte was read, by cause."
     );
@@ -192,7 +196,7 @@ fn describe() {
 /// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
-    let labelled: [(&'static str, &'static str, Vec<&'static str>); 15] = [
+    let labelled: [(&'static str, &'static str, Vec<&'static str>); 16] = [
         (
             "gateway_dns_queries_total",
             "outcome",
@@ -201,6 +205,7 @@ fn preregister() {
                 .map(|o| o.as_str())
                 .collect(),
         ),
+        ("gateway_passthrough_total", "relay", vec!["splice", "copy"]),
         (
             "gateway_renewals_refused_total",
             "cause",

@@ -491,6 +491,7 @@ mod tests {
             attachments: Vec::new(),
             lock: Vec::new(),
             relay_key: None,
+            passthrough: Vec::new(),
         };
         let s = Arc::new(
             Session::open(spec, "gw-a", &upstream, None, f.authority.new_lease()).unwrap(),

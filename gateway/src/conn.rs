@@ -4,6 +4,9 @@
 //! by source address, ClientHello, name check, resolve and classify, TLS
 //! accept with the session's own CA, then HTTP, request by request, through
 //! [`crate::http::proxy`] — and closes with exactly one record, whatever happened.
+//! A destination the account marks passthrough meets every stage up to the
+//! TLS accept, then has its bytes passed on to the checked address as they
+//! are, never terminated ([`Conn::pass_through`]).
 //! Stages do not call each other; each returns what the next needs, or a
 //! refusal that ends the connection.
 //!
@@ -243,6 +246,9 @@ causes! {
         /// `unknown_source`: a connection forwarded over the member link
         /// for a session other than the one its source belongs to here.
         LinkSessionMismatch => "link_session_mismatch",
+        /// Allowed, passthrough: no byte moved either way for
+        /// [`PASSTHROUGH_IDLE`].
+        PassthroughIdle => "passthrough_idle",
     }
 }
 
@@ -327,6 +333,8 @@ enum Ending {
     HandshakeFailed,
     /// The session's TLS handshake did not finish in time.
     HandshakeTimeout,
+    /// A passthrough connection moved nothing for [`PASSTHROUGH_IDLE`].
+    Idle,
 }
 
 impl Ending {
@@ -336,6 +344,7 @@ impl Ending {
             Ending::Closed => None,
             Ending::HandshakeFailed => Some(Cause::SessionHandshakeFailed.as_str()),
             Ending::HandshakeTimeout => Some(Cause::SessionHandshakeTimeout.as_str()),
+            Ending::Idle => Some(Cause::PassthroughIdle.as_str()),
         }
     }
 }
@@ -420,6 +429,12 @@ impl<S: ClientStream> Conn<'_, S> {
         let mut first_bytes = Vec::new();
         let name = self.read_hello(&mut first_bytes).await?;
         let destination = self.destination(&session, &name).await?;
+        if session.passes_through(&name) {
+            if let Destination::Origin { addrs, .. } = &destination {
+                tracing::debug!(source = %self.peer, session = %session.id, sni = %name, "allowed, passthrough");
+                return Box::pin(self.pass_through(&session, first_bytes, handshake, addrs)).await;
+            }
+        }
         tracing::debug!(source = %self.peer, session = %session.id, sni = %name, "allowed");
         // The opening goes on the record with its session and name; it is
         // written before the first request is read (see `terminate`).
@@ -566,6 +581,75 @@ impl<S: ClientStream> Conn<'_, S> {
             () = self.cx.shutdown.cut.cancelled() => {}
         }
         Ok(Ending::Closed)
+    }
+
+    /// Stage 5 of a passthrough destination, in place of the TLS accept:
+    /// a TCP connection to the address the gate checked (never a second
+    /// lookup), the hello's bytes first, then every byte both ways as it
+    /// is — inside the kernel (`splice(2)`) when the session's side is a
+    /// plain socket, by the copy relay when it came over the member link —
+    /// until both sides end, nothing moves for [`PASSTHROUGH_IDLE`], the
+    /// session's authority ends (`session_ended`) or the drain's grace
+    /// runs out. Nothing is decrypted: no leaf of the session's CA, no
+    /// request seen; the record has the connection's address, times and
+    /// bytes, and says `passthrough`.
+    async fn pass_through(
+        &mut self,
+        session: &Arc<Session>,
+        first_bytes: Vec<u8>,
+        handshake: Slot,
+        addrs: &[IpAddr],
+    ) -> Result<Ending, Refused> {
+        self.record.passthrough = true;
+        let dialed = tokio::select! {
+            dialed = session.pool.dial_tcp(addrs) => dialed,
+            () = session.ended.cancelled() => {
+                return Err(refused(Refusal::SessionEnded, Cause::EndedBeforeTls));
+            }
+        };
+        let (upstream, addr) =
+            dialed.map_err(|f| Refused::new(Refusal::UpstreamFailed, f.as_str()))?;
+        self.record.resolved = Some(addr);
+        // Past the handshake's stage: it counts as open on the share alone.
+        drop(handshake);
+        // The opening is on the record before a byte is passed on.
+        self.cx.records.let_through(&self.record).await.wait().await;
+        let stop = stopped(self.cx.shutdown.clone(), Arc::clone(session), true);
+        tokio::pin!(stop);
+        let relayed = async {
+            let mut upstream = upstream;
+            upstream.write_all(&first_bytes).await?;
+            drop(first_bytes);
+            if let Some(client) = self.client.get_ref().socket() {
+                metrics::counter!("gateway_passthrough_total", "relay" => "splice").increment(1);
+                crate::io::splice::relay(client, &upstream, self.client.bytes(), PASSTHROUGH_IDLE)
+                    .await
+            } else {
+                metrics::counter!("gateway_passthrough_total", "relay" => "copy").increment(1);
+                copy_until_idle(&mut self.client, upstream, PASSTHROUGH_IDLE).await
+            }
+        };
+        // The drain's start does not end it (its TLS is not the gateway's
+        // to close gracefully): it runs until its end, or the grace's.
+        let ended = tokio::select! {
+            relayed = relayed => relayed,
+            stopped = &mut stop => match stopped {
+                Stop::Ended(cause) => return Err(refused(Refusal::SessionEnded, cause)),
+                Stop::Cut | Stop::Drain => return Ok(Ending::Closed),
+            },
+        };
+        match ended {
+            Ok(crate::io::splice::Relayed::Ended) => {
+                // Both ends passed on: the client's side is shut.
+                self.client_shut = true;
+                Ok(Ending::Closed)
+            }
+            Ok(crate::io::splice::Relayed::Idle) => Ok(Ending::Idle),
+            Err(e) => {
+                tracing::debug!(error = %e, "passthrough connection ended with an error");
+                Ok(Ending::Closed)
+            }
+        }
     }
 
     /// The address the session connected to, for the link's header: the
@@ -991,6 +1075,46 @@ where
 /// tokio's 8 KiB default, so that a download moves in fewer, larger reads
 /// and writes (and the link's TLS records are full: 16 KiB).
 const RELAY_BUFFER: usize = 64 * 1024;
+
+/// How long a passthrough connection may move no byte either way before it
+/// is closed (cause `passthrough_idle`). Its requests are not the
+/// gateway's to see, so no HTTP idle timeout applies; this bounds what a
+/// silent connection holds of its session's share. Ten minutes leaves a
+/// long-running model call's stream (which sends its own keep-alive
+/// events) untouched and closes a connection its client forgot.
+pub const PASSTHROUGH_IDLE: Duration = Duration::from_secs(600);
+
+/// The copy relay for a passthrough connection whose session side is no
+/// plain socket (it came over the member link): the bytes as they are,
+/// both ways, until both ends pass on, either side fails, or nothing moves
+/// for `idle` (found within twice `idle`: the counts are compared once per
+/// `idle`).
+async fn copy_until_idle<S: ClientStream>(
+    client: &mut Client<S>,
+    upstream: TcpStream,
+    idle: Duration,
+) -> std::io::Result<crate::io::splice::Relayed> {
+    // The relay holds the client: its counts are read through the shared
+    // counters.
+    let counts = client.shared_bytes();
+    let moved = || counts.read.load(Ordering::Relaxed) + counts.written.load(Ordering::Relaxed);
+    let mut last = moved();
+    let mut far = crate::io::relay::Plain::new(upstream, RELAY_BUFFER);
+    let relay = crate::io::relay::relay(client, &mut far, RELAY_BUFFER);
+    tokio::pin!(relay);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + idle, idle);
+    loop {
+        tokio::select! {
+            relayed = &mut relay => return relayed.map(|()| crate::io::splice::Relayed::Ended),
+            _ = tick.tick() => {}
+        }
+        let now = moved();
+        if now == last {
+            return Ok(crate::io::splice::Relayed::Idle);
+        }
+        last = now;
+    }
+}
 
 /// How long a closed connection's record waits for its last requests and
 /// replies to report (HTTP/2 replies end in tasks of their own).

@@ -262,6 +262,9 @@ pub struct StaticEntry {
     pub allowlist: BTreeSet<String>,
     pub attach: BTreeSet<String>,
     pub trust_file: Option<PathBuf>,
+    /// Absent from an older process's handover: none then.
+    #[serde(default)]
+    pub passthrough: BTreeSet<String>,
 }
 
 impl StaticEntry {
@@ -282,6 +285,11 @@ impl StaticEntry {
                 .collect(),
             attach: s.attach.iter().map(|a| a.get_ref().clone()).collect(),
             trust_file: s.trust_file.clone(),
+            passthrough: s
+                .passthrough
+                .iter()
+                .map(|n| n.get_ref().as_str().to_owned())
+                .collect(),
         }
     }
 }

@@ -528,6 +528,9 @@ impl Compare {
         if self.refs.iter().any(|r| r == "relay") {
             o.push_str("The relay's are HAProxy's in TCP mode, passing the TLS through without terminating it (the kernel's share of moving the bytes).\n");
         }
+        if self.refs.iter().any(|r| r == "passthrough") {
+            o.push_str("The passthrough's are the gateway's with the name marked passthrough: the gate's checks before the handshake, then the TLS passed through to the origin unread, by splice(2).\n");
+        }
         o.push_str("\\* other jobs on the machine used more than a quarter of a CPU during that run. Ratios are\n");
         o.push_str("gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1.\n");
         o.push('\n');

@@ -305,6 +305,8 @@ pub struct TestSession {
     pub trust_file: PathBuf,
     /// `SECRET=destination:header[:scheme]` attachments.
     pub attach: Vec<String>,
+    /// Names of the allowlist passed on without termination.
+    pub passthrough: Vec<String>,
 }
 
 impl TestConfig {
@@ -374,6 +376,9 @@ port = {port}
                 s.trust_file.display().to_string(),
                 quoted(&s.attach),
             ));
+            if !s.passthrough.is_empty() {
+                out.push_str(&format!("passthrough = [{}]\n", quoted(&s.passthrough)));
+            }
         }
         for (name, file) in &self.secrets {
             out.push_str(&format!(

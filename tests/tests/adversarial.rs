@@ -117,6 +117,7 @@ async fn open(rig: &Rig, id: &str, source: &str, rules: Vec<pb::LockRule>) -> Pa
         relay_public_key: rig
             .relay_if_any()
             .map_or(Vec::new(), |r| r.key.public_key().to_vec()),
+        passthrough: Vec::new(),
     };
     rig.open(request, &format!("{id}.pem")).await
 }

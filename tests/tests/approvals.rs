@@ -51,6 +51,7 @@ fn open_request(
         cause: if attempt == 1 { "launch" } else { "resume" }.into(),
         lock: rules,
         relay_public_key: relay.key.public_key().to_vec(),
+        passthrough: Vec::new(),
     }
 }
 

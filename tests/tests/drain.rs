@@ -64,6 +64,7 @@ impl Rig {
             allowlist: vec![NAME.into()],
             trust_file: self.trust_file.clone(),
             attach: Vec::new(),
+            passthrough: Vec::new(),
         }];
         c.limits = format!("shutdown_grace_ms = {grace_ms}\n");
         let mut text = c.toml(&self.dir);

@@ -1,11 +1,16 @@
-//! The account's policy: the egress list and the Lock's rules.
+//! The account's policy: the egress list, the destinations passed on
+//! without termination (passthrough), and the Lock's rules.
+//!
+//! A passthrough destination can carry neither an attachment nor a Lock
+//! rule (the gateway never sees its requests): each command that would
+//! join the two refuses, naming the destination (`passthrough_conflict`).
 
 use super::db::{params, OptionalExtension, Row};
 
 use super::db::{json_col, now, parse_word, random_hex, Store, Tx};
 use crate::error::Error;
 use crate::lock::{LockRule, NewRule};
-use crate::model::LockMode;
+use crate::model::{LockMode, State};
 use crate::names;
 
 impl Store {
@@ -44,9 +49,79 @@ impl Store {
         self.read(|tx| tx.egress_names())
     }
 
-    /// Add a checked rule; returns it with its new id.
+    /// Mark `name` (canonicalised) passthrough; returns the canonical
+    /// name. Refused while a Lock rule names it or a session that has not
+    /// ended attaches a credential to it. Marking a name already marked
+    /// changes nothing. Sessions running keep terminating it until their
+    /// next open (resume, recovery), as with every policy change.
+    pub fn passthrough_add(&mut self, name: &str) -> Result<String, Error> {
+        let name = names::destination(name)?;
+        self.write(|tx| {
+            if let Some(rule) = tx.lock_rules()?.iter().find(|r| r.destination == name) {
+                return Err(Error::PassthroughConflict {
+                    destination: name.clone(),
+                    what: format!(
+                        "cannot be made passthrough: Lock rule {} names it, and the gateway never sees a passthrough destination's requests; remove the rule first",
+                        rule.id
+                    ),
+                });
+            }
+            let live = tx.sessions_in(&State::NOT_OVER)?;
+            if let Some((s, a)) = live
+                .iter()
+                .find_map(|s| s.attach.iter().find(|a| a.destination == name).map(|a| (s, a)))
+            {
+                return Err(Error::PassthroughConflict {
+                    destination: name.clone(),
+                    what: format!(
+                        "cannot be made passthrough: session {} attaches secret {} to it, which the gateway could no longer inject; end that session first",
+                        s.id, a.secret
+                    ),
+                });
+            }
+            tx.conn.execute(
+                "INSERT INTO passthrough (name, added_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                params![name, now()],
+            )?;
+            Ok(())
+        })?;
+        Ok(name)
+    }
+
+    /// Terminate `name` again like any other destination, from each
+    /// session's next open.
+    pub fn passthrough_remove(&mut self, name: &str) -> Result<String, Error> {
+        let name = names::destination(name)?;
+        self.write(|tx| {
+            let n = tx
+                .conn
+                .execute("DELETE FROM passthrough WHERE name = ?1", params![name])?;
+            if n == 0 {
+                return Err(Error::PassthroughNotFound { name: name.clone() });
+            }
+            Ok(())
+        })?;
+        Ok(name)
+    }
+
+    /// The passthrough destinations, sorted.
+    pub fn passthrough_list(&self) -> Result<Vec<String>, Error> {
+        self.read(|tx| tx.passthrough_names())
+    }
+
+    /// Add a checked rule; returns it with its new id. A rule naming a
+    /// passthrough destination is refused; a rule for any destination
+    /// (`*`) reaches only the destinations the gateway terminates.
     pub fn lock_add(&mut self, rule: &NewRule) -> Result<LockRule, Error> {
-        self.write(|tx| tx.insert_lock_rule(rule))
+        self.write(|tx| {
+            if tx.passthrough_names()?.contains(&rule.destination) {
+                return Err(Error::PassthroughConflict {
+                    destination: rule.destination.clone(),
+                    what: "is passthrough: the gateway passes its connections on without seeing a request, so no Lock rule can hold one; name another destination, or remove the passthrough mark first".into(),
+                });
+            }
+            tx.insert_lock_rule(rule)
+        })
     }
 
     /// The Lock's rules, oldest first.
@@ -70,6 +145,15 @@ impl Store {
 }
 
 impl Tx<'_> {
+    /// The passthrough destinations, sorted.
+    pub fn passthrough_names(&self) -> Result<Vec<String>, Error> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name FROM passthrough ORDER BY name")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<Vec<String>, _>>()
+    }
+
     /// The egress list, sorted.
     pub fn egress_names(&self) -> Result<Vec<String>, Error> {
         let mut stmt = self.conn.prepare("SELECT name FROM egress ORDER BY name")?;

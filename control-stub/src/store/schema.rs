@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -603,6 +603,36 @@ INSERT INTO session_sources (session_id, source)
         postgres_data: "
 INSERT INTO session_sources (session_id, source)
     SELECT s.id, jsonb_array_elements_text(s.sources::jsonb) FROM sessions s;
+",
+    },
+    // Version 8: the destinations the account marks passthrough (passed on
+    // by the gateway without termination), and which of its names each
+    // attempt opened as passthrough; the model route's three names to
+    // begin with — except a name a Lock rule already names, which stays
+    // terminated so that the rule keeps holding what it held (a
+    // passthrough destination can carry no rule).
+    Upgrade {
+        to: 8,
+        ddl: "
+CREATE TABLE passthrough (
+    name TEXT PRIMARY KEY NOT NULL,
+    added_at TEXT NOT NULL
+);
+ALTER TABLE attempts ADD COLUMN passthrough TEXT NOT NULL DEFAULT '[]';
+",
+        sqlite_data: "
+INSERT INTO passthrough (name, added_at)
+    SELECT m.name, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+    FROM (SELECT 'claude.ai' AS name UNION ALL SELECT 'console.anthropic.com'
+          UNION ALL SELECT 'api.anthropic.com') m
+    WHERE NOT EXISTS (SELECT 1 FROM lock_rules r WHERE r.destination = m.name);
+",
+        postgres_data: "
+INSERT INTO passthrough (name, added_at)
+    SELECT m.name, to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+    FROM (SELECT 'claude.ai' AS name UNION ALL SELECT 'console.anthropic.com'
+          UNION ALL SELECT 'api.anthropic.com') m
+    WHERE NOT EXISTS (SELECT 1 FROM lock_rules r WHERE r.destination = m.name);
 ",
     },
 ];

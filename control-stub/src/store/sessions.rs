@@ -62,6 +62,9 @@ pub struct Attempt {
     pub lock: Vec<LockRule>,
     /// The relay key (hex) this attempt opened with, if any.
     pub relay_public_key: Option<String>,
+    /// The allowlist's names this attempt opened as passthrough: passed on
+    /// without termination, nothing inside their connections seen.
+    pub passthrough: Vec<String>,
 }
 
 impl Tx<'_> {
@@ -214,8 +217,9 @@ impl Tx<'_> {
     pub fn insert_attempt(&self, session_id: &str, a: &Attempt) -> Result<(), Error> {
         self.conn.execute(
             "INSERT INTO attempts (session_id, n, cause, started_at, ended_at, end_cause,
-                                   allowlist, attachments, lock, relay_public_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                   allowlist, attachments, lock, relay_public_key,
+                                   passthrough)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 session_id,
                 a.n,
@@ -227,6 +231,7 @@ impl Tx<'_> {
                 serde_json::to_string(&a.attachments)?,
                 serde_json::to_string(&a.lock)?,
                 a.relay_public_key,
+                serde_json::to_string(&a.passthrough)?,
             ],
         )?;
         Ok(())
@@ -308,7 +313,7 @@ pub type SessionInFull = (Session, Vec<Attempt>, Vec<super::CaEvent>);
 
 /// The columns of an attempt row, in [`attempt_row`]'s order.
 const ATTEMPT_COLUMNS: &str = "n, cause, started_at, ended_at, end_cause, allowlist, attachments,
-    lock, relay_public_key";
+    lock, relay_public_key, passthrough";
 
 /// An attempt from the row's columns from `at` on.
 fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
@@ -325,6 +330,7 @@ fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
         attachments: json_col(at + 6, r.get(at + 6)?)?,
         lock: json_col(at + 7, r.get(at + 7)?)?,
         relay_public_key: r.get(at + 8)?,
+        passthrough: json_col(at + 9, r.get(at + 9)?)?,
     })
 }
 

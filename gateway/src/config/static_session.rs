@@ -42,6 +42,12 @@ pub struct StaticSession {
     /// the secret defined in a `[[secret]]` table. Default empty.
     #[serde(default)]
     pub attach: Vec<Spanned<String>>,
+    /// Names of the allowlist passed on without termination: checked
+    /// before the handshake as any other, then their bytes passed on to
+    /// the checked address unread (no attachment may name one). Default
+    /// empty.
+    #[serde(default)]
+    pub passthrough: Vec<Spanned<Name>>,
 }
 
 impl StaticSession {
@@ -74,6 +80,11 @@ impl StaticSession {
                     .map(|a| AttachDraft::Text(a.get_ref()))
                     .collect(),
             },
+            passthrough: self
+                .passthrough
+                .iter()
+                .map(|n| n.get_ref().as_str())
+                .collect(),
             ..SessionDraft::default()
         }
     }
@@ -132,9 +143,23 @@ impl StaticSession {
                     } => format!(
                         "{destination} already carries secret {earlier} in {header}: one attachment per destination and header"
                     ),
+                    Fault::Passthrough { destination } => format!(
+                        "{destination} is passthrough: the gateway never sees its requests, so it cannot carry an attachment"
+                    ),
                     _ => fault,
                 };
                 (text.span(), format!("attach[{j}]"), message)
+            }
+            Field::Passthrough(j) => {
+                let name = &self.passthrough[j];
+                let message = match &e.fault {
+                    Fault::NotAllowed { .. } => {
+                        format!("{} is not on the session's allowlist", name.get_ref())
+                    }
+                    Fault::Repeated => format!("{} is listed twice", name.get_ref()),
+                    _ => fault,
+                };
+                (name.span(), format!("passthrough[{j}]"), message)
             }
             Field::Lock | Field::Rule(..) | Field::RelayKey => {
                 (self.id.span(), e.field.to_string(), fault)

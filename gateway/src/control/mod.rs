@@ -133,6 +133,7 @@ fn draft_of(req: &pb::OpenSessionRequest) -> SessionDraft<'_> {
             })
             .collect(),
         relay_key: &req.relay_public_key,
+        passthrough: req.passthrough.iter().map(String::as_str).collect(),
     }
 }
 
@@ -166,6 +167,7 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
             attachments,
             lock: spec.lock().to_vec(),
             relay_key: spec.relay_key(),
+            passthrough: spec.passthrough().to_vec(),
         },
         spec.scope().sources().to_vec(),
     ))

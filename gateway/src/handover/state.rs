@@ -116,6 +116,10 @@ pub struct SessionState {
     pub attempt: u32,
     pub sources: Vec<IpAddr>,
     pub allowlist: Vec<String>,
+    /// The allowlist's passthrough names. Absent from an older process's
+    /// state: none then.
+    #[serde(default)]
+    pub passthrough: Vec<String>,
     pub ca: CaState,
     /// Each attachment as `SECRET=destination:header[:scheme]`; its value
     /// is a secret frame.
@@ -207,6 +211,15 @@ impl SessionState {
             allowlist: {
                 let mut names: Vec<String> = session
                     .allowlist
+                    .iter()
+                    .map(|n| n.as_str().to_owned())
+                    .collect();
+                names.sort();
+                names
+            },
+            passthrough: {
+                let mut names: Vec<String> = session
+                    .passthrough
                     .iter()
                     .map(|n| n.as_str().to_owned())
                     .collect();
@@ -308,6 +321,13 @@ impl SessionState {
                     .map_err(|e| bad(format!("allowlist name {n:?}: {e}")))?,
             );
         }
+        let mut passthrough = Vec::new();
+        for n in &self.passthrough {
+            passthrough.push(
+                crate::gate::name::canonicalize(n)
+                    .map_err(|e| bad(format!("passthrough name {n:?}: {e}")))?,
+            );
+        }
         let spec = SessionSpec {
             id: self.id.clone(),
             tenant: self.tenant,
@@ -316,6 +336,7 @@ impl SessionState {
             attachments,
             lock,
             relay_key,
+            passthrough,
         };
         let session = Session::with_ca(
             spec,

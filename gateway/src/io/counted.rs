@@ -34,6 +34,17 @@ impl<S> Counted<S> {
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
+
+    /// The counts, for bytes that cross the stream past this wrapper (a
+    /// relay that moves them inside the kernel counts them there).
+    pub fn bytes(&self) -> &WireBytes {
+        &self.bytes
+    }
+
+    /// The counts, shared: to read them while the stream is lent out.
+    pub fn shared_bytes(&self) -> Arc<WireBytes> {
+        Arc::clone(&self.bytes)
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {

@@ -5,9 +5,12 @@
 //! - [`gathered`]: an HTTP/2 connection's writes gathered into one flush.
 //! - [`woken`]: a future polled only when its own waker fired.
 //! - [`relay`]: a forwarded connection's bytes, both ways, as they are.
+//! - [`splice`]: a passthrough connection's bytes moved between two TCP
+//!   sockets inside the kernel (`splice(2)`).
 
 pub mod replay;
 pub mod counted;
 pub mod gathered;
 pub mod woken;
 pub mod relay;
+pub mod splice;

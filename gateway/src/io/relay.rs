@@ -183,57 +183,59 @@ impl Down {
     }
 }
 
+/// Any byte stream as [`Chunked`], reading up to `size` bytes at a time:
+/// the far side of a relay that is a plain socket (a passthrough
+/// connection's destination when its session's side is no plain socket).
+#[derive(Debug)]
+pub struct Plain<T> {
+    inner: T,
+    buf: BytesMut,
+    size: usize,
+}
+
+impl<T> Plain<T> {
+    pub fn new(inner: T, size: usize) -> Plain<T> {
+        Plain {
+            inner,
+            buf: BytesMut::new(),
+            size,
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Chunked for Plain<T> {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
+        reserve(&mut self.buf, self.size);
+        match ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.inner),
+            cx,
+            &mut self.buf
+        ))? {
+            0 => Poll::Ready(Ok(None)),
+            _ => Poll::Ready(Ok(Some(self.buf.split().freeze()))),
+        }
+    }
+
+    fn poll_send(&mut self, cx: &mut Context<'_>, chunk: &mut Bytes) -> Poll<io::Result<()>> {
+        match ready!(Pin::new(&mut self.inner).poll_write(cx, chunk))? {
+            0 => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+            n => {
+                chunk.advance(n);
+                Poll::Ready(Ok(()))
+            }
+        }
+    }
+
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// Any byte stream as [`Chunked`], reading up to `size` bytes at a time.
-    #[derive(Debug)]
-    pub struct Plain<T> {
-        inner: T,
-        buf: BytesMut,
-        size: usize,
-    }
-
-    impl<T> Plain<T> {
-        pub fn new(inner: T, size: usize) -> Plain<T> {
-            Plain {
-                inner,
-                buf: BytesMut::new(),
-                size,
-            }
-        }
-    }
-
-    impl<T: AsyncRead + AsyncWrite + Unpin> Chunked for Plain<T> {
-        fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<Bytes>>> {
-            reserve(&mut self.buf, self.size);
-            match ready!(tokio_util::io::poll_read_buf(
-                Pin::new(&mut self.inner),
-                cx,
-                &mut self.buf
-            ))? {
-                0 => Poll::Ready(Ok(None)),
-                _ => Poll::Ready(Ok(Some(self.buf.split().freeze()))),
-            }
-        }
-
-        fn poll_send(&mut self, cx: &mut Context<'_>, chunk: &mut Bytes) -> Poll<io::Result<()>> {
-            match ready!(Pin::new(&mut self.inner).poll_write(cx, chunk))? {
-                0 => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                n => {
-                    chunk.advance(n);
-                    Poll::Ready(Ok(()))
-                }
-            }
-        }
-
-        fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
-            Pin::new(&mut self.inner).poll_shutdown(cx)
-        }
-    }
 
     #[tokio::test]
     async fn bytes_pass_both_ways_and_an_end_passes_on() {

@@ -122,6 +122,16 @@ pub struct Record {
     /// forwarder's record: no request lines, it saw none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forwarded_to: Option<Arc<str>>,
+    /// The destination is passthrough: the connection was checked before
+    /// the handshake, then its bytes were passed on to `resolved` as they
+    /// were, never decrypted; the record has no TLS, ALPN or request
+    /// fields of the gateway's own (it saw none). Omitted when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub passthrough: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Record {
@@ -157,6 +167,7 @@ impl Record {
             bytes_to_session: 0,
             via: None,
             forwarded_to: None,
+            passthrough: false,
         }
     }
 

@@ -38,6 +38,10 @@ pub struct Session {
     pub attempt: u32,
     /// Canonical destination names the session may reach, exactly.
     pub allowlist: HashSet<Name>,
+    /// The allowlist's names the account marks passthrough: their
+    /// connections are checked as any other before the handshake, then
+    /// passed on to the checked address as they are, never terminated.
+    pub passthrough: HashSet<Name>,
     /// The session CA (certificate, digest) and the leaves it signed.
     pub leaves: Arc<LeafCache>,
     /// TLS toward the session: leaves of this session's CA only.
@@ -140,6 +144,9 @@ pub struct SessionSpec {
     /// public key (none: held requests are declined at once).
     pub lock: Vec<LockRule>,
     pub relay_key: Option<[u8; 32]>,
+    /// The allowlist's passthrough names (none of them carries an
+    /// attachment or a Lock rule: the contract's spec refuses that).
+    pub passthrough: Vec<Name>,
 }
 
 impl SessionSpec {
@@ -176,6 +183,7 @@ impl SessionSpec {
             // Static sessions have no control plane, so no Lock.
             lock: Vec::new(),
             relay_key: None,
+            passthrough: spec.passthrough().to_vec(),
         })
     }
 }
@@ -184,6 +192,12 @@ impl Session {
     /// Whether `name` (canonical) is exactly on the allowlist.
     pub fn allows(&self, name: &Name) -> bool {
         self.allowlist.contains(name)
+    }
+
+    /// Whether `name` (canonical, allowed) is passed on without
+    /// termination.
+    pub fn passes_through(&self, name: &Name) -> bool {
+        self.passthrough.contains(name)
     }
 }
 
@@ -198,9 +212,13 @@ impl Session {
         proposer: Option<&Proposer>,
         lease: Lease,
     ) -> Result<Session, OpenError> {
+        // A passthrough name is never terminated, so the session's CA is
+        // not made to vouch for it: no certificate for it signed by this
+        // CA can verify.
         let names: Vec<String> = spec
             .allowlist
             .iter()
+            .filter(|n| !spec.passthrough.contains(n))
             .map(|n| n.as_str().to_owned())
             .collect();
         let ca = SessionCa::new(&CaParams::new(&spec.id, spec.attempt, gateway_id, names))?;
@@ -238,6 +256,7 @@ impl Session {
             tenant: Arc::from(spec.tenant.as_str()),
             attempt: spec.attempt,
             allowlist: spec.allowlist.into_iter().collect(),
+            passthrough: spec.passthrough.into_iter().collect(),
             tls: tls::server_config(Arc::new(resolver)),
             pool: Pool::new(Arc::clone(&upstream.dialing)),
             attachments: spec.attachments,
@@ -592,6 +611,7 @@ mod tests {
             attachments: Vec::new(),
             lock: Vec::new(),
             relay_key: None,
+            passthrough: Vec::new(),
         };
         Arc::new(Session::open(spec, "gw-a", &upstream, None, lease).unwrap())
     }

@@ -248,6 +248,18 @@ impl Pool {
             .map_err(ConnectError::failure)
     }
 
+    /// A plain TCP connection to the first of `addrs` (the addresses the
+    /// gate checked) that answers, on the destinations' port, within the
+    /// connect timeout: for a passthrough connection, whose TLS is the
+    /// session's own with the destination. Never pooled.
+    pub async fn dial_tcp(
+        &self,
+        addrs: &[IpAddr],
+    ) -> Result<(TcpStream, SocketAddr), ConnectFailure> {
+        let dialing = self.dialing();
+        self.tcp(addrs, &dialing).await
+    }
+
     fn h2_only(&self, name: &Name) -> bool {
         let idle = self.idle.locked();
         idle.get(name).is_some_and(|e| e.h2_only)

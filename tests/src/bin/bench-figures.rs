@@ -48,6 +48,7 @@
 //! control=DIR    a [control] table with the files `ControlPki::new(DIR)` writes
 //!                (`talos_e2e::control`), listening on 127.0.0.1:0
 //! plane=ADDR     with control=: ship signed batches to ADDR, spool in DIR/spool
+//! passthrough=1  NAME is passthrough: checked, then passed on unterminated
 //! ```
 
 use std::io::Read;
@@ -188,6 +189,7 @@ fn gateway_config(kv: &[&str]) -> Result<(), String> {
     let mut masked: Option<PathBuf> = None;
     let mut control: Option<PathBuf> = None;
     let mut plane: Option<String> = None;
+    let mut passthrough = false;
     let (mut records, mut work) = (PathBuf::new(), PathBuf::new());
     let mut name = String::new();
     let mut c = TestConfig {
@@ -235,6 +237,7 @@ fn gateway_config(kv: &[&str]) -> Result<(), String> {
                     .map_err(|_| format!("plane={v:?} is not ADDR:PORT"))?;
                 plane = Some(addr.to_string());
             }
+            "passthrough" => passthrough = v == "1",
             _ => return Err(format!("unknown key {k:?}")),
         }
     }
@@ -262,6 +265,9 @@ fn gateway_config(kv: &[&str]) -> Result<(), String> {
             c.secrets.push((format!("KEY{i}"), path));
             s.attach.push(format!("KEY{i}={name}:x-api-key-{i}"));
         }
+    }
+    if passthrough {
+        s.passthrough = vec![name.clone()];
     }
     s.allowlist = vec![name];
     if !s.id.is_empty() {

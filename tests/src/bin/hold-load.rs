@@ -98,6 +98,7 @@ async fn measure(dir: PathBuf, count: usize, conns: usize) -> serde_json::Value 
                 ..Default::default()
             }],
             relay_public_key: relay.key.public_key().to_vec(),
+            passthrough: Vec::new(),
             ..Default::default()
         })
         .await

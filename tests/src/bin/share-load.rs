@@ -263,6 +263,7 @@ async fn open(
             cause: "launch".into(),
             lock: rules(),
             relay_public_key: relay.key.public_key().to_vec(),
+            passthrough: Vec::new(),
             ..Default::default()
         })
         .await

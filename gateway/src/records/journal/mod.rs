@@ -172,6 +172,9 @@ pub(crate) enum OpensLine {
         /// The member the connection was handed to (the member link).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         forwarded_to: Option<String>,
+        /// The destination is passthrough (its bytes passed on unread).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        passthrough: bool,
     },
     Closed {
         conn: u64,

@@ -209,6 +209,7 @@ fn recover_one(
                     sni,
                     via,
                     forwarded_to,
+                    passthrough,
                 } => {
                     if let Some(o) = open.get_mut(&conn) {
                         o.passed = Some(Passed {
@@ -218,6 +219,7 @@ fn recover_one(
                             sni,
                             via,
                             forwarded_to,
+                            passthrough,
                         });
                     }
                 }
@@ -278,6 +280,7 @@ fn cut_record(
             // crash cut once: by the holder's record, the hand-off beside.
             record.via = g.via.map(Arc::from);
             record.forwarded_to = g.forwarded_to.map(Arc::from);
+            record.passthrough = g.passthrough;
             record.verdict = Verdict::Allowed;
         }
         None => record.verdict = Verdict::Undecided,
@@ -338,4 +341,5 @@ struct Passed {
     sni: String,
     via: Option<String>,
     forwarded_to: Option<String>,
+    passthrough: bool,
 }

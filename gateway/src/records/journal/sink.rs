@@ -102,6 +102,7 @@ impl RecordSink {
             sni: record.sni.clone().unwrap_or_default(),
             via: record.via.as_deref().map(str::to_owned),
             forwarded_to: record.forwarded_to.as_deref().map(str::to_owned),
+            passthrough: record.passthrough,
         };
         let (ack, rx) = oneshot::channel();
         self.send_opening(&line, None, Some(ack)).await;
