@@ -47,12 +47,13 @@ TALOS_TEST_WORKERS=1 cargo test -p talos-e2e --locked
 scripts/check-leftovers.sh --check "$before"
 FUZZ_SECONDS="${FUZZ_SECONDS:-15}" fuzz/smoke.sh
 # The comparison harness (benches/compare) as a smoke test, so it cannot rot
-# unnoticed: the debug binaries just built, the gateway and the direct
-# baseline, 1 s per figure, 200 idle connections. It fails if anything does
-# not start or check, or a run loses requests; it never judges speed. (The
-# peers are left out here: installing their packages would start system
-# services on a developer's machine.)
-QUICK=1 DURATION=1 IDLE_CONNS=200 QUIET_WAIT=0 NO_BUILD=1 PEERS="" RELAY=0 STRICT=1 \
+# unnoticed: the debug binaries just built, the gateway against a twin of
+# itself (AA=1) and the direct baseline, 2 interleaved rounds of 1 s per
+# figure, 200 idle connections. It fails if anything does not start or
+# check, or a run loses requests; it never judges speed, nor the spread.
+# (The peers are left out here: installing their packages would start
+# system services on a developer's machine.)
+QUICK=1 DURATION=1 ROUNDS=2 AA=1 IDLE_CONNS=200 QUIET_WAIT=0 NO_BUILD=1 PEERS="" RELAY=0 STRICT=1 \
   BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" benches/compare/run.sh
 # The capacity harness (benches/capacity) as a smoke test, likewise: the
 # debug binaries, 1 and then 20 sessions opened, used, renewed and closed

@@ -3,15 +3,22 @@
 # mitmproxy doing the same work (terminate TLS 1.3 with a leaf for the
 # destination name, re-encrypt TLS 1.3 to the origin with certificate
 # verification and upstream connection reuse, one worker each), plus a
-# direct client -> origin baseline. Prints one Markdown table with the
-# ratios gateway/peer. Every run is bounded in time; everything started
-# here is stopped by its PID on exit.
+# direct client -> origin baseline. Each figure runs in rounds that
+# interleave the systems: every system once a round, back to back, in an
+# order that rotates between rounds. Prints one Markdown table with the
+# medians over the rounds and the ratios gateway/peer: the median of the
+# per-round ratios and their spread, and a warning naming every ratio
+# whose spread is too wide to read. Every run is bounded in time;
+# everything started here is stopped by its PID on exit.
 #
-#   benches/compare/run.sh            # 10 s per figure, 10,000 idle connections
-#   QUICK=1 benches/compare/run.sh    # 3 s per figure, 1,000 idle connections
+#   benches/compare/run.sh            # 5 rounds of 10 s per figure, 10,000 idle connections
+#   QUICK=1 benches/compare/run.sh    # 3 rounds of 3 s per figure, 1,000 idle connections
+#   AA=1 PEERS="" RELAY=0 benches/compare/run.sh   # A/A: the gateway against a twin of itself
 #
 # Knobs (environment): QUICK=1; DURATION=SECONDS (per load run, overrides
-# QUICK); IDLE_CONNS=N (idle TLS connections held for the memory figure);
+# QUICK); ROUNDS=N (rounds per figure, default 5, 3 with QUICK=1);
+# AA=1 (a second, identical gateway, "gateway2", as one more peer: the
+# harness's own noise, gw/gateway2); IDLE_CONNS=N (idle TLS connections held for the memory figure);
 # IDLE_SOURCES=ADDR,... (client source addresses for them, each 127.0.0.x
 # with its own ephemeral ports; the gateway's session lists them all);
 # BIN_DIR=DIR (the release binaries, default $CARGO_TARGET_DIR/release or
@@ -21,7 +28,7 @@
 # judged); FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
 # TCP relay reference column); PASSTHROUGH=0 (leave out the gateway's
 # passthrough column); QUIET_WAIT=SECONDS (wait for other jobs to
-# leave the CPUs before each run, default 30); KEEP=1 (keep the work folder
+# leave the CPUs before each round and idle run, default 30); KEEP=1 (keep the work folder
 # /tmp/talos-compare.*); FROM=DIR (print the table again from a kept work
 # folder, and with STRICT=1 check it: no run).
 # The shell installs, starts and measures; the figures and the table are
@@ -38,12 +45,17 @@ cd "$(dirname "$0")/../.."
 . benches/lib.sh
 
 if [ "${QUICK:-0}" = 1 ]; then
-  dur=${DURATION:-3} idle_n=${IDLE_CONNS:-1000} speed_s=1
+  dur=${DURATION:-3} idle_n=${IDLE_CONNS:-1000} speed_s=1 rounds=${ROUNDS:-3}
 else
-  dur=${DURATION:-10} idle_n=${IDLE_CONNS:-10000} speed_s=3
+  dur=${DURATION:-10} idle_n=${IDLE_CONNS:-10000} speed_s=3 rounds=${ROUNDS:-5}
 fi
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare: ROUNDS=$rounds is not a count of rounds" >&2; exit 1; }
 idle_sources=${IDLE_SOURCES:-127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4}
 peers=${PEERS-nginx haproxy mitmproxy}
+# AA=1: a second gateway, configured as the first, is one more peer; its
+# ratios (gw/gateway2) are what the harness reads between two identical
+# systems: its own noise, measured in the same rounds as the others.
+[ "${AA:-0}" = 1 ] && peers="${peers:+$peers }gateway2"
 # The reference columns: the direct client -> origin run, and (RELAY=1, the
 # default) a plain TCP relay, HAProxy in TCP mode passing the client's TLS
 # through to the origin untouched: what moving the bytes through a
@@ -198,27 +210,32 @@ start_origin() {
 # the origin's CA as an extra trust anchor, records to a file), with one
 # runtime worker (`[runtime] workers = 1`: one thread serves everything).
 # Its session lists every IDLE_SOURCES address, since the gateway maps a
-# client to its session by source address.
+# client to its session by source address. TARGET (default gateway) names
+# it: AA=1 starts a second one, gateway2, with the same configuration and
+# files of its own.
 start_gateway() {
-  say "Starting the gateway with one runtime worker"
-  bench_gateway_toml file="$work/gateway.toml" id=gw-compare session=sbx-compare name="$name" \
+  local t=${1:-gateway} sfx=""
+  [ "$t" = gateway ] || sfx=".$t"
+  say "Starting $t with one runtime worker"
+  bench_gateway_toml file="$work/$t.toml" id="gw-compare-$t" session=sbx-compare name="$name" \
     sources="$idle_sources" dns="$dns" port="$origin_port" work="$work" \
-    records="$work/records.jsonl" trust="$work/session-ca.pem" \
+    records="$work/records$sfx.jsonl" trust="$work/session-ca$sfx.pem" \
     limits="max_connections = 30000
 session_connections = 30000
 session_handshakes = 30000
 shutdown_grace_ms = 2000" gateway="$bin/gateway"
-  "$bin/gateway" run --config "$work/gateway.toml" \
-    >"$work/gateway.out" 2>"$work/gateway.log" &
+  "$bin/gateway" run --config "$work/$t.toml" \
+    >"$work/$t.out" 2>"$work/$t.log" &
   local pid=$!
   pids+=("$pid")
   local line
-  line=$(bench_ready_line "$work/gateway.out")
-  port[gateway]=$(echo "$line" | figures json-field data | sed 's/.*://')
-  ca[gateway]=$work/session-ca.pem tpids[gateway]=$pid
-  bench_check_workers "$pid" "$line" 1 || die "the gateway is not serving with one worker"
-  echo "gateway 127.0.0.1:${port[gateway]} (pid $pid, 1 worker)" >&2
+  line=$(bench_ready_line "$work/$t.out")
+  port[$t]=$(echo "$line" | figures json-field data | sed 's/.*://')
+  ca[$t]=$work/session-ca$sfx.pem tpids[$t]=$pid
+  bench_check_workers "$pid" "$line" 1 || die "$t is not serving with one worker"
+  echo "$t 127.0.0.1:${port[$t]} (pid $pid, 1 worker)" >&2
 }
+start_gateway2() { start_gateway gateway2; }
 
 # The gateway again, NAME marked passthrough in its session (the same
 # limits, one worker): the pre-handshake stages, then the bytes moved
@@ -482,17 +499,19 @@ child_ticks() { figures child-ticks $$; }
 machine_ticks() { figures machine-ticks; }
 rss_kib() { figures rss-kib "$@"; }
 
-# Wait (at most QUIET_WAIT s, default 30) for a quiet machine (benches/lib.sh).
+# Wait (at most QUIET_WAIT s, default 30) for a quiet machine (benches/lib.sh):
+# before each round, each idle run and each AES-GCM floor.
 settle() { bench_settle compare 30; }
 
 # measure RUN TARGET COMMAND...: one bounded load; the CPU ticks of the
 # target (the proxy; the origin itself for "direct"), the origin, the client
-# and the rest of the machine.
+# and the rest of the machine. RUN is rN/FIGURE.TARGET: the round's folder.
+# No wait for a quiet machine here: a round waits once, before its first
+# run, so that the runs of a round follow each other back to back.
 measure() {
   local run=$1 t=$2; shift 2
   local tp p0 k0 o0 c0 m0 p1 k1 o1 c1 m1
   read -r -a tp <<<"${tpids[$t]}"
-  settle
   k0=$(sys_ticks "${tp[@]}")
   p0=$(ticks "${tp[@]}"); o0=$(ticks "$origin_pid"); c0=$(child_ticks); m0=$(machine_ticks)
   echo "$*" >"$work/$run.cmd"
@@ -552,42 +571,89 @@ idle_run() {
 # 16 KiB blocks (a TLS record's size), via the same OpenSSL as nginx and
 # HAProxy. The suites negotiated here are expected to be
 # TLS_AES_256_GCM_SHA384: first in the OpenSSL clients' and rustls's lists.
+# Measured once a round (it moved by 15 % between two single runs): each
+# round's "over the floor" figures use that round's, the header names the
+# median and the range.
 aes_floor() {
-  say "AES-256-GCM floor (openssl speed -evp aes-256-gcm, 16 KiB blocks, ${speed_s}s)"
-  settle
-  openssl speed -evp aes-256-gcm -bytes 16384 -seconds "$speed_s" >"$work/speed.out" 2>/dev/null
-  aes_bps=$(figures aes-floor "$work/speed.out")
-  echo "  $aes_bps bytes/s" >&2
+  say "AES-256-GCM floor (openssl speed -evp aes-256-gcm, 16 KiB blocks, ${speed_s}s, once a round)"
+  local r
+  for r in $(seq "$rounds"); do
+    settle
+    openssl speed -evp aes-256-gcm -bytes 16384 -seconds "$speed_s" >"$work/r$r/speed.out" 2>/dev/null
+    echo "  round $r: $(figures aes-floor "$work/r$r/speed.out") bytes/s" >&2
+  done
 }
 
 # FIGURES picks which of them run (all by default); the table leaves the
 # others' rows empty.
 has_figure() { case " $figures_on " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
+# The rounds. Round R runs the targets in their column order turned by R-1
+# places (direct relay gateway nginx ..., then relay gateway nginx ...
+# direct, ...), every figure alike: each system runs first, second, ...
+# and last in turn, so no system always follows the same one or always
+# meets the machine right after the wait for quiet. Each round's order is
+# kept in rN/order, and its runs' files in rN/.
+round_order() {
+  local -a t
+  read -r -a t <<<"$targets"
+  local n=${#t[@]} i out=()
+  for ((i = 0; i < n; i++)); do out+=("${t[$(((i + $1 - 1) % n))]}"); done
+  echo "${out[*]}"
+}
+prepare_rounds() {
+  local r
+  for r in $(seq "$rounds"); do
+    mkdir -p "$work/r$r"
+    round_order "$r" >"$work/r$r/order"
+  done
+}
+
+# in_rounds FUNCTION: ROUNDS rounds of one figure; FUNCTION ROUND TARGET
+# makes one run. A round waits for a quiet machine once, then runs every
+# target back to back in the round's order, so each ratio gateway/peer is
+# taken from two runs a few seconds apart.
+in_rounds() {
+  local r t order
+  for r in $(seq "$rounds"); do
+    read -r -a order <"$work/r$r/order"
+    settle
+    echo "  round $r/$rounds: ${order[*]}" >&2
+    for t in "${order[@]}"; do "$1" "r$r" "$t"; done
+  done
+}
+fig_h1() { wrk_run "$1/h1_small.$2" "$2" "$small_path" 32; }
+fig_h2() { h2load_run "$1/h2_small.$2" "$2" "$small_path" -D "$dur" -c 8 -m 32; }
+fig_mib() { wrk_run "$1/h1_1mib.$2" "$2" /download/1048576 4; }
+# "Connection: close": the target closes after each reply and wrk opens a
+# new connection (a full TLS handshake: it resumes no sessions) for the
+# next request, so requests/s = new connections/s.
+fig_newconn() { wrk_run "$1/h1_newconn.$2" "$2" "$small_path" 16 -H "Connection: close"; }
+
 run_all() {
   local t
+  # Memory is measured once (not in rounds): it moves by a tenth of a KiB
+  # per connection between runs, and holding 10,000 connections per
+  # system is the slowest part of the run.
   if has_figure idle; then
     say "Memory with $idle_n idle TLS connections (over $idle_sources)"
     for t in $proxies; do idle_run "$t"; done
   fi
   if has_figure h1; then
-    say "HTTP/1.1 keep-alive, 1 KiB replies (wrk -t1 -c32, ${dur}s each)"
-    for t in $targets; do wrk_run "h1_small.$t" "$t" "$small_path" 32; done
+    say "HTTP/1.1 keep-alive, 1 KiB replies (wrk -t1 -c32, ${dur}s each, $rounds rounds)"
+    in_rounds fig_h1
   fi
   if has_figure h2; then
-    say "HTTP/2 multiplexed, 1 KiB replies (h2load -c8 -m32, ${dur}s each)"
-    for t in $targets; do h2load_run "h2_small.$t" "$t" "$small_path" -D "$dur" -c 8 -m 32; done
+    say "HTTP/2 multiplexed, 1 KiB replies (h2load -c8 -m32, ${dur}s each, $rounds rounds)"
+    in_rounds fig_h2
   fi
   if has_figure mib; then
-    say "1 MiB replies over HTTP/1.1 (wrk -t1 -c4, ${dur}s each)"
-    for t in $targets; do wrk_run "h1_1mib.$t" "$t" /download/1048576 4; done
+    say "1 MiB replies over HTTP/1.1 (wrk -t1 -c4, ${dur}s each, $rounds rounds)"
+    in_rounds fig_mib
   fi
-  # "Connection: close": the target closes after each reply and wrk opens a
-  # new connection (a full TLS handshake: it resumes no sessions) for the
-  # next request, so requests/s = new connections/s.
   if has_figure newconn; then
-    say "New TLS connections, one request each (wrk -t1 -c16 Connection: close, ${dur}s each)"
-    for t in $targets; do wrk_run "h1_newconn.$t" "$t" "$small_path" 16 -H "Connection: close"; done
+    say "New TLS connections, one request each (wrk -t1 -c16 Connection: close, ${dur}s each, $rounds rounds)"
+    in_rounds fig_newconn
   fi
 }
 
@@ -606,6 +672,7 @@ write_run_env() {
     echo "glibc=$(getconf GNU_LIBC_VERSION | sed 's/^glibc //')"
     echo "glibc_tunables=${GLIBC_TUNABLES:-(none)}"
     echo "duration_s=$dur"
+    echo "rounds=$rounds"
     echo "idle_conns=$idle_n"
     echo "clk_tck=$tck"
     echo "refs=$refs"
@@ -630,6 +697,7 @@ proxies="gateway $peers"
 [[ " $refs " == *" relay "* ]] && start_relay
 [[ " $refs " == *" passthrough "* ]] && start_passthrough
 targets="$refs $proxies"
+prepare_rounds
 check_targets
 aes_floor
 run_all

@@ -18,6 +18,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub mod capacity;
+pub mod spread;
+
+pub use spread::{ratio_text, Spread, TOO_WIDE};
 
 /// The leading number of `s`, as awk reads a string as a number: leading
 /// blanks, then the longest prefix that is a decimal number; 0 if none.
@@ -279,13 +282,47 @@ fn disturbed(other: f64, tck: f64, seconds: f64) -> bool {
 
 // --- benches/compare ----------------------------------------------------------
 
+/// One round of the comparison: where its runs' files are, and the
+/// AES-GCM floor measured in it.
+#[derive(Debug)]
+struct Round {
+    /// The prefix of its runs' files in the work folder: "" for a run
+    /// without rounds (every file at the top), else `rN/`.
+    prefix: String,
+    /// AES-256-GCM bytes per second on one core (the round's `speed.out`),
+    /// 0 if none.
+    aes: f64,
+}
+
+/// One load run's figure in one round ([`Compare::figure`]).
+#[derive(Debug, Clone, Copy)]
+struct Figure {
+    /// The figure, in the unit the table prints (CPU-s per request for
+    /// `cpu1k`); `None` if the run gives none (no request got through).
+    v: Option<f64>,
+    /// Other jobs used more than a quarter of a CPU during the run.
+    star: bool,
+    /// The failed requests, when more than 1 % failed.
+    errors: Option<i64>,
+}
+
 /// The comparison harness's work folder (`benches/compare/run.sh`).
+///
+/// A run with rounds (`rounds=N` in `run.env`, from `ROUNDS`) keeps each
+/// round's load runs and AES-GCM floor in `rN/` (every system once a round,
+/// back to back, the order in `rN/order`), and the idle connections'
+/// readings, measured once, at the top. Each cell is then the median over
+/// the rounds, and each ratio gateway/peer the median of the per-round
+/// ratios with their spread ([`Spread`]). A work folder from before rounds
+/// (every file at the top) prints the table it printed then.
 #[derive(Debug)]
 pub struct Compare {
     dir: PathBuf,
     env: RunEnv,
     tck: f64,
-    aes: f64,
+    /// invariant: at least one; a folder without rounds is one round with
+    /// the prefix "".
+    rounds: Vec<Round>,
     /// The reference columns (`direct`, `relay`), the gateway, the peers.
     refs: Vec<String>,
     peers: Vec<String>,
@@ -294,15 +331,36 @@ pub struct Compare {
 impl Compare {
     pub fn open(dir: &Path) -> Result<Compare, String> {
         let env = RunEnv::read(&dir.join("run.env"))?;
-        let speed = std::fs::read_to_string(dir.join("speed.out")).unwrap_or_default();
+        let n = awk_num(env.get("rounds")) as usize;
+        let prefixes: Vec<String> = if n == 0 {
+            vec![String::new()]
+        } else {
+            (1..=n).map(|r| format!("r{r}/")).collect()
+        };
+        let rounds = prefixes
+            .into_iter()
+            .map(|prefix| {
+                let speed = std::fs::read_to_string(dir.join(format!("{prefix}speed.out")))
+                    .unwrap_or_default();
+                Round {
+                    aes: aes_bytes_per_second(&speed),
+                    prefix,
+                }
+            })
+            .collect();
         Ok(Compare {
             dir: dir.to_path_buf(),
             tck: env.tck(),
-            aes: aes_bytes_per_second(&speed),
+            rounds,
             refs: env.list("refs"),
             peers: env.list("peers"),
             env,
         })
+    }
+
+    /// Whether the run had rounds (`rN/` folders), even a single one.
+    fn in_rounds(&self) -> bool {
+        !self.rounds[0].prefix.is_empty()
     }
 
     /// Every target, as the table's columns: references, gateway, peers.
@@ -326,45 +384,104 @@ impl Compare {
         Run::read(&self.dir.join(format!("{run}.out")))
     }
 
-    /// One cell of a load run. Kinds: rps, p50, p99, mbps, cpu1k (CPU-s
-    /// per 1k requests, and per 100k after a slash), cpugb, syscpugb (the
-    /// kernel's part of cpugb), floor (CPU per GB over the two-pass
-    /// AES-GCM floor), busy (share of one core).
-    pub fn value(&self, run: &str, kind: &str) -> String {
-        let Some(cpu) = Fields::read(&self.dir.join(format!("{run}.cpu"))) else {
-            return "-".into();
-        };
-        let r = self.run(run);
+    /// One load run's figure in one round. Kinds: rps, p50 and p99 (ms),
+    /// mbps, cpu1k (CPU-s per request), cpugb, syscpugb (the kernel's part
+    /// of cpugb), floor (CPU per GB over the round's two-pass AES-GCM
+    /// floor), busy (percent of one core). `None` if the run has no CPU
+    /// readings: it did not run.
+    fn figure(&self, round: &Round, run: &str, kind: &str) -> Option<Figure> {
+        let name = format!("{}{run}", round.prefix);
+        let cpu = Fields::read(&self.dir.join(format!("{name}.cpu")))?;
+        let r = self.run(&name);
         let (n, s, b) = (r.requests, r.seconds, r.bytes);
         let tck = self.tck;
         let c = cpu.num("proxy_ticks") / tck;
         let kt = cpu.num("proxy_sys_ticks");
-        let dash = || "-".to_string();
-        let ms = |us: Option<f64>| us.map_or_else(dash, |u| fixed(u / 1000.0, 2));
-        let mut v = match kind {
-            "rps" if s > 0.0 => fixed(n / s, 0),
-            "p50" => ms(r.p50_us),
-            "p99" => ms(r.p99_us),
-            "mbps" if s > 0.0 => fixed(b / s / 1e6, 0),
-            "cpu1k" if n > 0.0 => format!("{} / {}", fixed(c / n * 1e3, 4), fixed(c / n * 1e5, 2)),
-            "cpugb" if b > 0.0 => fixed(c / b * 1e9, 2),
-            "syscpugb" if b > 0.0 => fixed(kt / tck / b * 1e9, 2),
-            "floor" if b > 0.0 && self.aes > 0.0 => {
-                format!("{}x", fixed((c / b * 1e9) / (2.0 * 1e9 / self.aes), 1))
-            }
-            "busy" if s > 0.0 => format!("{}%", fixed(100.0 * c / s, 0)),
-            _ => dash(),
+        let v = match kind {
+            "rps" if s > 0.0 => Some(n / s),
+            "p50" => r.p50_us.map(|u| u / 1000.0),
+            "p99" => r.p99_us.map(|u| u / 1000.0),
+            "mbps" if s > 0.0 => Some(b / s / 1e6),
+            "cpu1k" if n > 0.0 => Some(c / n),
+            "cpugb" if b > 0.0 => Some(c / b * 1e9),
+            "syscpugb" if b > 0.0 => Some(kt / tck / b * 1e9),
+            "floor" if b > 0.0 && round.aes > 0.0 => Some((c / b * 1e9) / (2.0 * 1e9 / round.aes)),
+            "busy" if s > 0.0 => Some(100.0 * c / s),
+            _ => None,
         };
-        if disturbed(cpu.num("other_ticks"), tck, s) {
-            v.push('*');
-        }
         // More than 1 % of the requests failed (integer division, as the
         // script's shell arithmetic).
         let (e, ni) = (r.errors as i64, r.requests as i64);
-        if e != 0 && e > ni / 100 {
+        Some(Figure {
+            v,
+            star: disturbed(cpu.num("other_ticks"), tck, s),
+            errors: (e != 0 && e > ni / 100).then_some(e),
+        })
+    }
+
+    /// A figure of `kind` as the table prints it: CPU-s per 1k requests
+    /// and per 100k after a slash for cpu1k, `2.0x` for floor, `93%` for
+    /// busy.
+    fn text(kind: &str, v: Option<f64>) -> String {
+        let Some(v) = v else {
+            return "-".into();
+        };
+        match kind {
+            "rps" | "mbps" => fixed(v, 0),
+            "cpu1k" => format!("{} / {}", fixed(v * 1e3, 4), fixed(v * 1e5, 2)),
+            "floor" => format!("{}x", fixed(v, 1)),
+            "busy" => format!("{}%", fixed(v, 0)),
+            _ => fixed(v, 2),
+        }
+    }
+
+    /// One cell of a load run (`RUN.TARGET`): its figure, the median over
+    /// the rounds that measured it; a star if other jobs disturbed any of
+    /// them; the failed requests of the rounds that lost more than 1 %.
+    pub fn value(&self, run: &str, kind: &str) -> String {
+        let figs: Vec<Figure> = self
+            .rounds
+            .iter()
+            .filter_map(|r| self.figure(r, run, kind))
+            .collect();
+        if figs.is_empty() {
+            return "-".into();
+        }
+        let values: Vec<f64> = figs.iter().filter_map(|f| f.v).collect();
+        let mut v = Self::text(kind, median(&values));
+        if figs.iter().any(|f| f.star) {
+            v.push('*');
+        }
+        if figs.iter().any(|f| f.errors.is_some()) {
+            let e: i64 = figs.iter().filter_map(|f| f.errors).sum();
             let _ = write!(v, " (errors {e})");
         }
         v
+    }
+
+    /// gateway/peer of a figure in each round, from the two runs of that
+    /// round (measured back to back); `None` for a round where either has
+    /// no figure.
+    pub fn round_ratios(&self, run: &str, kind: &str, peer: &str) -> Vec<Option<f64>> {
+        self.rounds
+            .iter()
+            .map(|r| {
+                let g = self.figure(r, &format!("{run}.gateway"), kind)?.v?;
+                let p = self.figure(r, &format!("{run}.{peer}"), kind)?.v?;
+                (g > 0.0 && p > 0.0).then(|| g / p)
+            })
+            .collect()
+    }
+
+    /// gateway/peer of a figure over the rounds: the median of the
+    /// per-round ratios and their spread; `None` if no round has both.
+    pub fn ratio_spread(&self, run: &str, kind: &str, peer: &str) -> Option<Spread> {
+        let r: Vec<f64> = self
+            .round_ratios(run, kind, peer)
+            .into_iter()
+            .flatten()
+            .collect();
+        Spread::of(&r)
     }
 
     /// One idle-connections cell. Kinds: rss0, rss1 (MiB), est, per_conn
@@ -396,7 +513,7 @@ impl Compare {
         }
     }
 
-    /// A table row over every target, then gateway/peer.
+    /// A table row over every target, then gateway/peer of the cells.
     fn row(&self, out: &mut String, label: &str, cell: impl Fn(&str) -> String) {
         let cells: Vec<String> = self.targets().into_iter().map(&cell).collect();
         let gw = &cells[self.refs.len()];
@@ -411,27 +528,146 @@ impl Compare {
         out.push('\n');
     }
 
-    /// The table, as the harness prints it.
-    pub fn table(&self) -> String {
+    /// A load run's row: every target's cell, then gateway/peer. With
+    /// rounds, each ratio is the median of the per-round ratios with their
+    /// spread; a spread too wide to read is marked and added to `wide`.
+    fn load_row(
+        &self,
+        out: &mut String,
+        label: &str,
+        run: &str,
+        kind: &str,
+        wide: &mut Vec<String>,
+    ) {
+        if !self.in_rounds() {
+            self.row(out, label, |t| self.value(&format!("{run}.{t}"), kind));
+            return;
+        }
+        let _ = write!(out, "| {label} |");
+        for t in self.targets() {
+            let _ = write!(out, " {} |", self.value(&format!("{run}.{t}"), kind));
+        }
+        for p in &self.peers {
+            let cell = match self.ratio_spread(run, kind, p) {
+                Some(s) => {
+                    if s.too_wide() {
+                        wide.push(format!("{label}, gw/{p}: rounds {}", s.range()));
+                    }
+                    s.cell()
+                }
+                None => "-".into(),
+            };
+            let _ = write!(out, " {cell} |");
+        }
+        out.push('\n');
+    }
+
+    /// The table's load rows before the idle ones: (label, run, kind).
+    const LOAD_ROWS: [(&'static str, &'static str, &'static str); 12] = [
+        (
+            "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)",
+            "h1_small",
+            "cpu1k",
+        ),
+        (
+            "CPU-s per 1k / per 100k req, HTTP/2 1 KiB",
+            "h2_small",
+            "cpu1k",
+        ),
+        (
+            "CPU-s per 1k / per 100k new TLS connections",
+            "h1_newconn",
+            "cpu1k",
+        ),
+        ("CPU-s per GB, 1 MiB replies", "h1_1mib", "cpugb"),
+        ("… over the AES-GCM floor (2 passes)", "h1_1mib", "floor"),
+        (
+            "… of which in the kernel (system time), CPU-s per GB",
+            "h1_1mib",
+            "syscpugb",
+        ),
+        (
+            "HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32)",
+            "h1_small",
+            "rps",
+        ),
+        ("… p50 latency, ms", "h1_small", "p50"),
+        ("… p99 latency, ms", "h1_small", "p99"),
+        (
+            "HTTP/2 multiplexed 1 KiB: req/s (h2load -c8 -m32)",
+            "h2_small",
+            "rps",
+        ),
+        ("1 MiB replies, HTTP/1.1: MB/s (wrk -c4)", "h1_1mib", "mbps"),
+        (
+            "new TLS connections/s, one request each (wrk -c16)",
+            "h1_newconn",
+            "rps",
+        ),
+    ];
+
+    /// The table's busy rows, after the idle ones.
+    const BUSY_ROWS: [(&'static str, &'static str, &'static str); 4] = [
+        (
+            "busy (share of one core), HTTP/1.1 1 KiB",
+            "h1_small",
+            "busy",
+        ),
+        ("busy, HTTP/2 1 KiB", "h2_small", "busy"),
+        ("busy, 1 MiB replies", "h1_1mib", "busy"),
+        ("busy, new connections", "h1_newconn", "busy"),
+    ];
+
+    /// The header line: the machine, the run's length, the AES-GCM floor
+    /// (with rounds, its median and the rounds' range).
+    fn header(&self, o: &mut String) {
         let e = &self.env;
-        let aes = self.aes;
-        let mut o = String::new();
-        o.push('\n');
+        let floors: Vec<f64> = self
+            .rounds
+            .iter()
+            .map(|r| r.aes)
+            .filter(|a| *a > 0.0)
+            .collect();
+        let aes = Spread::of(&floors);
+        let med = aes.map_or(0.0, |s| s.median);
+        let mut runs = format!("{} s per load run", e.get("duration_s"));
+        let mut floor_range = String::new();
+        if self.in_rounds() {
+            let _ = write!(
+                runs,
+                ", {} rounds per figure (each system once a round, back to back, the order rotating)",
+                self.rounds.len()
+            );
+            if let Some(s) = aes.filter(|s| s.rounds >= 2) {
+                floor_range = format!(
+                    " (rounds {}–{})",
+                    fixed(s.min / 1e6, 0),
+                    fixed(s.max / 1e6, 0)
+                );
+            }
+        }
         let _ = writeln!(
             o,
-            "{}, nproc {}, {}, Linux {}, glibc {}, GLIBC_TUNABLES={}; {} s per load run, {} idle connections; AES-256-GCM floor {} MB/s = {} CPU-s per GB one pass, {} for decrypt + re-encrypt",
+            "{}, nproc {}, {}, Linux {}, glibc {}, GLIBC_TUNABLES={}; {runs}, {} idle connections; AES-256-GCM floor {} MB/s{floor_range} = {} CPU-s per GB one pass, {} for decrypt + re-encrypt",
             e.get("date"),
             e.get("nproc"),
             e.get("cpu"),
             e.get("kernel"),
             e.get("glibc"),
             e.get("glibc_tunables"),
-            e.get("duration_s"),
             e.get("idle_conns"),
-            fixed(aes / 1e6, 0),
-            fixed(1e9 / aes, 2),
-            fixed(2e9 / aes, 2),
+            fixed(med / 1e6, 0),
+            fixed(1e9 / med, 2),
+            fixed(2e9 / med, 2),
         );
+    }
+
+    /// The table, as the harness prints it.
+    pub fn table(&self) -> String {
+        let e = &self.env;
+        let mut o = String::new();
+        o.push('\n');
+        self.header(&mut o);
         o.push('\n');
         o.push_str("| figure |");
         for t in self.targets() {
@@ -446,53 +682,9 @@ impl Compare {
             o.push_str("---:|");
         }
         o.push('\n');
-        let run = |label: &str, run: &str, kind: &str| {
-            (label.to_string(), run.to_string(), kind.to_string())
-        };
-        let before_idle = [
-            run(
-                "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)",
-                "h1_small",
-                "cpu1k",
-            ),
-            run(
-                "CPU-s per 1k / per 100k req, HTTP/2 1 KiB",
-                "h2_small",
-                "cpu1k",
-            ),
-            run(
-                "CPU-s per 1k / per 100k new TLS connections",
-                "h1_newconn",
-                "cpu1k",
-            ),
-            run("CPU-s per GB, 1 MiB replies", "h1_1mib", "cpugb"),
-            run("… over the AES-GCM floor (2 passes)", "h1_1mib", "floor"),
-            run(
-                "… of which in the kernel (system time), CPU-s per GB",
-                "h1_1mib",
-                "syscpugb",
-            ),
-            run(
-                "HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32)",
-                "h1_small",
-                "rps",
-            ),
-            run("… p50 latency, ms", "h1_small", "p50"),
-            run("… p99 latency, ms", "h1_small", "p99"),
-            run(
-                "HTTP/2 multiplexed 1 KiB: req/s (h2load -c8 -m32)",
-                "h2_small",
-                "rps",
-            ),
-            run("1 MiB replies, HTTP/1.1: MB/s (wrk -c4)", "h1_1mib", "mbps"),
-            run(
-                "new TLS connections/s, one request each (wrk -c16)",
-                "h1_newconn",
-                "rps",
-            ),
-        ];
-        for (label, r, kind) in &before_idle {
-            self.row(&mut o, label, |t| self.value(&format!("{r}.{t}"), kind));
+        let mut wide = Vec::new();
+        for (label, run, kind) in Self::LOAD_ROWS {
+            self.load_row(&mut o, label, run, kind, &mut wide);
         }
         let idle_n = e.get("idle_conns");
         let idle = [
@@ -510,18 +702,8 @@ impl Compare {
         for (label, kind) in &idle {
             self.row(&mut o, label, |t| self.idle_value(t, kind));
         }
-        let busy = [
-            run(
-                "busy (share of one core), HTTP/1.1 1 KiB",
-                "h1_small",
-                "busy",
-            ),
-            run("busy, HTTP/2 1 KiB", "h2_small", "busy"),
-            run("busy, 1 MiB replies", "h1_1mib", "busy"),
-            run("busy, new connections", "h1_newconn", "busy"),
-        ];
-        for (label, r, kind) in &busy {
-            self.row(&mut o, label, |t| self.value(&format!("{r}.{t}"), kind));
+        for (label, run, kind) in Self::BUSY_ROWS {
+            self.load_row(&mut o, label, run, kind, &mut wide);
         }
         o.push('\n');
         o.push_str("The direct column's CPU figures are the origin's own.\n");
@@ -531,16 +713,24 @@ impl Compare {
         if self.refs.iter().any(|r| r == "passthrough") {
             o.push_str("The passthrough's are the gateway's with the name marked passthrough: the gate's checks before the handshake, then the TLS passed through to the origin unread, by splice(2).\n");
         }
-        o.push_str("\\* other jobs on the machine used more than a quarter of a CPU during that run. Ratios are\n");
-        o.push_str("gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1.\n");
+        if self.in_rounds() {
+            self.spread_notes(&mut o, &wide);
+        } else {
+            o.push_str("\\* other jobs on the machine used more than a quarter of a CPU during that run. Ratios are\n");
+            o.push_str("gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1.\n");
+        }
         o.push('\n');
-        o.push_str(
-            "Failed requests/connections per run (the end of a timed wrk run may cut a few):\n",
-        );
+        if self.in_rounds() {
+            o.push_str("Failed requests/connections per figure, summed over the rounds (the end of a timed wrk run may cut a few):\n");
+        } else {
+            o.push_str(
+                "Failed requests/connections per run (the end of a timed wrk run may cut a few):\n",
+            );
+        }
         for r in ["h1_small", "h2_small", "h1_1mib", "h1_newconn"] {
             let _ = write!(o, "  {r}:");
             for t in self.targets() {
-                let _ = write!(o, " {t} {}", fixed(self.run(&format!("{r}.{t}")).errors, 0));
+                let _ = write!(o, " {t} {}", self.failed(&format!("{r}.{t}")));
             }
             o.push('\n');
         }
@@ -561,13 +751,93 @@ impl Compare {
         o
     }
 
+    /// The failed requests of a load run (`RUN.TARGET`). Without rounds as
+    /// the shell printed them (a run that did not run counts 1); with
+    /// rounds, summed over the rounds that ran it, `-` if none did.
+    fn failed(&self, run: &str) -> String {
+        if !self.in_rounds() {
+            return fixed(self.run(run).errors, 0);
+        }
+        let ran: Vec<String> = self
+            .rounds
+            .iter()
+            .map(|r| format!("{}{run}", r.prefix))
+            .filter(|name| self.dir.join(format!("{name}.cpu")).exists())
+            .collect();
+        if ran.is_empty() {
+            return "-".into();
+        }
+        fixed(ran.iter().map(|name| self.run(name).errors).sum(), 0)
+    }
+
+    /// With rounds: how to read the cells and the spread, the ratios too
+    /// wide to read, every round's ratios, and the order of each round.
+    fn spread_notes(&self, o: &mut String, wide: &[String]) {
+        let n = self.rounds.len();
+        let _ = writeln!(
+            o,
+            "Each cell is the median over the {n} rounds; \\* other jobs on the machine used more than a quarter of a CPU during one of its runs. Ratios are gateway/peer: for CPU, latency and memory below 1 is better for the gateway, for rates above 1. Each is the median of the per-round ratios (the two runs of a round measured back to back), with the lowest and highest round in parentheses; \" !\" marks a spread too wide to read (highest round over lowest above {}). The idle rows are one run each.",
+            fixed(TOO_WIDE, 2)
+        );
+        o.push('\n');
+        if wide.is_empty() {
+            let _ = writeln!(
+                o,
+                "Every ratio's spread is within {} (highest round over lowest).",
+                fixed(TOO_WIDE, 2)
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "**WARNING: too wide to read** ({} of the ratios: highest round over lowest above {}; more rounds, longer runs or a quieter machine):",
+                wide.len(),
+                fixed(TOO_WIDE, 2)
+            );
+            for w in wide {
+                let _ = writeln!(o, "- {w}");
+            }
+        }
+        if self.peers.is_empty() {
+            return;
+        }
+        o.push('\n');
+        o.push_str("Every round's ratio gateway/peer, in round order:\n\n| figure |");
+        for p in &self.peers {
+            let _ = write!(o, " gw/{p} |");
+        }
+        o.push_str("\n|---|");
+        for _ in &self.peers {
+            o.push_str("---|");
+        }
+        o.push('\n');
+        for (label, run, kind) in Self::LOAD_ROWS.iter().chain(&Self::BUSY_ROWS) {
+            let _ = write!(o, "| {label} |");
+            for p in &self.peers {
+                let r: Vec<String> = self
+                    .round_ratios(run, kind, p)
+                    .into_iter()
+                    .map(|r| r.map_or_else(|| "-".into(), ratio_text))
+                    .collect();
+                let _ = write!(o, " {} |", r.join(" "));
+            }
+            o.push('\n');
+        }
+        o.push('\n');
+        o.push_str("The order of the systems in each round (every figure alike):\n");
+        for (i, r) in self.rounds.iter().enumerate() {
+            let order = std::fs::read_to_string(self.dir.join(format!("{}order", r.prefix)))
+                .unwrap_or_else(|_| "?".into());
+            let _ = writeln!(o, "  round {}: {}", i + 1, order.trim());
+        }
+    }
+
     /// STRICT=1: every load run that ran got requests through and lost at
     /// most 1 % of them, and every target held its idle connections.
     /// Returns the complaints, one a line (none: it passed).
     pub fn check(&self) -> Vec<String> {
         let mut bad = Vec::new();
-        let names = |suffix: &str| {
-            let mut v: Vec<String> = std::fs::read_dir(&self.dir)
+        let names = |dir: &Path, suffix: &str| {
+            let mut v: Vec<String> = std::fs::read_dir(dir)
                 .into_iter()
                 .flatten()
                 .flatten()
@@ -577,15 +847,20 @@ impl Compare {
             v.sort();
             v
         };
-        for f in names(".cpu") {
-            let run = f.trim_end_matches(".cpu");
-            let r = self.run(run);
-            let (n, e) = (r.requests as i64, r.errors as i64);
-            if n == 0 || e > n / 100 {
-                bad.push(format!("{run}: {n} requests, {e} failed"));
+        for round in &self.rounds {
+            for f in names(&self.dir.join(&round.prefix), ".cpu") {
+                let run = format!("{}{}", round.prefix, f.trim_end_matches(".cpu"));
+                let r = self.run(&run);
+                let (n, e) = (r.requests as i64, r.errors as i64);
+                if n == 0 || e > n / 100 {
+                    bad.push(format!("{run}: {n} requests, {e} failed"));
+                }
             }
         }
-        for f in names(".res").into_iter().filter(|n| n.starts_with("idle.")) {
+        for f in names(&self.dir, ".res")
+            .into_iter()
+            .filter(|n| n.starts_with("idle."))
+        {
             let path = self.dir.join(&f);
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             if Fields::parse(&text).get("failed") != "0" {
@@ -1171,6 +1446,140 @@ mod tests {
             };
             assert_eq!(format!("{check}{verdict}"), want, "{d}");
         }
+    }
+
+    /// A run with rounds (`benches/compare/run.sh` with `ROUNDS=2 AA=1`):
+    /// the table bench-figures printed then, from the files it kept.
+    #[test]
+    fn compare_rounds_table_as_kept() {
+        let dir = testdata("compare/rounds");
+        let c = Compare::open(&dir).unwrap();
+        let want = std::fs::read_to_string(dir.join("table.md")).unwrap();
+        assert_eq!(c.table(), want);
+        assert!(c.check().is_empty());
+    }
+
+    /// Each round's ratio comes from the two runs of that round, and the
+    /// ratio is their median, not the ratio of the cells' medians.
+    #[test]
+    fn compare_ratios_pair_the_runs_of_a_round() {
+        let c = Compare::open(&testdata("compare/rounds")).unwrap();
+        // CPU-s per request: the target's ticks (100 a second) over the
+        // requests wrk counted, in r1/ and r2/h1_small.gateway{,2}.*.
+        let (g1, a1) = (0.64 / 3443.0, 0.54 / 3220.0);
+        let (g2, a2) = (0.39 / 1525.0, 0.33 / 1233.0);
+        let r = c.round_ratios("h1_small", "cpu1k", "gateway2");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(
+            close(r[0].unwrap(), g1 / a1) && close(r[1].unwrap(), g2 / a2),
+            "{r:?}"
+        );
+        let s = c.ratio_spread("h1_small", "cpu1k", "gateway2").unwrap();
+        assert!(close(s.median, (g1 / a1 + g2 / a2) / 2.0));
+        assert_eq!((s.min, s.max, s.rounds), (g2 / a2, g1 / a1, 2));
+        assert_eq!(s.cell(), "1.03 (0.96–1.11) !");
+        // The cells: each target's median over the rounds (starred: the
+        // machine was busy), whose ratio is another figure.
+        assert_eq!(c.value("h1_small.gateway", "cpu1k"), "0.2208 / 22.08*");
+        assert_eq!(c.value("h1_small.gateway2", "cpu1k"), "0.2177 / 21.77*");
+        let of_medians = ((g1 + g2) / 2.0) / ((a1 + a2) / 2.0);
+        assert!((of_medians - s.median).abs() > 0.01, "{of_medians}");
+    }
+
+    /// Writes a compare work folder with rounds: the gateway and one peer,
+    /// HTTP/1.1 only, each run 1 s (`ROUND: GW_TICKS GW_REQUESTS PEER_TICKS
+    /// PEER_REQUESTS PEER_ERRORS`).
+    fn rounds_folder(d: &Path, rounds: &[(f64, f64, f64, f64, f64)]) {
+        std::fs::write(
+            d.join("run.env"),
+            format!(
+                "duration_s=1\nrounds={}\nidle_conns=0\nclk_tck=100\nrefs=\npeers=nginx\n",
+                rounds.len()
+            ),
+        )
+        .unwrap();
+        for (i, (gt, gn, pt, pn, pe)) in rounds.iter().enumerate() {
+            let r = d.join(format!("r{}", i + 1));
+            std::fs::create_dir_all(&r).unwrap();
+            std::fs::write(r.join("order"), "gateway nginx\n").unwrap();
+            for (t, ticks, n, e) in [("gateway", gt, gn, 0.0), ("nginx", pt, pn, *pe)] {
+                std::fs::write(
+                    r.join(format!("h1_small.{t}.cpu")),
+                    format!("proxy_ticks={ticks} proxy_sys_ticks=0 origin_ticks=0 client_ticks=0 other_ticks=0\n"),
+                )
+                .unwrap();
+                std::fs::write(
+                    r.join(format!("h1_small.{t}.out")),
+                    format!("RESULT requests={n} bytes=0 duration_us=1000000 errors={e} non2xx=0 p50_us=100 p99_us=200\n"),
+                )
+                .unwrap();
+            }
+        }
+    }
+
+    /// Three rounds: gateway/nginx CPU per request 0.5, 0.6 and 0.4, so
+    /// the median 0.5 and a spread of 1.5, too wide to read; the rates
+    /// agree in every round. A failed run is named with its round.
+    #[test]
+    fn compare_rounds_spread_and_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        rounds_folder(
+            d,
+            &[
+                (10.0, 1000.0, 20.0, 1000.0, 0.0),
+                (12.0, 1000.0, 20.0, 1000.0, 0.0),
+                (10.0, 1000.0, 25.0, 1000.0, 0.0),
+            ],
+        );
+        let c = Compare::open(d).unwrap();
+        let s = c.ratio_spread("h1_small", "cpu1k", "nginx").unwrap();
+        assert!((s.median - 0.5).abs() < 1e-12 && (s.min - 0.4).abs() < 1e-12);
+        assert!((s.max - 0.6).abs() < 1e-12 && s.too_wide(), "{s:?}");
+        let rate = c.ratio_spread("h1_small", "rps", "nginx").unwrap();
+        assert_eq!((rate.median, rate.min, rate.max), (1.0, 1.0, 1.0));
+        assert!(!rate.too_wide());
+        let t = c.table();
+        assert!(t.contains("| CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better) | 0.1000 / 10.00 | 0.2000 / 20.00 | 0.50 (0.40–0.60) ! |\n"), "{t}");
+        assert!(t.contains("| HTTP/1.1 keep-alive 1 KiB: req/s (wrk -c32) | 1000 | 1000 | 1.00 (1.00–1.00) |\n"), "{t}");
+        // CPU per request and the share of a core it made: both too wide.
+        assert!(
+            t.contains("**WARNING: too wide to read** (2 of the ratios"),
+            "{t}"
+        );
+        assert!(t.contains("\n- CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better), gw/nginx: rounds 0.40–0.60 (1.50×)\n"), "{t}");
+        assert!(t.contains("\n- busy (share of one core), HTTP/1.1 1 KiB, gw/nginx: rounds 0.40–0.60 (1.50×)\n"), "{t}");
+        assert!(t.contains("; 1 s per load run, 3 rounds per figure (each system once a round, back to back, the order rotating), 0 idle connections;"), "{t}");
+        assert!(
+            t.contains("  h1_small: gateway 0 nginx 0\n  h2_small: gateway - nginx -\n"),
+            "{t}"
+        );
+        assert!(t.contains("| CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better) | 0.50 0.60 0.40 |\n"), "{t}");
+        assert!(t.contains("  round 3: gateway nginx\n"), "{t}");
+        // The figures that did not run are dashes, and no warning.
+        assert!(t.contains("| busy, HTTP/2 1 KiB | - | - | - |\n"), "{t}");
+        assert!(c.check().is_empty());
+
+        // Rounds that agree: no warning. A round whose peer lost more than
+        // 1 % of its requests: the check names the round, the cell the
+        // errors.
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        rounds_folder(
+            d,
+            &[
+                (10.0, 1000.0, 20.0, 1000.0, 0.0),
+                (10.0, 1000.0, 21.0, 1000.0, 20.0),
+            ],
+        );
+        let c = Compare::open(d).unwrap();
+        let t = c.table();
+        assert!(t.contains("Every ratio's spread is within 1.15"), "{t}");
+        assert!(
+            t.contains("| 0.2050 / 20.50 (errors 20) | 0.49 (0.48–0.50) |"),
+            "{t}"
+        );
+        assert_eq!(c.check(), ["r2/h1_small.nginx: 1000 requests, 20 failed"]);
     }
 
     /// The load comparison's tables from a kept work folder.
