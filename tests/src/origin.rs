@@ -101,6 +101,9 @@ pub struct Seen {
     pub accepted: usize,
     /// Of those, connections that have ended (either side closed).
     pub closed: usize,
+    /// Of the accepted, handshakes that resumed a TLS session the origin
+    /// had given a ticket for (its rustls cache, in memory).
+    pub resumed: usize,
 }
 
 /// What the origin's tasks tell the test.
@@ -197,7 +200,12 @@ impl Origin {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    events.seen.send_modify(|s| s.accepted += 1);
+                    let resumed =
+                        tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    events.seen.send_modify(|s| {
+                        s.accepted += 1;
+                        s.resumed += usize::from(resumed);
+                    });
                     let for_requests = Arc::clone(&events);
                     let service = hyper::service::service_fn(move |req: Request<_>| {
                         for_requests

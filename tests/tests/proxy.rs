@@ -672,6 +672,9 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
     assert_eq!(fetch(&mut a, "GET", "/close").await.0, 200);
     assert_eq!(fetch(&mut a, "GET", "/bytes/5").await.1, pattern(5));
     assert_eq!(accepted(), 2, "the closed connection was replaced");
+    // The destination gave tickets on the first: the replacement resumed
+    // its TLS session (the pool keeps them, in memory, for its session).
+    assert_eq!(origin.seen().resumed, 1, "the replacement resumed");
 
     // Two at once: two connections; then both are pooled.
     let mut b = rig.connect(GOOD, false).await;
@@ -717,7 +720,9 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
         seen,
         talos_e2e::origin::Seen {
             accepted: 3,
-            closed: 2
+            closed: 2,
+            // Every connection after the first resumed.
+            resumed: 2,
         }
     );
     let mut c = rig.connect(GOOD, false).await;
@@ -742,4 +747,51 @@ async fn http1_destination_connections_are_reused_closed_and_replaced() {
     })
     .await;
     assert_eq!(records.len(), 4, "{records:#?}");
+}
+
+/// TLS sessions with destinations are resumed within a session only: a
+/// session's pool keeps the tickets its destinations gave, and another
+/// session's pool neither sees nor offers them. Each `/close` reply ends
+/// its destination connection (HTTP/1.1 all the way), so every request
+/// below makes a new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn destination_tls_sessions_resume_within_their_session_only() {
+    const OTHER_SOURCE: &str = "127.0.0.3";
+    let rig: Single = Single::builder()
+        .session(&[GOOD])
+        .also_session("sess-2", OTHER_SOURCE, &[GOOD])
+        .start_loopback(&[GOOD])
+        .await;
+    let origin = &rig.peers.origin;
+    let other_ca = rig.dir.join("sess-2-ca.pem");
+    let close = |source: &str| {
+        let ca = if source == OTHER_SOURCE {
+            other_ca.as_path()
+        } else {
+            rig.trust.as_path()
+        };
+        // curl blocks: the origin and the DNS server go on on other workers.
+        let got = talos_e2e::rig::blocking(|| {
+            talos_e2e::clients::Curl::via(rig.gateway.data, ca, GOOD)
+                .from(source)
+                .args(&["--http1.1"])
+                .run("/close")
+        });
+        assert_eq!(got.status, 200, "{source}: {}", rig.gateway.log());
+        origin.seen()
+    };
+    let seen = close(talos_e2e::clients::SESSION_SOURCE);
+    assert_eq!((seen.accepted, seen.resumed), (1, 0), "the first: full");
+    // The other session's first connection: a full handshake, although
+    // the gateway holds tickets for this destination (the first session's).
+    let seen = close(OTHER_SOURCE);
+    assert_eq!((seen.accepted, seen.resumed), (2, 0), "another session's");
+    let seen = close(talos_e2e::clients::SESSION_SOURCE);
+    assert_eq!(
+        (seen.accepted, seen.resumed),
+        (3, 1),
+        "resumed in its session"
+    );
+    let seen = close(OTHER_SOURCE);
+    assert_eq!((seen.accepted, seen.resumed), (4, 2), "and in the other's");
 }

@@ -258,7 +258,7 @@ impl Session {
             allowlist: spec.allowlist.into_iter().collect(),
             passthrough: spec.passthrough.into_iter().collect(),
             tls: tls::server_config(Arc::new(resolver)),
-            pool: Pool::new(Arc::clone(&upstream.dialing)),
+            pool: Pool::new(&upstream.dialing),
             attachments: spec.attachments,
             approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned()),
             mask,
@@ -287,7 +287,7 @@ impl Session {
     /// Apply a reload's settings: new upstream connections are made as
     /// `upstream` says, and the share's bounds are its bounds.
     pub fn retune(&self, upstream: &UpstreamSettings) {
-        self.pool.redial(Arc::clone(&upstream.dialing));
+        self.pool.redial(&upstream.dialing);
         self.share.set_limits(&upstream.share);
     }
 

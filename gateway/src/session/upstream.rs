@@ -24,6 +24,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::client::{ClientSessionMemoryCache, ClientSessionStore, Resumption};
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
@@ -185,30 +186,64 @@ impl Dialing {
             port,
         }
     }
+
+    /// This dialing for one pool: the same, but resuming TLS only with
+    /// the tickets in `tickets` (the pool's own), so that no destination
+    /// ever sees one session resume another's TLS session.
+    fn with_tickets(&self, tickets: &Arc<dyn ClientSessionStore>) -> Dialing {
+        let own = |c: &Arc<rustls::ClientConfig>| {
+            let mut c = (**c).clone();
+            c.resumption = Resumption::store(Arc::clone(tickets));
+            Arc::new(c)
+        };
+        Dialing {
+            tls: own(&self.tls),
+            tls_h1: own(&self.tls_h1),
+            connect_timeout: self.connect_timeout,
+            port: self.port,
+        }
+    }
 }
+
+/// Destinations a pool keeps TLS tickets for: rustls keeps up to 8 per
+/// destination, the oldest destination going first past this many.
+const TICKET_DESTINATIONS: usize = 16;
+/// rustls's own bound on the tickets it keeps per destination.
+const MAX_TICKETS_PER_DESTINATION: usize = 8;
 
 /// One session's upstream connections.
 #[derive(Debug)]
 pub struct Pool {
     /// Read once per new connection; a reload replaces it, and pooled
-    /// connections go on as they were made.
+    /// connections go on as they were made. Its TLS configs resume with
+    /// `tickets` alone.
     dialing: std::sync::RwLock<Arc<Dialing>>,
+    /// The TLS sessions this pool's destinations offered to resume (a
+    /// destination's tickets, in memory): the pool's own, dropped with it,
+    /// kept across a reload.
+    tickets: Arc<dyn ClientSessionStore>,
     // The lock is held only to push or pop, never across an await.
     idle: Mutex<HashMap<Name, Idle>>,
 }
 
 impl Pool {
     /// A pool whose new connections are made as `dialing` says.
-    pub fn new(dialing: Arc<Dialing>) -> Pool {
+    pub fn new(dialing: &Dialing) -> Pool {
+        let tickets: Arc<dyn ClientSessionStore> = Arc::new(ClientSessionMemoryCache::new(
+            TICKET_DESTINATIONS * MAX_TICKETS_PER_DESTINATION,
+        ));
         Pool {
-            dialing: std::sync::RwLock::new(dialing),
+            dialing: std::sync::RwLock::new(Arc::new(dialing.with_tickets(&tickets))),
+            tickets,
             idle: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Make new connections as `dialing` says from now on.
-    pub fn redial(&self, dialing: Arc<Dialing>) {
-        *self.dialing.write_locked() = dialing;
+    /// Make new connections as `dialing` says from now on (resuming with
+    /// the tickets this pool already holds).
+    pub fn redial(&self, dialing: &Dialing) {
+        let own = Arc::new(dialing.with_tickets(&self.tickets));
+        *self.dialing.write_locked() = own;
     }
 
     fn dialing(&self) -> Arc<Dialing> {
