@@ -5,9 +5,10 @@
 //!   certificate resolver mints (once) a leaf for the hello's name under the
 //!   session's own CA, and whose TLS 1.3 resumption state is its own
 //!   (stateful tickets in its memory, dropped with the authority).
-//! - Toward destinations, a [`rustls::ClientConfig`] per session that checks
+//! - Toward destinations, a [`rustls::ClientConfig`] that checks
 //!   certificates against the public roots (webpki-roots) plus only those
-//!   extra anchors the config names explicitly. One per session so that not
+//!   extra anchors the config names explicitly. Each session's pool uses
+//!   it with a resumption store of its own (`session::upstream`), so not
 //!   even TLS resumption state is shared between sessions: a destination
 //!   that offers tickets is resumed within the session only.
 //! - On the control channel, mutual TLS with the control CA as the only
@@ -29,8 +30,26 @@ use talos_certs::LeafCache;
 /// ALPN offered to sessions and to destinations, in preference order.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
+/// aws-lc's provider with the TLS 1.3 suites in the gateway's order of
+/// preference: AES-128-GCM with SHA-256 first, then AES-256-GCM with
+/// SHA-384, then ChaCha20-Poly1305. The key exchanges offered (X25519,
+/// P-256) give 128-bit security, which AES-128 matches; AES-256 adds 4
+/// rounds a block to every byte, and SHA-384 runs without hardware help
+/// on CPUs that have SHA-256's (aws-lc uses its SHA-512 vector code on
+/// Intel only: on AMD Zen, HKDF over SHA-384 was 13 % of the gateway's CPU
+/// per new connection, `benches/compare/README.md`). Toward sessions the
+/// server's order decides ([`server_config`]); toward destinations it is
+/// the order offered.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    use rustls::crypto::aws_lc_rs::cipher_suite;
+    Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: vec![
+            cipher_suite::TLS13_AES_128_GCM_SHA256,
+            cipher_suite::TLS13_AES_256_GCM_SHA384,
+            cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+        ],
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    })
 }
 
 /// The member link's provider: TLS 1.3 with AES-128-GCM only. The link
@@ -63,6 +82,9 @@ pub fn server_config(leaves: Arc<dyn ResolvesServerCert>) -> Arc<rustls::ServerC
         .with_no_client_auth()
         .with_cert_resolver(leaves);
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    // The suite by the gateway's order ([`provider`]), not the client's:
+    // OpenSSL's clients (curl, Python, wget, wrk) list AES-256 first.
+    config.ignore_client_order = true;
     // No 0-RTT: early data could be replayed, and requests are checked
     // before they go on.
     config.max_early_data_size = 0;

@@ -438,3 +438,56 @@ fn classify_and_inspect_hello_use_the_data_path_code() {
         .unwrap()
         .ends_with("crafted-curl-http2-ech.bin"));
 }
+
+/// The gateway, not the client, chooses the TLS 1.3 suite: AES-128-GCM
+/// with SHA-256 whenever the client offers it, even listed last (OpenSSL's
+/// clients list AES-256-GCM first); a client that offers only another
+/// suite gets that one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateway_chooses_the_suite() {
+    let rig = rig().await;
+    let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
+    let bind = format!("{SESSION_SOURCE}:0");
+    let trust = rig.trust.to_string_lossy().into_owned();
+    let suite = |offer: &str| {
+        let out = run_bounded(
+            "openssl",
+            &[
+                "s_client",
+                "-connect",
+                &connect,
+                "-bind",
+                &bind,
+                "-servername",
+                "allowed.test",
+                "-CAfile",
+                &trust,
+                "-verify_return_error",
+                "-tls1_3",
+                "-ciphersuites",
+                offer,
+            ],
+            Some(b""),
+            20,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            stdout.contains("Verify return code: 0 (ok)"),
+            "openssl saw: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .find_map(|l| l.split_once("Cipher is ").map(|(_, c)| c.trim().to_owned()))
+            .unwrap_or_else(|| panic!("no cipher line: {stdout}"))
+    };
+    assert_eq!(
+        suite("TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256"),
+        "TLS_AES_128_GCM_SHA256"
+    );
+    assert_eq!(suite("TLS_AES_256_GCM_SHA384"), "TLS_AES_256_GCM_SHA384");
+    assert_eq!(
+        suite("TLS_CHACHA20_POLY1305_SHA256"),
+        "TLS_CHACHA20_POLY1305_SHA256"
+    );
+}
