@@ -82,14 +82,15 @@ async def check(addr, name, cafile, path):
     r, w = await asyncio.wait_for(
         asyncio.open_connection(host, port, ssl=context(cafile), server_hostname=name),
         timeout=10)
-    version = w.get_extra_info("ssl_object").version()
+    tls = w.get_extra_info("ssl_object")
+    version, suite = tls.version(), tls.cipher()[0]
     w.write(f"GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
     await w.drain()
     data = await asyncio.wait_for(r.read(), timeout=10)
     w.close()
     head, _, body = data.partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].decode(errors="replace")
-    print(f"{version} {status} body={len(body)}B")
+    print(f"{version} {suite} {status} body={len(body)}B")
     if version != "TLSv1.3" or " 200 " not in status + " ":
         sys.exit(1)
 

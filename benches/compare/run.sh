@@ -25,12 +25,14 @@
 # target/release); NO_BUILD=1 (use BIN_DIR as it is); NO_INSTALL=1 (do not
 # apt-get/pip install); PEERS="nginx haproxy mitmproxy" (a subset);
 # STRICT=1 (fail when a run loses requests or connections; speed is never
-# judged); FIGURES="idle h1 h2 mib newconn" (a subset); RELAY=0 (leave out the plain
+# judged); FIGURES="idle h1 h2 mib newconn resume" (a subset); RELAY=0 (leave out the plain
 # TCP relay reference column); PASSTHROUGH=0 (leave out the gateway's
 # passthrough column); QUIET_WAIT=SECONDS (wait for other jobs to
 # leave the CPUs before each round and idle run, default 30); KEEP=1 (keep the work folder
 # /tmp/talos-compare.*); FROM=DIR (print the table again from a kept work
-# folder, and with STRICT=1 check it: no run).
+# folder, and with STRICT=1 check it: no run); PROFILE=1 (after the
+# rounds, profile the gateway and HAProxy under the HTTP/1.1 and HTTP/2
+# loads with perf: where the CPU goes, by kind of work).
 # The shell installs, starts and measures; the figures and the table are
 # computed by bench-figures (tests/src/figures.rs) from the raw output the
 # work folder keeps.
@@ -68,7 +70,13 @@ refs="direct"
 # CA) after the gate's checks, the bytes moved by splice(2). The figure to
 # hold beside the relay's, and far below the terminating gateway's.
 [ "${PASSTHROUGH:-1}" = 1 ] && refs="$refs passthrough"
-figures_on=${FIGURES:-idle h1 h2 mib newconn}
+figures_on=${FIGURES:-idle h1 h2 mib newconn resume}
+# The TLS 1.3 suites, in the order the gateway prefers them, its choice
+# made by the server's order and not the client's (gateway/src/tls.rs:
+# AES-128-GCM first; OpenSSL's clients, wrk among them, list AES-256-GCM
+# first). nginx and HAProxy are set the same way, toward the clients and
+# toward the origin, so that every proxy does the same work on both legs.
+suites=TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256
 bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 name=origin.demo.test
 mitmproxy_version=${MITMPROXY_VERSION:-11.0.2} # the last release for Python 3.11 (Debian 12)
@@ -112,6 +120,7 @@ install_tools() {
   command -v ss >/dev/null || need+=(iproute2)
   command -v pgrep >/dev/null || need+=(procps)
   command -v python3 >/dev/null || need+=(python3)
+  if [ "${PROFILE:-0}" = 1 ]; then command -v perf >/dev/null || need+=(linux-perf); fi
   if [[ " $peers " == *" mitmproxy "* ]]; then
     python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
   fi
@@ -305,6 +314,10 @@ http {
     ssl_certificate $work/pki/leaf.pem;
     ssl_certificate_key $work/pki/leaf.key;
     ssl_protocols TLSv1.3;
+    # The suites in the gateway's order, the server's order deciding (see
+    # SUITES): the same work on both legs.
+    ssl_conf_command Ciphersuites $suites;
+    ssl_prefer_server_ciphers on;
     location / {
       proxy_pass https://origin;
       proxy_http_version 1.1;
@@ -316,6 +329,7 @@ http {
       proxy_ssl_name $name;
       proxy_ssl_server_name on;
       proxy_ssl_protocols TLSv1.3;
+      proxy_ssl_conf_command Ciphersuites $suites;
       proxy_ssl_session_reuse on;
       # Stream large replies through memory buffers, never a temp file.
       proxy_max_temp_file_size 0;
@@ -363,11 +377,11 @@ defaults
   # Any idle upstream connection serves any client's next request.
   http-reuse always
 frontend fe
-  bind 127.0.0.1:${port[haproxy]} ssl crt $work/pki/leaf-bundle.pem alpn h2,http/1.1 ssl-min-ver TLSv1.3
+  bind 127.0.0.1:${port[haproxy]} ssl crt $work/pki/leaf-bundle.pem alpn h2,http/1.1 ssl-min-ver TLSv1.3 ciphersuites $suites
   default_backend origin
 backend origin
   http-request set-header Host $name
-  server o 127.0.0.1:$origin_port ssl verify required ca-file $work/origin-ca.pem sni str($name) verifyhost $name ssl-min-ver TLSv1.3 alpn http/1.1
+  server o 127.0.0.1:$origin_port ssl verify required ca-file $work/origin-ca.pem sni str($name) verifyhost $name ssl-min-ver TLSv1.3 alpn http/1.1 ciphersuites $suites
 HAPROXY
   run_haproxy haproxy "$work/pki/ca.pem"
 }
@@ -477,8 +491,9 @@ check_targets() {
   local t
   for t in $targets; do
     printf '  %-10s ' "$t" >&2
-    timeout 30 python3 "$here/idle_conns.py" check "127.0.0.1:${port[$t]}" "$name" "${ca[$t]}" "$small_path" >&2 ||
-      die "$t failed its check"
+    timeout 30 python3 "$here/idle_conns.py" check "127.0.0.1:${port[$t]}" "$name" "${ca[$t]}" "$small_path" \
+      >"$work/check.$t.out" || die "$t failed its check: $(cat "$work/check.$t.out")"
+    cat "$work/check.$t.out" >&2
     timeout 30 h2load -n 200 -c 2 -m 4 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
     timeout 30 h2load --h1 -n 200 -c 2 --connect-to="127.0.0.1:${port[$t]}" "https://$name/" >/dev/null
   done
@@ -567,19 +582,19 @@ idle_run() {
   sleep 2 # the target closes them
 }
 
-# The AES-GCM floor: what one core encrypts per second with AES-256-GCM in
+# The AES-GCM floor: what one core encrypts per second with AES-128-GCM in
 # 16 KiB blocks (a TLS record's size), via the same OpenSSL as nginx and
-# HAProxy. The suites negotiated here are expected to be
-# TLS_AES_256_GCM_SHA384: first in the OpenSSL clients' and rustls's lists.
+# HAProxy. The suite every proxy negotiates on both legs is
+# TLS_AES_128_GCM_SHA256 (SUITES; each target's check prints its own).
 # Measured once a round (it moved by 15 % between two single runs): each
 # round's "over the floor" figures use that round's, the header names the
 # median and the range.
 aes_floor() {
-  say "AES-256-GCM floor (openssl speed -evp aes-256-gcm, 16 KiB blocks, ${speed_s}s, once a round)"
+  say "AES-128-GCM floor (openssl speed -evp aes-128-gcm, 16 KiB blocks, ${speed_s}s, once a round)"
   local r
   for r in $(seq "$rounds"); do
     settle
-    openssl speed -evp aes-256-gcm -bytes 16384 -seconds "$speed_s" >"$work/r$r/speed.out" 2>/dev/null
+    openssl speed -evp aes-128-gcm -bytes 16384 -seconds "$speed_s" >"$work/r$r/speed.out" 2>/dev/null
     echo "  round $r: $(figures aes-floor "$work/r$r/speed.out") bytes/s" >&2
   done
 }
@@ -629,6 +644,17 @@ fig_mib() { wrk_run "$1/h1_1mib.$2" "$2" /download/1048576 4; }
 # new connection (a full TLS handshake: it resumes no sessions) for the
 # next request, so requests/s = new connections/s.
 fig_newconn() { wrk_run "$1/h1_newconn.$2" "$2" "$small_path" 16 -H "Connection: close"; }
+# The same with a client that resumes TLS 1.3 sessions, as reconnecting
+# clients do within a process (curl, Python, Node, Go, Java):
+# resume-load (tests/src/bin/resume-load.rs) keeps the tickets every
+# connection receives and offers one on the next; its output says how many
+# handshakes resumed. Every target offers resumption as it is configured
+# here by default (nginx and HAProxy: stateless tickets; the gateway:
+# tickets in its session authority's memory; the origin: rustls's cache).
+fig_resume() {
+  measure "$1/h1_resume.$2" "$2" "$bin/resume-load" "127.0.0.1:${port[$2]}" "$name" "${ca[$2]}" \
+    "$small_path" 16 "$dur" resume
+}
 
 run_all() {
   local t
@@ -655,6 +681,51 @@ run_all() {
     say "New TLS connections, one request each (wrk -t1 -c16 Connection: close, ${dur}s each, $rounds rounds)"
     in_rounds fig_newconn
   fi
+  if has_figure resume; then
+    say "New TLS connections resumed, one request each (resume-load -c16, ${dur}s each, $rounds rounds)"
+    in_rounds fig_resume
+  fi
+}
+
+# PROFILE=1: after the rounds, the HTTP/1.1 and HTTP/2 figures (or
+# PROFILE_FIGURES="h1 h2 mib newconn resume", a subset) run once more for
+# the gateway and for HAProxy (when it is a peer), each under
+# `perf record -g` (the cpu-clock event, which every machine has; the
+# target's own PIDs; DWARF call graphs, as neither is built with frame
+# pointers). These runs count in no figure. Kept in WORK/profile/: the
+# perf data, `perf report` by object and symbol, and the shares by kind of
+# work beside each other (perf_shares.py), printed after the table.
+profile_run() { # FIGURE TARGET
+  local fig=$1 t=$2 tp pp data
+  read -r -a tp <<<"${tpids[$t]}"
+  data=$work/profile/$fig.$t.data
+  settle
+  perf record -q -e cpu-clock -F 499 --call-graph dwarf,8192 -p "$(IFS=,; echo "${tp[*]}")" \
+    -o "$data" >"$work/profile/$fig.$t.record.log" 2>&1 &
+  pp=$!
+  sleep 1 # perf attached
+  "fig_$fig" profile "$t"
+  kill -INT "$pp" 2>/dev/null || true
+  wait "$pp" 2>/dev/null || true
+  perf report -i "$data" --stdio --no-children --sort dso,sym -g none --percent-limit 0 \
+    >"$work/profile/$fig.$t.txt" 2>/dev/null
+  echo "  $fig $t: $(grep -c '%' "$work/profile/$fig.$t.txt") symbols" >&2
+}
+profile_all() {
+  local f t args=()
+  local profiled="gateway"
+  [[ " $peers " == *" haproxy "* ]] && profiled="gateway haproxy"
+  mkdir -p "$work/profile"
+  say "Profiles (perf record -g, one ${dur}s run each, counted in no figure): $profiled"
+  for f in ${PROFILE_FIGURES:-h1 h2}; do
+    has_figure "$f" || continue
+    for t in $profiled; do
+      profile_run "$f" "$t"
+      args+=("$t $f=$work/profile/$f.$t.txt")
+    done
+  done
+  [ ${#args[@]} -gt 0 ] || return 0
+  python3 "$here/perf_shares.py" "${args[@]}" | tee "$work/profile/shares.md"
 }
 
 # --- the report ----------------------------------------------------------------
@@ -687,7 +758,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
   say "Building release binaries"
   cargo build --release -q --locked -p talos-gateway -p talos-e2e --bins
 fi
-for b in gateway load-origin bench-figures; do [ -x "$bin/$b" ] || die "no $b in $bin (set BIN_DIR)"; done
+for b in gateway load-origin bench-figures resume-load; do [ -x "$bin/$b" ] || die "no $b in $bin (set BIN_DIR)"; done
 make_pki
 prepare_clients
 start_origin
@@ -703,6 +774,7 @@ aes_floor
 run_all
 write_run_env
 figures compare-table "$work" | tee "$work/table.md"
+[ "${PROFILE:-0}" = 1 ] && profile_all
 # STRICT=1 (the test command's smoke run): fail unless every load run that
 # ran got requests through and lost at most 1 % of them, and every target
 # held its idle connections. Speed is never judged.

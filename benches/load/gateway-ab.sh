@@ -10,6 +10,9 @@
 #
 #   GW_A=/tmp/gateway.before GW_B=target/release/gateway benches/load/gateway-ab.sh
 #   ROUNDS=6 DUR=5 WORKLOADS="h1 h2 mib newconn" WORKERS=1 ...   (the defaults)
+#   PROFILE=1 ...  after each workload's rounds, A and B once more each under
+#                  perf record (counted in no figure): the shares of their CPU
+#                  by kind of work side by side, and their heaviest symbols
 #   MASKED=1 ...   the session has four credentials: every request carries
 #                  them and every reply is masked (the path a change to
 #                  injection or the reply filter costs on)
@@ -89,6 +92,28 @@ run() {
   a=$(cpu "${pid[$t]}")
   echo "$out" | "$bin/bench-figures" ab-round "$wl" $((a - b)) "$tck" "$s0" "$s1"
 }
+# PROFILE=1: after a workload's rounds, one more run of it for A and for B
+# each under `perf record -g` (cpu-clock, the gateway's PID, DWARF call
+# graphs), counted in no figure; prints the shares of each one's CPU by
+# kind of work and its heaviest symbols (benches/compare/perf_shares.py).
+# PROFILE_DIR=DIR keeps the perf data and reports there.
+profile() {
+  local wl=$1 t pp args=() dir=${PROFILE_DIR:-$w/profile}
+  mkdir -p "$dir"
+  for t in A B; do
+    perf record -q -e cpu-clock -F 499 --call-graph dwarf,8192 -p "${pid[$t]}" \
+      -o "$dir/$wl.$t.data" >"$dir/$wl.$t.record.log" 2>&1 &
+    pp=$!
+    sleep 1 # perf attached
+    run "$t" "$wl" >/dev/null
+    kill -INT "$pp" 2>/dev/null || true
+    wait "$pp" 2>/dev/null || true
+    perf report -i "$dir/$wl.$t.data" --stdio --no-children --sort dso,sym -g none --percent-limit 0 \
+      >"$dir/$wl.$t.txt" 2>/dev/null
+    args+=("$t $wl=$dir/$wl.$t.txt")
+  done
+  python3 benches/compare/perf_shares.py "${args[@]}"
+}
 for wl in $workloads; do
   unit="CPU-s per 1k req"; [ "$wl" = mib ] && unit="CPU-s per GB"
   echo "== $wl ($unit, rate)"
@@ -101,4 +126,5 @@ for wl in $workloads; do
     done
   done
   "$bin/bench-figures" ab-summary "$w/$wl.res" "$wl"
+  [ "${PROFILE:-0}" = 1 ] && profile "$wl"
 done

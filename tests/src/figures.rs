@@ -261,17 +261,30 @@ impl RunEnv {
     }
 }
 
-/// What one core encrypts per second with AES-256-GCM, from `openssl
-/// speed -evp aes-256-gcm -bytes 16384` (its last line for the cipher, in
-/// thousands of bytes per second), in bytes per second; 0 if none.
+/// What one core encrypts per second with AES-GCM, from `openssl speed
+/// -evp aes-128-gcm -bytes 16384` (or `aes-256-gcm`: its last line for the
+/// cipher, in thousands of bytes per second), in bytes per second; 0 if
+/// none.
 pub fn aes_bytes_per_second(speed_out: &str) -> f64 {
-    let mut v = "";
+    aes_floor(speed_out).1
+}
+
+/// The cipher `openssl speed` measured (`AES-128-GCM` or `AES-256-GCM`;
+/// `AES-256-GCM` if the output names neither) and its bytes per second.
+pub fn aes_floor(speed_out: &str) -> (&'static str, f64) {
+    let (mut v, mut cipher) = ("", "AES-256-GCM");
     for l in speed_out.lines() {
-        if l.starts_with("AES-256-GCM") || l.starts_with("aes-256-gcm") {
-            v = l.split_whitespace().last().unwrap_or("");
+        for c in ["AES-128-GCM", "AES-256-GCM"] {
+            if l.starts_with(c) || l.starts_with(&c.to_ascii_lowercase()) {
+                v = l.split_whitespace().last().unwrap_or("");
+                cipher = c;
+            }
         }
     }
-    rounded(awk_num(v.strip_suffix('k').unwrap_or(v)) * 1000.0, 0)
+    (
+        cipher,
+        rounded(awk_num(v.strip_suffix('k').unwrap_or(v)) * 1000.0, 0),
+    )
 }
 
 /// 1 when other jobs used more than a quarter of a CPU during a run of
@@ -289,9 +302,11 @@ struct Round {
     /// The prefix of its runs' files in the work folder: "" for a run
     /// without rounds (every file at the top), else `rN/`.
     prefix: String,
-    /// AES-256-GCM bytes per second on one core (the round's `speed.out`),
+    /// AES-GCM bytes per second on one core (the round's `speed.out`),
     /// 0 if none.
     aes: f64,
+    /// The AES-GCM `openssl speed` measured: the suite the proxies use.
+    aes_cipher: &'static str,
 }
 
 /// One load run's figure in one round ([`Compare::figure`]).
@@ -342,8 +357,10 @@ impl Compare {
             .map(|prefix| {
                 let speed = std::fs::read_to_string(dir.join(format!("{prefix}speed.out")))
                     .unwrap_or_default();
+                let (aes_cipher, aes) = aes_floor(&speed);
                 Round {
-                    aes: aes_bytes_per_second(&speed),
+                    aes,
+                    aes_cipher,
                     prefix,
                 }
             })
@@ -563,7 +580,7 @@ impl Compare {
     }
 
     /// The table's load rows before the idle ones: (label, run, kind).
-    const LOAD_ROWS: [(&'static str, &'static str, &'static str); 12] = [
+    const LOAD_ROWS: [(&'static str, &'static str, &'static str); 14] = [
         (
             "CPU-s per 1k / per 100k req, HTTP/1.1 1 KiB (lower is better)",
             "h1_small",
@@ -577,6 +594,11 @@ impl Compare {
         (
             "CPU-s per 1k / per 100k new TLS connections",
             "h1_newconn",
+            "cpu1k",
+        ),
+        (
+            "… with a resuming client (TLS 1.3 tickets)",
+            "h1_resume",
             "cpu1k",
         ),
         ("CPU-s per GB, 1 MiB replies", "h1_1mib", "cpugb"),
@@ -604,10 +626,15 @@ impl Compare {
             "h1_newconn",
             "rps",
         ),
+        (
+            "… resumed, connections/s (resume-load -c16)",
+            "h1_resume",
+            "rps",
+        ),
     ];
 
     /// The table's busy rows, after the idle ones.
-    const BUSY_ROWS: [(&'static str, &'static str, &'static str); 4] = [
+    const BUSY_ROWS: [(&'static str, &'static str, &'static str); 5] = [
         (
             "busy (share of one core), HTTP/1.1 1 KiB",
             "h1_small",
@@ -616,6 +643,7 @@ impl Compare {
         ("busy, HTTP/2 1 KiB", "h2_small", "busy"),
         ("busy, 1 MiB replies", "h1_1mib", "busy"),
         ("busy, new connections", "h1_newconn", "busy"),
+        ("busy, resumed connections", "h1_resume", "busy"),
     ];
 
     /// The header line: the machine, the run's length, the AES-GCM floor
@@ -648,7 +676,7 @@ impl Compare {
         }
         let _ = writeln!(
             o,
-            "{}, nproc {}, {}, Linux {}, glibc {}, GLIBC_TUNABLES={}; {runs}, {} idle connections; AES-256-GCM floor {} MB/s{floor_range} = {} CPU-s per GB one pass, {} for decrypt + re-encrypt",
+            "{}, nproc {}, {}, Linux {}, glibc {}, GLIBC_TUNABLES={}; {runs}, {} idle connections; {} floor {} MB/s{floor_range} = {} CPU-s per GB one pass, {} for decrypt + re-encrypt",
             e.get("date"),
             e.get("nproc"),
             e.get("cpu"),
@@ -656,6 +684,7 @@ impl Compare {
             e.get("glibc"),
             e.get("glibc_tunables"),
             e.get("idle_conns"),
+            self.rounds.first().map_or("AES-256-GCM", |r| r.aes_cipher),
             fixed(med / 1e6, 0),
             fixed(1e9 / med, 2),
             fixed(2e9 / med, 2),
@@ -727,12 +756,40 @@ impl Compare {
                 "Failed requests/connections per run (the end of a timed wrk run may cut a few):\n",
             );
         }
-        for r in ["h1_small", "h2_small", "h1_1mib", "h1_newconn"] {
+        for r in ["h1_small", "h2_small", "h1_1mib", "h1_newconn", "h1_resume"] {
+            // The resumed figure is newer than some kept folders.
+            if r == "h1_resume" && !self.ran_any(r) {
+                continue;
+            }
             let _ = write!(o, "  {r}:");
             for t in self.targets() {
                 let _ = write!(o, " {t} {}", self.failed(&format!("{r}.{t}")));
             }
             o.push('\n');
+        }
+        if self.ran_any("h1_resume") {
+            o.push_str("Handshakes resumed in h1_resume (the client offers a ticket whenever it holds one; the first connections cannot):\n ");
+            for t in self.targets() {
+                let _ = write!(o, " {t} {}", self.resumed_share(&format!("h1_resume.{t}")));
+            }
+            o.push('\n');
+        }
+        let checks: Vec<String> = self
+            .targets()
+            .iter()
+            .filter_map(|t| {
+                let out = std::fs::read_to_string(self.dir.join(format!("check.{t}.out"))).ok()?;
+                let mut words = out.split_whitespace();
+                let (version, suite) = (words.next()?, words.next()?);
+                Some(format!("{t} {version} {suite}"))
+            })
+            .collect();
+        if !checks.is_empty() {
+            let _ = writeln!(
+                o,
+                "Negotiated in each target's check (Python's ssl, OpenSSL's default order: AES-256-GCM first):\n  {}",
+                checks.join(", ")
+            );
         }
         o.push_str("Idle connections (opened/failed by the client, seconds to open them all, the target's CPU-s for the handshakes):\n");
         for t in self.proxies() {
@@ -768,6 +825,47 @@ impl Compare {
             return "-".into();
         }
         fixed(ran.iter().map(|name| self.run(name).errors).sum(), 0)
+    }
+
+    /// The names a run has in the folder: each round's, or the run itself
+    /// without rounds.
+    fn run_names(&self, run: &str) -> Vec<String> {
+        if !self.in_rounds() {
+            return vec![run.to_owned()];
+        }
+        self.rounds
+            .iter()
+            .map(|r| format!("{}{run}", r.prefix))
+            .collect()
+    }
+
+    /// Whether any target ran `run` (a figure, not `RUN.TARGET`).
+    fn ran_any(&self, run: &str) -> bool {
+        self.targets().iter().any(|t| {
+            self.run_names(&format!("{run}.{t}"))
+                .iter()
+                .any(|n| self.dir.join(format!("{n}.out")).exists())
+        })
+    }
+
+    /// The share of a resuming client's requests whose handshake resumed
+    /// (`RUN.TARGET`, summed over the rounds), as a percentage; `-` if
+    /// none ran.
+    fn resumed_share(&self, run: &str) -> String {
+        let (mut resumed, mut requests) = (0.0, 0.0);
+        for name in self.run_names(run) {
+            let Ok(out) = std::fs::read_to_string(self.dir.join(format!("{name}.out"))) else {
+                continue;
+            };
+            let r = Run::parse(&out);
+            requests += r.requests + r.errors;
+            resumed += resumed_in(&out) as f64;
+        }
+        if requests > 0.0 {
+            format!("{} %", fixed(100.0 * resumed / requests, 1))
+        } else {
+            "-".into()
+        }
     }
 
     /// With rounds: how to read the cells and the spread, the ratios too
@@ -832,7 +930,8 @@ impl Compare {
     }
 
     /// STRICT=1: every load run that ran got requests through and lost at
-    /// most 1 % of them, and every target held its idle connections.
+    /// most 1 % of them, a resuming client's handshakes resumed but for its
+    /// first connections, and every target held its idle connections.
     /// Returns the complaints, one a line (none: it passed).
     pub fn check(&self) -> Vec<String> {
         let mut bad = Vec::new();
@@ -855,6 +954,15 @@ impl Compare {
                 if n == 0 || e > n / 100 {
                     bad.push(format!("{run}: {n} requests, {e} failed"));
                 }
+                if run.contains("h1_resume.") {
+                    let fresh = n + e - resumed_count(&self.dir.join(format!("{run}.out")));
+                    if fresh > RESUME_FRESH_MAX {
+                        bad.push(format!(
+                            "{run}: {fresh} of {} handshakes did not resume (at most {RESUME_FRESH_MAX}: the client's first connections)",
+                            n + e
+                        ));
+                    }
+                }
             }
         }
         for f in names(&self.dir, ".res")
@@ -873,6 +981,26 @@ impl Compare {
         }
         bad
     }
+}
+
+/// Handshakes that may not resume in a resuming client's run: its first
+/// connections (16 at once, before any ticket came) and as many again, for
+/// a ticket that a target's cache let go.
+const RESUME_FRESH_MAX: i64 = 32;
+
+/// The `resumed=N` of a `resume-load` output's `RESULT` line (0 if none).
+fn resumed_in(out: &str) -> i64 {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .flat_map(|l| l.split(' '))
+        .filter_map(|kv| kv.strip_prefix("resumed="))
+        .map(|v| awk_num(v) as i64)
+        .sum()
+}
+
+/// [`resumed_in`] of a file (0 if it is missing).
+fn resumed_count(path: &Path) -> i64 {
+    std::fs::read_to_string(path).map_or(0, |s| resumed_in(&s))
 }
 
 // --- benches/load/quick.sh ------------------------------------------------------
@@ -1517,6 +1645,44 @@ mod tests {
         }
     }
 
+    /// A resuming client's runs: the share of its handshakes that resumed,
+    /// summed over the rounds, under the failures; STRICT names a target
+    /// whose handshakes did not resume beyond the client's first ones.
+    #[test]
+    fn compare_resumed_share_and_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        rounds_folder(d, &[(10.0, 1000.0, 20.0, 1000.0, 0.0); 2]);
+        for (r, gw_resumed, nginx_resumed) in [(1, 984, 990), (2, 984, 0)] {
+            let dir = d.join(format!("r{r}"));
+            for (t, resumed) in [("gateway", gw_resumed), ("nginx", nginx_resumed)] {
+                std::fs::write(
+                    dir.join(format!("h1_resume.{t}.cpu")),
+                    "proxy_ticks=10 proxy_sys_ticks=0 origin_ticks=0 client_ticks=0 other_ticks=0
+",
+                )
+                .unwrap();
+                std::fs::write(
+                    dir.join(format!("h1_resume.{t}.out")),
+                    format!("RESULT requests=1000 bytes=0 duration_us=1000000 errors=0 non2xx=0 p50_us=100 p99_us=200 resumed={resumed}\n"),
+                )
+                .unwrap();
+            }
+        }
+        let c = Compare::open(d).unwrap();
+        let t = c.table();
+        assert!(
+            t.contains("(the client offers a ticket whenever it holds one; the first connections cannot):\n  gateway 98.4 % nginx 49.5 %\n"),
+            "{t}"
+        );
+        assert!(t.contains("  h1_resume: gateway 0 nginx 0\n"), "{t}");
+        assert!(t.contains("| … with a resuming client (TLS 1.3 tickets) | 0.1000 / 10.00 | 0.1000 / 10.00 | 1.00 (1.00–1.00) |\n"), "{t}");
+        assert_eq!(
+            c.check(),
+            ["r2/h1_resume.nginx: 1000 of 1000 handshakes did not resume (at most 32: the client's first connections)"]
+        );
+    }
+
     /// Three rounds: gateway/nginx CPU per request 0.5, 0.6 and 0.4, so
     /// the median 0.5 and a spread of 1.5, too wide to read; the rates
     /// agree in every round. A failed run is named with its round.
@@ -1645,7 +1811,10 @@ mod tests {
     fn aes_floor_from_openssl_speed() {
         let out = std::fs::read_to_string(testdata("compare/smoke/speed.out")).unwrap();
         assert_eq!(aes_bytes_per_second(&out), 4768318880.0);
+        assert_eq!(aes_floor(&out).0, "AES-256-GCM");
         assert_eq!(aes_bytes_per_second(""), 0.0);
+        let aes128 = "type 16384 bytes\nAES-128-GCM 5123456.79k\n";
+        assert_eq!(aes_floor(aes128), ("AES-128-GCM", 5123456790.0));
     }
 
     #[test]
