@@ -380,7 +380,9 @@ async fn serve_stream<S: ClientStream>(
     via: Option<Via>,
 ) {
     metrics::gauge!("gateway_connections_open").increment(1.0);
-    let mut record = cx.records.open(peer).await;
+    // Boxed as the stages are: the opening's future (the record being
+    // made, its line, the queue's permit) would size the task otherwise.
+    let mut record = Box::pin(cx.records.open(peer)).await;
     record.via = via.as_ref().map(|v| Arc::clone(&v.peer));
     let wire = Arc::new(WireBytes::default());
     let mut conn = Conn {
@@ -395,7 +397,9 @@ async fn serve_stream<S: ClientStream>(
     // Boxed: held inline, the stages' future would be laid out here twice
     // over (once as built, once as awaited), in every connection's task.
     let outcome = Box::pin(conn.run()).await;
-    conn.close(outcome, &wire).await;
+    // Boxed too: the connection moves into its close, and inline the
+    // task would keep room for it twice over for its whole life.
+    Box::pin(conn.close(outcome, &wire)).await;
     metrics::gauge!("gateway_connections_open").decrement(1.0);
 }
 
@@ -1249,6 +1253,23 @@ async fn send_alert<S: ClientStream>(client: &mut Client<S>, alert: Alert) {
 
 #[cfg(test)]
 mod tests {
+    /// Every session connection's task is as large as its future's largest
+    /// state, for its whole life, idle or not: a stage held inline rather
+    /// than boxed once cost each idle connection 8 KiB
+    /// (`benches/compare/README.md`). The bound is on the type's size, so
+    /// it holds on any machine.
+    #[test]
+    fn a_session_connections_future_stays_small() {
+        fn future_size<'a, F, R>(_: F) -> usize
+        where
+            F: Fn(&'a super::Context, tokio::net::TcpStream, std::net::SocketAddr) -> R,
+        {
+            std::mem::size_of::<R>()
+        }
+        let size = future_size(super::serve);
+        assert!(size <= 2048, "conn::serve's future is {size} bytes");
+    }
+
     use super::*;
     use hyper::rt::Timer;
 

@@ -153,27 +153,35 @@ impl DataPlane {
                 },
             };
             let cx = self.current.get();
+            if !linked {
+                // A session connection's task holds its connection alone:
+                // the member link's handshake and streams (below) are
+                // large, and in the same task they would size every
+                // session connection's (8.3 KiB a task where the
+                // connection needs 3: `benches/idle`).
+                self.tracker.spawn(async move {
+                    conn::serve(&cx, stream, peer).await;
+                    drop(permit);
+                });
+                continue;
+            }
             // Only a link connection needs what its streams are served
             // under.
-            let streams = linked.then(|| Streams {
+            let streams = Streams {
                 tracker: self.tracker.clone(),
                 permits: Arc::clone(self.cap.permits()),
                 shutdown: self.shutdown.clone(),
                 dns: self.dns.clone(),
-            });
+            };
             self.tracker.spawn(async move {
-                if let Some(streams) = streams {
-                    // The link's own checks (its peer) first; a refusal
-                    // there is logged and counted by the link.
-                    if let Some(link) = cx.link.clone() {
-                        if let Some(linked) = link.accept(stream, peer, &cx.sessions).await {
-                            drop(permit);
-                            serve_link(cx, link, linked, streams).await;
-                            return;
-                        }
+                // The link's own checks (its peer) first; a refusal
+                // there is logged and counted by the link.
+                if let Some(link) = cx.link.clone() {
+                    if let Some(linked) = link.accept(stream, peer, &cx.sessions).await {
+                        drop(permit);
+                        serve_link(cx, link, linked, streams).await;
+                        return;
                     }
-                } else {
-                    conn::serve(&cx, stream, peer).await;
                 }
                 drop(permit);
             });
