@@ -86,6 +86,8 @@ pub struct Run {
     pub p99_us: Option<f64>,
     /// Mean request time in µs (h2load gives it).
     pub mean_us: Option<f64>,
+    /// Handshakes that resumed a TLS session (resume-load gives it).
+    pub resumed: Option<f64>,
 }
 
 impl Run {
@@ -98,6 +100,7 @@ impl Run {
         p50_us: None,
         p99_us: None,
         mean_us: None,
+        resumed: None,
     };
 
     /// The figures in one tool's output: the `RESULT` line of the wrk
@@ -117,7 +120,8 @@ impl Run {
         std::fs::read_to_string(path).map_or(Run::NONE, |s| Self::parse(&s))
     }
 
-    /// `RESULT requests=N bytes=N duration_us=N errors=N non2xx=N p50_us=N p99_us=N`.
+    /// `RESULT requests=N bytes=N duration_us=N errors=N non2xx=N p50_us=N
+    /// p99_us=N`, and resume-load's `resumed=N`.
     fn wrk(out: &str) -> Run {
         let mut v: HashMap<&str, &str> = HashMap::new();
         for l in out.lines() {
@@ -138,6 +142,7 @@ impl Run {
             p50_us: Some(rounded(n("p50_us"), 0)),
             p99_us: Some(rounded(n("p99_us"), 0)),
             mean_us: None,
+            resumed: v.get("resumed").map(|r| rounded(awk_num(r), 0)),
         }
     }
 
@@ -184,6 +189,7 @@ impl Run {
             p50_us: None,
             p99_us: None,
             mean_us: Some(rounded(mean, 0)),
+            resumed: None,
         }
     }
 }
@@ -816,9 +822,8 @@ impl Compare {
             return fixed(self.run(run).errors, 0);
         }
         let ran: Vec<String> = self
-            .rounds
-            .iter()
-            .map(|r| format!("{}{run}", r.prefix))
+            .run_names(run)
+            .into_iter()
             .filter(|name| self.dir.join(format!("{name}.cpu")).exists())
             .collect();
         if ran.is_empty() {
@@ -827,12 +832,9 @@ impl Compare {
         fixed(ran.iter().map(|name| self.run(name).errors).sum(), 0)
     }
 
-    /// The names a run has in the folder: each round's, or the run itself
-    /// without rounds.
+    /// The names a run has in the folder: each round's (without rounds,
+    /// the one round's prefix is empty).
     fn run_names(&self, run: &str) -> Vec<String> {
-        if !self.in_rounds() {
-            return vec![run.to_owned()];
-        }
         self.rounds
             .iter()
             .map(|r| format!("{}{run}", r.prefix))
@@ -854,12 +856,11 @@ impl Compare {
     fn resumed_share(&self, run: &str) -> String {
         let (mut resumed, mut requests) = (0.0, 0.0);
         for name in self.run_names(run) {
-            let Ok(out) = std::fs::read_to_string(self.dir.join(format!("{name}.out"))) else {
-                continue;
-            };
-            let r = Run::parse(&out);
-            requests += r.requests + r.errors;
-            resumed += resumed_in(&out) as f64;
+            let r = self.run(&name);
+            if let Some(n) = r.resumed {
+                requests += r.requests + r.errors;
+                resumed += n;
+            }
         }
         if requests > 0.0 {
             format!("{} %", fixed(100.0 * resumed / requests, 1))
@@ -954,8 +955,8 @@ impl Compare {
                 if n == 0 || e > n / 100 {
                     bad.push(format!("{run}: {n} requests, {e} failed"));
                 }
-                if run.contains("h1_resume.") {
-                    let fresh = n + e - resumed_count(&self.dir.join(format!("{run}.out")));
+                if let Some(resumed) = r.resumed {
+                    let fresh = n + e - resumed as i64;
                     if fresh > RESUME_FRESH_MAX {
                         bad.push(format!(
                             "{run}: {fresh} of {} handshakes did not resume (at most {RESUME_FRESH_MAX}: the client's first connections)",
@@ -987,21 +988,6 @@ impl Compare {
 /// connections (16 at once, before any ticket came) and as many again, for
 /// a ticket that a target's cache let go.
 const RESUME_FRESH_MAX: i64 = 32;
-
-/// The `resumed=N` of a `resume-load` output's `RESULT` line (0 if none).
-fn resumed_in(out: &str) -> i64 {
-    out.lines()
-        .filter_map(|l| l.strip_prefix("RESULT "))
-        .flat_map(|l| l.split(' '))
-        .filter_map(|kv| kv.strip_prefix("resumed="))
-        .map(|v| awk_num(v) as i64)
-        .sum()
-}
-
-/// [`resumed_in`] of a file (0 if it is missing).
-fn resumed_count(path: &Path) -> i64 {
-    std::fs::read_to_string(path).map_or(0, |s| resumed_in(&s))
-}
 
 // --- benches/load/quick.sh ------------------------------------------------------
 
