@@ -128,3 +128,23 @@ bench_stop() {
   done
   for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done
 }
+
+# bench_profile DATA PIDS COMMAND...: COMMAND run while `perf record -g`
+# samples PIDS (comma-separated) on the cpu-clock event (every machine has
+# it; no hardware counters needed), with DWARF call graphs (the gateway
+# and the peers are built without frame pointers); the data in DATA, and
+# `perf report` by object and symbol in DATA with .txt for .data, which
+# benches/compare/perf_shares.py reads. COMMAND's output is its own.
+bench_profile() {
+  local data=$1 pids=$2 pp
+  shift 2
+  perf record -q -e cpu-clock -F 499 --call-graph dwarf,8192 -p "$pids" \
+    -o "$data" >"${data%.data}.record.log" 2>&1 &
+  pp=$!
+  sleep 1 # perf attached
+  "$@"
+  kill -INT "$pp" 2>/dev/null || true
+  wait "$pp" 2>/dev/null || true
+  perf report -i "$data" --stdio --no-children --sort dso,sym -g none --percent-limit 0 \
+    >"${data%.data}.txt" 2>/dev/null
+}

@@ -696,19 +696,10 @@ run_all() {
 # perf data, `perf report` by object and symbol, and the shares by kind of
 # work beside each other (perf_shares.py), printed after the table.
 profile_run() { # FIGURE TARGET
-  local fig=$1 t=$2 tp pp data
+  local fig=$1 t=$2 tp
   read -r -a tp <<<"${tpids[$t]}"
-  data=$work/profile/$fig.$t.data
   settle
-  perf record -q -e cpu-clock -F 499 --call-graph dwarf,8192 -p "$(IFS=,; echo "${tp[*]}")" \
-    -o "$data" >"$work/profile/$fig.$t.record.log" 2>&1 &
-  pp=$!
-  sleep 1 # perf attached
-  "fig_$fig" profile "$t"
-  kill -INT "$pp" 2>/dev/null || true
-  wait "$pp" 2>/dev/null || true
-  perf report -i "$data" --stdio --no-children --sort dso,sym -g none --percent-limit 0 \
-    >"$work/profile/$fig.$t.txt" 2>/dev/null
+  bench_profile "$work/profile/$fig.$t.data" "$(IFS=,; echo "${tp[*]}")" "fig_$fig" profile "$t"
   echo "  $fig $t: $(grep -c '%' "$work/profile/$fig.$t.txt") symbols" >&2
 }
 profile_all() {

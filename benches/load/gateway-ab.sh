@@ -98,18 +98,10 @@ run() {
 # kind of work and its heaviest symbols (benches/compare/perf_shares.py).
 # PROFILE_DIR=DIR keeps the perf data and reports there.
 profile() {
-  local wl=$1 t pp args=() dir=${PROFILE_DIR:-$w/profile}
+  local wl=$1 t args=() dir=${PROFILE_DIR:-$w/profile}
   mkdir -p "$dir"
   for t in A B; do
-    perf record -q -e cpu-clock -F 499 --call-graph dwarf,8192 -p "${pid[$t]}" \
-      -o "$dir/$wl.$t.data" >"$dir/$wl.$t.record.log" 2>&1 &
-    pp=$!
-    sleep 1 # perf attached
-    run "$t" "$wl" >/dev/null
-    kill -INT "$pp" 2>/dev/null || true
-    wait "$pp" 2>/dev/null || true
-    perf report -i "$dir/$wl.$t.data" --stdio --no-children --sort dso,sym -g none --percent-limit 0 \
-      >"$dir/$wl.$t.txt" 2>/dev/null
+    bench_profile "$dir/$wl.$t.data" "${pid[$t]}" run "$t" "$wl" >/dev/null
     args+=("$t $wl=$dir/$wl.$t.txt")
   done
   python3 benches/compare/perf_shares.py "${args[@]}"
