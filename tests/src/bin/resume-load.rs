@@ -113,22 +113,17 @@ fn own_tickets(config: &Arc<rustls::ClientConfig>, resume: bool) -> Arc<rustls::
     Arc::new(c)
 }
 
-/// What one connection gave.
-enum Outcome {
-    /// Status 2xx: bytes read, whether the handshake resumed.
-    Ok {
-        bytes: u64,
-        resumed: bool,
-    },
-    /// Another status.
-    Status {
-        bytes: u64,
-        resumed: bool,
-    },
-    Failed,
+/// What one connection that got a reply gave.
+struct Reply {
+    /// The status was 2xx.
+    ok: bool,
+    bytes: u64,
+    /// The handshake resumed a TLS session.
+    resumed: bool,
 }
 
-async fn one(a: &Args, tls: &TlsConnector, request: &[u8]) -> Outcome {
+/// One connection's request; `None` if it failed or took too long.
+async fn one(a: &Args, tls: &TlsConnector, request: &[u8]) -> Option<Reply> {
     let run = async {
         let tcp = TcpStream::connect(a.addr).await.ok()?;
         let _ = tcp.set_nodelay(true);
@@ -165,17 +160,16 @@ async fn one(a: &Args, tls: &TlsConnector, request: &[u8]) -> Outcome {
             .split(' ')
             .nth(1)
             .is_some_and(|code| code.starts_with('2'));
-        let bytes = buf.len() as u64;
-        Some(if ok {
-            Outcome::Ok { bytes, resumed }
-        } else {
-            Outcome::Status { bytes, resumed }
+        Some(Reply {
+            ok,
+            bytes: buf.len() as u64,
+            resumed,
         })
     };
-    match tokio::time::timeout(PER_CONNECTION, run).await {
-        Ok(Some(o)) => o,
-        _ => Outcome::Failed,
-    }
+    tokio::time::timeout(PER_CONNECTION, run)
+        .await
+        .ok()
+        .flatten()
 }
 
 #[derive(Default)]
@@ -188,16 +182,37 @@ struct Tally {
     latencies_us: Vec<u64>,
 }
 
-fn main() {
-    let a = match args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(2);
+impl Tally {
+    /// Count one connection, which took `took`.
+    fn count(&mut self, reply: Option<Reply>, took: Duration) {
+        let Some(r) = reply else {
+            self.errors += 1;
+            return;
+        };
+        self.requests += 1;
+        self.bytes += r.bytes;
+        self.resumed += u64::from(r.resumed);
+        if r.ok {
+            self.latencies_us.push(took.as_micros() as u64);
+        } else {
+            self.non2xx += 1;
         }
-    };
-    let config = match client_config(&a) {
-        Ok(c) => c,
+    }
+
+    /// Add another connection's tally.
+    fn add(&mut self, t: Tally) {
+        self.requests += t.requests;
+        self.non2xx += t.non2xx;
+        self.errors += t.errors;
+        self.bytes += t.bytes;
+        self.resumed += t.resumed;
+        self.latencies_us.extend(t.latencies_us);
+    }
+}
+
+fn main() {
+    let (a, config) = match args().and_then(|a| client_config(&a).map(|c| (a, c))) {
+        Ok(both) => both,
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(2);
@@ -225,21 +240,8 @@ fn main() {
                 let mut t = Tally::default();
                 while Instant::now() < end {
                     let t0 = Instant::now();
-                    match one(&a, &tls, &request).await {
-                        Outcome::Ok { bytes, resumed } => {
-                            t.requests += 1;
-                            t.bytes += bytes;
-                            t.resumed += u64::from(resumed);
-                            t.latencies_us.push(t0.elapsed().as_micros() as u64);
-                        }
-                        Outcome::Status { bytes, resumed } => {
-                            t.requests += 1;
-                            t.non2xx += 1;
-                            t.bytes += bytes;
-                            t.resumed += u64::from(resumed);
-                        }
-                        Outcome::Failed => t.errors += 1,
-                    }
+                    let reply = one(&a, &tls, &request).await;
+                    t.count(reply, t0.elapsed());
                 }
                 t
             }));
@@ -247,12 +249,7 @@ fn main() {
         let mut all = Tally::default();
         for task in tasks {
             if let Ok(t) = task.await {
-                all.requests += t.requests;
-                all.non2xx += t.non2xx;
-                all.errors += t.errors;
-                all.bytes += t.bytes;
-                all.resumed += t.resumed;
-                all.latencies_us.extend(t.latencies_us);
+                all.add(t);
             }
         }
         (all, start.elapsed())
