@@ -1253,6 +1253,9 @@ async fn send_alert<S: ClientStream>(client: &mut Client<S>, alert: Alert) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use hyper::rt::Timer;
+
     /// Every session connection's task is as large as its future's largest
     /// state, for its whole life, idle or not: a stage held inline rather
     /// than boxed once cost each idle connection 8 KiB
@@ -1262,16 +1265,13 @@ mod tests {
     fn a_session_connections_future_stays_small() {
         fn future_size<'a, F, R>(_: F) -> usize
         where
-            F: Fn(&'a super::Context, tokio::net::TcpStream, std::net::SocketAddr) -> R,
+            F: Fn(&'a Context, TcpStream, SocketAddr) -> R,
         {
             std::mem::size_of::<R>()
         }
-        let size = future_size(super::serve);
+        let size = future_size(serve);
         assert!(size <= 2048, "conn::serve's future is {size} bytes");
     }
-
-    use super::*;
-    use hyper::rt::Timer;
 
     /// Every socket the data listener accepts has the options set on the
     /// listener (Linux copies them): none is set per connection.

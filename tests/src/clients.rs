@@ -57,6 +57,17 @@ pub fn run_bounded(program: &str, args: &[&str], stdin: Option<&[u8]>, secs: u64
     child.wait_with_output().expect("wait client")
 }
 
+/// `openssl s_client -tls1_3` to the gateway's data listener at `gateway`
+/// from session source `source`, with `extra` options (a name, a CA, the
+/// suites), its input closed at once; its output, bounded at 20 s.
+pub fn s_client(gateway: SocketAddr, source: &str, extra: &[&str]) -> Output {
+    let connect = gateway.to_string();
+    let bind = format!("{source}:0");
+    let mut args = vec!["s_client", "-connect", &connect, "-bind", &bind, "-tls1_3"];
+    args.extend_from_slice(extra);
+    run_bounded("openssl", &args, Some(b""), 20)
+}
+
 /// A session's TLS client: TLS 1.3, trusting only the PEM bundle at
 /// `bundle` (the session CA, or both members' CAs), offering `alpn`.
 pub fn session_tls(

@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 use hyper::{HeaderMap, Method};
 use serde_json::Value;
 use talos_certs::Verdict;
-use talos_e2e::clients::{connect_from, curl_via, http, run_bounded, SESSION_SOURCE};
+use talos_e2e::clients::{self, connect_from, curl_via, http, run_bounded, SESSION_SOURCE};
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::hostile::Hostile;
@@ -1025,28 +1025,12 @@ async fn idle_http2_connections_are_closed_and_silent_peers_probed() {
 async fn names_past_dns_limits_are_not_names() {
     let rig = rig("", false).await;
     open(&rig, "sess-names", SESSION_SOURCE, Vec::new()).await;
-    let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
-    let bind = format!("{SESSION_SOURCE}:0");
     let long_label = format!("{}.adv.test", "a".repeat(64));
     // 254 bytes: one past DNS's 253 (and within the 255 a hello may carry).
     let long_name = format!("{}.adv.test", ["abcdefghi"; 25].join("."))[4..].to_owned();
     assert_eq!(long_name.len(), 254);
     for name in [&long_label, &long_name] {
-        let out = run_bounded(
-            "openssl",
-            &[
-                "s_client",
-                "-connect",
-                &connect,
-                "-bind",
-                &bind,
-                "-servername",
-                name,
-                "-tls1_3",
-            ],
-            Some(b""),
-            20,
-        );
+        let out = clients::s_client(rig.gateway.data, SESSION_SOURCE, &["-servername", name]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("unrecognized name"), "{name}: {stderr}");
     }

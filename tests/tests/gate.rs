@@ -188,22 +188,7 @@ async fn plain_http_is_not_tls() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hello_without_server_name_is_refused_with_an_alert() {
     let rig = rig().await;
-    let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
-    let bind = format!("{SESSION_SOURCE}:0");
-    let out = run_bounded(
-        "openssl",
-        &[
-            "s_client",
-            "-connect",
-            &connect,
-            "-bind",
-            &bind,
-            "-noservername",
-            "-tls1_3",
-        ],
-        Some(b""),
-        20,
-    );
+    let out = clients::s_client(rig.gateway.data, SESSION_SOURCE, &["-noservername"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("unrecognized name"),
@@ -446,29 +431,20 @@ fn classify_and_inspect_hello_use_the_data_path_code() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_gateway_chooses_the_suite() {
     let rig = rig().await;
-    let connect = format!("127.0.0.1:{}", rig.gateway.data.port());
-    let bind = format!("{SESSION_SOURCE}:0");
     let trust = rig.trust.to_string_lossy().into_owned();
     let suite = |offer: &str| {
-        let out = run_bounded(
-            "openssl",
+        let out = clients::s_client(
+            rig.gateway.data,
+            SESSION_SOURCE,
             &[
-                "s_client",
-                "-connect",
-                &connect,
-                "-bind",
-                &bind,
                 "-servername",
                 "allowed.test",
                 "-CAfile",
                 &trust,
                 "-verify_return_error",
-                "-tls1_3",
                 "-ciphersuites",
                 offer,
             ],
-            Some(b""),
-            20,
         );
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
