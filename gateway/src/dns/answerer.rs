@@ -265,16 +265,28 @@ impl Answerer {
             }
             Some(key) => {
                 let mut quotas = self.quotas.lock().expect("quotas");
-                let q = quotas.entry(key.clone()).or_insert_with(|| Quota {
-                    bucket: Bucket::full(2.0 * rate, now),
-                    tcp: 0,
-                    pending: 0,
-                    seen: now,
-                });
-                q.seen = now;
+                let q = self.quota(&mut quotas, key, now);
                 q.bucket.take(rate, 2.0 * rate, now)
             }
         }
+    }
+
+    /// `key`'s share, made full if it has none, marked seen at `now`.
+    fn quota<'q>(
+        &self,
+        quotas: &'q mut HashMap<Key, Quota>,
+        key: &Key,
+        now: Instant,
+    ) -> &'q mut Quota {
+        let burst = 2.0 * f64::from(self.settings.queries_per_second);
+        let q = quotas.entry(key.clone()).or_insert_with(|| Quota {
+            bucket: Bucket::full(burst, now),
+            tcp: 0,
+            pending: 0,
+            seen: now,
+        });
+        q.seen = now;
+        q
     }
 
     /// A place among `key`'s pending queries, given back when dropped.
@@ -295,19 +307,11 @@ impl Answerer {
     /// A place among `key`'s TCP connections, given back when dropped.
     fn connect_tcp(self: &Arc<Self>, key: &Key) -> Option<Pendings> {
         let mut quotas = self.quotas.lock().expect("quotas");
-        let rate = f64::from(self.settings.queries_per_second);
-        let now = Instant::now();
-        let q = quotas.entry(key.clone()).or_insert_with(|| Quota {
-            bucket: Bucket::full(2.0 * rate, now),
-            tcp: 0,
-            pending: 0,
-            seen: now,
-        });
+        let q = self.quota(&mut quotas, key, Instant::now());
         if q.tcp >= self.settings.max_tcp_per_session {
             return None;
         }
         q.tcp += 1;
-        q.seen = now;
         Some(Pendings {
             answerer: Arc::clone(self),
             key: key.clone(),
