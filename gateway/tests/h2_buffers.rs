@@ -31,8 +31,7 @@ async fn serve(io: DuplexStream) {
 
 /// One request on `client`, its reply read to the end.
 async fn exchange(client: &mut h2::client::SendRequest<Bytes>) {
-    let ready = client.clone().ready().await.expect("client ready");
-    *client = ready;
+    *client = client.clone().ready().await.expect("client ready");
     let (reply, _) = client
         .send_request(Request::get("https://origin.test/").body(()).unwrap(), true)
         .expect("request");
