@@ -18,10 +18,6 @@ use tokio::io::AsyncRead;
 use tokio_util::codec::FramedRead as InnerFramedRead;
 use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
 
-/// TALOS patch: the read buffer's size when it is allocated again after
-/// `release_idle_buffer` (tokio-util's `FramedRead` starts with 8 KiB).
-const READ_BUFFER_CAPACITY: usize = 8 * 1024;
-
 // 16 MB "sane default" taken from golang http2
 const DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE: usize = 16 << 20;
 
@@ -74,18 +70,6 @@ impl<T> FramedRead<T> {
 
     pub fn get_mut(&mut self) -> &mut T {
         self.inner.get_mut()
-    }
-
-    /// TALOS patch: give the read buffer back if it holds no byte of a
-    /// frame still to come; the next read allocates it again (`poll_next`).
-    /// Called when the connection has no stream and waits for the peer.
-    pub(crate) fn release_idle_buffer(&mut self) {
-        if self.inner.read_buffer().is_empty()
-            && self.decoder.partial.is_none()
-            && self.inner.read_buffer().capacity() != 0
-        {
-            *self.inner.read_buffer_mut() = BytesMut::new();
-        }
     }
 
     /// Returns the current max frame size setting
@@ -437,11 +421,6 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            // TALOS patch: a buffer given back while idle comes back at the
-            // size tokio-util starts a read buffer with.
-            if self.inner.read_buffer().capacity() == 0 {
-                self.inner.read_buffer_mut().reserve(READ_BUFFER_CAPACITY);
-            }
             let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
                 Some(Ok(bytes)) => bytes,
                 Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),

@@ -134,18 +134,6 @@ where
         self.encoder.has_capacity()
     }
 
-    /// TALOS patch: give the write buffer back if nothing waits in it; the
-    /// next frame buffered allocates it again (`Encoder::buffer`). Called
-    /// when the connection has no stream and has flushed everything.
-    pub(crate) fn release_idle_buffer(&mut self) {
-        if self.encoder.next.is_none()
-            && !self.encoder.buf.has_remaining()
-            && self.encoder.buf.get_ref().capacity() != 0
-        {
-            self.encoder.buf = Cursor::new(BytesMut::new());
-        }
-    }
-
     /// Buffer a frame.
     ///
     /// `poll_ready` must be called first to ensure that a frame may be
@@ -243,10 +231,6 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
-        // TALOS patch: a buffer given back while idle is allocated again.
-        if self.buf.get_ref().capacity() == 0 {
-            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
-        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -331,12 +315,9 @@ where
     }
 
     fn has_capacity(&self) -> bool {
-        // TALOS patch: a buffer given back while idle (no capacity) has
-        // room: `buffer` allocates it again.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() == 0
-                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                    >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {

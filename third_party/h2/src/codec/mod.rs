@@ -131,14 +131,6 @@ where
     T: AsyncWrite + Unpin,
     B: Buf,
 {
-    /// TALOS patch: give back the read and write buffers if nothing waits
-    /// in them (see `FramedRead::release_idle_buffer` and
-    /// `FramedWrite::release_idle_buffer`).
-    pub(crate) fn release_idle_buffers(&mut self) {
-        self.inner.release_idle_buffer();
-        self.inner.get_mut().release_idle_buffer();
-    }
-
     /// Returns `Ready` when the codec can buffer a frame
     pub fn poll_ready(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
         self.framed_write().poll_ready(cx)

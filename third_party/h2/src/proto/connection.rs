@@ -332,13 +332,6 @@ where
                                 continue;
                             }
 
-                            // TALOS patch: an idle connection (no stream,
-                            // everything flushed) holds no read or write
-                            // buffer while it waits.
-                            if !self.inner.streams.has_streams() {
-                                self.codec.release_idle_buffers();
-                            }
-
                             return Poll::Pending;
                         }
                     };
