@@ -165,8 +165,7 @@ impl DataPlane {
                 });
                 continue;
             }
-            // Only a link connection needs what its streams are served
-            // under.
+            // What the link's streams are served under.
             let streams = Streams {
                 tracker: self.tracker.clone(),
                 permits: Arc::clone(self.cap.permits()),
