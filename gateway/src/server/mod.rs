@@ -696,19 +696,14 @@ async fn dns_sockets(
         return Ok(None);
     };
     let addr = *dns.listen.get_ref();
-    let udp = match fds.remove("dns_udp") {
-        Some(fd) => std::net::UdpSocket::from(fd),
-        None => std::net::UdpSocket::bind(addr).map_err(|source| StartError::Bind {
-            which: "dns (UDP)",
-            addr,
-            source,
-        })?,
+    let (udp, tcp) = match (fds.remove("dns_udp"), fds.remove("dns_tcp")) {
+        (Some(u), Some(t)) => (std::net::UdpSocket::from(u), from_std(t.into())?),
+        (u, t) => {
+            let udp = u.map(std::net::UdpSocket::from);
+            let tcp = t.map(std::net::TcpListener::from);
+            dns_pair(addr, udp, tcp).await?
+        }
     };
-    // The TCP listener on the UDP socket's port (a port 0 in the config,
-    // in tests, is the kernel's pick for both).
-    let tcp_addr = udp.local_addr().unwrap_or(addr);
-    let tcp_fd = fds.remove("dns_tcp").map(std::net::TcpListener::from);
-    let tcp = listener(tcp_fd, "dns (TCP)", tcp_addr).await?;
     let udp = udp
         .set_nonblocking(true)
         .and_then(|()| tokio::net::UdpSocket::from_std(udp))
@@ -721,6 +716,71 @@ async fn dns_sockets(
         udp: Arc::new(udp),
         tcp: Arc::new(tcp),
     }))
+}
+
+/// How many times a port 0 in `[dns] listen` is picked again when the
+/// kernel's UDP port is taken on TCP.
+const DNS_PORT_PICKS: usize = 64;
+
+/// Bind whichever of the DNS pair was not handed over. The TCP listener
+/// goes on the UDP socket's port; with port 0 in the config the kernel
+/// picks the UDP port, and that port may already be someone's on TCP, so
+/// the pick is made again (bounded) rather than start-up failing on a
+/// collision the operator never asked for.
+async fn dns_pair(
+    addr: SocketAddr,
+    udp: Option<std::net::UdpSocket>,
+    tcp: Option<std::net::TcpListener>,
+) -> Result<(std::net::UdpSocket, TcpListener), StartError> {
+    let udp_bind = |a: SocketAddr| {
+        std::net::UdpSocket::bind(a).map_err(|source| StartError::Bind {
+            which: "dns (UDP)",
+            addr: a,
+            source,
+        })
+    };
+    if let Some(t) = tcp {
+        // Only the TCP listener handed over: UDP goes on its port.
+        let tcp = from_std(t)?;
+        let at = tcp.local_addr().unwrap_or(addr);
+        return Ok((udp_bind(at)?, tcp));
+    }
+    let picked_by_kernel = udp.is_none() && addr.port() == 0;
+    let udp = match udp {
+        Some(u) => u,
+        None => udp_bind(addr)?,
+    };
+    tcp_beside(udp, addr, picked_by_kernel).await
+}
+
+/// The TCP listener on `udp`'s port; when `repick`, a port taken on TCP
+/// has `udp` bound again on `addr` (port 0), at most [`DNS_PORT_PICKS`]
+/// times in all.
+async fn tcp_beside(
+    mut udp: std::net::UdpSocket,
+    addr: SocketAddr,
+    repick: bool,
+) -> Result<(std::net::UdpSocket, TcpListener), StartError> {
+    let mut picks = 1;
+    loop {
+        let tcp_addr = udp.local_addr().unwrap_or(addr);
+        match bind("dns (TCP)", tcp_addr).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(StartError::Bind { source, .. })
+                if repick
+                    && source.kind() == std::io::ErrorKind::AddrInUse
+                    && picks < DNS_PORT_PICKS =>
+            {
+                picks += 1;
+                udp = std::net::UdpSocket::bind(addr).map_err(|source| StartError::Bind {
+                    which: "dns (UDP)",
+                    addr,
+                    source,
+                })?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// How accepting ended.
@@ -1106,4 +1166,36 @@ fn import_offer(
         from_generation: o.from_generation,
         handovers: o.handovers,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's UDP pick taken on TCP by someone else: a port 0 in
+    /// the config picks again, a port the operator named does not.
+    #[tokio::test]
+    async fn a_dns_port_taken_on_tcp_is_picked_again_only_when_the_kernel_picked_it() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let taken = std::net::TcpListener::bind(any).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let at: SocketAddr = SocketAddr::from(([127, 0, 0, 1], port));
+
+        // UDP on the TCP-taken port, as the kernel may pick it.
+        let udp = std::net::UdpSocket::bind(at).unwrap();
+        let (udp, tcp) = tcp_beside(udp, any, true).await.expect("picked again");
+        let u = udp.local_addr().unwrap().port();
+        assert_ne!(u, port);
+        assert_eq!(tcp.local_addr().unwrap().port(), u);
+
+        let udp = std::net::UdpSocket::bind(at).unwrap();
+        match tcp_beside(udp, at, false).await {
+            Err(StartError::Bind { which, source, .. }) => {
+                assert_eq!(which, "dns (TCP)");
+                assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse);
+            }
+            other => panic!("a named port must not move: {other:?}"),
+        }
+        drop(taken);
+    }
 }
