@@ -29,6 +29,7 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use crate::gate::name::Name;
+use crate::io::gathered::Gathered;
 use talos_contract::sync::{Locked, RwLocked};
 
 /// Idle HTTP/1.1 connections kept per destination. A session rarely needs
@@ -392,8 +393,13 @@ impl Pool {
             let (sender, conn) = http2::Builder::new(TokioExecutor::new())
                 .timer(hyper_util::rt::TokioTimer::new())
                 .keep_alive_interval(Duration::from_secs(30))
-                // Requests sent together leave together.
-                .handshake(TokioIo::new(crate::io::gathered::Gathered::new(tls)))
+                // Requests sent together leave together. The stream on the
+                // heap: hyper spawns a task for every request whose future
+                // is as large as its connection's (an enum that can also
+                // hold the connection), so a TLS stream held inline was
+                // 1.2 KiB more moved and copied per request (2,624 bytes
+                // a request task against 1,432).
+                .handshake(TokioIo::new(Box::new(Gathered::new(tls))))
                 .await
                 .map_err(|_| ConnectError::Failed(ConnectFailure::Http))?;
             tokio::spawn(async move {
