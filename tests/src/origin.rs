@@ -177,7 +177,6 @@ impl Origin {
         key: PrivateKeyDer<'static>,
         alpn: &[&[u8]],
     ) -> Origin {
-        let addr = listener.local_addr().expect("origin addr");
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -186,6 +185,41 @@ impl Origin {
             .with_single_cert(chain, key)
             .expect("origin cert");
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Origin::serve_config(listener, config)
+    }
+
+    /// Serve as [`Origin::serve`] does, but choosing the suite by the
+    /// server's order, TLS_AES_128_GCM_SHA256 first, as the gateway and
+    /// the benchmarks' nginx and HAProxy do: the benchmarks' origin, so
+    /// that a client talking to it directly (the comparison's reference
+    /// columns) pays for the same handshake and records as through a
+    /// proxy, not for SHA-384 and AES-256 because OpenSSL's clients list
+    /// them first.
+    pub fn serve_by_server_order(listener: TcpListener, ca: &TestCa, names: &[&str]) -> Origin {
+        use rustls::crypto::aws_lc_rs::{cipher_suite, default_provider};
+        let (chain, key) = ca.leaf(names);
+        let provider = Arc::new(rustls::crypto::CryptoProvider {
+            cipher_suites: vec![
+                cipher_suite::TLS13_AES_128_GCM_SHA256,
+                cipher_suite::TLS13_AES_256_GCM_SHA384,
+                cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+            ],
+            ..default_provider()
+        });
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("tls13")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("origin cert");
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.ignore_client_order = true;
+        Origin::serve_config(listener, config)
+    }
+
+    /// Serve TLS with `config`.
+    fn serve_config(listener: TcpListener, config: rustls::ServerConfig) -> Origin {
+        let addr = listener.local_addr().expect("origin addr");
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let events = Arc::new(Events::new());
         let shared = Arc::clone(&events);

@@ -94,7 +94,7 @@ async fn main() {
     let addrs: Vec<IpAddr> = served.iter().map(|(_, a)| *a).collect();
     let origins: Vec<Origin> = listen_all(&addrs)
         .into_iter()
-        .map(|l| Origin::serve(l, &ca, &names))
+        .map(|l| Origin::serve_by_server_order(l, &ca, &names))
         .collect();
     let table: HashMap<String, Answer> = served
         .iter()
