@@ -5,7 +5,13 @@
 //! `--renew-ms`, on a thread, a store connection and a control channel
 //! client of that member's own, so that a member that hangs — each call to
 //! it waits out a connect or call timeout — never delays the renewals of
-//! another):
+//! another). A renewal round waits for no other writer: what it writes of
+//! a member (when it was last seen, its last error) is written only if the
+//! store's write lock is free at that moment ([`Store::try_write`]), else
+//! by the next round, and a member already registered with its key is only
+//! read. With replicas over PostgreSQL a frozen replica can hold the write
+//! lock for 5 s at a time, and once for each of its connections queued for
+//! it; leases must not wait that out:
 //!
 //! 1. **Who the members are**: each gateway given is
 //!    asked `Describe`; a new one is registered (first contact), and the
@@ -180,20 +186,22 @@ impl Upkeep<'_> {
                             // A known id with another key: its reports and
                             // batches are not trusted; say so, go on.
                             log("gateway_key_conflict", &d.gateway_id, &e.to_string());
-                            self.store
-                                .write(|tx| tx.gateway_unreached(&d.gateway_id, &e.to_string()))?;
+                            self.store.try_write(|tx| {
+                                tx.gateway_unreached(&d.gateway_id, &e.to_string())
+                            })?;
                             continue;
                         }
                     }
                     let at = crate::store::now();
-                    self.store
-                        .write(|tx| tx.gateway_seen(&d.gateway_id, &d.instance, d.lease_ms, &at))?;
+                    self.store.try_write(|tx| {
+                        tx.gateway_seen(&d.gateway_id, &d.instance, d.lease_ms, &at)
+                    })?;
                     report.members_up.push(d.gateway_id);
                 }
                 Err(e) => {
                     metrics::gauge!("stub_gateway_up", "gateway" => reply.member.clone()).set(0.0);
                     self.store
-                        .write(|tx| tx.gateway_unreached(&reply.member, &e.to_string()))?;
+                        .try_write(|tx| tx.gateway_unreached(&reply.member, &e.to_string()))?;
                     report.members_down.push((reply.member, e.to_string()));
                 }
             }
@@ -234,8 +242,9 @@ impl Upkeep<'_> {
                         report.not_held.push((reply.member.clone(), s, a));
                     }
                     let at = crate::store::now();
-                    self.store
-                        .write(|tx| tx.gateway_seen(&reply.member, &r.instance, r.lease_ms, &at))?;
+                    self.store.try_write(|tx| {
+                        tx.gateway_seen(&reply.member, &r.instance, r.lease_ms, &at)
+                    })?;
                 }
                 Err(e) => {
                     metrics::counter!("stub_lease_renewals_total", "gateway" => reply.member.clone(), "result" => Renewal::Failed.as_str())

@@ -294,3 +294,71 @@ fn a_postgres_store_of_version_6_is_upgraded_in_place() {
         store.test_columns().unwrap()
     );
 }
+
+/// Leases are renewed while another replica holds the write lock (a
+/// replica frozen in a write transaction, or several of its connections
+/// taking the lock in turn as it is released to them, each held until the
+/// database ends it): a renewal round waits for no writer. What it would
+/// have written of the members (when each was last seen) waits for the
+/// next round; nothing else is skipped.
+#[test]
+fn renewals_go_on_while_another_replica_holds_the_write_lock() {
+    let (_own, db) = server();
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = common::Env {
+        store: Store::open(&db).unwrap(),
+        db: db.clone(),
+        dir,
+        link: talos_control_stub::fake::FakeLink::default(),
+    }
+    .with_policy();
+    let id = env.start(talos_control_stub::Mode::Commands).session_id;
+    let key = talos_certs::GatewayKey::generate().unwrap();
+    let round = |env: &mut common::Env| {
+        talos_control_stub::upkeep::Upkeep {
+            store: &mut env.store,
+            link: &env.link,
+            verifier: &common::ACCEPT,
+            plane_key: Some(&key),
+            relay_public_key: None,
+        }
+        .keep_members()
+    };
+    // A first round registers both members (their first contact writes).
+    round(&mut env).unwrap();
+
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let mut store = Store::open(&db).unwrap();
+            store.test_write_during("SELECT 1", || {
+                locked_tx.send(()).unwrap();
+                // Held until the round below has ended.
+                let _ = release_rx.recv();
+            })
+        })
+    };
+    locked_rx.recv().unwrap();
+    let before = env.link.calls().len();
+    let r = round(&mut env).expect("a renewal round while the lock is held");
+    assert_eq!(r.members_up, ["gw-a", "gw-b"]);
+    assert_eq!(r.renewed, 2, "the running session on both members");
+    let renewed: Vec<_> = env.link.calls()[before..]
+        .iter()
+        .filter(|c| matches!(c, talos_control_stub::fake::Call::Renew(_)))
+        .cloned()
+        .collect();
+    assert_eq!(
+        renewed.len(),
+        1,
+        "one renewal call for the pair: {renewed:?}"
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap().unwrap();
+    // The lock free again: the round writes as before.
+    let r = round(&mut env).unwrap();
+    assert_eq!(r.renewed, 2);
+    assert!(env.life().status(&id).is_ok());
+}

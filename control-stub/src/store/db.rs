@@ -445,6 +445,40 @@ impl Store {
         }
     }
 
+    /// Run `f` in a write transaction if the write lock is free now;
+    /// `None`, with nothing written, if another writer holds it. For
+    /// bookkeeping that the next round writes again (when a member was
+    /// last seen): a loop that keeps leases alive never waits behind
+    /// another replica's writers. With PostgreSQL that can be long: a
+    /// replica frozen (SIGSTOP, a paused VM) with several connections
+    /// queued for the lock holds it once per connection, each time until
+    /// the database ends that connection's idle transaction
+    /// (`IDLE_IN_TRANSACTION`, 5 s). SQLite's lock is one process's at a
+    /// time, and this waits as [`Store::write`] does.
+    pub fn try_write<T>(
+        &mut self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, Error>,
+    ) -> Result<Option<T>, Error> {
+        match &mut self.backend {
+            Backend::Sqlite(_) => self.write(f).map(Some),
+            Backend::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let (client, statements) = pg.parts()?;
+                let mut tx = client.transaction()?;
+                let row = tx.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&WRITE_LOCK])?;
+                let taken: bool = row.try_get(0)?;
+                if !taken {
+                    tx.rollback()?;
+                    return Ok(None);
+                }
+                let t = Tx::postgres(tx, statements);
+                let out = f(&t)?;
+                t.into_pg().commit()?;
+                Ok(Some(out))
+            }
+        }
+    }
+
     /// Run `f` on one consistent snapshot of the store.
     pub fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T, Error>) -> Result<T, Error> {
         match &self.backend {
