@@ -124,11 +124,28 @@ fn holds_exactly(cert: &Value, id: &str, seen: &[(String, String, u16)]) {
 
 fn no_lease_lapsed(rig: &Pair) {
     for (g, name) in rig.members.iter().zip(IDS) {
-        assert_eq!(
-            g.metric("gateway_leases_lapsed_total"),
-            Some(0.0),
-            "{name} let a lease lapse"
-        );
+        let lapsed = g.metric("gateway_leases_lapsed_total");
+        if lapsed != Some(0.0) {
+            // What the members and the replicas said about leases and
+            // renewals, so that a lapse says why.
+            let about = |log: &str| -> String {
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| {
+                        ["lease", "renew", "upkeep", "lapse", "PostgreSQL"]
+                            .iter()
+                            .any(|w| l.contains(w))
+                    })
+                    .collect();
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            };
+            let mut said = format!("{name}:\n{}\n", about(&g.log()));
+            said.push_str(&format!("replica 1:\n{}\n", about(&rig.stub.serve_log())));
+            for (i, r) in rig.replicas.iter().enumerate() {
+                said.push_str(&format!("replica {}:\n{}\n", i + 2, about(&r.serve_log())));
+            }
+            panic!("{name} let a lease lapse ({lapsed:?} lapsed)\n{said}");
+        }
     }
 }
 
