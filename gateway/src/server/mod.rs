@@ -732,25 +732,27 @@ async fn dns_pair(
     udp: Option<std::net::UdpSocket>,
     tcp: Option<std::net::TcpListener>,
 ) -> Result<(std::net::UdpSocket, TcpListener), StartError> {
-    let udp_bind = |a: SocketAddr| {
-        std::net::UdpSocket::bind(a).map_err(|source| StartError::Bind {
-            which: "dns (UDP)",
-            addr: a,
-            source,
-        })
-    };
     if let Some(t) = tcp {
         // Only the TCP listener handed over: UDP goes on its port.
         let tcp = from_std(t)?;
         let at = tcp.local_addr().unwrap_or(addr);
-        return Ok((udp_bind(at)?, tcp));
+        return Ok((bind_udp(at)?, tcp));
     }
     let picked_by_kernel = udp.is_none() && addr.port() == 0;
     let udp = match udp {
         Some(u) => u,
-        None => udp_bind(addr)?,
+        None => bind_udp(addr)?,
     };
     tcp_beside(udp, addr, picked_by_kernel).await
+}
+
+/// The DNS listener's UDP socket on `addr`.
+fn bind_udp(addr: SocketAddr) -> Result<std::net::UdpSocket, StartError> {
+    std::net::UdpSocket::bind(addr).map_err(|source| StartError::Bind {
+        which: "dns (UDP)",
+        addr,
+        source,
+    })
 }
 
 /// The TCP listener on `udp`'s port; when `repick`, a port taken on TCP
@@ -772,11 +774,7 @@ async fn tcp_beside(
                     && picks < DNS_PORT_PICKS =>
             {
                 picks += 1;
-                udp = std::net::UdpSocket::bind(addr).map_err(|source| StartError::Bind {
-                    which: "dns (UDP)",
-                    addr,
-                    source,
-                })?;
+                udp = bind_udp(addr)?;
             }
             Err(e) => return Err(e),
         }
