@@ -192,16 +192,11 @@ impl GrpcOrigin {
         let addr = listener.local_addr().expect("grpc origin addr");
         let (chain, key) = ca.leaf(names);
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("tls13")
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .expect("grpc origin cert");
-        config.alpn_protocols = match flavour {
-            Flavour::H2 => vec![b"h2".to_vec()],
-            Flavour::Http1Only => vec![b"http/1.1".to_vec()],
+        let alpn: &[&[u8]] = match flavour {
+            Flavour::H2 => &[b"h2"],
+            Flavour::Http1Only => &[b"http/1.1"],
         };
+        let config = crate::origin::tls13_server(provider, chain, key, alpn);
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let routes = tonic::service::Routes::new(
             EchoServer::new(EchoService)

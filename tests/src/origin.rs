@@ -157,6 +157,24 @@ impl Drop for Origin {
     }
 }
 
+/// A TLS 1.3 server config with `provider`, one certificate chain and
+/// key, offering `alpn`: what every test origin serves with.
+pub(crate) fn tls13_server(
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    alpn: &[&[u8]],
+) -> rustls::ServerConfig {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("tls13")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("origin cert");
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config
+}
+
 impl Origin {
     /// Serve TLS 1.3 for `names` (certificate from `ca`) on 127.0.0.1:0.
     pub async fn start(ca: &TestCa, names: &[&str]) -> Origin {
@@ -178,14 +196,7 @@ impl Origin {
         alpn: &[&[u8]],
     ) -> Origin {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("tls13")
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .expect("origin cert");
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Origin::serve_config(listener, config)
+        Origin::serve_config(listener, tls13_server(provider, chain, key, alpn))
     }
 
     /// Serve as [`Origin::serve`] does, but choosing the suite by the
@@ -206,13 +217,7 @@ impl Origin {
             ],
             ..default_provider()
         });
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("tls13")
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .expect("origin cert");
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let mut config = tls13_server(provider, chain, key, &[b"h2", b"http/1.1"]);
         config.ignore_client_order = true;
         Origin::serve_config(listener, config)
     }
