@@ -125,13 +125,18 @@ install_paths() {
 
 # --- the steps built from the file's certificates
 
-# Split the bundle into one PEM file per certificate: session-ca-N.pem.
+# Split the bundle, in one pass, into one PEM file per certificate,
+# session-ca-N.pem, and its body as one line of base64 (no line ends, no
+# carriage returns or blanks), session-ca-N.b64: what Java's store and
+# Chromium's policy are made from.
 split_bundle() {
-  rm -f "$TRUST"/session-ca-*.pem
+  rm -f "$TRUST"/session-ca-*.pem "$TRUST"/session-ca-*.b64
   awk -v dir="$TRUST" '
-    /-----BEGIN CERTIFICATE-----/ { n++; file = sprintf("%s/session-ca-%d.pem", dir, n - 1); inside = 1 }
-    inside { print > file }
-    /-----END CERTIFICATE-----/ { inside = 0; close(file) }
+    { sub(/\r$/, "") }
+    /-----BEGIN CERTIFICATE-----/ { file = sprintf("%s/session-ca-%d", dir, n++); inside = 1; body = "" }
+    inside { print > (file ".pem") }
+    inside && !/-----/ { gsub(/[ \t]/, ""); body = body $0 }
+    /-----END CERTIFICATE-----/ && inside { inside = 0; close(file ".pem"); print body > (file ".b64"); close(file ".b64") }
     END { if (n == 0) exit 1 }
   ' "$CA" || die "$CA holds no PEM certificate"
 }
@@ -209,7 +214,7 @@ write_jks() {
     for pem in "$@"; do
       entry=hangar-${pem##*/}
       entry=${entry%.pem}
-      sed -e '/-----/d' "$pem" | tr -d '\r' | base64_decode >"$TRUST/cert.der" ||
+      base64_decode <"${pem%.pem}.b64" >"$TRUST/cert.der" ||
         die "$pem: its base64 does not decode"
       len=$(wc -c <"$TRUST/cert.der")
       be 2 4
@@ -270,25 +275,47 @@ apply_nss() {
     return 0
   fi
   homes=${HANGAR_NSS_HOMES:-$(for d in /root /home/* ${HOME:-}; do [ -d "$d" ] && echo "$d"; done | sort -u)}
+  [ -n "$homes" ] || return 0
+  # Every certificate of the file, in one certutil process (-B: a batch
+  # of its commands). C,,: a CA trusted to issue TLS server certificates,
+  # nothing else.
+  batch="$TRUST/nss-add.batch"
+  for pem in "$TRUST"/session-ca-*.pem; do
+    entry=hangar-${pem##*/}
+    echo "-A -n ${entry%.pem} -t C,, -a -i $pem"
+  done >"$batch"
+  # Each database is changed in a copy where writes reach no disk
+  # (/dev/shm), then copied back: each certificate added or removed is a
+  # commit of NSS's SQLite database, which on a disk waits for a sync, and
+  # the public roots are about 150 of them (seconds, where this takes a
+  # third of one).
+  shm=$TRUST
+  [ -d /dev/shm ] && [ -w /dev/shm ] && shm=/dev/shm
   for home in $homes; do
     db="$home/.pki/nssdb"
-    if [ ! -e "$db/cert9.db" ]; then
-      mkdir -p "$db"
-      certutil -N -d "sql:$db" --empty-password
+    work=$(mktemp -d "$shm/hangar-nssdb.XXXXXX")
+    if [ -e "$db/cert9.db" ]; then
+      for f in cert9.db key4.db pkcs11.txt; do
+        [ ! -e "$db/$f" ] || cp "$db/$f" "$work/"
+      done
+      # The previous attempt's out; anything else the database holds is
+      # left alone.
+      certutil -L -d "sql:$work" | awk '/^hangar-session-ca-/ { print "-D -n " $1 }' >"$work/remove.batch"
+      [ ! -s "$work/remove.batch" ] || certutil -B -d "sql:$work" -i "$work/remove.batch" >/dev/null
+    else
+      certutil -N -d "sql:$work" --empty-password
     fi
-    # The previous attempt's CAs out, this one's in; anything else the
-    # database holds is left alone.
-    certutil -L -d "sql:$db" | awk '/^hangar-session-ca-/ { print $1 }' | while read -r old; do
-      certutil -D -d "sql:$db" -n "$old"
+    certutil -B -d "sql:$work" -i "$batch" >/dev/null
+    mkdir -p "$db"
+    for f in cert9.db key4.db pkcs11.txt; do
+      [ ! -e "$work/$f" ] || cp "$work/$f" "$db/"
     done
-    for pem in "$TRUST"/session-ca-*.pem; do
-      # C,,: a CA trusted to issue TLS server certificates, nothing else.
-      certutil -A -d "sql:$db" -n "hangar-$(basename "$pem" .pem)" -t "C,," -a -i "$pem"
-    done
+    rm -rf "$work"
     owner=$(stat -c %u:%g "$home")
     chown -R "$owner" "$home/.pki"
     chmod 0700 "$home/.pki" "$db"
   done
+  rm -f "$batch"
 }
 
 apply_firefox() {
@@ -316,12 +343,8 @@ EOF
 }
 
 apply_chromium() {
-  # CACertificates: the CAs as base64 DER, which is a PEM's body.
-  certs=""
-  for pem in "$TRUST"/session-ca-*.pem; do
-    b64=$(sed -e '/-----/d' "$pem" | tr -d '\n\r ')
-    certs="$certs${certs:+, }\"$b64\""
-  done
+  # CACertificates: the certificates as base64 DER, which is a PEM's body.
+  certs=$(awk 'NR > 1 { printf ", " } { printf "\"%s\"", $0 }' "$TRUST"/session-ca-*.b64)
   for dir in /etc/chromium/policies/managed /etc/opt/chrome/policies/managed; do
     mkdir -p "$dir"
     cat >"$dir/hangar-session.json" <<EOF
