@@ -3,7 +3,7 @@
 only the metrics the gateway and the control stub export
 (ops/prometheus/metrics.txt) and the recording rules defined beside them,
 that the dashboard is well formed, and that every alert has its section in
-the runbook. Writes every dashboard query, with Grafana's variables filled
+the runbook and links to that section. Writes every dashboard query, with Grafana's variables filled
 in, as a recording rule into OUT, for `promtool check rules` to parse.
 
 With --gateway-scrape and --stub-scrape (the /metrics text of a running
@@ -243,6 +243,18 @@ def main():
     for anchor in re.findall(r"runbook: \"docs/runbook.md#([a-z0-9-]+)\"", rules):
         if not re.search(r"^#+\s+" + re.escape(anchor) + r"\s*$", runbook, re.M):
             errors.append(f"{rules_path}: runbook anchor #{anchor} names no section")
+    # Each alert's link is to its own section: one alert's page must not
+    # open another's (whose words may not fit it).
+    for block in re.split(r"^\s*- (?=alert:|record:)", rules, flags=re.M)[1:]:
+        alert = re.match(r"alert:\s*(\S+)", block)
+        if not alert:
+            continue
+        links = re.findall(r"runbook: \"docs/runbook.md#([a-z0-9-]+)\"", block)
+        if links != [alert.group(1).lower()]:
+            errors.append(
+                f"{rules_path}: alert {alert.group(1)} links the runbook at {links}, "
+                f"not at its own section #{alert.group(1).lower()}"
+            )
 
     try:
         dash = json.load(open(dash_path, encoding="utf-8"))

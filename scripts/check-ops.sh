@@ -10,7 +10,8 @@
 # - the Prometheus rules: `promtool check rules` and `promtool test rules`;
 # - the Grafana dashboard: it parses, every query names only metrics of
 #   ops/prometheus/metrics.txt, and promtool parses every query;
-#   and every alert has its section in docs/runbook.md;
+#   and every alert has its section in docs/runbook.md, which its runbook
+#   link names;
 # - a live scrape: the gateway and `control-stub serve --metrics-listen`
 #   just built, started on loopback (ports the kernel picks), their
 #   /metrics checked against metrics.txt (every metric with its type,

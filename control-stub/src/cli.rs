@@ -178,9 +178,19 @@ pub enum SandboxCommand {
     /// Show a session: state, attempts, CA digests, drop reports, reset steps.
     Status { id: String },
     /// Print the trust bundle the session's instance is given: the PEM
-    /// certificates of the CAs its gateways made for the current attempt.
-    /// A session that is not running has none (`sandbox_not_running`).
-    Trust { id: String },
+    /// certificates of the CAs its gateways made for the current attempt
+    /// and, when that attempt lists a passthrough name, the public roots
+    /// after them (docs/clients.md). A session that is not running has
+    /// none (`sandbox_not_running`).
+    Trust {
+        id: String,
+        /// The public roots, a PEM file of CA certificates, for a session
+        /// that lists a passthrough name (default: the system's bundle,
+        /// /etc/ssl/certs/ca-certificates.crt on Debian). Unread for a
+        /// session that lists none.
+        #[arg(long, value_name = "FILE")]
+        public_roots: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -549,7 +559,9 @@ fn sandbox(
         SandboxCommand::Stop { id } => json(&life.stop(id)?),
         SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?),
         SandboxCommand::Status { id } => json(&life.status(id)?),
-        SandboxCommand::Trust { id } => life.trust(id),
+        SandboxCommand::Trust { id, public_roots } => {
+            life.trust(id)?.bundle(public_roots.as_deref())
+        }
     }
 }
 

@@ -47,7 +47,8 @@
 //! | `proposal_invalid` | a gateway's proposal does not hold together: a field out of bounds, a sentence or digest that is not the one its fields give, a rule or approvers that are not the rule's (gRPC `INVALID_ARGUMENT`) |
 //! | `proposal_stale` | a proposal for a session that is not running at that attempt, from a gateway that holds no authority for it (gRPC `FAILED_PRECONDITION`) |
 //! | `proposal_conflict` | a proposal id already received with another digest (gRPC `ALREADY_EXISTS`) |
-//! | `io_failed` | reading a secret value from standard input or a file failed |
+//! | `public_roots_invalid` | `sandbox trust` of a session listing a passthrough name: the public roots file holds no certificate, a certificate that does not parse, a private key or another PEM block |
+//! | `io_failed` | reading a secret value from standard input or a file failed, or the public roots file (`sandbox trust`; also: no system bundle found) |
 //! | `store_failed` | the SQLite store failed, or its file is unsafe (readable by others) or from a newer version |
 
 use std::fmt;
@@ -142,6 +143,8 @@ pub enum Error {
     ProposalStale { reason: String },
     #[error("proposal {id} was already received with another digest")]
     ProposalConflict { id: String },
+    #[error("public roots file {path}: {reason}")]
+    PublicRootsInvalid { path: String, reason: String },
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
     #[error("store: {0}")]
@@ -187,6 +190,7 @@ impl Error {
             Error::ProposalInvalid { .. } => "proposal_invalid",
             Error::ProposalStale { .. } => "proposal_stale",
             Error::ProposalConflict { .. } => "proposal_conflict",
+            Error::PublicRootsInvalid { .. } => "public_roots_invalid",
             Error::Io { .. } => "io_failed",
             Error::Store(_) => "store_failed",
         }

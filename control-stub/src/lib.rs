@@ -44,6 +44,8 @@
 //! - [`series`]: the metrics `serve` exports, each member's at 0 from the
 //!   start.
 //! - [`grpc_link`]: the control channel client ([`GrpcLink`]).
+//! - [`trust`]: the trust bundle a session's instance is given: its
+//!   session CAs and, when it lists a passthrough name, the public roots.
 //! - [`lifecycle`]: the sessions driven through the machine's decisions:
 //!   each committed first, then the members asked and their answers
 //!   recorded; opens on every member that answers, closes owed until
@@ -75,6 +77,7 @@ pub mod confirm;
 pub mod batches;
 pub mod series;
 pub mod grpc_link;
+pub mod trust;
 pub mod lifecycle;
 pub mod relay;
 pub mod certificate;

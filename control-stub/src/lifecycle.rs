@@ -101,6 +101,7 @@ use crate::store::{
     now, Attempt, CaEvent, CloseTask, CommandRecord, DropReport, Requester, ResetStep, Session,
     Store, Tx,
 };
+use crate::trust::SessionTrust;
 
 pub use crate::confirm::stub_response;
 
@@ -612,25 +613,33 @@ impl<'a> Lifecycle<'a> {
         status(self.store, id)
     }
 
-    /// `sandbox trust`: what a running session trusts, one PEM bundle: the
-    /// CAs of its current attempt that are live (not reported destroyed,
-    /// and not made by a gateway process that has since restarted: its
-    /// start report says so).
-    pub fn trust(&self, id: &str) -> Result<String, Error> {
+    /// `sandbox trust`: what a running session trusts: the CAs of its
+    /// current attempt that are live (not reported destroyed, and not made
+    /// by a gateway process that has since restarted: its start report
+    /// says so), and the names that attempt opened as passthrough
+    /// ([`SessionTrust::bundle`] makes the PEM bundle).
+    pub fn trust(&self, id: &str) -> Result<SessionTrust, Error> {
         self.store.read(|tx| decide(tx, id, Event::Trust))??;
         let status = status(self.store, id)?;
-        let mut bundle = String::new();
+        let mut trust = SessionTrust {
+            cas: Vec::new(),
+            passthrough: Vec::new(),
+        };
         if let Some(current) = status
             .attempts
             .iter()
             .rev()
             .find(|a| a.attempt.end_cause != Some(AttemptEnd::StartFailed))
         {
-            for ca in current.ca.iter().filter(|c| c.destroyed_at.is_none()) {
-                bundle.push_str(&ca.cert_pem);
-            }
+            trust.cas = current
+                .ca
+                .iter()
+                .filter(|c| c.destroyed_at.is_none())
+                .map(|c| c.cert_pem.clone())
+                .collect();
+            trust.passthrough.clone_from(&current.attempt.passthrough);
         }
-        Ok(bundle.trim_end().to_owned())
+        Ok(trust)
     }
 }
 

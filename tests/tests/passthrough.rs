@@ -83,7 +83,23 @@ async fn a_passthrough_name_reaches_the_origin_with_its_own_certificate_and_is_r
         serde_json::json!([MODEL, INTERNAL]),
         "{status}"
     );
-    let (bundle, _) = rig.trust(&id, "trust.pem");
+    // The session's bundle: its CA, then the public roots, for which the
+    // origin's CA stands in (tests reach no real destination).
+    let trust = rig.cli(&[
+        "sandbox",
+        "trust",
+        &id,
+        "--public-roots",
+        origin_ca.to_str().unwrap(),
+    ]);
+    assert_eq!(trust.status, 0, "{}", trust.stderr);
+    let end = "-----END CERTIFICATE-----";
+    assert_eq!(trust.stdout.matches(end).count(), 2, "{}", trust.stdout);
+    let bundle = rig.dir.join("trust.pem");
+    std::fs::write(&bundle, &trust.stdout).unwrap();
+    let ca_end = trust.stdout.find(end).unwrap() + end.len();
+    let session_ca = rig.dir.join("session-ca.pem");
+    std::fs::write(&session_ca, format!("{}\n", &trust.stdout[..ca_end])).unwrap();
     let g = &rig.members[0];
 
     // The client trusts the origin's CA alone, and gets through: the TLS
@@ -114,16 +130,21 @@ async fn a_passthrough_name_reaches_the_origin_with_its_own_certificate_and_is_r
 
     // A client trusting only the session's CA cannot verify the origin:
     // the gateway made no certificate for the name.
-    let refused = Curl::via(g.data, &bundle, MODEL).run("/echo");
+    let refused = Curl::via(g.data, &session_ca, MODEL).run("/echo");
     assert_eq!(refused.status, 0);
     assert_eq!(
         refused.exit, 60,
         "curl: peer certificate not verified: {}",
         refused.stderr
     );
-    // A terminated name beside it is the gateway's, with the session's CA.
-    let terminated = Curl::via(g.data, &bundle, API).run("/echo");
-    assert_eq!(terminated.status, 200, "{}", terminated.stderr);
+    // The session's bundle verifies it; and a terminated name beside it
+    // is the gateway's, with the session's CA, whichever the client holds.
+    let through = Curl::via(g.data, &bundle, MODEL).run("/echo");
+    assert_eq!(through.status, 200, "{}", through.stderr);
+    for trusted in [&bundle, &session_ca] {
+        let terminated = Curl::via(g.data, trusted, API).run("/echo");
+        assert_eq!(terminated.status, 200, "{}", terminated.stderr);
+    }
 
     let records = records_of(&rig, MODEL, 4);
     let origin_port = rig.peers.origin.addr.port();

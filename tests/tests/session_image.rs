@@ -21,7 +21,17 @@
 //!   refusal looks like in it: a name off the allowlist (a TLS alert before
 //!   the handshake) and a per-request refusal (an HTTP 502 with a
 //!   `hangar-refusal` header). Java, wget and Chromium are tried before
-//!   the script too, and fail: the script is what makes them work.
+//!   the script too, and fail: the script is what makes them work; and
+//!   every store the script builds holds the two session CAs, no more.
+//!
+//! A second test runs a session whose allowlist holds a passthrough name
+//! (the model route's `api.anthropic.com`) beside a terminated one, under
+//! `control-stub serve` as a worker meets it: the CA file is what
+//! `sandbox trust --public-roots` prints (the session CAs, then the
+//! public roots, for which a test CA stands in), and every client the
+//! script sets up reaches the passthrough name, shown the destination's own
+//! certificate, while the terminated name is still shown a leaf of the
+//! session CA.
 //!
 //! All of it runs in namespaces the test makes (`unshare --net --mount`),
 //! with `/etc`, `/usr`, `/opt`, `/root` and `/home` under overlays whose
@@ -30,7 +40,7 @@
 //! inside them (the inner test does nothing when run any other way).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
@@ -38,6 +48,7 @@ use talos_e2e::clients::run_bounded;
 use talos_e2e::dns::{Answer, DnsServer};
 use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
 use talos_e2e::origin::{Origin, TestCa};
+use talos_e2e::rig::{Pair, Process, SessionSpec};
 
 /// Set for the inner run: the outer test's network namespace, which the
 /// inner one must not be.
@@ -82,6 +93,17 @@ fn euid() -> u32 {
 
 #[test]
 fn clients_in_a_session_image() {
+    in_namespaces("session_image_inner");
+}
+
+#[test]
+fn a_passthrough_name_and_a_terminated_one_in_a_session_image() {
+    in_namespaces("passthrough_image_inner");
+}
+
+/// Run the inner test `inner` of this binary in network and mount
+/// namespaces of its own.
+fn in_namespaces(inner: &str) {
     let mut cmd = Command::new("unshare");
     // As another user than root, a user namespace gives the rights inside.
     if euid() != 0 {
@@ -92,7 +114,7 @@ fn clients_in_a_session_image() {
         .arg(std::env::current_exe().expect("current_exe"))
         .args([
             "--exact",
-            "session_image_inner",
+            inner,
             "--ignored",
             "--nocapture",
             "--test-threads",
@@ -287,6 +309,122 @@ fn load_rules(dir: &Path, data_port: u16, admin_port: u16, dns_port: u16) {
     must("nft", &["-f", file.to_str().unwrap()]);
 }
 
+/// The `[dns]` lines of a member on the gateway host: it answers the
+/// sessions' DNS on every address (the redirect delivers to the receiving
+/// interface's), approvals.hangar.internal being the gateway host's
+/// session-side address.
+fn answerer_lines() -> String {
+    format!("listen = \"0.0.0.0:0\"\napprovals = [\"{GATEWAY_HOST}\"]\n")
+}
+
+/// A member's config with its data and admin listeners on the
+/// session-side address too: the redirect delivers to the receiving
+/// interface's address.
+fn session_side(toml: &str) -> String {
+    let (data, admin) = ("data = \"127.0.0.1:0\"", "admin = \"127.0.0.1:0\"");
+    assert!(toml.contains(data) && toml.contains(admin), "{toml}");
+    toml.replace(data, "data = \"0.0.0.0:0\"")
+        .replace(admin, "admin = \"0.0.0.0:0\"")
+}
+
+/// A member of the pair under the control stub ([`Pair`]), on the
+/// gateway host as [`session_side`] and [`answerer_lines`] say.
+#[derive(Debug)]
+struct HostMember(Gateway);
+
+impl Process for HostMember {
+    fn toml(config: &TestConfig, dir: &Path) -> String {
+        let config = TestConfig {
+            answerer: answerer_lines(),
+            ..config.clone()
+        };
+        session_side(&config.toml(dir))
+    }
+
+    fn start(dir: &Path, toml: &str) -> HostMember {
+        HostMember(Gateway::start(dir, toml))
+    }
+
+    fn data(&self) -> SocketAddr {
+        self.0.data
+    }
+
+    fn control(&self) -> SocketAddr {
+        self.0.control.expect("control listener")
+    }
+
+    fn log(&self) -> String {
+        self.0.log()
+    }
+
+    fn answerer(&self) -> Option<SocketAddr> {
+        self.0.answerer
+    }
+}
+
+/// What stands behind the pair: the names' DNS server and the origin.
+#[derive(Debug)]
+struct Peers {
+    _dns: DnsServer,
+    _origin: Origin,
+}
+
+/// `ops/session-image/trust-session-ca.sh install`, then `apply`, as an
+/// image's build and entrypoint run them, with an NSS database for `home`.
+fn image_script(home: &Path) {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/session-image/trust-session-ca.sh");
+    for step in ["install", "apply"] {
+        let out = Command::new("sh")
+            .arg(&script)
+            .arg(step)
+            .env("HOME", home)
+            .env("HANGAR_NSS_HOMES", home)
+            .env("HANGAR_DNS", NAMESERVER)
+            .output()
+            .expect("run the script");
+        assert!(
+            out.status.success(),
+            "trust-session-ca.sh {step}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// How many certificates each store `apply` builds from the CA file
+/// holds: Java's truststore (listed with its password, so that its
+/// integrity check is made too), the NSS database in `home`, Chromium's
+/// policy and Firefox's.
+fn stores(home: &Path) -> [usize; 4] {
+    let java = must(
+        "keytool",
+        &[
+            "-list",
+            "-keystore",
+            "/etc/hangar/trust/java-cacerts.jks",
+            "-storepass",
+            "changeit",
+        ],
+    );
+    let java = java.matches("trustedCertEntry").count();
+    let nss = must(
+        "certutil",
+        &["-L", "-d", &format!("sql:{}/.pki/nssdb", home.display())],
+    );
+    let nss = nss.lines().filter(|l| l.starts_with("hangar-")).count();
+    let json = |path: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).expect(path)).expect(path)
+    };
+    let chromium = json("/etc/chromium/policies/managed/hangar-session.json")["CACertificates"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let firefox = json("/etc/firefox/policies/policies.json")["policies"]["Certificates"]
+        ["Install"]
+        .as_array()
+        .map_or(0, Vec::len);
+    [java, nss, chromium, firefox]
+}
+
 /// The variables the script wrote, `export NAME=VALUE` lines.
 fn env_file() -> Vec<(String, String)> {
     std::fs::read_to_string("/etc/hangar/trust/env")
@@ -401,24 +539,11 @@ async fn session_image_inner() {
             }],
             ..Default::default()
         }
-        .toml(&gdir)
-        // Listening on the session-side address too: the redirect
-        // delivers to the receiving interface's address.
-        .replace("data = \"127.0.0.1:0\"", "data = \"0.0.0.0:0\"")
-        .replace("admin = \"127.0.0.1:0\"", "admin = \"0.0.0.0:0\"");
-        Gateway::start(&gdir, &config)
+        .toml(&gdir);
+        Gateway::start(&gdir, &session_side(&config))
     };
-    // Each member answers the sessions' DNS, on every address (the redirect
-    // delivers to the receiving interface's), approvals.hangar.internal
-    // being the gateway host's session-side address.
-    let gw_a = member(
-        "gw-a",
-        &format!("listen = \"0.0.0.0:0\"\napprovals = [\"{GATEWAY_HOST}\"]\n"),
-    );
-    let gw_b = member(
-        "gw-b",
-        &format!("listen = \"0.0.0.0:0\"\napprovals = [\"{GATEWAY_HOST}\"]\n"),
-    );
+    let gw_a = member("gw-a", &answerer_lines());
+    let gw_b = member("gw-b", &answerer_lines());
     let answerer = gw_a.answerer.expect("gw-a's DNS answerer");
     let answerer_b = gw_b.answerer.expect("gw-b's DNS answerer");
 
@@ -541,23 +666,7 @@ async fn session_image_inner() {
         );
 
         // --- The image's part: install at build, apply at start.
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/session-image/trust-session-ca.sh");
-        let script = script.to_str().unwrap();
-        for step in ["install", "apply"] {
-            let out = Command::new("sh")
-                .arg(script)
-                .arg(step)
-                .env("HOME", &home)
-                .env("HANGAR_NSS_HOMES", &home)
-                .env("HANGAR_DNS", NAMESERVER)
-                .output()
-                .expect("run the script");
-            assert!(
-                out.status.success(),
-                "trust-session-ca.sh {step}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        image_script(&home);
         let resolv = std::fs::read_to_string("/etc/resolv.conf").expect("resolv.conf");
         assert!(
             resolv.lines().any(|l| l == format!("nameserver {NAMESERVER}"))
@@ -568,6 +677,9 @@ async fn session_image_inner() {
         assert_eq!(after.trim(), ORIGIN_ADDR, "through the resolver apply set");
         let vars = env_file();
         assert!(vars.len() >= 6 && vars.iter().all(|(_, v)| v == SESSION_CA), "{vars:?}");
+        // No passthrough name: every store holds the two session CAs and
+        // nothing else, as the file does.
+        assert_eq!(stores(&home), [2; 4], "Java, NSS, Chromium, Firefox");
 
         // --- After: every client reaches the allowed name and shows each
         // refusal in its own way.
@@ -737,6 +849,270 @@ async fn session_image_inner() {
     .await
     .expect("clients");
     drop((dns, origin));
+}
+
+/// A name of the model route: passthrough from the control stub's start
+/// (`policy passthrough list`).
+const MODEL: &str = "api.anthropic.com";
+/// The test CA standing in for the public roots (tests reach no real
+/// destination): the origin's, which signs its certificate for each name
+/// it serves.
+const PUBLIC_ROOT: &str = "public roots stand-in";
+
+/// Node's `https.get` of `url`: `STATUS ISSUER BODY`, the issuer being the
+/// common name of the certificate that signed the one the client was
+/// shown; or `error CODE`.
+fn node_get(url: &str) -> String {
+    format!(
+        "require('https').get('{url}', r => {{ const issuer = r.socket.getPeerCertificate().issuer.CN; let b = ''; r.on('data', d => b += d); r.on('end', () => console.log(r.statusCode, issuer, b.trim())); }}).on('error', e => console.log('error', e.code))"
+    )
+}
+
+/// A session whose allowlist holds a passthrough name, as the control
+/// stub runs it: its bundle (`sandbox trust`) is the session CAs and the
+/// public roots, and every client the image's script sets up reaches the
+/// passthrough name, which shows the destination's own certificate, while
+/// the name beside it still shows a leaf of the session CA. The pair runs
+/// under `control-stub serve`, behind `ops/nftables.conf` as in
+/// [`session_image_inner`]; the public roots are a test CA's certificate
+/// ([`PUBLIC_ROOT`]), given to `sandbox trust --public-roots`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run in its own namespaces by a_passthrough_name_and_a_terminated_one_in_a_session_image"]
+async fn passthrough_image_inner() {
+    let Ok(outer) = std::env::var(INNER) else {
+        return;
+    };
+    assert_ne!(netns(), outer, "not in a network namespace of its own");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_owned();
+    must("ip", &["link", "set", "lo", "up"]);
+    must(
+        "ip",
+        &["addr", "add", &format!("{ORIGIN_ADDR}/32"), "dev", "lo"],
+    );
+    overlay_system(&dir.join("overlay"));
+
+    // One origin for both names, its certificates from the stand-in CA:
+    // the passthrough name's is what the session must verify itself; the
+    // terminated name's only the gateway sees.
+    let origin_ip: IpAddr = ORIGIN_ADDR.parse().unwrap();
+    let dns = DnsServer::start(HashMap::from([
+        (ALLOWED.to_owned(), Answer::Addrs(vec![origin_ip])),
+        (MODEL.to_owned(), Answer::Addrs(vec![origin_ip])),
+    ]))
+    .await;
+    let ca = TestCa::new(PUBLIC_ROOT);
+    let roots = dir.join("public-roots.pem");
+    ca.write_pem(&roots);
+    let listener = tokio::net::TcpListener::bind((origin_ip, 0))
+        .await
+        .expect("bind the origin");
+    let origin = Origin::serve(listener, &ca, &[ALLOWED, MODEL]);
+    let base = TestConfig {
+        dns: dns.addr,
+        upstream_port: origin.addr.port(),
+        anchors: vec![roots.clone()],
+        permit_internal: vec![format!("{ORIGIN_ADDR}/32")],
+        ..Default::default()
+    };
+    let rig: Pair<HostMember, Peers> = Pair::builder().renewing().egress(&[ALLOWED, MODEL]).start(
+        tempfile::tempdir().expect("tempdir"),
+        Peers {
+            _dns: dns,
+            _origin: origin,
+        },
+        base,
+    );
+    let id = rig.start_session(&SessionSpec::from(SESSION_ADDR).allow(ALLOWED).allow(MODEL));
+    let status = rig.status(&id);
+    assert_eq!(
+        status["attempts"][0]["passthrough"],
+        serde_json::json!([MODEL]),
+        "{status}"
+    );
+
+    // The worker's part: the bundle `sandbox trust` prints, in the CA
+    // file. The session CAs first, then the public roots.
+    let ran = rig.cli(&[
+        "sandbox",
+        "trust",
+        &id,
+        "--public-roots",
+        roots.to_str().unwrap(),
+    ]);
+    assert_eq!(ran.status, 0, "sandbox trust: {}", ran.stderr);
+    let listed: Vec<String> = rustls_pemfile::certs(&mut ran.stdout.as_bytes())
+        .map(|c| talos_certs::sha384_hex(c.expect("PEM").as_ref()))
+        .collect();
+    let mut cas: Vec<String> = rig.digests(&id).into_values().collect();
+    cas.sort();
+    let mut first: Vec<String> = listed.iter().take(2).cloned().collect();
+    first.sort();
+    assert!(
+        listed.len() == 3 && first == cas && listed[2] == talos_certs::sha384_hex(&ca.cert_der),
+        "the session CAs, then the public roots: {listed:?}, CAs {cas:?}"
+    );
+    std::fs::create_dir_all("/etc/hangar").expect("/etc/hangar");
+    std::fs::write(SESSION_CA, &ran.stdout).expect("write the session CA file");
+    // The session CAs alone, as the bundle was before: what the roots add.
+    let end = "-----END CERTIFICATE-----";
+    let second = ran.stdout.match_indices(end).nth(1).expect("two CAs").0 + end.len();
+    let alone = dir.join("session-cas-alone.pem");
+    std::fs::write(&alone, format!("{}\n", &ran.stdout[..second])).expect("write");
+
+    let _ = std::fs::remove_file("/etc/resolv.conf");
+    std::fs::write("/etc/resolv.conf", "nameserver 203.0.113.99\n").expect("/etc/resolv.conf");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let session = session_namespace(home.clone());
+    let gw_a = &rig.members[0].0;
+    let answerer = gw_a.answerer.expect("gw-a's DNS answerer");
+    let ports = (gw_a.data.port(), gw_a.admin.port(), answerer.port());
+    load_rules(&dir, ports.0, ports.1, ports.2);
+    let java_file = dir.join("Client.java");
+    std::fs::write(&java_file, JAVA_CLIENT).expect("Client.java");
+    let java = java_file.to_str().unwrap().to_owned();
+    let none: Vec<(String, String)> = Vec::new();
+    // The issuer of a terminated name's leaf: the session CA of gw-a
+    // (through its intermediate), never the destination's CA.
+    let session_ca = format!("TALOS session CA {id} attempt 1 (gw-a)");
+
+    tokio::task::spawn_blocking(move || {
+        image_script(&home);
+        let vars = env_file();
+        assert!(vars.len() >= 6 && vars.iter().all(|(_, v)| v == SESSION_CA), "{vars:?}");
+        // Every store holds what the file holds: the two session CAs and
+        // the public roots.
+        assert_eq!(stores(&home), [3; 4], "Java, NSS, Chromium, Firefox");
+
+        // curl, with the variables and with none (the system bundle): the
+        // passthrough name shows the destination's certificate, the
+        // terminated one a leaf of the session CA.
+        for env in [&vars, &none] {
+            let c = session.run(env, "curl", &["-sS", "-v", &url(MODEL)]);
+            assert!(
+                c.ok && c.stdout.starts_with("origin says hello")
+                    && c.stderr.contains(&format!("issuer: CN={PUBLIC_ROOT}")),
+                "curl, passthrough: {c:?}"
+            );
+            let c = session.run(env, "curl", &["-sS", "-v", &url(ALLOWED)]);
+            assert!(
+                c.ok && c.stdout.starts_with("origin says hello")
+                    && c.stderr.contains(&format!("issuer: CN={session_ca}")),
+                "curl, terminated: {c:?}"
+            );
+        }
+        // The session CAs alone do not verify the destination (the bundle
+        // before the public roots joined it); the public roots alone do
+        // not verify a terminated name, though the origin has a
+        // certificate for it: the gateway, not the origin, answers it.
+        let alone_file = alone.to_str().unwrap();
+        let c = session.run(&none, "curl", &["-sS", "--cacert", alone_file, &url(MODEL)]);
+        assert!(!c.ok && c.stderr.contains("(60)"), "the session CAs alone: {c:?}");
+        let c = session.run(&none, "curl", &["-sS", "--cacert", roots.to_str().unwrap(), &url(ALLOWED)]);
+        assert!(!c.ok && c.stderr.contains("(60)"), "the public roots alone: {c:?}");
+
+        // Node: NODE_EXTRA_CA_CERTS adds the file to Node's own roots.
+        let node = |env: &[(String, String)], name: &str| {
+            session.run(env, "node", &["-e", &node_get(&url(name))]).stdout.trim().to_owned()
+        };
+        assert_eq!(
+            node(&vars, MODEL),
+            format!("200 {PUBLIC_ROOT} origin says hello: HTTP/1.1 GET /hello"),
+            "node, passthrough"
+        );
+        let terminated = node(&vars, ALLOWED);
+        assert!(
+            terminated.starts_with(&format!("200 {session_ca} level "))
+                && terminated.ends_with(" origin says hello: HTTP/1.1 GET /hello"),
+            "node, terminated: {terminated}"
+        );
+        let only_cas = vec![("NODE_EXTRA_CA_CERTS".to_owned(), alone_file.to_owned())];
+        assert!(node(&only_cas, MODEL).starts_with("error "), "node, the session CAs alone");
+
+        // Python's urllib: SSL_CERT_FILE.
+        for name in [MODEL, ALLOWED] {
+            let py = session.run(
+                &vars,
+                "python3",
+                &["-c", &format!("import urllib.request; print(urllib.request.urlopen('{}').status)", url(name))],
+            );
+            assert_eq!(py.stdout.trim(), "200", "python, {name}: {py:?}");
+        }
+
+        // Java: the JVM's default truststore.
+        let java_run = session.run(&none, "java", &[&java, &url(MODEL), &url(ALLOWED)]);
+        let lines: Vec<&str> = java_run.stdout.lines().collect();
+        assert!(
+            lines.len() == 2
+                && lines[0].starts_with(&format!("{} 200 HTTP_2 - origin says hello", url(MODEL)))
+                && lines[1].starts_with(&format!("{} 200 HTTP_2 - origin says hello", url(ALLOWED))),
+            "java: {java_run:?}"
+        );
+
+        // wget (GnuTLS): /etc/wgetrc.
+        for name in [MODEL, ALLOWED] {
+            let w = session.run(&none, "wget", &["-q", "-O", "-", &url(name)]);
+            assert!(w.ok && w.stdout.contains("GET /hello"), "wget, {name}: {w:?}");
+        }
+
+        // NSS: tstclnt with the database apply made.
+        let db = format!("sql:{}/.pki/nssdb", home.display());
+        for name in [MODEL, ALLOWED] {
+            let req = home.join(format!("request-{name}.txt"));
+            std::fs::write(&req, format!("GET /hello HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"))
+                .expect("request");
+            let tst = session.run(
+                &none,
+                "sh",
+                &["-c", &format!("tstclnt -h {name} -p 443 -d {db} -V tls1.3:tls1.3 < {}", req.display())],
+            );
+            assert!(tst.stdout.contains("HTTP/1.1 200") && tst.stdout.contains("GET /hello"), "tstclnt, {name}: {tst:?}");
+        }
+
+        // git: GIT_SSL_CAINFO. The origin is no git server: getting that
+        // far means TLS was trusted.
+        let git = session.run(&vars, "git", &["ls-remote", &format!("https://{MODEL}/repo")]);
+        assert!(git.stderr.contains("is this a git repository?"), "git: {git:?}");
+
+        // openssl s_client with the CA file.
+        let s = session.run(
+            &none,
+            "sh",
+            &["-c", &format!("echo | openssl s_client -CAfile {SESSION_CA} -verify_return_error -servername {MODEL} -connect {MODEL}:443")],
+        );
+        assert!(s.stdout.contains("Verify return code: 0 (ok)"), "s_client: {s:?}");
+
+        // Chromium: the policy alone (a home without the NSS database).
+        let bare = dir.join("bare-home");
+        let args = chromium_args(&dir, "chrome-model", MODEL);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let chromium = which("chromium").expect("chromium is missing: scripts/install-ops-tools.sh installs it");
+        let page = session.run(&[("HOME".to_owned(), bare.display().to_string())], &chromium, &args);
+        assert!(page.stdout.contains("GET /hello"), "Chromium, passthrough: {page:?}");
+
+        // The gateway passed the passthrough name's connections on unread,
+        // and terminated the other's.
+        // Twelve connections to it at least, each recorded as it closes.
+        let records = talos_e2e::wait::until("the passthrough name's records", || {
+            let records = rig.members[0].0.records();
+            let n = records.iter().filter(|r| r["sni"] == MODEL).count();
+            talos_e2e::wait::check(records, |_| n >= 12)
+        });
+        let model: Vec<_> = records.iter().filter(|r| r["sni"] == MODEL).collect();
+        assert!(
+            model.iter().all(|r| r["passthrough"] == true && r["verdict"] == "allowed"),
+            "{records:?}"
+        );
+        let terminated: Vec<_> = records.iter().filter(|r| r["sni"] == ALLOWED && r["verdict"] == "allowed").collect();
+        assert!(
+            !terminated.is_empty() && terminated.iter().all(|r| r.get("passthrough").is_none()),
+            "{records:?}"
+        );
+        drop((session, rig));
+    })
+    .await
+    .expect("clients");
 }
 
 /// Headless Chromium, fetching `name` and printing its DOM, with

@@ -102,7 +102,8 @@ impl Handovers {
 /// One listener handed over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerState {
-    /// `data`, `admin`, `control` or `process`.
+    /// `data`, `admin`, `control`, `pair`, `dns_udp`, `dns_tcp` or
+    /// `process`, in the order the sockets are sent.
     pub role: String,
     /// The address (or path) the config names, as written there.
     pub configured: String,
