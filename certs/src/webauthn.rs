@@ -702,6 +702,11 @@ fn check_client_data(bytes: &[u8], kind: &str, expected: &Expected<'_>) -> Resul
     if bytes.len() > MAX_CLIENT_DATA_LEN {
         return Err(Fault::Malformed("clientDataJSON is longer than 4 KiB"));
     }
+    // serde reads a struct from a JSON array too, member by position: the
+    // client data is an object, nothing else.
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        return Err(Fault::Malformed("clientDataJSON is not a JSON object"));
+    }
     let client: ClientData<'_> = serde_json::from_slice(bytes).map_err(|_| {
         Fault::Malformed(
             "clientDataJSON is not a JSON object with string type, challenge and origin",
