@@ -41,6 +41,14 @@
 //!   plane side).
 //! - `report`: [`DropReport`], [`verify_drop_report`] and [`confirms`] for
 //!   reset steps 4 and 5.
+//! - `approval`: [`Proposal`], the card's [`sentence`] and
+//!   [`proposal_digest`], the relay's [`Decision`].
+//! - [`webauthn`]: people's passkeys: the challenges a person's device
+//!   signs for a decision or a command, the checks of a registration and of
+//!   an assertion (sans-IO, with a CBOR reader of its own), and, with the
+//!   `test-util` feature, a software authenticator for tests. A public
+//!   module rather than re-exports: its names (`Assertion`, `Credential`,
+//!   `Expected`, `Flags`) read right only under `webauthn::`.
 //!
 //! # Key material
 //!
@@ -216,6 +224,8 @@ mod batch;
 mod report;
 
 mod approval;
+
+pub mod webauthn;
 
 pub use approval::{
     proposal_digest, sentence, verify_decision, Decision, DecisionError, Proposal, ProposalKind,
