@@ -47,6 +47,9 @@
 //! | `proposal_invalid` | a gateway's proposal does not hold together: a field out of bounds, a sentence or digest that is not the one its fields give, a rule or approvers that are not the rule's (gRPC `INVALID_ARGUMENT`) |
 //! | `proposal_stale` | a proposal for a session that is not running at that attempt, from a gateway that holds no authority for it (gRPC `FAILED_PRECONDITION`) |
 //! | `proposal_conflict` | a proposal id already received with another digest (gRPC `ALREADY_EXISTS`) |
+//! | `push_subscription_invalid` | a device's push subscription is malformed: an endpoint that is not an `https` URL with a host (no user name, at most 2,048 bytes), a `p256dh` that is no uncompressed P-256 point, an `auth` that is not 16 bytes, all base64url; or an endpoint on a host push is not allowed to reach (`--push-host`) |
+//! | `push_subscriptions_full` | a person already holds the most push subscriptions one person may (10): one must go first |
+//! | `push_config_invalid` | a push setting is malformed: a VAPID contact that is neither `mailto:` nor an `https` URL, a push host pattern that is no DNS name, IP address or `*.` and a name, a CA file without a certificate |
 //! | `io_failed` | reading a secret value from standard input or a file failed |
 //! | `store_failed` | the SQLite store failed, or its file is unsafe (readable by others) or from a newer version |
 
@@ -142,6 +145,12 @@ pub enum Error {
     ProposalStale { reason: String },
     #[error("proposal {id} was already received with another digest")]
     ProposalConflict { id: String },
+    #[error("push subscription: {reason}")]
+    PushSubscriptionInvalid { reason: String },
+    #[error("{person} already holds {limit} push subscriptions; remove one first")]
+    PushSubscriptionsFull { person: String, limit: usize },
+    #[error("push: {reason}")]
+    PushConfigInvalid { reason: String },
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
     #[error("store: {0}")]
@@ -187,6 +196,9 @@ impl Error {
             Error::ProposalInvalid { .. } => "proposal_invalid",
             Error::ProposalStale { .. } => "proposal_stale",
             Error::ProposalConflict { .. } => "proposal_conflict",
+            Error::PushSubscriptionInvalid { .. } => "push_subscription_invalid",
+            Error::PushSubscriptionsFull { .. } => "push_subscriptions_full",
+            Error::PushConfigInvalid { .. } => "push_config_invalid",
             Error::Io { .. } => "io_failed",
             Error::Store(_) => "store_failed",
         }
