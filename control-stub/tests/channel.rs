@@ -29,10 +29,13 @@ fn init_writes_private_keys_and_refuses_to_overwrite() {
     let dir = tmp.path().join("control");
     let written = identity::init(&dir, &["gw-a".into(), "gw-b".into()]).unwrap();
     // CA, stub and two gateways (a certificate and key each), the relay's
-    // signing key and the control plane's (certificates).
-    assert_eq!(written.files.len(), 10);
+    // signing key, the control plane's (certificates) and the VAPID key
+    // (Web Push).
+    assert_eq!(written.files.len(), 11);
     assert_eq!(mode(&dir.join("relay.key")), 0o600);
     assert_eq!(mode(&dir.join("plane.key")), 0o600);
+    assert_eq!(mode(&dir.join("vapid.key")), 0o600);
+    identity::vapid_key(&dir).unwrap();
     for f in ["ca.key", "stub.key", "gw-a.key", "gw-b.key"] {
         assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
@@ -115,7 +118,7 @@ fn init_through_the_command_line_prints_what_it_wrote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed["files"].as_array().unwrap().len(), 8);
+    assert_eq!(printed["files"].as_array().unwrap().len(), 9);
     assert!(printed["note"].as_str().unwrap().contains("offline"));
     // init needs no store.
     assert!(!tmp.path().join("control-stub.db").exists());
