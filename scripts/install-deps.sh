@@ -35,6 +35,9 @@ if [ "$demo" -eq 0 ]; then
   command -v dig >/dev/null || need+=(bind9-dnsutils)
   command -v unshare >/dev/null || need+=(util-linux)
   command -v mount >/dev/null || need+=(mount)
+  # The tests' own Web Push endpoint (tests/peers/push_endpoint.py)
+  # decrypts and verifies with Python's cryptography package.
+  python3 -c 'import cryptography' 2>/dev/null || need+=(python3-cryptography)
 fi
 
 # PostgreSQL's server binaries for the replicated store's tests

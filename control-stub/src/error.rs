@@ -49,6 +49,9 @@
 //! | `proposal_conflict` | a proposal id already received with another digest (gRPC `ALREADY_EXISTS`) |
 //! | `public_roots_invalid` | `sandbox trust` of a session listing a passthrough name: the public roots file holds no certificate, a certificate that does not parse, a private key or another PEM block |
 //! | `io_failed` | reading a secret value from standard input or a file failed, or the public roots file (`sandbox trust`; also: no system bundle found) |
+//! | `push_subscription_invalid` | a device's push subscription is malformed: an endpoint that is not an `https` URL with a host (no user name, at most 2,048 bytes), a `p256dh` that is no uncompressed P-256 point, an `auth` that is not 16 bytes, all base64url; or an endpoint on a host push is not allowed to reach (`--push-host`) |
+//! | `push_subscriptions_full` | a person already holds the most push subscriptions one person may (10): one must go first |
+//! | `push_config_invalid` | a push setting is malformed: a VAPID contact that is neither `mailto:` nor an `https` URL, a push host pattern that is no DNS name, IP address or `*.` and a name, a CA file without a certificate |
 //! | `store_failed` | the SQLite store failed, or its file is unsafe (readable by others) or from a newer version |
 
 use std::fmt;
@@ -145,6 +148,12 @@ pub enum Error {
     ProposalConflict { id: String },
     #[error("public roots file {path}: {reason}")]
     PublicRootsInvalid { path: String, reason: String },
+    #[error("push subscription: {reason}")]
+    PushSubscriptionInvalid { reason: String },
+    #[error("{person} already holds {limit} push subscriptions; remove one first")]
+    PushSubscriptionsFull { person: String, limit: usize },
+    #[error("push: {reason}")]
+    PushConfigInvalid { reason: String },
     #[error("{what}: {reason}")]
     Io { what: String, reason: String },
     #[error("store: {0}")]
@@ -191,6 +200,9 @@ impl Error {
             Error::ProposalStale { .. } => "proposal_stale",
             Error::ProposalConflict { .. } => "proposal_conflict",
             Error::PublicRootsInvalid { .. } => "public_roots_invalid",
+            Error::PushSubscriptionInvalid { .. } => "push_subscription_invalid",
+            Error::PushSubscriptionsFull { .. } => "push_subscriptions_full",
+            Error::PushConfigInvalid { .. } => "push_config_invalid",
             Error::Io { .. } => "io_failed",
             Error::Store(_) => "store_failed",
         }

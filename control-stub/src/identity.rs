@@ -11,6 +11,13 @@
 //! Nothing on the channel trusts anything but the control CA. Once every
 //! certificate is made, the CA key (`ca.key`) should be moved offline: no
 //! running process needs it.
+//!
+//! Beside them `init` makes the control plane's other keys: the relay's
+//! (`relay.key`, it signs decisions), the plane's (`plane.key`, it signs
+//! session certificates) and the application server's VAPID key
+//! (`vapid.key`, RFC 8292: it signs what Web Push sends to people's
+//! devices, [`crate::people::push`]). Each is made on first use when an
+//! older directory lacks it, and never replaced.
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
@@ -45,6 +52,17 @@ pub const RELAY_KEY: &str = "relay.key";
 
 /// The file of the control plane's Ed25519 key that signs certificates.
 pub const PLANE_KEY: &str = "plane.key";
+
+/// The application server's VAPID key (RFC 8292): ECDSA P-256, PKCS#8
+/// DER, mode 0600. Push services bind every subscription to its public
+/// half, so it is kept for as long as the subscriptions: a new key
+/// silently ends every subscription made under the old one (and every
+/// replica must hold the same file).
+pub const VAPID_KEY: &str = "vapid.key";
+
+/// The largest VAPID key file read: a P-256 PKCS#8 document is under 200
+/// bytes; the bound keeps a wrong path from being read whole.
+const MAX_VAPID_KEY_FILE: usize = 1024;
 
 /// How long the certificates `init` makes are valid: two years. The
 /// channel's identities are rotated by running `init` into a new
@@ -112,6 +130,7 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
         dir.join(CA_KEY),
         dir.join(RELAY_KEY),
         dir.join(PLANE_KEY),
+        dir.join(VAPID_KEY),
     ];
     for (_, cert, key) in &plan {
         all.push(dir.join(cert));
@@ -190,6 +209,8 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
     files.push(dir.join(RELAY_KEY));
     plane_key(dir)?;
     files.push(dir.join(PLANE_KEY));
+    vapid_key(dir)?;
+    files.push(dir.join(VAPID_KEY));
     Ok(Written {
         dir: dir.to_owned(),
         files,
@@ -215,6 +236,153 @@ pub fn relay_key(dir: &Path) -> Result<talos_certs::GatewayKey, Error> {
             reason: e.to_string(),
         }
     })
+}
+
+/// The application server's VAPID key in `dir` ([`VAPID_KEY`]), made
+/// (mode 0600) if the file does not exist; an existing key is never
+/// replaced. A file that group or others may read, that is not a regular
+/// file, or that is not a P-256 PKCS#8 key is refused, naming it.
+pub fn vapid_key(dir: &Path) -> Result<VapidKey, Error> {
+    let path = dir.join(VAPID_KEY);
+    match VapidKey::load(&path)? {
+        Some(key) => Ok(key),
+        None => VapidKey::create(&path),
+    }
+}
+
+/// The application server's VAPID key: ES256 (ECDSA P-256 with SHA-256),
+/// signatures as JOSE wants them (r || s, 64 bytes, not DER). Its Debug
+/// shows the public key only.
+pub struct VapidKey {
+    pair: aws_lc_rs::signature::EcdsaKeyPair,
+}
+
+impl std::fmt::Debug for VapidKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "VapidKey(P-256, public {})",
+            hex::encode(self.public_key())
+        )
+    }
+}
+
+impl VapidKey {
+    /// The public key as an uncompressed point (65 bytes, `0x04 || x ||
+    /// y`): what a page gives `pushManager.subscribe` as its
+    /// `applicationServerKey`, and the `k` of every VAPID header.
+    pub fn public_key(&self) -> &[u8] {
+        use aws_lc_rs::signature::KeyPair as _;
+        self.pair.public_key().as_ref()
+    }
+
+    /// The ES256 signature of `message`: r || s, 64 bytes.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, Error> {
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let sig = self.pair.sign(&rng, message).map_err(|_| Error::Io {
+            what: VAPID_KEY.into(),
+            reason: "aws-lc could not sign with the VAPID key".into(),
+        })?;
+        Ok(sig.as_ref().to_vec())
+    }
+
+    /// A key made in memory, never written (tests).
+    #[doc(hidden)]
+    pub fn generate() -> Result<VapidKey, Error> {
+        let pair =
+            aws_lc_rs::signature::EcdsaKeyPair::generate(Self::ALG).map_err(|_| Error::Io {
+                what: VAPID_KEY.into(),
+                reason: "aws-lc could not generate a P-256 key".into(),
+            })?;
+        Ok(VapidKey { pair })
+    }
+
+    const ALG: &'static aws_lc_rs::signature::EcdsaSigningAlgorithm =
+        &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+
+    /// The key at `path`, or `None` when there is no file.
+    fn load(path: &Path) -> Result<Option<VapidKey>, Error> {
+        use std::io::Read as _;
+        use std::os::unix::fs::PermissionsExt as _;
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(path, e)),
+        };
+        // The open file's own metadata: no window for a swap after the check.
+        let meta = file.metadata().map_err(|e| io_error(path, e))?;
+        let refuse = |reason: String| Error::Io {
+            what: path.display().to_string(),
+            reason,
+        };
+        if !meta.is_file() {
+            return Err(refuse("not a regular file".into()));
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(refuse(format!(
+                "mode {mode:04o}: group and others must have no access (chmod 600)"
+            )));
+        }
+        let mut buf = Zeroizing::new(Vec::new());
+        (&mut file)
+            .take(MAX_VAPID_KEY_FILE as u64 + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| io_error(path, e))?;
+        if buf.len() > MAX_VAPID_KEY_FILE {
+            return Err(refuse(format!(
+                "over {MAX_VAPID_KEY_FILE} bytes: not a P-256 key"
+            )));
+        }
+        let pair = aws_lc_rs::signature::EcdsaKeyPair::from_pkcs8(Self::ALG, &buf)
+            .map_err(|e| refuse(format!("not a P-256 PKCS#8 key: {e}")))?;
+        Ok(Some(VapidKey { pair }))
+    }
+
+    /// Make a key and link it to `path`: written whole to a temporary file
+    /// first, so no reader ever sees half a key, and linked only if no
+    /// other process made one meanwhile (then theirs is used).
+    fn create(path: &Path) -> Result<VapidKey, Error> {
+        let pair = Self::generate()?.pair;
+        let pkcs8 = pair.to_pkcs8v1().map_err(|_| Error::Io {
+            what: path.display().to_string(),
+            reason: "aws-lc could not encode the VAPID key".into(),
+        })?;
+        // Unique per process and call, so two makers at once never share one.
+        static CREATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut temp = path.as_os_str().to_owned();
+        temp.push(format!(
+            ".{}.{}.tmp",
+            std::process::id(),
+            CREATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let temp = PathBuf::from(temp);
+        match std::fs::remove_file(&temp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(&temp, e)),
+        }
+        let mut scratch = Vec::new();
+        write_file(&temp, pkcs8.as_ref(), true, &mut scratch)?;
+        let linked = std::fs::hard_link(&temp, path);
+        std::fs::remove_file(&temp).map_err(|e| io_error(&temp, e))?;
+        match linked {
+            Ok(()) => {
+                let dir = match path.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir,
+                    _ => Path::new("."),
+                };
+                std::fs::File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| io_error(dir, e))?;
+                Ok(VapidKey { pair })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Self::load(path)?.ok_or_else(|| io_error(path, std::io::ErrorKind::NotFound.into()))
+            }
+            Err(e) => Err(io_error(path, e)),
+        }
+    }
 }
 
 fn new_key() -> Result<KeyPair, Error> {

@@ -19,7 +19,8 @@
 //! - [`names`]: well-formed tenants, secret names, destinations, sources,
 //!   attachments and secret values (the gateway's own rules).
 //! - [`identity`]: the control channel's certificates: `init` makes them,
-//!   both ends load them.
+//!   both ends load them; and the control plane's keys (relay, plane,
+//!   VAPID).
 //! - [`model`]: the closed vocabularies: modes, states, causes, reasons,
 //!   reset steps.
 //! - [`machine`]: the session state machine as one pure function: state
@@ -33,7 +34,8 @@
 //! - [`store`] (a folder): the SQLite store: the schema and the connection
 //!   (`schema`, `db`), then one file per group of tables: sessions, reset
 //!   (CAs, drop reports, closes owed, steps), secrets, policy, gateways (and
-//!   start reports), batches, approvals, certificates.
+//!   start reports), batches, approvals, certificates, commands, members,
+//!   push subscriptions.
 //! - [`confirm`]: what confirms that an authority is gone — a close's
 //!   reply, a drop report or start report from a gateway's batch chain —
 //!   the drop report signature check ([`SignatureVerifier`]), and the
@@ -58,6 +60,8 @@
 //! - [`serve`]: the `ControlPlane` service: the batch consumer and the
 //!   relay's `Propose`; signals; the metrics listener.
 //! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
+//! - [`people`] (a folder): what the control plane does for people:
+//!   `push`, Web Push to an approver's devices when a card waits.
 //! - [`cli`]: the `control-stub` command line.
 
 #![forbid(unsafe_code)]
@@ -84,6 +88,7 @@ pub mod certificate;
 pub mod upkeep;
 pub mod serve;
 pub mod approvals_api;
+pub mod people;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};

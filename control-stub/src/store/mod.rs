@@ -12,15 +12,16 @@
 //! of reach).
 //!
 //! The schema is versioned (SQLite's `PRAGMA user_version`; a PostgreSQL
-//! store's `schema_version` table) and created on first use (version 7).
+//! store's `schema_version` table) and created on first use (version 9).
 //! An older SQLite file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
 //! version 4 the states of an open in flight, version 5 the audit trail:
 //! numbered reset step outcomes and the commands, and the members;
-//! version 7 the sessions by source. A PostgreSQL store begins at version
-//! 6 (the whole schema at once) and takes the upgrades after it, which are
-//! written once for both — see `schema.rs`:
+//! version 7 the sessions by source, version 8 the passthrough
+//! destinations, version 9 the push subscriptions. A PostgreSQL store
+//! begins at version 6 (the whole schema at once) and takes the upgrades
+//! after it, which are written once for both — see `schema.rs`:
 //!
 //! | table | one row per | columns |
 //! |---|---|---|
@@ -42,6 +43,7 @@
 //! | `lock_rules` | Lock rule | `n` (never reused), `id` (`lock-N`), `destination` (canonical or `*`), `attachment`, `method`, `path_prefix` (empty: any), `mode`, `approvers` (JSON, sorted), `created_at` |
 //! | `proposals` | proposal a gateway sent the relay | `proposal_id`, `gateway_id`, `session_id`, `attempt`, `rule`, `fields` (JSON: the talos-certs `Proposal`), `sentence`, `digest`, `state` (`pending`, `approved`, `declined`, `withdrawn`, `expired`), `approver`, `decided_at` (when it left `pending`), `created_at`, `expires_at` (the gateway's), `received_at`, `decision` (JSON: the signed envelope delivered), `outcome` (the gateway's answer: `released` or `refused`) |
 //! | `approvers` | approver of the approvals API | `name`, `token_sha256` (hex; the token itself is shown once and never stored), `created_at` |
+//! | `push_subscriptions` | device a person subscribed to Web Push | `person`, `endpoint` (the push service's URL: a capability, never logged), `p256dh` (the device's P-256 key), `auth` (its 16-byte secret), `created_at`, `last_success_at`, `last_failure_at`, `last_failure` (a status or an error class) |
 //!
 //! Every change runs in one transaction ([`Store::write`]); a failing
 //! operation changes nothing.
@@ -65,6 +67,8 @@
 //! - `certificates`: issued certificates, written once.
 //! - `commands`: who asked for each change of a session.
 //! - `members`: the members of the pair and their control addresses.
+//! - `push`: people's push subscriptions (Web Push), checked as a browser
+//!   gives them.
 
 mod schema;
 mod db;
@@ -78,6 +82,7 @@ mod approvals;
 mod certificates;
 mod commands;
 mod members;
+mod push;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
 pub use batches::{
@@ -89,6 +94,10 @@ pub(crate) use db::pg_message;
 pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
+pub use push::{
+    Endpoint, NewSubscription, PushSubscription, AUTH_LEN, MAX_ENDPOINT_LEN, MAX_SUBSCRIPTIONS,
+    P256DH_LEN,
+};
 pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome};
 pub use schema::{ddl_through, postgres_ddl, SCHEMA_VERSION};
 pub use secrets::SecretInfo;

@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -634,6 +634,29 @@ INSERT INTO passthrough (name, added_at)
           UNION ALL SELECT 'api.anthropic.com') m
     WHERE NOT EXISTS (SELECT 1 FROM lock_rules r WHERE r.destination = m.name);
 ",
+    },
+    // Version 9: people's push subscriptions (Web Push, `store/push.rs`):
+    // each device's endpoint and keys, per person, and how the last
+    // delivery went; by endpoint too, as a push service's answer names
+    // the endpoint, not the person.
+    Upgrade {
+        to: 9,
+        ddl: "
+CREATE TABLE push_subscriptions (
+    person TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    p256dh BLOB NOT NULL,
+    auth BLOB NOT NULL,
+    created_at TEXT NOT NULL,
+    last_success_at TEXT,
+    last_failure_at TEXT,
+    last_failure TEXT,
+    PRIMARY KEY (person, endpoint)
+);
+CREATE INDEX push_subscriptions_by_endpoint ON push_subscriptions (endpoint);
+",
+        sqlite_data: "",
+        postgres_data: "",
     },
 ];
 

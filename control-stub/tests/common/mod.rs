@@ -1,7 +1,10 @@
 //! Shared test helpers: a store in a temporary directory, a fake gateway
-//! pair, a dump of every row, and the built `control-stub` binary.
+//! pair, a dump of every row, the built `control-stub` binary, and the
+//! tests' own Web Push endpoint (`push_endpoint`).
 
 #![allow(dead_code)]
+
+pub mod push_endpoint;
 
 use std::io::Write;
 use std::path::Path;
