@@ -3,9 +3,10 @@
 //!
 //! - it starts and stops leaving no process (zygotes, renderers, GPU and
 //!   network processes included);
-//! - it trusts the test's CA for real (an NSS database in its HOME) and
-//!   refuses an origin whose certificate chains to another CA; it reaches
-//!   only the names mapped to 127.0.0.1;
+//! - it trusts the test's CA for real (an NSS database in its HOME: the
+//!   connection is TLS 1.3 with the CA's leaf and a secure state, as
+//!   Chromium reports it) and refuses an origin whose certificate chains to
+//!   another CA; it reaches only the names mapped to 127.0.0.1;
 //! - its virtual authenticator registers a passkey (ES256, attestation
 //!   `none`, user verification required) and signs an assertion the test
 //!   verifies, and refuses when user verification fails;
@@ -211,9 +212,29 @@ async fn the_test_ca_is_trusted_and_another_is_refused() {
     let browser = browser().await;
     let site = demo_site().await;
     let page = browser.new_page().await.expect("a page");
+    // What Chromium says of the connection: TLS 1.3, the test CA's leaf.
+    page.call("Network.enable", json!({}))
+        .await
+        .expect("Network.enable");
+    let mut events = page.events();
     page.goto(&site.url("/"))
         .await
         .expect("the trusted origin loads");
+    let url = site.url("/");
+    let response = events
+        .wait_for(
+            Some(page.session()),
+            "Network.responseReceived",
+            "the document's response",
+            talos_e2e::browser::LIMIT,
+            |p| p["response"]["url"] == url.as_str(),
+        )
+        .await
+        .expect("the response");
+    let security = &response.params["response"]["securityDetails"];
+    assert_eq!(security["protocol"], "TLS 1.3", "{security}");
+    assert_eq!(security["issuer"], "browser test CA", "{security}");
+    assert_eq!(response.params["response"]["securityState"], "secure");
     let v = page
         .evaluate(
             "(async () => ({ secure: window.isSecureContext, origin: location.origin, \
