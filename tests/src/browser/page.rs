@@ -15,6 +15,11 @@ use super::{Error, Problem, LIMIT};
 /// How often [`Page::wait_until`] checks its condition inside the page.
 const CONDITION_POLL_MS: u64 = 20;
 
+/// How much longer than a condition's own bound its reply is awaited: the
+/// page gives up first and says so; this margin only catches a page that
+/// cannot answer at all.
+const REPLY_MARGIN: Duration = Duration::from_secs(5);
+
 /// A screen the page is shown on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Viewport {
@@ -266,17 +271,18 @@ impl Page {
                 }}
             }})()"#
         );
-        // The page's own bound ends first; this one covers a page that
-        // never answers at all.
-        let r = tokio::time::timeout(
-            limit + Duration::from_secs(5),
-            self.evaluate_within(&script, limit + Duration::from_secs(5)),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            awaited: what.to_owned(),
-            after: limit,
-        })??;
+        // The page's own bound ends first; the reply's covers a page that
+        // never answers at all (a renderer stuck in a loop).
+        let r = self
+            .evaluate_within(&script, limit + REPLY_MARGIN)
+            .await
+            .map_err(|e| match e {
+                Error::Timeout { .. } => Error::Timeout {
+                    awaited: format!("{what} (the page did not answer)"),
+                    after: limit,
+                },
+                other => other,
+            })?;
         if r["ok"] == true {
             return Ok(());
         }
