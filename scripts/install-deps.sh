@@ -72,9 +72,10 @@ if [ ${#need[@]} -gt 0 ]; then
   if [ "$policy_made" -eq 1 ]; then $sudo_cmd rm -f /usr/sbin/policy-rc.d; fi
 fi
 
-# The ops checks and the session-image client test: systemd-analyze, nft,
-# NSS tools, wget, a JDK, Chromium, promtool (unpacked, not installed as a
-# service). The demo needs none of them.
+# The ops checks, the session-image client test and the browser tests:
+# systemd-analyze, nft, NSS tools, wget, a JDK, Chromium, promtool
+# (unpacked, not installed as a service), axe-core (pinned, from the npm
+# registry, into .tools/). The demo needs none of them.
 if [ "$demo" -eq 0 ]; then
     "$(dirname "$0")/install-ops-tools.sh"
 fi

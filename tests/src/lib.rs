@@ -1,6 +1,9 @@
 //! Test peers for the end-to-end suite: everything runs on loopback, on
 //! ports the kernel picks.
 //!
+//! - [`browser`]: Debian's Chromium, headless, driven over the DevTools
+//!   protocol, with a virtual authenticator, axe-core and screenshots:
+//!   what the people-facing tests drive the web pages with.
 //! - [`dns`]: a real DNS server (UDP) answering from a table.
 //! - [`figures`]: the bench scripts' arithmetic and tables, from their raw output.
 //! - [`gateway`]: the `gateway` binary started as operators start it.
@@ -26,6 +29,7 @@
 //! - [`wait`]: waiting, within a deadline, for what another process or
 //!   task does.
 
+pub mod browser;
 pub mod clients;
 pub mod control;
 pub mod dns;
