@@ -119,7 +119,8 @@ pub enum Command {
     /// issued now (needs --control-dir for the signing key). Exits with
     /// certificate_not_issued while it cannot: the session has not ended
     /// with every reset step confirmed, or a gateway's batches through the
-    /// end of its authority are not all in.
+    /// end of its part are not all in (a holder's through the end of its
+    /// authority, a forwarder's through its hand-off records).
     Certificate {
         /// The session id.
         id: String,

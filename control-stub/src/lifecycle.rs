@@ -223,6 +223,11 @@ pub struct Status {
     pub commands: Vec<CommandRecord>,
     /// Whether the certificate is issued.
     pub certificate_issued: bool,
+    /// Until it is, what it waits for ([`confirm::certificate_waits_for`]):
+    /// the session's end, a close, a member's batches, a forwarder's
+    /// hand-off records, a reset step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_waits_for: Option<String>,
 }
 
 /// An attempt with the CAs made for it.
@@ -1228,6 +1233,12 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
                 attempt,
             })
             .collect();
+        let certificate_issued = tx.issued_certificate(id)?.is_some();
+        let certificate_waits_for = if certificate_issued {
+            None
+        } else {
+            confirm::certificate_waits_for(tx, &session)?
+        };
         Ok(Status {
             session,
             attempts,
@@ -1235,7 +1246,8 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
             closes: tx.close_tasks(id)?,
             reset: tx.reset_steps(id)?,
             commands: tx.commands(id)?,
-            certificate_issued: tx.issued_certificate(id)?.is_some(),
+            certificate_issued,
+            certificate_waits_for,
         })
     })
 }
