@@ -72,6 +72,14 @@ pub struct Certificate {
     pub ended_at: Option<String>,
     pub end_reason: Option<EndReason>,
     pub outcome: Option<String>,
+    /// The hard stop the session was started with, in seconds of compute
+    /// (spec: `stop_after_seconds`); null: none. A session that reached it
+    /// ended with `end_reason` `stop_after`.
+    pub stop_after_seconds: Option<u32>,
+    /// The compute the session used, in whole seconds: the running time of
+    /// every attempt (each attempt's `running_at` to its `ended_at`); a
+    /// pause, an interruption and an open in flight use none.
+    pub compute_seconds: u64,
     pub isolation_statement: &'static str,
     pub stub_notice: &'static str,
     pub sources: Vec<String>,
@@ -148,6 +156,8 @@ pub struct CertAttempt {
     pub attempt: u32,
     pub cause: OpenCause,
     pub started_at: String,
+    /// When it began to run (its open's answers came); null: it never ran.
+    pub running_at: Option<String>,
     pub ended_at: Option<String>,
     pub end_cause: Option<AttemptEnd>,
     /// The destinations this attempt's gateway authority named.
@@ -342,6 +352,12 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
         ended_at: session.ended_at.clone(),
         end_reason: session.end_reason,
         outcome: session.outcome.clone(),
+        stop_after_seconds: session.stop_after_seconds,
+        compute_seconds: crate::machine::compute_used(
+            attempts.iter().filter_map(Attempt::running_span),
+            std::time::SystemTime::now(),
+        )
+        .as_secs(),
         isolation_statement: ISOLATION_STATEMENT,
         stub_notice: STUB_NOTICE,
         sources: session.sources.iter().map(|s| s.to_string()).collect(),
@@ -442,6 +458,7 @@ fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
             attempt: a.n,
             cause: a.cause,
             started_at: a.started_at.clone(),
+            running_at: a.running_at.clone(),
             ended_at: a.ended_at.clone(),
             end_cause: a.end_cause,
             allowlist: a.allowlist.clone(),

@@ -160,6 +160,11 @@ pub enum SandboxCommand {
         /// Mode commands only: `end` (default) or `pause` at the idle timeout.
         #[arg(long, value_name = "ACTION")]
         idle_action: Option<String>,
+        /// The hard stop: end the session (`stop_after`) once its attempts
+        /// have run this many seconds in all (3600-604800; a pause does not
+        /// count). Default: no hard stop.
+        #[arg(long = "stop-after", value_name = "SECONDS")]
+        stop_after: Option<u64>,
     },
     /// A client attaches: prints the session's status; idle time counts
     /// from now.
@@ -533,6 +538,7 @@ fn sandbox(
             mode,
             idle_timeout_seconds,
             idle_action,
+            stop_after,
         } => json(&life.start(&StartRequest {
             tenant: tenant.clone(),
             sources: sources.clone(),
@@ -541,6 +547,7 @@ fn sandbox(
             mode: *mode,
             idle_timeout_seconds: *idle_timeout_seconds,
             idle_action: idle_action.clone(),
+            stop_after_seconds: *stop_after,
         })?),
         SandboxCommand::Attach { id } => json(&life.attach(id)?),
         SandboxCommand::Pause { id } => json(&life.pause(id)?),

@@ -20,11 +20,11 @@
 //! destroyed and settles the close owed for it. Each confirmation then
 //! re-runs the reset of a session that is over ([`reevaluate`]): steps 4
 //! and 5 are recorded again, and once all five are confirmed the session
-//! is `ended` (the state the machine gives the reset's progress,
-//! [`crate::machine`]). A verified report for an attempt of which no CA of
-//! that gateway is recorded (an open whose answer was lost) destroys
-//! nothing recorded, but settles the close owed in case the open reached
-//! it.
+//! is `ended`, or `failed` if it never ran (the state the machine gives the
+//! reset's progress, [`crate::machine`]). A verified report for an attempt
+//! of which no CA of that gateway is recorded (an open whose answer was
+//! lost) destroys nothing recorded, but settles the close owed in case the
+//! open reached it.
 //!
 //! What the session's certificate waits for is decided here too
 //! ([`certificate_waits_for`]): the reset, and every member's signed
@@ -329,11 +329,11 @@ pub fn start_report(
 }
 
 /// Re-run the reset of a session that is over (`stopping`,
-/// `reset_incomplete`, `ended` before its certificate): steps 4 and 5 are
-/// recorded again from what is confirmed now, and the session becomes
-/// `ended` once all five are confirmed. A session not over is left alone
-/// (the machine runs the reset only after an end), and so is one whose
-/// certificate is issued.
+/// `reset_incomplete`, `ended` or `failed` before its certificate): steps
+/// 4 and 5 are recorded again from what is confirmed now, and the session
+/// becomes `ended` (or `failed`) once all five are confirmed. A session
+/// not over is left alone (the machine runs the reset only after an end),
+/// and so is one whose certificate is issued.
 pub fn reevaluate(tx: &Tx<'_>, session_id: &str) -> Result<(), Error> {
     let Some(session) = tx.session(session_id)? else {
         return Ok(());
@@ -348,7 +348,8 @@ pub fn reevaluate(tx: &Tx<'_>, session_id: &str) -> Result<(), Error> {
 
 /// Run (or re-run) the sandbox reset of a session that is over, and set
 /// its state as the machine decides from it: `ended` when all five steps
-/// are confirmed, `reset_incomplete` otherwise.
+/// are confirmed (`failed` when no attempt of the session ever ran),
+/// `reset_incomplete` otherwise.
 pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), Error> {
     let at = now();
     // Nothing of an ended session can be decided any more.
@@ -402,10 +403,12 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
     }
     // As recorded: each step with the outcomes before its latest.
     let steps = tx.reset_steps(&session.id)?;
-    let event = if steps.iter().all(|s| s.confirmed) {
-        Event::ResetConfirmed
-    } else {
-        Event::ResetPending
+    // A session none of whose attempts ever ran ends `failed`.
+    let ran = facts.attempts.iter().any(|a| a.running_at.is_some());
+    let event = match (steps.iter().all(|s| s.confirmed), ran) {
+        (true, true) => Event::ResetConfirmed,
+        (true, false) => Event::ResetConfirmedNeverRan,
+        (false, _) => Event::ResetPending,
     };
     let next = machine::next(Some(session.state), session.mode, event)
         .map_err(|r| r.error(&session.id, Some(session.state)))?;
@@ -606,7 +609,7 @@ pub fn certificate_waits_for(tx: &Tx<'_>, session: &Session) -> Result<Option<St
             session.state
         )));
     }
-    if session.state != State::Ended {
+    if !session.state.is_reset() {
         return Ok(Some(format!(
             "the session is {}: a gateway has not confirmed its close",
             session.state
