@@ -456,9 +456,9 @@ impl<'a> Lifecycle<'a> {
 
     /// One of `serve`'s time-driven events (`idle_timeout_pause`,
     /// `idle_timeout_end`, `interruption_lost`, `paused_too_long`,
-    /// `stop_after`), found
-    /// due by the clock `serve` reads: committed as a command is, or `None`
-    /// when the machine refuses it now (the session moved on since).
+    /// `stop_after`), found due by the clock `serve` reads: committed as a
+    /// command is, or `None` when the machine refuses it now (the session
+    /// moved on since).
     pub fn time_event(&mut self, id: &str, event: Event) -> Result<Option<Transition>, Error> {
         let by = Requester::time(event.as_str());
         Ok(self.close_as(id, event, &by)?.ok())
