@@ -16,7 +16,14 @@
 //!   authority's connections, or the start report of its next process
 //!   (which comes after the records of the connections its crash cut).
 //!   Batches are accepted in order, so every record of the session from
-//!   every member is then in.
+//!   every member that held it is then in;
+//! - for every connection a holder's record says a peer forwarded (`via`),
+//!   that forwarder's own record of the hand-off is in too, or the start
+//!   report of a process of it begun since the connection opened (the one
+//!   that forwarded is gone, with whatever it had not synced).
+//!
+//! The rule is [`crate::confirm::certificate_waits_for`], which `sandbox
+//! status` shows as well (`certificate_waits_for`).
 //!
 //! Issuing signs the certificate's JSON (the payload: every field but
 //! `signature`, compact, in the order below) with the control plane's
@@ -34,10 +41,10 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::lifecycle::load;
-use crate::model::{AttemptEnd, CloseReason, EndReason, Mode, OpenCause, ProposalState, State};
+use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, ProposalState, State};
 use crate::store::{
     Attempt, BatchInfo, BatchRejection, CaEvent, ConnectionRecord, IssuedCertificate, ResetStep,
-    Session, Store, Tx,
+    Store, Tx,
 };
 
 /// The kind of this certificate (spec: "The session certificate follows,
@@ -65,6 +72,14 @@ pub struct Certificate {
     pub ended_at: Option<String>,
     pub end_reason: Option<EndReason>,
     pub outcome: Option<String>,
+    /// The hard stop the session was started with, in seconds of compute
+    /// (spec: `stop_after_seconds`); null: none. A session that reached it
+    /// ended with `end_reason` `stop_after`.
+    pub stop_after_seconds: Option<u32>,
+    /// The compute the session used, in whole seconds: the running time of
+    /// every attempt (each attempt's `running_at` to its `ended_at`); a
+    /// pause, an interruption and an open in flight use none.
+    pub compute_seconds: u64,
     pub isolation_statement: &'static str,
     pub stub_notice: &'static str,
     pub sources: Vec<String>,
@@ -141,6 +156,8 @@ pub struct CertAttempt {
     pub attempt: u32,
     pub cause: OpenCause,
     pub started_at: String,
+    /// When it began to run (its open's answers came); null: it never ran.
+    pub running_at: Option<String>,
     pub ended_at: Option<String>,
     pub end_cause: Option<AttemptEnd>,
     /// The destinations this attempt's gateway authority named.
@@ -314,30 +331,6 @@ pub fn issue(store: &mut Store, id: &str, key: &talos_certs::GatewayKey) -> Resu
     })
 }
 
-/// What a certificate of session `id` still waits for in the gateways'
-/// batch chains: for each CA, the entry that ends its authority (see the
-/// module docs). Empty when every chain is in.
-fn chains_missing(tx: &Tx<'_>, id: &str) -> Result<Vec<String>, Error> {
-    let reports = tx.drop_reports(id)?;
-    let mut missing = Vec::new();
-    for ca in tx.cas(id)? {
-        let ended_by_start = ca.destroy_reason == Some(CloseReason::GatewayRestarted);
-        let in_chain = reports.iter().any(|r| {
-            r.via == "chain"
-                && r.attempt == ca.attempt
-                && r.gateway_id == ca.gateway_id
-                && r.ca_error.is_none()
-        });
-        if !ended_by_start && !in_chain {
-            missing.push(format!(
-                "gateway {}'s batches through the end of attempt {} (its drop report in its chain)",
-                ca.gateway_id, ca.attempt
-            ));
-        }
-    }
-    Ok(missing)
-}
-
 /// Build session `id`'s certificate from the store as it stands.
 fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
     let session = load(tx, id)?;
@@ -348,8 +341,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
     let reset = tx.reset_steps(id)?;
     let cert_attempts = cert_attempts(&attempts, &cas);
     let (secrets, refusals) = secrets_and_refusals(&attempts, &records);
-    let missing = chains_missing(tx, id)?;
-    let not_issued_because = not_issued_because(&session, &missing, &reset);
+    let not_issued_because = crate::confirm::certificate_waits_for(tx, &session)?;
     Ok(Certificate {
         kind: KIND,
         session_id: session.id.clone(),
@@ -360,6 +352,12 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
         ended_at: session.ended_at.clone(),
         end_reason: session.end_reason,
         outcome: session.outcome.clone(),
+        stop_after_seconds: session.stop_after_seconds,
+        compute_seconds: crate::machine::compute_used(
+            attempts.iter().filter_map(Attempt::running_span),
+            std::time::SystemTime::now(),
+        )
+        .as_secs(),
         isolation_statement: ISOLATION_STATEMENT,
         stub_notice: STUB_NOTICE,
         sources: session.sources.iter().map(|s| s.to_string()).collect(),
@@ -460,6 +458,7 @@ fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
             attempt: a.n,
             cause: a.cause,
             started_at: a.started_at.clone(),
+            running_at: a.running_at.clone(),
             ended_at: a.ended_at.clone(),
             end_cause: a.end_cause,
             allowlist: a.allowlist.clone(),
@@ -531,44 +530,6 @@ fn secrets_and_refusals(
         refusals.extend(refusals_of(rec));
     }
     (secrets, refusals)
-}
-
-/// Why the certificate is not issued yet, if it is not: the session not
-/// over, a close unconfirmed, a chain short of the end, a reset step.
-fn not_issued_because(
-    session: &Session,
-    missing: &[String],
-    reset: &[ResetStep],
-) -> Option<String> {
-    if !session.state.is_over() {
-        Some(format!(
-            "the session is {} and has not ended",
-            session.state
-        ))
-    } else if session.state != State::Ended {
-        Some(format!(
-            "the session is {}: a gateway has not confirmed its close",
-            session.state
-        ))
-    } else if !missing.is_empty() {
-        Some(format!("waiting for {}", missing.join("; ")))
-    } else {
-        let unconfirmed: Vec<&str> = reset
-            .iter()
-            .filter(|s| !s.confirmed)
-            .map(|s| s.name.as_str())
-            .collect();
-        if reset.len() != 5 {
-            Some("the reset has not recorded all five steps".into())
-        } else if !unconfirmed.is_empty() {
-            Some(format!(
-                "reset steps not confirmed: {}",
-                unconfirmed.join(", ")
-            ))
-        } else {
-            None
-        }
-    }
 }
 
 fn secret_entry<'m>(map: &'m mut BTreeMap<String, SecretUse>, name: &str) -> &'m mut SecretUse {

@@ -119,7 +119,8 @@ pub enum Command {
     /// issued now (needs --control-dir for the signing key). Exits with
     /// certificate_not_issued while it cannot: the session has not ended
     /// with every reset step confirmed, or a gateway's batches through the
-    /// end of its authority are not all in.
+    /// end of its part are not all in (a holder's through the end of its
+    /// authority, a forwarder's through its hand-off records).
     Certificate {
         /// The session id.
         id: String,
@@ -159,6 +160,11 @@ pub enum SandboxCommand {
         /// Mode commands only: `end` (default) or `pause` at the idle timeout.
         #[arg(long, value_name = "ACTION")]
         idle_action: Option<String>,
+        /// The hard stop: end the session (`stop_after`) once its attempts
+        /// have run this many seconds in all (3600-604800; a pause does not
+        /// count). Default: no hard stop.
+        #[arg(long = "stop-after", value_name = "SECONDS")]
+        stop_after: Option<u64>,
     },
     /// A client attaches: prints the session's status; idle time counts
     /// from now.
@@ -542,6 +548,7 @@ fn sandbox(
             mode,
             idle_timeout_seconds,
             idle_action,
+            stop_after,
         } => json(&life.start(&StartRequest {
             tenant: tenant.clone(),
             sources: sources.clone(),
@@ -550,6 +557,7 @@ fn sandbox(
             mode: *mode,
             idle_timeout_seconds: *idle_timeout_seconds,
             idle_action: idle_action.clone(),
+            stop_after_seconds: *stop_after,
         })?),
         SandboxCommand::Attach { id } => json(&life.attach(id)?),
         SandboxCommand::Pause { id } => json(&life.pause(id)?),

@@ -20,16 +20,22 @@
 //! destroyed and settles the close owed for it. Each confirmation then
 //! re-runs the reset of a session that is over ([`reevaluate`]): steps 4
 //! and 5 are recorded again, and once all five are confirmed the session
-//! is `ended` (the state the machine gives the reset's progress,
-//! [`crate::machine`]). A verified report for an attempt of which no CA of
-//! that gateway is recorded (an open whose answer was lost) destroys
-//! nothing recorded, but settles the close owed in case the open reached
-//! it.
+//! is `ended`, or `failed` if it never ran (the state the machine gives the
+//! reset's progress, [`crate::machine`]). A verified report for an attempt
+//! of which no CA of that gateway is recorded (an open whose answer was
+//! lost) destroys nothing recorded, but settles the close owed in case the
+//! open reached it.
+//!
+//! What the session's certificate waits for is decided here too
+//! ([`certificate_waits_for`]): the reset, and every member's signed
+//! batches through the end of its part — a holder's through its drop
+//! report or its next start report, a forwarder's through its hand-off
+//! records of the connections it passed on ([`records_awaited`]).
 //!
 //! A close that fails is owed again after a delay that doubles from
 //! [`RETRY_FIRST`] up to [`RETRY_CAP`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
@@ -323,11 +329,11 @@ pub fn start_report(
 }
 
 /// Re-run the reset of a session that is over (`stopping`,
-/// `reset_incomplete`, `ended` before its certificate): steps 4 and 5 are
-/// recorded again from what is confirmed now, and the session becomes
-/// `ended` once all five are confirmed. A session not over is left alone
-/// (the machine runs the reset only after an end), and so is one whose
-/// certificate is issued.
+/// `reset_incomplete`, `ended` or `failed` before its certificate): steps
+/// 4 and 5 are recorded again from what is confirmed now, and the session
+/// becomes `ended` (or `failed`) once all five are confirmed. A session
+/// not over is left alone (the machine runs the reset only after an end),
+/// and so is one whose certificate is issued.
 pub fn reevaluate(tx: &Tx<'_>, session_id: &str) -> Result<(), Error> {
     let Some(session) = tx.session(session_id)? else {
         return Ok(());
@@ -342,7 +348,8 @@ pub fn reevaluate(tx: &Tx<'_>, session_id: &str) -> Result<(), Error> {
 
 /// Run (or re-run) the sandbox reset of a session that is over, and set
 /// its state as the machine decides from it: `ended` when all five steps
-/// are confirmed, `reset_incomplete` otherwise.
+/// are confirmed (`failed` when no attempt of the session ever ran),
+/// `reset_incomplete` otherwise.
 pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), Error> {
     let at = now();
     // Nothing of an ended session can be decided any more.
@@ -396,10 +403,12 @@ pub fn reset(tx: &Tx<'_>, session: &Session) -> Result<(State, Vec<ResetStep>), 
     }
     // As recorded: each step with the outcomes before its latest.
     let steps = tx.reset_steps(&session.id)?;
-    let event = if steps.iter().all(|s| s.confirmed) {
-        Event::ResetConfirmed
-    } else {
-        Event::ResetPending
+    // A session none of whose attempts ever ran ends `failed`.
+    let ran = facts.attempts.iter().any(|a| a.running_at.is_some());
+    let event = match (steps.iter().all(|s| s.confirmed), ran) {
+        (true, true) => Event::ResetConfirmed,
+        (true, false) => Event::ResetConfirmedNeverRan,
+        (false, _) => Event::ResetPending,
     };
     let next = machine::next(Some(session.state), session.mode, event)
         .map_err(|r| r.error(&session.id, Some(session.state)))?;
@@ -585,6 +594,206 @@ fn gateway_step(
 /// Step numbers run from 1; there are five.
 fn step_number(index: usize) -> u8 {
     u8::try_from(index + 1).unwrap_or(u8::MAX)
+}
+
+/// Why session `session`'s certificate cannot be issued now, if it
+/// cannot: the session not over, a close unconfirmed, a member's batch
+/// chain short of the end of its part ([`records_awaited`]), a reset step
+/// unconfirmed. `None`: complete. What `certificate` prints as
+/// `not_issued_because` and `sandbox status` as `certificate_waits_for`
+/// (an issued certificate waits for nothing; this is not asked then).
+pub fn certificate_waits_for(tx: &Tx<'_>, session: &Session) -> Result<Option<String>, Error> {
+    if !session.state.is_over() {
+        return Ok(Some(format!(
+            "the session is {} and has not ended",
+            session.state
+        )));
+    }
+    if !session.state.is_reset() {
+        return Ok(Some(format!(
+            "the session is {}: a gateway has not confirmed its close",
+            session.state
+        )));
+    }
+    let missing = records_awaited(tx, &session.id)?;
+    if !missing.is_empty() {
+        return Ok(Some(format!("waiting for {}", missing.join("; "))));
+    }
+    let reset = tx.reset_steps(&session.id)?;
+    let unconfirmed: Vec<&str> = reset
+        .iter()
+        .filter(|s| !s.confirmed)
+        .map(|s| s.name.as_str())
+        .collect();
+    Ok(if reset.len() != 5 {
+        Some("the reset has not recorded all five steps".into())
+    } else if !unconfirmed.is_empty() {
+        Some(format!(
+            "reset steps not confirmed: {}",
+            unconfirmed.join(", ")
+        ))
+    } else {
+        None
+    })
+}
+
+/// What a certificate of session `id` still waits for in the members'
+/// batch chains, in words; empty once every record of the session from
+/// every member that held its authority or forwarded its connections is
+/// in (`docs/records.md`, "The certificate waits for every member"):
+///
+/// - **every member that held it**: for each CA made for the session, the
+///   entry of that member's chain that ends the authority — its drop
+///   report, placed after the records of the authority's connections, or
+///   the start report of its next process, placed after the records of
+///   the connections its crash cut. Batches are accepted in order, so the
+///   member's every record of that authority is then in;
+/// - **every member that forwarded for it** ([`handoffs_awaited`]): for
+///   each connection a holder's record says came `via` that member, the
+///   member's own record of the hand-off, or the start report of a process
+///   of it that began after the connection was opened.
+pub fn records_awaited(tx: &Tx<'_>, id: &str) -> Result<Vec<String>, Error> {
+    let reports = tx.drop_reports(id)?;
+    let mut missing = Vec::new();
+    for ca in tx.cas(id)? {
+        let in_chain = reports.iter().any(|r| {
+            r.via == "chain"
+                && r.attempt == ca.attempt
+                && r.gateway_id == ca.gateway_id
+                && r.ca_error.is_none()
+        });
+        if !restarted(&ca) && !in_chain {
+            missing.push(format!(
+                "gateway {}'s batches through the end of attempt {} (its drop report in its chain)",
+                ca.gateway_id, ca.attempt
+            ));
+        }
+    }
+    missing.extend(handoffs_awaited(tx, id)?);
+    Ok(missing)
+}
+
+/// The forwarders' part of [`records_awaited`].
+///
+/// A member that holds no authority for a live session hands the
+/// session's connections, untouched, to a member that holds it. Each such
+/// connection has two records: the holder's (`via` names the forwarder;
+/// `source` is the session's own address, from the link's header), which
+/// is the one the certificate counts, and the forwarder's hand-off
+/// (verdict `allowed`, `forwarded_to` naming the holder, the same
+/// `source`), which the certificate lists beside it. The forwarder writes
+/// its hand-off when its side of the connection closes, which can be long
+/// after the holder's — after a Stop the holder cuts at once, while the
+/// forwarder first passes on to a slowly reading client what the holder
+/// sent before the cut — so the holder's chain being complete says
+/// nothing of the forwarder's.
+///
+/// So every holder's record `via` a forwarder waits for a hand-off record
+/// of that forwarder to that holder from the same source (counted: one
+/// each, so a source port used again is told apart by number). The wait
+/// for a forwarder ends early only with its signed word that the process
+/// that forwarded is gone: a start report of a process that began after
+/// the latest of the connections still unmatched was opened. A start
+/// report comes in the forwarder's chain after everything an earlier
+/// process left on disk (the records recovery seals again and those cut by
+/// the crash), so what has not come by then never will: a crash loses at
+/// most the hand-offs not yet synced, which the holder's records cover. A
+/// forwarder that is down, or whose chain is stuck, gives no such word,
+/// and the certificate waits (it fails closed, as for a holder).
+///
+/// The start of a process is the forwarder's clock and a connection's
+/// opening the holder's; the members of a pair keep their clocks in step,
+/// and a restarted member forwards only once a renewal (seconds) has given
+/// it its table. A clock far off shows as a longer wait (a start report
+/// that seems older than the connections), or, the other way, as a
+/// hand-off not listed; the connection itself is the holder's record
+/// either way.
+fn handoffs_awaited(tx: &Tx<'_>, id: &str) -> Result<Vec<String>, Error> {
+    /// (forwarder, holder, source).
+    type Key = (String, String, String);
+    let text =
+        |r: &serde_json::Value, k: &str| r.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    let mut via: BTreeMap<Key, Vec<Option<SystemTime>>> = BTreeMap::new();
+    let mut handed: BTreeMap<Key, usize> = BTreeMap::new();
+    for r in tx.connection_records(id)? {
+        let rec = &r.record;
+        if text(rec, "kind").as_deref() == Some("dns") {
+            continue;
+        }
+        let source = text(rec, "source").unwrap_or_default();
+        if let Some(forwarder) = text(rec, "via") {
+            let opened = text(rec, "opened_at").and_then(|t| humantime::parse_rfc3339(&t).ok());
+            via.entry((forwarder, r.gateway_id.clone(), source))
+                .or_default()
+                .push(opened);
+        } else if let (Some(holder), Some("allowed")) =
+            (text(rec, "forwarded_to"), text(rec, "verdict").as_deref())
+        {
+            *handed
+                .entry((r.gateway_id.clone(), holder, source))
+                .or_default() += 1;
+        }
+    }
+    /// What one forwarder still owes: how many hand-offs, to which
+    /// holders, and the latest opening among them (`None`: one whose
+    /// opening does not parse, which no start report can be known to
+    /// follow).
+    struct Owed {
+        count: usize,
+        holders: BTreeSet<String>,
+        latest: Option<SystemTime>,
+    }
+    let mut owed: BTreeMap<String, Owed> = BTreeMap::new();
+    for ((forwarder, holder, source), openings) in via {
+        let have = handed
+            .get(&(forwarder.clone(), holder.clone(), source))
+            .copied()
+            .unwrap_or(0);
+        if openings.len() <= have {
+            continue;
+        }
+        let o = owed.entry(forwarder).or_insert_with(|| Owed {
+            count: 0,
+            holders: BTreeSet::new(),
+            latest: Some(SystemTime::UNIX_EPOCH),
+        });
+        o.count += openings.len() - have;
+        o.holders.insert(holder);
+        for opened in openings {
+            o.latest = match (o.latest, opened) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+        }
+    }
+    let mut missing = Vec::new();
+    for (forwarder, o) in owed {
+        let restarted_since = match o.latest {
+            None => false,
+            Some(latest) => tx.start_reports(&forwarder)?.iter().any(|r| {
+                humantime::parse_rfc3339(&r.started_at).is_ok_and(|started| started > latest)
+            }),
+        };
+        if restarted_since {
+            continue;
+        }
+        let holders: Vec<&str> = o.holders.iter().map(String::as_str).collect();
+        missing.push(format!(
+            "gateway {forwarder}'s hand-off records of {} it forwarded to {} (the holder's records name it in `via`), or the start report of a process of it started since",
+            plural(o.count, "connection"),
+            holders.join(" and ")
+        ));
+    }
+    Ok(missing)
+}
+
+/// `n` and `noun`, in the plural unless `n` is 1.
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Checks a drop report's Ed25519 signature under the gateway's registered

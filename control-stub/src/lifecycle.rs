@@ -95,7 +95,9 @@ use crate::link::{
     Attachment, CloseSession, GatewayLink, OpenSession, Opened, Reply, ReportVerifier, NO_GATEWAY,
 };
 use crate::machine::{self, Event, Next, Refusal, Step};
-use crate::model::{limits, AttemptEnd, CloseReason, EndReason, IdleAction, Mode, State};
+use crate::model::{
+    limits, AttemptEnd, CloseReason, EndReason, IdleAction, Mode, State, StopAfter,
+};
 use crate::names::{self, AttachSpec};
 use crate::store::{
     now, Attempt, CaEvent, CloseTask, CommandRecord, DropReport, Requester, ResetStep, Session,
@@ -119,6 +121,9 @@ pub struct StartRequest {
     /// `--idle-timeout-seconds` and `--idle-action`, as given.
     pub idle_timeout_seconds: Option<u32>,
     pub idle_action: Option<String>,
+    /// `--stop-after`: the hard stop, in seconds of compute, as given
+    /// (checked by [`StopAfter::new`]); none: no hard stop.
+    pub stop_after_seconds: Option<u64>,
 }
 
 impl StartRequest {
@@ -138,6 +143,7 @@ impl StartRequest {
             mode,
             idle_timeout_seconds: None,
             idle_action: None,
+            stop_after_seconds: None,
         }
     }
 }
@@ -222,8 +228,17 @@ pub struct Status {
     /// Every command and time-driven event that moved the session, with
     /// who asked.
     pub commands: Vec<CommandRecord>,
+    /// The compute the session has used so far, in whole seconds: the
+    /// running time of its attempts (each from its `running_at`), which
+    /// its hard stop (`stop_after_seconds`) counts; a pause uses none.
+    pub compute_seconds: u64,
     /// Whether the certificate is issued.
     pub certificate_issued: bool,
+    /// Until it is, what it waits for ([`confirm::certificate_waits_for`]):
+    /// the session's end, a close, a member's batches, a forwarder's
+    /// hand-off records, a reset step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_waits_for: Option<String>,
 }
 
 /// An attempt with the CAs made for it.
@@ -300,6 +315,11 @@ impl<'a> Lifecycle<'a> {
         let tenant = names::tenant(&req.tenant).map_err(|e| Error::invalid(e.to_string()))?;
         let (sources, allow, attach) = names::scope(&req.sources, &req.allow, &req.attach)?;
         let (idle_timeout_seconds, idle_action) = idle_settings(req)?;
+        let stop_after = req
+            .stop_after_seconds
+            .map(StopAfter::new)
+            .transpose()
+            .map_err(Error::invalid)?;
         let relay = self.relay_public_key;
         let by = &self.requester();
         let opening = self.store.write(|tx| {
@@ -322,6 +342,7 @@ impl<'a> Lifecycle<'a> {
                 idle_timeout_seconds,
                 idle_action,
                 last_activity_at: Some(at),
+                stop_after_seconds: stop_after.map(StopAfter::seconds),
             };
             tx.insert_session(&session, &next)?;
             tx.record_command(
@@ -435,9 +456,10 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// One of `serve`'s time-driven events (`idle_timeout_pause`,
-    /// `idle_timeout_end`, `interruption_lost`, `paused_too_long`), found
-    /// due by the clock `serve` reads: committed as a command is, or `None`
-    /// when the machine refuses it now (the session moved on since).
+    /// `idle_timeout_end`, `interruption_lost`, `paused_too_long`,
+    /// `stop_after`), found due by the clock `serve` reads: committed as a
+    /// command is, or `None` when the machine refuses it now (the session
+    /// moved on since).
     pub fn time_event(&mut self, id: &str, event: Event) -> Result<Option<Transition>, Error> {
         let by = Requester::time(event.as_str());
         Ok(self.close_as(id, event, &by)?.ok())
@@ -667,7 +689,8 @@ fn commit(tx: &Tx<'_>, session: &Session, n: u32, next: &Next, at: &str) -> Resu
     let id = &session.id;
     match next.step() {
         Step::Nothing => return Ok(()),
-        Step::Touch | Step::Open(_) | Step::Run | Step::Reset => {}
+        Step::Touch | Step::Open(_) | Step::Reset => {}
+        Step::Run => tx.run_attempt(id, n, at)?,
         Step::Drop { end, close } => {
             tx.end_attempt(id, n, end, at)?;
             tx.withdraw_proposals(id, at)?;
@@ -803,6 +826,7 @@ fn open_attempt(
             lock: lock.clone(),
             relay_public_key: relay_public_key.map(hex::encode),
             passthrough: passthrough.clone(),
+            running_at: None,
         },
     )?;
     let mut attachments = Vec::new();
@@ -1225,8 +1249,13 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
     store.read(|tx| {
         let session = load(tx, id)?;
         let cas = tx.cas(id)?;
-        let attempts = tx
-            .attempts(id)?
+        let attempts = tx.attempts(id)?;
+        let compute_seconds = crate::machine::compute_used(
+            attempts.iter().filter_map(Attempt::running_span),
+            SystemTime::now(),
+        )
+        .as_secs();
+        let attempts = attempts
             .into_iter()
             .map(|attempt| AttemptStatus {
                 ca: cas
@@ -1237,6 +1266,12 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
                 attempt,
             })
             .collect();
+        let certificate_issued = tx.issued_certificate(id)?.is_some();
+        let certificate_waits_for = if certificate_issued {
+            None
+        } else {
+            confirm::certificate_waits_for(tx, &session)?
+        };
         Ok(Status {
             session,
             attempts,
@@ -1244,7 +1279,9 @@ pub fn status(store: &Store, id: &str) -> Result<Status, Error> {
             closes: tx.close_tasks(id)?,
             reset: tx.reset_steps(id)?,
             commands: tx.commands(id)?,
-            certificate_issued: tx.issued_certificate(id)?.is_some(),
+            compute_seconds,
+            certificate_issued,
+            certificate_waits_for,
         })
     })
 }

@@ -15,6 +15,7 @@
 //!   running      ─ interrupt ──────────────────────► interrupted  (mode commands)
 //!   running      ─ interrupt ──────────────────────► stopping     (mode agent: interruption_lost)
 //!   running      ─ idle_timeout_end ───────────────► stopping     (mode commands)
+//!   running      ─ stop_after ─────────────────────► stopping     (the hard stop)
 //!   paused       ─ resume ─────────────────────────► resuming
 //!   paused       ─ paused_too_long ────────────────► stopping
 //!   resuming     ─ opened ─────────────────────────► running
@@ -24,10 +25,15 @@
 //!   recovering   ─ opened ─────────────────────────► running
 //!   recovering   ─ open_failed, open_timed_out ────► interrupted
 //!   any state before the end ─ stop, revoke_all ───► stopping
-//!   stopping, reset_incomplete, ended ─ reset_confirmed ─► ended
-//!   stopping, reset_incomplete, ended ─ reset_pending ───► reset_incomplete
+//!   stopping, reset_incomplete, ended, failed ─ reset_confirmed ──────────► ended
+//!   stopping, reset_incomplete, ended, failed ─ reset_confirmed_never_ran ─► failed
+//!   stopping, reset_incomplete, ended, failed ─ reset_pending ────────────► reset_incomplete
 //!   attach: any state, no change of state; trust: running only, none
 //! ```
+//!
+//! Time-driven events come from `serve`, on the clock it is given (tests
+//! move it): the machine decides what they do, and [`compute_used`] says,
+//! on that clock, how much of its hard stop a session has used.
 //!
 //! # The rules
 //!
@@ -43,7 +49,8 @@
 //!   is not running (`sandbox_not_running`), `attach` changes nothing of a
 //!   session that is over, and the reset's progress applies only to one.
 //! - **Each event from its state**, else the state's refusal: pause,
-//!   interrupt and the idle timeout from running (`sandbox_not_running`);
+//!   interrupt, the idle timeout and the hard stop from running
+//!   (`sandbox_not_running`);
 //!   resume and `paused_too_long` from paused (`sandbox_not_paused`);
 //!   recover and `interruption_lost` from interrupted
 //!   (`sandbox_not_interrupted`); stop and revoke-all from any state before
@@ -53,6 +60,14 @@
 //!   ended meanwhile refuses them `sandbox_ended`, one whose open `serve`
 //!   gave up `gateway_unreachable` (they came too late); the lifecycle then
 //!   still records what they made and owes it a close.
+//! - **The reset's end** says whether the session ever ran: one whose
+//!   every step is confirmed is `ended`, or `failed` when no attempt of it
+//!   ever ran (spec: "the session ended before its instance existed"). The
+//!   caller tells which from its attempts, facts that never change once
+//!   the session is over (an open's answers that come after the end never
+//!   make its attempt run).
+
+use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, LinkError};
 use crate::model::{
@@ -94,8 +109,15 @@ words! {
         InterruptionLost => "interruption_lost",
         /// `serve`: paused for [`limits::PAUSE_LIMIT`].
         PausedTooLong => "paused_too_long",
-        /// The reset ran and every step is confirmed.
+        /// `serve`: a running session's compute ([`compute_used`]) reached
+        /// its hard stop (`stop_after_seconds`).
+        StopAfter => "stop_after",
+        /// The reset ran and every step is confirmed; an attempt of the
+        /// session ran.
         ResetConfirmed => "reset_confirmed",
+        /// The reset ran and every step is confirmed; no attempt of the
+        /// session ever ran.
+        ResetConfirmedNeverRan => "reset_confirmed_never_ran",
         /// The reset ran and a step is not confirmed yet.
         ResetPending => "reset_pending",
     }
@@ -263,6 +285,7 @@ pub fn next(state: Option<State>, mode: Mode, event: Event) -> Result<Next, Refu
                 | E::Pause
                 | E::IdleTimeoutPause
                 | E::ResetConfirmed
+                | E::ResetConfirmedNeverRan
                 | E::ResetPending
         )
     {
@@ -354,10 +377,40 @@ pub fn next(state: Option<State>, mode: Mode, event: Event) -> Result<Next, Refu
             end(EndReason::PausedTooLong, None, CloseReason::End)
         }
         E::PausedTooLong => Err(Refusal::NotPaused),
+        E::StopAfter if state == S::Running => end(
+            EndReason::StopAfter,
+            Some(AttemptEnd::SessionEnded),
+            CloseReason::End,
+        ),
+        E::StopAfter => Err(Refusal::NotRunning),
         E::ResetConfirmed if state.is_over() => Ok(Next::to(S::Ended, Step::Reset)),
+        E::ResetConfirmedNeverRan if state.is_over() => Ok(Next::to(S::Failed, Step::Reset)),
         E::ResetPending if state.is_over() => Ok(Next::to(S::ResetIncomplete, Step::Reset)),
-        E::ResetConfirmed | E::ResetPending => Err(Refusal::NotOver),
+        E::ResetConfirmed | E::ResetConfirmedNeverRan | E::ResetPending => Err(Refusal::NotOver),
     }
+}
+
+/// The compute a session has used by `now` (spec: "Hard stop": "the
+/// metered compute seconds of the session across all attempts"): the sum,
+/// over its attempts that ran, of each one's running time — from when its
+/// open's answers made it run to its end, or to `now` for the attempt that
+/// runs. An open in flight, a pause and an interruption use none. `spans`
+/// are (began running, ended) per attempt that ran, on the store's clock;
+/// `now` is the caller's (tests move it). A span that ends before it
+/// begins, or begins after `now`, counts nothing.
+pub fn compute_used(
+    spans: impl IntoIterator<Item = (SystemTime, Option<SystemTime>)>,
+    now: SystemTime,
+) -> Duration {
+    spans
+        .into_iter()
+        .map(|(began, ended)| {
+            ended
+                .unwrap_or(now)
+                .duration_since(began)
+                .unwrap_or(Duration::ZERO)
+        })
+        .fold(Duration::ZERO, Duration::saturating_add)
 }
 
 #[cfg(test)]
@@ -427,6 +480,8 @@ mod tests {
         (Some(Stopping),         A, Start,            no(R::Exists)),
         (Some(Ended),            C, Start,            no(R::Exists)),
         (Some(Ended),            A, Start,            no(R::Exists)),
+        (Some(Failed),           C, Start,            no(R::Exists)),
+        (Some(Failed),           A, Start,            no(R::Exists)),
         (Some(ResetIncomplete),  C, Start,            no(R::Exists)),
         (Some(ResetIncomplete),  A, Start,            no(R::Exists)),
         // Attach
@@ -448,6 +503,8 @@ mod tests {
         (Some(Stopping),         A, Attach,           ok(Stopping, Step::Nothing)),
         (Some(Ended),            C, Attach,           ok(Ended, Step::Nothing)),
         (Some(Ended),            A, Attach,           ok(Ended, Step::Nothing)),
+        (Some(Failed),           C, Attach,           ok(Failed, Step::Nothing)),
+        (Some(Failed),           A, Attach,           ok(Failed, Step::Nothing)),
         (Some(ResetIncomplete),  C, Attach,           ok(ResetIncomplete, Step::Nothing)),
         (Some(ResetIncomplete),  A, Attach,           ok(ResetIncomplete, Step::Nothing)),
         // Trust
@@ -469,6 +526,8 @@ mod tests {
         (Some(Stopping),         A, Trust,            no(R::NotRunning)),
         (Some(Ended),            C, Trust,            no(R::NotRunning)),
         (Some(Ended),            A, Trust,            no(R::NotRunning)),
+        (Some(Failed),           C, Trust,            no(R::NotRunning)),
+        (Some(Failed),           A, Trust,            no(R::NotRunning)),
         (Some(ResetIncomplete),  C, Trust,            no(R::NotRunning)),
         (Some(ResetIncomplete),  A, Trust,            no(R::NotRunning)),
         // Pause
@@ -490,6 +549,8 @@ mod tests {
         (Some(Stopping),         A, Pause,            no(R::PauseUnavailable)),
         (Some(Ended),            C, Pause,            no(R::NotRunning)),
         (Some(Ended),            A, Pause,            no(R::PauseUnavailable)),
+        (Some(Failed),           C, Pause,            no(R::NotRunning)),
+        (Some(Failed),           A, Pause,            no(R::PauseUnavailable)),
         (Some(ResetIncomplete),  C, Pause,            no(R::NotRunning)),
         (Some(ResetIncomplete),  A, Pause,            no(R::PauseUnavailable)),
         // Resume
@@ -511,6 +572,8 @@ mod tests {
         (Some(Stopping),         A, Resume,           no(R::Ended)),
         (Some(Ended),            C, Resume,           no(R::Ended)),
         (Some(Ended),            A, Resume,           no(R::Ended)),
+        (Some(Failed),           C, Resume,           no(R::Ended)),
+        (Some(Failed),           A, Resume,           no(R::Ended)),
         (Some(ResetIncomplete),  C, Resume,           no(R::Ended)),
         (Some(ResetIncomplete),  A, Resume,           no(R::Ended)),
         // Interrupt
@@ -532,6 +595,8 @@ mod tests {
         (Some(Stopping),         A, Interrupt,        no(R::Ended)),
         (Some(Ended),            C, Interrupt,        no(R::Ended)),
         (Some(Ended),            A, Interrupt,        no(R::Ended)),
+        (Some(Failed),           C, Interrupt,        no(R::Ended)),
+        (Some(Failed),           A, Interrupt,        no(R::Ended)),
         (Some(ResetIncomplete),  C, Interrupt,        no(R::Ended)),
         (Some(ResetIncomplete),  A, Interrupt,        no(R::Ended)),
         // Recover
@@ -553,6 +618,8 @@ mod tests {
         (Some(Stopping),         A, Recover,          no(R::Ended)),
         (Some(Ended),            C, Recover,          no(R::Ended)),
         (Some(Ended),            A, Recover,          no(R::Ended)),
+        (Some(Failed),           C, Recover,          no(R::Ended)),
+        (Some(Failed),           A, Recover,          no(R::Ended)),
         (Some(ResetIncomplete),  C, Recover,          no(R::Ended)),
         (Some(ResetIncomplete),  A, Recover,          no(R::Ended)),
         // Stop
@@ -574,6 +641,8 @@ mod tests {
         (Some(Stopping),         A, Stop,             no(R::Ended)),
         (Some(Ended),            C, Stop,             no(R::Ended)),
         (Some(Ended),            A, Stop,             no(R::Ended)),
+        (Some(Failed),           C, Stop,             no(R::Ended)),
+        (Some(Failed),           A, Stop,             no(R::Ended)),
         (Some(ResetIncomplete),  C, Stop,             no(R::Ended)),
         (Some(ResetIncomplete),  A, Stop,             no(R::Ended)),
         // RevokeAll
@@ -595,6 +664,8 @@ mod tests {
         (Some(Stopping),         A, RevokeAll,        no(R::Ended)),
         (Some(Ended),            C, RevokeAll,        no(R::Ended)),
         (Some(Ended),            A, RevokeAll,        no(R::Ended)),
+        (Some(Failed),           C, RevokeAll,        no(R::Ended)),
+        (Some(Failed),           A, RevokeAll,        no(R::Ended)),
         (Some(ResetIncomplete),  C, RevokeAll,        no(R::Ended)),
         (Some(ResetIncomplete),  A, RevokeAll,        no(R::Ended)),
         // Opened
@@ -616,6 +687,8 @@ mod tests {
         (Some(Stopping),         A, Opened,           no(R::Ended)),
         (Some(Ended),            C, Opened,           no(R::Ended)),
         (Some(Ended),            A, Opened,           no(R::Ended)),
+        (Some(Failed),           C, Opened,           no(R::Ended)),
+        (Some(Failed),           A, Opened,           no(R::Ended)),
         (Some(ResetIncomplete),  C, Opened,           no(R::Ended)),
         (Some(ResetIncomplete),  A, Opened,           no(R::Ended)),
         // OpenFailed
@@ -637,6 +710,8 @@ mod tests {
         (Some(Stopping),         A, OpenFailed,       no(R::Ended)),
         (Some(Ended),            C, OpenFailed,       no(R::Ended)),
         (Some(Ended),            A, OpenFailed,       no(R::Ended)),
+        (Some(Failed),           C, OpenFailed,       no(R::Ended)),
+        (Some(Failed),           A, OpenFailed,       no(R::Ended)),
         (Some(ResetIncomplete),  C, OpenFailed,       no(R::Ended)),
         (Some(ResetIncomplete),  A, OpenFailed,       no(R::Ended)),
         // OpenTimedOut
@@ -658,6 +733,8 @@ mod tests {
         (Some(Stopping),         A, OpenTimedOut,     no(R::Ended)),
         (Some(Ended),            C, OpenTimedOut,     no(R::Ended)),
         (Some(Ended),            A, OpenTimedOut,     no(R::Ended)),
+        (Some(Failed),           C, OpenTimedOut,     no(R::Ended)),
+        (Some(Failed),           A, OpenTimedOut,     no(R::Ended)),
         (Some(ResetIncomplete),  C, OpenTimedOut,     no(R::Ended)),
         (Some(ResetIncomplete),  A, OpenTimedOut,     no(R::Ended)),
         // IdleTimeoutPause
@@ -679,6 +756,8 @@ mod tests {
         (Some(Stopping),         A, IdleTimeoutPause, no(R::PauseUnavailable)),
         (Some(Ended),            C, IdleTimeoutPause, no(R::NotRunning)),
         (Some(Ended),            A, IdleTimeoutPause, no(R::PauseUnavailable)),
+        (Some(Failed),           C, IdleTimeoutPause, no(R::NotRunning)),
+        (Some(Failed),           A, IdleTimeoutPause, no(R::PauseUnavailable)),
         (Some(ResetIncomplete),  C, IdleTimeoutPause, no(R::NotRunning)),
         (Some(ResetIncomplete),  A, IdleTimeoutPause, no(R::PauseUnavailable)),
         // IdleTimeoutEnd
@@ -700,6 +779,8 @@ mod tests {
         (Some(Stopping),         A, IdleTimeoutEnd,   no(R::NeverIdle)),
         (Some(Ended),            C, IdleTimeoutEnd,   no(R::Ended)),
         (Some(Ended),            A, IdleTimeoutEnd,   no(R::NeverIdle)),
+        (Some(Failed),           C, IdleTimeoutEnd,   no(R::Ended)),
+        (Some(Failed),           A, IdleTimeoutEnd,   no(R::NeverIdle)),
         (Some(ResetIncomplete),  C, IdleTimeoutEnd,   no(R::Ended)),
         (Some(ResetIncomplete),  A, IdleTimeoutEnd,   no(R::NeverIdle)),
         // InterruptionLost
@@ -721,6 +802,8 @@ mod tests {
         (Some(Stopping),         A, InterruptionLost, no(R::Ended)),
         (Some(Ended),            C, InterruptionLost, no(R::Ended)),
         (Some(Ended),            A, InterruptionLost, no(R::Ended)),
+        (Some(Failed),           C, InterruptionLost, no(R::Ended)),
+        (Some(Failed),           A, InterruptionLost, no(R::Ended)),
         (Some(ResetIncomplete),  C, InterruptionLost, no(R::Ended)),
         (Some(ResetIncomplete),  A, InterruptionLost, no(R::Ended)),
         // PausedTooLong
@@ -742,8 +825,33 @@ mod tests {
         (Some(Stopping),         A, PausedTooLong,    no(R::Ended)),
         (Some(Ended),            C, PausedTooLong,    no(R::Ended)),
         (Some(Ended),            A, PausedTooLong,    no(R::Ended)),
+        (Some(Failed),           C, PausedTooLong,    no(R::Ended)),
+        (Some(Failed),           A, PausedTooLong,    no(R::Ended)),
         (Some(ResetIncomplete),  C, PausedTooLong,    no(R::Ended)),
         (Some(ResetIncomplete),  A, PausedTooLong,    no(R::Ended)),
+        // StopAfter
+        (None,                   C, StopAfter,        no(R::NotFound)),
+        (None,                   A, StopAfter,        no(R::NotFound)),
+        (Some(Launching),        C, StopAfter,        no(R::NotRunning)),
+        (Some(Launching),        A, StopAfter,        no(R::NotRunning)),
+        (Some(Running),          C, StopAfter,        ok(Stopping, ends(EndReason::StopAfter, Some(AttemptEnd::SessionEnded), CloseReason::End))),
+        (Some(Running),          A, StopAfter,        ok(Stopping, ends(EndReason::StopAfter, Some(AttemptEnd::SessionEnded), CloseReason::End))),
+        (Some(Paused),           C, StopAfter,        no(R::NotRunning)),
+        (Some(Paused),           A, StopAfter,        no(R::NotRunning)),
+        (Some(Resuming),         C, StopAfter,        no(R::NotRunning)),
+        (Some(Resuming),         A, StopAfter,        no(R::NotRunning)),
+        (Some(Interrupted),      C, StopAfter,        no(R::NotRunning)),
+        (Some(Interrupted),      A, StopAfter,        no(R::NotRunning)),
+        (Some(Recovering),       C, StopAfter,        no(R::NotRunning)),
+        (Some(Recovering),       A, StopAfter,        no(R::NotRunning)),
+        (Some(Stopping),         C, StopAfter,        no(R::Ended)),
+        (Some(Stopping),         A, StopAfter,        no(R::Ended)),
+        (Some(Ended),            C, StopAfter,        no(R::Ended)),
+        (Some(Ended),            A, StopAfter,        no(R::Ended)),
+        (Some(Failed),           C, StopAfter,        no(R::Ended)),
+        (Some(Failed),           A, StopAfter,        no(R::Ended)),
+        (Some(ResetIncomplete),  C, StopAfter,        no(R::Ended)),
+        (Some(ResetIncomplete),  A, StopAfter,        no(R::Ended)),
         // ResetConfirmed
         (None,                   C, ResetConfirmed,   no(R::NotFound)),
         (None,                   A, ResetConfirmed,   no(R::NotFound)),
@@ -763,8 +871,33 @@ mod tests {
         (Some(Stopping),         A, ResetConfirmed,   ok(Ended, Step::Reset)),
         (Some(Ended),            C, ResetConfirmed,   ok(Ended, Step::Reset)),
         (Some(Ended),            A, ResetConfirmed,   ok(Ended, Step::Reset)),
+        (Some(Failed),           C, ResetConfirmed,   ok(Ended, Step::Reset)),
+        (Some(Failed),           A, ResetConfirmed,   ok(Ended, Step::Reset)),
         (Some(ResetIncomplete),  C, ResetConfirmed,   ok(Ended, Step::Reset)),
         (Some(ResetIncomplete),  A, ResetConfirmed,   ok(Ended, Step::Reset)),
+        // ResetConfirmedNeverRan
+        (None,                   C, ResetConfirmedNeverRan, no(R::NotFound)),
+        (None,                   A, ResetConfirmedNeverRan, no(R::NotFound)),
+        (Some(Launching),        C, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Launching),        A, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Running),          C, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Running),          A, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Paused),           C, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Paused),           A, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Resuming),         C, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Resuming),         A, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Interrupted),      C, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Interrupted),      A, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Recovering),       C, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Recovering),       A, ResetConfirmedNeverRan, no(R::NotOver)),
+        (Some(Stopping),         C, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(Stopping),         A, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(Ended),            C, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(Ended),            A, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(Failed),           C, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(Failed),           A, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(ResetIncomplete),  C, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
+        (Some(ResetIncomplete),  A, ResetConfirmedNeverRan, ok(Failed, Step::Reset)),
         // ResetPending
         (None,                   C, ResetPending,     no(R::NotFound)),
         (None,                   A, ResetPending,     no(R::NotFound)),
@@ -784,9 +917,31 @@ mod tests {
         (Some(Stopping),         A, ResetPending,     ok(ResetIncomplete, Step::Reset)),
         (Some(Ended),            C, ResetPending,     ok(ResetIncomplete, Step::Reset)),
         (Some(Ended),            A, ResetPending,     ok(ResetIncomplete, Step::Reset)),
+        (Some(Failed),           C, ResetPending,     ok(ResetIncomplete, Step::Reset)),
+        (Some(Failed),           A, ResetPending,     ok(ResetIncomplete, Step::Reset)),
         (Some(ResetIncomplete),  C, ResetPending,     ok(ResetIncomplete, Step::Reset)),
         (Some(ResetIncomplete),  A, ResetPending,     ok(ResetIncomplete, Step::Reset)),
         ]
+    }
+
+    #[test]
+    fn compute_counts_running_time_only() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Ran 50 minutes, paused for 2 hours, runs again since: at 2 h 59
+        // min it has used 59 minutes, the pause none.
+        let spans = [(at(0), Some(at(3_000))), (at(10_200), None)];
+        assert_eq!(
+            compute_used(spans, at(10_200 + 540)),
+            Duration::from_secs(3_540)
+        );
+        // An attempt whose end the clock puts before its start, or one that
+        // began after `now` (a clock stepped back), counts nothing.
+        assert_eq!(
+            compute_used([(at(50), Some(at(10))), (at(500), None)], at(100)),
+            Duration::ZERO
+        );
+        assert_eq!(compute_used([], at(100)), Duration::ZERO);
     }
 
     #[test]

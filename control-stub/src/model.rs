@@ -81,10 +81,11 @@ words! {
     /// attempt is recorded and the members are being asked (or were, by a
     /// process that stopped before it recorded their answers). `pausing`
     /// never reaches the store: a pause commits at once, and the members'
-    /// answers only settle the closes it owes. `failed` needs an instance
-    /// that failed to launch, which the control stub does not run: a start
-    /// no member opens ends (`start_failed`) through the reset like any
-    /// other end.
+    /// answers only settle the closes it owes. A session that ended
+    /// before any attempt ran (a start no member opened, `start_failed`;
+    /// or a stop while its first open was in flight) goes through the
+    /// reset like any other end, and is `failed` once every step is
+    /// confirmed.
     pub enum State {
         /// A start is committed (attempt 1, cause `launch`); the members
         /// are asked to open (spec: `launching`).
@@ -106,6 +107,11 @@ words! {
         Stopping => "stopping",
         /// The reset ran and every step is confirmed.
         Ended => "ended",
+        /// The session ended before any attempt of it ran, and the reset
+        /// ran with every step confirmed (spec: "failed: the session ended
+        /// before its instance existed, and the reset is complete"). The
+        /// certificate is issued as for `ended`.
+        Failed => "failed",
         /// The reset ran and at least one step is not confirmed yet: a
         /// gateway has not confirmed its close. The session is over and
         /// never comes back; it becomes `ended` once every step is
@@ -131,8 +137,14 @@ impl State {
     pub fn is_over(self) -> bool {
         matches!(
             self,
-            State::Stopping | State::Ended | State::ResetIncomplete
+            State::Stopping | State::Ended | State::Failed | State::ResetIncomplete
         )
+    }
+
+    /// True once the reset is complete: `ended`, or `failed` for a
+    /// session that never ran.
+    pub fn is_reset(self) -> bool {
+        matches!(self, State::Ended | State::Failed)
     }
 
     /// True while an open is in flight: committed, its answers not yet
@@ -201,6 +213,9 @@ words! {
         IdleTimeout => "idle_timeout",
         /// The session stayed paused for 7 days.
         PausedTooLong => "paused_too_long",
+        /// The session's compute reached its hard stop
+        /// (`stop_after_seconds`, spec: "Hard stop").
+        StopAfter => "stop_after",
         /// Its start opened on no member (none answered, one refused, or
         /// the answers never came): the session ended before it ran.
         StartFailed => "start_failed",
@@ -286,6 +301,43 @@ pub mod limits {
     pub const IDLE_MIN_SECS: u32 = 60;
     pub const IDLE_MAX_SECS: u32 = 86_400;
     pub const IDLE_DEFAULT_SECS: u32 = 900;
+    /// The hard stop's range (`stop_after_seconds`), in seconds of compute:
+    /// one hour to seven days (spec: "Hard stop"). No default: without it
+    /// a session has no hard stop.
+    pub const STOP_AFTER_MIN_SECS: u32 = 3_600;
+    pub const STOP_AFTER_MAX_SECS: u32 = 604_800;
+}
+
+/// A session's hard stop (spec: "Hard stop"): the most compute time it
+/// runs, counted over the running time of every attempt (a pause, an
+/// interruption and an open in flight use none), from
+/// [`limits::STOP_AFTER_MIN_SECS`] to [`limits::STOP_AFTER_MAX_SECS`]
+/// seconds. Only [`StopAfter::new`] makes one, so every entry point (the
+/// CLI, the lifecycle's start) checks the range in one place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StopAfter(u32);
+
+impl StopAfter {
+    /// `secs` as a hard stop, or why it is not one (the range).
+    pub fn new(secs: u64) -> Result<StopAfter, String> {
+        let (min, max) = (limits::STOP_AFTER_MIN_SECS, limits::STOP_AFTER_MAX_SECS);
+        match u32::try_from(secs) {
+            Ok(s) if (min..=max).contains(&s) => Ok(StopAfter(s)),
+            _ => Err(format!(
+                "stop_after_seconds {secs} is outside {min}-{max} (one hour to seven days of compute)"
+            )),
+        }
+    }
+
+    /// The limit in seconds.
+    pub fn seconds(self) -> u32 {
+        self.0
+    }
+
+    /// The limit as a span of compute time.
+    pub fn limit(self) -> std::time::Duration {
+        std::time::Duration::from_secs(u64::from(self.0))
+    }
 }
 
 /// The five steps of the sandbox reset, in order (spec: "The sandbox reset").
@@ -310,5 +362,16 @@ mod tests {
             assert_eq!(CloseReason::parse(c.as_str()), Some(*c));
         }
         assert_eq!(Mode::parse("Agent"), None);
+    }
+
+    #[test]
+    fn a_hard_stop_is_one_hour_to_seven_days() {
+        for ok in [3_600, 3_601, 86_400, 604_800] {
+            assert_eq!(StopAfter::new(ok).map(StopAfter::seconds), Ok(ok as u32));
+        }
+        for bad in [0, 59, 3_599, 604_801, u64::from(u32::MAX) + 3_600] {
+            let err = StopAfter::new(bad).unwrap_err();
+            assert!(err.contains("outside 3600-604800"), "{bad}: {err}");
+        }
     }
 }

@@ -54,10 +54,18 @@
 //!    see [`crate::lifecycle`]); and the spec's: an interrupted session in
 //!    mode commands that has not recovered within 30 minutes ends
 //!    (`interruption_lost`, outcome `outcome_unknown`); a session paused
-//!    for 7 days ends (`paused_too_long`); a running session in mode
-//!    commands idle for its idle timeout (no start, resume, recovery or
-//!    attach since) pauses or ends (`idle_timeout`), as its `idle_action`
-//!    says.
+//!    for 7 days ends (`paused_too_long`); a running session whose
+//!    compute — the running time of all its attempts, on the clock passed
+//!    in ([`crate::machine::compute_used`]) — has reached its hard stop
+//!    ends (`stop_after`, the reset running as for any end); a running
+//!    session in mode commands idle for its idle timeout (no start,
+//!    resume, recovery or attach since) pauses or ends (`idle_timeout`),
+//!    as its `idle_action` says. Each is claimed in the store: the machine
+//!    decides it inside the write transaction that commits it, from the
+//!    state stored then, so of two replicas that both find it due the
+//!    second finds the session moved on and does nothing (a compute used
+//!    only grows while the session runs, so a due found on an older read
+//!    is still due).
 //! 5. **Certificates**: every session over whose certificate is not issued
 //!    has its reset re-run and, once complete, its certificate issued
 //!    ([`crate::certificate::issue`]).
@@ -302,7 +310,7 @@ impl Upkeep<'_> {
             let t = humantime::parse_rfc3339(stamp?).ok()?;
             now.duration_since(t).ok()
         };
-        let (opens, interrupted, paused, running, lost) = self.store.read(|tx| {
+        let (opens, interrupted, paused, running, lost, used) = self.store.read(|tx| {
             let mut interrupted = Vec::new();
             for s in tx.sessions_in(&[State::Interrupted])? {
                 let at = tx.attempts(&s.id)?.last().and_then(|a| a.ended_at.clone());
@@ -319,12 +327,23 @@ impl Upkeep<'_> {
                     .and_then(|a| a.ended_at);
                 paused.push((s, at));
             }
+            let running = tx.sessions_in(&[State::Running])?;
+            // The compute each running session with a hard stop has used
+            // by `now`: its attempts' running time (a pause, an
+            // interruption, an open in flight use none).
+            let mut used = BTreeMap::new();
+            for s in running.iter().filter(|s| s.stop_after_seconds.is_some()) {
+                let attempts = tx.attempts(&s.id)?;
+                let spans = attempts.iter().filter_map(Attempt::running_span);
+                used.insert(s.id.clone(), crate::machine::compute_used(spans, now));
+            }
             Ok((
                 tx.opens_in_flight()?,
                 interrupted,
                 paused,
-                tx.sessions_in(&[State::Running])?,
+                running,
                 tx.unserved_sessions()?,
+                used,
             ))
         })?;
         // Nothing serves these: every member's authority of the running
@@ -382,7 +401,25 @@ impl Upkeep<'_> {
                     .push((s.id, "paused_too_long: paused for 7 days".into()));
             }
         }
-        for s in running {
+        let mut stopped = BTreeSet::new();
+        for s in &running {
+            let (Some(limit), Some(used)) = (s.stop_after_seconds, used.get(&s.id)) else {
+                continue;
+            };
+            if *used >= Duration::from_secs(u64::from(limit))
+                && self.life().time_event(&s.id, Event::StopAfter)?.is_some()
+            {
+                stopped.insert(s.id.clone());
+                report.events.push((
+                    s.id.clone(),
+                    format!(
+                        "stop_after: {} s of compute used, the hard stop is {limit} s",
+                        used.as_secs()
+                    ),
+                ));
+            }
+        }
+        for s in running.into_iter().filter(|s| !stopped.contains(&s.id)) {
             let (Some(secs), Some(action)) = (s.idle_timeout_seconds, s.idle_action) else {
                 continue;
             };
@@ -552,6 +589,7 @@ mod tests {
             idle_timeout_seconds: None,
             idle_action: None,
             last_activity_at: None,
+            stop_after_seconds: None,
         }
     }
 
@@ -571,6 +609,9 @@ mod tests {
             lock: Vec::new(),
             relay_public_key: None,
             passthrough: Vec::new(),
+            running_at: end_cause
+                .is_none_or(|e| e != AttemptEnd::StartFailed)
+                .then(|| "2026-12-01T00:00:01.000Z".into()),
         }
     }
 

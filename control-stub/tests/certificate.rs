@@ -517,6 +517,169 @@ fn a_forwarded_connection_counts_once_and_its_hand_off_is_shown_beside_it() {
     assert_eq!(cert["batches"].as_array().unwrap().len(), 2);
 }
 
+/// The holder's record of a connection gw-a forwarded to gw-b, from
+/// `port`, opened at `opened` (seconds past 10:00).
+fn served_via(id: &str, conn: u64, port: u16, opened: u32) -> serde_json::Value {
+    json!({
+        "gateway_id": "gw-b", "instance": "00000000000000b1", "conn": conn,
+        "session_id": id, "attempt": 1, "tenant": "acme",
+        "source": format!("10.1.0.2:{port}"), "sni": "api.github.com",
+        "verdict": "session_ended", "cause": "session_closed", "via": "gw-a",
+        "request_count": 1,
+        "requests": [{"method": "GET", "path": format!("/download/{conn}"), "status": 200, "cut": true}],
+        "opened_at": format!("2026-11-29T10:00:{opened:02}.000Z"),
+        "closed_at": "2026-11-29T10:01:00.000Z",
+        "bytes_from_session": 400, "bytes_to_session": 5_000_000
+    })
+}
+
+/// gw-a's hand-off record of the connection from `port` to gw-b.
+fn handed_from(id: &str, conn: u64, port: u16) -> serde_json::Value {
+    json!({
+        "gateway_id": "gw-a", "instance": "00000000000000a2", "conn": conn,
+        "session_id": id, "attempt": 1, "tenant": "acme",
+        "source": format!("10.1.0.2:{port}"), "sni": "api.github.com", "verdict": "allowed",
+        "forwarded_to": "gw-b", "request_count": 0,
+        "opened_at": "2026-11-29T10:00:00.000Z", "closed_at": "2026-11-29T10:01:03.000Z",
+        "bytes_from_session": 400, "bytes_to_session": 5_000_000
+    })
+}
+
+/// A start report of gw-a, in batch `seq` of its chain, of a process that
+/// started at `started_at`.
+fn gw_a_started(env: &mut Env, seq: u64, instance: &str, started_at: &str) {
+    use talos_control_stub::store::StartRecord;
+    env.store
+        .write(|tx| {
+            tx.insert_start_report(
+                &StartRecord {
+                    gateway_id: "gw-a".into(),
+                    instance: instance.into(),
+                    started_at: started_at.into(),
+                    previous_instance: "00000000000000a2".into(),
+                    cut_by_crash: 0,
+                    key_id: "0000000000000000".into(),
+                    batch_seq: seq,
+                    received_at: "2026-11-29T10:02:00.000Z".into(),
+                    report_digest: String::new(),
+                },
+                instance.as_bytes(),
+            )?;
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The certificate waits for every member that forwarded for the
+/// session, not only those that held it: each connection a holder's
+/// record says came `via` a forwarder waits for the forwarder's hand-off
+/// record (a Stop cuts the holder's side at once; the forwarder's closes
+/// once its client has read what it holds). Its signed word that the
+/// process that forwarded is gone — a start report of a process begun
+/// since — ends the wait: what that process had not synced never comes.
+/// A start report of a process begun before does not. Until then
+/// `certificate` and `sandbox status` say what it waits for; issued, each
+/// connection counts once, the hand-offs listed beside.
+#[test]
+fn the_certificate_waits_for_the_forwarders_hand_off_records() {
+    let mut env = Env::new().with_policy();
+    let key = plane_key();
+    let id = env.start(Mode::Agent).session_id;
+    let served: Vec<serde_json::Value> = [(1, 41_000, 10), (2, 41_001, 11), (3, 41_002, 12)]
+        .iter()
+        .map(|&(conn, port, opened)| served_via(&id, conn, port, opened))
+        .collect();
+    env.store.record_batch("gw-b", 1, "b1", &served).unwrap();
+    env.life().stop(&id).unwrap();
+    env.deliver_chain();
+    // Every holder's chain is in; the three hand-offs are not.
+    assert!(!issue(&mut env.store, &id, &key).unwrap());
+    let waiting = certificate(&env.store, &id).unwrap();
+    assert_eq!(waiting["issued"], false);
+    let because = waiting["not_issued_because"].as_str().unwrap();
+    assert!(
+        because.contains("gateway gw-a's hand-off records of 3 connections it forwarded to gw-b"),
+        "{because}"
+    );
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.certificate_waits_for.as_deref(), Some(because));
+
+    // Two come; one is still owed.
+    env.store
+        .record_batch(
+            "gw-a",
+            1,
+            "a1",
+            &[handed_from(&id, 7, 41_000), handed_from(&id, 8, 41_001)],
+        )
+        .unwrap();
+    assert!(!issue(&mut env.store, &id, &key).unwrap());
+    let because = certificate(&env.store, &id).unwrap()["not_issued_because"].clone();
+    assert!(
+        because
+            .as_str()
+            .unwrap()
+            .contains("hand-off records of 1 connection it forwarded"),
+        "{because}"
+    );
+    // A start report of a process of gw-a that began before the last of
+    // them opened is no word on it (that process may still hold it)...
+    gw_a_started(&mut env, 2, "00000000000000a3", "2026-11-29T10:00:11.500Z");
+    assert!(!issue(&mut env.store, &id, &key).unwrap());
+    // ...one begun after it is: the process that forwarded it is gone,
+    // and whatever it had not synced with it.
+    gw_a_started(&mut env, 3, "00000000000000a4", "2026-11-29T10:00:30.000Z");
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+    let cert = certificate(&env.store, &id).unwrap();
+    assert_eq!(cert["issued"], true, "{cert}");
+    assert_eq!(cert["connections"], json!(served), "each connection once");
+    assert_eq!(
+        cert["forwarded"],
+        json!([handed_from(&id, 7, 41_000), handed_from(&id, 8, 41_001)])
+    );
+    assert_eq!(cert["refusals"].as_array().unwrap().len(), 3);
+}
+
+/// A hand-off record is matched to the holder's record by the source it
+/// names, one each: a source port used again by a later connection is
+/// owed a second hand-off.
+#[test]
+fn a_source_port_used_twice_is_owed_two_hand_offs() {
+    let mut env = Env::new().with_policy();
+    let key = plane_key();
+    let id = env.start(Mode::Agent).session_id;
+    env.store
+        .record_batch(
+            "gw-b",
+            1,
+            "b1",
+            &[
+                served_via(&id, 1, 41_000, 10),
+                served_via(&id, 2, 41_000, 40),
+            ],
+        )
+        .unwrap();
+    env.life().stop(&id).unwrap();
+    env.deliver_chain();
+    env.store
+        .record_batch("gw-a", 1, "a1", &[handed_from(&id, 7, 41_000)])
+        .unwrap();
+    assert!(!issue(&mut env.store, &id, &key).unwrap());
+    let because = certificate(&env.store, &id).unwrap()["not_issued_because"].clone();
+    assert!(
+        because
+            .as_str()
+            .unwrap()
+            .contains("hand-off records of 1 connection"),
+        "{because}"
+    );
+    env.store
+        .record_batch("gw-a", 2, "a2", &[handed_from(&id, 9, 41_000)])
+        .unwrap();
+    assert!(issue(&mut env.store, &id, &key).unwrap());
+}
+
 #[test]
 fn a_sessions_dns_counts_are_listed_apart_and_summed_never_as_connections() {
     let mut env = Env::new().with_policy();

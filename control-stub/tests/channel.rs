@@ -561,6 +561,17 @@ fn old_store(db: &std::path::Path, version: i64) {
          PRAGMA user_version = {version};"
     ))
     .unwrap();
+    // From version 8 the model route is marked passthrough, as version 8's
+    // upgrade (or a store made at 8) marks it.
+    if version >= 8 {
+        conn.execute_batch(
+            "INSERT INTO passthrough (name, added_at)
+             VALUES ('api.anthropic.com', '2026-11-29T10:00:00.000Z'),
+                    ('claude.ai', '2026-11-29T10:00:00.000Z'),
+                    ('console.anthropic.com', '2026-11-29T10:00:00.000Z');",
+        )
+        .unwrap();
+    }
     // From version 7 a session's sources are indexed as it starts.
     if version >= 7 {
         conn.execute_batch(
@@ -604,6 +615,15 @@ fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
         // Version 9's push subscriptions: none yet.
         assert!(store.push_subscriptions("alice").unwrap().is_empty());
         assert!(status.attempts[0].attempt.passthrough.is_empty());
+        // Version 9: no hard stop, and the attempt, which ended paused,
+        // ran from its start.
+        assert_eq!(status.session.stop_after_seconds, None);
+        assert_eq!(
+            status.attempts[0].attempt.running_at.as_deref(),
+            Some("2026-11-29T10:00:00.000Z"),
+            "from {version}"
+        );
+        assert_eq!(status.compute_seconds, 300, "from {version}");
         // Its source address is found by the index version 7 added.
         let holder = store
             .read(|tx| tx.live_session_with_source(&["10.1.0.2".parse().unwrap()]))
@@ -613,6 +633,22 @@ fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
             Some(("10.1.0.2".parse().unwrap(), "sbx-000000000001".to_owned())),
             "from {version}"
         );
+        // Version 9 rebuilt the sessions table: `failed` is a state now,
+        // and the hard stop's range is checked.
+        let mut store = store;
+        use talos_control_stub::store::Value;
+        let id = Value::Text("sbx-000000000001".into());
+        let state = "UPDATE sessions SET state = ?2 WHERE id = ?1";
+        store
+            .test_execute(state, &[id.clone(), Value::Text("failed".into())])
+            .unwrap();
+        assert!(store
+            .test_execute(state, &[id.clone(), Value::Text("bogus".into())])
+            .is_err());
+        let limit = "UPDATE sessions SET stop_after_seconds = ?2 WHERE id = ?1";
+        assert!(store
+            .test_execute(limit, &[id.clone(), Value::Int(60)])
+            .is_err());
         drop(store);
         let conn = rusqlite::Connection::open(&db).unwrap();
         let v: i64 = conn

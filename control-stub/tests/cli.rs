@@ -238,7 +238,8 @@ fn commands_that_need_the_gateways_fail_unreachable_without_a_link() {
         assert_eq!(sessions.len(), ended, "{sessions:?}");
         let mut owed = Vec::new();
         for s in &sessions {
-            assert_eq!(s.state, State::Ended);
+            // It never ran: `failed`, its reset complete.
+            assert_eq!(s.state, State::Failed);
             assert_eq!(s.end_reason, Some(EndReason::StartFailed));
             let status = talos_control_stub::lifecycle::status(&store, &s.id).unwrap();
             assert!(status.attempts.iter().all(|a| a.ca.is_empty()));
@@ -249,6 +250,52 @@ fn commands_that_need_the_gateways_fail_unreachable_without_a_link() {
     }
     let out = bin(&db, &with_gateway, b"");
     assert!(out.stderr.contains("127.0.0.1:7443"), "{out:?}");
+}
+
+/// `sandbox start --stop-after SECONDS`: the range is checked before
+/// anything is recorded; a hard stop within it is kept and shown by
+/// `sandbox status` (here on a start no gateway opened, which ended
+/// before it ran: `failed`).
+#[test]
+fn the_hard_stop_is_checked_at_start_and_shown_by_status() {
+    let (_dir, db) = setup();
+    let start = |stop_after: &str| {
+        vec![
+            "sandbox".to_owned(),
+            "start".into(),
+            "--tenant".into(),
+            "acme".into(),
+            "--source".into(),
+            "10.1.0.2".into(),
+            "--allow".into(),
+            "api.github.com".into(),
+            "--stop-after".into(),
+            stop_after.into(),
+        ]
+    };
+    for bad in ["0", "3599", "604801", "99999999999"] {
+        let args = start(bad);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&db, &args, "sandbox_request_invalid");
+        let out = bin(&db, &args, b"");
+        assert!(out.stderr.contains("outside 3600-604800"), "{bad}: {out:?}");
+    }
+    let args = start("7200");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = bin(&db, &args, b"");
+    assert_eq!(out.code(), Some("gateway_unreachable"), "{out:?}");
+    let store = talos_control_stub::Store::open(&db).unwrap();
+    let id = store.read(|tx| tx.sessions_in(State::ALL)).unwrap()[0]
+        .id
+        .clone();
+    drop(store);
+    let out = bin(&db, &["sandbox", "status", &id], b"");
+    assert_eq!(out.status, 0, "{out:?}");
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["stop_after_seconds"], 7200, "{status}");
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["end_reason"], "start_failed", "{status}");
+    assert_eq!(status["compute_seconds"], 0, "{status}");
 }
 
 #[test]

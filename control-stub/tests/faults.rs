@@ -537,6 +537,205 @@ fn a_session_paused_for_7_days_ends() {
     assert_eq!(s.end_reason, Some(EndReason::PausedTooLong));
 }
 
+/// Set attempt `n` of session `id` to have run from `ran` to `ended` on
+/// the store's clock (`None`: it runs still): what a session that ran
+/// long ago looks like, for a test whose upkeep clock moves.
+fn ran(env: &mut Env, id: &str, n: i64, ran: SystemTime, ended: Option<SystemTime>) {
+    let stamp = |t: SystemTime| Value::Text(humantime::format_rfc3339_millis(t).to_string());
+    env.store
+        .test_execute(
+            "UPDATE attempts SET running_at = ?3, ended_at = coalesce(?4, ended_at)
+             WHERE session_id = ?1 AND n = ?2",
+            &[
+                Value::Text(id.to_owned()),
+                Value::Int(n),
+                stamp(ran),
+                ended.map_or(Value::Null, stamp),
+            ],
+        )
+        .unwrap();
+}
+
+/// The hard stop on paused time: a session started with
+/// `stop_after_seconds` 3600 ends `stop_after` once its attempts have run
+/// an hour in all, on the clock the upkeep loop is given; the time it
+/// spent paused and interrupted counts nothing. It ends as a stop does
+/// (its attempt `session_ended`, every member's close, the reset), the
+/// clock named as who asked, and its status and certificate show the
+/// limit. Two replicas finding it due at once stop it once.
+#[test]
+fn the_hard_stop_on_paused_time() {
+    let mut env = Env::new().with_policy();
+    // Idle for no more than a day: the idle timeout stays out of it.
+    let req = StartRequest {
+        stop_after_seconds: Some(3_600),
+        idle_timeout_seconds: Some(86_400),
+        ..request(Mode::Commands)
+    };
+    let id = env.life().start(&req).unwrap().session_id;
+    // Attempt 1 ran 20 minutes and paused; attempt 2 ran 20 minutes and
+    // was interrupted; an hour later attempt 3, a recovery, runs since
+    // `now`. Paused for 2 hours, interrupted for 1: 40 minutes used.
+    env.life().pause(&id).unwrap();
+    env.life().resume(&id).unwrap();
+    env.life().interrupt(&id).unwrap();
+    env.life().recover(&id).unwrap();
+    let now = SystemTime::now();
+    let before = |mins: u64| now - Duration::from_secs(mins * 60);
+    ran(&mut env, &id, 1, before(240), Some(before(220)));
+    ran(&mut env, &id, 2, before(100), Some(before(80)));
+    ran(&mut env, &id, 3, now, None);
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.stop_after_seconds, Some(3_600));
+    assert_eq!(status.attempts.len(), 3);
+    // At 19 minutes into attempt 3, 59 minutes are used: it runs on (had
+    // the pause or the interruption counted, it would be long past).
+    let r = tick(&mut env, now + Duration::from_secs(19 * 60), false);
+    assert!(r.events.is_empty(), "{r:?}");
+    assert_eq!(state(&mut env, &id), State::Running);
+    assert!(env.link.holds(&id));
+    // At 21 minutes, 61 are used: two replicas find it due at once, and
+    // one of them stops it.
+    let at = now + Duration::from_secs(21 * 60);
+    let db = env.db();
+    let link = &env.link;
+    let reports: Vec<_> = std::thread::scope(|scope| {
+        let replicas: Vec<_> = (0..2)
+            .map(|_| {
+                let db = db.clone();
+                scope.spawn(move || {
+                    let mut store = talos_control_stub::Store::open(&db).unwrap();
+                    let key = talos_certs::GatewayKey::generate().unwrap();
+                    Upkeep {
+                        store: &mut store,
+                        link,
+                        verifier: &ACCEPT,
+                        plane_key: Some(&key),
+                        relay_public_key: None,
+                    }
+                    .tick(at, false)
+                    .unwrap()
+                })
+            })
+            .collect();
+        replicas.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let events: Vec<&(String, String)> = reports.iter().flat_map(|r| &r.events).collect();
+    assert_eq!(events.len(), 1, "stopped once: {reports:?}");
+    assert_eq!(events[0].0, id);
+    assert!(
+        events[0]
+            .1
+            .starts_with("stop_after: 3660 s of compute used"),
+        "{events:?}"
+    );
+    let status = env.life().status(&id).unwrap();
+    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.end_reason, Some(EndReason::StopAfter));
+    assert_eq!(
+        status.attempts[2].attempt.end_cause,
+        Some(AttemptEnd::SessionEnded)
+    );
+    assert!(!env.link.holds(&id), "every member closed it");
+    assert!(
+        status.reset.iter().all(|s| s.confirmed),
+        "{:?}",
+        status.reset
+    );
+    let stops: Vec<_> = status
+        .commands
+        .iter()
+        .filter(|c| c.event == "stop_after")
+        .collect();
+    assert_eq!(stops.len(), 1, "{:?}", status.commands);
+    assert_eq!(
+        (
+            stops[0].by.requester.as_str(),
+            stops[0].by.requested_by.as_str()
+        ),
+        ("time", "stop_after")
+    );
+    // Its status (as JSON) and its certificate show the limit.
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["stop_after_seconds"], 3_600);
+    let cert = env.issue(&id);
+    assert_eq!(cert["issued"], true, "{cert}");
+    assert_eq!(cert["stop_after_seconds"], 3_600);
+    assert_eq!(cert["end_reason"], "stop_after");
+    assert_eq!(cert["state"], "ended");
+    // The compute on the certificate is the attempts' running time: 40
+    // minutes before attempt 3, and attempt 3 from `now` to the stop's
+    // commit (on the store's clock, moments later).
+    let compute = cert["compute_seconds"].as_u64().unwrap();
+    assert!((2_400..2_460).contains(&compute), "{compute}");
+    assert!(cert["attempts"][2]["running_at"].is_string(), "{cert}");
+    // A later tick finds nothing more to do.
+    assert!(tick(&mut env, at + Duration::from_secs(3600), false)
+        .events
+        .is_empty());
+
+    // A session without a hard stop runs on whatever its compute, and a
+    // paused one uses none.
+    let mut env = Env::new().with_policy();
+    let endless = env.start(Mode::Agent).session_id;
+    let mut req = StartRequest {
+        stop_after_seconds: Some(3_600),
+        ..request(Mode::Commands)
+    };
+    req.sources = vec!["10.1.0.9".into()];
+    let paused = env.life().start(&req).unwrap().session_id;
+    env.life().pause(&paused).unwrap();
+    let r = tick(
+        &mut env,
+        SystemTime::now() + Duration::from_secs(6 * 86_400),
+        false,
+    );
+    assert!(r.events.is_empty(), "{r:?}");
+    assert_eq!(state(&mut env, &endless), State::Running);
+    assert_eq!(state(&mut env, &paused), State::Paused);
+    let cert = talos_control_stub::certificate(&env.store, &endless).unwrap();
+    assert_eq!(cert["stop_after_seconds"], serde_json::Value::Null);
+}
+
+#[test]
+fn a_hard_stop_outside_one_hour_to_seven_days_is_refused_at_start() {
+    let mut env = Env::new().with_policy();
+    let before = env.dump();
+    for (mode, secs) in [
+        (Mode::Commands, 0),
+        (Mode::Commands, 3_599),
+        (Mode::Agent, 604_801),
+        (Mode::Agent, u64::MAX),
+    ] {
+        let req = StartRequest {
+            stop_after_seconds: Some(secs),
+            ..request(mode)
+        };
+        let err = env.life().start(&req).unwrap_err();
+        assert_eq!(err.code(), "sandbox_request_invalid", "{secs}: {err}");
+        assert!(
+            err.to_string().contains("outside 3600-604800"),
+            "{secs}: {err}"
+        );
+    }
+    assert_eq!(env.dump(), before, "nothing recorded");
+    assert!(env.link.calls().is_empty(), "no gateway asked");
+    // Both ends of the range are taken, in either mode.
+    for (mode, secs, source) in [
+        (Mode::Agent, 3_600, "10.1.0.3"),
+        (Mode::Commands, 604_800, "10.1.0.4"),
+    ] {
+        let mut req = StartRequest {
+            stop_after_seconds: Some(secs),
+            ..request(mode)
+        };
+        req.sources = vec![source.into()];
+        let t = env.life().start(&req).unwrap();
+        let s = env.life().status(&t.session_id).unwrap().session;
+        assert_eq!(s.stop_after_seconds, Some(secs as u32));
+    }
+}
+
 #[test]
 fn the_idle_timeout_pauses_or_ends_and_an_attach_counts_as_activity() {
     for (action, want) in [("pause", State::Paused), ("end", State::Ended)] {
@@ -748,7 +947,8 @@ fn an_open_whose_process_stops_before_the_answers_is_given_up_and_closed() {
     assert!(r.events[0].1.starts_with("open_timed_out"), "{r:?}");
     assert!(!env.link.holds(&id));
     let status = env.life().status(&id).unwrap();
-    assert_eq!(status.session.state, State::Ended);
+    // It never ran: `failed`, its reset complete.
+    assert_eq!(status.session.state, State::Failed);
     assert_eq!(
         status.session.end_reason.map(|r| r.as_str()),
         Some("start_failed")
@@ -812,10 +1012,13 @@ fn a_stop_while_an_open_is_in_flight_ends_the_session_and_closes_what_the_open_m
     let id = t.session_id;
     assert!(!env.link.holds(&id));
     let status = env.life().status(&id).unwrap();
-    assert_eq!(status.session.state, State::Ended);
+    // Stopped before its first attempt ran (the answers came after the
+    // end, and never make an attempt run): `failed`, its reset complete.
+    assert_eq!(status.session.state, State::Failed);
     assert_eq!(status.session.end_reason, Some(EndReason::Stop));
     let attempt = &status.attempts[0];
     assert_eq!(attempt.attempt.end_cause, Some(AttemptEnd::SessionEnded));
+    assert_eq!(attempt.attempt.running_at, None);
     assert_eq!(attempt.ca.len(), 2);
     assert!(attempt.ca.iter().all(|c| c.destroyed_at.is_some()));
 }

@@ -426,9 +426,12 @@ fn a_start_no_member_opens_ends_start_failed_and_holds_nothing() {
     assert_eq!(err.code(), "gateway_unreachable");
     assert!(err.to_string().contains("no route"), "{err}");
     let status = failed_start(&env);
-    assert_eq!(status.session.state, State::Ended);
+    // It never ran: `failed` (spec: "the session ended before its
+    // instance existed, and the reset is complete").
+    assert_eq!(status.session.state, State::Failed);
     assert_eq!(status.session.end_reason, Some(EndReason::StartFailed));
     assert_eq!(status.attempts.len(), 1);
+    assert_eq!(status.attempts[0].attempt.running_at, None);
     let attempt = &status.attempts[0];
     assert_eq!(attempt.attempt.end_cause, Some(AttemptEnd::StartFailed));
     assert!(attempt.ca.is_empty());
@@ -451,6 +454,13 @@ fn a_start_no_member_opens_ends_start_failed_and_holds_nothing() {
     .tick(SystemTime::now() + Duration::from_secs(5), false)
     .unwrap();
     assert_eq!(r.closes_confirmed, 2, "{r:?}");
+    // Its certificate is issued as an ended session's, and says `failed`.
+    let cert = env.issue(&status.session.id);
+    assert_eq!(cert["issued"], true, "{cert}");
+    assert_eq!(cert["state"], "failed");
+    assert_eq!(cert["end_reason"], "start_failed");
+    assert_eq!(cert["compute_seconds"], 0);
+    assert_eq!(cert["attempts"][0]["running_at"], serde_json::Value::Null);
     // It is over: its source is free for the next start.
     let t = env.start(Mode::Commands);
     assert_eq!(t.state, State::Running);
@@ -469,7 +479,7 @@ fn a_start_no_member_opens_ends_start_failed_and_holds_nothing() {
         "gateway_refused"
     );
     let status = failed_start(&env);
-    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.state, State::Failed);
     assert_eq!(status.session.end_reason, Some(EndReason::StartFailed));
     assert!(status.closes.is_empty());
     assert!(status.attempts[0].ca.is_empty());
@@ -573,7 +583,7 @@ fn a_misstated_ca_digest_refuses_the_start_and_undoes_the_opening() {
     // The start ended: gw-a's CA recorded and confirmed destroyed, nothing
     // recorded of gw-b's, both closes settled.
     let status = talos_control_stub::lifecycle::status(&store, &opened.session_id).unwrap();
-    assert_eq!(status.session.state, State::Ended);
+    assert_eq!(status.session.state, State::Failed);
     assert_eq!(status.session.end_reason, Some(EndReason::StartFailed));
     let ca = &status.attempts[0].ca;
     assert_eq!(ca.len(), 1);

@@ -287,12 +287,29 @@ fn a_postgres_store_of_version_6_is_upgraded_in_place() {
             "{source}"
         );
     }
+    // Version 9: the state `failed` is one a session can be in, and no
+    // other word is; a hard stop out of its range is refused.
+    let mut store = store;
+    assert_failed_is_a_state(&mut store);
     let dir = tempfile::tempdir().unwrap();
     let sqlite = Store::open(dir.path().join("stub.db")).unwrap();
     assert_eq!(
         sqlite.test_columns().unwrap(),
         store.test_columns().unwrap()
     );
+}
+
+/// After an upgrade to version 10, session `sbx-000000000001` can be
+/// `failed` and not `bogus`, and its hard stop is checked by the store.
+fn assert_failed_is_a_state(store: &mut Store) {
+    let id = Value::Text("sbx-000000000001".into());
+    let set = |store: &mut Store, sql: &str, v: Value| store.test_execute(sql, &[id.clone(), v]);
+    let state = "UPDATE sessions SET state = ?2 WHERE id = ?1";
+    set(store, state, Value::Text("failed".into())).unwrap();
+    assert!(set(store, state, Value::Text("bogus".into())).is_err());
+    let limit = "UPDATE sessions SET stop_after_seconds = ?2 WHERE id = ?1";
+    set(store, limit, Value::Int(3_600)).unwrap();
+    assert!(set(store, limit, Value::Int(60)).is_err());
 }
 
 /// Leases are renewed while another replica holds the write lock (a

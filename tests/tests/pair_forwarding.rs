@@ -661,3 +661,142 @@ async fn no_holder_reachable_is_refused_and_a_claimed_source_off_the_link_is_not
         "{log}"
     );
 }
+
+/// The downloads of [`the_certificate_with_a_slowly_reading_client`]: far
+/// more than every buffer between the origin and the client holds, so the
+/// forwarder holds bytes of each when its client stops reading. Three
+/// sizes, so that each download's record is told apart by its path.
+const SLOW_DOWNLOADS: [u64; 3] = [1 << 30, (1 << 30) + 1, (1 << 30) + 2];
+
+/// The certificate with a slowly reading client: a restarted member
+/// forwards three downloads whose client reads their first bytes, then
+/// nothing. A Stop cuts them on the holder, whose records (`via` the
+/// forwarder) are in at once; the forwarder's hand-off records close
+/// only once the client has read what the holder sent before the cut. The
+/// certificate waits for them, and says what it waits for (so does
+/// `sandbox status`); once the client has read, it is issued with each
+/// download once, the holder's record counted and the hand-off beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_certificate_with_a_slowly_reading_client() {
+    use talos_e2e::clients::http;
+    let mut rig = linked_pair().await;
+    let id = rig.start_session(&session(SOURCE).mode("agent"));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    rig.members[0].kill();
+    rig.restart(0);
+    wait_forwarding(&rig, 0, 1.0);
+    let a = rig.members[0].data;
+    let mut downloads = Vec::new();
+    for size in SLOW_DOWNLOADS {
+        let mut tls = http::tls(SOURCE, a, API, &bundle, false).await;
+        tls.write_all(format!("GET /download/{size} HTTP/1.1\r\nhost: {API}\r\n\r\n").as_bytes())
+            .await
+            .expect("request");
+        let mut head = vec![0u8; 64 * 1024];
+        let mut n = 0;
+        while n < head.len() {
+            let got = tokio::time::timeout(wait::DEADLINE, tls.read(&mut head[n..]))
+                .await
+                .expect("the download's first bytes in time")
+                .expect("read");
+            assert!(got > 0, "the download ended early");
+            n += got;
+        }
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{:?}", &head[..64]);
+        downloads.push(tls);
+    }
+    assert_eq!(
+        rig.members[0].metric("gateway_forwarded_total{result=\"forwarded\"}"),
+        Some(3.0)
+    );
+    let ran = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(ran["state"], "ended", "{ran}");
+
+    // The holder's records of the three downloads are in; the forwarder
+    // still holds each connection (its client reads nothing), so none of
+    // its hand-off records is written.
+    let paths: Vec<String> = SLOW_DOWNLOADS
+        .iter()
+        .map(|s| format!("/download/{s}"))
+        .collect();
+    let holders_in = |c: &Value| {
+        c["connections"].as_array().is_some_and(|all| {
+            paths.iter().all(|p| {
+                all.iter()
+                    .any(|r| first_path(r) == Some(p) && r["via"] == "gw-a")
+            })
+        })
+    };
+    let cert = blocking_certificate(&rig, &id, |c| c["issued"] == true || holders_in(c));
+    let handed_on_a = rig.members[0]
+        .session_records(&id)
+        .into_iter()
+        .filter(|r| r["forwarded_to"] == "gw-b")
+        .count();
+    assert_eq!(handed_on_a, 0, "the forwarder holds the three connections");
+    assert_eq!(
+        cert["issued"], false,
+        "issued while the forwarder's hand-off records were still to come: {cert}"
+    );
+    let because = cert["not_issued_because"].as_str().unwrap_or_default();
+    assert!(
+        because.contains("gw-a") && because.contains("hand-off records of 3 connections"),
+        "{cert}"
+    );
+    let status = rig.status(&id);
+    assert_eq!(status["state"], "ended");
+    assert!(
+        status["certificate_waits_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("hand-off records of 3 connections")),
+        "{status}"
+    );
+
+    // The client reads what the forwarder holds, to the end of each
+    // connection: the hand-offs close, and the certificate is issued.
+    for mut tls in downloads {
+        let mut buf = vec![0u8; 256 * 1024];
+        let ended = tokio::time::timeout(wait::DEADLINE, async {
+            while let Ok(n) = tls.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the forwarded connection ends once read");
+    }
+    let cert = rig.wait_issued(&id);
+    for path in &paths {
+        let of: Vec<&Value> = cert["connections"]
+            .as_array()
+            .expect("connections")
+            .iter()
+            .filter(|c| first_path(c) == Some(path.as_str()))
+            .collect();
+        assert_eq!(of.len(), 1, "{path} once: {cert}");
+        assert_eq!(of[0]["gateway_id"], "gw-b", "{}", of[0]);
+        assert_eq!(of[0]["via"], "gw-a", "{}", of[0]);
+        let handed: Vec<&Value> = cert["forwarded"]
+            .as_array()
+            .expect("forwarded")
+            .iter()
+            .filter(|h| h["source"] == of[0]["source"])
+            .collect();
+        assert_eq!(handed.len(), 1, "{path}'s hand-off beside it: {cert}");
+        assert_eq!(handed[0]["gateway_id"], "gw-a");
+        assert_eq!(handed[0]["forwarded_to"], "gw-b");
+        assert_eq!(handed[0]["verdict"], "allowed");
+    }
+}
+
+/// The session's certificate as `certificate` prints it (issued or not),
+/// once `done` holds of it (at most [`wait::DEADLINE`]).
+fn blocking_certificate(rig: &Pair, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let cert = talos_e2e::rig::blocking(|| {
+        rig.stub
+            .wait_certificate(id, wait::DEADLINE.as_secs(), &done)
+    });
+    assert!(done(&cert), "waited for the certificate: {cert}");
+    cert
+}

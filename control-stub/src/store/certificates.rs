@@ -61,7 +61,7 @@ impl Tx<'_> {
     pub fn certificates_owed(&self) -> Result<Vec<String>, Error> {
         let mut stmt = self.conn.prepare(
             "SELECT id FROM sessions s
-             WHERE state IN ('stopping', 'ended', 'reset_incomplete')
+             WHERE state IN ('stopping', 'ended', 'failed', 'reset_incomplete')
                AND NOT EXISTS (SELECT 1 FROM certificates c WHERE c.session_id = s.id)
              ORDER BY id",
         )?;

@@ -178,7 +178,7 @@ impl Tx<'_> {
         JOIN attempts a ON a.session_id = c.session_id AND a.n = c.attempt
         JOIN sessions s ON s.id = c.session_id
         WHERE a.ended_at IS NULL AND c.destroyed_at IS NULL
-          AND s.state NOT IN ('ended', 'reset_incomplete')
+          AND s.state NOT IN ('ended', 'failed', 'reset_incomplete')
         UNION
         SELECT gateway_id, session_id FROM close_tasks WHERE confirmed_at IS NULL";
 

@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -569,13 +569,17 @@ CREATE TABLE members (
 "#;
 
 /// An upgrade after version 6: its tables and indexes written once for
-/// both databases (through [`for_postgres`] for PostgreSQL), then what it
-/// fills them with from the rows already there, in each database's words
-/// where they differ.
+/// both databases (through [`for_postgres`] for PostgreSQL), then what
+/// each database changes in its own words (a table SQLite must rebuild to
+/// change a CHECK, which PostgreSQL alters in place), then what it fills
+/// them with from the rows already there, in each database's words where
+/// they differ.
 struct Upgrade {
     /// The version it makes.
     to: i64,
     ddl: &'static str,
+    sqlite_ddl: &'static str,
+    postgres_ddl: &'static str,
     sqlite_data: &'static str,
     postgres_data: &'static str,
 }
@@ -596,6 +600,8 @@ CREATE TABLE session_sources (
 );
 CREATE INDEX session_sources_by_source ON session_sources (source);
 ",
+        sqlite_ddl: "",
+        postgres_ddl: "",
         sqlite_data: "
 INSERT INTO session_sources (session_id, source)
     SELECT s.id, j.value FROM sessions s, json_each(s.sources) j;
@@ -620,6 +626,8 @@ CREATE TABLE passthrough (
 );
 ALTER TABLE attempts ADD COLUMN passthrough TEXT NOT NULL DEFAULT '[]';
 ",
+        sqlite_ddl: "",
+        postgres_ddl: "",
         sqlite_data: "
 INSERT INTO passthrough (name, added_at)
     SELECT m.name, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
@@ -655,15 +663,78 @@ CREATE TABLE push_subscriptions (
 );
 CREATE INDEX push_subscriptions_by_endpoint ON push_subscriptions (endpoint);
 ",
+        sqlite_ddl: "",
+        postgres_ddl: "",
         sqlite_data: "",
         postgres_data: "",
     },
+    // Version 10: the hard stop and the state `failed`. Each session's
+    // `stop_after_seconds` (none: no hard stop); when each attempt began
+    // to run (its open's answers made it run; none: it never ran), which
+    // its compute counts from; and the state `failed`, a session that
+    // ended before any attempt of it ran. An attempt recorded before has
+    // run when it ended otherwise than `start_failed`, or runs now; the
+    // sessions that ended before keep their state.
+    Upgrade {
+        to: 10,
+        ddl: "
+ALTER TABLE attempts ADD COLUMN running_at TEXT;
+",
+        sqlite_ddl: "
+CREATE TABLE sessions_v10 (
+    id TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('agent', 'commands')),
+    state TEXT NOT NULL
+        CHECK (state IN ('launching', 'running', 'paused', 'resuming', 'interrupted',
+                         'recovering', 'stopping', 'ended', 'failed', 'reset_incomplete')),
+    created_at TEXT NOT NULL,
+    ended_at TEXT,
+    end_reason TEXT,
+    outcome TEXT,
+    allow TEXT NOT NULL,
+    attach TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    idle_timeout_seconds INTEGER,
+    idle_action TEXT CHECK (idle_action IN ('end', 'pause')),
+    last_activity_at TEXT,
+    stop_after_seconds INTEGER CHECK (stop_after_seconds BETWEEN 3600 AND 604800)
+);
+INSERT INTO sessions_v10 SELECT id, tenant, mode, state, created_at, ended_at, end_reason,
+    outcome, allow, attach, sources, idle_timeout_seconds, idle_action, last_activity_at, NULL
+    FROM sessions;
+DROP TABLE sessions;
+ALTER TABLE sessions_v10 RENAME TO sessions;
+",
+        postgres_ddl: "
+ALTER TABLE sessions DROP CONSTRAINT sessions_state_check;
+ALTER TABLE sessions ADD CONSTRAINT sessions_state_check
+    CHECK (state IN ('launching', 'running', 'paused', 'resuming', 'interrupted',
+                     'recovering', 'stopping', 'ended', 'failed', 'reset_incomplete'));
+ALTER TABLE sessions ADD COLUMN stop_after_seconds BIGINT
+    CHECK (stop_after_seconds BETWEEN 3600 AND 604800);
+",
+        sqlite_data: RUNNING_BEFORE_V10,
+        postgres_data: RUNNING_BEFORE_V10,
+    },
 ];
+
+/// Version 9's attempts recorded before it: each one that ended otherwise
+/// than `start_failed`, or that runs now, ran from its start (when its open
+/// was committed; its answers' time was not kept).
+const RUNNING_BEFORE_V10: &str = "
+UPDATE attempts SET running_at = started_at
+    WHERE end_cause IN ('paused', 'interrupted', 'session_ended')
+       OR (ended_at IS NULL
+           AND EXISTS (SELECT 1 FROM sessions s
+                       WHERE s.id = attempts.session_id AND s.state = 'running'));
+";
 
 /// Run on SQLite every upgrade after `from`.
 fn upgrade_sqlite(tx: &rusqlite::Transaction<'_>, from: i64) -> Result<(), Error> {
     for u in UPGRADES.iter().filter(|u| u.to > from) {
         tx.execute_batch(u.ddl)?;
+        tx.execute_batch(u.sqlite_ddl)?;
         tx.execute_batch(u.sqlite_data)?;
     }
     Ok(())
@@ -673,6 +744,7 @@ fn upgrade_sqlite(tx: &rusqlite::Transaction<'_>, from: i64) -> Result<(), Error
 fn upgrade_postgres(tx: &mut postgres::Transaction<'_>, from: i64) -> Result<(), Error> {
     for u in UPGRADES.iter().filter(|u| u.to > from) {
         tx.batch_execute(&for_postgres(u.ddl))?;
+        tx.batch_execute(u.postgres_ddl)?;
         tx.batch_execute(u.postgres_data)?;
     }
     Ok(())
@@ -763,6 +835,7 @@ pub fn ddl_through(version: i64) -> String {
     let mut out = all[..usize::try_from(version).unwrap_or(0).min(all.len())].concat();
     for u in UPGRADES.iter().filter(|u| u.to <= version) {
         out.push_str(u.ddl);
+        out.push_str(u.sqlite_ddl);
     }
     out
 }
@@ -770,7 +843,7 @@ pub fn ddl_through(version: i64) -> String {
 /// Bring the schema of the store at `path` up to [`SCHEMA_VERSION`], in one
 /// transaction; refuse a file from a newer version.
 ///
-/// Foreign keys are off while it runs (the version 4 and 5 upgrades
+/// Foreign keys are off while it runs (the version 4, 5 and 9 upgrades
 /// rebuild the sessions table other tables refer to, version 6 the reset
 /// steps) and on again after.
 pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), Error> {

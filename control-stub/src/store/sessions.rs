@@ -5,6 +5,7 @@
 //! [`Tx::insert_session`] for a start, [`Tx::apply`] for everything after.
 
 use std::net::IpAddr;
+use std::time::SystemTime;
 
 use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
@@ -40,11 +41,17 @@ pub struct Session {
     /// The last start, resume, recovery or attach: idle time counts from it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_activity_at: Option<String>,
+    /// The hard stop: the most compute time the session runs, in seconds
+    /// (3,600 to 604,800; a [`crate::model::StopAfter`] when set). None:
+    /// no hard stop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_after_seconds: Option<u32>,
 }
 
 /// The columns of a session row, in [`session_row`]'s order.
 const SESSION_COLUMNS: &str = "id, tenant, mode, state, created_at, ended_at, end_reason, outcome,
-    allow, attach, sources, idle_timeout_seconds, idle_action, last_activity_at";
+    allow, attach, sources, idle_timeout_seconds, idle_action, last_activity_at,
+    stop_after_seconds";
 
 /// An attempt row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -65,6 +72,23 @@ pub struct Attempt {
     /// The allowlist's names this attempt opened as passthrough: passed on
     /// without termination, nothing inside their connections seen.
     pub passthrough: Vec<String>,
+    /// When the open's answers made it run: its compute counts from here
+    /// to its end. None: it never ran (its open failed, or is in flight).
+    pub running_at: Option<String>,
+}
+
+impl Attempt {
+    /// The span it ran, for metering its compute
+    /// ([`crate::machine::compute_used`]): (began running, ended; none
+    /// while it runs). None when it never ran, or its times do not parse.
+    pub fn running_span(&self) -> Option<(SystemTime, Option<SystemTime>)> {
+        let began = humantime::parse_rfc3339(self.running_at.as_deref()?).ok()?;
+        let ended = match &self.ended_at {
+            Some(t) => Some(humantime::parse_rfc3339(t).ok()?),
+            None => None,
+        };
+        Some((began, ended))
+    }
 }
 
 impl Tx<'_> {
@@ -92,7 +116,7 @@ impl Tx<'_> {
         self.conn.execute(
             &format!(
                 "INSERT INTO sessions ({SESSION_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ),
             params![
                 s.id,
@@ -109,6 +133,7 @@ impl Tx<'_> {
                 s.idle_timeout_seconds,
                 s.idle_action.map(|a| a.as_str()),
                 s.last_activity_at,
+                s.stop_after_seconds,
             ],
         )?;
         for source in &s.sources {
@@ -132,7 +157,7 @@ impl Tx<'_> {
                 .conn
                 .query_row(
                     "SELECT s.id FROM session_sources ss JOIN sessions s ON s.id = ss.session_id
-                     WHERE ss.source = ?1 AND s.state NOT IN ('ended', 'reset_incomplete')
+                     WHERE ss.source = ?1 AND s.state NOT IN ('ended', 'failed', 'reset_incomplete')
                      ORDER BY s.id LIMIT 1",
                     params![source.to_string()],
                     |r| r.get(0),
@@ -218,8 +243,8 @@ impl Tx<'_> {
         self.conn.execute(
             "INSERT INTO attempts (session_id, n, cause, started_at, ended_at, end_cause,
                                    allowlist, attachments, lock, relay_public_key,
-                                   passthrough)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                   passthrough, running_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 session_id,
                 a.n,
@@ -232,6 +257,7 @@ impl Tx<'_> {
                 serde_json::to_string(&a.lock)?,
                 a.relay_public_key,
                 serde_json::to_string(&a.passthrough)?,
+                a.running_at,
             ],
         )?;
         Ok(())
@@ -293,6 +319,17 @@ impl Tx<'_> {
         rows.collect::<Result<Vec<_>, _>>()
     }
 
+    /// Attempt `n` of session `id` runs from `at`: its open's answers made
+    /// it run (once; a later call changes nothing).
+    pub fn run_attempt(&self, session_id: &str, n: u32, at: &str) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE attempts SET running_at = ?3
+             WHERE session_id = ?1 AND n = ?2 AND running_at IS NULL",
+            params![session_id, n, at],
+        )?;
+        Ok(())
+    }
+
     pub fn end_attempt(
         &self,
         session_id: &str,
@@ -313,7 +350,7 @@ pub type SessionInFull = (Session, Vec<Attempt>, Vec<super::CaEvent>);
 
 /// The columns of an attempt row, in [`attempt_row`]'s order.
 const ATTEMPT_COLUMNS: &str = "n, cause, started_at, ended_at, end_cause, allowlist, attachments,
-    lock, relay_public_key, passthrough";
+    lock, relay_public_key, passthrough, running_at";
 
 /// An attempt from the row's columns from `at` on.
 fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
@@ -331,6 +368,7 @@ fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
         lock: json_col(at + 7, r.get(at + 7)?)?,
         relay_public_key: r.get(at + 8)?,
         passthrough: json_col(at + 9, r.get(at + 9)?)?,
+        running_at: r.get(at + 10)?,
     })
 }
 
@@ -356,5 +394,6 @@ fn session_row(r: &Row) -> Result<Session, Error> {
             .map(|t| parse_word(12, t, IdleAction::parse))
             .transpose()?,
         last_activity_at: r.get(13)?,
+        stop_after_seconds: r.get(14)?,
     })
 }
