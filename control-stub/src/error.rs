@@ -262,14 +262,6 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
-impl From<postgres::Error> for Error {
-    fn from(e: postgres::Error) -> Error {
-        // The code and message only: a constraint's detail may quote the
-        // failing row, values and all.
-        Error::Store(format!("PostgreSQL: {}", crate::store::pg_message(&e)))
-    }
-}
-
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Error {
         Error::Store(format!("a stored JSON column does not parse: {e}"))

@@ -17,12 +17,9 @@
 //! # Writers take turns
 //!
 //! A write transaction holds the database's one write lock from its first
-//! statement to its commit: SQLite's `BEGIN IMMEDIATE`, and in PostgreSQL a
-//! transaction-scoped advisory lock every writer takes first. So a
-//! transition decided in a write transaction was decided on the latest
-//! committed state, and two replicas can never both decide the same event:
-//! the second finds it done. A read is one consistent snapshot (SQLite's
-//! transaction, PostgreSQL's `REPEATABLE READ READ ONLY`).
+//! statement to its commit (`write_lock.rs`), so a transition decided in a
+//! write transaction was decided on the latest committed state. A read is
+//! one consistent snapshot.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -33,16 +30,13 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::pg::pg_message;
 use super::schema;
+use super::write_lock::{self, BUSY_TIMEOUT};
 use crate::error::Error;
 
 /// Where the CLI keeps its store unless `--db` says otherwise.
 pub const DEFAULT_PATH: &str = "./control-stub.db";
-
-/// How long a write waits for another process's write to finish. A
-/// transition holds the write lock while it talks to the gateways, so this
-/// is longer than one control-channel round trip should ever take.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long one statement may run on PostgreSQL before it is cancelled: a
 /// hung database must give a replica an error, not hold it for ever.
@@ -59,11 +53,6 @@ const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
 
 /// How long a connection to PostgreSQL may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The advisory lock every PostgreSQL write transaction takes first (an
-/// arbitrary constant: "TALOS" in ASCII), so writers take turns as SQLite's
-/// do.
-pub(super) const WRITE_LOCK: i64 = 0x54_41_4c_4f_53;
 
 /// Prepared statements kept per PostgreSQL connection: the store has fewer
 /// than this many distinct statements, so each is prepared once.
@@ -436,7 +425,7 @@ impl Store {
                 let mut pg = pg.borrow_mut();
                 let (client, statements) = pg.parts()?;
                 let mut tx = client.transaction()?;
-                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])?;
+                write_lock::take(&mut tx)?;
                 let t = Tx::postgres(tx, statements);
                 let out = f(&t)?;
                 t.into_pg().commit()?;
@@ -465,9 +454,7 @@ impl Store {
                 let mut pg = pg.borrow_mut();
                 let (client, statements) = pg.parts()?;
                 let mut tx = client.transaction()?;
-                let row = tx.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&WRITE_LOCK])?;
-                let taken: bool = row.try_get(0)?;
-                if !taken {
+                if !write_lock::try_take(&mut tx)? {
                     tx.rollback()?;
                     return Ok(None);
                 }
@@ -1109,19 +1096,6 @@ fn from_pg_row(row: &postgres::Row) -> Result<Row, Error> {
         values.push(v.unwrap_or(Value::Null));
     }
     Ok(Row { values })
-}
-
-/// PostgreSQL's word on an error: its code and message, never its detail
-/// (a failing row's values may be in it).
-pub(crate) fn pg_message(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => {
-            // The client's own errors (closed, timed out, I/O) carry no row.
-            let text = e.to_string();
-            text.chars().take(300).collect()
-        }
-    }
 }
 
 /// `bytes` random bytes from the operating system's generator, in hex.

@@ -54,8 +54,10 @@
 //!
 //! This file only names the parts. One [`Store`] (and its [`Tx`] inside a
 //! transaction); its methods stand with the tables they touch, one file
-//! each, below the two they all rest on:
+//! each, below the ones they all rest on:
 //!
+//! - `write_lock`: the one write lock writers take turns under.
+//! - `pg`: the PostgreSQL side: what its errors may say.
 //! - `schema`: the schema version, each version's tables, the upgrade.
 //! - `db`: the file opened, the transactions, the shared column helpers.
 //! - `sessions`: sessions and their attempts.
@@ -72,6 +74,8 @@
 //! - `push`: people's push subscriptions (Web Push), checked as a browser
 //!   gives them.
 
+mod write_lock;
+mod pg;
 mod schema;
 mod db;
 mod sessions;
@@ -92,8 +96,7 @@ pub use batches::{
 };
 pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
-pub(crate) use db::pg_message;
-pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
+pub use db::{now, Db, Store, Tx, Value, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
 pub use push::{
@@ -104,3 +107,4 @@ pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome
 pub use schema::{ddl_through, postgres_ddl, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};
+pub use write_lock::BUSY_TIMEOUT;
