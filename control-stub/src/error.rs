@@ -255,13 +255,6 @@ impl fmt::Display for WithCode<'_> {
     }
 }
 
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Error {
-        // SQLite's messages name tables and constraints, never bound values.
-        Error::Store(e.to_string())
-    }
-}
-
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Error {
         Error::Store(format!("a stored JSON column does not parse: {e}"))

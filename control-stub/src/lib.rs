@@ -31,11 +31,14 @@
 //!   [`ReportVerifier`], and the stand-ins that reach no gateway.
 //! - `fake` (only with the `test-util` feature): the test doubles the
 //!   tests drive, `FakeLink` (a stand-in gateway pair) and `FakeVerifier`.
-//! - [`store`] (a folder): the SQLite store: the schema and the connection
-//!   (`schema`, `db`), then one file per group of tables: sessions, reset
-//!   (CAs, drop reports, closes owed, steps), secrets, policy, gateways (and
-//!   start reports), batches, approvals, certificates, commands, members,
-//!   push subscriptions.
+//! - [`store`] (a folder): the store, a SQLite file or a PostgreSQL
+//!   database: the values that cross to either (`value`), the one write
+//!   lock (`write_lock`), PostgreSQL's connection and TLS (`pg`), the
+//!   schema (`schema`), SQLite's file (`sqlite`), the store and its
+//!   transactions (`db`), then one file per group of tables: sessions,
+//!   reset (CAs, drop reports, closes owed, steps), secrets, policy,
+//!   gateways (and start reports), batches, approvals, certificates,
+//!   commands, members, push subscriptions.
 //! - [`confirm`]: what confirms that an authority is gone — a close's
 //!   reply, a drop report or start report from a gateway's batch chain —
 //!   the drop report signature check ([`SignatureVerifier`]), and the

@@ -56,10 +56,16 @@
 //! transaction); its methods stand with the tables they touch, one file
 //! each, below the ones they all rest on:
 //!
+//! - `value`: the values that cross between the store and either
+//!   database: parameters, rows, columns read.
 //! - `write_lock`: the one write lock writers take turns under.
-//! - `pg`: the PostgreSQL side: what its errors may say.
+//! - `pg`: the PostgreSQL connection: its URL, TLS to another host, its
+//!   session settings, its prepared statements, what its errors may say.
 //! - `schema`: the schema version, each version's tables, the upgrade.
-//! - `db`: the file opened, the transactions, the shared column helpers.
+//! - `sqlite`: the SQLite file: created private, its pragmas, its schema.
+//! - `db`: where a store lives ([`Db`]), [`Store`] and its transactions
+//!   ([`Tx`]), and the statements every table runs through them, in the
+//!   one dialect both databases take.
 //! - `sessions`: sessions and their attempts.
 //! - `reset`: the CAs, the drop reports and the reset steps.
 //! - `secrets`: the secret store.
@@ -74,9 +80,11 @@
 //! - `push`: people's push subscriptions (Web Push), checked as a browser
 //!   gives them.
 
+mod value;
 mod write_lock;
 mod pg;
 mod schema;
+mod sqlite;
 mod db;
 mod sessions;
 mod reset;
@@ -96,7 +104,7 @@ pub use batches::{
 };
 pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
-pub use db::{now, Db, Store, Tx, Value, DEFAULT_PATH};
+pub use db::{now, Db, Store, Tx, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
 pub use push::{
@@ -107,4 +115,5 @@ pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome
 pub use schema::{ddl_through, postgres_ddl, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};
+pub use value::Value;
 pub use write_lock::BUSY_TIMEOUT;
