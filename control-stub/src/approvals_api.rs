@@ -46,7 +46,7 @@ use talos_contract::sync::Locked;
 
 /// Connections served at once, and how long a client has for its TLS
 /// handshake (and here for a request's headers): the control listener's.
-pub use crate::serve::{HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
+pub use crate::server::intake::{HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
 
 /// The largest request body read: 16 KiB.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -104,7 +104,7 @@ pub async fn serve(
     api: Api,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    crate::serve::accept_tls(
+    crate::server::intake::accept_tls(
         listener,
         tls,
         "approvals_connection_refused",

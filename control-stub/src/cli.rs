@@ -966,7 +966,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
             None => None,
         };
         // Before the ready line (see `Signals`).
-        let signals = crate::serve::Signals::listen();
+        let signals = crate::server::intake::Signals::listen();
         let mut ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
         if let Some((_, a)) = &approvals {
             ready["approvals"] = serde_json::Value::String(a.to_string());
@@ -978,12 +978,12 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         let _ = stdout.flush();
         let shutdown = signals.handle();
         if let (Some((listener, _)), Some(handle)) = (metrics_listener, metrics) {
-            tokio::spawn(crate::serve::serve_metrics(listener, handle));
+            tokio::spawn(crate::server::intake::serve_metrics(listener, handle));
         }
-        let grpc = crate::serve::serve(
+        let grpc = crate::server::intake::serve(
             listener,
             tls,
-            crate::serve::Consumer::shared(store.clone()).registering(dir.to_owned()),
+            crate::server::intake::Consumer::shared(store.clone()).registering(dir.to_owned()),
             shutdown.clone().wait(),
         );
         match (approvals, api.clone(), api_tls) {

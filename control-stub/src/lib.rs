@@ -89,7 +89,7 @@ pub mod lifecycle;
 pub mod relay;
 pub mod certificate;
 pub mod upkeep;
-pub mod serve;
+pub mod server;
 pub mod approvals_api;
 pub mod people;
 pub mod cli;

@@ -13,7 +13,7 @@ use talos_certs::{BatchWriter, GatewayKey};
 use talos_control_stub::identity::{self, Identity};
 use talos_control_stub::pb;
 use talos_control_stub::pb::control_plane_client::ControlPlaneClient;
-use talos_control_stub::serve::{serve, Consumer};
+use talos_control_stub::server::intake::{serve, Consumer};
 use talos_control_stub::Store;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};

@@ -1,0 +1,3 @@
+//! `control-stub serve`'s process.
+
+pub mod intake;
