@@ -57,15 +57,23 @@
 //!   confirmed.
 //! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
-//! - [`upkeep`]: `serve`'s loop: members described, leases renewed,
-//!   closes owed asked again, the spec's time-driven events, certificates
-//!   issued, metrics.
-//! - [`serve`]: the `ControlPlane` service: the batch consumer and the
-//!   relay's `Propose`; signals; the metrics listener.
-//! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
+//! - [`upkeep`]: what one round of `serve`'s upkeep does: members
+//!   described, leases renewed, closes owed asked again, the spec's
+//!   time-driven events, certificates issued, metrics (on the store and
+//!   link it is given; `server` runs the rounds).
+//! - [`approvals_api`]: the approvers' small JSON API over HTTPS: its
+//!   routes and answers.
 //! - [`people`] (a folder): what the control plane does for people:
 //!   `push`, Web Push to an approver's devices when a card waits.
-//! - [`cli`]: the `control-stub` command line.
+//! - [`server`] (a folder): `control-stub serve`'s process, as owned
+//!   components, each built, started and stopped in a fixed, documented
+//!   order: the metrics endpoint, the upkeep loops (threads running
+//!   [`upkeep`]'s rounds), the batch intake (the `ControlPlane` service:
+//!   batches and the relay's `Propose`), the control listener, the people
+//!   listener (the approvals API); the listeners' accept loop and drain,
+//!   the signals, the settings.
+//! - [`cli`]: the `control-stub` command line: parses and dispatches
+//!   (`serve` to [`server::run`]).
 
 #![forbid(unsafe_code)]
 
@@ -89,9 +97,9 @@ pub mod lifecycle;
 pub mod relay;
 pub mod certificate;
 pub mod upkeep;
-pub mod server;
 pub mod approvals_api;
 pub mod people;
+pub mod server;
 pub mod cli;
 
 pub use certificate::{certificate, Certificate};

@@ -81,6 +81,8 @@
 //! last renewal it answered) (here); `stub_batches_accepted_total{gateway}`,
 //! `stub_batches_rejected_total{gateway,reason}`,
 //! `stub_reports_accepted_total{gateway,kind}` (the batch consumer);
+//! `stub_batches_in_intake` (gauge: batches the batch intake took and has
+//! not yet committed or refused; `crate::server`);
 //! `stub_certificates_issued_total` (the certificate).
 
 use std::collections::{BTreeMap, BTreeSet};
