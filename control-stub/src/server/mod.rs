@@ -4,11 +4,11 @@
 //!
 //! | component | what it holds |
 //! |---|---|
-//! | metrics endpoint ([`metrics`]) | the Prometheus recorder and `--metrics-listen`'s listener |
-//! | upkeep loops ([`upkeep`]) | one thread per member (descriptions, leases, forwarding tables) and the tick (closes owed, time-driven events, certificates), each with its store connection and control channel client |
+//! | metrics endpoint (`metrics`) | the Prometheus recorder and `--metrics-listen`'s listener |
+//! | upkeep loops (`upkeep`) | one thread per member (descriptions, leases, forwarding tables) and the tick (closes owed, time-driven events, certificates), each with its store connection and control channel client |
 //! | batch intake ([`intake`]) | the `ControlPlane` service: batches verified and recorded, the relay's proposals; the store work under way |
 //! | control listener ([`control`]) | the gateways' listener: mutual TLS, HTTP/2, the intake's routes |
-//! | people listener ([`people`]) | the listeners people reach: today the approvers' API (`--approvals-listen`) with its link that delivers decisions |
+//! | people listener (`people`) | the listeners people reach: today the approvers' API (`--approvals-listen`) with its link that delivers decisions |
 //!
 //! Beside them: [`settings`] (what `serve` was given), [`listener`] (a
 //! bound listener, its accept loop and its connections, as each of the
@@ -101,8 +101,9 @@ pub fn run(settings: Settings, stdout: &mut dyn Write) -> Result<(), Error> {
         let running = running.serve().await;
         running.drain().await;
     });
-    // Every part has stopped: nothing is left on the runtime to wait for.
-    runtime.shutdown_timeout(SCRAPE_GRACE);
+    // Every part has stopped and waited for its own work: nothing is left
+    // on the runtime to wait for (its idle threads end here).
+    runtime.shutdown_timeout(Duration::ZERO);
     Ok(())
 }
 
