@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use talos_e2e::clients::{admin_get, metric_value};
-use talos_e2e::rig::pair::IDS;
+use talos_e2e::rig::pair::{matrix, IDS};
 use talos_e2e::rig::Pair;
 use talos_e2e::signals::{self, Signal};
 use talos_e2e::wait;
@@ -102,6 +102,12 @@ async fn a_sigterm_during_batch_intake_loses_no_acknowledged_batch() {
         );
         assert_stored_through(&db, id, held + 1);
     }
+    matrix(
+        "serve SIGTERMed, a batch of each member in its intake",
+        "drain (store let go within the grace)",
+        "both answered ACCEPTED during the drain",
+        taken.took,
+    );
 
     // 2. Again with a grace of 300 ms, the writer letting go only once the
     //    grace has cut the members' connections: both batches are
@@ -134,12 +140,19 @@ async fn a_sigterm_during_batch_intake_loses_no_acknowledged_batch() {
         );
         assert_stored_through(&db, id, held + 1);
     }
+    matrix(
+        "serve SIGTERMed, a batch of each member in its intake",
+        "drain (store let go after the 300 ms grace)",
+        "both cut unanswered, committed at the intake's step",
+        cut.took,
+    );
 
     // 3. The next `serve`: each member sends its unacknowledged batch
     //    again (answered DUPLICATE) and goes on; then the load stops and
     //    every member's spool empties into a whole chain.
     rig.stub.serve_args = serve_args(metrics, 30_000);
     rig.stub.start_serve();
+    let started = Instant::now();
     pids.extend(rig.stub.serve_pid());
     for (g, (id, spool)) in rig.members.iter().zip(&spools) {
         let admin = g.admin;
@@ -158,6 +171,12 @@ async fn a_sigterm_during_batch_intake_loses_no_acknowledged_batch() {
         })
         .await;
     }
+    matrix(
+        "serve started again",
+        "the batches whose answers were lost",
+        "sent again, answered DUPLICATE",
+        started.elapsed(),
+    );
     let made = load.stop();
     assert!(made.iter().all(|n| *n > 0), "connections made: {made:?}");
     for (id, spool) in &spools {
@@ -214,6 +233,8 @@ struct Drained {
     /// The drain's log lines, in order.
     steps: Vec<Value>,
     status: std::process::ExitStatus,
+    /// From the SIGTERM to `serve`'s exit.
+    took: Duration,
 }
 
 impl Drained {
@@ -254,6 +275,7 @@ fn sigterm_in_intake(
         })
         .collect();
     let from = rig.stub.serve_log().len();
+    let sent = Instant::now();
     signals::send(rig.stub.serve_pid().expect("serve runs"), Signal::Term);
     wait::until(
         &format!("serve's drain to log step {release_after}"),
@@ -264,6 +286,7 @@ fn sigterm_in_intake(
     );
     writer.release();
     let status = rig.stub.wait_serve_exit();
+    let took = sent.elapsed();
     let log = rig.stub.serve_log();
     let steps = drain_steps(&log, from);
     let order: Vec<(u64, &str)> = steps
@@ -289,6 +312,7 @@ fn sigterm_in_intake(
         held,
         steps,
         status,
+        took,
     }
 }
 
