@@ -227,9 +227,10 @@ impl Pool {
     }
 }
 
-/// A session's pool of link connections to a peer: the peer's id and the
-/// session's (none for a header that names no session).
-type PoolKey = (Arc<str>, Option<Arc<str>>);
+/// Each peer's pools, by session id ("" for a header that names no
+/// session): looked up by `&str`, so that a stream allocates nothing to
+/// find its pool.
+type Pools = std::collections::HashMap<Arc<str>, std::collections::HashMap<Arc<str>, Arc<Pool>>>;
 
 /// The member link: its TLS on both sides, the peers, the forwarding
 /// table.
@@ -238,7 +239,7 @@ pub struct Link {
     connector: tokio_rustls::TlsConnector,
     /// The link connections made to each peer, per session: every
     /// forwarded connection of a session is a stream of one of its own.
-    pools: std::sync::Mutex<std::collections::HashMap<PoolKey, Arc<Pool>>>,
+    pools: std::sync::Mutex<Pools>,
     asker: tokio_rustls::TlsConnector,
     /// How often each peer is asked what it holds.
     interval: Duration,
@@ -520,9 +521,17 @@ impl Link {
 
     /// The pool of link connections to peer `id` for `session`.
     fn pool(&self, id: &str, session: Option<&str>) -> Arc<Pool> {
+        let session = session.unwrap_or("");
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (Arc::from(id), session.map(Arc::from));
-        Arc::clone(pools.entry(key).or_default())
+        if let Some(pool) = pools.get(id).and_then(|p| p.get(session)) {
+            return Arc::clone(pool);
+        }
+        let pool = Arc::new(Pool::default());
+        pools
+            .entry(Arc::from(id))
+            .or_default()
+            .insert(Arc::from(session), Arc::clone(&pool));
+        pool
     }
 
     /// A place for a stream on one of `pool`'s connections to peer `id`
@@ -583,22 +592,16 @@ impl Link {
     /// connection ends), and forget sessions that have none left.
     pub fn retire_idle(&self, now: std::time::Instant) {
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        pools.retain(|_, pool| {
-            let mut conns = pool.conns.lock().unwrap_or_else(|e| e.into_inner());
-            conns.retain(|c| c.slots.idle_for(now).is_none_or(|idle| idle < LINK_IDLE));
-            // Kept while a stream is being placed on it (the map's is
-            // then not the only reference).
-            !conns.is_empty() || Arc::strong_count(pool) > 1
-        });
-    }
-
-    /// The link connections this member holds to its peers now.
-    pub fn connections(&self) -> usize {
-        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        pools
-            .values()
-            .map(|p| p.conns.lock().unwrap_or_else(|e| e.into_inner()).len())
-            .sum()
+        for sessions in pools.values_mut() {
+            sessions.retain(|_, pool| {
+                let mut conns = pool.conns.lock().unwrap_or_else(|e| e.into_inner());
+                conns.retain(|c| c.slots.idle_for(now).is_none_or(|idle| idle < LINK_IDLE));
+                // Kept while a stream is being placed on it (the map's is
+                // then not the only reference).
+                !conns.is_empty() || Arc::strong_count(pool) > 1
+            });
+        }
+        pools.retain(|_, sessions| !sessions.is_empty());
     }
 }
 
