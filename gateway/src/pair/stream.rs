@@ -106,7 +106,7 @@ pub const CONNECTION_WINDOW: u32 = MAX_STREAMS * STREAM_WINDOW;
 
 const _: () = assert!(
     CONNECTION_WINDOW as u64 >= MAX_STREAMS as u64 * STREAM_WINDOW as u64
-        && CONNECTION_WINDOW as u64 <= (1 << 31) - 1,
+        && (CONNECTION_WINDOW as u64) < (1 << 31),
     "the connection's window holds every stream's and is a valid HTTP/2 window"
 );
 
