@@ -820,8 +820,9 @@ async fn the_link_refuses_a_client_that_offers_no_alpn() {
 /// stream whose header names another attempt of the session its source
 /// belongs to here, or another session, is refused `unknown_source`
 /// (causes `link_attempt_mismatch`, `link_session_mismatch`), recorded,
-/// logged and counted in `gateway_link_refused_total`; the attempt held
-/// passes that check.
+/// logged and counted in `gateway_link_refused_total`, and a DNS stream
+/// for another attempt goes unanswered and is counted the same; the
+/// attempt held passes that check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_link_refuses_a_stream_for_another_attempt() {
     let rig = linked_pair().await;
@@ -840,6 +841,17 @@ async fn the_link_refuses_a_stream_for_another_attempt() {
         let refused = try_link(&dir, Some("gw-b"), link, &header).await;
         assert!(refused.as_ref().is_ok_and(Vec::is_empty), "{refused:?}");
     }
+    // A DNS stream (the link's service TLV) for attempt 2: refused too.
+    let mut dns = proxy_header(from(40004), "127.0.0.1:53".parse().unwrap(), &id, 2);
+    dns.extend_from_slice(&[0xE2, 0, 1, 1]);
+    let len = u16::try_from(dns.len() - 16).unwrap();
+    dns[14..16].copy_from_slice(&len.to_be_bytes());
+    // Unanswered: the holder drops the stream (a reset) or ends it empty.
+    let refused = try_link(&dir, Some("gw-b"), link, &dns).await;
+    assert!(
+        refused.is_err() || refused.as_ref().is_ok_and(Vec::is_empty),
+        "{refused:?}"
+    );
     let held = try_link(
         &dir,
         Some("gw-b"),
@@ -867,12 +879,12 @@ async fn the_link_refuses_a_stream_for_another_attempt() {
     assert_eq!(of(40002)["verdict"], "unknown_source");
     assert_eq!(of(40002)["cause"], "link_session_mismatch", "{}", of(40002));
     assert_ne!(of(40003)["verdict"], "unknown_source", "{}", of(40003));
-    wait::until("the two mismatches counted", || {
+    wait::until("the three mismatches counted", || {
         let seen = (
             metric("link_attempt_mismatch"),
             metric("link_session_mismatch"),
         );
-        wait::check(seen, |s| *s == (Some(1.0), Some(1.0)))
+        wait::check(seen, |s| *s == (Some(2.0), Some(1.0)))
     });
     let log = rig.members[0].log();
     assert!(

@@ -300,6 +300,14 @@ async fn serve_link(
                 return;
             };
             if let Some(arrival) = link.open_stream(peer, request, respond, slot).await {
+                // A connection's header is checked against the authority
+                // held for its source where it is judged (`conn`); a DNS
+                // stream's here, before the answerer judges its queries.
+                if arrival.header.service == crate::pair::proxy::Service::Dns
+                    && !dns_for_held_authority(&cx, &arrival)
+                {
+                    return;
+                }
                 match (arrival.header.service, dns) {
                     (crate::pair::proxy::Service::Tls, _) => {
                         conn::serve_forwarded(&cx, arrival).await;
@@ -318,6 +326,30 @@ async fn serve_link(
             drop(permit);
         });
     }
+}
+
+/// Whether a peer's DNS stream names the authority this member holds for
+/// its source (the same session and attempt), if it holds one and the
+/// header names one; a mismatch is logged and counted
+/// (`link_session_mismatch`, `link_attempt_mismatch`) and its queries go
+/// unanswered.
+fn dns_for_held_authority(cx: &crate::conn::Context, arrival: &crate::pair::link::Arrival) -> bool {
+    use crate::pair::link::LinkRefusal;
+    let (Some((id, attempt)), Some(held)) = (
+        &arrival.header.session,
+        cx.sessions.by_source(arrival.header.source.ip()),
+    ) else {
+        return true;
+    };
+    let why = if **id != *held.id {
+        LinkRefusal::SessionMismatch
+    } else if *attempt != held.attempt {
+        LinkRefusal::AttemptMismatch
+    } else {
+        return true;
+    };
+    crate::pair::link::mismatch(why, &arrival.peer, (id, *attempt), (&held.id, held.attempt));
+    false
 }
 
 /// The longest a start waits for its peers to say what they hold before
