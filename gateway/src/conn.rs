@@ -246,6 +246,10 @@ causes! {
         /// `unknown_source`: a connection forwarded over the member link
         /// for a session other than the one its source belongs to here.
         LinkSessionMismatch => "link_session_mismatch",
+        /// `unknown_source`: a connection forwarded over the member link
+        /// for another attempt of the session its source belongs to here
+        /// (the forwarder's table or the holder's authority is behind).
+        LinkAttemptMismatch => "link_attempt_mismatch",
         /// Allowed, passthrough: no byte moved either way for
         /// [`PASSTHROUGH_IDLE`].
         PassthroughIdle => "passthrough_idle",
@@ -423,9 +427,27 @@ impl<S: ClientStream> Conn<'_, S> {
             }
             return Err(refused(Refusal::SessionEnded, Cause::SuspendedAfterFreeze));
         }
-        if let Some((id, _)) = self.via.as_ref().and_then(|v| v.session.as_ref()) {
-            if **id != *session.id {
-                return Err(refused(Refusal::UnknownSource, Cause::LinkSessionMismatch));
+        // A peer forwards for the authority its header names: served only
+        // if that is the one held live here for the source.
+        if let Some(via) = &self.via {
+            if let Some((id, attempt)) = &via.session {
+                use crate::pair::link::LinkRefusal;
+                let mismatch = if **id != *session.id {
+                    Some((LinkRefusal::SessionMismatch, Cause::LinkSessionMismatch))
+                } else if *attempt != session.attempt {
+                    Some((LinkRefusal::AttemptMismatch, Cause::LinkAttemptMismatch))
+                } else {
+                    None
+                };
+                if let Some((why, cause)) = mismatch {
+                    crate::pair::link::mismatch(
+                        why,
+                        &via.peer,
+                        (id, *attempt),
+                        (&session.id, session.attempt),
+                    );
+                    return Err(refused(Refusal::UnknownSource, cause));
+                }
             }
         }
         // The session's share: counted open, and in its handshake until TLS is up.

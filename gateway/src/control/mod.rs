@@ -333,6 +333,7 @@ impl Gateway for ControlService {
                 now.checked_sub(age).unwrap_or(now),
             );
             reply.forwarding_taken = u32::try_from(taken).unwrap_or(u32::MAX);
+            link.publish(&self.current.get().sessions);
         }
         for lease in req.leases {
             if self

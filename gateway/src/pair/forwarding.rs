@@ -17,9 +17,18 @@
 //! The control plane's entry for a source wins over a peer's.
 //!
 //! Each session's connections forwarded at once are bounded
-//! (`[pair] max_forwarded_per_session`), so one session cannot fill the
-//! link; the bound's count follows the session across replacements of the
-//! table.
+//! (`[pair] max_forwarded_per_session`): what one session's forwarded
+//! connections may hold of the link is bounded by it (the link's own
+//! flow control keeps them from holding back another session's:
+//! [`super::stream`]). The bound's count follows the session across
+//! replacements of the table, and across a moment with no entry for it,
+//! for as long as any of its forwarded connections is open.
+//!
+//! The table names every live session a peer holds, this member's own
+//! included (a peer says all it holds); the member forwards a session's
+//! connection only when it holds no live authority for its source
+//! itself. `gateway_forwarding_sessions` counts those sessions only
+//! ([`Forwarding::publish`]): the sessions it forwards for.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -142,6 +151,10 @@ pub struct Forwarding {
     /// The peers this member may forward to (its `[pair] peers`).
     peers: Vec<Arc<str>>,
     max_per_session: usize,
+    /// Each session's count of forwarded connections, by session id, for
+    /// as long as an entry or a forwarded connection holds it: a session
+    /// gone from both tables for a moment finds its count again.
+    counts: std::sync::Mutex<HashMap<Arc<str>, std::sync::Weak<AtomicUsize>>>,
 }
 
 impl Forwarding {
@@ -151,6 +164,7 @@ impl Forwarding {
             by_peer: Default::default(),
             peers,
             max_per_session,
+            counts: Default::default(),
         }
     }
 
@@ -166,7 +180,7 @@ impl Forwarding {
                 .iter()
                 .any(|(s, e)| old.get(s).is_none_or(|o| o.session_id != e.session_id));
         *self.by_source.write_locked() = table;
-        let sessions = self.publish();
+        let sessions = self.sessions();
         if changed {
             tracing::info!(sessions, "forwarding table changed");
         }
@@ -196,7 +210,6 @@ impl Forwarding {
         let given: Vec<(&Given, Instant)> = given.iter().map(|(g, u)| (g, *u)).collect();
         let (table, taken) = self.table(&given, peer);
         self.by_peer.write_locked().insert(Arc::clone(peer), table);
-        self.publish();
         taken
     }
 
@@ -221,24 +234,46 @@ impl Forwarding {
         (table, taken)
     }
 
-    /// Set `gateway_forwarding_sessions`; returns it.
-    fn publish(&self) -> usize {
-        let n = self.sessions();
+    /// Set `gateway_forwarding_sessions` to the sessions this member
+    /// forwards for at `now` ([`Forwarding::forwarded_sessions`]);
+    /// returns it.
+    pub fn publish(&self, now: Instant, held_here: impl Fn(IpAddr) -> bool) -> usize {
+        let n = self.forwarded_sessions(now, held_here);
         metrics::gauge!("gateway_forwarding_sessions").set(n as f64);
         n
     }
 
-    /// The count of forwarded connections of session `id`, if an entry
-    /// for it stands already (the bound follows the session across
-    /// tables).
-    fn open_of(&self, id: &str) -> Option<Arc<AtomicUsize>> {
-        let find = |t: &Table| {
-            t.values()
-                .find(|e| *e.session_id == *id)
-                .map(|e| Arc::clone(&e.open))
-        };
-        find(&self.by_source.read_locked())
-            .or_else(|| self.by_peer.read_locked().values().find_map(find))
+    /// The sessions this member forwards for at `now`: those with an
+    /// entry standing for a source that this member holds no live
+    /// authority for (`held_here` says it does), so that a connection
+    /// from there would be forwarded. A session both members hold is in
+    /// the peer's word, and is not counted.
+    pub fn forwarded_sessions(&self, now: Instant, held_here: impl Fn(IpAddr) -> bool) -> usize {
+        let plane = self.by_source.read_locked();
+        let peers = self.by_peer.read_locked();
+        let mut ids: Vec<&str> = plane
+            .iter()
+            .chain(peers.values().flat_map(HashMap::iter))
+            .filter(|(source, e)| e.live_at(now) && !held_here(**source))
+            .map(|(_, e)| &*e.session_id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+
+    /// The count of forwarded connections of session `id`: the one its
+    /// entries or forwarded connections hold, if any do (the bound follows
+    /// the session across tables), else a new one.
+    fn open_of(&self, id: &str) -> Arc<AtomicUsize> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(open) = counts.get(id).and_then(std::sync::Weak::upgrade) {
+            return open;
+        }
+        counts.retain(|_, c| c.strong_count() > 0);
+        let open = Arc::new(AtomicUsize::new(0));
+        counts.insert(Arc::from(id), Arc::downgrade(&open));
+        open
     }
 
     fn entry(&self, g: &Given, until: Instant) -> Result<(Arc<Entry>, Vec<IpAddr>), EntryError> {
@@ -266,7 +301,7 @@ impl Forwarding {
             return Err(EntryError::NoKnownHolder);
         }
         // The session's count of forwarded connections carries over.
-        let open = self.open_of(&g.session_id).unwrap_or_default();
+        let open = self.open_of(&g.session_id);
         Ok((
             Arc::new(Entry {
                 session_id: Arc::from(g.session_id.as_str()),
@@ -412,6 +447,68 @@ mod tests {
         // A peer's word is taken only for a configured peer.
         let stranger: Arc<str> = Arc::from("gw-x");
         assert_eq!(t.replace_from_peer(&stranger, &[held("s1", 3000)], now), 0);
+    }
+
+    /// A healthy pair: the peer says it holds the session, and so does
+    /// this member: it forwards nothing for it, and the gauge says 0.
+    /// Once this member no longer holds it (a restart), 1; its own
+    /// authority again (a resume), 0.
+    #[test]
+    fn only_sessions_forwarded_for_are_counted() {
+        let t = table();
+        let now = Instant::now();
+        let peer: Arc<str> = Arc::from("gw-b");
+        let held = |id: &str, source: &str| Holding {
+            session_id: id.into(),
+            attempt: 1,
+            tenant: "t1".into(),
+            sources: vec![source.into()],
+            lease_ms_left: 60_000,
+        };
+        t.replace_from_peer(
+            &peer,
+            &[held("s1", "10.0.0.1"), held("s2", "10.0.0.2")],
+            now,
+        );
+        let here: IpAddr = "10.0.0.1".parse().unwrap();
+        assert_eq!(t.forwarded_sessions(now, |ip| ip == here), 1);
+        assert_eq!(t.forwarded_sessions(now, |_| true), 0, "both held here");
+        assert_eq!(t.forwarded_sessions(now, |_| false), 2);
+        assert_eq!(
+            t.forwarded_sessions(now + Duration::from_secs(61), |_| false),
+            0,
+            "lapsed entries forward nothing"
+        );
+        // The control plane's word, for a session held here too (a
+        // renewal read before an open): not counted either.
+        t.replace(
+            &[given("s3", &["10.0.0.3"], &["gw-b"])],
+            Duration::from_secs(60),
+            now,
+        );
+        assert_eq!(t.forwarded_sessions(now, |_| true), 0);
+        assert_eq!(t.publish(now, |ip| ip == here), 2, "s2 and s3");
+    }
+
+    /// A session's count of forwarded connections is found again after a
+    /// moment with no entry for it, while its connections are open.
+    #[test]
+    fn a_sessions_bound_outlives_a_gap_in_the_tables() {
+        let t = table();
+        let now = Instant::now();
+        let lease = Duration::from_secs(60);
+        let g = [given("s1", &["10.0.0.1"], &["gw-b"])];
+        t.replace(&g, lease, now);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let a = t.admit(&t.lookup(ip, now).unwrap()).unwrap();
+        let b = t.admit(&t.lookup(ip, now).unwrap()).unwrap();
+        t.replace(&[], lease, now);
+        assert!(t.lookup(ip, now).is_none());
+        t.replace(&g, lease, now);
+        let e = t.lookup(ip, now).unwrap();
+        assert!(t.admit(&e).is_none(), "still at its bound");
+        drop((a, b));
+        assert!(t.admit(&e).is_some());
     }
 
     #[test]

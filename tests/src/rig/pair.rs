@@ -56,6 +56,8 @@ pub struct PairBuilder {
     limits: String,
     renewing: bool,
     linked: bool,
+    /// More lines for every member's `[pair]` table, when linked.
+    pair: String,
     /// The members stored (`gateway add`) before anything starts.
     stored: bool,
     /// More `serve` replicas over the same store.
@@ -99,6 +101,8 @@ pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
     config: TestConfig,
     /// The `[control]` lines after `plane` and `spool_dir`.
     control: String,
+    /// The `[pair]` lines after `listen` and `peers`.
+    pair: String,
     _tmp: tempfile::TempDir,
 }
 
@@ -112,6 +116,7 @@ impl Pair {
             limits: "shutdown_grace_ms = 3000".into(),
             renewing: false,
             linked: false,
+            pair: String::new(),
             stored: false,
             replicas: 0,
             store: None,
@@ -160,6 +165,14 @@ impl PairBuilder {
     /// sessions only its peers hold to them.
     pub fn linked(mut self) -> Self {
         self.linked = true;
+        self
+    }
+
+    /// The members linked, with `lines` more in their `[pair]` table (its
+    /// bounds, say).
+    pub fn linked_with(mut self, lines: &str) -> Self {
+        self.linked = true;
+        self.pair = lines.to_owned();
         self
     }
 
@@ -305,6 +318,7 @@ impl PairBuilder {
             } else {
                 format!("batch_interval_ms = 50\n{lease}{}", self.control)
             },
+            pair: self.pair,
             _tmp: tmp,
         };
         // Every member's control address is fixed before it starts (a
@@ -391,7 +405,7 @@ impl<G: Process, P> Pair<G, P> {
                     .map(|(peer, link)| format!("{{ id = {peer:?}, link = \"{link}\" }}"))
                     .collect::<Vec<_>>()
                     .join(", ");
-                format!("listen = \"{listen}\"\npeers = [{peers}]\n")
+                format!("listen = \"{listen}\"\npeers = [{peers}]\n{}", self.pair)
             }
             None => String::new(),
         };
