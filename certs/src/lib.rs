@@ -41,6 +41,10 @@
 //!   plane side).
 //! - `report`: [`DropReport`], [`verify_drop_report`] and [`confirms`] for
 //!   reset steps 4 and 5.
+//! - `approval`: proposals, the card's sentence and digest, the relay's
+//!   signed [`Decision`].
+//! - `binding`: [`KeyBinding`], a signing key tied to its role and id by a
+//!   control-channel key the control CA certified.
 //!
 //! # Key material
 //!
@@ -217,6 +221,8 @@ mod report;
 
 mod approval;
 
+mod binding;
+
 pub use approval::{
     proposal_digest, sentence, verify_decision, Decision, DecisionError, Proposal, ProposalKind,
     Verdict, MAX_DECISION_LEN,
@@ -225,6 +231,10 @@ pub use batch::{
     ack_rejection_reasons, batch_payload, batch_records, claimed_header, Accepted, BatchHeader,
     BatchWriter, ChainState, ChainStateError, ChainVerifier, Rejection, SealError,
     DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST, MAX_PAYLOAD_LEN,
+};
+pub use binding::{
+    binding_message, BindingError, BindingPayload, KeyBinding, KEY_BINDING_TAG, ROLE_GATEWAY,
+    ROLE_PLANE, ROLE_RELAY,
 };
 pub use ca::{
     CaHandover, CaParams, SessionCa, DEFAULT_CA_LIFETIME, MAX_CA_LIFETIME, NOT_BEFORE_SKEW,
