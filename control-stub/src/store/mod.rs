@@ -12,13 +12,14 @@
 //! of reach).
 //!
 //! The schema is versioned (SQLite's `PRAGMA user_version`; a PostgreSQL
-//! store's `schema_version` table) and created on first use (version 7).
+//! store's `schema_version` table) and created on first use (version 9).
 //! An older SQLite file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
 //! version 4 the states of an open in flight, version 5 the audit trail:
 //! numbered reset step outcomes and the commands, and the members;
-//! version 7 the sessions by source. A PostgreSQL store begins at version
+//! version 7 the sessions by source; version 8 the passthrough names;
+//! version 9 the batches and key bindings as signed. A PostgreSQL store begins at version
 //! 6 (the whole schema at once) and takes the upgrades after it, which are
 //! written once for both — see `schema.rs`:
 //!
@@ -41,6 +42,8 @@
 //! | `chain_state` | gateway whose batches were accepted | `gateway_id`, `json` (talos-certs `ChainState`: last seq and recent digests) |
 //! | `lock_rules` | Lock rule | `n` (never reused), `id` (`lock-N`), `destination` (canonical or `*`), `attachment`, `method`, `path_prefix` (empty: any), `mode`, `approvers` (JSON, sorted), `created_at` |
 //! | `proposals` | proposal a gateway sent the relay | `proposal_id`, `gateway_id`, `session_id`, `attempt`, `rule`, `fields` (JSON: the talos-certs `Proposal`), `sentence`, `digest`, `state` (`pending`, `approved`, `declined`, `withdrawn`, `expired`), `approver`, `decided_at` (when it left `pending`), `created_at`, `expires_at` (the gateway's), `received_at`, `decision` (JSON: the signed envelope delivered), `outcome` (the gateway's answer: `released` or `refused`) |
+//! | `signed_batches` | verified batch received, as signed (version 9 on: the bundles' evidence) | `gateway_id`, `seq`, `key_id`, `payload` (the signed bytes), `signature` |
+//! | `key_bindings` | gateway signing key's binding under the control CA, as the member gave it (`Describe`) | `gateway_id`, `public_key_hex`, `binding` (JSON: talos-certs `KeyBinding`), `received_at` |
 //! | `approvers` | approver of the approvals API | `name`, `token_sha256` (hex; the token itself is shown once and never stored), `created_at` |
 //!
 //! Every change runs in one transaction ([`Store::write`]); a failing
@@ -65,6 +68,8 @@
 //! - `certificates`: issued certificates, written once.
 //! - `commands`: who asked for each change of a session.
 //! - `members`: the members of the pair and their control addresses.
+//! - `evidence`: what a certificate bundle carries exactly as signed: the
+//!   signed batches, the key bindings, the reports' envelopes.
 
 mod schema;
 mod db;
@@ -78,6 +83,7 @@ mod approvals;
 mod certificates;
 mod commands;
 mod members;
+mod evidence;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
 pub use batches::{
@@ -87,6 +93,7 @@ pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
 pub(crate) use db::pg_message;
 pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
+pub use evidence::StoredReport;
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
 pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome};
