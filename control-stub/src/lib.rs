@@ -50,6 +50,9 @@
 //!   confirmed.
 //! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
+//! - [`bundle`]: the certificate bundle: the issued certificate with every
+//!   signed batch, report and decision it rests on and the keys that made
+//!   them, for a reviewer who checks it alone.
 //! - [`upkeep`]: `serve`'s loop: members described, leases renewed,
 //!   closes owed asked again, the spec's time-driven events, certificates
 //!   issued, metrics.
@@ -57,6 +60,8 @@
 //!   relay's `Propose`; signals; the metrics listener.
 //! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
 //! - [`cli`]: the `control-stub` command line.
+//! - `synth` (only with the `test-util` feature): a synthetic session with
+//!   real signatures, for the certificate bundle's tests and benchmark.
 
 #![forbid(unsafe_code)]
 
@@ -78,10 +83,13 @@ pub mod grpc_link;
 pub mod lifecycle;
 pub mod relay;
 pub mod certificate;
+pub mod bundle;
 pub mod upkeep;
 pub mod serve;
 pub mod approvals_api;
 pub mod cli;
+#[cfg(any(test, feature = "test-util"))]
+pub mod synth;
 
 pub use certificate::{certificate, Certificate};
 pub use confirm::SignatureVerifier;
