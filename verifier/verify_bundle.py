@@ -95,11 +95,11 @@ class Bad(Exception):
 def no_duplicates(pairs):
     """A JSON object's members, refusing a key given twice: two parsers
     could read such an object differently, so nothing signed may hold one."""
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError("the key %r is given twice" % key)
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError("the key %r is given twice" % twice)
     return out
 
 
@@ -168,16 +168,17 @@ def parse_time(text):
 # ------------------------------------------------------------- signatures
 
 
-def open_envelope(envelope, kind, public_key, what):
+def open_envelope(envelope, kind, public_key, what="the envelope"):
     """The payload of a signed envelope of `kind`, after checking that its
     key id names `public_key` and its Ed25519 signature verifies over
-    "talos-v1" 0x00, the kind byte, the payload."""
+    "talos-v1" 0x00, the kind byte, the payload. `what` names it in a
+    refusal when the item's own name does not say enough."""
     if not isinstance(envelope, dict) or sorted(envelope) != ["key_id", "kind", "payload", "signature"]:
         raise Bad("%s is not an envelope {kind, key_id, payload, signature}" % what)
     if envelope["kind"] != kind:
         raise Bad("%s is a signed %s, not a %s" % (what, envelope["kind"], kind))
-    payload = b64(envelope["payload"], what + " payload")
-    signature = b64(envelope["signature"], what + " signature")
+    payload = b64(envelope["payload"], what + "'s payload")
+    signature = b64(envelope["signature"], what + "'s signature")
     if envelope["key_id"] != key_id(public_key):
         raise Bad("%s names key %s, not the signer's key %s"
                   % (what, envelope["key_id"], key_id(public_key)))
@@ -185,7 +186,7 @@ def open_envelope(envelope, kind, public_key, what):
         ed25519.Ed25519PublicKey.from_public_bytes(public_key).verify(
             signature, DOMAIN + bytes([KIND_BYTE[kind]]) + payload)
     except InvalidSignature:
-        raise Bad("%s: the signature does not verify under key %s" % (what, key_id(public_key)))
+        raise Bad("the signature does not verify under key %s" % key_id(public_key))
     return payload
 
 
@@ -227,7 +228,7 @@ def issued_by(cert, ca):
         ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes,
                                ec.ECDSA(cert.signature_hash_algorithm))
         return True
-    except (InvalidSignature, TypeError, AttributeError):
+    except (InvalidSignature, TypeError, AttributeError, ValueError):
         return False
 
 
@@ -412,6 +413,14 @@ class Verifier:
         {"role","id","public_key"}."""
         if role not in ROLE_NAME:
             raise Bad("unknown role %r" % role)
+        # The PEM beside the hex (for openssl by hand) must be the same key.
+        try:
+            pem = serialization.load_pem_public_key(str(item.get("public_key_pem")).encode("ascii"))
+            same = pem.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) == raw
+        except (ValueError, TypeError, UnicodeEncodeError):
+            same = False
+        if not same:
+            raise Bad("public_key_pem is not the key public_key gives")
         if role in ("relay", "plane") and ident != "control-stub":
             raise Bad("a %s key is the control stub's (id control-stub), not %r" % (role, ident))
         binding = item.get("binding")
@@ -489,8 +498,8 @@ class Verifier:
             name = "batch %s/%s" % (gateway, seq)
             try:
                 payload = open_envelope(item.get("envelope"), "batch",
-                                        self.key_of("gateway", gateway), name)
-                batch = ordered_object(payload, BATCH_FIELDS, name + " payload")
+                                        self.key_of("gateway", gateway), "the batch")
+                batch = ordered_object(payload, BATCH_FIELDS, "its payload")
                 if batch["gateway_id"] != gateway or batch["seq"] != seq:
                     raise Bad("it is labelled %s/%s but its payload is batch %s of %s"
                               % (gateway, seq, batch["seq"], batch["gateway_id"]))
@@ -556,13 +565,13 @@ class Verifier:
                 raise Bad("not an envelope")
             kind = envelope.get("kind")
             if kind == "drop_report":
-                payload = open_envelope(envelope, kind, self.key_of("gateway", gateway), name)
-                report = ordered_object(payload, DROP_FIELDS, name)
+                payload = open_envelope(envelope, kind, self.key_of("gateway", gateway), "the report")
+                report = ordered_object(payload, DROP_FIELDS, "the drop report")
                 if report["secrets"] != sorted(set(report["secrets"])):
                     raise Bad("its secret names are not sorted and without repeats")
             elif kind == "start_report":
-                payload = open_envelope(envelope, kind, self.key_of("gateway", gateway), name)
-                report = ordered_object(payload, START_FIELDS, name)
+                payload = open_envelope(envelope, kind, self.key_of("gateway", gateway), "the report")
+                report = ordered_object(payload, START_FIELDS, "the start report")
             else:
                 raise Bad("a signed %r is no report" % kind)
             if report["gateway_id"] != gateway:
@@ -570,7 +579,12 @@ class Verifier:
         except Bad as e:
             self.r.fail(name, str(e))
             return
-        self.report_by_digest[envelope_digest(envelope)] = (kind, report, where, gateway, place)
+        digest = envelope_digest(envelope)
+        known = self.report_by_digest.get(digest)
+        # A report a member answered a close with is the same signed bytes
+        # as the one in its chain: its place in the chain is the one kept.
+        if known is None or (known[4][0] == "reply" and place[0] == "chain"):
+            self.report_by_digest[digest] = (kind, report, where, gateway, place)
 
     def standalone_reports(self):
         """Drop reports a member answered a close with (the ones in its
@@ -825,10 +839,7 @@ class Verifier:
                 self.r.check(name, lambda: self.authority_end(records, gateway, n, ca))
 
     def authority_end(self, records, gateway, attempt, ca):
-        # The connections' records (a DNS line counts queries, no
-        # connection: it may follow the end by up to a second).
-        own = [r for r in records if r["gateway"] == gateway and r["record"].get("attempt") == attempt
-               and r["record"].get("kind") != "dns"]
+        own = authority_records(records, gateway, attempt)
         last = max(((r["seq"], r["position"]) for r in own), default=None)
         if ca.get("destroy_reason") == "gateway_restarted":
             # The start report step 4 names for this CA (checked there).
@@ -889,7 +900,7 @@ class Verifier:
         if kind != "start_report":
             raise Bad("%s: the report in %s is a %s, not the start report it is said to be"
                       % (what, where, kind))
-        own = [r for r in records if r["gateway"] == gateway and r["record"].get("attempt") == attempt]
+        own = authority_records(records, gateway, attempt)
         if report["instance"] in {r["record"].get("instance") for r in own}:
             raise Bad("%s: the start report is of the process that served the attempt" % what)
         last = max(((r["seq"], r["position"]) for r in own), default=None)
@@ -1066,6 +1077,16 @@ class Verifier:
 
 
 # ------------------------------------------------------------- rules
+
+
+def authority_records(records, gateway, attempt):
+    """The records `gateway` made under its authority for `attempt`: its
+    connections' records of the attempt. Not a DNS line (it counts queries,
+    no connection, and may follow the end by up to a second), and not a
+    hand-off (`forwarded_to`: a member that forwards holds no authority; a
+    restarted member's hand-offs come after its start report)."""
+    return [r for r in records if r["gateway"] == gateway and r["record"].get("attempt") == attempt
+            and r["record"].get("kind") != "dns" and not isinstance(r["record"].get("forwarded_to"), str)]
 
 
 def cut_by_crash(record):

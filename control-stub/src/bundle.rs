@@ -24,7 +24,7 @@
 //! |---|---|---|
 //! | (header) | `format` (`talos-certificate-bundle`), `version` (1), `session_id`, `made_at`, `made_by` | which session; the rest is the items' |
 //! | `control_ca` | `pem` | the control CA's certificate (`ca.pem` of `init`): the one trust anchor |
-//! | `key` | `role` (`plane`, `relay`, `gateway`), `id`, `public_key` (64 hex), `binding` (a `KeyBinding`, or null when none was kept) | a signing key and its binding under the control CA |
+//! | `key` | `role` (`plane`, `relay`, `gateway`), `id`, `public_key` (64 hex), `public_key_pem` (the same key as a PEM `PUBLIC KEY`, for `openssl`), `binding` (a `KeyBinding`, or null when none was kept) | a signing key and its binding under the control CA |
 //! | `certificate` | `session_id`, `envelope` (kind `certificate`) | the certificate as issued |
 //! | `proposal` | `proposal_id`, `fields` (talos-certs `Proposal`), `sentence`, `digest`, `decision` (envelope of kind `decision`, or null), `person` (reserved: a person's WebAuthn assertion, when decisions carry one) | a card the relay showed, and its signed decision |
 //! | `report` | `via` (`reply`), `gateway_id`, `envelope` (kind `drop_report`) | a drop report a member answered a close with: the ones in its batch chain are inside the batches |
@@ -137,6 +137,16 @@ pub fn write(
         Ok(serde_json::to_value(&binding)?)
     };
 
+    // A key item: the key in hex and as PEM (what `openssl` reads).
+    let key_item = |role: &str, id: &str, key_hex: &str, binding: Value| -> Value {
+        let pem = crate::store::ed25519_key(key_hex)
+            .map(|k| Value::String(public_key_pem(&k)))
+            .unwrap_or(Value::Null);
+        json!({
+            "item": "key", "role": role, "id": id, "public_key": key_hex,
+            "public_key_pem": pem, "binding": binding,
+        })
+    };
     let mut counter = Counting { out, bytes: 0 };
     let mut line = |value: &Value| -> Result<(), Error> {
         serde_json::to_writer(&mut counter, value)?;
@@ -152,24 +162,26 @@ pub fn write(
     }))?;
     line(&json!({"item": "control_ca", "pem": ca_pem}))?;
     let plane_hex = hex::encode(plane.public_key());
-    line(&json!({
-        "item": "key", "role": talos_certs::ROLE_PLANE, "id": identity::STUB_NAME,
-        "public_key": plane_hex, "binding": bind(talos_certs::ROLE_PLANE, &plane_hex)?,
-    }))?;
+    line(&key_item(
+        talos_certs::ROLE_PLANE,
+        identity::STUB_NAME,
+        &plane_hex,
+        bind(talos_certs::ROLE_PLANE, &plane_hex)?,
+    ))?;
     for relay in &evidence.relay_keys {
-        line(&json!({
-            "item": "key", "role": talos_certs::ROLE_RELAY, "id": identity::STUB_NAME,
-            "public_key": relay, "binding": bind(talos_certs::ROLE_RELAY, relay)?,
-        }))?;
+        line(&key_item(
+            talos_certs::ROLE_RELAY,
+            identity::STUB_NAME,
+            relay,
+            bind(talos_certs::ROLE_RELAY, relay)?,
+        ))?;
     }
     for (role, gateway, key, binding) in &evidence.keys {
         let binding = match binding {
             Some(b) => serde_json::from_slice::<Value>(b).unwrap_or(Value::Null),
             None => Value::Null,
         };
-        line(&json!({
-            "item": "key", "role": role, "id": gateway, "public_key": key, "binding": binding,
-        }))?;
+        line(&key_item(role, gateway, key, binding))?;
     }
     line(&json!({
         "item": "certificate", "session_id": id,
@@ -363,6 +375,21 @@ fn relied_on(cert: &Value) -> BTreeSet<String> {
         }
     }
     out
+}
+
+/// An Ed25519 public key as a PEM `PUBLIC KEY` (SubjectPublicKeyInfo:
+/// the 12 bytes that say "Ed25519", then the key), what `openssl pkeyutl
+/// -verify -pubin` reads.
+fn public_key_pem(public: &[u8; 32]) -> String {
+    use base64::Engine as _;
+    let mut der = vec![
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    der.extend_from_slice(public);
+    format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        base64::engine::general_purpose::STANDARD.encode(der)
+    )
 }
 
 fn incomplete(id: &str, reason: String) -> Error {
