@@ -566,6 +566,17 @@ fn old_store(db: &std::path::Path, version: i64) {
         )
         .unwrap();
     }
+    // A store made at version 8 or later has the model route marked
+    // passthrough, as the upgrade to 8 marks it.
+    if version >= 8 {
+        conn.execute_batch(
+            "INSERT INTO passthrough (name, added_at) VALUES
+             ('claude.ai', '2026-11-29T10:00:00.000Z'),
+             ('console.anthropic.com', '2026-11-29T10:00:00.000Z'),
+             ('api.anthropic.com', '2026-11-29T10:00:00.000Z');",
+        )
+        .unwrap();
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
