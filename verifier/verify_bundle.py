@@ -339,9 +339,12 @@ class Verifier:
         self.r = report
         self.sid = bundle.session_id
         self.keys = {}  # (role, id) -> [raw Ed25519 public keys]
+        self.binding_certs = []  # (role, id, the certificate that bound the key)
         self.cert = None  # the certificate's payload, parsed
         self.chains = {}  # gateway -> [(seq, batch payload, entries)] in seq order
-        self.report_by_digest = {}  # envelope digest -> (kind, payload dict, where, gateway, position)
+        # envelope digest -> (kind, payload dict, where (for people), gateway,
+        # place: ("chain", seq, entry) or ("reply", None, None))
+        self.report_by_digest = {}
 
     def run(self):
         for number, kind in self.b.unknown:
@@ -449,7 +452,6 @@ class Verifier:
                           % (needed, ", ".join(names)))
         verify_ecdsa(cert.public_key(), b64(binding["signature"], "the binding's signature"),
                      DOMAIN + bytes([KIND_BYTE["key_binding"]]) + payload, "the binding")
-        self.binding_certs = getattr(self, "binding_certs", [])
         self.binding_certs.append((role, ident, cert))
         return "key %s bound by the certificate %s (%s, %s) under the control CA" % (
             key_id(raw), cert.subject.rfc4514_string(), ROLE_NAME[role], ident)
@@ -484,7 +486,7 @@ class Verifier:
         self.r.check("certificate", check)
         if self.cert is not None:
             # Each binding's certificate was valid when the certificate was signed.
-            for role, ident, c in getattr(self, "binding_certs", []):
+            for role, ident, c in self.binding_certs:
                 if not valid_at(c, self.signed_at):
                     self.r.fail("key %s %s" % (role, ident),
                                 "its certificate was not valid at %s" % self.cert["certificate_signed"])
