@@ -22,7 +22,8 @@ fn verifier() -> PathBuf {
 
 /// What the verifier printed, and its exit status.
 fn verify(bundle: &Path) -> (i32, String) {
-    let out = Command::new("python3")
+    let out = Command::new("timeout")
+        .args(["-k", "2", "120", "python3"])
         .arg(verifier())
         .arg(bundle)
         .output()
