@@ -1066,6 +1066,10 @@ class Verifier:
         self.r.note("- the session's state, times and mode; each attempt's cause, times, allowlist, "
                     "Lock rules and attachments (step 5's reports confirm the attached secret names)")
         self.r.note("- the commands that moved the session and who asked (%d)" % len(c.get("commands", [])))
+        if c.get("interruptions"):
+            self.r.note("- each interruption's cause, time and what followed (%d: %s)" % (
+                len(c["interruptions"]), ", ".join("attempt %s %s" % (i.get("attempt"), i.get("outcome"))
+                                                   for i in c["interruptions"])))
         undecided = [p for p in c.get("proposals", []) if p.get("decision") not in ("approved", "declined")]
         if undecided:
             self.r.note("- the state of %d proposals without a decision (withdrawn, expired, pending)"
