@@ -366,4 +366,18 @@ else
   echo "not found in gateway.log, records.jsonl, the certificate nor the control stub's log"
 fi
 
+say "The certificate bundle: the certificate with every signed batch, report and decision it rests on, and the keys that signed them"
+stub certificate bundle "$sid" --out "$work/session.bundle" | python3 -c '
+import json, sys
+w = json.load(sys.stdin)["written"]
+print("wrote", w["bytes"], "bytes:", w["batches"], "signed batches (" + ", ".join(
+    g + " " + str(a) + "-" + str(b) for g, (a, b) in w["runs"].items()) + "),",
+    w["reports"], "drop reports answered to closes,", w["proposals"], "cards,", w["keys"], "keys bound under the control CA")'
+if grep -qF "$(cat "$work/demo-token")" "$work/session.bundle"; then
+  echo "the credential is in the bundle: this is a bug"; exit 1
+fi
+
+say "A reviewer checks it alone: verifier/verify_bundle.py (Python and its cryptography package; no code of the product)"
+python3 verifier/verify_bundle.py "$work/session.bundle"
+
 say "Done. Files are in $work"

@@ -54,6 +54,9 @@
 //!   confirmed.
 //! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
+//! - [`bundle`]: the certificate bundle: the issued certificate with every
+//!   signed batch, report and decision it rests on and the keys that made
+//!   them, for a reviewer who checks it alone.
 //! - [`upkeep`]: `serve`'s loop: members described, leases renewed,
 //!   closes owed asked again, the spec's time-driven events, certificates
 //!   issued, metrics.
@@ -63,6 +66,8 @@
 //! - [`people`] (a folder): what the control plane does for people:
 //!   `push`, Web Push to an approver's devices when a card waits.
 //! - [`cli`]: the `control-stub` command line.
+//! - `synth` (only with the `test-util` feature): a synthetic session with
+//!   real signatures, for the certificate bundle's tests and benchmark.
 
 #![forbid(unsafe_code)]
 
@@ -85,11 +90,14 @@ pub mod trust;
 pub mod lifecycle;
 pub mod relay;
 pub mod certificate;
+pub mod bundle;
 pub mod upkeep;
 pub mod serve;
 pub mod approvals_api;
 pub mod people;
 pub mod cli;
+#[cfg(any(test, feature = "test-util"))]
+pub mod synth;
 
 pub use certificate::{certificate, Certificate};
 pub use confirm::SignatureVerifier;

@@ -243,7 +243,7 @@ impl Prepared {
         };
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
         let mut control = match &config.control {
-            Some(c) => Some(setup_control(c, control_fd, successor).await?),
+            Some(c) => Some(setup_control(c, &gateway_id, control_fd, successor).await?),
             None => None,
         };
         if let (Some(o), Some(c)) = (&offer, &control) {
