@@ -159,6 +159,7 @@ async fn a_crash_leaves_open_connections_recorded_as_cut_and_unsealed_records_se
     assert_eq!(entries[1]["instance"], "00000000000000aa");
     assert_eq!(entries[1]["verdict"], "allowed");
     assert_eq!(entries[1]["cause"], "cut_by_crash");
+    assert_eq!(entries[1]["cut"], true);
     assert_eq!(entries[1]["session_id"], "sess-1");
     assert_eq!(entries[1]["sni"], "api.example.com");
     assert_eq!(entries[1]["forwarded_to"], "gw-b", "a hand-off stays one");
