@@ -253,6 +253,10 @@ causes! {
         /// Allowed, passthrough: no byte moved either way for
         /// [`PASSTHROUGH_IDLE`].
         PassthroughIdle => "passthrough_idle",
+        /// Allowed: still open when the drain's grace ran out, and cut
+        /// (terminated, passthrough or forwarded alike; the record says
+        /// `cut`).
+        CutAtGrace => "cut_at_grace",
     }
 }
 
@@ -339,6 +343,9 @@ enum Ending {
     HandshakeTimeout,
     /// A passthrough connection moved nothing for [`PASSTHROUGH_IDLE`].
     Idle,
+    /// The drain's grace ran out with the connection open: the gateway cut
+    /// it ([`Shutdown::cut`]).
+    Cut,
 }
 
 impl Ending {
@@ -349,6 +356,7 @@ impl Ending {
             Ending::HandshakeFailed => Some(Cause::SessionHandshakeFailed.as_str()),
             Ending::HandshakeTimeout => Some(Cause::SessionHandshakeTimeout.as_str()),
             Ending::Idle => Some(Cause::PassthroughIdle.as_str()),
+            Ending::Cut => Some(Cause::CutAtGrace.as_str()),
         }
     }
 }
@@ -484,6 +492,7 @@ impl<S: ClientStream> Conn<'_, S> {
                 if let Some(cause) = ending.cause() {
                     self.record.cause = Some(cause);
                 }
+                self.record.cut = ending == Ending::Cut;
             }
             Err(refused) => {
                 // A session pushing at a bound of its share is recorded and
@@ -604,7 +613,7 @@ impl<S: ClientStream> Conn<'_, S> {
                     Err(e) => tracing::debug!(error = %e, "forwarded connection ended with an error"),
                 }
             }
-            () = self.cx.shutdown.cut.cancelled() => {}
+            () = self.cx.shutdown.cut.cancelled() => return Ok(Ending::Cut),
         }
         Ok(Ending::Closed)
     }
@@ -656,12 +665,14 @@ impl<S: ClientStream> Conn<'_, S> {
             }
         };
         // The drain's start does not end it (its TLS is not the gateway's
-        // to close gracefully): it runs until its end, or the grace's.
+        // to close gracefully): it runs until its end, or the grace's,
+        // where it is cut as a terminated connection is (`stop` was made
+        // `told`: the drain's start is not among its events).
         let ended = tokio::select! {
             relayed = relayed => relayed,
             stopped = &mut stop => match stopped {
                 Stop::Ended(cause) => return Err(refused(Refusal::SessionEnded, cause)),
-                Stop::Cut | Stop::Drain => return Ok(Ending::Closed),
+                Stop::Cut | Stop::Drain => return Ok(Ending::Cut),
             },
         };
         match ended {
@@ -970,7 +981,7 @@ where
                 first = &mut first => break first,
                 stopped = stop.next() => match stopped {
                     Stop::Drain => {}
-                    Stop::Cut => return Some(Ok(Ending::Closed)),
+                    Stop::Cut => return Some(Ok(Ending::Cut)),
                     // No request yet, so none held for approval.
                     Stop::Ended(cause) => {
                         return Some(Err(refused(Refusal::SessionEnded, cause)));
@@ -1084,7 +1095,7 @@ where
                         closing = true;
                     }
                 }
-                Stop::Cut => return Ok(Ending::Closed),
+                Stop::Cut => return Ok(Ending::Cut),
                 Stop::Ended(cause) => {
                     if conn.holds.answers_pending() {
                         served.as_mut().graceful();

@@ -6,7 +6,8 @@
 //! connection opened before the drain gets its first request answered the
 //! same way. HTTP/2: GOAWAY at once, and the streams already open are
 //! answered. What still runs at the grace — a download the client reads
-//! too slowly — is cut, and its record says `cut: true`.
+//! too slowly — is cut, and its record says `cut: true` (the request's
+//! entry and the connection, whose cause is `cut_at_grace`).
 //!
 //! Real `gateway` processes (a member followed across its handover), real
 //! signals, a TLS origin holding requests until the test lets them go, and
@@ -572,7 +573,8 @@ async fn an_upgrade_drains_the_old_process_connections_gracefully() {
 /// (d) A download the client reads too slowly to finish within the grace
 /// (it stopped reading): cut at the grace, on HTTP/1.1 and HTTP/2 alike,
 /// and each one's record lists its request with the status sent and
-/// `cut: true`.
+/// `cut: true`, and says the connection was cut (`cut: true`, cause
+/// `cut_at_grace`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
     let rig = Rig::new().await;
@@ -621,12 +623,25 @@ async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
     drop(resp);
     let records = rig.records();
     for path in [H1_PATH, H2_PATH] {
-        let entry = records
+        let record = records
             .iter()
-            .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
-            .find(|e| e["path"] == path)
+            .find(|r| {
+                r["requests"]
+                    .as_array()
+                    .is_some_and(|q| q.iter().any(|e| e["path"] == path))
+            })
             .unwrap_or_else(|| panic!("no record lists {path}: {records:?}"));
+        let entry = record["requests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["path"] == path)
+            .expect("the entry");
         assert_eq!(entry["status"], 200, "{path}: {entry}");
         assert_eq!(entry["cut"], true, "{path}: the download was cut: {entry}");
+        // The connection too, as every connection cut at the grace is.
+        assert_eq!(record["verdict"], "allowed", "{record}");
+        assert_eq!(record["cut"], true, "{path}: {record}");
+        assert_eq!(record["cause"], "cut_at_grace", "{path}: {record}");
     }
 }

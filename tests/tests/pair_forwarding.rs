@@ -611,6 +611,215 @@ async fn upgrades_of_either_member_keep_forwarding() {
     );
 }
 
+/// Queries each transport sends at most in [`dns_across_an_upgrade_of_a_forwarding_member_is_never_refused`].
+const MAX_QUERIES: u64 = 50_000;
+
+/// The longest one query waits for its answer before it counts as
+/// unanswered.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A DNS query for `name` A, numbered `id`.
+fn dns_query(id: u16, name: &str) -> Vec<u8> {
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    let mut m = Message::new();
+    m.set_id(id)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(true);
+    m.add_query(Query::query(
+        Name::from_ascii(name).expect("name"),
+        RecordType::A,
+    ));
+    m.to_vec().expect("query")
+}
+
+/// The answer's code, if `bytes` answer query `id`.
+fn answer_code(bytes: &[u8], id: u16) -> Option<hickory_proto::op::ResponseCode> {
+    let m = hickory_proto::op::Message::from_vec(bytes).ok()?;
+    (m.id() == id).then(|| m.response_code())
+}
+
+/// One query after another from `source` to `at` for `name`, over UDP (one
+/// socket) or TCP (a connection each), until `stop`, [`MAX_QUERIES`] or
+/// [`wait::DEADLINE`] four times over: each query's answer code (`None`:
+/// no answer within [`QUERY_TIMEOUT`]). `answered` counts the NOERROR
+/// answers as they come.
+async fn ask_until_stopped(
+    source: &'static str,
+    at: SocketAddr,
+    name: &'static str,
+    tcp: bool,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    answered: Arc<std::sync::atomic::AtomicU64>,
+) -> Vec<Option<hickory_proto::op::ResponseCode>> {
+    use std::sync::atomic::Ordering;
+    let udp = if tcp {
+        None
+    } else {
+        let s = tokio::net::UdpSocket::bind((source, 0)).await.expect("udp");
+        Some(s)
+    };
+    let began = std::time::Instant::now();
+    let mut got = Vec::new();
+    for n in 0..MAX_QUERIES {
+        if stop.load(Ordering::Relaxed) || began.elapsed() > 4 * wait::DEADLINE {
+            break;
+        }
+        let id = n as u16;
+        let query = dns_query(id, name);
+        let one = async {
+            match &udp {
+                Some(s) => {
+                    s.send_to(&query, at).await.ok()?;
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        let len = s.recv(&mut buf).await.ok()?;
+                        if let Some(code) = answer_code(&buf[..len], id) {
+                            return Some(code);
+                        }
+                    }
+                }
+                None => {
+                    let mut c = talos_e2e::clients::connect_from(source, at).await;
+                    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+                    framed.extend_from_slice(&query);
+                    c.write_all(&framed).await.ok()?;
+                    let mut len = [0u8; 2];
+                    c.read_exact(&mut len).await.ok()?;
+                    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    c.read_exact(&mut buf).await.ok()?;
+                    answer_code(&buf, id)
+                }
+            }
+        };
+        let code = tokio::time::timeout(QUERY_TIMEOUT, one)
+            .await
+            .ok()
+            .flatten();
+        if code == Some(hickory_proto::op::ResponseCode::NoError) {
+            answered.fetch_add(1, Ordering::Relaxed);
+        }
+        got.push(code);
+    }
+    got
+}
+
+/// The sessions' DNS across `gateway upgrade` of a member that forwards
+/// the session: queries from the session's source, one after another
+/// over UDP and over TCP (a connection each), sent all through the
+/// upgrade, are every one answered by the holder's word (NOERROR), none
+/// REFUSED. The successor answers nothing on the DNS sockets it took over
+/// before it knows who holds the session (the forwarding table comes
+/// with the authorities); what is sent meanwhile waits in the sockets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dns_across_an_upgrade_of_a_forwarding_member_is_never_refused() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use talos_e2e::member::{alive, signal, Member};
+    let mut rig: Pair<Member> = Pair::builder()
+        .lease(LEASE)
+        .renewing()
+        .linked()
+        // The queries come as fast as they are answered: the shares must
+        // not drop any.
+        .dns_with("queries_per_second = 10000\n")
+        .egress(&[API])
+        .secret("API_TOKEN", SECRET)
+        .start_loopback(&[API])
+        .await;
+    rig.start_session(&session(SOURCE));
+    let crashed = rig.members[0].pid();
+    signal(crashed, "KILL");
+    wait::until("gw-a to be gone", || wait::check(alive(crashed), |a| !a));
+    rig.restart(0);
+    wait::until("gw-a to forward the session", || {
+        wait::check(rig.members[0].metric("gateway_forwarding_sessions"), |n| {
+            *n == Some(1.0)
+        })
+    });
+    let at = rig.answerers[0];
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let askers: Vec<_> = [false, true]
+        .into_iter()
+        .zip(&counts)
+        .map(|(tcp, answered)| {
+            tokio::spawn(ask_until_stopped(
+                SOURCE,
+                at,
+                API,
+                tcp,
+                Arc::clone(&stop),
+                Arc::clone(answered),
+            ))
+        })
+        .collect();
+    let answered = || counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+    // Both transports answered through gw-a (forwarded to gw-b) first.
+    wait::until_async("queries answered through gw-a before the upgrade", || {
+        wait::check(answered(), |a| a.iter().all(|n| *n >= 20))
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let member = &mut rig.members[0];
+    let old = member.pid();
+    let (ok, out, err) = tokio::task::block_in_place(|| member.command("upgrade"));
+    assert!(ok, "upgrade: {out} {err}\n{}", member.log());
+    tokio::task::block_in_place(|| member.wait_ready(2));
+    // Until the old process has gone and the successor has answered both
+    // transports for a while.
+    let mark = answered();
+    wait::until_async(
+        "the old process to exit and the successor to answer",
+        || {
+            let now = answered();
+            wait::check((alive(old), now), |(alive, now)| {
+                !alive && now.iter().zip(mark).all(|(n, m)| *n >= m + 50)
+            })
+        },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut seen = Vec::new();
+    for (asker, transport) in askers.into_iter().zip(["UDP", "TCP"]) {
+        let got = asker.await.expect("asker");
+        let mut by_code = std::collections::BTreeMap::new();
+        for code in &got {
+            *by_code
+                .entry(code.map_or("no answer".to_owned(), |c| c.to_string()))
+                .or_insert(0) += 1;
+        }
+        seen.push(format!("{transport} {by_code:?}"));
+        let refused = got
+            .iter()
+            .filter(|c| **c == Some(hickory_proto::op::ResponseCode::Refused))
+            .count();
+        assert_eq!(
+            refused,
+            0,
+            "{transport}: queries REFUSED across the upgrade: {by_code:?}\n{}",
+            rig.members[0].log()
+        );
+        assert!(
+            got.iter()
+                .all(|c| *c == Some(hickory_proto::op::ResponseCode::NoError)),
+            "{transport}: every query answered NOERROR: {by_code:?}"
+        );
+    }
+    matrix(
+        "gateway upgrade of gw-a, which forwards the session",
+        "dig-like queries from the session's source at gw-a, UDP and TCP, all through",
+        &seen.join("; "),
+        started.elapsed(),
+    );
+    assert!(
+        rig.members[0]
+            .metric("gateway_dns_queries_total{outcome=\"forwarded\"}")
+            .is_some_and(|n| n > 0.0),
+        "the successor passed the session's queries to gw-b"
+    );
+}
+
 /// No holder reachable: a forwarded connection is refused `upstream_failed`,
 /// cause `holder_unreachable` (a TLS alert, the record and the metric say
 /// so). A claimed source anywhere but the member link counts for nothing:

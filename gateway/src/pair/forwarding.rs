@@ -16,6 +16,12 @@
 //! still forwards, and stops once the peer's authority would have lapsed.
 //! The control plane's entry for a source wins over a peer's.
 //!
+//! A successor of this process (an upgrade) takes the table over with
+//! the authorities ([`Forwarding::standing`], [`Forwarding::take_over`]):
+//! every entry as it stands, with what is left of it, so that from its
+//! first connection and its first DNS query it forwards what this
+//! process forwarded, and nothing longer than the word it was given.
+//!
 //! Each session's connections forwarded at once are bounded
 //! (`[pair] max_forwarded_per_session`): what one session's forwarded
 //! connections may hold of the link is bounded by it (the link's own
@@ -115,7 +121,7 @@ impl std::fmt::Display for EntryError {
 }
 
 /// An entry as the control plane gives it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Given {
     pub session_id: String,
     pub attempt: u32,
@@ -133,6 +139,16 @@ pub struct Holding {
     pub sources: Vec<String>,
     /// What is left of its lease, in milliseconds.
     pub lease_ms_left: u64,
+}
+
+/// One entry of the table as it stands, for a successor: who gave it (a
+/// peer, on its own authority; none: the control plane), what it says,
+/// and how much longer it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub from: Option<Arc<str>>,
+    pub given: Given,
+    pub left: Duration,
 }
 
 /// The longest a peer's word stands: the longest lease a member gives
@@ -315,6 +331,51 @@ impl Forwarding {
         ))
     }
 
+    /// Every entry that stands at `now`, with what is left of it: what a
+    /// successor takes over ([`Forwarding::take_over`]).
+    pub fn standing(&self, now: Instant) -> Vec<Standing> {
+        let mut out = standing_of(&self.by_source.read_locked(), None, now);
+        for (peer, table) in self.by_peer.read_locked().iter() {
+            out.extend(standing_of(table, Some(peer), now));
+        }
+        out
+    }
+
+    /// Take over the entries a predecessor had standing (`standing`, each
+    /// standing for what was left of it, from `now`): the control plane's
+    /// as its word, each peer's as that peer's. Replaces nothing the
+    /// table holds for anyone who said nothing here. Returns how many
+    /// were taken; each one not taken is logged, as a renewal's are.
+    pub fn take_over(&self, standing: &[Standing], now: Instant) -> usize {
+        let mut taken = 0;
+        let mut by_whom: HashMap<Option<&Arc<str>>, Vec<(&Given, Instant)>> = HashMap::new();
+        for s in standing {
+            by_whom
+                .entry(s.from.as_ref())
+                .or_default()
+                .push((&s.given, now + s.left.min(LONGEST_WORD)));
+        }
+        for (from, given) in by_whom {
+            match from {
+                None => {
+                    let (table, n) = self.table(&given, "predecessor (control plane's word)");
+                    *self.by_source.write_locked() = table;
+                    taken += n;
+                }
+                Some(peer) => {
+                    let Some(peer) = self.peers.iter().find(|p| ***p == **peer) else {
+                        tracing::warn!(peer = %peer, "forwarding entries of a peer not configured here not taken");
+                        continue;
+                    };
+                    let (table, n) = self.table(&given, peer);
+                    self.by_peer.write_locked().insert(Arc::clone(peer), table);
+                    taken += n;
+                }
+            }
+        }
+        taken
+    }
+
     /// The entry for `source`, if one stands at `now`.
     pub fn lookup(&self, source: IpAddr, now: Instant) -> Option<Arc<Entry>> {
         let live = |t: &Table| t.get(&source).filter(|e| e.live_at(now)).map(Arc::clone);
@@ -353,6 +414,37 @@ impl Forwarding {
         ids.dedup();
         ids.len()
     }
+}
+
+/// The entries of `table` standing at `now`, each once with all its
+/// sources, as given by `from`.
+fn standing_of(table: &Table, from: Option<&Arc<str>>, now: Instant) -> Vec<Standing> {
+    let mut out: Vec<(Arc<Entry>, Vec<IpAddr>)> = Vec::new();
+    for (source, entry) in table {
+        if !entry.live_at(now) {
+            continue;
+        }
+        match out.iter_mut().find(|(e, _)| Arc::ptr_eq(e, entry)) {
+            Some((_, sources)) => sources.push(*source),
+            None => out.push((Arc::clone(entry), vec![*source])),
+        }
+    }
+    out.into_iter()
+        .map(|(e, mut sources)| {
+            sources.sort_unstable();
+            Standing {
+                from: from.cloned(),
+                given: Given {
+                    session_id: e.session_id.to_string(),
+                    attempt: e.attempt,
+                    tenant: e.tenant.to_string(),
+                    sources: sources.iter().map(ToString::to_string).collect(),
+                    holders: e.holders.iter().map(ToString::to_string).collect(),
+                },
+                left: e.until.saturating_duration_since(now),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -526,5 +618,75 @@ mod tests {
         assert!(t.admit(&e).is_none(), "the bound holds after a replacement");
         drop(a);
         assert!(t.admit(&e).is_some());
+    }
+
+    #[test]
+    fn a_successor_takes_over_every_entry_as_it_stands_and_no_longer() {
+        let old = table();
+        let now = Instant::now();
+        let peer: Arc<str> = Arc::from("gw-b");
+        old.replace(
+            &[given("s1", &["10.0.0.1", "10.0.0.2"], &["gw-b"])],
+            Duration::from_secs(60),
+            now,
+        );
+        let held = |id: &str, source: &str, left| Holding {
+            session_id: id.into(),
+            attempt: 3,
+            tenant: "t1".into(),
+            sources: vec![source.into()],
+            lease_ms_left: left,
+        };
+        // s3's word has lapsed by the handover: not handed over.
+        old.replace_from_peer(
+            &peer,
+            &[held("s2", "10.0.0.3", 3000), held("s3", "10.0.0.4", 500)],
+            now,
+        );
+        let later = now + Duration::from_secs(1);
+        let mut standing = old.standing(later);
+        standing.sort_by(|a, b| a.given.session_id.cmp(&b.given.session_id));
+        assert_eq!(standing.len(), 2);
+        assert_eq!(standing[0].from, None);
+        assert_eq!(standing[0].given.sources, ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(standing[0].left, Duration::from_secs(59));
+        assert_eq!(standing[1].from, Some(Arc::clone(&peer)));
+        assert_eq!(standing[1].left, Duration::from_secs(2));
+
+        // The successor's clock: its own instants, the same time left.
+        let new = table();
+        let start = Instant::now() + Duration::from_secs(100);
+        assert_eq!(new.take_over(&standing, start), 2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for source in ["10.0.0.1", "10.0.0.2"] {
+            let e = new.lookup(ip(source), start).unwrap();
+            assert_eq!((&*e.session_id, e.attempt), ("s1", 1));
+        }
+        let e = new.lookup(ip("10.0.0.3"), start).unwrap();
+        assert_eq!(
+            (&*e.session_id, e.attempt, &e.holders[..]),
+            ("s2", 3, &[Arc::clone(&peer)][..])
+        );
+        assert!(
+            new.lookup(ip("10.0.0.3"), start + Duration::from_secs(2))
+                .is_none(),
+            "the peer's word lapses when it would have"
+        );
+        assert!(
+            new.lookup(ip("10.0.0.1"), start + Duration::from_secs(59))
+                .is_none(),
+            "the control plane's too"
+        );
+        // The peer's word is the peer's: its next answer replaces it.
+        new.replace_from_peer(&peer, &[], start);
+        assert!(new.lookup(ip("10.0.0.3"), start).is_none());
+        assert!(new.lookup(ip("10.0.0.1"), start).is_some());
+
+        // Entries of a peer not configured here are not taken.
+        let stranger = Standing {
+            from: Some(Arc::from("gw-x")),
+            ..standing[1].clone()
+        };
+        assert_eq!(table().take_over(&[stranger], start), 0);
     }
 }

@@ -375,9 +375,10 @@ impl Link {
     }
 
     /// Ask every peer once what it holds, waiting at most `within` in
-    /// all: before the data plane accepts, so that a member just started
-    /// (or a successor just taken over) forwards from its first
-    /// connection where its peers hold what it does not.
+    /// all: before anything is served, so that a member just started
+    /// forwards from its first connection and DNS query where its peers
+    /// hold what it does not. (A successor taken over is handed its
+    /// predecessor's table instead: [`Forwarding::take_over`].)
     pub async fn ask_once(&self, within: Duration, sessions: &Sessions) {
         let asks = async {
             for (id, addr) in &self.peers {

@@ -95,6 +95,26 @@ impl DataPlane {
         self.tracker.len()
     }
 
+    /// Learn who holds the sessions this member forwards, before anything
+    /// is served: the DNS sockets, the data listener and the member link
+    /// all judge a session only a peer holds by the forwarding table. A
+    /// successor given the table with the authorities (`taken_over`) has
+    /// it already; any other start asks every peer once (a peer that does
+    /// not answer within [`ASK_BEFORE_ACCEPTING`] is asked again soon:
+    /// queries and connections wait in the sockets meanwhile). Then every
+    /// peer is asked every `[pair] holdings_interval_ms` until the drain.
+    pub(super) async fn learn_holders(&self, taken_over: bool) {
+        if let Some(link) = self.current.get().link.clone() {
+            let sessions = Arc::clone(&self.current.get().sessions);
+            if taken_over {
+                link.publish(&sessions);
+            } else {
+                link.ask_once(ASK_BEFORE_ACCEPTING, &sessions).await;
+            }
+            tokio::spawn(link.ask_peers(sessions, self.stop_asking.clone()));
+        }
+    }
+
     /// Accept connections until `signal` resolves or a handover stops
     /// accepting, each on its own task, at most the cap at once.
     pub(super) async fn accept_until(
@@ -102,13 +122,6 @@ impl DataPlane {
         signal: impl std::future::Future<Output = ()>,
     ) -> End {
         tokio::pin!(signal);
-        if let Some(link) = self.current.get().link.clone() {
-            // What the peers hold, before the first connection (a peer
-            // that does not answer within the bound is asked again soon).
-            let sessions = Arc::clone(&self.current.get().sessions);
-            link.ask_once(ASK_BEFORE_ACCEPTING, &sessions).await;
-            tokio::spawn(link.ask_peers(sessions, self.stop_asking.clone()));
-        }
         let mut spool_full = self.spool_full.clone();
         loop {
             // A full spool fails closed: accept nothing until it has room.
@@ -353,7 +366,7 @@ fn dns_for_held_authority(cx: &crate::conn::Context, arrival: &crate::pair::link
 }
 
 /// The longest a start waits for its peers to say what they hold before
-/// it accepts (connections wait in the listener's backlog meanwhile).
+/// it serves (queries and connections wait in the sockets meanwhile).
 const ASK_BEFORE_ACCEPTING: Duration = Duration::from_secs(1);
 
 /// The next connection on the member link's listener; never, without one.

@@ -71,6 +71,8 @@ pub struct PairBuilder {
     secrets: Vec<(String, String)>,
     /// Each member answers the sessions' DNS (`[dns]`).
     dns: bool,
+    /// More lines for every member's `[dns]` table.
+    dns_lines: String,
 }
 
 /// The members (each `gateway` process in `dir/<id>`, its spool in
@@ -103,6 +105,8 @@ pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
     control: String,
     /// The `[pair]` lines after `listen` and `peers`.
     pair: String,
+    /// The `[dns]` lines after `listen` and `record_interval_ms`.
+    dns_lines: String,
     _tmp: tempfile::TempDir,
 }
 
@@ -123,6 +127,7 @@ impl Pair {
             identities: Vec::new(),
             egress: Vec::new(),
             dns: false,
+            dns_lines: String::new(),
             secrets: Vec::new(),
         }
     }
@@ -181,6 +186,14 @@ impl PairBuilder {
     /// ([`Pair::answerers`]).
     pub fn dns(mut self) -> Self {
         self.dns = true;
+        self
+    }
+
+    /// [`dns`](PairBuilder::dns), with more lines for every member's
+    /// `[dns]` table (`queries_per_second = 5000`, say).
+    pub fn dns_with(mut self, lines: &str) -> Self {
+        self.dns = true;
+        self.dns_lines = lines.to_owned();
         self
     }
 
@@ -307,6 +320,7 @@ impl PairBuilder {
                 Vec::new()
             },
             ids: self.ids,
+            dns_lines: self.dns_lines,
             config: TestConfig {
                 limits: self.limits,
                 ..base
@@ -410,7 +424,10 @@ impl<G: Process, P> Pair<G, P> {
             None => String::new(),
         };
         let answerer = self.answerers.get(i).map_or(String::new(), |a| {
-            format!("listen = \"{a}\"\nrecord_interval_ms = 1000\n")
+            format!(
+                "listen = \"{a}\"\nrecord_interval_ms = 1000\n{}",
+                self.dns_lines
+            )
         });
         let config = TestConfig {
             gateway_id: id.clone(),
