@@ -11,7 +11,7 @@
 //!
 //! | binary | run by | what it is |
 //! |---|---|---|
-//! | `bench-figures` | every script, `benches/lib.sh`, `scripts/demo.sh` | [`figures`] on the command line; `/proc` readings; a ready line's fields; the bench gateway's config |
+//! | `bench-figures` | `compare`, `load`, `idle`, `capacity` (and `benches/lib.sh`); `scripts/demo.sh` for `json-field` | [`figures`] on the command line; `/proc` readings; a ready line's fields; the bench gateway's config |
 //! | `load-origin` | `compare`, `load`, `idle`, `capacity` | the DNS server and TLS origin (Nagle off) behind the gateway |
 //! | `resume-load` | `compare` | new connections from a client that resumes TLS sessions |
 //! | `capacity-driver` | `capacity` | the control plane's side: sessions opened, renewed, closed |
