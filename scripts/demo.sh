@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-# A field of the JSON object on stdin (tests/src/bin/bench-figures.rs).
+# A field of the JSON object on stdin (benches/harness/src/bin/bench-figures.rs).
 json_field() { "$bin/bench-figures" json-field "$1"; }
 # Wait (at most 20 s) for a process's ready line in FILE and print it.
 ready_line() {
