@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-# A field of the JSON object on stdin (tests/src/bin/bench-figures.rs).
+# A field of the JSON object on stdin (benches/harness/src/bin/bench-figures.rs).
 json_field() { "$bin/bench-figures" json-field "$1"; }
 # Wait (at most 20 s) for a process's ready line in FILE and print it.
 ready_line() {
@@ -365,5 +365,19 @@ if grep -qF "$(cat "$work/demo-token")" "$work/gateway.log" "$work/records.jsonl
 else
   echo "not found in gateway.log, records.jsonl, the certificate nor the control stub's log"
 fi
+
+say "The certificate bundle: the certificate with every signed batch, report and decision it rests on, and the keys that signed them"
+stub certificate bundle "$sid" --out "$work/session.bundle" | python3 -c '
+import json, sys
+w = json.load(sys.stdin)["written"]
+print("wrote", w["bytes"], "bytes:", w["batches"], "signed batches (" + ", ".join(
+    g + " " + str(a) + "-" + str(b) for g, (a, b) in w["runs"].items()) + "),",
+    w["reports"], "drop reports answered to closes,", w["proposals"], "cards,", w["keys"], "keys bound under the control CA")'
+if grep -qF "$(cat "$work/demo-token")" "$work/session.bundle"; then
+  echo "the credential is in the bundle: this is a bug"; exit 1
+fi
+
+say "A reviewer checks it alone: verifier/verify_bundle.py (Python and its cryptography package; no code of the product)"
+python3 verifier/verify_bundle.py "$work/session.bundle"
 
 say "Done. Files are in $work"

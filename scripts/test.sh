@@ -40,6 +40,10 @@ scripts/check-leftovers.sh --check "$before"
 # runs once, debug build, and its own checks must hold), so that a
 # benchmark cannot rot unnoticed; timing is never judged here.
 cargo test -p talos-benches --benches --locked
+# The certificate bundle's benchmark once, small (1 and 200 connections):
+# written from the store and checked by the independent verifier, which
+# must say VERIFIED; its figures are in benches/bundle/README.md.
+cargo test -p talos-control-stub --bench bundle --locked
 # The end-to-end tests again with `[runtime] workers = 1`: the first pass
 # ran the default (one worker per CPU, a work-stealing pool), this one the
 # single-threaded scheduler the benchmarks measure.

@@ -114,6 +114,7 @@ fn records(c: &mut Criterion) {
                             sealer: segments_tx,
                             max_records: 1000,
                             interval: Duration::from_secs(60),
+                            sync: journal::DataSync::disk(),
                         }),
                         gateway_id: Arc::clone(&gateway),
                         instance,

@@ -5,7 +5,7 @@
 #
 # Part "memory": for each count N (default 1, 1,000 and 10,000) and each
 # repeat, a fresh member (release build, one runtime worker) and a fresh
-# control-plane driver (tests/src/bin/capacity-driver.rs, which also takes
+# control-plane driver (benches/harness/src/bin/capacity-driver.rs, which also takes
 # the member's signed batches): a warm-up session (opened, one request to
 # each name, closed), then the member's VmRSS; N sessions opened (CONC
 # OpenSession calls in flight); VmRSS; one TLS connection and one request
@@ -44,7 +44,7 @@
 # The shell starts the processes and reads /proc (bench-figures); the
 # driver does what the shell asks, one command a line through a FIFO, and
 # answers one JSON line each; bench-figures computes the tables from the
-# raw readings the work folder keeps (tests/src/figures/capacity.rs).
+# raw readings the work folder keeps (benches/harness/src/figures/capacity.rs).
 # Every wait is bounded; everything started here is stopped by its PID.
 # What it measures, and the latest figures: benches/capacity/README.md.
 set -euo pipefail
@@ -81,11 +81,11 @@ answer_wait=1300
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 die() { echo "capacity: $*" >&2; exit 1; }
-figures() { "$bin/bench-figures" "$@"; } # tests/src/bin/bench-figures.rs
+figures() { "$bin/bench-figures" "$@"; } # benches/harness/src/bin/bench-figures.rs
 
 if [ -n "${FROM:-}" ]; then
   [ -f "$FROM/run.env" ] || die "$FROM/run.env is missing: is it a work folder kept with KEEP=1?"
-  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-e2e --bin bench-figures
+  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-bench-harness --bin bench-figures
   figures capacity-table "$FROM"
   [ "${STRICT:-0}" != 1 ] || figures capacity-check "$FROM"
   exit
@@ -112,7 +112,7 @@ fd_room=$((($(ulimit -n) - 4096) / 3))
 [ "$fd_room" -ge 1 ] || die "ulimit -n $(ulimit -n): too few file descriptors"
 if [ "${NO_BUILD:-0}" != 1 ]; then
   say "Building release binaries"
-  cargo build --release -q --locked -p talos-gateway -p talos-e2e --bins
+  cargo build --release -q --locked -p talos-gateway -p talos-bench-harness --bins
 fi
 for b in gateway load-origin capacity-driver bench-figures; do
   [ -x "$bin/$b" ] || die "no $b in $bin"

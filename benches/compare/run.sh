@@ -34,7 +34,7 @@
 # rounds, profile the gateway and HAProxy under the HTTP/1.1 and HTTP/2
 # loads with perf: where the CPU goes, by kind of work).
 # The shell installs, starts and measures; the figures and the table are
-# computed by bench-figures (tests/src/figures.rs) from the raw output the
+# computed by bench-figures (benches/harness/src/figures.rs) from the raw output the
 # work folder keeps.
 # Every process started here inherits this environment: a GLIBC_TUNABLES
 # set outside reaches the gateway, the peers, the origin and the clients
@@ -86,13 +86,13 @@ small_path=$BENCH_SMALL_PATH # the 1 KiB reply (benches/lib.sh)
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 die() { echo "compare: $*" >&2; exit 1; }
-figures() { "$bin/bench-figures" "$@"; } # tests/src/bin/bench-figures.rs
+figures() { "$bin/bench-figures" "$@"; } # benches/harness/src/bin/bench-figures.rs
 
 # FROM=DIR: the table (and with STRICT=1 the check) again from a work folder
 # kept with KEEP=1; nothing is started.
 if [ -n "${FROM:-}" ]; then
   [ -f "$FROM/run.env" ] || die "$FROM/run.env is missing: is it a work folder kept with KEEP=1?"
-  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-e2e --bin bench-figures
+  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-bench-harness --bin bench-figures
   figures compare-table "$FROM"
   [ "${STRICT:-0}" != 1 ] || figures compare-check "$FROM"
   exit
@@ -646,7 +646,7 @@ fig_mib() { wrk_run "$1/h1_1mib.$2" "$2" /download/1048576 4; }
 fig_newconn() { wrk_run "$1/h1_newconn.$2" "$2" "$small_path" 16 -H "Connection: close"; }
 # The same with a client that resumes TLS 1.3 sessions, as reconnecting
 # clients do within a process (curl, Python, Node, Go, Java):
-# resume-load (tests/src/bin/resume-load.rs) keeps the tickets every
+# resume-load (benches/harness/src/bin/resume-load.rs) keeps the tickets every
 # connection receives and offers one on the next; its output says how many
 # handshakes resumed. Every target offers resumption as it is configured
 # here by default (nginx and HAProxy: stateless tickets; the gateway:
@@ -724,7 +724,7 @@ profile_all() {
 # The facts the table's header line names, beside the raw output, so that
 # FROM=DIR prints the same table again. bench-figures compare-table reads
 # them and every run's files (RUN.TARGET.out, .cpu, idle.TARGET.res,
-# speed.out); tests/src/figures.rs says what each cell is.
+# speed.out); benches/harness/src/figures.rs says what each cell is.
 write_run_env() {
   {
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -747,7 +747,7 @@ tck=$(getconf CLK_TCK)
 raise_nofile
 if [ "${NO_BUILD:-0}" != 1 ]; then
   say "Building release binaries"
-  cargo build --release -q --locked -p talos-gateway -p talos-e2e --bins
+  cargo build --release -q --locked -p talos-gateway -p talos-bench-harness --bins
 fi
 for b in gateway load-origin bench-figures resume-load; do [ -x "$bin/$b" ] || die "no $b in $bin (set BIN_DIR)"; done
 make_pki

@@ -9,13 +9,13 @@
 #   benches/held/run.sh              # 10,000 held requests, 50 connections
 #   COUNT=2000 CONNS=20 benches/held/run.sh
 #
-# The harness is tests/src/bin/hold-load.rs; the figures are in
+# The harness is benches/harness/src/bin/hold-load.rs; the figures are in
 # benches/held/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count=${COUNT:-10000}
 conns=${CONNS:-50}
-cargo build --release --locked -q -p talos-gateway -p talos-e2e --bin gateway --bin hold-load
+cargo build --release --locked -q -p talos-gateway -p talos-bench-harness --bin gateway --bin hold-load
 work=$(mktemp -d /tmp/talos-held.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ulimit -n 65536 2>/dev/null || true

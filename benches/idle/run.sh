@@ -39,7 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-figures() { "$bin/bench-figures" "$@"; } # readings and figures: tests/src/figures.rs
+figures() { "$bin/bench-figures" "$@"; } # readings and figures: benches/harness/src/figures.rs
 rss_kib() { figures rss-kib "$1"; }
 
 ulimit -n "$(ulimit -Hn)"
@@ -47,7 +47,7 @@ max=$(echo "$counts" | tr ' ' '\n' | sort -n | tail -1)
 [ "$(ulimit -n)" -gt $((max + 200)) ] || die "ulimit -n $(ulimit -n) too low for $max"
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
-  cargo build --release -q --locked -p talos-gateway -p talos-e2e --bins
+  cargo build --release -q --locked -p talos-gateway -p talos-bench-harness --bins
 fi
 
 "$bin/load-origin" "$work" >"$work/origin.out" 2>"$work/origin.log" &

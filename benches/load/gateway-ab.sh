@@ -23,7 +23,7 @@
 #   mib     1 MiB replies over HTTP/1.1:        h2load --h1 -c4 -m1
 #   newconn one request per new TLS connection: h2load --h1 -c16, -n per client 1, repeated for DUR s
 # Needs: h2load (nghttp2-client); BIN_DIR holds load-origin and bench-figures
-# (which computes each round's figures and the medians: tests/src/figures.rs).
+# (which computes each round's figures and the medians: benches/harness/src/figures.rs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/lib.sh
@@ -32,7 +32,7 @@ bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 rounds=${ROUNDS:-6} dur=${DUR:-5} workloads=${WORKLOADS:-h1 h2 mib newconn}
 command -v h2load >/dev/null || { echo "gateway-ab: h2load is missing (apt-get install nghttp2-client)" >&2; exit 1; }
 for b in load-origin bench-figures; do
-  [ -x "$bin/$b" ] || { echo "gateway-ab: no $b in $bin (cargo build --release -p talos-e2e --bin $b)" >&2; exit 1; }
+  [ -x "$bin/$b" ] || { echo "gateway-ab: no $b in $bin (cargo build --release -p talos-bench-harness --bin $b)" >&2; exit 1; }
 done
 w=$(mktemp -d /tmp/gw-ab.XXXXXX); pids=()
 stop_all() {

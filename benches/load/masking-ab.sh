@@ -13,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/lib.sh
 bin=${BIN_DIR:-target/release}
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -q -p talos-gateway -p talos-e2e --bin gateway --bin load-origin --bin bench-figures
-figures() { "$bin/bench-figures" "$@"; } # the rounds' figures and medians: tests/src/figures.rs
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -q -p talos-gateway -p talos-bench-harness --bin gateway --bin load-origin --bin bench-figures
+figures() { "$bin/bench-figures" "$@"; } # the rounds' figures and medians: benches/harness/src/figures.rs
 command -v h2load >/dev/null || { echo "masking-ab: h2load is missing (apt-get install nghttp2-client)" >&2; exit 1; }
 w=$(mktemp -d /tmp/ab.XXXXXX); pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$w"' EXIT

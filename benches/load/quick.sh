@@ -14,7 +14,7 @@
 # BIN_DIR=DIR (the binaries, default target/release), NO_BUILD=1 (use
 # BIN_DIR as it is), KEEP=1 (keep the work folder), FROM=DIR (print the
 # tables again from a kept work folder: no run).
-# The shell starts and measures; bench-figures (tests/src/figures.rs)
+# The shell starts and measures; bench-figures (benches/harness/src/figures.rs)
 # computes the figures and prints the tables from the raw output it keeps.
 # What it measures and the latest figures: benches/load/README.md.
 set -euo pipefail
@@ -29,12 +29,12 @@ bin=${BIN_DIR:-target/release}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 die() { echo "load: $*" >&2; exit 1; }
-figures() { "$bin/bench-figures" "$@"; } # tests/src/bin/bench-figures.rs
+figures() { "$bin/bench-figures" "$@"; } # benches/harness/src/bin/bench-figures.rs
 
 # FROM=DIR: the tables again from a work folder kept with KEEP=1.
 if [ -n "${FROM:-}" ]; then
   [ -f "$FROM/run.env" ] || die "$FROM/run.env is missing: is it a work folder kept with KEEP=1?"
-  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-e2e --bin bench-figures
+  [ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q --locked -p talos-bench-harness --bin bench-figures
   figures load-table "$FROM"
   exit
 fi
@@ -72,7 +72,7 @@ trap cleanup EXIT
 
 # load-origin: demo-peers' DNS server and the end-to-end TLS origin (same
 # routes: `/` a short text, `/download/N` N bytes streamed), with Nagle's
-# algorithm off on the origin's sockets; tests/src/bin/load-origin.rs says why.
+# algorithm off on the origin's sockets; benches/harness/src/bin/load-origin.rs says why.
 start_peers() {
   say "Starting the DNS server and TLS origin (load-origin, own test CA) on 127.0.0.1"
   "$bin/load-origin" "$work" >"$work/peers.out" 2>"$work/peers.log" &
@@ -241,7 +241,7 @@ run_masked() {
 # The facts the tables' header line names and the gateway's threads at the
 # end ("NAME: TICKS"), beside the raw output (RUN.direct/.gw/.gwm .out and
 # .cpu), so that FROM=DIR prints the same tables again. bench-figures
-# load-table reads them; tests/src/figures.rs says what each cell is.
+# load-table reads them; benches/harness/src/figures.rs says what each cell is.
 write_run_env() {
   {
     echo "date=$(date -u +%Y-%m-%d)"
@@ -259,7 +259,7 @@ install_tools
 tck=$(getconf CLK_TCK) # the unit of every CPU time in /proc
 if [ "${NO_BUILD:-0}" != 1 ]; then
   say "Building release binaries"
-  cargo build --release -q -p talos-gateway -p talos-e2e --bins
+  cargo build --release -q -p talos-gateway -p talos-bench-harness --bins
 fi
 start_peers
 start_gateway

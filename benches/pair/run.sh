@@ -8,7 +8,7 @@
 # against a terminated one, both against a plain TCP relay (HAProxy in TCP
 # mode, as benches/compare/run.sh's relay column), and each new
 # connection's time through the hop and without it, at p50 and p99.
-# Prints one Markdown table (tests/src/bin/pair-bench.rs computes it).
+# Prints one Markdown table (benches/harness/src/bin/pair-bench.rs computes it).
 #
 #   benches/pair/run.sh     # 2000 connections 16 at once, 300 one at a time, 1 GiB; 3 rounds
 #   CONNS=1000 CONCURRENCY=16 LATENCY_CONNS=100 MIB=64 ROUNDS=3 benches/pair/run.sh
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 if [ "${NO_BUILD:-0}" != 1 ]; then
   cargo build --release -q -p talos-gateway -p talos-control-stub --bins
-  cargo build --release -q -p talos-e2e --bin pair-bench
+  cargo build --release -q -p talos-bench-harness --bin pair-bench
 fi
 if [ "${NO_INSTALL:-0}" != 1 ] && ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
   sudo_cmd=""

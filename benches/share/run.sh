@@ -11,13 +11,13 @@
 #   benches/share/run.sh              # 2000 requests a round, 3 rounds
 #   COUNT=500 ROUNDS=5 benches/share/run.sh
 #
-# The harness is tests/src/bin/share-load.rs; the figures are in
+# The harness is benches/harness/src/bin/share-load.rs; the figures are in
 # benches/share/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count=${COUNT:-2000}
 rounds=${ROUNDS:-3}
-cargo build --release --locked -q -p talos-gateway -p talos-e2e --bin gateway --bin share-load
+cargo build --release --locked -q -p talos-gateway -p talos-bench-harness --bin gateway --bin share-load
 work=$(mktemp -d /tmp/talos-share.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ulimit -n 65536 2>/dev/null || true

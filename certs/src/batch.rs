@@ -21,9 +21,14 @@
 //!   for byte as the gateway serialised it (this crate does not know the
 //!   record type).
 //!
-//! Strings are escaped the way `serde_json` writes them. The encoding is a
-//! function of its inputs: the same header and records give the same
-//! bytes. The payload is signed as [`Kind::Batch`] (see `crate::signing`
+//! Strings are escaped the way `serde_json` writes them: `"`, `\` and the
+//! control characters U+0000–U+001F only (`\b \t \n \f \r` by name, the
+//! others `\u00xx` in lowercase hex), every other character as UTF-8 — what
+//! Python's `json.dumps(v, ensure_ascii=False, separators=(",", ":"))`
+//! writes too, which is how a verifier that shares no code with this crate
+//! re-encodes a payload to check it (`docs/records.md`, "Canonical JSON").
+//! The encoding is a function of its inputs: the same header and records
+//! give the same bytes. The payload is signed as [`Kind::Batch`] (see `crate::signing`
 //! for the signed message).
 //!
 //! # What the control plane checks

@@ -49,6 +49,8 @@
 //!   `test-util` feature, a software authenticator for tests. A public
 //!   module rather than re-exports: its names (`Assertion`, `Credential`,
 //!   `Expected`, `Flags`) read right only under `webauthn::`.
+//! - `binding`: [`KeyBinding`], a signing key tied to its role and id by a
+//!   control-channel key the control CA certified.
 //!
 //! # Key material
 //!
@@ -226,6 +228,7 @@ mod report;
 mod approval;
 
 pub mod webauthn;
+mod binding;
 
 pub use approval::{
     proposal_digest, sentence, verify_decision, Decision, DecisionError, Proposal, ProposalKind,
@@ -235,6 +238,10 @@ pub use batch::{
     ack_rejection_reasons, batch_payload, batch_records, claimed_header, Accepted, BatchHeader,
     BatchWriter, ChainState, ChainStateError, ChainVerifier, Rejection, SealError,
     DEFAULT_DIGEST_WINDOW, GENESIS_DIGEST, MAX_PAYLOAD_LEN,
+};
+pub use binding::{
+    binding_message, BindingError, BindingPayload, KeyBinding, KEY_BINDING_TAG, ROLE_GATEWAY,
+    ROLE_PLANE, ROLE_RELAY,
 };
 pub use ca::{
     CaHandover, CaParams, SessionCa, DEFAULT_CA_LIFETIME, MAX_CA_LIFETIME, NOT_BEFORE_SKEW,

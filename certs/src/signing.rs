@@ -28,7 +28,9 @@
 //! ```
 //!
 //! with the tags `0x01` batch, `0x02` drop report, `0x03` decision,
-//! `0x04` start report, `0x05` session certificate. The
+//! `0x04` start report, `0x05` session certificate (`0x06` is a key
+//! binding's, signed with ECDSA by a control-channel key: `crate::binding`).
+//! The
 //! prefix names this protocol and its version, so a TALOS signature is
 //! never valid for any other protocol's message; the tag binds the kind,
 //! so a signature over a drop report can never verify as a batch (or the

@@ -3,7 +3,8 @@
 //! `ChainVerifier`) against each gateway's chain position, and the verdict
 //! recorded by the store, in the one transaction that read the positions.
 //!
-//! - A new batch: its records and the gateway's new chain position; the
+//! - A new batch: its records, the batch itself as signed (what a
+//!   certificate bundle carries), and the gateway's new chain position; the
 //!   reports among its entries (`{"report": <signed envelope>}`: drop
 //!   reports and start reports, each checked under the same key) confirm
 //!   what they confirm ([`crate::confirm`]), in the same transaction.
@@ -69,6 +70,7 @@ pub fn accept(store: &mut Store, signed: &talos_certs::Signed) -> Result<BatchVe
                     .into_iter()
                     .partition(|v| v.get("report").is_some() || v.get("gap").is_some());
                 tx.insert_batch(&header.gateway_id, header.seq, &digest, &connections)?;
+                tx.insert_signed_batch(&header.gateway_id, header.seq, signed)?;
                 for entry in &entries {
                     if let Some(report) = entry.get("report") {
                         chain_report(tx, &header.gateway_id, header.seq, report)?;

@@ -41,10 +41,11 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::lifecycle::load;
+use crate::machine::Event;
 use crate::model::{AttemptEnd, EndReason, Mode, OpenCause, ProposalState, State};
 use crate::store::{
     Attempt, BatchInfo, BatchRejection, CaEvent, ConnectionRecord, IssuedCertificate, ResetStep,
-    Store, Tx,
+    Session, Store, Tx,
 };
 
 /// The kind of this certificate (spec: "The session certificate follows,
@@ -86,6 +87,10 @@ pub struct Certificate {
     /// The destinations the session asked for.
     pub allow: Vec<String>,
     pub attempts: Vec<CertAttempt>,
+    /// Each interruption, an entry of its own (spec: "The certificate
+    /// records each attempt and each interruption with its outcome"): the
+    /// attempt it ended, when, its cause, and what followed.
+    pub interruptions: Vec<CertInterruption>,
     /// Every connection of the session once: each record as the gateways
     /// signed it, except a member's hand-off of a connection to the peer
     /// that served it (see `forwarded`). A connection that came through a
@@ -169,6 +174,29 @@ pub struct CertAttempt {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub passthrough: Vec<String>,
     pub ca: Vec<CertCa>,
+}
+
+/// An interruption on the certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CertInterruption {
+    /// The attempt it ended.
+    pub attempt: Option<u32>,
+    /// When it was recorded.
+    pub at: String,
+    /// Its cause: who asked (`operator` and their identity for `sandbox
+    /// interrupt`; `time` and the cause, `lease_expired` say, when nothing
+    /// served the session any more).
+    pub cause: crate::store::Requester,
+    /// What followed: `recovered` (a recovery opened a new attempt),
+    /// `recovery_failed` (its open failed: the session was interrupted
+    /// again), `lost` (it ended `interruption_lost`, outcome
+    /// `outcome_unknown`: at once in mode agent, or no recovery in time),
+    /// `ended` (a stop or Revoke All while interrupted), or `pending`.
+    pub outcome: &'static str,
+    /// The command or time-driven event that followed it, as `commands`
+    /// has it; none when the interruption itself ended the session (mode
+    /// agent) or nothing has followed yet.
+    pub followed_by: Option<crate::store::CommandRecord>,
 }
 
 /// A CA made for an attempt, and its destruction.
@@ -339,6 +367,8 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
     let (records, forwarded, dns) = split_forwarded(tx.connection_records(id)?);
     let dns_totals = dns_totals(&dns);
     let reset = tx.reset_steps(id)?;
+    let commands = tx.commands(id)?;
+    let interruptions = interruptions(&commands, &attempts, &session);
     let cert_attempts = cert_attempts(&attempts, &cas);
     let (secrets, refusals) = secrets_and_refusals(&attempts, &records);
     let not_issued_because = crate::confirm::certificate_waits_for(tx, &session)?;
@@ -363,6 +393,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
         sources: session.sources.iter().map(|s| s.to_string()).collect(),
         allow: session.allow.clone(),
         attempts: cert_attempts,
+        interruptions,
         connections: records.into_iter().map(|r| r.record).collect(),
         forwarded,
         dns,
@@ -393,7 +424,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
             })
             .collect(),
         reset,
-        commands: tx.commands(id)?,
+        commands,
         issued: not_issued_because.is_none(),
         certificate_signed: None,
         not_issued_because,
@@ -448,6 +479,59 @@ fn dns_totals(dns: &[Value]) -> std::collections::BTreeMap<String, u64> {
         }
     }
     totals
+}
+
+/// Each `interrupt` of `commands` as an entry of its own: its attempt,
+/// time and cause, and what followed — the first later command that moved
+/// the session on from `interrupted` (a recovery, `interruption_lost`, a
+/// stop or Revoke All), or the session's end when the interruption itself
+/// ended it (mode agent).
+fn interruptions(
+    commands: &[crate::store::CommandRecord],
+    attempts: &[Attempt],
+    session: &Session,
+) -> Vec<CertInterruption> {
+    let mut out = Vec::new();
+    for (i, c) in commands.iter().enumerate() {
+        if c.event != Event::Interrupt.as_str() {
+            continue;
+        }
+        let next = commands[i + 1..].iter().find(|n| {
+            [
+                Event::Recover,
+                Event::InterruptionLost,
+                Event::Stop,
+                Event::RevokeAll,
+            ]
+            .iter()
+            .any(|e| e.as_str() == n.event)
+        });
+        let outcome = match next {
+            Some(n) if n.event == Event::Recover.as_str() => {
+                let failed = attempts.iter().any(|a| {
+                    Some(a.n) == n.attempt && a.end_cause == Some(AttemptEnd::StartFailed)
+                });
+                if failed {
+                    "recovery_failed"
+                } else {
+                    "recovered"
+                }
+            }
+            Some(n) if n.event == Event::InterruptionLost.as_str() => "lost",
+            Some(_) => "ended",
+            // In mode agent the interruption ends the session itself.
+            None if session.end_reason == Some(EndReason::InterruptionLost) => "lost",
+            None => "pending",
+        };
+        out.push(CertInterruption {
+            attempt: c.attempt,
+            at: c.at.clone(),
+            cause: c.by.clone(),
+            outcome,
+            followed_by: next.cloned(),
+        });
+    }
+    out
 }
 
 /// Each attempt as the certificate shows it, with the CAs made for it.

@@ -124,15 +124,37 @@ pub enum Command {
     /// certificate_not_issued while it cannot: the session has not ended
     /// with every reset step confirmed, or a gateway's batches through the
     /// end of its part are not all in (a holder's through the end of its
-    /// authority, a forwarder's through its hand-off records).
+    /// authority, a forwarder's through its hand-off records). `certificate
+    /// bundle ID --out FILE` writes the bundle a reviewer checks alone
+    /// (docs/records.md, "Verifying a certificate yourself").
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Certificate {
+        #[command(subcommand)]
+        action: Option<CertificateCommand>,
         /// The session id.
-        id: String,
+        #[arg(required = true)]
+        id: Option<String>,
         /// Print the issued certificate as its signed envelope (kind
         /// `certificate`: the exact payload bytes and the signature), for
         /// checking with openssl (docs/records.md).
         #[arg(long)]
         signed: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertificateCommand {
+    /// Write session ID's certificate bundle to FILE (JSON lines, format
+    /// `talos-certificate-bundle` version 1): the issued certificate, every
+    /// signed batch, report and decision it rests on, and the keys that
+    /// signed them bound under the control CA. Needs --control-dir. Issues
+    /// the certificate first if it can be issued now.
+    Bundle {
+        /// The session id.
+        id: String,
+        /// Where to write it (replaced whole, never left half-written).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
 }
 
@@ -503,7 +525,12 @@ pub fn run(
             let out = gateway(&mut Store::open(&cli.db)?, cmd)?;
             write_out(stdout, &out)
         }
-        Command::Certificate { id, signed } => {
+        Command::Certificate {
+            action: Some(CertificateCommand::Bundle { id, out }),
+            ..
+        } => bundle_command(cli, &mut Store::open(&cli.db)?, id, out, stdout),
+        Command::Certificate { id, signed, .. } => {
+            let id = id.as_deref().unwrap_or_default();
             certificate_command(cli, &mut Store::open(&cli.db)?, id, *signed, stdout)
         }
     }
@@ -761,6 +788,26 @@ fn certificate_command(
     Ok(())
 }
 
+/// `certificate bundle ID --out FILE`: issued first if it can be, then
+/// written with its evidence ([`crate::bundle`]).
+fn bundle_command(
+    cli: &Cli,
+    store: &mut Store,
+    id: &str,
+    out: &std::path::Path,
+    stdout: &mut dyn Write,
+) -> Result<(), Error> {
+    let dir = control_dir(cli, "certificate bundle")?;
+    let key = crate::identity::existing_plane_key(dir)?;
+    store.write(|tx| crate::confirm::reevaluate(tx, id))?;
+    crate::certificate::issue(store, id, &key)?;
+    let summary = crate::bundle::write_file(store, dir, id, out)?;
+    write_out(
+        stdout,
+        &json(&serde_json::json!({"bundle": out, "written": summary}))?,
+    )
+}
+
 /// The relay's signing key, from `--control-dir`.
 fn relay_key(cli: &Cli) -> Result<talos_certs::GatewayKey, Error> {
     let dir = cli
@@ -814,7 +861,7 @@ fn register_gateways(
             continue;
         };
         match store.register_gateway(&d.gateway_id, &d.public_key_hex) {
-            Ok(_) => {}
+            Ok(_) => store.keep_key_binding(&d.gateway_id, &d.public_key_hex, &d.key_binding)?,
             // Its word cannot be trusted, but it must not stop a stop or
             // a Revoke All from reaching the others: say so, open nothing
             // there, go on.

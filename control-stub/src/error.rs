@@ -35,6 +35,7 @@
 //! | `gateway_unaddressed` | `serve` found live sessions on a member that has no control address (`gateway add ID --control ADDR`, or `--gateway ID=ADDR`); it does not start |
 //! | `batch_conflict` | a batch sequence number already recorded with another digest |
 //! | `certificate_not_issued` | the session certificate cannot be issued: the session has not ended, or a reset step is not confirmed |
+//! | `bundle_incomplete` | `certificate bundle` cannot show what the certificate rests on: a batch it needs was accepted before batches were kept as signed, a member has no registered key, or `plane.key` is not the key that signed the certificate |
 //! | `lock_rule_invalid` | a `policy lock add` rule is malformed: a destination that is neither a name nor `*`, a method that is not an HTTP token, a path prefix not starting with `/`, no approver, a bad approver name |
 //! | `lock_rule_not_found` | `policy lock remove` of an id no rule has |
 //! | `approval_not_found` | no proposal has that id |
@@ -122,6 +123,8 @@ pub enum Error {
     },
     #[error("session {id}: {reason}")]
     CertificateNotIssued { id: String, reason: String },
+    #[error("session {id}: no bundle: {reason}")]
+    BundleIncomplete { id: String, reason: String },
     #[error("{reason}")]
     LockRuleInvalid { reason: String },
     #[error("no Lock rule {id}")]
@@ -187,6 +190,7 @@ impl Error {
             Error::GatewayUnaddressed(_) => "gateway_unaddressed",
             Error::BatchConflict { .. } => "batch_conflict",
             Error::CertificateNotIssued { .. } => "certificate_not_issued",
+            Error::BundleIncomplete { .. } => "bundle_incomplete",
             Error::LockRuleInvalid { .. } => "lock_rule_invalid",
             Error::LockRuleNotFound { .. } => "lock_rule_not_found",
             Error::ApprovalNotFound { .. } => "approval_not_found",

@@ -360,6 +360,7 @@ impl GatewayLink for FakeLink {
                         public_key_hex: talos_certs::sha384_hex(m.id.as_bytes())[..64].to_owned(),
                         instance: m.instance.clone(),
                         lease_ms: FAKE_LEASE_MS,
+                        key_binding: Vec::new(),
                     }),
                 },
             })

@@ -408,6 +408,7 @@ impl GatewayLink for GrpcLink {
                 public_key_hex: key,
                 instance: reply.instance,
                 lease_ms: reply.lease_ms,
+                key_binding: reply.key_binding,
             })
         })
     }

@@ -228,6 +228,19 @@ pub fn plane_key(dir: &Path) -> Result<talos_certs::GatewayKey, Error> {
     })
 }
 
+/// The control plane's signing key in `dir`, which must exist: what reads
+/// the key to show what it signed never makes one.
+pub fn existing_plane_key(dir: &Path) -> Result<talos_certs::GatewayKey, Error> {
+    let path = dir.join(PLANE_KEY);
+    if !path.exists() {
+        return Err(Error::Io {
+            what: path.display().to_string(),
+            reason: "does not exist: the control plane's key signs certificates (control-stub init makes it)".into(),
+        });
+    }
+    plane_key(dir)
+}
+
 /// The relay's signing key in `dir`, made (mode 0600) if the file does not
 /// exist; an existing key is never replaced.
 pub fn relay_key(dir: &Path) -> Result<talos_certs::GatewayKey, Error> {

@@ -57,6 +57,9 @@
 //!   confirmed.
 //! - [`relay`]: the approval relay: proposals in, signed decisions out.
 //! - [`certificate`](mod@certificate): the session certificate.
+//! - [`bundle`]: the certificate bundle: the issued certificate with every
+//!   signed batch, report and decision it rests on and the keys that made
+//!   them, for a reviewer who checks it alone.
 //! - [`upkeep`]: what one round of `serve`'s upkeep does: members
 //!   described, leases renewed, closes owed asked again, the spec's
 //!   time-driven events, certificates issued, metrics (on the store and
@@ -74,6 +77,8 @@
 //!   the signals, the settings.
 //! - [`cli`]: the `control-stub` command line: parses and dispatches
 //!   (`serve` to [`server::run`]).
+//! - `synth` (only with the `test-util` feature): a synthetic session with
+//!   real signatures, for the certificate bundle's tests and benchmark.
 
 #![forbid(unsafe_code)]
 
@@ -96,11 +101,14 @@ pub mod trust;
 pub mod lifecycle;
 pub mod relay;
 pub mod certificate;
+pub mod bundle;
 pub mod upkeep;
 pub mod approvals_api;
 pub mod people;
 pub mod server;
 pub mod cli;
+#[cfg(any(test, feature = "test-util"))]
+pub mod synth;
 
 pub use certificate::{certificate, Certificate};
 pub use confirm::SignatureVerifier;

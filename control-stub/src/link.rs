@@ -153,6 +153,9 @@ pub struct Described {
     /// Its running process.
     pub instance: String,
     pub lease_ms: u64,
+    /// Its signing key bound to its role and id under the control CA
+    /// (talos-certs `KeyBinding`, JSON), as it gave it; empty when none.
+    pub key_binding: Vec<u8>,
 }
 
 /// What a gateway needs to serve a session's attempt.

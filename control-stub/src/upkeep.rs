@@ -201,6 +201,11 @@ impl Upkeep<'_> {
                             })?;
                             continue;
                         }
+                        self.store.keep_key_binding(
+                            &d.gateway_id,
+                            &d.public_key_hex,
+                            &d.key_binding,
+                        )?;
                     }
                     let at = crate::store::now();
                     self.store.try_write(|tx| {

@@ -367,6 +367,55 @@ fn the_certificate_shows_each_attempt_with_its_cause_and_end() {
     assert_eq!(cert["issued"], true);
 }
 
+/// Each interruption is an entry of its own: the attempt it ended, when,
+/// its cause (who asked), what followed and its outcome.
+#[test]
+fn each_interruption_is_an_entry_with_its_cause_time_and_what_followed() {
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    env.life().interrupt(&id).unwrap();
+    env.life().recover(&id).unwrap();
+    env.life().interrupt(&id).unwrap();
+    env.life().stop(&id).unwrap();
+    let cert = env.issue(&id);
+    let entries = cert["interruptions"].as_array().expect("interruptions");
+    assert_eq!(entries.len(), 2, "{cert}");
+    let interrupts: Vec<&serde_json::Value> = cert["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["event"] == "interrupt")
+        .collect();
+    let (first, second) = (&entries[0], &entries[1]);
+    assert_eq!(first["attempt"], 1);
+    assert_eq!(first["at"], interrupts[0]["at"]);
+    assert_eq!(first["cause"]["requester"], "operator");
+    assert!(first["cause"]["requested_by"].is_string());
+    assert_eq!(first["outcome"], "recovered");
+    assert_eq!(first["followed_by"]["event"], "recover");
+    assert_eq!(first["followed_by"]["attempt"], 2);
+    assert_eq!(second["attempt"], 2);
+    assert_eq!(second["at"], interrupts[1]["at"]);
+    assert_eq!(second["outcome"], "ended");
+    assert_eq!(second["followed_by"]["event"], "stop");
+
+    // In mode agent the interruption ends the session itself.
+    let id = env.start(Mode::Agent).session_id;
+    env.life().interrupt(&id).unwrap();
+    let cert = env.issue(&id);
+    let entries = cert["interruptions"].as_array().expect("interruptions");
+    assert_eq!(entries.len(), 1, "{cert}");
+    assert_eq!(entries[0]["attempt"], 1);
+    assert_eq!(entries[0]["outcome"], "lost");
+    assert!(entries[0]["followed_by"].is_null());
+    assert_eq!(cert["end_reason"], "interruption_lost");
+
+    // A session never interrupted has none.
+    let id = env.start(Mode::Commands).session_id;
+    env.life().stop(&id).unwrap();
+    assert_eq!(env.issue(&id)["interruptions"], serde_json::json!([]));
+}
+
 #[test]
 fn a_gap_a_gateway_set_aside_shows_on_the_certificates_it_touches() {
     let mut env = Env::new().with_policy();

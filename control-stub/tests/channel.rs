@@ -587,6 +587,13 @@ fn old_store(db: &std::path::Path, version: i64) {
         )
         .unwrap();
     }
+    // From version 10 an attempt that ran says when it began to run.
+    if version >= 10 {
+        conn.execute_batch(
+            "UPDATE attempts SET running_at = started_at WHERE session_id = 'sbx-000000000001';",
+        )
+        .unwrap();
+    }
     // From version 7 a session's sources are indexed as it starts.
     if version >= 7 {
         conn.execute_batch(
@@ -630,7 +637,7 @@ fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
         // Version 9's push subscriptions: none yet.
         assert!(store.push_subscriptions("alice").unwrap().is_empty());
         assert!(status.attempts[0].attempt.passthrough.is_empty());
-        // Version 9: no hard stop, and the attempt, which ended paused,
+        // Version 10: no hard stop, and the attempt, which ended paused,
         // ran from its start.
         assert_eq!(status.session.stop_after_seconds, None);
         assert_eq!(
@@ -648,7 +655,7 @@ fn every_earlier_store_is_upgraded_in_place_and_keeps_its_sessions() {
             Some(("10.1.0.2".parse().unwrap(), "sbx-000000000001".to_owned())),
             "from {version}"
         );
-        // Version 9 rebuilt the sessions table: `failed` is a state now,
+        // Version 10 rebuilt the sessions table: `failed` is a state now,
         // and the hard stop's range is checked.
         let mut store = store;
         use talos_control_stub::store::Value;

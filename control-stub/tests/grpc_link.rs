@@ -117,6 +117,7 @@ impl Gateway for StandIn {
             key_id: self.key.key_id(),
             instance: "00000000000000aa".into(),
             lease_ms: 60_000,
+            key_binding: Vec::new(),
         }))
     }
 

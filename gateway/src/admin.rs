@@ -155,11 +155,11 @@ fn describe() {
     );
     describe_counter!(
         "gateway_link_refused_total",
-        "Connections refused on the member link before a session's byte was read, by cause."
+        "Connections and streams refused on the member link before a session's byte was served, by cause."
     );
     describe_gauge!(
         "gateway_forwarding_sessions",
-        "Sessions the forwarding table holds: live sessions peers hold and this member does not."
+        "Sessions this member forwards for: live sessions a peer holds whose sources hold no live authority here (not the sessions it holds itself)."
     );
     describe_counter!(
         "gateway_approvals_total",

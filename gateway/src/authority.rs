@@ -448,6 +448,7 @@ mod tests {
                 sealer: tx,
                 max_records: 1,
                 interval: Duration::from_secs(3600),
+                sync: crate::records::journal::DataSync::disk(),
             }),
             gateway_id: Arc::clone(&gateway),
             instance,

@@ -246,9 +246,17 @@ causes! {
         /// `unknown_source`: a connection forwarded over the member link
         /// for a session other than the one its source belongs to here.
         LinkSessionMismatch => "link_session_mismatch",
+        /// `unknown_source`: a connection forwarded over the member link
+        /// for another attempt of the session its source belongs to here
+        /// (the forwarder's table or the holder's authority is behind).
+        LinkAttemptMismatch => "link_attempt_mismatch",
         /// Allowed, passthrough: no byte moved either way for
         /// [`PASSTHROUGH_IDLE`].
         PassthroughIdle => "passthrough_idle",
+        /// Allowed: still open when the drain's grace ran out, and cut
+        /// (terminated, passthrough or forwarded alike; the record says
+        /// `cut`).
+        CutAtGrace => "cut_at_grace",
     }
 }
 
@@ -335,6 +343,9 @@ enum Ending {
     HandshakeTimeout,
     /// A passthrough connection moved nothing for [`PASSTHROUGH_IDLE`].
     Idle,
+    /// The drain's grace ran out with the connection open: the gateway cut
+    /// it ([`Shutdown::cut`]).
+    Cut,
 }
 
 impl Ending {
@@ -345,6 +356,7 @@ impl Ending {
             Ending::HandshakeFailed => Some(Cause::SessionHandshakeFailed.as_str()),
             Ending::HandshakeTimeout => Some(Cause::SessionHandshakeTimeout.as_str()),
             Ending::Idle => Some(Cause::PassthroughIdle.as_str()),
+            Ending::Cut => Some(Cause::CutAtGrace.as_str()),
         }
     }
 }
@@ -423,9 +435,27 @@ impl<S: ClientStream> Conn<'_, S> {
             }
             return Err(refused(Refusal::SessionEnded, Cause::SuspendedAfterFreeze));
         }
-        if let Some((id, _)) = self.via.as_ref().and_then(|v| v.session.as_ref()) {
-            if **id != *session.id {
-                return Err(refused(Refusal::UnknownSource, Cause::LinkSessionMismatch));
+        // A peer forwards for the authority its header names: served only
+        // if that is the one held live here for the source.
+        if let Some(via) = &self.via {
+            if let Some((id, attempt)) = &via.session {
+                use crate::pair::link::LinkRefusal;
+                let mismatch = if **id != *session.id {
+                    Some((LinkRefusal::SessionMismatch, Cause::LinkSessionMismatch))
+                } else if *attempt != session.attempt {
+                    Some((LinkRefusal::AttemptMismatch, Cause::LinkAttemptMismatch))
+                } else {
+                    None
+                };
+                if let Some((why, cause)) = mismatch {
+                    crate::pair::link::mismatch(
+                        why,
+                        &via.peer,
+                        (id, *attempt),
+                        (&session.id, session.attempt),
+                    );
+                    return Err(refused(Refusal::UnknownSource, cause));
+                }
             }
         }
         // The session's share: counted open, and in its handshake until TLS is up.
@@ -462,6 +492,7 @@ impl<S: ClientStream> Conn<'_, S> {
                 if let Some(cause) = ending.cause() {
                     self.record.cause = Some(cause);
                 }
+                self.record.cut = ending == Ending::Cut;
             }
             Err(refused) => {
                 // A session pushing at a bound of its share is recorded and
@@ -582,7 +613,7 @@ impl<S: ClientStream> Conn<'_, S> {
                     Err(e) => tracing::debug!(error = %e, "forwarded connection ended with an error"),
                 }
             }
-            () = self.cx.shutdown.cut.cancelled() => {}
+            () = self.cx.shutdown.cut.cancelled() => return Ok(Ending::Cut),
         }
         Ok(Ending::Closed)
     }
@@ -634,12 +665,14 @@ impl<S: ClientStream> Conn<'_, S> {
             }
         };
         // The drain's start does not end it (its TLS is not the gateway's
-        // to close gracefully): it runs until its end, or the grace's.
+        // to close gracefully): it runs until its end, or the grace's,
+        // where it is cut as a terminated connection is (`stop` was made
+        // `told`: the drain's start is not among its events).
         let ended = tokio::select! {
             relayed = relayed => relayed,
             stopped = &mut stop => match stopped {
                 Stop::Ended(cause) => return Err(refused(Refusal::SessionEnded, cause)),
-                Stop::Cut | Stop::Drain => return Ok(Ending::Closed),
+                Stop::Cut | Stop::Drain => return Ok(Ending::Cut),
             },
         };
         match ended {
@@ -948,7 +981,7 @@ where
                 first = &mut first => break first,
                 stopped = stop.next() => match stopped {
                     Stop::Drain => {}
-                    Stop::Cut => return Some(Ok(Ending::Closed)),
+                    Stop::Cut => return Some(Ok(Ending::Cut)),
                     // No request yet, so none held for approval.
                     Stop::Ended(cause) => {
                         return Some(Err(refused(Refusal::SessionEnded, cause)));
@@ -1062,7 +1095,7 @@ where
                         closing = true;
                     }
                 }
-                Stop::Cut => return Ok(Ending::Closed),
+                Stop::Cut => return Ok(Ending::Cut),
                 Stop::Ended(cause) => {
                     if conn.holds.answers_pending() {
                         served.as_mut().graceful();

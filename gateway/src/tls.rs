@@ -234,7 +234,10 @@ pub const HOLDINGS_ALPN: &[u8] = b"talos-holdings/1";
 /// The member link's listener: TLS 1.3 only, ALPN [`LINK_ALPN`] and
 /// [`HOLDINGS_ALPN`], the gateway's control certificate, and a client
 /// certificate chaining to the control CA required (which member it
-/// names is checked after the handshake: `crate::pair::link`).
+/// names is checked after the handshake: `crate::pair::link`). rustls
+/// ends a handshake whose client offers only other protocols, but lets
+/// one that offers none through: the link refuses that one after the
+/// handshake (`no_alpn`).
 pub fn link_server_config(
     ca: &[CertificateDer<'static>],
     chain: Vec<CertificateDer<'static>>,

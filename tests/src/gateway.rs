@@ -61,7 +61,7 @@ impl Gateway {
             .arg("run")
             .arg("--config")
             .arg(&config_path)
-            // Benchmarks over the rig (`pair-bench`) log less: a debug log
+            // Benchmarks over the rig (`pair-bench`, in benches/harness) log less: a debug log
             // of every frame would be most of what they measure.
             .env(
                 "RUST_LOG",
@@ -229,7 +229,7 @@ pub struct TestConfig {
     pub resolver_timeout_ms: u64,
     /// `upstream.connect_timeout_ms` and `limits.hello_timeout_ms`: short
     /// in tests (5000, 2000); `None` leaves the gateway's defaults (the
-    /// benchmarks' configs, `tests/src/bin/bench-figures.rs`).
+    /// benchmarks' configs, `benches/harness/src/bin/bench-figures.rs`).
     pub connect_timeout_ms: Option<u64>,
     pub hello_timeout_ms: Option<u64>,
     /// Every session's tenant (default `acme`).

@@ -5,7 +5,6 @@
 //!   protocol, with a virtual authenticator, axe-core and screenshots:
 //!   what the people-facing tests drive the web pages with.
 //! - [`dns`]: a real DNS server (UDP) answering from a table.
-//! - [`figures`]: the bench scripts' arithmetic and tables, from their raw output.
 //! - [`gateway`]: the `gateway` binary started as operators start it.
 //! - [`member`]: a `gateway` followed across handovers, with `gateway
 //!   reload` and `gateway upgrade`.
@@ -28,12 +27,19 @@
 //!   ([`rig::Pair`]).
 //! - [`wait`]: waiting, within a deadline, for what another process or
 //!   task does.
+//!
+//! The binaries beside them (`src/bin/`) are what `scripts/` runs on the
+//! same peers: `demo-peers` and `demo-check` (`scripts/demo.sh`: its DNS
+//! server and origin, and the check of its certificate, tested over
+//! `testdata/demo/`), and `people-screenshots`
+//! (`scripts/people-screenshots.sh`). The benchmarks' tools stand on this
+//! library too, from their own crate (`benches/harness`), which this one
+//! never depends on.
 
 pub mod browser;
 pub mod clients;
 pub mod control;
 pub mod dns;
-pub mod figures;
 pub mod gateway;
 pub mod grpc;
 pub mod hostile;

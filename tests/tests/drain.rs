@@ -6,15 +6,13 @@
 //! connection opened before the drain gets its first request answered the
 //! same way. HTTP/2: GOAWAY at once, and the streams already open are
 //! answered. What still runs at the grace — a download the client reads
-//! too slowly — is cut, and its record says `cut: true`.
+//! too slowly — is cut, and its record says `cut: true` (the request's
+//! entry and the connection, whose cause is `cut_at_grace`).
 //!
-//! Real `gateway` processes (a member followed across its handover), real
-//! signals, a TLS origin holding requests until the test lets them go, and
-//! clients that see every frame: hyper's HTTP/1.1 client and a raw HTTP/2
-//! one.
-
-use std::net::SocketAddr;
-use std::path::PathBuf;
+//! Real `gateway` processes (a member followed across its handover, on
+//! the shared rig: [`Single`] with a [`Member`]), real signals, a TLS
+//! origin holding requests until the test lets them go, and clients that
+//! see every frame: hyper's HTTP/1.1 client and a raw HTTP/2 one.
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -23,65 +21,28 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
-use talos_e2e::clients::{self, http};
-use talos_e2e::gateway::{TestConfig, TestSession};
+use talos_e2e::clients::http;
 use talos_e2e::member::{alive, signal, Member};
-use talos_e2e::origin::LoopbackOrigin;
+use talos_e2e::rig::Single;
 use talos_e2e::wait;
 
 const NAME: &str = "origin.test";
-const SOURCE: &str = clients::SESSION_SOURCE;
 /// Long enough that anything the tests see before it comes from the
 /// drain's announcement, not from its end.
 const LONG_GRACE_MS: u64 = 20_000;
 
-struct Rig {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    origin: LoopbackOrigin,
-    trust_file: PathBuf,
-}
+/// A member (its process socket in the rig's folder, for `gateway
+/// upgrade`) with one static session from the rig's session source to
+/// [`NAME`], the origin behind it, and this grace.
+type Rig = Single<Member>;
 
-impl Rig {
-    async fn new() -> Rig {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().to_owned();
-        let origin = LoopbackOrigin::start(&dir, NAME).await;
-        Rig {
-            trust_file: dir.join("session-ca.pem"),
-            _tmp: tmp,
-            dir,
-            origin,
-        }
-    }
-
-    /// A member: one static session, the process socket, this grace.
-    fn member(&self, grace_ms: u64) -> Member {
-        let mut c: TestConfig = self.origin.config();
-        c.sessions = vec![TestSession {
-            id: "sess-drain".into(),
-            sources: vec![SOURCE.into()],
-            allowlist: vec![NAME.into()],
-            trust_file: self.trust_file.clone(),
-            attach: Vec::new(),
-            passthrough: Vec::new(),
-        }];
-        c.limits = format!("shutdown_grace_ms = {grace_ms}\n");
-        let mut text = c.toml(&self.dir);
-        text.push_str(&format!(
-            "[process]\nsocket = {:?}\n",
-            self.dir.join("gateway.sock").display().to_string()
-        ));
-        Member::start(&self.dir, &text)
-    }
-
-    fn records(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.dir.join("records.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a record is JSON"))
-            .collect()
-    }
+async fn rig(grace_ms: u64) -> Rig {
+    Single::builder()
+        .session(&[NAME])
+        .session_id("sess-drain")
+        .limits(&format!("shutdown_grace_ms = {grace_ms}\n"))
+        .start_loopback(&[NAME])
+        .await
 }
 
 /// What the origin answers for `/PATH` (and `/hold/NAME/PATH`).
@@ -111,8 +72,8 @@ struct Got {
 }
 
 impl H1 {
-    async fn open(gateway: SocketAddr, rig: &Rig) -> H1 {
-        let tls = http::tls(SOURCE, gateway, NAME, &rig.trust_file, false).await;
+    async fn open(rig: &Rig) -> H1 {
+        let tls = rig.tls(NAME, false).await;
         let (send, conn) = http1::handshake(TokioIo::new(tls))
             .await
             .expect("HTTP/1.1 handshake");
@@ -243,8 +204,8 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 impl H2 {
-    async fn open(gateway: SocketAddr, rig: &Rig) -> H2 {
-        let mut tls = http::tls(SOURCE, gateway, NAME, &rig.trust_file, true).await;
+    async fn open(rig: &Rig) -> H2 {
+        let mut tls = rig.tls(NAME, true).await;
         let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         hello.extend(frame(SETTINGS, 0, 0, &[]));
         tls.write_all(&hello).await.expect("preface");
@@ -367,10 +328,8 @@ async fn exited(pid: u32) {
 /// waiting out the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flight() {
-    let rig = Rig::new().await;
-    let member = rig.member(LONG_GRACE_MS);
-    let pid = member.pids[0];
-    let gateway = member.data();
+    let rig = rig(LONG_GRACE_MS).await;
+    let pid = rig.gateway.pids[0];
 
     // Every connection has served one request first: keep-alive
     // connections, as a client's pool holds them. The first one's is a
@@ -379,7 +338,7 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
     let mut idle = Vec::new();
     let mut busy = Vec::new();
     for i in 0..5 {
-        let mut c = H1::open(gateway, &rig).await;
+        let mut c = H1::open(&rig).await;
         let path = if i == 0 {
             "/download/300000".to_owned()
         } else {
@@ -406,10 +365,10 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
         held.push((format!("h1-{i}"), path.clone(), in_flight(c, &path)));
     }
     for (name, _, _) in &held {
-        rig.origin.origin.wait_held(name).await;
+        rig.peers.origin.wait_held(name).await;
     }
     // Opened, its TLS up, no request yet.
-    let fresh_tls = http::tls(SOURCE, gateway, NAME, &rig.trust_file, false).await;
+    let fresh_tls = rig.tls(NAME, false).await;
 
     signal(pid, "TERM");
     // The idle connections close while the requests are still held.
@@ -422,7 +381,7 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
     }
     // The fresh connection's first request comes during the drain.
     wait::until_async("the drain to begin", || {
-        wait::check(member.log(), |l| l.contains("draining open="))
+        wait::check(rig.gateway.log(), |l| l.contains("draining open="))
     })
     .await;
     let (send, conn) = http1::handshake(TokioIo::new(fresh_tls))
@@ -435,7 +394,7 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
     let fresh = in_flight(fresh, "/during/the/drain");
 
     for (name, _, _) in &held {
-        rig.origin.origin.release(name);
+        rig.peers.origin.release(name);
     }
     for (_, path, task) in held {
         answered_and_closed(task, &path).await;
@@ -443,9 +402,9 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
     answered_and_closed(fresh, "/during/the/drain").await;
     exited(pid).await;
     assert!(
-        !member.log().contains("grace over"),
+        !rig.gateway.log().contains("grace over"),
         "nothing was left to cut: {}",
-        member.log()
+        rig.gateway.log()
     );
     // Every request is on the record, whole.
     let requests: Vec<serde_json::Value> = rig
@@ -467,17 +426,16 @@ async fn sigterm_closes_idle_keep_alive_connections_and_answers_requests_in_flig
 /// the connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_sends_goaway_and_answers_the_open_streams() {
-    let rig = Rig::new().await;
-    let member = rig.member(LONG_GRACE_MS);
-    let pid = member.pids[0];
-    let mut h2 = H2::open(member.data(), &rig).await;
+    let rig = rig(LONG_GRACE_MS).await;
+    let pid = rig.gateway.pids[0];
+    let mut h2 = H2::open(&rig).await;
     h2.get(1, "/before").await;
     assert!(h2.until("stream 1's answer", |h| h.streams[&1].ended).await);
     h2.assert_answered(1, "/before");
     h2.get(3, "/hold/h2-a/open/a").await;
     h2.get(5, "/hold/h2-b/open/b").await;
-    rig.origin.origin.wait_held("h2-a").await;
-    rig.origin.origin.wait_held("h2-b").await;
+    rig.peers.origin.wait_held("h2-a").await;
+    rig.peers.origin.wait_held("h2-b").await;
 
     signal(pid, "TERM");
     let told = h2.until("GOAWAY", |h| !h.goaways.is_empty()).await;
@@ -487,8 +445,8 @@ async fn sigterm_sends_goaway_and_answers_the_open_streams() {
         !h2.streams[&3].ended && !h2.streams[&5].ended,
         "GOAWAY came while the streams were open"
     );
-    rig.origin.origin.release("h2-a");
-    rig.origin.origin.release("h2-b");
+    rig.peers.origin.release("h2-a");
+    rig.peers.origin.release("h2-b");
     let done = |h: &H2| h.streams[&3].ended && h.streams[&5].ended;
     assert!(h2.until("the open streams' answers", done).await);
     h2.assert_answered(3, "/hold/h2-a/open/a");
@@ -499,7 +457,11 @@ async fn sigterm_sends_goaway_and_answers_the_open_streams() {
     let last = h2.goaways.last().expect("a GOAWAY");
     assert!(last.0 >= 5 && last.1 == 0, "{:?}", h2.goaways);
     exited(pid).await;
-    assert!(!member.log().contains("grace over"), "{}", member.log());
+    assert!(
+        !rig.gateway.log().contains("grace over"),
+        "{}",
+        rig.gateway.log()
+    );
     let requests: Vec<serde_json::Value> = rig
         .records()
         .iter()
@@ -520,25 +482,23 @@ async fn sigterm_sends_goaway_and_answers_the_open_streams() {
 /// HTTP/2 — and answers what they have in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_upgrade_drains_the_old_process_connections_gracefully() {
-    let rig = Rig::new().await;
-    let mut member = rig.member(LONG_GRACE_MS);
-    let old = member.pids[0];
-    let gateway = member.data();
+    let mut rig = rig(LONG_GRACE_MS).await;
+    let old = rig.gateway.pids[0];
 
-    let mut idle = H1::open(gateway, &rig).await;
+    let mut idle = H1::open(&rig).await;
     assert_eq!(idle.get("/first").await.expect("first").status, 200);
-    let mut busy = H1::open(gateway, &rig).await;
+    let mut busy = H1::open(&rig).await;
     assert_eq!(busy.get("/first").await.expect("first").status, 200);
     let h1_path = "/hold/up-h1/across/h1";
     let busy = in_flight(busy, h1_path);
-    let mut h2 = H2::open(gateway, &rig).await;
+    let mut h2 = H2::open(&rig).await;
     h2.get(1, "/hold/up-h2/across/h2").await;
-    rig.origin.origin.wait_held("up-h1").await;
-    rig.origin.origin.wait_held("up-h2").await;
+    rig.peers.origin.wait_held("up-h1").await;
+    rig.peers.origin.wait_held("up-h2").await;
 
-    let (ok, out, err) = tokio::task::block_in_place(|| member.command("upgrade"));
-    assert!(ok, "upgrade: {out} {err}\n{}", member.log());
-    let second = tokio::task::block_in_place(|| member.wait_ready(2));
+    let (ok, out, err) = tokio::task::block_in_place(|| rig.gateway.command("upgrade"));
+    assert!(ok, "upgrade: {out} {err}\n{}", rig.gateway.log());
+    let second = tokio::task::block_in_place(|| rig.gateway.wait_ready(2));
     assert_ne!(second["pid"].as_u64(), Some(u64::from(old)));
 
     assert_eq!(
@@ -551,14 +511,14 @@ async fn an_upgrade_drains_the_old_process_connections_gracefully() {
         .await;
     assert!(told, "the old process's connection ended without a GOAWAY");
     // The successor serves a new connection meanwhile.
-    let mut next = H1::open(gateway, &rig).await;
+    let mut next = H1::open(&rig).await;
     let got = next.get("/on/the/successor").await.expect("successor");
     assert_eq!(got.status, 200);
     assert_eq!(got.connection, None);
     assert!(alive(old), "the old process still drains");
 
-    rig.origin.origin.release("up-h1");
-    rig.origin.origin.release("up-h2");
+    rig.peers.origin.release("up-h1");
+    rig.peers.origin.release("up-h2");
     answered_and_closed(busy, h1_path).await;
     assert!(
         h2.until("the open stream's answer", |h| h.streams[&1].ended)
@@ -566,24 +526,27 @@ async fn an_upgrade_drains_the_old_process_connections_gracefully() {
     );
     h2.assert_answered(1, "/hold/up-h2/across/h2");
     exited(old).await;
-    assert!(!member.log().contains("grace over"), "{}", member.log());
+    assert!(
+        !rig.gateway.log().contains("grace over"),
+        "{}",
+        rig.gateway.log()
+    );
 }
 
 /// (d) A download the client reads too slowly to finish within the grace
 /// (it stopped reading): cut at the grace, on HTTP/1.1 and HTTP/2 alike,
 /// and each one's record lists its request with the status sent and
-/// `cut: true`.
+/// `cut: true`, and says the connection was cut (`cut: true`, cause
+/// `cut_at_grace`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
-    let rig = Rig::new().await;
-    let member = rig.member(1500);
-    let pid = member.pids[0];
-    let gateway = member.data();
+    let rig = rig(1500).await;
+    let pid = rig.gateway.pids[0];
     const H1_PATH: &str = "/download/1073741824";
     const H2_PATH: &str = "/download/1073741825";
 
     // HTTP/1.1: the head is read, the body never.
-    let mut h1 = H1::open(gateway, &rig).await;
+    let mut h1 = H1::open(&rig).await;
     h1.send.ready().await.expect("ready");
     let req = hyper::Request::get(H1_PATH)
         .header("host", NAME)
@@ -597,7 +560,7 @@ async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
     assert_eq!(resp.status(), 200);
     // HTTP/2: the head and the first window of data, then no
     // WINDOW_UPDATE: the stream stalls.
-    let mut h2 = H2::open(gateway, &rig).await;
+    let mut h2 = H2::open(&rig).await;
     h2.get(1, H2_PATH).await;
     assert!(
         h2.until("the download's first bytes", |h| h.streams[&1].data.len()
@@ -608,11 +571,11 @@ async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
     signal(pid, "TERM");
     exited(pid).await;
     assert!(
-        member
+        rig.gateway
             .log()
             .contains("grace over; cutting open connections"),
         "{}",
-        member.log()
+        rig.gateway.log()
     );
     assert!(
         !h2.streams[&1].ended,
@@ -621,12 +584,25 @@ async fn a_download_still_streaming_at_the_grace_is_cut_and_recorded_cut() {
     drop(resp);
     let records = rig.records();
     for path in [H1_PATH, H2_PATH] {
-        let entry = records
+        let record = records
             .iter()
-            .flat_map(|r| r["requests"].as_array().cloned().unwrap_or_default())
-            .find(|e| e["path"] == path)
+            .find(|r| {
+                r["requests"]
+                    .as_array()
+                    .is_some_and(|q| q.iter().any(|e| e["path"] == path))
+            })
             .unwrap_or_else(|| panic!("no record lists {path}: {records:?}"));
+        let entry = record["requests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["path"] == path)
+            .expect("the entry");
         assert_eq!(entry["status"], 200, "{path}: {entry}");
         assert_eq!(entry["cut"], true, "{path}: the download was cut: {entry}");
+        // The connection too, as every connection cut at the grace is.
+        assert_eq!(record["verdict"], "allowed", "{record}");
+        assert_eq!(record["cut"], true, "{path}: {record}");
+        assert_eq!(record["cause"], "cut_at_grace", "{path}: {record}");
     }
 }

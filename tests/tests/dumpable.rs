@@ -10,6 +10,13 @@
 //! (`CAP_SYS_PTRACE`), so a test run as root starts every process as an
 //! unprivileged uid with `setpriv`; run as any other user, the processes
 //! run as that user and no uid change is needed.
+//!
+//! So the test starts its processes by hand, not on the shared rig
+//! (`talos_e2e::rig`): each must run as the user the probes run as
+//! (through `setpriv` when the test is root), from a copy of its binary
+//! that user may execute, with the marker in its environment. The rig
+//! starts the workspace's own binaries as the test's user, which as root
+//! would pass every probe (`CAP_SYS_PTRACE`) and prove nothing.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;

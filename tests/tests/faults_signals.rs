@@ -4,6 +4,16 @@
 //! lives, or drains and exits 0, every time).
 //!
 //! The rig and what the fault tests share: [`faults`].
+//!
+//! The first test stands on that rig (a pair under `serve`). The others
+//! start their one process by hand (a [`Gateway`] with the default
+//! config, or `serve` over a [`Stub`]'s identities), on purpose: what they
+//! test is the instant after a ready line, [`STARTS`] times over in one
+//! folder, and nothing the process would serve. The shared rig builds, for
+//! each start, what comes after it (an origin, a DNS server and a session
+//! behind a gateway; for `serve`, the members as well, which a `Pair`
+//! starts with it and cannot leave out), which would only lengthen each
+//! start without changing what is checked.
 
 mod faults;
 

@@ -190,6 +190,91 @@ async fn a_passthrough_name_reaches_the_origin_with_its_own_certificate_and_is_r
     assert!(r.get("resolved").is_none_or(Value::is_null), "{r}");
 }
 
+/// A download through the gateway from `source` to `name`, trusting only
+/// `ca`: the head is read (200), the body never, so the connection stays
+/// open with the origin still sending. Returns what keeps it open.
+async fn stalled_download(
+    gateway: std::net::SocketAddr,
+    ca: &std::path::Path,
+    name: &str,
+) -> (
+    hyper::client::conn::http1::SendRequest<talos_e2e::clients::http::Body>,
+    hyper::Response<hyper::body::Incoming>,
+) {
+    let tls = talos_e2e::clients::http::tls(SESSION_SOURCE, gateway, name, ca, false).await;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .expect("HTTP/1.1 handshake");
+    tokio::spawn(conn);
+    send.ready().await.expect("ready");
+    let req = hyper::Request::get("/download/1073741824")
+        .header("host", name)
+        .body(talos_e2e::clients::http::empty())
+        .expect("request");
+    let resp = send.send_request(req).await.expect("the download's head");
+    assert_eq!(resp.status(), 200, "{name}");
+    (send, resp)
+}
+
+/// A passthrough connection still open when the drain's grace runs out
+/// (its TLS is the session's own with the origin: the drain's start cannot
+/// close it gracefully) is cut then, and its record is marked as a
+/// terminated connection's is, cut at the same grace: `cut: true`, cause
+/// `cut_at_grace`, verdict `allowed` (the terminated one's request in
+/// flight is `cut` too). The certificate shows both as the member signed
+/// them, and neither as a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_passthrough_connection_open_at_the_grace_is_recorded_cut_as_a_terminated_one_is() {
+    let (mut rig, origin_ca) = rig().await;
+    let id = rig.start_session(&SessionSpec::from(SESSION_SOURCE).allow(MODEL).allow(API));
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    let data = rig.members[0].data;
+    let passed = stalled_download(data, &origin_ca, MODEL).await;
+    let terminated = stalled_download(data, &bundle, API).await;
+    assert!(rig.members[0].stop(), "gw-a drains and exits 0");
+    assert!(
+        rig.members[0]
+            .log()
+            .contains("grace over; cutting open connections"),
+        "both downloads were still open at the grace: {}",
+        rig.members[0].log()
+    );
+    drop((passed, terminated));
+    let marked = |r: &Value| {
+        assert_eq!(r["verdict"], "allowed", "{r}");
+        assert_eq!(
+            r["cut"], true,
+            "the record says the connection was cut: {r}"
+        );
+        assert_eq!(r["cause"], "cut_at_grace", "and why: {r}");
+    };
+    let passthrough = &records_of(&rig, MODEL, 1)[0];
+    marked(passthrough);
+    assert_eq!(passthrough["passthrough"], true, "{passthrough}");
+    assert!(passthrough["bytes_to_session"].as_u64().unwrap() > 0);
+    let terminated = &records_of(&rig, API, 1)[0];
+    marked(terminated);
+    assert_eq!(terminated["requests"][0]["cut"], true, "{terminated}");
+
+    // Started again, the session stopped: the certificate has both as
+    // the member signed them, and neither among the refusals.
+    rig.restart(0);
+    let ran = rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(ran["state"], "ended", "{ran}");
+    let cert = rig.wait_issued(&id);
+    for sni in [MODEL, API] {
+        let on_cert: Vec<&Value> = cert["connections"]
+            .as_array()
+            .expect("connections")
+            .iter()
+            .filter(|c| c["sni"] == sni)
+            .collect();
+        assert_eq!(on_cert.len(), 1, "{sni}: {cert}");
+        marked(on_cert[0]);
+    }
+    assert_eq!(cert["refusals"], serde_json::json!([]), "{cert}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_attachment_or_a_lock_rule_on_a_passthrough_name_is_refused_at_policy_time() {
     let (rig, _) = rig().await;

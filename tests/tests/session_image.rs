@@ -1,5 +1,6 @@
-//! A session image's clients through the real gateway pair, with the
-//! operator's packet rules in front, as a session sees them:
+//! A session image's clients through the real gateway pair (under
+//! `control-stub serve`, the shared rig's [`Pair`]), with the operator's
+//! packet rules in front, as a session sees them:
 //!
 //! - the session's programs run in a network namespace of their own, at
 //!   10.20.0.5, routed to the gateway host (10.20.0.1) over a veth pair;
@@ -13,7 +14,7 @@
 //!   writes; the rules bring every query to the gateway), which gives it
 //!   the destinations' real addresses: no `/etc/hosts` entry for them;
 //! - `/etc/hangar/session-ca.pem` holds both members' CAs, as the worker
-//!   writes it, and `ops/session-image/trust-session-ca.sh install` then
+//!   writes it from `sandbox trust`, and `ops/session-image/trust-session-ca.sh install` then
 //!   `apply` run as an image's build and entrypoint would;
 //! - Java's HttpClient, wget (GnuTLS), NSS's tstclnt, headless Chromium,
 //!   curl (with and without the variables), Python's urllib, Node's fetch,
@@ -25,8 +26,8 @@
 //!   every store the script builds holds the two session CAs, no more.
 //!
 //! A second test runs a session whose allowlist holds a passthrough name
-//! (the model route's `api.anthropic.com`) beside a terminated one, under
-//! `control-stub serve` as a worker meets it: the CA file is what
+//! (the model route's `api.anthropic.com`) beside a terminated one: the
+//! CA file is what
 //! `sandbox trust --public-roots` prints (the session CAs, then the
 //! public roots, for which a test CA stands in), and every client the
 //! script sets up reaches the passthrough name, shown the destination's own
@@ -46,7 +47,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use talos_e2e::clients::run_bounded;
 use talos_e2e::dns::{Answer, DnsServer};
-use talos_e2e::gateway::{Gateway, TestConfig, TestSession};
+use talos_e2e::gateway::{Gateway, TestConfig};
 use talos_e2e::origin::{Origin, TestCa};
 use talos_e2e::rig::{Pair, Process, SessionSpec};
 
@@ -519,45 +520,47 @@ async fn session_image_inner() {
         .expect("bind the origin");
     let origin = Origin::serve(listener, &ca, &[ALLOWED]);
 
-    // The pair: two members, each with its own CA for the session.
-    let member = |id: &str, answerer: &str| {
-        let gdir = dir.join(id);
-        std::fs::create_dir_all(&gdir).expect("member dir");
-        let config = TestConfig {
-            gateway_id: id.into(),
-            dns: dns.addr,
-            upstream_port: origin.addr.port(),
-            anchors: vec![origin_ca.clone()],
-            permit_internal: vec![format!("{ORIGIN_ADDR}/32")],
-            answerer: answerer.into(),
-            sessions: vec![TestSession {
-                id: "sess-image".into(),
-                sources: vec![SESSION_ADDR.into()],
-                allowlist: vec![ALLOWED.into(), BADCERT.into()],
-                trust_file: gdir.join("session-ca.pem"),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }
-        .toml(&gdir);
-        Gateway::start(&gdir, &session_side(&config))
+    // The pair under `control-stub serve` (the shared rig, its members on
+    // the gateway host as [`HostMember`] says), and the session on both,
+    // each member with its own CA for it.
+    let base = TestConfig {
+        dns: dns.addr,
+        upstream_port: origin.addr.port(),
+        anchors: vec![origin_ca],
+        permit_internal: vec![format!("{ORIGIN_ADDR}/32")],
+        ..Default::default()
     };
-    let gw_a = member("gw-a", &answerer_lines());
-    let gw_b = member("gw-b", &answerer_lines());
+    let rig: Pair<HostMember, Peers> = Pair::builder()
+        .renewing()
+        .egress(&[ALLOWED, BADCERT])
+        .start(
+            tempfile::tempdir().expect("tempdir"),
+            Peers {
+                _dns: dns,
+                _origin: origin,
+            },
+            base,
+        );
+    let id = rig.start_session(
+        &SessionSpec::from(SESSION_ADDR)
+            .allow(ALLOWED)
+            .allow(BADCERT),
+    );
+    let (gw_a, gw_b) = (&rig.members[0].0, &rig.members[1].0);
     let answerer = gw_a.answerer.expect("gw-a's DNS answerer");
     let answerer_b = gw_b.answerer.expect("gw-b's DNS answerer");
+    let (ports_a, ports_b) = (
+        (gw_a.data.port(), gw_a.admin.port(), answerer.port()),
+        (gw_b.data.port(), gw_b.admin.port(), answerer_b.port()),
+    );
 
-    // The worker's part: the pair's bundle, and the hosts the session's
-    // resolver would answer (any address: the rules catch every TCP 443).
+    // The worker's part: the pair's bundle as `sandbox trust` prints it
+    // (the two session CAs), and the hosts the session's resolver would
+    // answer (any address: the rules catch every TCP 443).
+    let (bundle, cas) = rig.trust(&id, "trust.pem");
+    assert_eq!(cas.len(), 2, "one CA from each member");
     std::fs::create_dir_all("/etc/hangar").expect("/etc/hangar");
-    let bundle = [
-        gw_a.log_path.parent().unwrap(),
-        gw_b.log_path.parent().unwrap(),
-    ]
-    .iter()
-    .map(|d| std::fs::read_to_string(d.join("session-ca.pem")).expect("member CA"))
-    .collect::<String>();
-    std::fs::write(SESSION_CA, &bundle).expect("write the session CA");
+    std::fs::copy(&bundle, SESSION_CA).expect("write the session CA");
     // The session's resolver names, until the image's script sets it,
     // some other nameserver: the rules bring its queries to the gateway
     // all the same. Only the name off the allowlist has an address in
@@ -572,13 +575,14 @@ async fn session_image_inner() {
     let home = dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
     let session = session_namespace(home.clone());
-    load_rules(&dir, gw_a.data.port(), gw_a.admin.port(), answerer.port());
+    load_rules(&dir, ports_a.0, ports_a.1, ports_a.2);
     let java_file = dir.join("Client.java");
     std::fs::write(&java_file, JAVA_CLIENT).expect("Client.java");
     let java = java_file.to_str().unwrap().to_owned();
     let none: Vec<(String, String)> = Vec::new();
 
     tokio::task::spawn_blocking(move || {
+        let (gw_a, gw_b) = (&rig.members[0].0, &rig.members[1].0);
         // --- The packet rules, as a session meets them.
         let probe = |host: &str, port: u16, kind: &str| {
             let r = session.run(
@@ -818,14 +822,14 @@ async fn session_image_inner() {
         );
 
         // The other member: the bundle trusts both.
-        load_rules(&dir, gw_b.data.port(), gw_b.admin.port(), answerer_b.port());
+        load_rules(&dir, ports_b.0, ports_b.1, ports_b.2);
         let java_b = session.run(&none, "java", &[&java, &url(ALLOWED)]);
         assert!(java_b.stdout.starts_with(&format!("{} 200 ", url(ALLOWED))), "java via gw-b: {java_b:?}");
         let wget_b = session.run(&none, "wget", &["-q", "-O", "-", &url(ALLOWED)]);
         assert!(wget_b.ok, "wget via gw-b: {wget_b:?}");
 
         // The gateways saw it all from the session's address.
-        for (gw, least) in [(&gw_a, 6), (&gw_b, 2)] {
+        for (gw, least) in [(gw_a, 6), (gw_b, 2)] {
             let records = gw.wait_records(least);
             let allowed = records
                 .iter()
@@ -844,11 +848,10 @@ async fn session_image_inner() {
             .filter(|r| r["verdict"] == "not_on_allowlist")
             .collect();
         assert!(refused.len() >= 4, "the off-allowlist tries are on the record: {refused:?}");
-        drop((session, gw_a, gw_b));
+        drop((session, rig));
     })
     .await
     .expect("clients");
-    drop((dns, origin));
 }
 
 /// A name of the model route: passthrough from the control stub's start

@@ -186,6 +186,11 @@ fn register_member(
     if let Err(e) = store.register_gateway(gateway_id, &described.public_key_hex) {
         return wait(e.to_string());
     }
+    let _ = store.keep_key_binding(
+        gateway_id,
+        &described.public_key_hex,
+        &described.key_binding,
+    );
     let at = crate::store::now();
     let _ =
         store.write(|tx| tx.gateway_seen(gateway_id, &described.instance, described.lease_ms, &at));

@@ -12,7 +12,7 @@
 //! of reach).
 //!
 //! The schema is versioned (SQLite's `PRAGMA user_version`; a PostgreSQL
-//! store's `schema_version` table) and created on first use (version 10).
+//! store's `schema_version` table) and created on first use (version 11).
 //! An older SQLite file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
@@ -20,7 +20,8 @@
 //! numbered reset step outcomes and the commands, and the members;
 //! version 7 the sessions by source, version 8 the passthrough
 //! destinations, version 9 the push subscriptions, version 10 the hard
-//! stop, when each attempt began to run, and the state `failed`. A
+//! stop, when each attempt began to run, and the state `failed`, version
+//! 11 the batches and key bindings as signed. A
 //! PostgreSQL store begins at version 6 (the whole schema at once) and
 //! takes the upgrades after it, which are written once for both — see
 //! `schema.rs`:
@@ -44,6 +45,8 @@
 //! | `chain_state` | gateway whose batches were accepted | `gateway_id`, `json` (talos-certs `ChainState`: last seq and recent digests) |
 //! | `lock_rules` | Lock rule | `n` (never reused), `id` (`lock-N`), `destination` (canonical or `*`), `attachment`, `method`, `path_prefix` (empty: any), `mode`, `approvers` (JSON, sorted), `created_at` |
 //! | `proposals` | proposal a gateway sent the relay | `proposal_id`, `gateway_id`, `session_id`, `attempt`, `rule`, `fields` (JSON: the talos-certs `Proposal`), `sentence`, `digest`, `state` (`pending`, `approved`, `declined`, `withdrawn`, `expired`), `approver`, `decided_at` (when it left `pending`), `created_at`, `expires_at` (the gateway's), `received_at`, `decision` (JSON: the signed envelope delivered), `outcome` (the gateway's answer: `released` or `refused`) |
+//! | `signed_batches` | verified batch received, as signed (version 11 on: the bundles' evidence) | `gateway_id`, `seq`, `key_id`, `payload` (the signed bytes), `signature` |
+//! | `key_bindings` | gateway signing key's binding under the control CA, as the member gave it (`Describe`) | `gateway_id`, `public_key_hex`, `binding` (JSON: talos-certs `KeyBinding`), `received_at` |
 //! | `approvers` | approver of the approvals API | `name`, `token_sha256` (hex; the token itself is shown once and never stored), `created_at` |
 //! | `push_subscriptions` | device a person subscribed to Web Push | `person`, `endpoint` (the push service's URL: a capability, never logged), `p256dh` (the device's P-256 key), `auth` (its 16-byte secret), `created_at`, `last_success_at`, `last_failure_at`, `last_failure` (a status or an error class) |
 //!
@@ -79,6 +82,8 @@
 //! - `members`: the members of the pair and their control addresses.
 //! - `push`: people's push subscriptions (Web Push), checked as a browser
 //!   gives them.
+//! - `evidence`: what a certificate bundle carries exactly as signed: the
+//!   signed batches, the key bindings, the reports' envelopes.
 
 mod value;
 mod write_lock;
@@ -97,6 +102,7 @@ mod certificates;
 mod commands;
 mod members;
 mod push;
+mod evidence;
 
 pub use approvals::{ApproverInfo, ProposalRecord};
 pub use batches::{
@@ -105,6 +111,7 @@ pub use batches::{
 pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
 pub use db::{now, Db, Store, Tx, DEFAULT_PATH};
+pub use evidence::StoredReport;
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
 pub use push::{

@@ -9,7 +9,7 @@ use super::write_lock;
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -717,6 +717,36 @@ ALTER TABLE sessions ADD COLUMN stop_after_seconds BIGINT
 ",
         sqlite_data: RUNNING_BEFORE_V10,
         postgres_data: RUNNING_BEFORE_V10,
+    },
+    // Version 11: the evidence a certificate bundle carries exactly as it
+    // was signed (`control-stub certificate bundle`): each accepted batch's
+    // signed envelope (the payload's bytes, the signature, the key id), and
+    // each gateway signing key's binding under the control CA as the
+    // member gave it. Batches accepted before have none (their sessions'
+    // bundles say so).
+    Upgrade {
+        to: 11,
+        ddl: "
+CREATE TABLE signed_batches (
+    gateway_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    key_id TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    signature BLOB NOT NULL,
+    PRIMARY KEY (gateway_id, seq)
+);
+CREATE TABLE key_bindings (
+    gateway_id TEXT NOT NULL,
+    public_key_hex TEXT NOT NULL,
+    binding BLOB NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (gateway_id, public_key_hex)
+);
+",
+        sqlite_ddl: "",
+        postgres_ddl: "",
+        sqlite_data: "",
+        postgres_data: "",
     },
 ];
 

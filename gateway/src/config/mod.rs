@@ -308,8 +308,12 @@ pub struct Pair {
     pub listen: Spanned<SocketAddr>,
     /// The other members: their gateway ids and link addresses.
     pub peers: Vec<Peer>,
-    /// The most connections of one session this member forwards at once
-    /// (one session cannot fill the link). Default 256; range 1-100000.
+    /// The most connections of one session this member forwards at once:
+    /// it bounds what one session's forwarded connections may hold unread
+    /// on either member (a stream window each, 1 MiB). That they never
+    /// hold back another session's is the link's flow control
+    /// (`gateway::pair::stream`), not this bound. Default 256; range
+    /// 1-100000.
     #[serde(default = "Pair::default_max_forwarded")]
     pub max_forwarded_per_session: Spanned<usize>,
     /// How often this member asks each peer, over the link, which

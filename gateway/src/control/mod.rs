@@ -78,14 +78,23 @@ pub struct ControlService {
     /// reach destinations).
     current: Arc<InForce>,
     key: Arc<GatewayKey>,
+    /// `key` bound to this gateway's role and id (talos-certs
+    /// `KeyBinding`, JSON), as `Describe` gives it; empty when none.
+    key_binding: Arc<[u8]>,
     authority: Arc<Authority>,
 }
 
 impl ControlService {
-    pub fn new(current: Arc<InForce>, key: Arc<GatewayKey>, authority: Arc<Authority>) -> Self {
+    pub fn new(
+        current: Arc<InForce>,
+        key: Arc<GatewayKey>,
+        key_binding: Vec<u8>,
+        authority: Arc<Authority>,
+    ) -> Self {
         ControlService {
             current,
             key,
+            key_binding: key_binding.into(),
             authority,
         }
     }
@@ -333,6 +342,7 @@ impl Gateway for ControlService {
                 now.checked_sub(age).unwrap_or(now),
             );
             reply.forwarding_taken = u32::try_from(taken).unwrap_or(u32::MAX);
+            link.publish(&self.current.get().sessions);
         }
         for lease in req.leases {
             if self
@@ -435,6 +445,7 @@ impl Gateway for ControlService {
             key_id: self.key.key_id(),
             instance: self.authority.instance().to_string(),
             lease_ms: self.lease_ms(),
+            key_binding: self.key_binding.to_vec(),
         }))
     }
 }

@@ -536,7 +536,14 @@ impl Answerer {
     /// Answer the queries of one stream (a TCP connection, or a link
     /// stream a peer passed a session's queries on), in order, each framed
     /// by its two-byte length, until it ends, is silent for [`TCP_IDLE`],
-    /// sends what is no query, or the answerer stops.
+    /// sends what is no query, or the answerer stops between two queries.
+    ///
+    /// The stop never cuts a stream before its first answer: a connection
+    /// accepted here carries a query sent to this process (the drain's
+    /// grace bounds the wait, with [`TCP_IDLE`]). After that, a stream
+    /// waiting for its next query is closed at the stop (RFC 7766 §6.2.4:
+    /// the client asks again on a new connection, which a successor
+    /// accepts after an upgrade).
     async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(
         self: &Arc<Self>,
         mut stream: S,
@@ -545,10 +552,17 @@ impl Answerer {
         via: Via,
     ) {
         let mut buf = Vec::new();
+        let mut answered = false;
         loop {
-            let read = tokio::select! {
-                () = self.stop.cancelled() => return,
-                r = tokio::time::timeout(TCP_IDLE, read_frame(&mut stream, &mut buf)) => r,
+            let next = tokio::time::timeout(TCP_IDLE, read_frame(&mut stream, &mut buf));
+            let read = if answered {
+                tokio::select! {
+                    biased;
+                    r = next => r,
+                    () = self.stop.cancelled() => return,
+                }
+            } else {
+                next.await
             };
             if !matches!(read, Ok(Ok(true))) {
                 return;
@@ -564,6 +578,7 @@ impl Answerer {
             if write_frame(&mut stream, &out).await.is_err() {
                 return;
             }
+            answered = true;
         }
     }
 

@@ -31,17 +31,23 @@
 //! 4. It sends the [`state::Offer`]: every live authority (CA, names,
 //!    Lock, first uses, lease end, sources), the reports of the ends it
 //!    remembers, the static sessions' definitions, how its listeners are
-//!    configured and which fields only a restart changes; then the
-//!    listening sockets (`SCM_RIGHTS`); then the secrets, frame by frame.
+//!    configured and which fields only a restart changes, the member
+//!    link's forwarding table as it stands (each entry with its end on
+//!    `CLOCK_BOOTTIME`); then the listening sockets (`SCM_RIGHTS`); then
+//!    the secrets, frame by frame.
 //! 5. The successor checks that its config changes no field only a
 //!    restart changes, imports everything, starts its record writer (a
 //!    journal of its own) and every task but the accept loops, and says
 //!    `ready`.
 //! 6. The old process stops accepting (connections arriving wait in the
 //!    listeners' backlogs, which both processes share: none is refused),
-//!    says `go`, and the successor accepts. From here the successor holds
-//!    every authority; the old process drains the connections it had
-//!    accepted, within the grace, and exits ([`crate::process::link`]).
+//!    says `go`, and the successor accepts. It serves nothing on a socket
+//!    before what judges it is in place — the authorities and the
+//!    forwarding table were taken up at step 5 — so a session's query or
+//!    connection is answered as the old process would have answered it.
+//!    From here the successor holds every authority; the old process
+//!    drains the connections it had accepted, within the grace, and exits
+//!    ([`crate::process::link`]).
 //! 7. Any failure before `go` — a refusal, a crash, a timeout — and the
 //!    old process unfreezes and goes on serving; the successor, if still
 //!    running, is killed. `gateway_handover_total{result}` counts both:

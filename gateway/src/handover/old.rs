@@ -14,7 +14,9 @@ use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use zeroize::Zeroizing;
 
-use super::state::{self, EndedState, Handovers, ListenerState, Offer, SessionState};
+use super::state::{
+    self, EndedState, ForwardingState, Handovers, ListenerState, Offer, SessionState,
+};
 use super::{Step, EXIT_WORD, SOCKET_ENV, TAKEOVER_TIMEOUT};
 use crate::authority::Authority;
 use crate::process::{link, wire, HandoverResult};
@@ -66,6 +68,11 @@ pub struct Holdings {
     /// The handovers counted so far, this process's own included (a
     /// successor's is its predecessor's counts, taken over).
     pub handovers: Handovers,
+    /// The member link's forwarding table (`[pair]`), handed over as it
+    /// stands.
+    pub forwarding: Option<Arc<crate::pair::forwarding::Forwarding>>,
+    /// The clock the forwarding table's ends are handed over on.
+    pub clock: crate::session::lease::SharedClock,
 }
 
 /// The old process's side: starts successors and hands over to them.
@@ -378,6 +385,11 @@ impl Upgrader {
                 ok: self.held.handovers.ok,
                 failed: self.failed.load(Ordering::Relaxed),
             },
+            forwarding: self
+                .held
+                .forwarding
+                .as_ref()
+                .map(|f| ForwardingState::export(f, &*self.held.clock)),
         };
         let live = offer.sessions.len();
         wire::write_json(&mut stream, &offer)
@@ -407,6 +419,7 @@ impl Upgrader {
         drop(secrets);
         tracing::info!(
             sessions = live,
+            forwarding = offer.forwarding.as_ref().map_or(0, Vec::len),
             generation,
             "offer sent; waiting for the successor"
         );

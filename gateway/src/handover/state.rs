@@ -1,5 +1,6 @@
 //! What a gateway process hands its successor: every live authority, the
-//! reports of the authorities it ended, and how its listeners are set.
+//! reports of the authorities it ended, the member link's forwarding
+//! table, and how its listeners are set.
 //!
 //! The [`Offer`] is one JSON message with nothing secret in it: names,
 //! certificates, Lock rules, lease deadlines, signed reports. The secrets
@@ -17,10 +18,11 @@ use serde::{Deserialize, Serialize};
 use talos_certs::{CaHandover, LeafCache, SessionCa, Signed};
 use zeroize::Zeroizing;
 
+use crate::pair::forwarding::{Forwarding, Given, Standing};
 use crate::process::HandoverResult;
 use crate::secrets::secret::{AttachSpec, Attachment, SecretBytes};
 use crate::session::approvals::LockRule;
-use crate::session::lease::{Lease, Millis};
+use crate::session::lease::{Clock, Lease, Millis};
 use crate::session::sessions::{Session, SessionSpec};
 
 /// The version of what is handed over; a successor that reads another
@@ -64,6 +66,72 @@ pub struct Offer {
     /// sends none: the successor counts from zero.)
     #[serde(default)]
     pub handovers: Handovers,
+    /// The member link's forwarding table (`[pair]`): every entry standing,
+    /// so the successor forwards from its first connection and its first
+    /// DNS query what this process forwarded. `None` from an older running
+    /// process, which sends none: the successor then asks its peers before
+    /// it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarding: Option<Vec<ForwardingState>>,
+}
+
+/// One entry of the forwarding table, as it stands at the handover.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardingState {
+    /// The peer whose own word it is; none: the control plane's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    pub session_id: String,
+    pub attempt: u32,
+    pub tenant: String,
+    pub sources: Vec<String>,
+    pub holders: Vec<String>,
+    /// When it lapses unless given again, on `CLOCK_BOOTTIME` (which both
+    /// processes read the same on one machine), in milliseconds: the
+    /// successor forwards on it no longer than this process would have.
+    pub until: Millis,
+}
+
+impl ForwardingState {
+    /// Every entry of `table` standing now, each with its end on `clock`.
+    pub fn export(table: &Forwarding, clock: &dyn Clock) -> Vec<ForwardingState> {
+        let now = clock.now();
+        table
+            .standing(std::time::Instant::now())
+            .into_iter()
+            .map(|s| ForwardingState {
+                from: s.from.map(|f| f.to_string()),
+                session_id: s.given.session_id,
+                attempt: s.given.attempt,
+                tenant: s.given.tenant,
+                sources: s.given.sources,
+                holders: s.given.holders,
+                until: now.saturating_add(u64::try_from(s.left.as_millis()).unwrap_or(u64::MAX)),
+            })
+            .collect()
+    }
+
+    /// Put `entries` in `table`, each standing until its end on `clock`
+    /// (an end already past: not taken). Returns how many were taken.
+    pub fn import(entries: &[ForwardingState], table: &Forwarding, clock: &dyn Clock) -> usize {
+        let now = clock.now();
+        let standing: Vec<Standing> = entries
+            .iter()
+            .filter(|e| e.until > now)
+            .map(|e| Standing {
+                from: e.from.as_deref().map(Arc::from),
+                given: Given {
+                    session_id: e.session_id.clone(),
+                    attempt: e.attempt,
+                    tenant: e.tenant.clone(),
+                    sources: e.sources.clone(),
+                    holders: e.holders.clone(),
+                },
+                left: std::time::Duration::from_millis(e.until - now),
+            })
+            .collect();
+        table.take_over(&standing, std::time::Instant::now())
+    }
 }
 
 /// `gateway_handover_total` by result, carried from process to process:

@@ -16,10 +16,25 @@
 //! still forwards, and stops once the peer's authority would have lapsed.
 //! The control plane's entry for a source wins over a peer's.
 //!
+//! A successor of this process (an upgrade) takes the table over with
+//! the authorities ([`Forwarding::standing`], [`Forwarding::take_over`]):
+//! every entry as it stands, with what is left of it, so that from its
+//! first connection and its first DNS query it forwards what this
+//! process forwarded, and nothing longer than the word it was given.
+//!
 //! Each session's connections forwarded at once are bounded
-//! (`[pair] max_forwarded_per_session`), so one session cannot fill the
-//! link; the bound's count follows the session across replacements of the
-//! table.
+//! (`[pair] max_forwarded_per_session`): what one session's forwarded
+//! connections may hold of the link is bounded by it (the link's own
+//! flow control keeps them from holding back another session's:
+//! [`super::stream`]). The bound's count follows the session across
+//! replacements of the table, and across a moment with no entry for it,
+//! for as long as any of its forwarded connections is open.
+//!
+//! The table names every live session a peer holds, this member's own
+//! included (a peer says all it holds); the member forwards a session's
+//! connection only when it holds no live authority for its source
+//! itself. `gateway_forwarding_sessions` counts those sessions only
+//! ([`Forwarding::publish`]): the sessions it forwards for.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -106,7 +121,7 @@ impl std::fmt::Display for EntryError {
 }
 
 /// An entry as the control plane gives it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Given {
     pub session_id: String,
     pub attempt: u32,
@@ -126,6 +141,16 @@ pub struct Holding {
     pub lease_ms_left: u64,
 }
 
+/// One entry of the table as it stands, for a successor: who gave it (a
+/// peer, on its own authority; none: the control plane), what it says,
+/// and how much longer it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub from: Option<Arc<str>>,
+    pub given: Given,
+    pub left: Duration,
+}
+
 /// The longest a peer's word stands: the longest lease a member gives
 /// (`control.lease_ms` at most 3600000).
 const LONGEST_WORD: Duration = Duration::from_secs(3600);
@@ -142,6 +167,10 @@ pub struct Forwarding {
     /// The peers this member may forward to (its `[pair] peers`).
     peers: Vec<Arc<str>>,
     max_per_session: usize,
+    /// Each session's count of forwarded connections, by session id, for
+    /// as long as an entry or a forwarded connection holds it: a session
+    /// gone from both tables for a moment finds its count again.
+    counts: std::sync::Mutex<HashMap<Arc<str>, std::sync::Weak<AtomicUsize>>>,
 }
 
 impl Forwarding {
@@ -151,6 +180,7 @@ impl Forwarding {
             by_peer: Default::default(),
             peers,
             max_per_session,
+            counts: Default::default(),
         }
     }
 
@@ -166,7 +196,7 @@ impl Forwarding {
                 .iter()
                 .any(|(s, e)| old.get(s).is_none_or(|o| o.session_id != e.session_id));
         *self.by_source.write_locked() = table;
-        let sessions = self.publish();
+        let sessions = self.sessions();
         if changed {
             tracing::info!(sessions, "forwarding table changed");
         }
@@ -196,7 +226,6 @@ impl Forwarding {
         let given: Vec<(&Given, Instant)> = given.iter().map(|(g, u)| (g, *u)).collect();
         let (table, taken) = self.table(&given, peer);
         self.by_peer.write_locked().insert(Arc::clone(peer), table);
-        self.publish();
         taken
     }
 
@@ -221,24 +250,46 @@ impl Forwarding {
         (table, taken)
     }
 
-    /// Set `gateway_forwarding_sessions`; returns it.
-    fn publish(&self) -> usize {
-        let n = self.sessions();
+    /// Set `gateway_forwarding_sessions` to the sessions this member
+    /// forwards for at `now` ([`Forwarding::forwarded_sessions`]);
+    /// returns it.
+    pub fn publish(&self, now: Instant, held_here: impl Fn(IpAddr) -> bool) -> usize {
+        let n = self.forwarded_sessions(now, held_here);
         metrics::gauge!("gateway_forwarding_sessions").set(n as f64);
         n
     }
 
-    /// The count of forwarded connections of session `id`, if an entry
-    /// for it stands already (the bound follows the session across
-    /// tables).
-    fn open_of(&self, id: &str) -> Option<Arc<AtomicUsize>> {
-        let find = |t: &Table| {
-            t.values()
-                .find(|e| *e.session_id == *id)
-                .map(|e| Arc::clone(&e.open))
-        };
-        find(&self.by_source.read_locked())
-            .or_else(|| self.by_peer.read_locked().values().find_map(find))
+    /// The sessions this member forwards for at `now`: those with an
+    /// entry standing for a source that this member holds no live
+    /// authority for (`held_here` says it does), so that a connection
+    /// from there would be forwarded. A session both members hold is in
+    /// the peer's word, and is not counted.
+    pub fn forwarded_sessions(&self, now: Instant, held_here: impl Fn(IpAddr) -> bool) -> usize {
+        let plane = self.by_source.read_locked();
+        let peers = self.by_peer.read_locked();
+        let mut ids: Vec<&str> = plane
+            .iter()
+            .chain(peers.values().flat_map(HashMap::iter))
+            .filter(|(source, e)| e.live_at(now) && !held_here(**source))
+            .map(|(_, e)| &*e.session_id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+
+    /// The count of forwarded connections of session `id`: the one its
+    /// entries or forwarded connections hold, if any do (the bound follows
+    /// the session across tables), else a new one.
+    fn open_of(&self, id: &str) -> Arc<AtomicUsize> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(open) = counts.get(id).and_then(std::sync::Weak::upgrade) {
+            return open;
+        }
+        counts.retain(|_, c| c.strong_count() > 0);
+        let open = Arc::new(AtomicUsize::new(0));
+        counts.insert(Arc::from(id), Arc::downgrade(&open));
+        open
     }
 
     fn entry(&self, g: &Given, until: Instant) -> Result<(Arc<Entry>, Vec<IpAddr>), EntryError> {
@@ -266,7 +317,7 @@ impl Forwarding {
             return Err(EntryError::NoKnownHolder);
         }
         // The session's count of forwarded connections carries over.
-        let open = self.open_of(&g.session_id).unwrap_or_default();
+        let open = self.open_of(&g.session_id);
         Ok((
             Arc::new(Entry {
                 session_id: Arc::from(g.session_id.as_str()),
@@ -278,6 +329,51 @@ impl Forwarding {
             }),
             sources,
         ))
+    }
+
+    /// Every entry that stands at `now`, with what is left of it: what a
+    /// successor takes over ([`Forwarding::take_over`]).
+    pub fn standing(&self, now: Instant) -> Vec<Standing> {
+        let mut out = standing_of(&self.by_source.read_locked(), None, now);
+        for (peer, table) in self.by_peer.read_locked().iter() {
+            out.extend(standing_of(table, Some(peer), now));
+        }
+        out
+    }
+
+    /// Take over the entries a predecessor had standing (`standing`, each
+    /// standing for what was left of it, from `now`): the control plane's
+    /// as its word, each peer's as that peer's. Replaces nothing the
+    /// table holds for anyone who said nothing here. Returns how many
+    /// were taken; each one not taken is logged, as a renewal's are.
+    pub fn take_over(&self, standing: &[Standing], now: Instant) -> usize {
+        let mut taken = 0;
+        let mut by_whom: HashMap<Option<&Arc<str>>, Vec<(&Given, Instant)>> = HashMap::new();
+        for s in standing {
+            by_whom
+                .entry(s.from.as_ref())
+                .or_default()
+                .push((&s.given, now + s.left.min(LONGEST_WORD)));
+        }
+        for (from, given) in by_whom {
+            match from {
+                None => {
+                    let (table, n) = self.table(&given, "predecessor (control plane's word)");
+                    *self.by_source.write_locked() = table;
+                    taken += n;
+                }
+                Some(peer) => {
+                    let Some(peer) = self.peers.iter().find(|p| ***p == **peer) else {
+                        tracing::warn!(peer = %peer, "forwarding entries of a peer not configured here not taken");
+                        continue;
+                    };
+                    let (table, n) = self.table(&given, peer);
+                    self.by_peer.write_locked().insert(Arc::clone(peer), table);
+                    taken += n;
+                }
+            }
+        }
+        taken
     }
 
     /// The entry for `source`, if one stands at `now`.
@@ -318,6 +414,37 @@ impl Forwarding {
         ids.dedup();
         ids.len()
     }
+}
+
+/// The entries of `table` standing at `now`, each once with all its
+/// sources, as given by `from`.
+fn standing_of(table: &Table, from: Option<&Arc<str>>, now: Instant) -> Vec<Standing> {
+    let mut out: Vec<(Arc<Entry>, Vec<IpAddr>)> = Vec::new();
+    for (source, entry) in table {
+        if !entry.live_at(now) {
+            continue;
+        }
+        match out.iter_mut().find(|(e, _)| Arc::ptr_eq(e, entry)) {
+            Some((_, sources)) => sources.push(*source),
+            None => out.push((Arc::clone(entry), vec![*source])),
+        }
+    }
+    out.into_iter()
+        .map(|(e, mut sources)| {
+            sources.sort_unstable();
+            Standing {
+                from: from.cloned(),
+                given: Given {
+                    session_id: e.session_id.to_string(),
+                    attempt: e.attempt,
+                    tenant: e.tenant.to_string(),
+                    sources: sources.iter().map(ToString::to_string).collect(),
+                    holders: e.holders.iter().map(ToString::to_string).collect(),
+                },
+                left: e.until.saturating_duration_since(now),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -414,6 +541,68 @@ mod tests {
         assert_eq!(t.replace_from_peer(&stranger, &[held("s1", 3000)], now), 0);
     }
 
+    /// A healthy pair: the peer says it holds the session, and so does
+    /// this member: it forwards nothing for it, and the gauge says 0.
+    /// Once this member no longer holds it (a restart), 1; its own
+    /// authority again (a resume), 0.
+    #[test]
+    fn only_sessions_forwarded_for_are_counted() {
+        let t = table();
+        let now = Instant::now();
+        let peer: Arc<str> = Arc::from("gw-b");
+        let held = |id: &str, source: &str| Holding {
+            session_id: id.into(),
+            attempt: 1,
+            tenant: "t1".into(),
+            sources: vec![source.into()],
+            lease_ms_left: 60_000,
+        };
+        t.replace_from_peer(
+            &peer,
+            &[held("s1", "10.0.0.1"), held("s2", "10.0.0.2")],
+            now,
+        );
+        let here: IpAddr = "10.0.0.1".parse().unwrap();
+        assert_eq!(t.forwarded_sessions(now, |ip| ip == here), 1);
+        assert_eq!(t.forwarded_sessions(now, |_| true), 0, "both held here");
+        assert_eq!(t.forwarded_sessions(now, |_| false), 2);
+        assert_eq!(
+            t.forwarded_sessions(now + Duration::from_secs(61), |_| false),
+            0,
+            "lapsed entries forward nothing"
+        );
+        // The control plane's word, for a session held here too (a
+        // renewal read before an open): not counted either.
+        t.replace(
+            &[given("s3", &["10.0.0.3"], &["gw-b"])],
+            Duration::from_secs(60),
+            now,
+        );
+        assert_eq!(t.forwarded_sessions(now, |_| true), 0);
+        assert_eq!(t.publish(now, |ip| ip == here), 2, "s2 and s3");
+    }
+
+    /// A session's count of forwarded connections is found again after a
+    /// moment with no entry for it, while its connections are open.
+    #[test]
+    fn a_sessions_bound_outlives_a_gap_in_the_tables() {
+        let t = table();
+        let now = Instant::now();
+        let lease = Duration::from_secs(60);
+        let g = [given("s1", &["10.0.0.1"], &["gw-b"])];
+        t.replace(&g, lease, now);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let a = t.admit(&t.lookup(ip, now).unwrap()).unwrap();
+        let b = t.admit(&t.lookup(ip, now).unwrap()).unwrap();
+        t.replace(&[], lease, now);
+        assert!(t.lookup(ip, now).is_none());
+        t.replace(&g, lease, now);
+        let e = t.lookup(ip, now).unwrap();
+        assert!(t.admit(&e).is_none(), "still at its bound");
+        drop((a, b));
+        assert!(t.admit(&e).is_some());
+    }
+
     #[test]
     fn a_session_is_bounded_across_its_sources_and_replacements() {
         let t = table();
@@ -429,5 +618,75 @@ mod tests {
         assert!(t.admit(&e).is_none(), "the bound holds after a replacement");
         drop(a);
         assert!(t.admit(&e).is_some());
+    }
+
+    #[test]
+    fn a_successor_takes_over_every_entry_as_it_stands_and_no_longer() {
+        let old = table();
+        let now = Instant::now();
+        let peer: Arc<str> = Arc::from("gw-b");
+        old.replace(
+            &[given("s1", &["10.0.0.1", "10.0.0.2"], &["gw-b"])],
+            Duration::from_secs(60),
+            now,
+        );
+        let held = |id: &str, source: &str, left| Holding {
+            session_id: id.into(),
+            attempt: 3,
+            tenant: "t1".into(),
+            sources: vec![source.into()],
+            lease_ms_left: left,
+        };
+        // s3's word has lapsed by the handover: not handed over.
+        old.replace_from_peer(
+            &peer,
+            &[held("s2", "10.0.0.3", 3000), held("s3", "10.0.0.4", 500)],
+            now,
+        );
+        let later = now + Duration::from_secs(1);
+        let mut standing = old.standing(later);
+        standing.sort_by(|a, b| a.given.session_id.cmp(&b.given.session_id));
+        assert_eq!(standing.len(), 2);
+        assert_eq!(standing[0].from, None);
+        assert_eq!(standing[0].given.sources, ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(standing[0].left, Duration::from_secs(59));
+        assert_eq!(standing[1].from, Some(Arc::clone(&peer)));
+        assert_eq!(standing[1].left, Duration::from_secs(2));
+
+        // The successor's clock: its own instants, the same time left.
+        let new = table();
+        let start = Instant::now() + Duration::from_secs(100);
+        assert_eq!(new.take_over(&standing, start), 2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for source in ["10.0.0.1", "10.0.0.2"] {
+            let e = new.lookup(ip(source), start).unwrap();
+            assert_eq!((&*e.session_id, e.attempt), ("s1", 1));
+        }
+        let e = new.lookup(ip("10.0.0.3"), start).unwrap();
+        assert_eq!(
+            (&*e.session_id, e.attempt, &e.holders[..]),
+            ("s2", 3, &[Arc::clone(&peer)][..])
+        );
+        assert!(
+            new.lookup(ip("10.0.0.3"), start + Duration::from_secs(2))
+                .is_none(),
+            "the peer's word lapses when it would have"
+        );
+        assert!(
+            new.lookup(ip("10.0.0.1"), start + Duration::from_secs(59))
+                .is_none(),
+            "the control plane's too"
+        );
+        // The peer's word is the peer's: its next answer replaces it.
+        new.replace_from_peer(&peer, &[], start);
+        assert!(new.lookup(ip("10.0.0.3"), start).is_none());
+        assert!(new.lookup(ip("10.0.0.1"), start).is_some());
+
+        // Entries of a peer not configured here are not taken.
+        let stranger = Standing {
+            from: Some(Arc::from("gw-x")),
+            ..standing[1].clone()
+        };
+        assert_eq!(table().take_over(&[stranger], start), 0);
     }
 }

@@ -6,14 +6,29 @@
 //!   member's `[pair] peers` by its id. A gateway of another pair (same
 //!   CA, an id not configured here), the control plane, or anyone without
 //!   a certificate is refused before a byte of a session is read.
-//! - **What it carries.** One long-lived link connection from each member
-//!   to each peer, HTTP/2-framed; each forwarded session connection is one
-//!   stream of it ([`super::stream`]): first a PROXY protocol v2 header
-//!   ([`super::proxy`]) naming the session's real source address and the
-//!   attempt the forwarder forwards for, then the session's bytes as the
-//!   session sent them (its ClientHello first), never decrypted by the
-//!   forwarder. A connection ended (the peer restarted, or drained it for
-//!   an upgrade) is made again at the next stream.
+//! - **What it speaks.** ALPN `talos-link/1` ([`crate::tls::LINK_ALPN`])
+//!   for forwarded connections, `talos-holdings/1` to ask what a peer
+//!   holds. rustls refuses a client that offers only other protocols, but
+//!   not one that offers none: a peer that offers none is refused here
+//!   (`no_alpn`), before a byte of a session is read.
+//! - **What it carries.** Long-lived link connections from each member to
+//!   each peer, HTTP/2-framed, one for each session the member forwards
+//!   to that peer (another if one fills: [`super::stream::MAX_STREAMS`]);
+//!   each forwarded session connection is one stream of its session's
+//!   ([`super::stream`], whose docs say why one per session and how the
+//!   windows are sized so that nothing one session leaves unread holds
+//!   another back): first a PROXY protocol v2 header ([`super::proxy`])
+//!   naming the session's real source address and the attempt the
+//!   forwarder forwards for, then the session's bytes as the session sent
+//!   them (its ClientHello first), never decrypted by the forwarder. A
+//!   connection ended (the peer restarted, or drained it for an upgrade)
+//!   is made again at the next stream; one that has carried nothing for
+//!   [`LINK_IDLE`] is closed.
+//! - **The header's authority.** The holder serves a stream only for the
+//!   authority it holds live for the header's source: a header naming
+//!   another session or another attempt of it is refused
+//!   (`link_session_mismatch`, `link_attempt_mismatch`), recorded, logged
+//!   and counted ([`mismatch`]).
 //! - **No second hop.** A connection that came over the link is judged
 //!   here, never forwarded again: `conn` serves it with its `via` set,
 //!   and only connections without one consult the forwarding table.
@@ -40,7 +55,7 @@ use bytes::Bytes;
 
 use super::forwarding::{Forwarding, Holding};
 use super::proxy::{self, Header, HeaderError};
-use super::stream::{self, LinkStream};
+use super::stream::{self, LinkStream, Slot, Slots};
 use crate::refusal::causes;
 use crate::session::sessions::Sessions;
 
@@ -53,6 +68,13 @@ pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the forwarder waits to reach a holder (TCP and TLS).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a link connection that carries no stream is kept for its
+/// session's next one (a session's connections often come one after
+/// another), before it is closed: each costs both members its TLS and
+/// HTTP/2 state, and a session that stopped forwarding should not keep
+/// one.
+pub const LINK_IDLE: Duration = Duration::from_secs(30);
+
 /// A forwarded connection as the holder reads it: a stream of a link
 /// connection.
 pub type Accepted = LinkStream;
@@ -62,10 +84,12 @@ pub type Connected = LinkStream;
 
 /// A link connection from a peer, after its TLS handshake and the check
 /// of who the peer is: its HTTP/2 connection, each stream one forwarded
-/// session connection ([`Link::open_stream`]).
+/// session connection ([`Link::open_stream`]), each holding one of its
+/// `slots`.
 pub struct Linked {
     pub peer: Arc<str>,
     pub conn: h2::server::Connection<tokio_rustls::server::TlsStream<TcpStream>, Bytes>,
+    pub slots: Arc<Slots>,
 }
 
 impl std::fmt::Debug for Linked {
@@ -92,7 +116,43 @@ causes! {
         NotAPeer => "not_a_peer",
         /// A member that does not speak the link's HTTP/2 framing.
         NotHttp2 => "not_http2",
+        /// A client that offered no ALPN protocol (the link's is
+        /// `talos-link/1`; rustls lets a client that offers none through).
+        NoAlpn => "no_alpn",
+        /// A stream past [`super::stream::MAX_STREAMS`] held on one link
+        /// connection: reset unprocessed (REFUSED_STREAM), so that the
+        /// forwarder opens it on another connection.
+        StreamsAtBound => "streams_at_bound",
+        /// A stream whose header names a session other than the one its
+        /// source belongs to here (recorded `unknown_source`).
+        SessionMismatch => "link_session_mismatch",
+        /// A stream whose header names another attempt of the session its
+        /// source belongs to here (recorded `unknown_source`).
+        AttemptMismatch => "link_attempt_mismatch",
     }
+}
+
+/// Log and count a link stream refused for what its header names
+/// (`why`: [`LinkRefusal::SessionMismatch`] or
+/// [`LinkRefusal::AttemptMismatch`]) against the authority held here.
+pub fn mismatch(why: LinkRefusal, peer: &str, named: (&str, u32), held: (&str, u32)) {
+    tracing::warn!(
+        peer,
+        cause = why.as_str(),
+        named_session = named.0,
+        named_attempt = named.1,
+        held_session = held.0,
+        held_attempt = held.1,
+        "member link stream refused"
+    );
+    metrics::counter!("gateway_link_refused_total", "cause" => why.as_str()).increment(1);
+}
+
+/// Log and count a link stream reset for `why` before its header was
+/// taken.
+pub fn refuse_stream(peer: &str, why: &Refused) {
+    tracing::warn!(peer, cause = why.as_str(), "member link stream refused");
+    metrics::counter!("gateway_link_refused_total", "cause" => why.as_str()).increment(1);
 }
 
 /// Why a link connection was refused.
@@ -129,15 +189,57 @@ pub struct Tls {
     pub asking: Arc<rustls::ClientConfig>,
 }
 
+/// One link connection this member made to a peer: its HTTP/2 sender,
+/// and its streams.
+#[derive(Clone)]
+struct Channel {
+    send: h2::client::SendRequest<Bytes>,
+    slots: Arc<Slots>,
+}
+
+/// The link connections to one peer for one session.
+#[derive(Default)]
+struct Pool {
+    /// Each with its streams; a stream goes on the first with room.
+    conns: std::sync::Mutex<Vec<Channel>>,
+    /// Held while a connection is made for this session (never while a
+    /// stream is opened on one made already): the session's streams that
+    /// need one wait for it, other sessions' do not.
+    making: tokio::sync::Mutex<()>,
+}
+
+impl Pool {
+    /// A place on a connection with room, if one has.
+    fn take(&self) -> Option<(Channel, Slot)> {
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        conns
+            .iter()
+            .find_map(|c| c.slots.take().map(|s| (c.clone(), s)))
+    }
+
+    /// Forget `chan`: it failed, or its peer refused a stream on it. Its
+    /// open streams go on; it closes when they have ended.
+    fn retire(&self, chan: &Channel) {
+        self.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|c| !Arc::ptr_eq(&c.slots, &chan.slots));
+    }
+}
+
+/// Each peer's pools, by session id ("" for a header that names no
+/// session): looked up by `&str`, so that a stream allocates nothing to
+/// find its pool.
+type Pools = std::collections::HashMap<Arc<str>, std::collections::HashMap<Arc<str>, Arc<Pool>>>;
+
 /// The member link: its TLS on both sides, the peers, the forwarding
 /// table.
 pub struct Link {
     acceptor: tokio_rustls::TlsAcceptor,
     connector: tokio_rustls::TlsConnector,
-    /// The link connection to each peer, once made: every forwarded
-    /// connection to it is a stream of it.
-    channels:
-        tokio::sync::Mutex<std::collections::HashMap<Arc<str>, h2::client::SendRequest<Bytes>>>,
+    /// The link connections made to each peer, per session: every
+    /// forwarded connection of a session is a stream of one of its own.
+    pools: std::sync::Mutex<Pools>,
     asker: tokio_rustls::TlsConnector,
     /// How often each peer is asked what it holds.
     interval: Duration,
@@ -166,7 +268,7 @@ impl Link {
         Link {
             acceptor: tokio_rustls::TlsAcceptor::from(tls.server),
             connector: tokio_rustls::TlsConnector::from(tls.client),
-            channels: Default::default(),
+            pools: Default::default(),
             asker: tokio_rustls::TlsConnector::from(tls.asking),
             interval,
             peers,
@@ -212,10 +314,16 @@ impl Link {
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .ok_or(Refused::Link(LinkRefusal::HandshakeFailed))?;
-            (
-                self.member(leaf)?,
-                tls.alpn_protocol() == Some(crate::tls::HOLDINGS_ALPN),
-            )
+            let peer = self.member(leaf)?;
+            // rustls ends a handshake whose client offers protocols the
+            // listener does not speak, but lets one that offers none
+            // through: the link speaks nothing without one.
+            let asking = match tls.alpn_protocol() {
+                Some(crate::tls::HOLDINGS_ALPN) => true,
+                Some(crate::tls::LINK_ALPN) => false,
+                _ => return Err(Refused::Link(LinkRefusal::NoAlpn)),
+            };
+            (peer, asking)
         };
         if asking {
             let answer = serde_json::to_vec(&holdings(sessions)).unwrap_or_default();
@@ -229,10 +337,15 @@ impl Link {
             .await
             .map_err(|_| Refused::Link(LinkRefusal::NotHttp2))?;
         tracing::debug!(peer = %peer, "member link connection open");
-        Ok(Some(Linked { peer, conn }))
+        Ok(Some(Linked {
+            peer,
+            conn,
+            slots: Arc::new(Slots::default()),
+        }))
     }
 
-    /// One stream of a link connection from `peer`: its PROXY v2 header
+    /// One stream of a link connection from `peer`, holding `slot` of
+    /// its connection's for as long as it lives: its PROXY v2 header
     /// (within ACCEPT_TIMEOUT), then the answer that lets its bytes flow.
     /// A stream without a valid header is reset, logged and counted.
     pub async fn open_stream(
@@ -240,15 +353,14 @@ impl Link {
         peer: Arc<str>,
         request: http::Request<h2::RecvStream>,
         mut respond: h2::server::SendResponse<Bytes>,
+        slot: Slot,
     ) -> Option<Arrival> {
         let mut stream = LinkStream::new(None, request.into_body());
+        stream.hold(slot);
         let header = match proxy::read(&mut stream, ACCEPT_TIMEOUT).await {
             Ok(h) => h,
             Err(e) => {
-                let why = Refused::Header(e);
-                tracing::warn!(peer = %peer, cause = why.as_str(), "member link stream refused");
-                metrics::counter!("gateway_link_refused_total", "cause" => why.as_str())
-                    .increment(1);
+                refuse_stream(&peer, &Refused::Header(e));
                 respond.send_reset(h2::Reason::REFUSED_STREAM);
                 return None;
             }
@@ -263,10 +375,11 @@ impl Link {
     }
 
     /// Ask every peer once what it holds, waiting at most `within` in
-    /// all: before the data plane accepts, so that a member just started
-    /// (or a successor just taken over) forwards from its first
-    /// connection where its peers hold what it does not.
-    pub async fn ask_once(&self, within: Duration) {
+    /// all: before anything is served, so that a member just started
+    /// forwards from its first connection and DNS query where its peers
+    /// hold what it does not. (A successor taken over is handed its
+    /// predecessor's table instead: [`Forwarding::take_over`].)
+    pub async fn ask_once(&self, within: Duration, sessions: &Sessions) {
         let asks = async {
             for (id, addr) in &self.peers {
                 if let Ok(held) = self.ask(id, *addr).await {
@@ -276,13 +389,30 @@ impl Link {
             }
         };
         let _ = tokio::time::timeout(within, asks).await;
+        self.publish(sessions);
+    }
+
+    /// Set `gateway_forwarding_sessions`: the sessions the table names
+    /// whose sources hold no live authority in `sessions` (this member's
+    /// own), so that their connections are forwarded.
+    pub fn publish(&self, sessions: &Sessions) {
+        self.forwarding.publish(std::time::Instant::now(), |ip| {
+            sessions.by_source(ip).is_some_and(|s| s.usable())
+        });
     }
 
     /// Ask every peer, every interval, what it holds, until `stop`; each
     /// answer replaces that peer's word in the forwarding table. A peer
     /// that does not answer keeps what it said last, which lapses with
-    /// the leases it named.
-    pub async fn ask_peers(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+    /// the leases it named. Each interval also sets
+    /// `gateway_forwarding_sessions` against what this member holds now
+    /// (`sessions`: a session it holds again, after a resume, no longer
+    /// counts), and closes link connections idle for [`LINK_IDLE`].
+    pub async fn ask_peers(
+        self: Arc<Self>,
+        sessions: Arc<Sessions>,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
         let mut every = tokio::time::interval(self.interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -302,6 +432,8 @@ impl Link {
                     Err(_) => tracing::debug!(peer = %id, "peer did not say what it holds in time"),
                 }
             }
+            self.publish(&sessions);
+            self.retire_idle(std::time::Instant::now());
         }
     }
 
@@ -330,9 +462,10 @@ impl Link {
 
     /// Open a stream to holder `id` over the link and send `header`: the
     /// stream is ready for the session's bytes once the holder has
-    /// answered. The link connection to the holder is made at the first
-    /// stream, and made again when it has failed; the holder's
-    /// certificate must name `id` and carry the gateway role.
+    /// answered. It goes on a link connection of the header's session to
+    /// the holder with room for it ([`stream::MAX_STREAMS`]), made when
+    /// none has (its first stream, one that filled, one that failed); the
+    /// holder's certificate must name `id` and carry the gateway role.
     pub async fn connect(&self, id: &str, header: &Header) -> std::io::Result<Connected> {
         let addr = self
             .peers
@@ -341,21 +474,31 @@ impl Link {
             .map(|(_, a)| *a)
             .ok_or_else(|| std::io::Error::other("not a configured peer"))?;
         let bytes = Bytes::from(header.encode().map_err(std::io::Error::other)?);
+        let pool = self.pool(id, header.session.as_ref().map(|(s, _)| s.as_str()));
+        let mut used = None;
         let opening = async {
+            let (chan, slot) = self.place(&pool, id, addr).await?;
+            used = Some(chan.clone());
             // A link connection made before may have ended meanwhile (the
             // holder drained it for an upgrade: GOAWAY, its new streams
-            // refused unprocessed): then once more on a new connection.
-            match self
-                .open_on(self.channel(id, addr).await?, bytes.clone())
-                .await
-            {
-                Ok(stream) => Ok(stream),
+            // refused unprocessed), or the holder refused the stream on it
+            // (past its bound): then once more, on another.
+            match open_on(chan.send.clone(), bytes.clone()).await {
+                Ok(mut stream) => {
+                    stream.hold(slot);
+                    Ok(stream)
+                }
                 Err(e) if e.retry => {
-                    tracing::debug!(peer = %id, error = %e.error, "member link connection ended; making it again");
-                    self.channels.lock().await.remove(id);
-                    self.open_on(self.channel(id, addr).await?, bytes)
+                    tracing::debug!(peer = %id, error = %e.error, "member link stream refused unprocessed; on another connection");
+                    drop(slot);
+                    pool.retire(&chan);
+                    let (chan, slot) = self.place(&pool, id, addr).await?;
+                    used = Some(chan.clone());
+                    let mut stream = open_on(chan.send.clone(), bytes)
                         .await
-                        .map_err(|e| e.error)
+                        .map_err(|e| e.error)?;
+                    stream.hold(slot);
+                    Ok(stream)
                 }
                 Err(e) => Err(e.error),
             }
@@ -369,48 +512,66 @@ impl Link {
                 ))
             });
         if opened.is_err() {
-            // The next stream makes the connection again.
-            self.channels.lock().await.remove(id);
+            // The session's next stream goes on another connection.
+            if let Some(chan) = &used {
+                pool.retire(chan);
+            }
         }
         opened
     }
 
-    /// Open one stream on `channel`, its body starting with `header`, and
-    /// wait for the holder's answer.
-    async fn open_on(
-        &self,
-        channel: h2::client::SendRequest<Bytes>,
-        header: Bytes,
-    ) -> Result<LinkStream, OpenError> {
-        let mut channel = channel.ready().await.map_err(OpenError::retry)?;
-        let request = http::Request::post("https://link/")
-            .body(())
-            .map_err(|e| OpenError::fatal(std::io::Error::other(e)))?;
-        let (response, mut send) = channel
-            .send_request(request, false)
-            .map_err(OpenError::retry)?;
-        send.send_data(header, false).map_err(OpenError::retry)?;
-        let response = response.await.map_err(OpenError::retry)?;
-        if response.status() != http::StatusCode::OK {
-            return Err(OpenError::fatal(std::io::Error::other(format!(
-                "the holder answered {}",
-                response.status()
-            ))));
+    /// The pool of link connections to peer `id` for `session`.
+    fn pool(&self, id: &str, session: Option<&str>) -> Arc<Pool> {
+        let session = session.unwrap_or("");
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = pools.get(id).and_then(|p| p.get(session)) {
+            return Arc::clone(pool);
         }
-        Ok(LinkStream::new(Some(send), response.into_body()))
+        let pool = Arc::new(Pool::default());
+        pools
+            .entry(Arc::from(id))
+            .or_default()
+            .insert(Arc::from(session), Arc::clone(&pool));
+        pool
     }
 
-    /// The link connection to peer `id`: the one made before, or a new
-    /// one.
-    async fn channel(
+    /// A place for a stream on one of `pool`'s connections to peer `id`
+    /// at `addr`, on a new connection if none has room.
+    async fn place(
+        &self,
+        pool: &Pool,
+        id: &str,
+        addr: SocketAddr,
+    ) -> std::io::Result<(Channel, Slot)> {
+        if let Some(placed) = pool.take() {
+            return Ok(placed);
+        }
+        let _making = pool.making.lock().await;
+        // Another stream of the session may have made one meanwhile.
+        if let Some(placed) = pool.take() {
+            return Ok(placed);
+        }
+        let chan = Channel {
+            send: self.dial(id, addr).await?,
+            slots: Arc::new(Slots::default()),
+        };
+        let slot = chan
+            .slots
+            .take()
+            .ok_or_else(|| std::io::Error::other("a new link connection has no room"))?;
+        pool.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(chan.clone());
+        Ok((chan, slot))
+    }
+
+    /// A new link connection to peer `id` at `addr`.
+    async fn dial(
         &self,
         id: &str,
         addr: SocketAddr,
     ) -> std::io::Result<h2::client::SendRequest<Bytes>> {
-        let mut channels = self.channels.lock().await;
-        if let Some(c) = channels.get(id) {
-            return Ok(c.clone());
-        }
         let tls = reach(&self.connector, id, addr).await?;
         keep_alive(tls.get_ref().0);
         let (channel, conn) = stream::client_builder()
@@ -423,10 +584,52 @@ impl Link {
                 tracing::info!(peer = %peer, error = %e, "member link connection ended");
             }
         });
-        tracing::info!(peer = %id, "member link connection made");
-        channels.insert(Arc::from(id), channel.clone());
+        tracing::debug!(peer = %id, "member link connection made");
         Ok(channel)
     }
+
+    /// Close the link connections that have carried no stream for
+    /// [`LINK_IDLE`] at `now` (their HTTP/2 sender dropped: the
+    /// connection ends), and forget sessions that have none left.
+    pub fn retire_idle(&self, now: std::time::Instant) {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for sessions in pools.values_mut() {
+            sessions.retain(|_, pool| {
+                let mut conns = pool.conns.lock().unwrap_or_else(|e| e.into_inner());
+                conns.retain(|c| c.slots.idle_for(now).is_none_or(|idle| idle < LINK_IDLE));
+                // Kept while a stream is being placed on it (the map's is
+                // then not the only reference).
+                !conns.is_empty() || Arc::strong_count(pool) > 1
+            });
+        }
+        pools.retain(|_, sessions| !sessions.is_empty());
+    }
+}
+
+/// Open one stream on `channel`, its body starting with `header`, and
+/// wait for the holder's answer.
+async fn open_on(
+    channel: h2::client::SendRequest<Bytes>,
+    header: Bytes,
+) -> Result<LinkStream, OpenError> {
+    let mut channel = channel.ready().await.map_err(OpenError::retry)?;
+    let request = http::Request::post("https://link/")
+        .body(())
+        .map_err(|e| OpenError::fatal(std::io::Error::other(e)))?;
+    let (response, mut send) = channel
+        .send_request(request, false)
+        .map_err(OpenError::retry)?;
+    // The header is at most proxy::MAX_HEADER bytes, within any stream's
+    // first window: sent without waiting for capacity.
+    send.send_data(header, false).map_err(OpenError::retry)?;
+    let response = response.await.map_err(OpenError::retry)?;
+    if response.status() != http::StatusCode::OK {
+        return Err(OpenError::fatal(std::io::Error::other(format!(
+            "the holder answered {}",
+            response.status()
+        ))));
+    }
+    Ok(LinkStream::new(Some(send), response.into_body()))
 }
 
 /// Why a stream could not be opened, and whether a new link connection

@@ -1,5 +1,5 @@
-//! One forwarded session connection on the member link: a stream of the
-//! link's HTTP/2 connection to the peer, read and written as bytes.
+//! One forwarded session connection on the member link: a stream of a
+//! link connection's HTTP/2 framing, read and written as bytes.
 //!
 //! The link carries each forwarded connection as one HTTP/2 stream of a
 //! long-lived TLS connection between the two members, so that forwarding
@@ -11,30 +11,182 @@
 //! open resets the stream, so the other member's end sees an error, not a
 //! clean close.
 //!
-//! HTTP/2's flow control bounds what is in flight on each stream
-//! ([`STREAM_WINDOW`]) and on the connection ([`CONNECTION_WINDOW`]): a
-//! peer that does not read stops the writer, as TCP would.
+//! # Flow control: nothing one session leaves unread holds another back
+//!
+//! HTTP/2 bounds what is in flight on each stream ([`STREAM_WINDOW`]) and
+//! on the whole connection ([`CONNECTION_WINDOW`]), and a receiver gives a
+//! stream's window back only as its reader takes the bytes. A forwarded
+//! download the session never reads keeps its stream's window, and that
+//! much of the connection's, for as long as it is open (an upload the
+//! destination does not take, the same on the holder's side). Were the
+//! connection's window smaller than what its streams may hold, a few such
+//! streams would stop every other stream of the connection: with one
+//! connection per peer, every other session's forwarded connections
+//! (issue 40: 16 MiB shared by streams of 1 MiB, stalled by 17 unread
+//! downloads of one session). So:
+//!
+//! - **The connection's window never binds.** A link connection carries
+//!   at most [`MAX_STREAMS`] streams at once, counted on each side by
+//!   [`Slots`] for as long as a [`LinkStream`] lives (not only while
+//!   HTTP/2 counts the stream open: a stream whose peer has ended it can
+//!   still hold unread bytes), and its window is [`MAX_STREAMS`] ×
+//!   [`STREAM_WINDOW`]: every stream at once can hold its whole window
+//!   unread and the connection still has room. A stream that finds its
+//!   connection full goes on another one ([`super::link`]); the holder
+//!   refuses a stream past the bound (`streams_at_bound`) rather than let
+//!   the window bind.
+//! - **One link connection per session** (and per peer): what HTTP/2
+//!   shares within a connection beyond the windows — its DATA-frame
+//!   budget, its reset-stream counts, the TCP connection under it — is
+//!   shared only by one session's own streams. A session's streams can
+//!   end its own link connection (HTTP/2's guards against a peer that
+//!   sends too many small frames apply to it as to any), never another
+//!   session's.
+//! - **A sender waits for capacity, never buffers ahead of it**: a write
+//!   reserves capacity on its stream and sends what HTTP/2 assigns
+//!   (`reserve_capacity`/`poll_capacity`), so a stream whose reader is
+//!   gone holds at most its window, and waiting for it blocks nothing
+//!   but that stream's own task.
+//!
+//! # Memory usage
+//!
+//! What a link connection may hold unread is bounded by its windows:
+//! on each side, at most [`STREAM_WINDOW`] (1 MiB) per stream a
+//! [`LinkStream`] holds, beside one received DATA frame (at most
+//! [`MAX_FRAME`], 256 KiB) the forwarder's relay has taken and not yet
+//! written. Per session that is at most `[pair]
+//! max_forwarded_per_session` streams of its connections (256 by
+//! default: 256 MiB) plus its DNS queries waiting on a holder (64: 64
+//! MiB, each a few hundred bytes in practice); overall, at most one
+//! stream window per forwarded connection, and those are bounded by the
+//! connection cap (`[limits] max_connections` on the forwarder, its
+//! forwarded connections and streams held there on the holder). That is
+//! the same order as what the kernel buffers for a direct connection
+//! whose session does not read (its socket buffers, up to the sysctl
+//! `tcp_wmem` and `tcp_rmem` maxima, several MiB each). Small frames
+//! held unread cost HTTP/2 bookkeeping beyond their bytes; their
+//! overhead on one connection is bounded by [`DATA_FRAME_BUDGET`], past
+//! which HTTP/2 ends that (one session's) connection.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use h2::{RecvStream, SendStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// What one stream may have in flight each way.
+/// What one stream may have in flight each way: 1 MiB, so that one
+/// forwarded download or upload keeps a link between two machines busy
+/// (a 1 MiB window covers 1 ms at 8 Gbit/s) without a window update
+/// every frame.
 pub const STREAM_WINDOW: u32 = 1024 * 1024;
 
 /// The largest DATA frame either member takes: a write of several TLS
 /// records goes as one frame, not one per record.
 pub const MAX_FRAME: u32 = 256 * 1024;
 
-/// What the whole link connection may have in flight each way.
-pub const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
+/// The most streams one link connection carries at once, each side
+/// counting every [`LinkStream`] it holds ([`Slots`]). One session's
+/// connection carries the session's forwarded connections (at most
+/// `[pair] max_forwarded_per_session`, 256 by default) and its DNS
+/// queries waiting on a holder (at most 64): a session at the default
+/// bound fits in one link connection with room to spare, and one that
+/// needs more gets another.
+pub const MAX_STREAMS: u32 = 1024;
 
-/// The most forwarded connections one link connection carries at once.
-pub const MAX_STREAMS: u32 = 100_000;
+/// What the whole link connection may have in flight each way: every
+/// stream's whole window at once, so that the connection's window never
+/// binds (see the module docs). 1 GiB, under HTTP/2's largest window
+/// (2^31 - 1): a credit, not memory; what is held is bounded per stream.
+pub const CONNECTION_WINDOW: u32 = MAX_STREAMS * STREAM_WINDOW;
+
+const _: () = assert!(
+    CONNECTION_WINDOW as u64 >= MAX_STREAMS as u64 * STREAM_WINDOW as u64
+        && (CONNECTION_WINDOW as u64) < (1 << 31),
+    "the connection's window holds every stream's and is a valid HTTP/2 window"
+);
+
+/// HTTP/2's budget for the overhead of small DATA frames held unread on
+/// one link connection (h2 counts up to 256 bytes for each frame shorter
+/// than that, gives it back when the frame is read, and ends the
+/// connection past the budget): 8 MiB, what h2 gave the link's earlier
+/// 16 MiB connection window by default (half of it). h2's default scales
+/// with the window (half of it, 512 MiB here), which would let 2 million
+/// small frames wait unread, each pinning its share of a read buffer.
+pub const DATA_FRAME_BUDGET: usize = 8 * 1024 * 1024;
+
+/// The streams of one link connection, counted by the side that holds
+/// them: a place is taken before a stream is opened (the forwarder) or
+/// served (the holder), and given back when its [`LinkStream`] (or the
+/// task serving it) is gone, however the stream ended.
+#[derive(Debug)]
+pub struct Slots {
+    // invariant: at most MAX_STREAMS, each a live `Slot`.
+    live: AtomicUsize,
+    /// When the last stream was given back: how long the connection has
+    /// been idle, when it is.
+    idle_since: std::sync::Mutex<Instant>,
+}
+
+impl Default for Slots {
+    fn default() -> Slots {
+        Slots {
+            live: AtomicUsize::new(0),
+            idle_since: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl Slots {
+    /// A place for one more stream, unless the connection carries
+    /// [`MAX_STREAMS`] already.
+    pub fn take(self: &Arc<Self>) -> Option<Slot> {
+        let mut n = self.live.load(Ordering::Relaxed);
+        loop {
+            if n >= MAX_STREAMS as usize {
+                return None;
+            }
+            match self
+                .live
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(Slot(Arc::clone(self))),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// The streams held now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// How long the connection has carried no stream at `now`, if it
+    /// carries none.
+    pub fn idle_for(&self, now: Instant) -> Option<Duration> {
+        if self.live() > 0 {
+            return None;
+        }
+        let since = *self.idle_since.lock().unwrap_or_else(|e| e.into_inner());
+        Some(now.saturating_duration_since(since))
+    }
+}
+
+/// One stream's place in its connection's [`Slots`]; given back on drop.
+#[derive(Debug)]
+pub struct Slot(Arc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        }
+    }
+}
 
 /// How the holder's side of a link connection is framed.
 pub fn server_builder() -> h2::server::Builder {
@@ -43,6 +195,7 @@ pub fn server_builder() -> h2::server::Builder {
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
         .max_concurrent_streams(MAX_STREAMS)
+        .data_frame_budget(DATA_FRAME_BUDGET)
         // The peer is an authenticated member, and a session connection
         // that ends with its other direction still open (a refusal, a cut,
         // a client gone) ends its stream with a reset: HTTP/2's guards
@@ -59,6 +212,7 @@ pub fn client_builder() -> h2::client::Builder {
     b.initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
+        .data_frame_budget(DATA_FRAME_BUDGET)
         // As on the holder's side: resets are ordinary here.
         .max_local_error_reset_streams(None)
         .max_pending_accept_reset_streams(MAX_STREAMS as usize);
@@ -75,6 +229,8 @@ pub struct LinkStream {
     pending: Bytes,
     /// This side has ended (END_STREAM sent).
     ended: bool,
+    /// Its place among its connection's streams, given back when it goes.
+    slot: Option<Slot>,
 }
 
 impl LinkStream {
@@ -84,7 +240,13 @@ impl LinkStream {
             recv,
             pending: Bytes::new(),
             ended: false,
+            slot: None,
         }
+    }
+
+    /// Hold `slot` for as long as this stream lives.
+    pub fn hold(&mut self, slot: Slot) {
+        self.slot = Some(slot);
     }
 
     /// The side to write on, once the holder has answered the stream.
@@ -361,6 +523,135 @@ mod tests {
         assert_eq!(got, up, "the session's bytes, in order, then its end");
         assert_eq!(session_side.await.unwrap(), down, "the holder's, the same");
         relayed.await.unwrap().expect("both ends were clean");
+    }
+
+    #[test]
+    fn slots_bound_a_connections_streams_and_say_when_it_is_idle() {
+        let slots = Arc::new(Slots::default());
+        let held: Vec<Slot> = (0..MAX_STREAMS).map(|_| slots.take().unwrap()).collect();
+        assert!(slots.take().is_none(), "no place past MAX_STREAMS");
+        assert_eq!(slots.live(), MAX_STREAMS as usize);
+        assert_eq!(slots.idle_for(Instant::now()), None);
+        let mut held = held.into_iter();
+        drop(held.next());
+        let again = slots.take().expect("a place given back is taken again");
+        drop(again);
+        drop(held);
+        let idle = slots.idle_for(Instant::now() + Duration::from_secs(5));
+        assert!(
+            idle.is_some_and(|d| d >= Duration::from_secs(5)),
+            "{idle:?}"
+        );
+    }
+
+    /// Streams whose reader never reads, each holding its whole window
+    /// unread, more of them than the connection's window held before
+    /// (16 MiB, issue 40): another stream of the same connection still
+    /// carries its bytes both ways, and so does a new one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unread_streams_do_not_hold_back_the_connections_others() {
+        const UNREAD: usize = 40;
+        let (a, b) = tokio::io::duplex(256 * 1024);
+        let (full_tx, mut full_rx) = tokio::sync::mpsc::unbounded_channel();
+        let holder = tokio::spawn(async move {
+            let mut conn = server_builder().handshake::<_, Bytes>(b).await.unwrap();
+            while let Some(next) = conn.accept().await {
+                let Ok((req, mut respond)) = next else { return };
+                let send = respond
+                    .send_response(http::Response::new(()), false)
+                    .unwrap();
+                let mut stream = LinkStream::new(Some(send), req.into_body());
+                let full = full_tx.clone();
+                tokio::spawn(async move {
+                    let mut first = [0u8; 1];
+                    if stream.read_exact(&mut first).await.is_err() {
+                        return;
+                    }
+                    if first[0] == b'd' {
+                        // A download nobody reads: its whole window, then
+                        // a byte more, which waits for ever.
+                        let window = vec![7u8; STREAM_WINDOW as usize];
+                        if stream.write_all(&window).await.is_ok() {
+                            let _ = full.send(());
+                            let _ = stream.write_all(b"x").await;
+                        }
+                    } else {
+                        // An echo, until the forwarder's end.
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if stream.write_all(&buf[..n]).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        let _ = stream.shutdown().await;
+                    }
+                });
+            }
+        });
+        let (client, conn) = client_builder().handshake::<_, Bytes>(a).await.unwrap();
+        tokio::spawn(conn);
+        let open = |client: &h2::client::SendRequest<Bytes>| {
+            let client = client.clone();
+            async move {
+                let mut client = client.ready().await.unwrap();
+                let (response, send) = client
+                    .send_request(
+                        http::Request::post("https://link/").body(()).unwrap(),
+                        false,
+                    )
+                    .unwrap();
+                LinkStream::new(Some(send), response.await.unwrap().into_body())
+            }
+        };
+        let mut unread = Vec::new();
+        for _ in 0..UNREAD {
+            let mut s = open(&client).await;
+            s.write_all(b"d").await.unwrap();
+            unread.push(s);
+        }
+        for i in 0..UNREAD {
+            tokio::time::timeout(Duration::from_secs(20), full_rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("only {i} of {UNREAD} unread windows filled"))
+                .unwrap();
+        }
+        let echo = |mut s: LinkStream| async move {
+            let sent: Vec<u8> = (0..(4 * STREAM_WINDOW as usize))
+                .map(|i| (i % 253) as u8)
+                .collect();
+            let (mut r, mut w) = tokio::io::split(&mut s);
+            let expected = sent.clone();
+            let ((), back) = tokio::join!(
+                async {
+                    w.write_all(&sent).await.unwrap();
+                    w.shutdown().await.unwrap();
+                },
+                async {
+                    let mut back = Vec::new();
+                    r.read_to_end(&mut back).await.unwrap();
+                    back
+                }
+            );
+            assert!(back == expected, "every byte back, in order");
+        };
+        tokio::time::timeout(Duration::from_secs(30), async {
+            let mut s = open(&client).await;
+            s.write_all(b"e").await.unwrap();
+            echo(s).await;
+            let mut s = open(&client).await;
+            s.write_all(b"e").await.unwrap();
+            echo(s).await;
+        })
+        .await
+        .expect("the other streams carry their bytes beside the unread ones");
+        drop(unread);
+        drop(client);
+        holder.abort();
     }
 
     #[tokio::test]

@@ -108,6 +108,15 @@ pub struct Record {
     /// from the request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<&'static str>,
+    /// The connection was still open, both ways, when this member cut it
+    /// on its own account, as `cause` says: the drain's grace ran out
+    /// (`cut_at_grace`), or the process died with it (`cut_by_crash`,
+    /// written at the next start). Whatever the connection carried — a
+    /// terminated one's requests (each in flight marked `cut` too), a
+    /// passthrough or forwarded one's bytes — may have stopped short.
+    /// Omitted when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub cut: bool,
     /// RFC 3339, UTC, milliseconds.
     pub opened_at: String,
     pub closed_at: String,
@@ -161,6 +170,7 @@ impl Record {
             internal_answer: None,
             verdict: Verdict::Allowed,
             cause: None,
+            cut: false,
             opened_at: now(),
             closed_at: String::new(),
             bytes_from_session: 0,

@@ -24,6 +24,11 @@ pub(super) struct ControlSetup {
     pub(super) listener: Arc<TcpListener>,
     pub(super) tls: Arc<rustls::ServerConfig>,
     pub(super) key: Arc<talos_certs::GatewayKey>,
+    /// The signing key bound to this gateway's role and id by its
+    /// control-channel key (talos-certs `KeyBinding`, JSON; empty when the
+    /// control-channel key is not one a binding can be signed with):
+    /// `Describe` gives it with the key.
+    pub(super) key_binding: Vec<u8>,
     pub(super) batches: Option<BatchSetup>,
 }
 
@@ -33,6 +38,7 @@ pub(super) struct ControlSetup {
 /// successor leaves the spool for later.
 pub(super) async fn setup_control(
     c: &crate::config::Control,
+    gateway_id: &str,
     adopted: Option<TcpListener>,
     successor: bool,
 ) -> Result<ControlSetup, StartError> {
@@ -43,6 +49,7 @@ pub(super) async fn setup_control(
     let tls = crate::tls::control_server_config(&ca, chain.clone(), key.clone_key())
         .map_err(StartError::ControlTls)?;
     let signing = talos_certs::GatewayKey::load_or_create(c.signing_key_file.get_ref())?;
+    let key_binding = key_binding(&key, &chain, gateway_id, &signing);
     let batches = match (&c.plane, &c.spool_dir) {
         (Some(plane), Some(dir)) => {
             let limits = SpoolLimits {
@@ -81,8 +88,39 @@ pub(super) async fn setup_control(
         listener: Arc::new(listener),
         tls,
         key: Arc::new(signing),
+        key_binding,
         batches,
     })
+}
+
+/// The signing key bound to the gateway role and `gateway_id` by the
+/// control-channel key `key`, whose certificate is the first of `chain`
+/// (talos-certs `KeyBinding`, JSON). Empty, with a warning, when the key is
+/// not ECDSA P-256 (a binding is made for the certificates `control-stub
+/// init` issues; a reviewer's check of this member's signatures then rests
+/// on the control plane's registration alone).
+fn key_binding(
+    key: &rustls::pki_types::PrivateKeyDer<'_>,
+    chain: &[rustls::pki_types::CertificateDer<'static>],
+    gateway_id: &str,
+    signing: &talos_certs::GatewayKey,
+) -> Vec<u8> {
+    let Some(cert) = chain.first() else {
+        return Vec::new();
+    };
+    match talos_certs::KeyBinding::sign(
+        key.secret_der(),
+        cert.to_vec(),
+        talos_certs::ROLE_GATEWAY,
+        gateway_id,
+        &signing.public_key(),
+    ) {
+        Ok(binding) => binding.to_json().into_bytes(),
+        Err(e) => {
+            tracing::warn!(error = %e, "no key binding: the signing key is not bound under the control CA");
+            Vec::new()
+        }
+    }
 }
 
 /// The control side, built: the channel's server, the authority, the
@@ -128,8 +166,12 @@ impl ControlSide {
         }
         let watcher = Arc::new(LeaseWatcher::new(Arc::clone(&authority)));
         let key_id = setup.key.key_id();
-        let service =
-            crate::control::ControlService::new(p.current, setup.key, Arc::clone(&authority));
+        let service = crate::control::ControlService::new(
+            p.current,
+            setup.key,
+            setup.key_binding,
+            Arc::clone(&authority),
+        );
         let runner = Arc::new(crate::control::Runner::new(
             setup.listener,
             setup.tls,

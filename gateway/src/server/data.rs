@@ -95,6 +95,26 @@ impl DataPlane {
         self.tracker.len()
     }
 
+    /// Learn who holds the sessions this member forwards, before anything
+    /// is served: the DNS sockets, the data listener and the member link
+    /// all judge a session only a peer holds by the forwarding table. A
+    /// successor given the table with the authorities (`taken_over`) has
+    /// it already; any other start asks every peer once (a peer that does
+    /// not answer within [`ASK_BEFORE_ACCEPTING`] is asked again soon:
+    /// queries and connections wait in the sockets meanwhile). Then every
+    /// peer is asked every `[pair] holdings_interval_ms` until the drain.
+    pub(super) async fn learn_holders(&self, taken_over: bool) {
+        if let Some(link) = self.current.get().link.clone() {
+            let sessions = Arc::clone(&self.current.get().sessions);
+            if taken_over {
+                link.publish(&sessions);
+            } else {
+                link.ask_once(ASK_BEFORE_ACCEPTING, &sessions).await;
+            }
+            tokio::spawn(link.ask_peers(sessions, self.stop_asking.clone()));
+        }
+    }
+
     /// Accept connections until `signal` resolves or a handover stops
     /// accepting, each on its own task, at most the cap at once.
     pub(super) async fn accept_until(
@@ -102,12 +122,6 @@ impl DataPlane {
         signal: impl std::future::Future<Output = ()>,
     ) -> End {
         tokio::pin!(signal);
-        if let Some(link) = self.current.get().link.clone() {
-            // What the peers hold, before the first connection (a peer
-            // that does not answer within the bound is asked again soon).
-            link.ask_once(ASK_BEFORE_ACCEPTING).await;
-            tokio::spawn(link.ask_peers(self.stop_asking.clone()));
-        }
         let mut spool_full = self.spool_full.clone();
         loop {
             // A full spool fails closed: accept nothing until it has room.
@@ -253,7 +267,11 @@ async fn serve_link(
     linked: crate::pair::link::Linked,
     streams: Streams,
 ) {
-    let crate::pair::link::Linked { peer, mut conn } = linked;
+    let crate::pair::link::Linked {
+        peer,
+        mut conn,
+        slots,
+    } = linked;
     let mut draining = false;
     loop {
         let next = tokio::select! {
@@ -273,6 +291,18 @@ async fn serve_link(
             }
             None => return,
         };
+        // Every stream the connection carries holds a place among its
+        // streams for as long as it lives, so that its window never binds
+        // (`pair::stream`): past the bound the stream is refused
+        // unprocessed, and the forwarder opens it on another connection.
+        let Some(slot) = slots.take() else {
+            let why =
+                crate::pair::link::Refused::Link(crate::pair::link::LinkRefusal::StreamsAtBound);
+            crate::pair::link::refuse_stream(&peer, &why);
+            let mut respond = respond;
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            continue;
+        };
         // The place under the cap is waited for on the stream's own task:
         // this loop drives the connection, whose other streams must go on.
         let permits = Arc::clone(&streams.permits);
@@ -282,7 +312,15 @@ async fn serve_link(
             let Ok(permit) = permits.acquire_owned().await else {
                 return;
             };
-            if let Some(arrival) = link.open_stream(peer, request, respond).await {
+            if let Some(arrival) = link.open_stream(peer, request, respond, slot).await {
+                // A connection's header is checked against the authority
+                // held for its source where it is judged (`conn`); a DNS
+                // stream's here, before the answerer judges its queries.
+                if arrival.header.service == crate::pair::proxy::Service::Dns
+                    && !dns_for_held_authority(&cx, &arrival)
+                {
+                    return;
+                }
                 match (arrival.header.service, dns) {
                     (crate::pair::proxy::Service::Tls, _) => {
                         conn::serve_forwarded(&cx, arrival).await;
@@ -303,8 +341,32 @@ async fn serve_link(
     }
 }
 
+/// Whether a peer's DNS stream names the authority this member holds for
+/// its source (the same session and attempt), if it holds one and the
+/// header names one; a mismatch is logged and counted
+/// (`link_session_mismatch`, `link_attempt_mismatch`) and its queries go
+/// unanswered.
+fn dns_for_held_authority(cx: &crate::conn::Context, arrival: &crate::pair::link::Arrival) -> bool {
+    use crate::pair::link::LinkRefusal;
+    let (Some((id, attempt)), Some(held)) = (
+        &arrival.header.session,
+        cx.sessions.by_source(arrival.header.source.ip()),
+    ) else {
+        return true;
+    };
+    let why = if **id != *held.id {
+        LinkRefusal::SessionMismatch
+    } else if *attempt != held.attempt {
+        LinkRefusal::AttemptMismatch
+    } else {
+        return true;
+    };
+    crate::pair::link::mismatch(why, &arrival.peer, (id, *attempt), (&held.id, held.attempt));
+    false
+}
+
 /// The longest a start waits for its peers to say what they hold before
-/// it accepts (connections wait in the listener's backlog meanwhile).
+/// it serves (queries and connections wait in the sockets meanwhile).
 const ASK_BEFORE_ACCEPTING: Duration = Duration::from_secs(1);
 
 /// The next connection on the member link's listener; never, without one.

@@ -18,11 +18,14 @@
 //!    naming what failed, and nothing has run.
 //! 2. [`Prepared::spawn`] starts the records and builds the other
 //!    components; a successor then says `ready` to the process it takes
-//!    over from and waits for `go`. [`Running::serve`] starts admin, the
-//!    control side and the operator side, prints one `ready` line on
-//!    standard output (so scripts and tests learn the bound addresses,
-//!    useful with port 0), tells the service manager, and accepts until
-//!    SIGTERM or SIGINT — or until a successor takes over.
+//!    over from and waits for `go`. [`Running::serve`] first has the
+//!    forwarding table in place (a successor took it over; any other start
+//!    asks its peers once: nothing is served before what judges it), then
+//!    starts admin, the control side, the sessions' DNS and the operator
+//!    side, prints one `ready` line on standard output (so scripts and
+//!    tests learn the bound addresses, useful with port 0), tells the
+//!    service manager, and accepts until SIGTERM or SIGINT — or until a
+//!    successor takes over.
 //! 3. [`Running::drain`] stops them in reverse, in numbered steps, each an
 //!    explicit call (nothing waits on a value's drop): every open
 //!    connection is told to finish (HTTP/1.1 `Connection: close`, HTTP/2
@@ -200,6 +203,9 @@ pub struct Prepared {
     predecessor_generation: Option<u64>,
     /// The handovers the predecessor had counted (a successor).
     predecessor_handovers: Option<Handovers>,
+    /// The forwarding table came with the authorities (a successor of a
+    /// process that hands it over): the peers need not be asked first.
+    forwarding_taken: bool,
     exe: PathBuf,
 }
 
@@ -236,6 +242,21 @@ impl Prepared {
             .map(from_std)
             .transpose()?;
         let pair = pair::setup_pair(&config, pair_fd).await?;
+        // What judges a query or a connection of a session only a peer
+        // holds, in place before anything is served: the predecessor's
+        // forwarding table, as it stood.
+        let forwarding_taken = match (&pair, offer.as_ref().and_then(|o| o.forwarding.as_ref())) {
+            (Some(p), Some(entries)) => {
+                let taken = crate::handover::state::ForwardingState::import(
+                    entries,
+                    &p.link.forwarding,
+                    &*clock,
+                );
+                tracing::info!(entries = taken, "forwarding table taken over");
+                true
+            }
+            _ => false,
+        };
         let dns = dns_sockets(&config, &mut fds).await?;
         let (instance, generation): (Arc<str>, u64) = match &offer {
             Some(o) => (Arc::from(o.instance.as_str()), o.generation),
@@ -243,7 +264,7 @@ impl Prepared {
         };
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
         let mut control = match &config.control {
-            Some(c) => Some(setup_control(c, control_fd, successor).await?),
+            Some(c) => Some(setup_control(c, &gateway_id, control_fd, successor).await?),
             None => None,
         };
         if let (Some(o), Some(c)) = (&offer, &control) {
@@ -329,6 +350,7 @@ impl Prepared {
             ended,
             predecessor_generation,
             predecessor_handovers,
+            forwarding_taken,
             exe,
         })
     }
@@ -432,6 +454,7 @@ impl Prepared {
             },
             proposer,
             handovers,
+            forwarding: self.pair.as_ref().map(|p| Arc::clone(&p.link.forwarding)),
         });
         // A successor: ready, and wait for go.
         if let Some(stream) = link.take() {
@@ -473,6 +496,7 @@ impl Prepared {
             data,
             control,
             records,
+            forwarding_taken: self.forwarding_taken,
         })
     }
 }
@@ -495,6 +519,7 @@ struct OperatorSetup<'a> {
     listeners: Listeners,
     proposer: Option<Proposer>,
     handovers: Handovers,
+    forwarding: Option<Arc<crate::pair::forwarding::Forwarding>>,
 }
 
 /// The reloader (with everything a reload changes), the config in force,
@@ -558,6 +583,8 @@ fn operator_side(
         stop_accepting: stop_tx,
         watcher: o.control.map(|c| Arc::clone(&c.watcher)),
         handovers: o.handovers,
+        forwarding: o.forwarding,
+        clock: Arc::clone(o.clock),
     }));
     (reloader, in_force, upgrader, stop_accepting)
 }
@@ -886,13 +913,21 @@ pub struct Running {
     control: Option<ControlSide>,
     records: Records,
     operator: Operator,
+    /// The forwarding table came with the authorities (a successor).
+    forwarding_taken: bool,
 }
 
 impl Running {
-    /// Start admin, the control side and the operator side, say so (the
+    /// Learn who holds what this member forwards; start admin, the
+    /// control side, the sessions' DNS and the operator side, say so (the
     /// ready line, the service manager), then accept until a shutdown
     /// signal or a handover.
     pub async fn serve(mut self, signals: Signals) -> (Running, End) {
+        // Nothing is served on a socket before what judges it is in place:
+        // the sessions are (a successor's were taken over), and so, from
+        // here, is the forwarding table that judges a session only a peer
+        // holds. Until then queries and connections wait in the sockets.
+        self.data.learn_holders(self.forwarding_taken).await;
         let data_addr = self
             .data
             .listener

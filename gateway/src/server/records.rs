@@ -95,6 +95,7 @@ impl Records {
                 sealer: segments_tx,
                 max_records: b.max_records,
                 interval: b.interval,
+                sync: journal::DataSync::disk(),
             });
             let stop = CancellationToken::new();
             if let Some(rx) = s.proposals {

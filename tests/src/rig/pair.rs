@@ -56,6 +56,8 @@ pub struct PairBuilder {
     limits: String,
     renewing: bool,
     linked: bool,
+    /// More lines for every member's `[pair]` table, when linked.
+    pair: String,
     /// The members stored (`gateway add`) before anything starts.
     stored: bool,
     /// More `serve` replicas over the same store.
@@ -69,6 +71,8 @@ pub struct PairBuilder {
     secrets: Vec<(String, String)>,
     /// Each member answers the sessions' DNS (`[dns]`).
     dns: bool,
+    /// More lines for every member's `[dns]` table.
+    dns_lines: String,
 }
 
 /// The members (each `gateway` process in `dir/<id>`, its spool in
@@ -99,6 +103,10 @@ pub struct Pair<G: Process = Gateway, P = LoopbackOrigin> {
     config: TestConfig,
     /// The `[control]` lines after `plane` and `spool_dir`.
     control: String,
+    /// The `[pair]` lines after `listen` and `peers`.
+    pair: String,
+    /// The `[dns]` lines after `listen` and `record_interval_ms`.
+    dns_lines: String,
     _tmp: tempfile::TempDir,
 }
 
@@ -112,12 +120,14 @@ impl Pair {
             limits: "shutdown_grace_ms = 3000".into(),
             renewing: false,
             linked: false,
+            pair: String::new(),
             stored: false,
             replicas: 0,
             store: None,
             identities: Vec::new(),
             egress: Vec::new(),
             dns: false,
+            dns_lines: String::new(),
             secrets: Vec::new(),
         }
     }
@@ -163,11 +173,27 @@ impl PairBuilder {
         self
     }
 
+    /// The members linked, with `lines` more in their `[pair]` table (its
+    /// bounds, say).
+    pub fn linked_with(mut self, lines: &str) -> Self {
+        self.linked = true;
+        self.pair = lines.to_owned();
+        self
+    }
+
     /// Each member answers the sessions' DNS (`[dns]`), on a port of
     /// 127.0.0.1 reserved for it and kept across its restarts
     /// ([`Pair::answerers`]).
     pub fn dns(mut self) -> Self {
         self.dns = true;
+        self
+    }
+
+    /// [`dns`](PairBuilder::dns), with more lines for every member's
+    /// `[dns]` table (`queries_per_second = 5000`, say).
+    pub fn dns_with(mut self, lines: &str) -> Self {
+        self.dns = true;
+        self.dns_lines = lines.to_owned();
         self
     }
 
@@ -294,6 +320,7 @@ impl PairBuilder {
                 Vec::new()
             },
             ids: self.ids,
+            dns_lines: self.dns_lines,
             config: TestConfig {
                 limits: self.limits,
                 ..base
@@ -305,6 +332,7 @@ impl PairBuilder {
             } else {
                 format!("batch_interval_ms = 50\n{lease}{}", self.control)
             },
+            pair: self.pair,
             _tmp: tmp,
         };
         // Every member's control address is fixed before it starts (a
@@ -391,12 +419,15 @@ impl<G: Process, P> Pair<G, P> {
                     .map(|(peer, link)| format!("{{ id = {peer:?}, link = \"{link}\" }}"))
                     .collect::<Vec<_>>()
                     .join(", ");
-                format!("listen = \"{listen}\"\npeers = [{peers}]\n")
+                format!("listen = \"{listen}\"\npeers = [{peers}]\n{}", self.pair)
             }
             None => String::new(),
         };
         let answerer = self.answerers.get(i).map_or(String::new(), |a| {
-            format!("listen = \"{a}\"\nrecord_interval_ms = 1000\n")
+            format!(
+                "listen = \"{a}\"\nrecord_interval_ms = 1000\n{}",
+                self.dns_lines
+            )
         });
         let config = TestConfig {
             gateway_id: id.clone(),

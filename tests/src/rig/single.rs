@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 use super::Process;
 use crate::clients::{http, Curl, Curled, SESSION_SOURCE};
 use crate::control::{gateway_client, ControlPki};
-use crate::gateway::{Gateway, TestConfig, TestSession};
+use crate::gateway::{records_path, Gateway, TestConfig, TestSession};
 use crate::origin::LoopbackOrigin;
 use crate::relay::Relay;
 
@@ -303,6 +303,17 @@ impl<G: Process, P> Single<G, P> {
     /// The gateway's data listener.
     pub fn data(&self) -> SocketAddr {
         self.gateway.data()
+    }
+
+    /// Every record the gateway wrote so far (`dir/records.jsonl`; a
+    /// [`crate::member::Member`]'s processes across its handovers write
+    /// the same file).
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(records_path(&self.dir))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a record is JSON"))
+            .collect()
     }
 }
 

@@ -11,15 +11,49 @@ use std::time::{Duration, Instant};
 use super::recovery::read_lines;
 use super::writer::JournalSetup;
 use super::{
-    create_dir, io_err, JournalError, OpensLine, Segment, INSTANCE, OPENS, OPENS_COMPACT_AT,
+    create_dir, io_err, JournalError, OpensLine, Segment, HANDOFF_GROUP, HANDOFF_SYNC, INSTANCE,
+    OPENS, OPENS_COMPACT_AT,
 };
+
+/// How the journal makes what it wrote durable: `fdatasync(2)` on the
+/// file ([`DataSync::disk`], what the gateway runs with). A test gives one
+/// that watches the syncs, or holds them, to see what waits for them.
+#[derive(Clone)]
+pub struct DataSync(Arc<SyncFn>);
+
+type SyncFn = dyn Fn(&File, &Path) -> std::io::Result<()> + Send + Sync;
+
+impl DataSync {
+    /// `fdatasync(2)`.
+    pub fn disk() -> DataSync {
+        DataSync(Arc::new(|file, _| file.sync_data()))
+    }
+
+    /// `sync` in place of `fdatasync(2)`: given each file and its path.
+    #[cfg(test)]
+    pub(crate) fn watched(
+        sync: impl Fn(&File, &Path) -> std::io::Result<()> + Send + Sync + 'static,
+    ) -> DataSync {
+        DataSync(Arc::new(sync))
+    }
+
+    fn sync(&self, file: &File, path: &Path) -> std::io::Result<()> {
+        (self.0)(file, path)
+    }
+}
+
+impl std::fmt::Debug for DataSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataSync")
+    }
+}
 
 /// Write `entries` as segment `n` of `dir` (synced): what a successor
 /// found left in its predecessor's journal, put in its own before it is
 /// sealed. Returns the segment to hand to the sealer.
 pub fn write_segment(dir: &Path, n: u64, entries: Vec<Vec<u8>>) -> Result<Segment, JournalError> {
     let mut segment = SegmentFile::create(dir, n)?;
-    segment.write_synced(&entries)?;
+    segment.write_synced(&entries, &DataSync::disk())?;
     sync_dir(dir)?;
     Ok(Segment {
         path: segment.path,
@@ -38,6 +72,13 @@ pub(super) struct JournalFiles {
     /// Connections opened and not yet recorded.
     live: HashSet<u64>,
     segment: SegmentFile,
+    /// Hand-off records pushed since the last write (in the round's
+    /// buffer), and written since the segment's last sync; when the
+    /// oldest of those was written.
+    handoffs_buffered: usize,
+    handoffs_unsynced: usize,
+    unsynced_since: Option<Instant>,
+    sync: DataSync,
     sealer: tokio::sync::mpsc::Sender<Segment>,
     max_records: usize,
     interval: Duration,
@@ -68,7 +109,7 @@ impl SegmentFile {
 
 impl SegmentFile {
     /// Write `entries`, one a line, and sync them.
-    fn write_synced(&mut self, entries: &[Vec<u8>]) -> Result<(), JournalError> {
+    fn write_synced(&mut self, entries: &[Vec<u8>], sync: &DataSync) -> Result<(), JournalError> {
         let mut bytes = Vec::new();
         for e in entries {
             bytes.extend_from_slice(e);
@@ -76,7 +117,7 @@ impl SegmentFile {
         }
         self.file
             .write_all(&bytes)
-            .and_then(|()| self.file.sync_data())
+            .and_then(|()| sync.sync(&self.file, &self.path))
             .map_err(io_err(&self.path))
     }
 }
@@ -111,7 +152,7 @@ impl JournalFiles {
         create_dir(&dir)?;
         let recovered = setup.recovered;
         let mut segment = SegmentFile::create(&dir, recovered.next_segment)?;
-        segment.write_synced(&recovered.entries)?;
+        segment.write_synced(&recovered.entries, &setup.sync)?;
         if !recovered.entries.is_empty() {
             segment.first_at = Some(Instant::now());
         }
@@ -161,6 +202,10 @@ impl JournalFiles {
             opens_synced_at: Instant::now(),
             live: HashSet::new(),
             segment,
+            handoffs_buffered: 0,
+            handoffs_unsynced: 0,
+            unsynced_since: None,
+            sync: setup.sync,
             sealer: setup.sealer,
             max_records: setup.max_records,
             interval: setup.interval,
@@ -169,41 +214,103 @@ impl JournalFiles {
     }
 
     /// Add a chain entry to the current segment; its line to `buf`, the
-    /// bytes the segment file gets at the next write.
-    pub(super) fn push_entry(&mut self, json: Vec<u8>, buf: &mut Vec<u8>) {
+    /// bytes the segment file gets at the next write. `handoff`: a
+    /// forwarder's hand-off record, which is synced in a group (see the
+    /// module docs of [`crate::records::journal`]).
+    pub(super) fn push_entry(&mut self, json: Vec<u8>, buf: &mut Vec<u8>, handoff: bool) {
         buf.extend_from_slice(&json);
         buf.push(b'\n');
         if self.segment.entries.is_empty() {
             self.segment.first_at = Some(Instant::now());
         }
         self.segment.entries.push(json);
+        if handoff {
+            self.handoffs_buffered += 1;
+        }
         // A full segment goes at once, even in the middle of a round: one
         // that outgrew `max_records` became a full batch and a small one.
+        // (Its rotation syncs what is written.)
         if self.segment.entries.len() >= self.max_records {
-            self.write_entries(buf);
+            self.write_entries(buf, false);
             self.rotate();
         }
     }
 
     /// Append `buf`, the entries pushed since the last write, to the
-    /// current segment, synced; `buf` is emptied either way. A failure is
-    /// loud, and the entries stay in memory and are sealed with the segment.
-    pub(super) fn write_entries(&mut self, buf: &mut Vec<u8>) {
-        if buf.is_empty() {
-            return;
+    /// current segment, and sync the segment if `sync` and it holds
+    /// anything not yet synced (whatever was written before included);
+    /// `buf` is emptied either way. A failure is loud, and the entries
+    /// stay in memory and are sealed with the segment.
+    pub(super) fn write_entries(&mut self, buf: &mut Vec<u8>, sync: bool) {
+        let wrote = !buf.is_empty();
+        if wrote {
+            if let Err(e) = self.segment.file.write_all(buf) {
+                self.write_failed(&e);
+            }
+            buf.clear();
+            if self.handoffs_buffered > 0 {
+                self.handoffs_unsynced += std::mem::take(&mut self.handoffs_buffered);
+                self.unsynced_since.get_or_insert_with(Instant::now);
+            }
         }
-        let written = self.segment.file.write_all(buf);
-        let synced = written.and_then(|()| self.segment.file.sync_data());
-        if let Err(e) = synced {
-            tracing::error!(path = %self.segment.path.display(), error = %e, "cannot write the journal");
-            metrics::counter!("gateway_journal_write_errors_total").increment(1);
+        if sync && (wrote || self.handoffs_unsynced > 0) {
+            self.sync_segment();
         }
-        buf.clear();
+    }
+
+    /// Sync the current segment: every entry written to it is on disk.
+    fn sync_segment(&mut self) {
+        if let Err(e) = self.sync.sync(&self.segment.file, &self.segment.path) {
+            self.write_failed(&e);
+        }
+        self.handoffs_unsynced = 0;
+        self.unsynced_since = None;
+    }
+
+    fn write_failed(&self, e: &std::io::Error) {
+        tracing::error!(path = %self.segment.path.display(), error = %e, "cannot write the journal");
+        metrics::counter!("gateway_journal_write_errors_total").increment(1);
+    }
+
+    /// Whether the hand-off records written and waiting, with those about
+    /// to be, are a whole group ([`HANDOFF_GROUP`]) or the oldest has
+    /// waited [`HANDOFF_SYNC`] by `now`: they are synced now.
+    pub(super) fn handoffs_due(&self, now: Instant) -> bool {
+        self.handoffs_unsynced + self.handoffs_buffered >= HANDOFF_GROUP
+            || self.unsynced_since.is_some_and(|t| t + HANDOFF_SYNC <= now)
+    }
+
+    /// Whether the hand-off records about to be written make a group with
+    /// those waiting: the writer ends its round there.
+    pub(super) fn handoffs_full(&self) -> bool {
+        self.handoffs_unsynced + self.handoffs_buffered >= HANDOFF_GROUP
+    }
+
+    /// When the writer must act at the latest, if nothing comes before:
+    /// the current segment's hand-over, or the sync of the hand-off records
+    /// waiting for one.
+    pub(super) fn due(&self) -> Option<Instant> {
+        let handoffs = self.unsynced_since.map(|t| t + HANDOFF_SYNC);
+        match (self.segment_due(), handoffs) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// When the current segment must be handed over at the latest.
-    pub(super) fn due(&self) -> Option<Instant> {
+    pub(super) fn segment_due(&self) -> Option<Instant> {
         self.segment.first_at.map(|t| t + self.interval)
+    }
+
+    /// What is due by `now`: the hand-off records waiting are synced, the
+    /// segment handed over.
+    pub(super) fn act_due(&mut self, now: Instant) {
+        if self.handoffs_unsynced > 0 && self.handoffs_due(now) {
+            self.sync_segment();
+        }
+        if self.segment_due().is_some_and(|d| d <= now) {
+            self.rotate();
+        }
     }
 
     /// Hand the current segment to the sealer and start the next one.
@@ -220,7 +327,9 @@ impl JournalFiles {
             }
         };
         let done = std::mem::replace(&mut self.segment, next);
-        let _ = done.file.sync_data();
+        let _ = self.sync.sync(&done.file, &done.path);
+        self.handoffs_unsynced = 0;
+        self.unsynced_since = None;
         let _ = sync_dir(&self.dir);
         // Blocks while the sealer is behind: connections then wait on
         // their records, which is the backpressure wanted.
@@ -275,7 +384,7 @@ impl JournalFiles {
     /// Sync `opens.log` if it has waited `at_least` since its last sync.
     pub(super) fn sync_opens(&mut self, at_least: Duration) {
         if self.opens_dirty && self.opens_synced_at.elapsed() >= at_least {
-            let _ = self.opens.sync_data();
+            let _ = self.sync.sync(&self.opens, &self.opens_path);
             self.opens_dirty = false;
             self.opens_synced_at = Instant::now();
         }

@@ -26,6 +26,22 @@
 //!   next) before [`RecordSink::close`] returns, so before the connection
 //!   counts as closed: its slot, its session's count of open connections
 //!   and, for a refusal, the answer to the client all wait for it.
+//! - A forwarder's **hand-off record** (a connection handed, untouched, to
+//!   the member that holds its session: `forwarded_to`) is the exception.
+//!   The holder's record of the same connection is the one the session's
+//!   certificate counts; the hand-off's is listed beside it. So
+//!   [`RecordSink::close`] hands it to the writer and returns: the
+//!   connection waits for no write and no sync. The writer writes it with
+//!   the next round and syncs it in a group: with the next entry that is
+//!   synced anyway, or once [`HANDOFF_GROUP`] hand-off records wait for a
+//!   sync, or once the oldest has waited [`HANDOFF_SYNC`], or when the
+//!   segment goes to the sealer, whichever comes first. A kill of the
+//!   process loses none that were written (they are in the segment file,
+//!   which recovery reads); one still queued has its connection recorded
+//!   cut by the crash, from its gate line, as before. A crash of the whole
+//!   machine loses at most the last group: the hand-off records written
+//!   since the last sync, at most [`HANDOFF_GROUP`] of them and at most
+//!   [`HANDOFF_SYNC`] old. Their connections are on the holders' records.
 //! - An **opening** is written before the connection's first request is
 //!   read: the gate's line is acknowledged once written, which survives a
 //!   kill of the process at any instant. It is synced with the next group,
@@ -75,7 +91,7 @@ mod recovery;
 mod sink;
 mod writer;
 
-pub use files::{mark_sealing, write_segment};
+pub use files::{mark_sealing, write_segment, DataSync};
 pub use recovery::{recover, recover_all, Recovered};
 pub use sink::{RecordSink, Written};
 pub use writer::{start, JournalSetup, WriterConfig, WriterThread};
@@ -88,6 +104,20 @@ pub const RECORD_QUEUE: usize = 4096;
 /// The longest an opening written to `opens.log` waits for a sync when
 /// nothing else syncs the file.
 pub const OPENS_SYNC: Duration = Duration::from_millis(5);
+
+/// The most hand-off records written and not yet synced: the writer syncs
+/// them as a group once this many wait. A crash of the machine loses at
+/// most these (~400 bytes each). At the rate a forwarder hands connections
+/// on (a few thousand a second on one core), [`HANDOFF_SYNC`] comes first.
+pub const HANDOFF_GROUP: usize = 256;
+
+/// The longest a hand-off record written waits for its sync. 50 ms is
+/// ten times [`OPENS_SYNC`]: a forwarder handing on a few thousand
+/// connections a second then syncs its hand-off records about twenty
+/// times a second instead of after every few connections, and a crash of
+/// the machine loses at most the hand-offs of the last 50 ms, which the
+/// holders' records cover.
+pub const HANDOFF_SYNC: Duration = Duration::from_millis(50);
 
 /// `opens.log` is compacted once it is this large and holds more than
 /// eight times the lines of the connections still open.

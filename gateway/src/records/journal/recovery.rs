@@ -270,6 +270,7 @@ fn cut_record(
     record.opened_at = open.at;
     record.closed_at = closed_at.to_owned();
     record.cause = Some("cut_by_crash");
+    record.cut = true;
     match open.passed {
         Some(g) => {
             record.session_id = Some(Arc::from(g.session_id.as_str()));

@@ -6,7 +6,7 @@ use std::sync::{mpsc as std_mpsc, Arc};
 
 use tokio::sync::{oneshot, Semaphore};
 
-use super::writer::{Msg, Queued};
+use super::writer::{Ack, Msg, Queued};
 use super::{OpensLine, RECORD_QUEUE};
 use crate::records::record::{now, Record};
 
@@ -130,6 +130,12 @@ impl RecordSink {
 
     /// Close a record: stamp its end and write it. Returns once it is on
     /// disk (synced), or at once if the writer has stopped (logged).
+    ///
+    /// A forwarder's hand-off record (`forwarded_to`: the holder's record
+    /// of the connection is the one counted) is handed to the writer and
+    /// not waited for: it is written with the next round and synced in a
+    /// group ([`super::HANDOFF_GROUP`], [`super::HANDOFF_SYNC`]). Only room
+    /// in the writer's queue is waited for, as for every entry.
     pub async fn close(&self, mut record: Record) {
         record.closed_at = now();
         metrics::counter!("gateway_connections_total", "verdict" => record.verdict.as_str())
@@ -138,12 +144,22 @@ impl RecordSink {
         let Ok(json) = serde_json::to_vec(&record) else {
             return;
         };
+        let conn = Some(record.conn);
+        if record.forwarded_to.is_some() {
+            self.send(Msg::Record {
+                conn,
+                json,
+                ack: Ack::Grouped,
+            })
+            .await;
+            return;
+        }
         let (ack, rx) = oneshot::channel();
         if self
             .send(Msg::Record {
-                conn: Some(record.conn),
+                conn,
                 json,
-                ack,
+                ack: Ack::Synced(ack),
             })
             .await
         {
@@ -160,7 +176,7 @@ impl RecordSink {
             .send(Msg::Record {
                 conn: None,
                 json,
-                ack,
+                ack: Ack::Synced(ack),
             })
             .await
         {

@@ -11,7 +11,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use super::files::JournalFiles;
 use super::sink::RecordSink;
-use super::{io_err, JournalError, Recovered, Segment, OPENS_SYNC};
+use super::{io_err, DataSync, JournalError, Recovered, Segment, OPENS_SYNC};
 
 /// What the writer is asked to do.
 pub(super) enum Msg {
@@ -23,11 +23,12 @@ pub(super) enum Msg {
         ack: Option<oneshot::Sender<()>>,
     },
     /// A record: the record file, the segment, `opens.log` (a
-    /// connection's, `conn`); `ack` once synced.
+    /// connection's, `conn`); acknowledged once synced, or, a forwarder's
+    /// hand-off record, not at all (synced with a group).
     Record {
         conn: Option<u64>,
         json: Vec<u8>,
-        ack: oneshot::Sender<()>,
+        ack: Ack,
     },
     /// A report (or another chain entry): the segment; `ack` once synced.
     Entry {
@@ -39,6 +40,15 @@ pub(super) enum Msg {
     /// Write what came before, hand the last segment to the sealer and
     /// stop (the drain, once nothing is left to record).
     Stop,
+}
+
+/// What a record's sender waits for.
+pub(super) enum Ack {
+    /// Its sync: told once the record is on disk.
+    Synced(oneshot::Sender<()>),
+    /// Nothing: a forwarder's hand-off record, synced with a group of
+    /// them (see the module docs of [`crate::records::journal`]).
+    Grouped,
 }
 
 pub(super) struct Queued {
@@ -77,6 +87,8 @@ pub struct JournalSetup {
     pub sealer: tokio::sync::mpsc::Sender<Segment>,
     pub max_records: usize,
     pub interval: Duration,
+    /// How writes are made durable: [`DataSync::disk`].
+    pub sync: DataSync,
 }
 
 /// The writer thread, running: joined at the drain once every sink is gone.
@@ -175,14 +187,24 @@ impl Writer {
         // once every sink is gone.
         while let Some(first) = self.next() {
             let Some(first) = first else {
+                // A segment's interval, or hand-off records' wait for a
+                // sync, ran out.
                 if let Some(j) = self.journal.as_mut() {
-                    j.rotate();
+                    j.act_due(Instant::now());
                 }
                 continue;
             };
             let mut taken = 1;
             self.take(first);
-            while taken < ROUND && !self.round.stop {
+            // A round ends where its hand-off records make a group: those
+            // written and not yet synced never pass `HANDOFF_GROUP`.
+            while taken < ROUND
+                && !self.round.stop
+                && !self
+                    .journal
+                    .as_ref()
+                    .is_some_and(JournalFiles::handoffs_full)
+            {
                 match self.rx.try_recv() {
                     Ok(q) => self.take(q),
                     Err(_) => break,
@@ -207,8 +229,9 @@ impl Writer {
         let _ = self.records.flush();
     }
 
-    /// The next entry (`Some(None)`: the segment's interval ran out), or
-    /// `None` once every sink is gone.
+    /// The next entry (`Some(None)`: the segment's interval, or hand-off
+    /// records' wait for a sync, ran out), or `None` once every sink is
+    /// gone.
     fn next(&mut self) -> Option<Option<Queued>> {
         match self.journal.as_ref().and_then(JournalFiles::due) {
             Some(due) => {
@@ -245,20 +268,27 @@ impl Writer {
             Msg::Record { conn, json, ack } => {
                 round.records.extend_from_slice(&json);
                 round.records.push(b'\n');
+                let handoff = matches!(ack, Ack::Grouped);
                 match self.journal.as_mut() {
                     Some(j) => {
-                        j.push_entry(json, &mut round.segment);
+                        j.push_entry(json, &mut round.segment, handoff);
                         if let Some(conn) = conn {
                             j.recorded(conn, &mut round.opens);
                         }
-                        round.synced.push(ack);
+                        if let Ack::Synced(ack) = ack {
+                            round.synced.push(ack);
+                        }
                     }
-                    None => round.written.push(ack),
+                    None => {
+                        if let Ack::Synced(ack) = ack {
+                            round.written.push(ack);
+                        }
+                    }
                 }
             }
             Msg::Entry { json, ack } => {
                 if let Some(j) = self.journal.as_mut() {
-                    j.push_entry(json, &mut round.segment);
+                    j.push_entry(json, &mut round.segment, false);
                 }
                 round.synced.push(ack);
             }
@@ -274,9 +304,12 @@ impl Writer {
     /// compact as due.
     fn write_round(&mut self) {
         let round = &mut self.round;
-        // Records before the lines that say they are closed.
+        // Records before the lines that say they are closed. The segment
+        // is synced when a record or report of the round waits for it, or
+        // its hand-off records are due (a group, or the oldest's wait).
         if let Some(j) = self.journal.as_mut() {
-            j.write_entries(&mut round.segment);
+            let sync = !round.synced.is_empty() || j.handoffs_due(Instant::now());
+            j.write_entries(&mut round.segment, sync);
             j.write_opens(&round.opens);
         }
         round.segment.clear();
@@ -293,7 +326,7 @@ impl Writer {
         let seal = std::mem::take(&mut round.seal);
         if let Some(j) = self.journal.as_mut() {
             j.sync_opens(OPENS_SYNC);
-            if seal || j.full() || j.due().is_some_and(|d| d <= Instant::now()) {
+            if seal || j.full() || j.segment_due().is_some_and(|d| d <= Instant::now()) {
                 j.rotate();
             }
             j.compact_opens();

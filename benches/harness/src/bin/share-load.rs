@@ -321,7 +321,7 @@ async fn fill_a(gw: std::net::SocketAddr, ca: &Path, relay: &Relay) -> AtBounds 
     }
     let hello = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../gateway/testdata/hellos/curl-http1.1.bin"
+        "/../../gateway/testdata/hellos/curl-http1.1.bin"
     ))
     .expect("a captured hello");
     let mut halves = Vec::new();

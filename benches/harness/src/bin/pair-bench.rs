@@ -57,7 +57,7 @@ fn arg(name: &str, default: u64) -> u64 {
 
 /// utime+stime of `pid`, in seconds.
 fn cpu(pid: u32) -> f64 {
-    let ticks = talos_e2e::figures::ticks(&pid.to_string()).unwrap_or(0);
+    let ticks = talos_bench_harness::figures::ticks(&pid.to_string()).unwrap_or(0);
     ticks as f64 / 100.0
 }
 

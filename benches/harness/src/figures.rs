@@ -1,4 +1,4 @@
-//! The benchmarks' arithmetic and tables (`tests/src/bin/bench-figures.rs`).
+//! The benchmarks' arithmetic and tables (`src/bin/bench-figures.rs`).
 //!
 //! The bench scripts start the processes and keep every tool's raw output
 //! in their work folder: wrk's and h2load's output (`RUN.out`), the CPU

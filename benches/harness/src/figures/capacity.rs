@@ -7,7 +7,7 @@
 //!   where TICKS is the gateway's CPU time over the phase (clock ticks,
 //!   `/proc/PID/stat`), RSS_KIB its `VmRSS` after the phase, SECONDS the
 //!   phase's wall time as the shell saw it, and ANSWER the driver's JSON
-//!   answer (`tests/src/bin/capacity-driver.rs`). Phases: `base` (after
+//!   answer (`src/bin/capacity-driver.rs`). Phases: `base` (after
 //!   the warm-up: one session opened, used and closed), `open`, `touch`,
 //!   `idle` (nothing asked for a while; the answer is a `status`), `renew`,
 //!   `close`.

@@ -56,8 +56,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use talos_e2e::figures::capacity::Capacity;
-use talos_e2e::figures::{self, Compare, Load};
+use talos_bench_harness::figures::capacity::Capacity;
+use talos_bench_harness::figures::{self, Compare, Load};
 use talos_e2e::gateway::{TestConfig, TestSession};
 
 fn main() -> ExitCode {
@@ -172,7 +172,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                  ab-round | ab-summary | masking-round | masking-summary | idle-line | idle-slopes FILE | \
                  json-field NAME | \
                  ticks|sys-ticks|rss-kib PID... | child-ticks PID | machine-ticks | threads PID | \
-                 gateway-config KEY=VALUE... (see tests/src/bin/bench-figures.rs)"
+                 gateway-config KEY=VALUE... (see benches/harness/src/bin/bench-figures.rs)"
                 .into(),
         ),
     }
