@@ -20,33 +20,31 @@
 //! `gateway_refused` and `gateway_reply_invalid` (the decision was not
 //! delivered; nothing changed), 500 `store_failed`, 400 for the rest.
 //!
+//! `serve` runs it on the people's listener (`server/people.rs`), which
+//! owns the connections; the store calls under way, each on a blocking
+//! thread, are this API's own ([`Api::finish`] waits for them).
+//!
 //! # Limits
 //!
-//! At most [`MAX_CONNECTIONS`] connections at once, [`HANDSHAKE_TIMEOUT`]
-//! for the TLS handshake and for a request's headers, request bodies of at
-//! most [`MAX_BODY`] bytes (a decision needs none: what is decided is in
-//! the path).
+//! Request bodies of at most [`MAX_BODY`] bytes (a decision needs none:
+//! what is decided is in the path); the listener's connection cap and
+//! handshake bound are in `server/listener.rs`, and a request's headers
+//! get as long as a handshake.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use talos_certs::{GatewayKey, Verdict};
-use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, LinkError};
 use crate::identity::Identity;
 use crate::link::GatewayLink;
 use crate::store::Store;
 use talos_contract::sync::Locked;
-
-/// Connections served at once, and how long a client has for its TLS
-/// handshake (and here for a request's headers): the control listener's.
-pub use crate::serve::{HANDSHAKE_TIMEOUT, MAX_CONNECTIONS};
 
 /// The largest request body read: 16 KiB.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -58,6 +56,8 @@ pub struct Api {
     store: Arc<Mutex<Store>>,
     key: Arc<GatewayKey>,
     link: Arc<dyn GatewayLink + Send + Sync>,
+    /// The store calls under way, each on a blocking thread.
+    tasks: TaskTracker,
 }
 
 impl std::fmt::Debug for Api {
@@ -74,7 +74,23 @@ impl Api {
         key: Arc<GatewayKey>,
         link: Arc<dyn GatewayLink + Send + Sync>,
     ) -> Api {
-        Api { store, key, link }
+        Api {
+            store,
+            key,
+            link,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Take no more store calls, and wait for those under way (a
+    /// decision holds the store while the gateway answers): each ends
+    /// whether or not its connection is still there to hear the answer.
+    /// Returns how many were under way.
+    pub async fn finish(&self) -> usize {
+        self.tasks.close();
+        let under_way = self.tasks.len();
+        self.tasks.wait().await;
+        under_way
     }
 }
 
@@ -96,38 +112,8 @@ pub fn server_config(identity: &Identity) -> Result<rustls::ServerConfig, Error>
     Ok(config)
 }
 
-/// Serve the API on `listener` until `shutdown` resolves (the accept loop,
-/// its connection cap and handshake bound are `serve`'s own).
-pub async fn serve(
-    listener: TcpListener,
-    tls: rustls::ServerConfig,
-    api: Api,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    crate::serve::accept_tls(
-        listener,
-        tls,
-        "approvals_connection_refused",
-        shutdown,
-        move |tls| {
-            let api = api.clone();
-            async move {
-                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let api = api.clone();
-                    async move { Ok::<_, Infallible>(handle(&api, req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HANDSHAKE_TIMEOUT)
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            }
-        },
-    )
-    .await;
-}
-
-type Reply = Response<Full<Bytes>>;
+/// An answer of the API.
+pub type Reply = Response<Full<Bytes>>;
 
 fn reply(status: StatusCode, body: &serde_json::Value) -> Reply {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
@@ -182,12 +168,14 @@ async fn with_store<T: Send + 'static>(
     f: impl FnOnce(&mut Store, &Api) -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
     let api = api.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut store = api.store.locked();
-        f(&mut store, &api)
-    })
-    .await
-    .map_err(|e| Error::Store(format!("approvals task: {e}")))?
+    let tasks = api.tasks.clone();
+    tasks
+        .spawn_blocking(move || {
+            let mut store = api.store.locked();
+            f(&mut store, &api)
+        })
+        .await
+        .map_err(|e| Error::Store(format!("approvals task: {e}")))?
 }
 
 /// The approver the request's bearer token names.
@@ -211,7 +199,8 @@ async fn approver(api: &Api, req: &Request<Incoming>) -> Result<String, Error> {
     .await
 }
 
-async fn handle(api: &Api, req: Request<Incoming>) -> Reply {
+/// Answer one request.
+pub async fn handle(api: &Api, req: Request<Incoming>) -> Reply {
     let path = req.uri().path().to_owned();
     let Some(rest) = path
         .strip_prefix("/v1/approvals")

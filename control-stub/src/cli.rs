@@ -24,7 +24,6 @@ use crate::lock::NewRule;
 use crate::model::{LockMode, Mode};
 use crate::names;
 use crate::store::{Db, Store, DEFAULT_PATH};
-use talos_contract::sync::Locked;
 
 /// Exit status of a command that failed.
 pub const EXIT_FAILURE: i32 = 2;
@@ -68,9 +67,9 @@ pub enum Command {
         dir: PathBuf,
     },
     /// Serve the ControlPlane service (the gateways' batches and
-    /// proposals) over mutual TLS until SIGTERM or SIGINT, and the
-    /// approvals API if asked. Prints one JSON line with the addresses once
-    /// listening.
+    /// proposals) over mutual TLS and run the upkeep loops until SIGTERM,
+    /// SIGINT or SIGQUIT, then drain; the approvals API and the metrics if
+    /// asked. Prints one JSON line with the addresses once listening.
     Serve {
         /// The address to listen on (port 0: any free port).
         #[arg(long, value_name = "ADDR")]
@@ -93,6 +92,11 @@ pub enum Command {
         /// and certificates are issued, in milliseconds (default 1000).
         #[arg(long, value_name = "MS", default_value_t = 1_000)]
         tick_ms: u64,
+        /// At SIGTERM, SIGINT or SIGQUIT: how long the connections under
+        /// way get to finish, from the drain's start, before they are cut,
+        /// in milliseconds (default 10000).
+        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        grace_ms: u64,
     },
     /// Print the control plane's public key, which signs certificates
     /// (`<control-dir>/plane.key`, made if missing): hex, PEM and key id.
@@ -450,14 +454,18 @@ pub fn run(
             metrics_listen,
             renew_ms,
             tick_ms,
-        } => serve(
-            cli,
-            &ServeSettings {
+            grace_ms,
+        } => crate::server::run(
+            crate::server::Settings {
+                db: cli.db.clone(),
+                control_dir: control_dir(cli, "serve")?.to_owned(),
+                gateways: cli.gateways.clone(),
                 listen: *listen,
                 approvals: *approvals_listen,
                 metrics: *metrics_listen,
                 renew: std::time::Duration::from_millis(*renew_ms),
                 tick: std::time::Duration::from_millis(*tick_ms),
+                grace: std::time::Duration::from_millis(*grace_ms),
             },
             stdout,
         ),
@@ -874,29 +882,7 @@ fn register_gateways(
     Ok(())
 }
 
-/// The members a call reaches, as `GrpcLink` takes them: every stored
-/// member (`gateway add`) as `ID=ADDR`, each replaced by a `--gateway`
-/// that names the same id, then every other `--gateway` as given.
-pub fn merge_targets(stored: &[crate::store::Member], overrides: &[String]) -> Vec<String> {
-    let ids = override_ids(overrides);
-    let mut targets: Vec<String> = stored
-        .iter()
-        .filter(|m| !ids.contains(&m.id))
-        .map(|m| format!("{}={}", m.id, m.control))
-        .collect();
-    targets.extend(overrides.iter().cloned());
-    targets
-}
-
-/// The ids `--gateway ID=ADDR` names.
-fn override_ids(overrides: &[String]) -> Vec<String> {
-    overrides
-        .iter()
-        .filter_map(|g| g.split_once('=').map(|(id, _)| id.to_owned()))
-        .collect()
-}
-
-/// The members `cli` reaches: [`merge_targets`] of the store's members
+/// The members `cli` reaches: [`crate::grpc_link::merge_targets`] of the store's members
 /// (when the store exists: a command that needs no store, as `init`,
 /// makes none) and `--gateway`.
 pub fn gateway_targets(cli: &Cli) -> Result<Vec<String>, Error> {
@@ -904,481 +890,10 @@ pub fn gateway_targets(cli: &Cli) -> Result<Vec<String>, Error> {
     if needs_no_store || !cli.db.exists() {
         return Ok(cli.gateways.clone());
     }
-    Ok(merge_targets(
+    Ok(crate::grpc_link::merge_targets(
         &Store::open(&cli.db)?.members()?,
         &cli.gateways,
     ))
-}
-
-/// What `serve` listens on and how often its loop runs.
-#[derive(Debug, Clone)]
-struct ServeSettings {
-    listen: std::net::SocketAddr,
-    approvals: Option<std::net::SocketAddr>,
-    metrics: Option<std::net::SocketAddr>,
-    renew: std::time::Duration,
-    tick: std::time::Duration,
-}
-
-/// `serve`: the ControlPlane service on `listen`, the approvals API and
-/// the metrics if asked, and the upkeep loop ([`crate::upkeep`]) on a
-/// thread of its own, until SIGTERM/SIGINT/SIGQUIT.
-fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<(), Error> {
-    let dir = control_dir(cli, "serve")?;
-    if settings.tick.is_zero() || settings.renew < settings.tick {
-        return Err(Error::invalid(
-            "--tick-ms must be at least 1 and --renew-ms at least --tick-ms",
-        ));
-    }
-    let identity = crate::identity::Identity::load(dir, "stub")?;
-    let tls = identity.server_config()?;
-    let opened = Store::open(&cli.db)?;
-    let targets = merge_targets(&opened.members()?, &cli.gateways);
-    // A live session on a member this process could not reach would lose
-    // its renewals and its closes: refuse to start, naming the member.
-    let unaddressed = opened.unaddressed(&override_ids(&cli.gateways))?;
-    if !unaddressed.is_empty() {
-        let named: Vec<String> = unaddressed
-            .iter()
-            .map(|u| {
-                format!(
-                    "{} ({} live sessions: {})",
-                    u.gateway_id,
-                    u.session_count,
-                    u.sessions.join(", ")
-                )
-            })
-            .collect();
-        return Err(Error::GatewayUnaddressed(format!(
-            "live sessions are held on members with no control address: {}; give each one: control-stub gateway add ID --control HOST:PORT",
-            named.join("; ")
-        )));
-    }
-    let store = std::sync::Arc::new(std::sync::Mutex::new(opened));
-    // Checked now so a bad key file stops the start, not the first
-    // certificate.
-    crate::identity::plane_key(dir)?;
-    let metrics = install_metrics(cli, settings, &store)?;
-    // The API's link and key exist only with the API. The link owns a
-    // runtime of its own, which must be dropped outside the serving
-    // runtime: declared first, it is dropped last.
-    let api = match settings.approvals {
-        Some(_) => Some(crate::approvals_api::Api::new(
-            store.clone(),
-            std::sync::Arc::new(crate::identity::relay_key(dir)?),
-            std::sync::Arc::new(
-                crate::grpc_link::GrpcLink::new(&targets, cli.control_dir.clone())
-                    .map_err(Error::Link)?,
-            ),
-        )),
-        None => None,
-    };
-    let api_tls = match settings.approvals {
-        Some(_) => Some(crate::approvals_api::server_config(&identity)?),
-        None => None,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Io {
-            what: "runtime".into(),
-            reason: e.to_string(),
-        })?;
-    let bind = |addr: std::net::SocketAddr| async move {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Io {
-                what: addr.to_string(),
-                reason: e.to_string(),
-            })?;
-        let bound = listener.local_addr().map_err(|e| Error::Io {
-            what: addr.to_string(),
-            reason: e.to_string(),
-        })?;
-        Ok::<_, Error>((listener, bound))
-    };
-    // The upkeep loop: its own store connection and control channel
-    // client, on a thread of its own (the link blocks on its own runtime).
-    // Dropped when serving ends: the loop sees the channel close.
-    let stopped = std::sync::Arc::new(Stop::default());
-    let upkeep = start_upkeep(cli, &targets, dir, settings, &stopped)?;
-    let result = runtime.block_on(async {
-        let (listener, addr) = bind(settings.listen).await?;
-        let approvals = match settings.approvals {
-            Some(a) => Some(bind(a).await?),
-            None => None,
-        };
-        let metrics_listener = match settings.metrics {
-            Some(a) => Some(bind(a).await?),
-            None => None,
-        };
-        // Before the ready line (see `Signals`).
-        let signals = crate::serve::Signals::listen();
-        let mut ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
-        if let Some((_, a)) = &approvals {
-            ready["approvals"] = serde_json::Value::String(a.to_string());
-        }
-        if let Some((_, a)) = &metrics_listener {
-            ready["metrics"] = serde_json::Value::String(a.to_string());
-        }
-        write_out(stdout, &ready.to_string())?;
-        let _ = stdout.flush();
-        let shutdown = signals.handle();
-        if let (Some((listener, _)), Some(handle)) = (metrics_listener, metrics) {
-            tokio::spawn(crate::serve::serve_metrics(listener, handle));
-        }
-        let grpc = crate::serve::serve(
-            listener,
-            tls,
-            crate::serve::Consumer::shared(store.clone()).registering(dir.to_owned()),
-            shutdown.clone().wait(),
-        );
-        match (approvals, api.clone(), api_tls) {
-            (Some((listener, _)), Some(api), Some(api_tls)) => {
-                let http = crate::approvals_api::serve(
-                    listener,
-                    api_tls,
-                    api,
-                    shutdown.clone().wait(),
-                );
-                tokio::join!(grpc, http);
-            }
-            _ => grpc.await,
-        }
-        Ok(())
-    });
-    stopped.stop();
-    upkeep.join();
-    drop(runtime);
-    drop(api);
-    result
-}
-
-/// The Prometheus recorder, with every series of every member serve knows
-/// of (those given, those registered) at its starting value; none without
-/// a metrics listener.
-fn install_metrics(
-    cli: &Cli,
-    settings: &ServeSettings,
-    store: &std::sync::Mutex<Store>,
-) -> Result<Option<metrics_exporter_prometheus::PrometheusHandle>, Error> {
-    let metrics = match settings.metrics {
-        Some(_) => Some(
-            metrics_exporter_prometheus::PrometheusBuilder::new()
-                .install_recorder()
-                .map_err(|e| Error::Io {
-                    what: "metrics".into(),
-                    reason: e.to_string(),
-                })?,
-        ),
-        None => None,
-    };
-    if metrics.is_some() {
-        // Every member serve knows of now: those given, those registered.
-        let mut members: Vec<String> = cli
-            .gateways
-            .iter()
-            .map(|g| crate::grpc_link::GatewayAddr::parse(g).label())
-            .collect();
-        let registered = store.locked().gateways()?;
-        members.extend(registered.into_iter().map(|g| g.id));
-        members.extend(store.locked().members()?.into_iter().map(|m| m.id));
-        members.sort();
-        members.dedup();
-        crate::series::preregister(members.iter().map(String::as_str));
-    }
-    Ok(metrics)
-}
-
-/// The upkeep loops, each on a thread of its own with its own store
-/// connection and control channel client (the link blocks on its own
-/// runtime): one for closes, time-driven events and certificates; one per
-/// member for its leases. Each runs until `stopped`. The members are the
-/// store's (`gateway add`) and `--gateway`'s: the tick reads the store's
-/// again every round, starts the loop of a member added since and ends
-/// the loop of one removed, so a change needs no restart of `serve`.
-fn start_upkeep(
-    cli: &Cli,
-    targets: &[String],
-    dir: &std::path::Path,
-    settings: &ServeSettings,
-    stopped: &std::sync::Arc<Stop>,
-) -> Result<std::sync::Arc<Upkeeps>, Error> {
-    let upkeeps = std::sync::Arc::new(Upkeeps {
-        db: cli.db.clone(),
-        control_dir: dir.to_owned(),
-        settings: settings.clone(),
-        stopped: std::sync::Arc::clone(stopped),
-        overrides: cli.gateways.clone(),
-        targets: std::sync::Mutex::new(Vec::new()),
-        threads: std::sync::Mutex::new(Vec::new()),
-    });
-    upkeeps.sync(targets)?;
-    let u = std::sync::Arc::clone(&upkeeps);
-    upkeeps.spawn("upkeep".into(), move || u.tick_loop())?;
-    Ok(upkeeps)
-}
-
-/// What the upkeep loops share: where the store and the identity are,
-/// the loops' settings, the members reached now and every loop's thread.
-#[derive(Debug)]
-struct Upkeeps {
-    db: Db,
-    control_dir: std::path::PathBuf,
-    settings: ServeSettings,
-    stopped: std::sync::Arc<Stop>,
-    /// `--gateway`, which the store's members are merged with.
-    overrides: Vec<String>,
-    /// The members reached now (`ID=ADDR`, as `GrpcLink` takes them), each
-    /// with a renewal loop of its own.
-    targets: std::sync::Mutex<Vec<String>>,
-    threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
-}
-
-impl Upkeeps {
-    fn spawn(&self, name: String, f: impl FnOnce() + Send + 'static) -> Result<(), Error> {
-        let t = std::thread::Builder::new()
-            .name(name.clone())
-            .spawn(f)
-            .map_err(|e| Error::Io {
-                what: format!("{name} thread"),
-                reason: e.to_string(),
-            })?;
-        self.threads.locked().push(t);
-        Ok(())
-    }
-
-    /// Make `targets` the members reached: a renewal loop started for
-    /// each new one (a loop whose member is gone ends by itself).
-    fn sync(self: &std::sync::Arc<Self>, targets: &[String]) -> Result<(), Error> {
-        let added: Vec<String> = {
-            let mut now = self.targets.locked();
-            let added = targets
-                .iter()
-                .filter(|t| !now.contains(t))
-                .cloned()
-                .collect();
-            let removed: Vec<&String> = now.iter().filter(|t| !targets.contains(t)).collect();
-            for r in removed {
-                eprintln!(
-                    "{}",
-                    serde_json::json!({"member_dropped": r, "action": "its leases are no longer renewed from here"})
-                );
-            }
-            *now = targets.to_vec();
-            added
-        };
-        for target in added {
-            let u = std::sync::Arc::clone(self);
-            let label = crate::grpc_link::GatewayAddr::parse(&target).label();
-            self.spawn(format!("renew-{label}"), move || u.renew_loop(&target))?;
-        }
-        Ok(())
-    }
-
-    fn reached(&self, target: &str) -> bool {
-        self.targets.locked().iter().any(|t| t == target)
-    }
-
-    /// The members to reach now: the store's, merged with `--gateway`.
-    fn current(&self, store: &Store) -> Result<Vec<String>, Error> {
-        Ok(merge_targets(&store.members()?, &self.overrides))
-    }
-
-    /// One member's renewals, every `--renew-ms`, until serving ends or
-    /// the member is no longer reached.
-    fn renew_loop(&self, target: &str) {
-        let Some(mut r) = Round::open(self, &[target.to_owned()]) else {
-            return;
-        };
-        loop {
-            let started = std::time::Instant::now();
-            if !self.reached(target) {
-                return;
-            }
-            r.run(true);
-            if self
-                .stopped
-                .wait(self.settings.renew.saturating_sub(started.elapsed()))
-            {
-                return;
-            }
-        }
-    }
-
-    /// Closes, time-driven events and certificates, every `--tick-ms`;
-    /// and the members: added and removed ones followed, and a live
-    /// session on a member nobody here can reach said.
-    fn tick_loop(self: std::sync::Arc<Self>) {
-        let targets = self.targets.locked().clone();
-        let Some(mut r) = Round::open(&self, &targets) else {
-            return;
-        };
-        let mut unaddressed_before: Vec<String> = Vec::new();
-        loop {
-            let started = std::time::Instant::now();
-            match self.current(&r.store) {
-                Ok(now) if now != r.targets => {
-                    if let Err(e) = self.sync(&now) {
-                        fail("members", &e);
-                    }
-                    match crate::grpc_link::GrpcLink::new(&now, Some(self.control_dir.clone())) {
-                        Ok(link) => {
-                            r.link = link;
-                            r.targets = now;
-                        }
-                        Err(e) => fail("link", &e),
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => fail("members", &e),
-            }
-            r.run(false);
-            // A live session on a member nobody here can reach (it has no
-            // address in the store nor on the command line): its leases
-            // lapse and its closes wait.
-            match r.store.unaddressed(&override_ids(&r.targets)) {
-                Ok(unaddressed) => {
-                    metrics::gauge!("stub_members_unaddressed").set(unaddressed.len() as f64);
-                    let ids: Vec<String> =
-                        unaddressed.iter().map(|u| u.gateway_id.clone()).collect();
-                    if ids != unaddressed_before {
-                        for u in &unaddressed {
-                            eprintln!(
-                                "{}",
-                                serde_json::json!({"member_unaddressed": u.gateway_id, "live_sessions": u.session_count, "sessions": u.sessions, "action": "its leases are not renewed and its closes not asked: control-stub gateway add ID --control HOST:PORT"})
-                            );
-                        }
-                        unaddressed_before = ids;
-                    }
-                }
-                Err(e) => fail("members", &e),
-            }
-            if self
-                .stopped
-                .wait(self.settings.tick.saturating_sub(started.elapsed()))
-            {
-                return;
-            }
-        }
-    }
-
-    /// Wait for every loop (after `stopped`).
-    fn join(&self) {
-        loop {
-            let next = self.threads.locked().pop();
-            match next {
-                Some(t) => {
-                    let _ = t.join();
-                }
-                None => return,
-            }
-        }
-    }
-}
-
-/// An upkeep loop's failure, logged; the next round tries again.
-fn fail(what: &str, e: &dyn std::fmt::Display) {
-    eprintln!(
-        "{}",
-        serde_json::json!({"upkeep": "failed", "what": what, "error": e.to_string()})
-    );
-}
-
-/// What one upkeep loop runs its rounds with.
-struct Round {
-    store: Store,
-    link: crate::grpc_link::GrpcLink,
-    targets: Vec<String>,
-    plane_key: talos_certs::GatewayKey,
-    relay: Option<[u8; 32]>,
-    /// Whether the last renewal round reached the member: the first that
-    /// does, after the start or a failure, is logged (`{"renewing": …}`).
-    renewing: bool,
-}
-
-impl Round {
-    fn open(u: &Upkeeps, targets: &[String]) -> Option<Round> {
-        let store = Store::open(&u.db).map_err(|e| fail("store", &e)).ok()?;
-        let link = crate::grpc_link::GrpcLink::new(targets, Some(u.control_dir.clone()))
-            .map_err(|e| fail("link", &e))
-            .ok()?;
-        let plane_key = crate::identity::plane_key(&u.control_dir)
-            .map_err(|e| fail("plane key", &e))
-            .ok()?;
-        let relay = crate::identity::relay_key(&u.control_dir)
-            .ok()
-            .map(|k| k.public_key());
-        Some(Round {
-            store,
-            link,
-            targets: targets.to_vec(),
-            plane_key,
-            relay,
-            renewing: false,
-        })
-    }
-
-    /// One round: with `renewer`, describe and renew the member; else the
-    /// tick. What it did is logged when it did something.
-    fn run(&mut self, renewer: bool) {
-        let verifier = crate::confirm::SignatureVerifier;
-        let mut upkeep = crate::upkeep::Upkeep {
-            store: &mut self.store,
-            link: &self.link,
-            verifier: &verifier,
-            plane_key: Some(&self.plane_key),
-            relay_public_key: self.relay,
-        };
-        let round = if renewer {
-            upkeep.keep_members()
-        } else {
-            upkeep.tick(std::time::SystemTime::now(), false)
-        };
-        let reached = matches!(&round, Ok(r) if r.members_down.is_empty());
-        if renewer && reached && !self.renewing {
-            eprintln!("{}", serde_json::json!({"renewing": self.targets}));
-        }
-        if renewer {
-            self.renewing = reached;
-        }
-        match round {
-            Ok(report) => {
-                if !report.events.is_empty()
-                    || !report.issued.is_empty()
-                    || report.closes_confirmed > 0
-                    || !report.members_down.is_empty()
-                {
-                    eprintln!("{}", serde_json::json!({"upkeep": report}));
-                }
-            }
-            Err(e) => fail(if renewer { "renew" } else { "tick" }, &e),
-        }
-    }
-}
-
-/// Tells the upkeep loops that serving has ended, waking each at once.
-#[derive(Debug, Default)]
-struct Stop {
-    stopped: std::sync::Mutex<bool>,
-    wake: std::sync::Condvar,
-}
-
-impl Stop {
-    fn stop(&self) {
-        *self.stopped.locked() = true;
-        self.wake.notify_all();
-    }
-
-    /// Wait up to `span`; whether serving has ended.
-    fn wait(&self, span: std::time::Duration) -> bool {
-        let guard = self.stopped.locked();
-        let (stopped, _) = self
-            .wake
-            .wait_timeout_while(guard, span, |stopped| !*stopped)
-            .unwrap_or_else(|p| p.into_inner());
-        *stopped
-    }
 }
 
 /// Read a secret value, at most one byte more than a value may hold (so a

@@ -259,21 +259,6 @@ impl fmt::Display for WithCode<'_> {
     }
 }
 
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Error {
-        // SQLite's messages name tables and constraints, never bound values.
-        Error::Store(e.to_string())
-    }
-}
-
-impl From<postgres::Error> for Error {
-    fn from(e: postgres::Error) -> Error {
-        // The code and message only: a constraint's detail may quote the
-        // failing row, values and all.
-        Error::Store(format!("PostgreSQL: {}", crate::store::pg_message(&e)))
-    }
-}
-
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Error {
         Error::Store(format!("a stored JSON column does not parse: {e}"))

@@ -33,6 +33,7 @@ use crate::link::{
 };
 use crate::pb;
 use crate::pb::gateway_client::GatewayClient;
+use crate::store::Member;
 use talos_contract::sync::Locked;
 
 /// How long a connection (TCP and TLS) to a gateway may take: a gateway on
@@ -656,4 +657,26 @@ fn report_view(
         secrets: report.secrets,
         signed,
     })
+}
+
+/// The members a call reaches, as `GrpcLink` takes them: every stored
+/// member (`gateway add`) as `ID=ADDR`, each replaced by a `--gateway`
+/// that names the same id, then every other `--gateway` as given.
+pub fn merge_targets(stored: &[Member], overrides: &[String]) -> Vec<String> {
+    let ids = override_ids(overrides);
+    let mut targets: Vec<String> = stored
+        .iter()
+        .filter(|m| !ids.contains(&m.id))
+        .map(|m| format!("{}={}", m.id, m.control))
+        .collect();
+    targets.extend(overrides.iter().cloned());
+    targets
+}
+
+/// The ids `--gateway ID=ADDR` names.
+pub fn override_ids(overrides: &[String]) -> Vec<String> {
+    overrides
+        .iter()
+        .filter_map(|g| g.split_once('=').map(|(id, _)| id.to_owned()))
+        .collect()
 }

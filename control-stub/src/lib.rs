@@ -31,11 +31,14 @@
 //!   [`ReportVerifier`], and the stand-ins that reach no gateway.
 //! - `fake` (only with the `test-util` feature): the test doubles the
 //!   tests drive, `FakeLink` (a stand-in gateway pair) and `FakeVerifier`.
-//! - [`store`] (a folder): the SQLite store: the schema and the connection
-//!   (`schema`, `db`), then one file per group of tables: sessions, reset
-//!   (CAs, drop reports, closes owed, steps), secrets, policy, gateways (and
-//!   start reports), batches, approvals, certificates, commands, members,
-//!   push subscriptions.
+//! - [`store`] (a folder): the store, a SQLite file or a PostgreSQL
+//!   database: the values that cross to either (`value`), the one write
+//!   lock (`write_lock`), PostgreSQL's connection and TLS (`pg`), the
+//!   schema (`schema`), SQLite's file (`sqlite`), the store and its
+//!   transactions (`db`), then one file per group of tables: sessions,
+//!   reset (CAs, drop reports, closes owed, steps), secrets, policy,
+//!   gateways (and start reports), batches, approvals, certificates,
+//!   commands, members, push subscriptions.
 //! - [`confirm`]: what confirms that an authority is gone — a close's
 //!   reply, a drop report or start report from a gateway's batch chain —
 //!   the drop report signature check ([`SignatureVerifier`]), and the
@@ -57,15 +60,23 @@
 //! - [`bundle`]: the certificate bundle: the issued certificate with every
 //!   signed batch, report and decision it rests on and the keys that made
 //!   them, for a reviewer who checks it alone.
-//! - [`upkeep`]: `serve`'s loop: members described, leases renewed,
-//!   closes owed asked again, the spec's time-driven events, certificates
-//!   issued, metrics.
-//! - [`serve`]: the `ControlPlane` service: the batch consumer and the
-//!   relay's `Propose`; signals; the metrics listener.
-//! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
+//! - [`upkeep`]: what one round of `serve`'s upkeep does: members
+//!   described, leases renewed, closes owed asked again, the spec's
+//!   time-driven events, certificates issued, metrics (on the store and
+//!   link it is given; `server` runs the rounds).
+//! - [`approvals_api`]: the approvers' small JSON API over HTTPS: its
+//!   routes and answers.
 //! - [`people`] (a folder): what the control plane does for people:
 //!   `push`, Web Push to an approver's devices when a card waits.
-//! - [`cli`]: the `control-stub` command line.
+//! - [`server`] (a folder): `control-stub serve`'s process, as owned
+//!   components, each built, started and stopped in a fixed, documented
+//!   order: the metrics endpoint, the upkeep loops (threads running
+//!   [`upkeep`]'s rounds), the batch intake (the `ControlPlane` service:
+//!   batches and the relay's `Propose`), the control listener, the people
+//!   listener (the approvals API); the listeners' accept loop and drain,
+//!   the signals, the settings.
+//! - [`cli`]: the `control-stub` command line: parses and dispatches
+//!   (`serve` to [`server::run`]).
 //! - `synth` (only with the `test-util` feature): a synthetic session with
 //!   real signatures, for the certificate bundle's tests and benchmark.
 
@@ -92,9 +103,9 @@ pub mod relay;
 pub mod certificate;
 pub mod bundle;
 pub mod upkeep;
-pub mod serve;
 pub mod approvals_api;
 pub mod people;
+pub mod server;
 pub mod cli;
 #[cfg(any(test, feature = "test-util"))]
 pub mod synth;

@@ -257,26 +257,16 @@ impl Refusal {
     }
 }
 
-/// The transition `event` makes from `state` (`None`: no session has the
-/// id) for a session in `mode`: see the module docs for the rules, and the
-/// table in this module's tests for every case.
-pub fn next(state: Option<State>, mode: Mode, event: Event) -> Result<Next, Refusal> {
+/// The refusals that come before the transitions: the mode's rules (spec:
+/// "Modes"; "The behaviour table"), and an end being final (only these
+/// events read or finish a session that is over).
+fn refused_first(state: State, mode: Mode, event: Event) -> Result<(), Refusal> {
     use Event as E;
-    use State as S;
-
-    let Some(state) = state else {
-        return match event {
-            E::Start => Ok(Next::to(S::Launching, Step::Open(OpenCause::Launch))),
-            _ => Err(Refusal::NotFound),
-        };
-    };
-    // The mode's rules (spec: "Modes"; "The behaviour table").
     match (mode, event) {
         (Mode::Agent, E::Pause | E::IdleTimeoutPause) => return Err(Refusal::PauseUnavailable),
         (Mode::Agent, E::IdleTimeoutEnd) => return Err(Refusal::NeverIdle),
         _ => {}
     }
-    // An end is final: only these read or finish a session that is over.
     if state.is_over()
         && !matches!(
             event,
@@ -294,6 +284,23 @@ pub fn next(state: Option<State>, mode: Mode, event: Event) -> Result<Next, Refu
             _ => Refusal::Ended,
         });
     }
+    Ok(())
+}
+
+/// The transition `event` makes from `state` (`None`: no session has the
+/// id) for a session in `mode`: see the module docs for the rules, and the
+/// table in this module's tests for every case.
+pub fn next(state: Option<State>, mode: Mode, event: Event) -> Result<Next, Refusal> {
+    use Event as E;
+    use State as S;
+
+    let Some(state) = state else {
+        return match event {
+            E::Start => Ok(Next::to(S::Launching, Step::Open(OpenCause::Launch))),
+            _ => Err(Refusal::NotFound),
+        };
+    };
+    refused_first(state, mode, event)?;
     let end = |why: EndReason, attempt: Option<AttemptEnd>, close: CloseReason| {
         Ok(Next::to(
             S::Stopping,

@@ -81,6 +81,8 @@
 //! last renewal it answered) (here); `stub_batches_accepted_total{gateway}`,
 //! `stub_batches_rejected_total{gateway,reason}`,
 //! `stub_reports_accepted_total{gateway,kind}` (the batch consumer);
+//! `stub_batches_in_intake` (gauge: batches the batch intake took and has
+//! not yet committed or refused; `crate::server`);
 //! `stub_certificates_issued_total` (the certificate).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,7 +93,7 @@ use crate::lifecycle::{ask_closes, Lifecycle};
 use crate::link::{Forwarding, GatewayLink, MemberRenewal, ReportVerifier};
 use crate::machine::Event;
 use crate::model::{limits, AttemptEnd, CloseAttempt, IdleAction, Renewal, State};
-use crate::store::{Attempt, CaEvent, Session, Store};
+use crate::store::{Attempt, CaEvent, Session, Store, Tx};
 
 /// How often the loop looks, by default: closes owed are asked at most
 /// this late, and time-driven events happen within it.
@@ -309,51 +311,27 @@ impl Upkeep<'_> {
         Ok(())
     }
 
-    /// The spec's time-driven events at `now`.
+    /// The spec's time-driven events at `now`, each claimed in the store
+    /// (see the module's docs): what is due is read in one snapshot, then
+    /// each is decided and committed on its own.
     fn time_events(&mut self, now: SystemTime, report: &mut TickReport) -> Result<(), Error> {
-        let since = |stamp: Option<&str>| -> Option<Duration> {
-            let t = humantime::parse_rfc3339(stamp?).ok()?;
-            now.duration_since(t).ok()
-        };
-        let (opens, interrupted, paused, running, lost, used) = self.store.read(|tx| {
-            let mut interrupted = Vec::new();
-            for s in tx.sessions_in(&[State::Interrupted])? {
-                let at = tx.attempts(&s.id)?.last().and_then(|a| a.ended_at.clone());
-                interrupted.push((s, at));
-            }
-            let mut paused = Vec::new();
-            for s in tx.sessions_in(&[State::Paused])? {
-                // The pause: the end of the last attempt that ran.
-                let at = tx
-                    .attempts(&s.id)?
-                    .into_iter()
-                    .rev()
-                    .find(|a| a.end_cause == Some(crate::model::AttemptEnd::Paused))
-                    .and_then(|a| a.ended_at);
-                paused.push((s, at));
-            }
-            let running = tx.sessions_in(&[State::Running])?;
-            // The compute each running session with a hard stop has used
-            // by `now`: its attempts' running time (a pause, an
-            // interruption, an open in flight use none).
-            let mut used = BTreeMap::new();
-            for s in running.iter().filter(|s| s.stop_after_seconds.is_some()) {
-                let attempts = tx.attempts(&s.id)?;
-                let spans = attempts.iter().filter_map(Attempt::running_span);
-                used.insert(s.id.clone(), crate::machine::compute_used(spans, now));
-            }
-            Ok((
-                tx.opens_in_flight()?,
-                interrupted,
-                paused,
-                running,
-                tx.unserved_sessions()?,
-                used,
-            ))
-        })?;
-        // Nothing serves these: every member's authority of the running
-        // attempt is gone. The cause is the destroy reasons (`lease_expired`,
-        // say).
+        let due = self.store.read(|tx| Due::read(tx, now))?;
+        self.authority_lost(due.lost, report)?;
+        self.opens_timed_out(due.opens, now, report)?;
+        self.waits_over(due.interrupted, due.paused, now, report)?;
+        let stopped = self.hard_stops(&due.running, &due.used, report)?;
+        let idle = due.running.into_iter().filter(|s| !stopped.contains(&s.id));
+        self.idle_timeouts(idle, now, report)
+    }
+
+    /// Nothing serves these: every member's authority of the running
+    /// attempt is gone. The cause is the destroy reasons (`lease_expired`,
+    /// say).
+    fn authority_lost(
+        &mut self,
+        lost: Vec<(String, Vec<String>)>,
+        report: &mut TickReport,
+    ) -> Result<(), Error> {
         for (id, reasons) in lost {
             let cause = if reasons.is_empty() {
                 "authority_lost".to_owned()
@@ -371,8 +349,18 @@ impl Upkeep<'_> {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Opens in flight past [`limits::OPEN_DEADLINE`], given up.
+    fn opens_timed_out(
+        &mut self,
+        opens: Vec<(String, u32, String)>,
+        now: SystemTime,
+        report: &mut TickReport,
+    ) -> Result<(), Error> {
         for (id, n, began) in opens {
-            if since(Some(&began)).is_some_and(|d| d >= limits::OPEN_DEADLINE)
+            if since(now, Some(&began)).is_some_and(|d| d >= limits::OPEN_DEADLINE)
                 && self.life().give_up_open(&id, n)?
             {
                 report.events.push((
@@ -381,8 +369,20 @@ impl Upkeep<'_> {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Interrupted sessions not recovered within 30 minutes, and sessions
+    /// paused for 7 days, ended.
+    fn waits_over(
+        &mut self,
+        interrupted: Vec<(Session, Option<String>)>,
+        paused: Vec<(Session, Option<String>)>,
+        now: SystemTime,
+        report: &mut TickReport,
+    ) -> Result<(), Error> {
         for (s, at) in interrupted {
-            if since(at.as_deref()).is_some_and(|d| d >= limits::INTERRUPTION_WAIT)
+            if since(now, at.as_deref()).is_some_and(|d| d >= limits::INTERRUPTION_WAIT)
                 && self
                     .life()
                     .time_event(&s.id, Event::InterruptionLost)?
@@ -395,7 +395,7 @@ impl Upkeep<'_> {
             }
         }
         for (s, at) in paused {
-            if since(at.as_deref()).is_some_and(|d| d >= limits::PAUSE_LIMIT)
+            if since(now, at.as_deref()).is_some_and(|d| d >= limits::PAUSE_LIMIT)
                 && self
                     .life()
                     .time_event(&s.id, Event::PausedTooLong)?
@@ -406,8 +406,19 @@ impl Upkeep<'_> {
                     .push((s.id, "paused_too_long: paused for 7 days".into()));
             }
         }
+        Ok(())
+    }
+
+    /// Running sessions whose compute (`used`) has reached their hard
+    /// stop, ended; the ids of those it ended.
+    fn hard_stops(
+        &mut self,
+        running: &[Session],
+        used: &BTreeMap<String, Duration>,
+        report: &mut TickReport,
+    ) -> Result<BTreeSet<String>, Error> {
         let mut stopped = BTreeSet::new();
-        for s in &running {
+        for s in running {
             let (Some(limit), Some(used)) = (s.stop_after_seconds, used.get(&s.id)) else {
                 continue;
             };
@@ -424,11 +435,22 @@ impl Upkeep<'_> {
                 ));
             }
         }
-        for s in running.into_iter().filter(|s| !stopped.contains(&s.id)) {
+        Ok(stopped)
+    }
+
+    /// Running sessions in mode commands idle for their idle timeout,
+    /// paused or ended as their `idle_action` says.
+    fn idle_timeouts(
+        &mut self,
+        running: impl Iterator<Item = Session>,
+        now: SystemTime,
+        report: &mut TickReport,
+    ) -> Result<(), Error> {
+        for s in running {
             let (Some(secs), Some(action)) = (s.idle_timeout_seconds, s.idle_action) else {
                 continue;
             };
-            let idle = since(s.last_activity_at.as_deref().or(Some(&s.created_at)));
+            let idle = since(now, s.last_activity_at.as_deref().or(Some(&s.created_at)));
             if idle.is_none_or(|d| d < Duration::from_secs(u64::from(secs))) {
                 continue;
             }
@@ -483,6 +505,66 @@ impl Upkeep<'_> {
 
     fn life(&mut self) -> Lifecycle<'_> {
         Lifecycle::new(self.store, self.link, self.verifier).with_relay_key(self.relay_public_key)
+    }
+}
+
+/// How long before `now` the RFC 3339 `stamp` was (none: no stamp, one
+/// that does not parse, or one after `now`).
+fn since(now: SystemTime, stamp: Option<&str>) -> Option<Duration> {
+    let t = humantime::parse_rfc3339(stamp?).ok()?;
+    now.duration_since(t).ok()
+}
+
+/// What the time-driven events may find due, read in one snapshot.
+struct Due {
+    /// Opens in flight: (session, attempt, when it began).
+    opens: Vec<(String, u32, String)>,
+    /// Interrupted sessions, each with when its last attempt ended.
+    interrupted: Vec<(Session, Option<String>)>,
+    /// Paused sessions, each with when the pause began (the end of the
+    /// last attempt that ran).
+    paused: Vec<(Session, Option<String>)>,
+    running: Vec<Session>,
+    /// Running sessions nothing serves, with the destroy reasons.
+    lost: Vec<(String, Vec<String>)>,
+    /// The compute each running session with a hard stop has used by
+    /// `now`: its attempts' running time (a pause, an interruption, an
+    /// open in flight use none).
+    used: BTreeMap<String, Duration>,
+}
+
+impl Due {
+    fn read(tx: &Tx<'_>, now: SystemTime) -> Result<Due, Error> {
+        let mut interrupted = Vec::new();
+        for s in tx.sessions_in(&[State::Interrupted])? {
+            let at = tx.attempts(&s.id)?.last().and_then(|a| a.ended_at.clone());
+            interrupted.push((s, at));
+        }
+        let mut paused = Vec::new();
+        for s in tx.sessions_in(&[State::Paused])? {
+            let at = tx
+                .attempts(&s.id)?
+                .into_iter()
+                .rev()
+                .find(|a| a.end_cause == Some(crate::model::AttemptEnd::Paused))
+                .and_then(|a| a.ended_at);
+            paused.push((s, at));
+        }
+        let running = tx.sessions_in(&[State::Running])?;
+        let mut used = BTreeMap::new();
+        for s in running.iter().filter(|s| s.stop_after_seconds.is_some()) {
+            let attempts = tx.attempts(&s.id)?;
+            let spans = attempts.iter().filter_map(Attempt::running_span);
+            used.insert(s.id.clone(), crate::machine::compute_used(spans, now));
+        }
+        Ok(Due {
+            opens: tx.opens_in_flight()?,
+            interrupted,
+            paused,
+            running,
+            lost: tx.unserved_sessions()?,
+            used,
+        })
     }
 }
 

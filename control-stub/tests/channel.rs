@@ -13,7 +13,8 @@ use talos_certs::{BatchWriter, GatewayKey};
 use talos_control_stub::identity::{self, Identity};
 use talos_control_stub::pb;
 use talos_control_stub::pb::control_plane_client::ControlPlaneClient;
-use talos_control_stub::serve::{serve, Consumer};
+use talos_control_stub::server::control::ControlListener;
+use talos_control_stub::server::intake::Intake;
 use talos_control_stub::Store;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint};
@@ -162,8 +163,27 @@ impl Drop for Served {
     }
 }
 
+/// The control listener over `listener` with `tls`, serving a batch
+/// intake on `store`, until `stopped` fires: then it drains as `serve`'s
+/// does (closed, its connections cut, the intake's work waited for).
+fn serve(
+    listener: tokio::net::TcpListener,
+    tls: rustls::ServerConfig,
+    store: Store,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let control = ControlListener::new(listener, tls, Intake::new(store)).unwrap();
+    tokio::spawn(async move {
+        control.start();
+        let _ = stopped.await;
+        control.close().await;
+        control.finish(tokio::time::Instant::now()).await;
+        control.intake().stop().await;
+    });
+}
+
 /// Identities for gw-a and gw-b, gw-a registered with `key`, and the
-/// consumer served on 127.0.0.1:0.
+/// batch intake served on 127.0.0.1:0.
 async fn served(key: &GatewayKey) -> Served {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("control");
@@ -180,9 +200,7 @@ async fn served(key: &GatewayKey) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(listener, tls, Consumer::new(store), async move {
-        let _ = stopped.await;
-    }));
+    serve(listener, tls, store, stopped);
     Served {
         tmp,
         addr,
@@ -339,14 +357,7 @@ async fn the_chain_position_survives_a_restart_of_the_consumer() {
         .server_config()
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(
-        listener,
-        server_tls,
-        Consumer::new(store),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    serve(listener, server_tls, store, stopped);
     let mut c2 = client(addr, tls()).await.unwrap();
     assert_eq!(submit(&mut c2, &b1).await.status(), AckStatus::Duplicate);
     let b2 = writer
@@ -524,6 +535,10 @@ fn serve_prints_its_address_accepts_a_batch_and_stops_at_sigterm() {
         submit(&mut c, &b).await
     });
     assert_eq!(ack.status(), AckStatus::Accepted);
+    // The client's connection goes with its runtime: one left open and
+    // never read would keep the drain waiting for its answer to GOAWAY
+    // until the grace (`--grace-ms`, 10 s by default).
+    drop(rt);
 
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -226,6 +226,28 @@ impl Stub {
         false
     }
 
+    /// Wait (at most [`crate::wait::DEADLINE`]) for `serve` to exit by
+    /// itself — after a signal the test sent it — and reap it; its exit
+    /// status. Panics, with its log, if it is still running then (it is
+    /// killed first).
+    pub fn wait_serve_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self.serve.take().expect("serve was started");
+        let deadline = Instant::now() + crate::wait::DEADLINE;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "serve did not exit within {} s; log:\n{}",
+            crate::wait::DEADLINE.as_secs(),
+            self.serve_log()
+        );
+    }
+
     /// The process id of `serve`, while it runs.
     pub fn serve_pid(&self) -> Option<u32> {
         self.serve.as_ref().map(Child::id)

@@ -1,10 +1,10 @@
 //! The approval relay's tables: the approvals API's approvers and the
 //! gateways' proposals with their decisions.
 
-use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::db::{json_col, now, parse_word, Store, Tx};
+use super::db::{now, Store, Tx};
+use super::value::{json_col, params, parse_word, OptionalExtension, Row};
 use crate::error::Error;
 use crate::model::ProposalState;
 

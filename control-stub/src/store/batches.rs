@@ -1,10 +1,10 @@
 //! The batch consumer's tables: the batches received, their connection
 //! records, the refused batches and each gateway's chain position.
 
-use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::db::{json_col, now, Store, Tx};
+use super::db::{now, Store, Tx};
+use super::value::{json_col, params, OptionalExtension, Row};
 use crate::error::Error;
 use crate::names;
 

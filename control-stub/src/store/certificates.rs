@@ -1,8 +1,7 @@
 //! Issued session certificates: written once, never changed.
 
-use super::db::{params, OptionalExtension};
-
 use super::db::Tx;
+use super::value::{params, OptionalExtension};
 use crate::error::Error;
 
 /// A certificate as issued: the signed payload and the control plane's

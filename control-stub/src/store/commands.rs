@@ -1,10 +1,10 @@
 //! Who asked: every command and time-driven event that moved a session,
 //! one row each, never changed.
 
-use super::db::params;
 use serde::Serialize;
 
-use super::db::{parse_word, Tx};
+use super::db::Tx;
+use super::value::{params, parse_word};
 use crate::error::Error;
 
 /// Who asked for a session's change.

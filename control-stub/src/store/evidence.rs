@@ -4,7 +4,7 @@
 //! is assembled with (the reports and decisions the other tables keep as
 //! signed).
 
-use super::db::{params, OptionalExtension};
+use super::value::{params, OptionalExtension};
 
 use super::db::{now, Store, Tx};
 use crate::error::Error;

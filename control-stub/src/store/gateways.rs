@@ -1,10 +1,10 @@
 //! The registered gateways: the keys their drop reports and batches are
 //! checked under.
 
-use super::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::db::{now, Store, Tx};
+use super::value::{params, OptionalExtension};
 use crate::error::Error;
 use crate::names;
 

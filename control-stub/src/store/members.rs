@@ -2,10 +2,10 @@
 //! every CLI call and every `serve` reads (`gateway add ID --control
 //! ADDR`), beside the registered keys (`gateways`).
 
-use super::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::db::{now, Store, Tx};
+use super::value::{params, OptionalExtension};
 use crate::error::Error;
 use crate::names;
 

@@ -57,10 +57,18 @@
 //!
 //! This file only names the parts. One [`Store`] (and its [`Tx`] inside a
 //! transaction); its methods stand with the tables they touch, one file
-//! each, below the two they all rest on:
+//! each, below the ones they all rest on:
 //!
+//! - `value`: the values that cross between the store and either
+//!   database: parameters, rows, columns read.
+//! - `write_lock`: the one write lock writers take turns under.
+//! - `pg`: the PostgreSQL connection: its URL, TLS to another host, its
+//!   session settings, its prepared statements, what its errors may say.
 //! - `schema`: the schema version, each version's tables, the upgrade.
-//! - `db`: the file opened, the transactions, the shared column helpers.
+//! - `sqlite`: the SQLite file: created private, its pragmas, its schema.
+//! - `db`: where a store lives ([`Db`]), [`Store`] and its transactions
+//!   ([`Tx`]), and the statements every table runs through them, in the
+//!   one dialect both databases take.
 //! - `sessions`: sessions and their attempts.
 //! - `reset`: the CAs, the drop reports and the reset steps.
 //! - `secrets`: the secret store.
@@ -77,7 +85,11 @@
 //! - `evidence`: what a certificate bundle carries exactly as signed: the
 //!   signed batches, the key bindings, the reports' envelopes.
 
+mod value;
+mod write_lock;
+mod pg;
 mod schema;
+mod sqlite;
 mod db;
 mod sessions;
 mod reset;
@@ -98,8 +110,7 @@ pub use batches::{
 };
 pub use certificates::IssuedCertificate;
 pub use commands::{CommandRecord, Requester, RequesterKind};
-pub(crate) use db::pg_message;
-pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
+pub use db::{now, Db, Store, Tx, DEFAULT_PATH};
 pub use evidence::StoredReport;
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
@@ -111,3 +122,5 @@ pub use reset::{CaEvent, CloseTask, DropReport, DueClose, ResetStep, StepOutcome
 pub use schema::{ddl_through, postgres_ddl, SCHEMA_VERSION};
 pub use secrets::SecretInfo;
 pub use sessions::{Attempt, Session};
+pub use value::Value;
+pub use write_lock::BUSY_TIMEOUT;

@@ -5,9 +5,8 @@
 //! rule (the gateway never sees its requests): each command that would
 //! join the two refuses, naming the destination (`passthrough_conflict`).
 
-use super::db::{params, OptionalExtension, Row};
-
-use super::db::{json_col, now, parse_word, random_hex, Store, Tx};
+use super::db::{now, random_hex, Store, Tx};
+use super::value::{json_col, params, parse_word, OptionalExtension, Row};
 use crate::error::Error;
 use crate::lock::{LockRule, NewRule};
 use crate::model::{LockMode, State};

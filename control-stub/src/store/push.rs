@@ -18,7 +18,8 @@
 
 use base64::Engine as _;
 
-use super::db::{now, params, Row, Store, Tx};
+use super::db::{now, Store, Tx};
+use super::value::{params, Row};
 use crate::error::Error;
 
 /// The longest endpoint URL accepted, in bytes. The browsers' push

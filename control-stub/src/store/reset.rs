@@ -2,10 +2,10 @@
 //! the drop reports that say they were destroyed, the closes still owed,
 //! and the reset's steps.
 
-use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::db::{json_col, parse_word, Tx};
+use super::db::Tx;
+use super::value::{json_col, params, parse_word, OptionalExtension, Row};
 use crate::error::Error;
 use crate::model::CloseReason;
 

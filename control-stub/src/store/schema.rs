@@ -5,6 +5,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::write_lock;
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
@@ -811,13 +812,10 @@ const PG_VERSION_TABLE: &str =
 /// make it once); refuse a database from a newer version.
 pub(super) fn migrate_postgres(
     client: &mut postgres::Client,
-    db: &super::db::Db,
+    db: &dyn std::fmt::Display,
 ) -> Result<(), Error> {
     let mut tx = client.transaction()?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[&super::db::WRITE_LOCK],
-    )?;
+    write_lock::take(&mut tx)?;
     tx.batch_execute(PG_VERSION_TABLE)?;
     let version: Option<i64> = tx
         .query_opt("SELECT version FROM schema_version", &[])?

@@ -1,11 +1,11 @@
 //! The secret store: each tenant's secrets, by name. No list shows a
 //! value; a change checkpoints the WAL so an old value does not linger.
 
-use super::db::{params, OptionalExtension};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
 use super::db::{now, Store, Tx};
+use super::value::{params, OptionalExtension};
 use crate::error::Error;
 use crate::names;
 

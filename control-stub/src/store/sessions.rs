@@ -7,10 +7,10 @@
 use std::net::IpAddr;
 use std::time::SystemTime;
 
-use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::db::{json_col, parse_word, random_hex, Param, Tx, Value};
+use super::db::{random_hex, Tx};
+use super::value::{json_col, params, parse_word, OptionalExtension, Param, Row, Value};
 use crate::error::Error;
 use crate::lock::LockRule;
 use crate::machine::{Next, Step};

@@ -1,11 +1,10 @@
-//! `control-stub serve`: the `ControlPlane` service, where the gateways
-//! ship their signed batches of connection records.
+//! The batch intake: the `ControlPlane` service, where the gateways ship
+//! their signed batches of connection records, served by the control
+//! listener ([`super::control`]).
 //!
-//! Mutual TLS 1.3 only: a client must present a certificate that chains to
-//! the control CA, or the handshake fails before any gRPC. Each batch is
-//! verified ([`batches::accept`]: signature under the gateway's
-//! registered key, sequence, chain) and recorded in one store transaction,
-//! so an `ACCEPTED` answer means the batch is on disk.
+//! Each batch is verified ([`batches::accept`]: signature under the
+//! gateway's registered key, sequence, chain) and recorded in one store
+//! transaction, so an `ACCEPTED` answer means the batch is on disk.
 //!
 //! The relay's `Propose` is served here too ([`crate::relay::receive`]):
 //! `INVALID_ARGUMENT` for a proposal that does not hold together (a
@@ -22,36 +21,33 @@
 //! brings is refused `certificate_mismatch` and recorded, before its
 //! signature is even checked.
 //!
+//! # At the drain
+//!
+//! The store's work for a batch or a proposal runs on a blocking thread
+//! the intake keeps track of: once taken, it is decided (committed or
+//! rolled back) even if the gateway's connection is cut at the end of the
+//! grace — its answer is then lost, the gateway sends the batch again
+//! later and is answered `DUPLICATE`. [`Intake::stop`] takes no more
+//! (`UNAVAILABLE`: the gateway keeps the batch and sends it again) and
+//! waits for every one taken, so the store is never left with work under
+//! way when `serve` exits. `stub_batches_in_intake` counts the batches
+//! taken and not yet decided.
+//!
 //! # Limits
 //!
-//! - At most [`MAX_CONNECTIONS`] connections at once; more wait in the
-//!   listen queue.
-//! - A TLS handshake gets [`HANDSHAKE_TIMEOUT`].
 //! - A message is at most [`MAX_MESSAGE`] bytes.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::batches::{self, BatchVerdict};
 use crate::error::Error;
 use crate::pb;
-use crate::pb::control_plane_server::{ControlPlane, ControlPlaneServer};
+use crate::pb::control_plane_server::ControlPlane;
 use crate::store::Store;
 use talos_contract::sync::Locked;
-
-/// Connections served at once: a pair of gateways needs two; the rest is
-/// room for reconnects while old connections drain.
-pub const MAX_CONNECTIONS: usize = 64;
-
-/// How long a client has to finish its TLS handshake: a peer that stalls
-/// must not hold a connection slot.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest gRPC message accepted: a batch payload may be up to
 /// talos-certs' `MAX_PAYLOAD_LEN` (32 MiB), plus the envelope.
@@ -61,34 +57,77 @@ pub const MAX_MESSAGE: usize = talos_certs::MAX_PAYLOAD_LEN + 64 * 1024;
 /// certificate does not name.
 pub use talos_contract::role::CERTIFICATE_MISMATCH;
 
-/// The batch consumer: the store behind a lock (one writer at a time, as
-/// SQLite has anyway).
+/// The batch intake: the store behind a lock (one writer at a time, as
+/// SQLite has anyway), and the store work under way.
 #[derive(Debug, Clone)]
-pub struct Consumer {
+pub struct Intake {
     store: Arc<Mutex<Store>>,
     /// The control channel identity, to fetch the key of a member that was
     /// added (`gateway add`) but never reached, when its first batch comes.
     control_dir: Option<std::path::PathBuf>,
+    /// Every batch's and proposal's store work, on a blocking thread each.
+    tasks: TaskTracker,
 }
 
-impl Consumer {
-    pub fn new(store: Store) -> Consumer {
-        Consumer::shared(Arc::new(Mutex::new(store)))
+impl Intake {
+    pub fn new(store: Store) -> Intake {
+        Intake::shared(Arc::new(Mutex::new(store)))
     }
 
-    /// A consumer on a store shared with the approvals API.
-    pub fn shared(store: Arc<Mutex<Store>>) -> Consumer {
-        Consumer {
+    /// An intake on a store shared with the approvals API.
+    pub fn shared(store: Arc<Mutex<Store>>) -> Intake {
+        Intake {
             store,
             control_dir: None,
+            tasks: TaskTracker::new(),
         }
     }
 
     /// Register a stored member's key at its first batch, by asking it
     /// (`Describe` over the control channel, with the identity in `dir`).
-    pub fn registering(mut self, dir: std::path::PathBuf) -> Consumer {
+    pub fn registering(mut self, dir: std::path::PathBuf) -> Intake {
         self.control_dir = Some(dir);
         self
+    }
+
+    /// Take no more batches or proposals (each answered `UNAVAILABLE`),
+    /// and wait for every one taken to be decided: committed or rolled
+    /// back, whether or not its connection is still there to hear the
+    /// answer. Returns how many were under way. Not bounded by the grace:
+    /// a store transaction cannot be cut, only waited for (the store's own
+    /// timeouts bound it).
+    pub async fn stop(&self) -> usize {
+        self.tasks.close();
+        let under_way = self.tasks.len();
+        self.tasks.wait().await;
+        under_way
+    }
+
+    /// `UNAVAILABLE` once [`Intake::stop`] has begun.
+    fn open(&self, what: &str) -> Result<(), Status> {
+        if self.tasks.is_closed() {
+            return Err(Status::unavailable(format!(
+                "this control plane replica is stopping: send the {what} again"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A batch taken and not yet decided, counted in `stub_batches_in_intake`
+/// while it lives.
+struct InIntake;
+
+impl InIntake {
+    fn new() -> InIntake {
+        metrics::gauge!("stub_batches_in_intake").increment(1.0);
+        InIntake
+    }
+}
+
+impl Drop for InIntake {
+    fn drop(&mut self) {
+        metrics::gauge!("stub_batches_in_intake").decrement(1.0);
     }
 }
 
@@ -165,7 +204,7 @@ fn register_member(
 /// The certificates the client presented, put in each request's
 /// extensions by the connection that carried it.
 #[derive(Clone, Debug)]
-struct PeerCerts(Arc<Vec<rustls::pki_types::CertificateDer<'static>>>);
+pub struct PeerCerts(pub Arc<Vec<rustls::pki_types::CertificateDer<'static>>>);
 
 /// Whether the client's certificate carries the gateway role and names
 /// `gateway_id`, both as DNS names (talos-contract `role`).
@@ -204,16 +243,19 @@ fn signed_from(msg: pb::Signed) -> Result<talos_certs::Signed, String> {
 }
 
 #[tonic::async_trait]
-impl ControlPlane for Consumer {
+impl ControlPlane for Intake {
     async fn submit_batch(
         &self,
         request: Request<pb::Signed>,
     ) -> Result<Response<pb::BatchAck>, Status> {
+        self.open("batch")?;
         let peer = request.extensions().get::<PeerCerts>().cloned();
         let signed = signed_from(request.into_inner()).map_err(Status::invalid_argument)?;
         let store = self.store.clone();
         let control_dir = self.control_dir.clone();
-        let verdict = tokio::task::spawn_blocking(move || {
+        let taken = InIntake::new();
+        let verdict = TaskTracker::spawn_blocking(&self.tasks, move || {
+            let _taken = taken;
             let (claimed, seq) = talos_certs::claimed_header(&signed.payload);
             let named = !claimed.is_empty() && certificate_names(peer.as_ref(), &claimed);
             if named {
@@ -284,6 +326,7 @@ impl ControlPlane for Consumer {
         &self,
         request: Request<pb::ProposalMsg>,
     ) -> Result<Response<pb::ProposeAck>, Status> {
+        self.open("proposal")?;
         let peer = request.extensions().get::<PeerCerts>().cloned();
         let msg = request.into_inner();
         // A gateway proposes only for itself, as it submits only its own
@@ -295,7 +338,7 @@ impl ControlPlane for Consumer {
             )));
         }
         let store = self.store.clone();
-        let result = tokio::task::spawn_blocking(move || {
+        let result = TaskTracker::spawn_blocking(&self.tasks, move || {
             let mut store = store.locked();
             let r = crate::relay::receive(&mut store, &msg);
             (msg, r)
@@ -355,238 +398,4 @@ fn log_store_error(e: &Error) {
         "{}",
         serde_json::json!({"error": e.code(), "message": e.to_string()})
     );
-}
-
-/// Serve `ControlPlane` on `listener` with `tls` until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    tls: rustls::ServerConfig,
-    consumer: Consumer,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let routes = tonic::service::Routes::new(
-        ControlPlaneServer::new(consumer)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(64 * 1024),
-    );
-    accept_tls(listener, tls, "connection_refused", shutdown, move |tls| {
-        let routes = routes.clone();
-        async move {
-            let peer = PeerCerts(Arc::new(
-                tls.get_ref()
-                    .1
-                    .peer_certificates()
-                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-                    .unwrap_or_default(),
-            ));
-            let service = hyper::service::service_fn(
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(peer.clone());
-                    tower::ServiceExt::oneshot(routes.clone(), req)
-                },
-            );
-            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
-        }
-    })
-    .await;
-}
-
-/// The accept loop both of `serve`'s listeners share: at most
-/// [`MAX_CONNECTIONS`] connections at once (more wait in the listen
-/// queue), each TLS handshake bounded by [`HANDSHAKE_TIMEOUT`] and a failed
-/// one logged as one JSON line under `log_key`; each handshaken stream is
-/// served by `serve_conn` on its own task, until `shutdown` resolves.
-pub(crate) async fn accept_tls<F, Fut>(
-    listener: TcpListener,
-    tls: rustls::ServerConfig,
-    log_key: &'static str,
-    shutdown: impl std::future::Future<Output = ()>,
-    serve_conn: F,
-) where
-    F: Fn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            () = &mut shutdown => return,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
-        let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => return,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                // A failed accept (e.g. out of descriptors) is the
-                // connection's, not the listener's: go on.
-                Err(_) => continue,
-            },
-        };
-        let acceptor = acceptor.clone();
-        let serve_conn = serve_conn.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    log_refused(log_key, peer, &e.to_string());
-                    return;
-                }
-                Err(_) => {
-                    log_refused(log_key, peer, "handshake timed out");
-                    return;
-                }
-            };
-            serve_conn(tls).await;
-        });
-    }
-}
-
-fn log_refused(log_key: &str, peer: SocketAddr, why: &str) {
-    eprintln!(
-        "{}",
-        serde_json::json!({log_key: peer.to_string(), "reason": why})
-    );
-}
-
-/// The signals `serve` acts on or logs, each with its handler installed
-/// when [`Signals::listen`] returns: `serve` listens before it prints its
-/// ready line, so a signal sent the moment the line is read finds its
-/// handler rather than the default action (which ends the process without
-/// a word).
-#[derive(Debug)]
-pub struct Signals {
-    /// SIGTERM, SIGINT, SIGQUIT: shutting down.
-    shutdown: Vec<(&'static str, tokio::signal::unix::Signal)>,
-    /// [`LOGGED_SIGNALS`]: logged and ignored.
-    logged: Vec<(&'static str, tokio::signal::unix::Signal)>,
-}
-
-/// The signals that end `serve`.
-const SHUTDOWN_SIGNALS: [(i32, &str); 3] = [(15, "SIGTERM"), (2, "SIGINT"), (3, "SIGQUIT")];
-
-/// Signals whose default action would end `serve` without a word: each is
-/// logged and ignored (SIGHUP included: `serve` reads no config file to
-/// reload).
-const LOGGED_SIGNALS: [(i32, &str); 9] = [
-    (1, "SIGHUP"),
-    (10, "SIGUSR1"),
-    (12, "SIGUSR2"),
-    (14, "SIGALRM"),
-    (16, "SIGSTKFLT"),
-    (26, "SIGVTALRM"),
-    (27, "SIGPROF"),
-    (29, "SIGIO"),
-    (30, "SIGPWR"),
-];
-
-impl Signals {
-    /// Install the handlers now (inside the runtime). A signal that cannot
-    /// be listened for keeps its default action, and says so.
-    pub fn listen() -> Signals {
-        use tokio::signal::unix::{signal, SignalKind};
-        let install = |list: &[(i32, &'static str)]| {
-            list.iter()
-                .filter_map(|&(raw, name)| match signal(SignalKind::from_raw(raw)) {
-                    Ok(s) => Some((name, s)),
-                    Err(e) => {
-                        eprintln!(
-                            "{}",
-                            serde_json::json!({"signal": name, "error": format!("cannot listen for it: {e}")})
-                        );
-                        None
-                    }
-                })
-                .collect()
-        };
-        Signals {
-            shutdown: install(&SHUTDOWN_SIGNALS),
-            logged: install(&LOGGED_SIGNALS),
-        }
-    }
-
-    /// Handle them from now on, for the process's life: each logged signal
-    /// is logged and ignored; the first shutdown signal is logged and
-    /// fires the [`Shutdown`] returned.
-    pub fn handle(self) -> Shutdown {
-        let (fire, fired) = tokio::sync::watch::channel(false);
-        let fire = std::sync::Arc::new(fire);
-        for (name, mut s) in self.shutdown {
-            let fire = std::sync::Arc::clone(&fire);
-            tokio::spawn(async move {
-                // Every one of them is kept listening: a second signal while
-                // shutting down is caught too, never the default action.
-                while s.recv().await.is_some() {
-                    if !fire.send_replace(true) {
-                        eprintln!(
-                            "{}",
-                            serde_json::json!({"signal": name, "action": "shutting down"})
-                        );
-                    }
-                }
-            });
-        }
-        for (name, mut s) in self.logged {
-            tokio::spawn(async move {
-                while s.recv().await.is_some() {
-                    eprintln!(
-                        "{}",
-                        serde_json::json!({"signal": name, "action": "ignored"})
-                    );
-                }
-            });
-        }
-        Shutdown(fired)
-    }
-}
-
-/// Fired by the first shutdown signal ([`Signals::handle`]).
-#[derive(Clone, Debug)]
-pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
-
-impl Shutdown {
-    /// Resolves once a shutdown signal has come (at once if one came
-    /// before); never, if none can.
-    pub async fn wait(mut self) {
-        if self.0.wait_for(|fired| *fired).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Serve Prometheus metrics (plain HTTP, any path answers the text
-/// exposition; `/metrics` by convention) on `listener`, for the process's
-/// life.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    handle: metrics_exporter_prometheus::PrometheusHandle,
-) {
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            continue;
-        };
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |_req| {
-                let body = handle.render();
-                async move {
-                    Ok::<_, std::convert::Infallible>(
-                        hyper::Response::builder()
-                            .header("content-type", "text/plain; version=0.0.4")
-                            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                            .unwrap_or_default(),
-                    )
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service)
-                .await;
-        });
-    }
 }
