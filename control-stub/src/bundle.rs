@@ -100,42 +100,8 @@ pub fn write(
     out: &mut dyn Write,
 ) -> Result<Summary, Error> {
     let evidence = store.read(|tx| gather(tx, id))?;
-    let plane = identity::existing_plane_key(control_dir)?;
-    if plane.key_id() != evidence.certificate.key_id {
-        return Err(incomplete(
-            id,
-            format!(
-                "the certificate was signed by key {}, and {} holds key {}",
-                evidence.certificate.key_id,
-                control_dir.join(identity::PLANE_KEY).display(),
-                plane.key_id()
-            ),
-        ));
-    }
-    let stub = identity::Identity::load(control_dir, "stub")?;
-    let stub_cert = stub
-        .chain
-        .first()
-        .ok_or_else(|| incomplete(id, "stub.pem holds no certificate".into()))?
-        .to_vec();
-    let ca_pem =
-        std::fs::read_to_string(control_dir.join(identity::CA_CERT)).map_err(|e| Error::Io {
-            what: control_dir.join(identity::CA_CERT).display().to_string(),
-            reason: e.to_string(),
-        })?;
-    let bind = |role: &str, key_hex: &str| -> Result<Value, Error> {
-        let key = crate::store::ed25519_key(key_hex)
-            .ok_or_else(|| incomplete(id, format!("the {role} key {key_hex} is not Ed25519")))?;
-        let binding = talos_certs::KeyBinding::sign(
-            stub.key().secret_der(),
-            stub_cert.clone(),
-            role,
-            identity::STUB_NAME,
-            &key,
-        )
-        .map_err(|e| incomplete(id, format!("stub.key cannot bind the {role} key: {e}")))?;
-        Ok(serde_json::to_value(&binding)?)
-    };
+    let binder = Binder::load(control_dir, id, &evidence.certificate)?;
+    let bind = |role: &str, key_hex: &str| binder.bind(id, role, key_hex);
 
     // A key item: the key in hex and as PEM (what `openssl` reads).
     let key_item = |role: &str, id: &str, key_hex: &str, binding: Value| -> Value {
@@ -160,8 +126,8 @@ pub fn write(
         "made_at": crate::store::now(),
         "made_by": concat!("control-stub ", env!("CARGO_PKG_VERSION")),
     }))?;
-    line(&json!({"item": "control_ca", "pem": ca_pem}))?;
-    let plane_hex = hex::encode(plane.public_key());
+    line(&json!({"item": "control_ca", "pem": binder.ca_pem}))?;
+    let plane_hex = binder.plane_hex.clone();
     line(&key_item(
         talos_certs::ROLE_PLANE,
         identity::STUB_NAME,
@@ -215,6 +181,70 @@ pub fn write(
         proposals: evidence.proposals.len(),
         bytes: counter.bytes,
     })
+}
+
+/// What the bundle's keys are bound with: the control CA (its PEM), the
+/// stub's identity (`stub.key` and its certificate), and the plane's key,
+/// checked to be the one that signed the certificate.
+struct Binder {
+    ca_pem: String,
+    plane_hex: String,
+    stub: identity::Identity,
+    stub_cert: Vec<u8>,
+}
+
+impl Binder {
+    fn load(
+        control_dir: &Path,
+        id: &str,
+        certificate: &talos_certs::Signed,
+    ) -> Result<Binder, Error> {
+        let plane = identity::existing_plane_key(control_dir)?;
+        if plane.key_id() != certificate.key_id {
+            return Err(incomplete(
+                id,
+                format!(
+                    "the certificate was signed by key {}, and {} holds key {}",
+                    certificate.key_id,
+                    control_dir.join(identity::PLANE_KEY).display(),
+                    plane.key_id()
+                ),
+            ));
+        }
+        let stub = identity::Identity::load(control_dir, "stub")?;
+        let stub_cert = stub
+            .chain
+            .first()
+            .ok_or_else(|| incomplete(id, "stub.pem holds no certificate".into()))?
+            .to_vec();
+        let ca_pem = std::fs::read_to_string(control_dir.join(identity::CA_CERT)).map_err(|e| {
+            Error::Io {
+                what: control_dir.join(identity::CA_CERT).display().to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Binder {
+            ca_pem,
+            plane_hex: hex::encode(plane.public_key()),
+            stub,
+            stub_cert,
+        })
+    }
+
+    /// `key_hex` (Ed25519) bound to `role` by `stub.key`, as JSON.
+    fn bind(&self, id: &str, role: &str, key_hex: &str) -> Result<Value, Error> {
+        let key = crate::store::ed25519_key(key_hex)
+            .ok_or_else(|| incomplete(id, format!("the {role} key {key_hex} is not Ed25519")))?;
+        let binding = talos_certs::KeyBinding::sign(
+            self.stub.key().secret_der(),
+            self.stub_cert.clone(),
+            role,
+            identity::STUB_NAME,
+            &key,
+        )
+        .map_err(|e| incomplete(id, format!("stub.key cannot bind the {role} key: {e}")))?;
+        Ok(serde_json::to_value(&binding)?)
+    }
 }
 
 /// Write session `id`'s bundle to the file `path`, whole or not at all:
