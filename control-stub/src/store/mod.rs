@@ -83,8 +83,9 @@ mod certificates;
 mod commands;
 mod members;
 mod push;
+mod people;
 
-pub use approvals::{ApproverInfo, ProposalRecord};
+pub use approvals::ProposalRecord;
 pub use batches::{
     BatchInfo, BatchOutcome, BatchRejection, ChainGap, ChainPosition, ConnectionRecord,
 };
@@ -94,6 +95,10 @@ pub(crate) use db::pg_message;
 pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
+pub use people::{
+    Challenge, ChallengePurpose, Enrolment, Passkey, Person, PersonInfo, PersonRemoved,
+    SignedByPasskey, WebSession,
+};
 pub use push::{
     Endpoint, NewSubscription, PushSubscription, AUTH_LEN, MAX_ENDPOINT_LEN, MAX_SUBSCRIPTIONS,
     P256DH_LEN,
