@@ -53,6 +53,7 @@
 //! | `challenges_full` | as many passkey challenges are outstanding as the store keeps (HTTP 429) |
 //! | `not_signed_in` | a web app request without a live session cookie (HTTP 401) |
 //! | `not_permitted` | a web app request the person's role does not allow (HTTP 403) |
+//! | `web_config_invalid` | a web app setting is malformed: an origin that is not `https://NAME[:PORT]` (a lower-case DNS name), an rp id the origin's host is not under, a `--web-*` flag without `--web-listen` or the reverse |
 //! | `relay_key_invalid` | the relay's signing key (`<control-dir>/relay.key`) cannot be read or made, or deciding needs it and no `--control-dir` was given |
 //! | `proposal_invalid` | a gateway's proposal does not hold together: a field out of bounds, a sentence or digest that is not the one its fields give, a rule or approvers that are not the rule's (gRPC `INVALID_ARGUMENT`) |
 //! | `proposal_stale` | a proposal for a session that is not running at that attempt, from a gateway that holds no authority for it (gRPC `FAILED_PRECONDITION`) |
@@ -178,6 +179,8 @@ pub enum Error {
     ChallengesFull { outstanding: u64 },
     #[error("not signed in (or the session is over): sign in with your passkey")]
     NotSignedIn,
+    #[error("web app: {reason}")]
+    WebConfigInvalid { reason: String },
     #[error("{what} needs the role {needs}")]
     NotPermitted {
         what: &'static str,
@@ -250,6 +253,7 @@ impl Error {
             Error::ChallengesFull { .. } => "challenges_full",
             Error::NotSignedIn => "not_signed_in",
             Error::NotPermitted { .. } => "not_permitted",
+            Error::WebConfigInvalid { .. } => "web_config_invalid",
             Error::RelayKeyInvalid { .. } => "relay_key_invalid",
             Error::ProposalInvalid { .. } => "proposal_invalid",
             Error::ProposalStale { .. } => "proposal_stale",

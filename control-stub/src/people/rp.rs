@@ -29,7 +29,7 @@ impl RelyingParty {
     pub fn new(origin: &str, rp_id: &str) -> Result<RelyingParty, Error> {
         let host = origin_host(origin)?;
         let bad_rp = |why: &str| {
-            Error::invalid(format!(
+            web_invalid(format!(
                 "--web-rp-id {:?}: {why}",
                 rp_id.chars().take(100).collect::<String>()
             ))
@@ -68,7 +68,7 @@ impl RelyingParty {
 /// Check a web origin, `https://NAME[:PORT]`; its host.
 pub fn origin_host(origin: &str) -> Result<String, Error> {
     let bad = |why: &str| {
-        Error::invalid(format!(
+        web_invalid(format!(
             "web origin {:?}: {why} (https://NAME or https://NAME:PORT)",
             origin.chars().take(100).collect::<String>()
         ))
@@ -114,6 +114,13 @@ fn is_dns_name(name: &str) -> bool {
             .rsplit('.')
             .next()
             .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A web app setting refused (`web_config_invalid`).
+pub(crate) fn web_invalid(reason: impl Into<String>) -> Error {
+    Error::WebConfigInvalid {
+        reason: reason.into(),
+    }
 }
 
 /// `n` random bytes from the operating system's generator.

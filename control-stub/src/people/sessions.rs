@@ -170,10 +170,14 @@ pub fn close(store: &mut Store, id: &str) -> Result<(), Error> {
 
 /// The `Set-Cookie` value that gives the browser `token` for `session`.
 pub fn set_cookie(token: &str, session: &WebSession, now: SystemTime) -> Zeroizing<String> {
+    // Whole seconds, rounded up: the stored end is cut to milliseconds,
+    // and a cookie a few hundred microseconds longer than its session
+    // matters not (the server ends the session, not the cookie).
     let max_age = parse_at(&session.expires_at)
         .duration_since(now)
         .unwrap_or_default()
-        .as_secs();
+        .as_millis()
+        .div_ceil(1000);
     Zeroizing::new(format!(
         "{COOKIE}={token}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={max_age}"
     ))

@@ -203,6 +203,20 @@ impl Web {
         link: Arc<dyn talos_control_stub::link::GatewayLink + Send + Sync>,
         clock: talos_control_stub::people::web::Clock,
     ) -> Web {
+        Web::start_with(dir, db, link, clock, None).await
+    }
+
+    /// [`Web::start`], with Web Push on (`push`).
+    pub async fn start_with(
+        dir: &Path,
+        db: &Db,
+        link: Arc<dyn talos_control_stub::link::GatewayLink + Send + Sync>,
+        clock: talos_control_stub::people::web::Clock,
+        push: Option<(
+            talos_control_stub::people::push::PushConfig,
+            talos_control_stub::identity::VapidKey,
+        )>,
+    ) -> Web {
         let ca = WebCa::new(dir);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -213,7 +227,7 @@ impl Web {
             rp: rp.clone(),
             cert: ca.cert.clone(),
             key: ca.key.clone(),
-            push: None,
+            push: push.as_ref().map(|(c, _)| c.clone()),
         };
         let bound = config.bind_on(listener).unwrap();
         let addr = bound.local_addr();
@@ -223,7 +237,7 @@ impl Web {
                 relay_key: Arc::new(talos_certs::GatewayKey::generate().unwrap()),
                 link,
                 verifier: Arc::new(talos_control_stub::FakeVerifier::accepting()),
-                vapid: None,
+                vapid: push.map(|(_, k)| k),
                 clock,
             })
             .await
@@ -275,6 +289,8 @@ pub struct Client {
     addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
     pub origin: String,
+    /// The address its connections come from (127.0.0.1 unless set).
+    pub source: std::net::Ipv4Addr,
     pub cookie: Option<String>,
     pub csrf: Option<String>,
     /// Every `Set-Cookie` seen, as received.
@@ -298,6 +314,7 @@ impl Client {
             addr,
             tls: Arc::new(tls),
             origin: origin.to_owned(),
+            source: std::net::Ipv4Addr::LOCALHOST,
             cookie: None,
             csrf: None,
             set_cookies: Vec::new(),
@@ -306,7 +323,9 @@ impl Client {
 
     /// One TLS connection to the app.
     pub async fn connect(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((self.source, 0).into()).unwrap();
+        let tcp = socket.connect(self.addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from(RP_ID).unwrap();
         tokio_rustls::TlsConnector::from(self.tls.clone())
             .connect(name, tcp)
@@ -496,5 +515,75 @@ pub fn enrol_all(store: &mut Store, names: &[&str]) {
         if held.is_empty() {
             enrolled(store, name, Role::Approver);
         }
+    }
+}
+
+/// A live card stream (`GET /api/events`), read event by event.
+pub struct Events {
+    body: hyper::body::Incoming,
+    buf: String,
+}
+
+impl Events {
+    /// The next event (name, data), skipping comments and `retry`; `None`
+    /// when the stream ends or nothing comes `within`.
+    pub async fn next(&mut self, within: Duration) -> Option<(String, serde_json::Value)> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut name = None;
+                let mut data = None;
+                for line in block.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = Some(n.to_owned());
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data = Some(serde_json::from_str(d).unwrap());
+                    }
+                }
+                if let (Some(n), Some(d)) = (name, data) {
+                    return Some((n, d));
+                }
+                continue;
+            }
+            let frame = tokio::time::timeout_at(deadline, self.body.frame())
+                .await
+                .ok()??;
+            if let Ok(data) = frame.ok()?.into_data() {
+                self.buf.push_str(std::str::from_utf8(&data).unwrap());
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Open the live card stream: its status, and the stream when 200.
+    pub async fn events(&mut self) -> (u16, Option<Events>) {
+        let tls = self.connect().await;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut req = hyper::Request::builder()
+            .uri("/api/events")
+            .header("host", self.origin.trim_start_matches("https://"));
+        if let Some(c) = &self.cookie {
+            req = req.header("cookie", format!("__Host-talos_session={c}"));
+        }
+        let resp = sender
+            .send_request(req.body(Full::new(bytes::Bytes::new())).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        if status != 200 {
+            return (status, None);
+        }
+        (
+            status,
+            Some(Events {
+                body: resp.into_body(),
+                buf: String::new(),
+            }),
+        )
     }
 }

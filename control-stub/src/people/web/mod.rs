@@ -140,13 +140,13 @@ impl WebArgs {
                 || self.key.is_some()
                 || self.push.contact.is_some();
             if stray {
-                return Err(Error::invalid(
+                return Err(super::rp::web_invalid(
                     "--web-origin, --web-rp-id, --web-cert, --web-key and --push-contact need --web-listen",
                 ));
             }
             return Ok(None);
         };
-        let need = |flag: &str| Error::invalid(format!("--web-listen needs {flag}"));
+        let need = |flag: &str| super::rp::web_invalid(format!("--web-listen needs {flag}"));
         let origin = self
             .origin
             .clone()
@@ -355,13 +355,20 @@ impl Bound {
     /// Push and the card watch started, connections accepted.
     pub async fn start(self, mut deps: Deps) -> Result<Running, Error> {
         let db = deps.db.clone();
+        let push_on = self.config.push.is_some();
         let (pool, push_store) = tokio::task::spawn_blocking(move || {
-            Ok::<_, Error>((Pool::open(&db, STORE_CONNECTIONS)?, Store::open(&db)?))
+            let pool = Pool::open(&db, STORE_CONNECTIONS)?;
+            let push_store = if push_on {
+                Some(Store::open(&db)?)
+            } else {
+                None
+            };
+            Ok::<_, Error>((pool, push_store))
         })
         .await
         .map_err(|e| Error::Store(format!("web app start: {e}")))??;
-        let (push, push_task) = match (&self.config.push, &deps.vapid) {
-            (Some(config), Some(_)) => {
+        let (push, push_task) = match (&self.config.push, &deps.vapid, push_store) {
+            (Some(config), Some(_), Some(push_store)) => {
                 let key = deps.vapid.take().ok_or_else(|| Error::PushConfigInvalid {
                     reason: "push is on but no VAPID key was loaded".into(),
                 })?;
@@ -369,12 +376,12 @@ impl Bound {
                     Push::start(config.clone(), key, Arc::new(Mutex::new(push_store)))?;
                 (Some(push), Some(task))
             }
-            (Some(_), None) => {
+            (Some(_), _, _) => {
                 return Err(Error::PushConfigInvalid {
                     reason: "push is on but no VAPID key was loaded".into(),
                 })
             }
-            (None, _) => (None, None),
+            (None, _, _) => (None, None),
         };
         let (stop_tx, stop_rx) = tokio_watch::channel(false);
         let pool = Arc::new(pool);

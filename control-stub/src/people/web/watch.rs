@@ -30,9 +30,11 @@
 //!
 //! At most [`MAX_STREAMS_PER_PERSON`] streams per person and
 //! [`MAX_STREAMS`] in all (`too_many_streams`, HTTP 429, past either: the
-//! page then asks for its cards every few seconds instead). Each stream
-//! holds a task, a channel of [`STREAM_QUEUE`] events, and what it sent
-//! last.
+//! page then asks for its cards every few seconds instead). A stream's
+//! slot is given back when it ends: at once when the page closes it over
+//! HTTP/2, by the next [`KEEPALIVE`] over HTTP/1.1 (the first write that
+//! fails). Each stream holds a task, a channel of [`STREAM_QUEUE`] events,
+//! and what it sent last.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -281,6 +283,10 @@ async fn run(app: Arc<App>, slot: Slot, session_id: String, tx: mpsc::Sender<Byt
         }
         let idle = tokio::select! {
             () = super::stopped(&mut stop) => return,
+            // The connection's end, as soon as hyper drops the body: at
+            // once over HTTP/2 (the browser resets the stream), at the
+            // next keepalive over HTTP/1.1 (when writing fails).
+            () = tx.closed() => return,
             changed = woken.changed() => if changed.is_err() { return } else { false },
             () = tokio::time::sleep(KEEPALIVE) => true,
         };
