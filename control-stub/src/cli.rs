@@ -929,18 +929,19 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     // The web app's link and keys exist only with the web app. The link
     // owns a runtime of its own, which must be dropped outside the serving
     // runtime: declared first, it is dropped last.
-    let web_link: Option<std::sync::Arc<crate::grpc_link::GrpcLink>> = match &settings.web {
-        Some(_) => Some(std::sync::Arc::new(
-            crate::grpc_link::GrpcLink::new(&targets, cli.control_dir.clone())
-                .map_err(Error::Link)?,
-        )),
-        None => None,
-    };
-    let mut web_deps = match (&settings.web, &web_link) {
-        (Some(config), Some(link)) => Some(crate::people::web::Deps {
+    let web_link = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut web_deps = match &settings.web {
+        Some(config) => Some(crate::people::web::Deps {
             db: cli.db.clone(),
             relay_key: std::sync::Arc::new(crate::identity::relay_key(dir)?),
-            link: link.clone(),
+            links: {
+                let overrides = cli.gateways.clone();
+                crate::people::web::following_members(
+                    move |store| Ok(merge_targets(&store.members()?, &overrides)),
+                    cli.control_dir.clone(),
+                    web_link.clone(),
+                )
+            },
             verifier: std::sync::Arc::new(crate::confirm::SignatureVerifier),
             vapid: match config.push {
                 Some(_) => Some(crate::identity::vapid_key(dir)?),
@@ -948,7 +949,7 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
             },
             clock: crate::people::web::system_clock(),
         }),
-        _ => None,
+        None => None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

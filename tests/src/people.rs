@@ -275,3 +275,145 @@ impl WebClient {
         )
     }
 }
+
+/// What a person does in the browser, step by step: the tests and the
+/// screenshots share these.
+pub mod steps {
+    use crate::browser::{Error, Page};
+
+    /// Open the enrolment `link` and create the passkey (the page's
+    /// authenticator verifies the user).
+    pub async fn enrol(page: &Page, link: &str) -> Result<(), Error> {
+        page.goto(link).await?;
+        page.wait_until(
+            "document.body.dataset.ready === 'yes'",
+            "the enrolment page to check its link",
+        )
+        .await?;
+        page.click("#enrol").await?;
+        page.wait_until(
+            "!document.getElementById('next').hidden",
+            "the passkey to be saved",
+        )
+        .await
+    }
+
+    /// Sign in at `origin` with the page's passkey; the cards page shows.
+    pub async fn sign_in(page: &Page, origin: &str) -> Result<(), Error> {
+        page.goto(&format!("{origin}/")).await?;
+        page.wait_until("document.body.dataset.ready === 'yes'", "the sign-in page")
+            .await?;
+        page.click("#sign-in").await?;
+        across_navigation(
+            page,
+            "location.pathname === '/cards' && document.body.dataset.ready === 'yes'",
+            "the cards page after signing in",
+        )
+        .await
+    }
+
+    /// [`Page::wait_until`] on a page that navigates meanwhile: the wait
+    /// is asked again in the new document (a navigation ends the page's
+    /// evaluation), a few times at most.
+    pub async fn across_navigation(page: &Page, condition: &str, what: &str) -> Result<(), Error> {
+        let mut tries = 0;
+        loop {
+            match page.wait_until(condition, what).await {
+                Err(Error::Protocol { message, .. })
+                    if message.contains("navigated or closed")
+                        || message.contains("context was destroyed")
+                        || message.contains("Cannot find context") =>
+                {
+                    tries += 1;
+                    if tries >= 5 {
+                        return Err(Error::Page(format!("{what}: the page kept navigating")));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Open `path` of `origin` and wait until its page has loaded what it
+    /// shows.
+    pub async fn open(page: &Page, origin: &str, path: &str) -> Result<(), Error> {
+        page.goto(&format!("{origin}{path}")).await?;
+        page.wait_until(
+            "document.body.dataset.ready === 'yes'",
+            &format!("{path} to load"),
+        )
+        .await
+    }
+}
+
+/// A `ControlPlane` client presenting gateway `id`'s identity from the
+/// control directory `dir`: a member's proposals, or a compromised
+/// member's.
+pub fn control_plane_client(
+    dir: &Path,
+    id: &str,
+    addr: SocketAddr,
+) -> talos_gateway::pb::control_plane_client::ControlPlaneClient<tonic::transport::Channel> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |name: &str| std::fs::read(dir.join(name)).expect("control file");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&read("ca.pem")) {
+        roots.add(c.expect("PEM")).expect("anchor");
+    }
+    let chain = CertificateDer::pem_slice_iter(&read(&format!("{id}.pem")))
+        .collect::<Result<Vec<_>, _>>()
+        .expect("cert PEM");
+    let key = PrivateKeyDer::from_pem_slice(&read(&format!("{id}.key"))).expect("key PEM");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client certificate");
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = rustls::pki_types::ServerName::try_from("control-stub").expect("name");
+    let connect = tower::service_fn(move |_uri: hyper::Uri| {
+        let connector = connector.clone();
+        let name = name.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let tls = connector.connect(name, tcp).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+        }
+    });
+    let channel = tonic::transport::Endpoint::from_static("https://control-stub")
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
+        .connect_with_connector_lazy(connect);
+    talos_gateway::pb::control_plane_client::ControlPlaneClient::new(channel)
+}
+
+/// The message a gateway sends for `p`, with the sentence and digest the
+/// relay computes again.
+pub fn proposal_msg(p: &talos_certs::Proposal) -> talos_gateway::pb::ProposalMsg {
+    let s = talos_certs::sentence(p);
+    let d = talos_certs::proposal_digest(p, &s);
+    talos_gateway::pb::ProposalMsg {
+        proposal_id: p.proposal_id.clone(),
+        gateway_id: p.gateway_id.clone(),
+        session_id: p.session_id.clone(),
+        attempt: p.attempt,
+        tenant: p.tenant.clone(),
+        kind: p.kind.as_str().into(),
+        destination: p.destination.clone(),
+        method: p.method.clone(),
+        path: p.path.clone(),
+        attachments: p.attachments.clone(),
+        rule: p.rule.clone(),
+        tool: p.tool.clone(),
+        call_digest: p.call_digest.clone(),
+        approvers: p.approvers.clone(),
+        created_at: p.created_at.clone(),
+        expires_at: p.expires_at.clone(),
+        sentence: s,
+        digest: d,
+    }
+}

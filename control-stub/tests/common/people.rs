@@ -235,7 +235,7 @@ impl Web {
             .start(Deps {
                 db: db.clone(),
                 relay_key: Arc::new(talos_certs::GatewayKey::generate().unwrap()),
-                link,
+                links: talos_control_stub::people::web::fixed_link(link),
                 verifier: Arc::new(talos_control_stub::FakeVerifier::accepting()),
                 vapid: push.map(|(_, k)| k),
                 clock,

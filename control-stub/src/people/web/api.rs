@@ -631,9 +631,10 @@ async fn decide(ctx: &mut Ctx<'_>, s: WebSession, id: String, body: DecisionBody
         .app
         .pool
         .run(move |store| {
+            let link = (app.deps.links)(store)?;
             signed::decide(
                 store,
-                app.deps.link.as_ref(),
+                link.as_ref(),
                 &app.deps.relay_key,
                 &app.rp,
                 &person,
@@ -699,9 +700,10 @@ async fn revoke_all(ctx: &mut Ctx<'_>, s: WebSession, id: String, body: RevokeBo
         .app
         .pool
         .run(move |store| {
+            let link = (app.deps.links)(store)?;
             signed::revoke_all(
                 store,
-                app.deps.link.as_ref(),
+                link.as_ref(),
                 app.deps.verifier.as_ref(),
                 &app.rp,
                 &s.person,

@@ -94,6 +94,51 @@ pub const STORE_CONNECTIONS: usize = 4;
 /// What tells the app the time: the system's clock, or a test's.
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
+/// A link to the gateways, shared.
+pub type SharedLink = Arc<dyn GatewayLink + Send + Sync>;
+
+/// Where the app's decisions and Revoke All reach the gateways: the link
+/// to the members the store names now (asked with the store connection of
+/// the request that needs it).
+pub type Links = Arc<dyn Fn(&Store) -> Result<SharedLink, Error> + Send + Sync>;
+
+/// The link [`following_members`] made last, with the members it reaches.
+pub type KeptLink = Arc<Mutex<Option<(Vec<String>, SharedLink)>>>;
+
+/// Always `link` (a test's gateways).
+pub fn fixed_link(link: SharedLink) -> Links {
+    Arc::new(move |_| Ok(link.clone()))
+}
+
+/// The members as `serve` reaches them: `targets` (the store's members
+/// merged with `--gateway`, as `serve` merges them) each time a request
+/// needs them, the link made again when they changed since the last one
+/// (a member added or moved while `serve` runs is reached without a
+/// restart). The last link made stays in `keep`, for the caller to drop
+/// outside any runtime (a link owns a runtime of its own).
+pub fn following_members(
+    targets: impl Fn(&Store) -> Result<Vec<String>, Error> + Send + Sync + 'static,
+    control_dir: Option<PathBuf>,
+    keep: KeptLink,
+) -> Links {
+    Arc::new(move |store: &Store| {
+        let now = targets(store)?;
+        let mut kept = keep.locked();
+        if let Some((t, link)) = kept.as_ref() {
+            if *t == now {
+                return Ok(link.clone());
+            }
+        }
+        let link: SharedLink = Arc::new(
+            crate::grpc_link::GrpcLink::new(&now, control_dir.clone()).map_err(Error::Link)?,
+        );
+        // The link replaced is dropped here, on the blocking thread the
+        // request's store work runs on (its runtime may be dropped there).
+        *kept = Some((now, link.clone()));
+        Ok(link)
+    })
+}
+
 /// The web app's settings on `serve`'s command line (flattened into it).
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct WebArgs {
@@ -248,7 +293,7 @@ pub struct Deps {
     /// The relay's signing key: decisions made here are signed with it.
     pub relay_key: Arc<GatewayKey>,
     /// The gateways: decisions and Revoke All reach them through it.
-    pub link: Arc<dyn GatewayLink + Send + Sync>,
+    pub links: Links,
     /// Checks the drop reports a Revoke All brings back.
     pub verifier: Arc<dyn ReportVerifier + Send + Sync>,
     /// The VAPID key, when push is on.

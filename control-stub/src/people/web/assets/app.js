@@ -108,6 +108,12 @@
     return document.getElementById(id);
   }
 
+  // The page has done what it does on load (tests and screenshots wait
+  // for it).
+  function ready() {
+    document.body.dataset.ready = 'yes';
+  }
+
   function say(text, kind) {
     const s = $('status');
     if (!s) return;
@@ -228,6 +234,7 @@
       say('Signed in as ' + done.data.person + '.', 'good');
       location.assign('/cards');
     });
+    ready();
   }
 
   // ---- enrolment ------------------------------------------------------
@@ -240,6 +247,7 @@
     const button = $('enrol');
     if (!token) {
       who.textContent = 'This page needs the enrolment link you were sent, whole.';
+      ready();
       return;
     }
     let options = null;
@@ -256,7 +264,10 @@
       fetchedAt = performance.now();
       return true;
     };
-    if (!(await begin())) return;
+    if (!(await begin())) {
+      ready();
+      return;
+    }
     who.textContent = '';
     who.append('You are creating the passkey of ', el('strong', {}, String(options.person)), ' (' + String(options.role) + ').');
     button.hidden = false;
@@ -307,6 +318,7 @@
       say('Your passkey is saved. Sign in with it now.', 'good');
       $('next').hidden = false;
     });
+    ready();
   }
 
   // ---- cards ----------------------------------------------------------
@@ -364,6 +376,10 @@
       el('div', { class: 'actions' }, approve, decline),
       result);
     const decide = async (verdict) => {
+      // Kept on the page while it is decided here: the live stream drops
+      // the card from the list as soon as the decision is stored, which
+      // can come before the answer to this page's own request.
+      article.dataset.deciding = verdict;
       approve.disabled = true;
       decline.disabled = true;
       result.className = '';
@@ -377,6 +393,7 @@
       if (!credential) {
         result.className = 'error';
         result.textContent = 'No passkey was used: nothing was decided.';
+        delete article.dataset.deciding;
         approve.disabled = false;
         decline.disabled = false;
         return;
@@ -386,6 +403,7 @@
         result.className = 'error';
         result.textContent = (r.data && r.data.message) || ('The server answered ' + r.status + '.');
         if (r.status !== 409 && r.status !== 403) {
+          delete article.dataset.deciding;
           approve.disabled = false;
           decline.disabled = false;
         }
@@ -411,7 +429,7 @@
       const allow = data.allow_credentials || [];
       const ids = new Set(cards.map((c) => c.id));
       for (const [id, v] of shown) {
-        if (!ids.has(id) && !v.article.dataset.decided) {
+        if (!ids.has(id) && !v.article.dataset.decided && !v.article.dataset.deciding) {
           v.article.remove();
           shown.delete(id);
         }
@@ -425,6 +443,7 @@
         box.append(v.article);
       }
       say(cards.length === 0 ? 'No card waits for you.' : (cards.length === 1 ? 'One card waits for you.' : cards.length + ' cards wait for you.'));
+      ready();
     };
     setInterval(() => {
       const now = performance.now();
@@ -517,6 +536,7 @@
     }
     const list = $('sessions');
     const sessions = r.data.sessions || [];
+    ready();
     say(sessions.length === 0 ? 'No session to show.' : '');
     for (const s of sessions) {
       list.append(el('li', {},
@@ -673,6 +693,7 @@
       box.append(commands);
     };
     await load();
+    ready();
   }
 
   // ---- history --------------------------------------------------------
@@ -686,6 +707,7 @@
     }
     const list = $('history');
     const items = r.data.decisions || [];
+    ready();
     say(items.length === 0 ? 'You have decided nothing yet.' : '');
     for (const d of items) {
       list.append(el('li', {},
