@@ -541,6 +541,14 @@ async fn the_pages_refuse_what_they_must_and_show_a_hostile_card_as_text() {
     );
     assert!(warn.contains("several scripts (Latin, Cyrillic)"), "{warn}");
     checked(&alice, "a hostile card").await;
+    // The session's page lists it among its held requests: shown the same
+    // way, and no wider than the phone.
+    steps::open(&alice, &origin, &format!("/sessions/{id}"))
+        .await
+        .unwrap();
+    assert!(text_of(&alice, "#session").await.contains(escaped));
+    checked(&alice, "a session's page holding a hostile card").await;
+    steps::open(&alice, &origin, "/cards").await.unwrap();
 
     // An assertion made for Approve, posted as Decline: refused, nothing
     // decided.
