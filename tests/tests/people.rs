@@ -181,6 +181,8 @@ async fn an_approver_decides_held_requests_and_an_operator_revokes_the_session()
     assert_eq!(creds[0].rp_id.as_deref(), Some(RP_ID));
 
     // She signs in with it: no name typed, no password.
+    steps::open(&alice, &origin, "/").await.unwrap();
+    checked(&alice, "the sign-in page").await;
     steps::sign_in(&alice, &origin).await.expect("sign-in");
     checked(&alice, "the cards page, empty").await;
     assert_eq!(text_of(&alice, "#status").await, "No card waits for you.");
