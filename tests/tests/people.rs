@@ -202,7 +202,11 @@ async fn an_approver_decides_held_requests_and_an_operator_revokes_the_session()
     let (bundle, _) = rig.trust(&id, "trust.pem");
 
     // A request the Lock holds: its card appears on her open page, no
-    // reload.
+    // reload (the document is the same one, marked before), on the live
+    // stream the page holds open (the page did not ask for the list).
+    alice.evaluate("window.sameDocument = true").await.unwrap();
+    let fetched_cards = "performance.getEntriesByType('resource').filter(e => e.name.endsWith('/api/cards')).length";
+    let polled = alice.evaluate(fetched_cards).await.unwrap();
     let first = held_post(&rig, &bundle, "/merge/./x/../1");
     alice
         .wait_until(
@@ -211,6 +215,19 @@ async fn an_approver_decides_held_requests_and_an_operator_revokes_the_session()
         )
         .await
         .expect("a card");
+    assert_eq!(
+        alice
+            .evaluate("window.sameDocument === true")
+            .await
+            .unwrap(),
+        json!(true),
+        "the card came without a reload"
+    );
+    assert_eq!(
+        alice.evaluate(fetched_cards).await.unwrap(),
+        polled,
+        "the card came on the live stream, not by asking for the list again"
+    );
     let listed = rig.cli(&["approvals", "list"]).json();
     let card = listed[0].clone();
     assert_eq!(card["rule"], rule["id"]);
