@@ -8,10 +8,11 @@
 //!   with the passkey, sees a card appear while a session's request is
 //!   held, approves it (the request completes 200 at the origin with the
 //!   canonical path) and declines a second (the session gets 403
-//!   `approval_declined`); History shows both. An operator revokes the
-//!   session from its page: the session's connections are cut, and the
-//!   command's record names the operator as verified requester, with the
-//!   passkey that signed.
+//!   `approval_declined`); History shows both. An operator reads the
+//!   session's page (state, attempts with each member's CA digest, counts)
+//!   and revokes the session from it: the session's open connection is
+//!   cut, a new one refused, and the command's record names the operator
+//!   as verified requester, with the passkey that signed.
 //! - The session cookie's flags as the browser holds them; a request
 //!   without the CSRF token refused; an enrolment link used twice refused;
 //!   a person not named on a card cannot decide it; an assertion made for
@@ -19,7 +20,9 @@
 //!   text, its invisible and direction-changing characters as badges, no
 //!   element made from it.
 //! - Every page passes axe-core with no serious or critical violation, at
-//!   390 px, with no console error, exception or CSP violation.
+//!   390 px, with no console error, exception or CSP violation, and is no
+//!   wider than the phone (a page wider than the viewport is zoomed out by
+//!   a phone, and taps land off their buttons).
 //!
 //! The in-process tests of the same app (`control-stub/tests/people.rs`)
 //! check what needs a clock the test moves (links expiring, sessions
