@@ -68,17 +68,15 @@ pub enum Command {
     },
     /// Serve the ControlPlane service (the gateways' batches and
     /// proposals) over mutual TLS and run the upkeep loops until SIGTERM,
-    /// SIGINT or SIGQUIT, then drain; the approvals API and the metrics if
-    /// asked. Prints one JSON line with the addresses once listening.
+    /// SIGINT or SIGQUIT, then drain; the people's web app (--web-listen)
+    /// and the metrics if asked. Prints one JSON line with the addresses
+    /// once listening.
     Serve {
         /// The address to listen on (port 0: any free port).
         #[arg(long, value_name = "ADDR")]
         listen: std::net::SocketAddr,
-        /// Also serve the approvers' JSON API over HTTPS (TLS 1.3, the
-        /// stub's certificate) on this address; decisions made there go to
-        /// the gateways given with --gateway ID=ADDR.
-        #[arg(long, value_name = "ADDR")]
-        approvals_listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        web: crate::people::web::WebArgs,
         /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this
         /// address.
         #[arg(long, value_name = "ADDR")]
@@ -116,9 +114,10 @@ pub enum Command {
     /// The approval relay's cards: list them, approve or decline one.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
-    /// Who may use the approvals API: each approver has a bearer token.
+    /// The people who decide cards and revoke sessions in the web app, and
+    /// their passkeys.
     #[command(subcommand)]
-    Approvers(ApproversCommand),
+    People(PeopleCommand),
     /// Print a session's certificate (JSON), issuing it first if it can be
     /// issued now (needs --control-dir for the signing key). Exits with
     /// certificate_not_issued while it cannot: the session has not ended
@@ -329,13 +328,24 @@ pub enum ApprovalsCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ApproversCommand {
-    /// Give an approver a bearer token for the approvals API; the token is
-    /// printed once and only its SHA-256 is kept.
-    Add { name: String },
-    /// The approvers with a token (names and times).
+pub enum PeopleCommand {
+    /// Make a person (if new) and print a one-time enrolment link,
+    /// <origin>/enrol#<token>, good for 15 minutes and one passkey.
+    Enroll {
+        name: String,
+        /// approver (decides the cards a rule names them on) or operator
+        /// (also sees every session and starts Revoke All).
+        #[arg(long, value_parser = parse_role)]
+        role: crate::model::Role,
+        /// The web app's origin, as serve --web-origin gives it.
+        #[arg(long = "web-origin", value_name = "URL")]
+        web_origin: String,
+    },
+    /// The people, their passkeys, open enrolment links and web sessions.
     List,
-    /// Take an approver's token away.
+    /// Remove a person: their passkeys, web sessions, links and push
+    /// subscriptions go at once (a Lock rule naming them is kept, and
+    /// named in a warning).
     Remove { name: String },
 }
 
@@ -383,6 +393,11 @@ pub enum GatewayCommand {
 fn parse_lock_mode(text: &str) -> Result<LockMode, String> {
     LockMode::parse(text)
         .ok_or_else(|| format!("{text:?} is not a mode: first_use or every_request"))
+}
+
+fn parse_role(text: &str) -> Result<crate::model::Role, String> {
+    crate::model::Role::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a role: approver or operator"))
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -450,7 +465,7 @@ pub fn run(
         }
         Command::Serve {
             listen,
-            approvals_listen,
+            web,
             metrics_listen,
             renew_ms,
             tick_ms,
@@ -461,7 +476,7 @@ pub fn run(
                 control_dir: control_dir(cli, "serve")?.to_owned(),
                 gateways: cli.gateways.clone(),
                 listen: *listen,
-                approvals: *approvals_listen,
+                web: web.config()?,
                 metrics: *metrics_listen,
                 renew: std::time::Duration::from_millis(*renew_ms),
                 tick: std::time::Duration::from_millis(*tick_ms),
@@ -515,10 +530,10 @@ pub fn run(
             };
             write_out(stdout, &out)
         }
-        Command::Approvers(cmd) => {
+        Command::People(cmd) => {
             let mut store = Store::open(&cli.db)?;
-            // A new token is shown once, and zeroed after.
-            let out = Zeroizing::new(approvers(&mut store, cmd)?);
+            // A new enrolment link is shown once, and zeroed after.
+            let out = Zeroizing::new(people(&mut store, cmd)?);
             write_out(stdout, &out)
         }
         Command::Gateway(cmd) => {
@@ -600,7 +615,16 @@ fn sandbox(
         SandboxCommand::Interrupt { id } => json(&life.interrupt(id)?),
         SandboxCommand::Recover { id } => json(&life.recover(id)?),
         SandboxCommand::Stop { id } => json(&life.stop(id)?),
-        SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?),
+        SandboxCommand::RevokeAll { id } => {
+            // A command-line call names its operator; nothing proves who
+            // ran it (the web app's Revoke All is signed by a passkey).
+            let mut out = serde_json::to_value(life.revoke_all(id)?)?;
+            out["requester"] = serde_json::to_value(crate::store::Requester::operator(&operator))?;
+            out["requester"]["note"] =
+                "a command-line call: the requester is named, not verified (no passkey signed it)"
+                    .into();
+            json(&out)
+        }
         SandboxCommand::Status { id } => json(&life.status(id)?),
         SandboxCommand::Trust { id, public_roots } => {
             life.trust(id)?.bundle(public_roots.as_deref())
@@ -684,23 +708,18 @@ fn policy(store: &mut Store, cmd: &PolicyCommand) -> Result<String, Error> {
     }
 }
 
-/// `approvers …`.
-fn approvers(store: &mut Store, cmd: &ApproversCommand) -> Result<String, Error> {
+/// `people …` (the logic is `people::accounts`).
+fn people(store: &mut Store, cmd: &PeopleCommand) -> Result<String, Error> {
+    use crate::people::accounts;
+    let now = std::time::SystemTime::now();
     match cmd {
-        ApproversCommand::Add { name } => {
-            let token = crate::relay::new_token()?;
-            store.approver_add(name, &crate::relay::token_hash(&token))?;
-            json(&serde_json::json!({
-                "approver": name,
-                "token": token.as_str(),
-                "note": "shown once: the store keeps only its SHA-256; send it as Authorization: Bearer TOKEN",
-            }))
-        }
-        ApproversCommand::List => json(&store.approver_list()?),
-        ApproversCommand::Remove { name } => {
-            store.approver_remove(name)?;
-            json(&serde_json::json!({"removed": name}))
-        }
+        PeopleCommand::Enroll {
+            name,
+            role,
+            web_origin,
+        } => json(&accounts::enroll(store, name, *role, web_origin, now)?),
+        PeopleCommand::List => json(&accounts::list(store, now)?),
+        PeopleCommand::Remove { name } => json(&accounts::remove(store, name)?),
     }
 }
 

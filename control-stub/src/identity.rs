@@ -490,8 +490,8 @@ impl Identity {
         })
     }
 
-    /// The private key, for a server config made elsewhere (the approvals
-    /// API's, which asks for no client certificate).
+    /// The private key: it signs the relay's and the plane's key bindings
+    /// in a certificate bundle.
     pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
         &self.key
     }

@@ -64,17 +64,19 @@
 //!   described, leases renewed, closes owed asked again, the spec's
 //!   time-driven events, certificates issued, metrics (on the store and
 //!   link it is given; `server` runs the rounds).
-//! - [`approvals_api`]: the approvers' small JSON API over HTTPS: its
-//!   routes and answers.
-//! - [`people`] (a folder): what the control plane does for people:
-//!   `push`, Web Push to an approver's devices when a card waits.
+//! - [`people`] (a folder): what the control plane does for people —
+//!   approvers and operators: who they are and their passkeys
+//!   (`accounts`), the passkey ceremonies and what a signed request may do
+//!   (`ceremony`), a card's text made safe to show (`text`), Web Push to
+//!   their devices when a card waits (`push`), and the web app they use
+//!   (`web`, a component `server` starts and stops).
 //! - [`server`] (a folder): `control-stub serve`'s process, as owned
 //!   components, each built, started and stopped in a fixed, documented
 //!   order: the metrics endpoint, the upkeep loops (threads running
 //!   [`upkeep`]'s rounds), the batch intake (the `ControlPlane` service:
 //!   batches and the relay's `Propose`), the control listener, the people
-//!   listener (the approvals API); the listeners' accept loop and drain,
-//!   the signals, the settings.
+//!   listener (the people's web app); the listeners' accept loop and
+//!   drain, the signals, the settings.
 //! - [`cli`]: the `control-stub` command line: parses and dispatches
 //!   (`serve` to [`server::run`]).
 //! - `synth` (only with the `test-util` feature): a synthetic session with
@@ -103,7 +105,6 @@ pub mod relay;
 pub mod certificate;
 pub mod bundle;
 pub mod upkeep;
-pub mod approvals_api;
 pub mod people;
 pub mod server;
 pub mod cli;

@@ -51,6 +51,12 @@ impl ControlListener {
         self.listener.addr()
     }
 
+    /// Have the intake call `hook` for each new card the relay stores
+    /// (before [`ControlListener::start`]).
+    pub fn on_card(&mut self, hook: super::intake::CardHook) {
+        self.intake = self.intake.clone().on_card(hook);
+    }
+
     /// The intake it serves.
     pub fn intake(&self) -> &Intake {
         &self.intake

@@ -57,9 +57,13 @@ pub const MAX_MESSAGE: usize = talos_certs::MAX_PAYLOAD_LEN + 64 * 1024;
 /// certificate does not name.
 pub use talos_contract::role::CERTIFICATE_MISMATCH;
 
+/// What the relay calls when it stores a new card, with the store it is
+/// in: the people's web app (Web Push, the live card streams).
+pub type CardHook = Arc<dyn Fn(&Store, &crate::store::ProposalRecord) + Send + Sync>;
+
 /// The batch intake: the store behind a lock (one writer at a time, as
 /// SQLite has anyway), and the store work under way.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Intake {
     store: Arc<Mutex<Store>>,
     /// The control channel identity, to fetch the key of a member that was
@@ -67,6 +71,18 @@ pub struct Intake {
     control_dir: Option<std::path::PathBuf>,
     /// Every batch's and proposal's store work, on a blocking thread each.
     tasks: TaskTracker,
+    /// Called for each new card the relay stores.
+    on_card: Option<CardHook>,
+}
+
+impl std::fmt::Debug for Intake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Intake")
+            .field("control_dir", &self.control_dir)
+            .field("tasks", &self.tasks)
+            .field("on_card", &self.on_card.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Intake {
@@ -74,13 +90,21 @@ impl Intake {
         Intake::shared(Arc::new(Mutex::new(store)))
     }
 
-    /// An intake on a store shared with the approvals API.
+    /// An intake on a store shared with other parts of `serve`.
     pub fn shared(store: Arc<Mutex<Store>>) -> Intake {
         Intake {
             store,
             control_dir: None,
             tasks: TaskTracker::new(),
+            on_card: None,
         }
+    }
+
+    /// Call `hook` for each new card the relay stores (after it is
+    /// stored; the gateway's call waits for nothing it does).
+    pub fn on_card(mut self, hook: CardHook) -> Intake {
+        self.on_card = Some(hook);
+        self
     }
 
     /// Register a stored member's key at its first batch, by asking it
@@ -338,9 +362,13 @@ impl ControlPlane for Intake {
             )));
         }
         let store = self.store.clone();
+        let on_card = self.on_card.clone();
         let result = TaskTracker::spawn_blocking(&self.tasks, move || {
             let mut store = store.locked();
             let r = crate::relay::receive(&mut store, &msg);
+            if let (Ok(crate::relay::Received::New(card)), Some(hook)) = (&r, &on_card) {
+                hook(&store, card);
+            }
             (msg, r)
         })
         .await

@@ -8,7 +8,7 @@
 //! | upkeep loops (`upkeep`) | one thread per member (descriptions, leases, forwarding tables) and the tick (closes owed, time-driven events, certificates), each with its store connection and control channel client |
 //! | batch intake ([`intake`]) | the `ControlPlane` service: batches verified and recorded, the relay's proposals; the store work under way |
 //! | control listener ([`control`]) | the gateways' listener: mutual TLS, HTTP/2, the intake's routes |
-//! | people listener (`people`) | the listeners people reach: today the approvers' API (`--approvals-listen`) with its link that delivers decisions |
+//! | people listener (`people`) | the listener people reach: the people's web app (`--web-listen`: passkeys, cards, sessions, Revoke All; its store connections, Web Push and card watch) with the link that delivers decisions |
 //!
 //! Beside them: [`settings`] (what `serve` was given), [`listener`] (a
 //! bound listener, its accept loop and its connections, as each of the
@@ -26,9 +26,11 @@
 //!    (`{"listening": ADDR, …}`, with every bound address, useful with
 //!    port 0), then starts the components in this order: the metrics
 //!    endpoint (so everything after it can be watched), the upkeep loops,
-//!    the control listener serving the batch intake, the people listener;
-//!    then the signals are handled (a signal that came since they were
-//!    installed is handled then).
+//!    the people's web app opened (its store connections, Web Push, the
+//!    card watch: the batch intake calls its card hook for each new card),
+//!    the control listener serving the batch intake, the people listener
+//!    accepting; then the signals are handled (a signal that came since
+//!    they were installed is handled then).
 //! 3. [`Running::serve`] waits for SIGTERM, SIGINT or SIGQUIT.
 //! 4. [`Running::drain`] stops them in reverse, in numbered steps, each
 //!    an explicit call that logs one line on standard error
@@ -140,7 +142,7 @@ impl Prepared {
         let metrics = Metrics::prepare(&settings, &store)?;
         let intake = Intake::shared(Arc::clone(&store)).registering(dir);
         let control = ControlListener::new(listener::bind(settings.listen)?, tls, intake)?;
-        let people = People::prepare(&settings, &identity, &store, &targets)?;
+        let people = People::prepare(&settings)?;
         let upkeep = UpkeepLoops::new(&settings, &targets);
         // Before the ready line (see `signals`).
         let signals = Signals::listen();
@@ -189,14 +191,19 @@ impl Prepared {
                 what: "upkeep loops".into(),
                 reason: e.to_string(),
             })??;
-        self.control.start();
-        self.people.start();
+        let mut people = self.people;
+        let mut control = self.control;
+        if let Some(hook) = people.open().await? {
+            control.on_card(hook);
+        }
+        control.start();
+        people.start();
         Ok(Running {
             grace: self.settings.grace,
             metrics: self.metrics,
             upkeep,
-            control: self.control,
-            people: self.people,
+            control,
+            people,
             signals: self.signals.handle(),
         })
     }
@@ -249,7 +256,7 @@ impl Running {
     pub async fn drain(self) {
         let deadline = tokio::time::Instant::now() + self.grace;
         // 1. The people listener: closed, its connections told.
-        let open = self.people.close().await;
+        let open = self.people.close(self.grace).await;
         step(
             1,
             "people listener",

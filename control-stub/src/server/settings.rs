@@ -30,8 +30,8 @@ pub struct Settings {
     pub gateways: Vec<String>,
     /// The control listener (`--listen`; port 0: any free port).
     pub listen: SocketAddr,
-    /// The approvers' API (`--approvals-listen`), if served.
-    pub approvals: Option<SocketAddr>,
+    /// The people's web app (`--web-listen` and its settings), if served.
+    pub web: Option<crate::people::web::WebConfig>,
     /// The metrics endpoint (`--metrics-listen`), if served.
     pub metrics: Option<SocketAddr>,
     /// How often each member is described and its leases renewed
