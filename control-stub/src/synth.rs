@@ -12,7 +12,9 @@
 //! masked; one in 50 refused `not_on_allowlist`; one in 97 with a request
 //! refused `host_mismatch`; one DNS line per member. With `decision`, a
 //! Lock rule holds one request of `gw-a`, and alice approves its card
-//! through the relay (a decision signed by the relay's key).
+//! through the relay (a decision signed by the relay's key). alice is an
+//! approver holding one passkey (a P-256 key made here; a rule names only
+//! people who hold one).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -129,6 +131,7 @@ impl Pair {
         const ACCEPT: FakeVerifier = FakeVerifier::accepting();
         let relay = crate::identity::relay_key(control_dir)?;
         let rule = if options.decision {
+            enrol_alice(store)?;
             Some(store.lock_add(&NewRule::check(
                 DESTINATION,
                 Some(SECRET_NAME),
@@ -357,4 +360,53 @@ fn dns(gateway: &str, instance: &str, id: &str, source: &str) -> Vec<u8> {
         "refused_names": 1, "longest_refused_name": 23,
     }))
     .expect("a DNS line serialises")
+}
+
+/// alice, an approver holding one passkey: an ES256 key made here, its
+/// public half stored as COSE as registration stores it (nothing signs
+/// with it: the synthetic decision is the relay's).
+fn enrol_alice(store: &mut Store) -> Result<(), Error> {
+    use aws_lc_rs::rand::SecureRandom as _;
+    use aws_lc_rs::signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_ASN1_SIGNING};
+    if !store
+        .read(|tx| tx.enrolled(&["alice".to_owned()]))?
+        .is_empty()
+    {
+        return Ok(());
+    }
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    let key = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_ASN1_SIGNING)
+        .map_err(|e| Error::invalid(format!("a P-256 key: {e}")))?;
+    // The uncompressed point: 0x04, x, y.
+    let point = key.public_key().as_ref();
+    let (x, y) = (&point[1..33], &point[33..65]);
+    // COSE_Key {1: 2 (EC2), 3: -7 (ES256), -1: 1 (P-256), -2: x, -3: y}.
+    let mut cose = vec![0xa5, 0x01, 0x02, 0x03, 0x26, 0x20, 0x01, 0x21, 0x58, 0x20];
+    cose.extend_from_slice(x);
+    cose.extend_from_slice(&[0x22, 0x58, 0x20]);
+    cose.extend_from_slice(y);
+    let mut handle = [0u8; 32];
+    let mut credential_id = [0u8; 16];
+    for bytes in [&mut handle[..], &mut credential_id[..]] {
+        rng.fill(bytes)
+            .map_err(|_| Error::invalid("no random bytes"))?;
+    }
+    let now = crate::store::now();
+    let passkey = crate::store::Passkey {
+        credential_id: credential_id.to_vec(),
+        person: "alice".into(),
+        public_key_cose: cose,
+        alg: "ES256".into(),
+        sign_count: 0,
+        aaguid: "00000000000000000000000000000000".into(),
+        backup_eligible: false,
+        backed_up: false,
+        attestation: "none".into(),
+        created_at: now.clone(),
+        last_used_at: None,
+    };
+    store.write(|tx| {
+        tx.insert_person("alice", crate::model::Role::Approver, &handle, &now)?;
+        tx.insert_passkey(&passkey)
+    })
 }

@@ -162,8 +162,7 @@ impl People {
             stopped.web = true;
         }
         let link = self.link;
-        let _ = tokio::task::spawn_blocking(move || drop(link.lock().map(|mut l| l.take())))
-            .await;
+        let _ = tokio::task::spawn_blocking(move || drop(link.lock().map(|mut l| l.take()))).await;
         stopped
     }
 }
