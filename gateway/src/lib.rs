@@ -51,6 +51,7 @@ pub mod records;
 pub mod process;
 pub mod authority;
 pub mod http;
+pub mod serving;
 pub mod conn;
 pub mod control;
 pub mod reload;

@@ -312,3 +312,12 @@ impl ResolvesServerCert for LeafResolver {
 /// download. Still a bound: a client that does not read holds at most
 /// this much here before the writer waits.
 pub const SESSION_SEND_LIMIT: usize = 128 * 1024;
+
+/// Whether the end-entity certificate `leaf` names `role`.
+pub(crate) fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(role) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}

@@ -450,12 +450,12 @@ impl Link {
 
     /// The configured peer `leaf` names, if it carries the gateway role.
     fn member(&self, leaf: &rustls::pki_types::CertificateDer<'_>) -> Result<Arc<str>, Refused> {
-        if !crate::control::carries_role(leaf, talos_contract::role::GATEWAY) {
+        if !crate::tls::carries_role(leaf, talos_contract::role::GATEWAY) {
             return Err(Refused::Link(LinkRefusal::NotAGateway));
         }
         self.peers
             .iter()
-            .find(|(id, _)| crate::control::carries_role(leaf, id))
+            .find(|(id, _)| crate::tls::carries_role(leaf, id))
             .map(|(id, _)| Arc::clone(id))
             .ok_or(Refused::Link(LinkRefusal::NotAPeer))
     }
@@ -708,7 +708,7 @@ async fn reach(
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .is_some_and(|leaf| crate::control::carries_role(leaf, talos_contract::role::GATEWAY));
+        .is_some_and(|leaf| crate::tls::carries_role(leaf, talos_contract::role::GATEWAY));
     if !carries {
         return Err(std::io::Error::other(
             "the peer's certificate does not carry the gateway role",

@@ -12,9 +12,9 @@ use tokio::net::TcpListener;
 use super::records::BatchSetup;
 use super::{bind, StartError};
 use crate::authority::{Authority, LeaseWatcher};
-use crate::conn::InForce;
 use crate::records::journal::{self, RecordSink};
 use crate::records::spool::{Spool, SpoolLimits};
+use crate::serving::InForce;
 use crate::session::lease::SharedClock;
 use crate::session::sessions::Sessions;
 

@@ -12,8 +12,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
 use super::End;
-use crate::conn::{self, InForce};
+use crate::conn;
 use crate::reload::Cap;
+use crate::serving::{InForce, Shutdown};
 
 /// The data plane.
 #[derive(Debug)]
@@ -32,7 +33,7 @@ pub(super) struct DataPlane {
     tracker: TaskTracker,
     /// Tells open connections that the drain began, then that its grace
     /// is over.
-    shutdown: conn::Shutdown,
+    shutdown: Shutdown,
     /// `true` while the spool is full: accept nothing.
     spool_full: watch::Receiver<bool>,
     /// A handover asks here to stop accepting.
@@ -50,7 +51,7 @@ impl DataPlane {
         cap: Arc<Cap>,
         grace_ms: Arc<AtomicU64>,
         current: Arc<InForce>,
-        shutdown: conn::Shutdown,
+        shutdown: Shutdown,
         spool_full: watch::Receiver<bool>,
         stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
     ) -> DataPlane {
@@ -253,7 +254,7 @@ impl crate::reload::Tunable for DataListener {
 struct Streams {
     tracker: TaskTracker,
     permits: Arc<tokio::sync::Semaphore>,
-    shutdown: conn::Shutdown,
+    shutdown: Shutdown,
     dns: Option<Arc<crate::dns::answerer::Answerer>>,
 }
 
@@ -262,7 +263,7 @@ struct Streams {
 /// the peer closes it; at the drain no new stream is taken (GOAWAY) and
 /// the open ones get the grace, as direct connections do.
 async fn serve_link(
-    cx: Arc<crate::conn::Context>,
+    cx: Arc<crate::serving::Context>,
     link: Arc<crate::pair::link::Link>,
     linked: crate::pair::link::Linked,
     streams: Streams,
@@ -346,7 +347,10 @@ async fn serve_link(
 /// header names one; a mismatch is logged and counted
 /// (`link_session_mismatch`, `link_attempt_mismatch`) and its queries go
 /// unanswered.
-fn dns_for_held_authority(cx: &crate::conn::Context, arrival: &crate::pair::link::Arrival) -> bool {
+fn dns_for_held_authority(
+    cx: &crate::serving::Context,
+    arrival: &crate::pair::link::Arrival,
+) -> bool {
     use crate::pair::link::LinkRefusal;
     let (Some((id, attempt)), Some(held)) = (
         &arrival.header.session,

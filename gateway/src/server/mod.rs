@@ -60,11 +60,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::conn::{Context, InForce};
 use crate::handover::state::{Handovers, ListenerState};
 use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal;
 use crate::reload::{Cap, ConfigInForce, Grace, Reloader, StaticPlan, StaticSet, Tunable, Tuned};
+use crate::serving::{Context, InForce};
 use crate::session::approvals::Proposer;
 use crate::session::lease::{boot_clock, Lease, SharedClock};
 use crate::session::sessions::Sessions;
@@ -388,7 +388,7 @@ impl Prepared {
         ));
         let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
         let log_directives = tuned.log.clone();
-        let shutdown = crate::conn::Shutdown::default();
+        let shutdown = crate::serving::Shutdown::default();
         let current = Arc::new(InForce::new(Arc::new(Context::new(
             Arc::clone(&gateway_id),
             Arc::clone(&self.sessions),
