@@ -258,7 +258,7 @@ impl ClientStream for TcpStream {
     }
 }
 
-impl ClientStream for crate::pair::link::Accepted {
+impl ClientStream for crate::member_link::link::Accepted {
     fn socket(&self) -> Option<&TcpStream> {
         None
     }
@@ -307,9 +307,9 @@ pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
 }
 
 /// Serve a connection a peer forwarded over the member link
-/// ([`crate::pair::link`]): judged exactly as a direct one from the
+/// ([`crate::member_link::link`]): judged exactly as a direct one from the
 /// header's source, its record saying which peer it came through.
-pub async fn serve_forwarded(cx: &Context, arrival: crate::pair::link::Arrival) {
+pub async fn serve_forwarded(cx: &Context, arrival: crate::member_link::link::Arrival) {
     let via = Via {
         peer: arrival.peer,
         session: arrival.header.session,
@@ -371,7 +371,7 @@ impl<S: ClientStream> Conn<'_, S> {
         // if that is the one held live here for the source.
         if let Some(via) = &self.via {
             if let Some((id, attempt)) = &via.session {
-                use crate::pair::link::LinkRefusal;
+                use crate::member_link::link::LinkRefusal;
                 let mismatch = if **id != *session.id {
                     Some((LinkRefusal::SessionMismatch, Cause::LinkSessionMismatch))
                 } else if *attempt != session.attempt {
@@ -380,7 +380,7 @@ impl<S: ClientStream> Conn<'_, S> {
                     None
                 };
                 if let Some((why, cause)) = mismatch {
-                    crate::pair::link::mismatch(
+                    crate::member_link::link::mismatch(
                         why,
                         &via.peer,
                         (id, *attempt),

@@ -178,7 +178,7 @@ impl Context {
         records: crate::records::journal::RecordSink,
         shutdown: crate::serving::Shutdown,
         proposer: Option<crate::session::approvals::Proposer>,
-        link: Option<Arc<crate::pair::link::Link>>,
+        link: Option<Arc<crate::member_link::link::Link>>,
         tuned: Tuned,
     ) -> Context {
         Context {

@@ -42,7 +42,7 @@ pub struct Context {
     /// control plane).
     pub proposer: Option<crate::session::approvals::Proposer>,
     /// The member link and its forwarding table (`[pair]`).
-    pub link: Option<Arc<crate::pair::link::Link>>,
+    pub link: Option<Arc<crate::member_link::link::Link>>,
 }
 
 /// What the gateway's drain tells open connections, each when it comes;

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use super::error::StartError;
+use super::listeners::bind;
 use super::records::BatchSetup;
-use super::{bind, StartError};
 use crate::authority::{Authority, LeaseWatcher};
 use crate::records::journal::{self, RecordSink};
 use crate::records::spool::{Spool, SpoolLimits};
@@ -208,9 +209,17 @@ impl ControlSide {
     pub(super) async fn end(self, handed_over: bool, sessions: &Sessions) {
         self.watcher.stop();
         if handed_over {
-            super::let_go(sessions);
+            let_go(sessions);
         } else {
             self.authority.shutdown().await;
         }
+    }
+}
+
+/// Let go of every session without ending its authority here (no
+/// control plane to report to, or a successor holds it now).
+pub(super) fn let_go(sessions: &Sessions) {
+    for s in sessions.remove_all() {
+        s.end_and_withdraw();
     }
 }

@@ -1,5 +1,5 @@
 //! The answerer: the sessions' DNS on UDP and TCP (`[dns] listen`), each
-//! query settled as [`super::query`] says, for the session its source
+//! query settled as [`crate::dns::query`] says, for the session its source
 //! address names.
 //!
 //! - **Whose query.** The source names the session, as for TLS: a session
@@ -40,10 +40,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::query::{self, Outcome, Resolved, Scope, Step};
+use crate::dns::query::{self, Outcome, Resolved, Scope, Step};
 use crate::gate::resolve::Resolution;
+use crate::member_link::link::Link;
 use crate::pair::forwarding::Entry;
-use crate::pair::link::Link;
 use crate::pair::proxy::{Header, Service};
 use crate::serving::{Context, InForce};
 use crate::session::dns::DnsCounts;
@@ -583,7 +583,7 @@ impl Answerer {
     /// answered here as the session's own, never passed on again.
     pub async fn serve_forwarded(
         self: &Arc<Self>,
-        stream: crate::pair::link::Accepted,
+        stream: crate::member_link::link::Accepted,
         header: &Header,
     ) {
         self.serve_stream(stream, header.source, header.destination, Via::Link)

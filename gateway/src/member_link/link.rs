@@ -17,7 +17,7 @@
 //!   each forwarded session connection is one stream of its session's
 //!   ([`super::stream`], whose docs say why one per session and how the
 //!   windows are sized so that nothing one session leaves unread holds
-//!   another back): first a PROXY protocol v2 header ([`super::proxy`])
+//!   another back): first a PROXY protocol v2 header ([`crate::pair::proxy`])
 //!   naming the session's real source address and the attempt the
 //!   forwarder forwards for, then the session's bytes as the session sent
 //!   them (its ClientHello first), never decrypted by the forwarder. A
@@ -53,9 +53,9 @@ use tokio::net::TcpStream;
 
 use bytes::Bytes;
 
-use super::forwarding::{Forwarding, Holding};
-use super::proxy::{self, Header, HeaderError};
 use super::stream::{self, LinkStream, Slot, Slots};
+use crate::pair::forwarding::{Forwarding, Holding};
+use crate::pair::proxy::{self, Header, HeaderError};
 use crate::refusal::causes;
 use crate::session::sessions::Sessions;
 
