@@ -7,7 +7,11 @@
 //! | control side ([`control`]) | the control channel's server, the authority, the lease watcher |
 //! | data plane ([`data`]) | the data listener, the connection cap, the settings new connections get, the open connections |
 //! | operator side ([`operator`]) | the reloader, the upgrader, the process socket's server, the signals |
-//! | admin ([`Admin`]) | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//! | admin ([`admin`]) | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//!
+//! Beside them, [`listeners`]: every listener bound as the config says or
+//! taken over from the process this one succeeds, and the sessions' DNS
+//! pair on one port; [`error`]: why a start fails ([`StartError`]).
 //!
 //! `run` goes through these phases:
 //!
