@@ -36,7 +36,7 @@
 //! - [`dns_answerer`]: the DNS answerer: the UDP and TCP listeners, each
 //!   session's share of queries, queries passed to a holder, the counts recorded.
 //! - [`http`]: one request: the proxy, and approvals.hangar.internal.
-//! - [`conn`]: one connection, stage by stage, top to bottom.
+//! - [`conn`]: one connection, stage by stage, top to bottom; driving hyper apart.
 //! - [`control`]: the control channel: sessions opened and closed over
 //!   mutually authenticated gRPC, drop reports signed.
 //! - [`reload`]: the config read again, built whole, then applied at once
