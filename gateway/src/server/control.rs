@@ -33,6 +33,15 @@ pub(super) struct ControlSetup {
     pub(super) batches: Option<BatchSetup>,
 }
 
+impl ControlSetup {
+    /// The signed batches' setup and the key that signs them, taken for
+    /// the records (none without `[control] spool_dir`).
+    pub(super) fn take_batches(&mut self) -> Option<(BatchSetup, Arc<talos_certs::GatewayKey>)> {
+        let key = Arc::clone(&self.key);
+        self.batches.take().map(|b| (b, key))
+    }
+}
+
 /// Load the control channel's keys and certificates (config validation
 /// has checked them once already; they are read again as the gateway
 /// starts) and bind its listener (or take the one handed over). A

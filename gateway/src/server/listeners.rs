@@ -152,6 +152,13 @@ pub struct DnsSockets {
     pub tcp: Arc<TcpListener>,
 }
 
+impl DnsSockets {
+    /// Both sockets, shared (as the upgrader hands them over).
+    pub fn both(&self) -> (Arc<tokio::net::UdpSocket>, Arc<TcpListener>) {
+        (Arc::clone(&self.udp), Arc::clone(&self.tcp))
+    }
+}
+
 /// The DNS sockets handed over in `fds` (a successor), or bound as
 /// `[dns]` says; none without it.
 pub(super) async fn dns_sockets(

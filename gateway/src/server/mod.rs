@@ -214,18 +214,7 @@ impl Prepared {
         // What judges a query or a connection of a session only a peer
         // holds, in place before anything is served: the predecessor's
         // forwarding table, as it stood.
-        let forwarding_taken = match (&pair, offer.as_ref().and_then(|o| o.forwarding.as_ref())) {
-            (Some(p), Some(entries)) => {
-                let taken = crate::handover::state::ForwardingState::import(
-                    entries,
-                    &p.link.forwarding,
-                    &*clock,
-                );
-                tracing::info!(entries = taken, "forwarding table taken over");
-                true
-            }
-            _ => false,
-        };
+        let forwarding_taken = take_forwarding(pair.as_ref(), offer.as_ref(), &clock);
         let dns = dns_sockets(&config, &mut fds).await?;
         let (instance, generation): (Arc<str>, u64) = match &offer {
             Some(o) => (Arc::from(o.instance.as_str()), o.generation),
@@ -243,15 +232,7 @@ impl Prepared {
         // (records to seal, connections its crash cut); a successor's
         // predecessor is still running, and writes its own.
         if !successor {
-            if let Some(b) = control.as_mut().and_then(|c| c.batches.as_mut()) {
-                let sealed = b.spool.as_ref().map_or(0, |(_, p)| p.last_seq);
-                b.recovered = Some(journal::recover_all(
-                    &b.journal_dir,
-                    sealed,
-                    &gateway_id,
-                    &instance,
-                )?);
-            }
+            recover_journal(control.as_mut(), &gateway_id, &instance)?;
         }
         let proposer = control
             .as_ref()
@@ -289,14 +270,7 @@ impl Prepared {
             crate::reload::plan_static(&config, &statics, &sessions, &tuned.upstream, &clock)
                 .map_err(StartError::Settings)?;
         // The record file must be writable before anything runs.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&config.records.path)
-            .map_err(|source| StartError::Records {
-                path: config.records.path.clone(),
-                source,
-            })?;
+        record_file_writable(&config)?;
         Ok(Prepared {
             config,
             options,
@@ -333,16 +307,11 @@ impl Prepared {
     pub async fn spawn(self, link: &mut Option<UnixStream>) -> Result<Running, StartError> {
         let config = self.config;
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
-        let (proposer, proposals) = match self.proposer {
-            Some((p, rx)) => (Some(p), Some(rx)),
-            None => (None, None),
-        };
+        let (proposer, proposals) = self.proposer.unzip();
         let mut control = self.control;
         let mut records = Records::start(RecordsStart {
             records_path: config.records.path.clone(),
-            batches: control
-                .as_mut()
-                .and_then(|c| c.batches.take().map(|b| (b, Arc::clone(&c.key)))),
+            batches: control.as_mut().and_then(ControlSetup::take_batches),
             proposals,
             gateway_id: Arc::clone(&gateway_id),
             instance: Arc::clone(&self.instance),
@@ -387,11 +356,7 @@ impl Prepared {
         // config and what was taken over say).
         let mut statics = self.statics;
         crate::reload::apply_static(self.plan, &mut statics, &self.sessions, authority.as_ref());
-        if let Some(log) = &self.options.log {
-            if let Ok(filter) = crate::logging::LogControl::check(&log_directives) {
-                log.set(filter);
-            }
-        }
+        set_log_filter(self.options.log.as_ref(), &log_directives);
         let handovers = self
             .predecessor_handovers
             .map_or_else(Handovers::default, Handovers::taken_over);
@@ -415,10 +380,7 @@ impl Prepared {
                 admin: Arc::clone(&self.admin),
                 control: control.as_ref().map(|c| Arc::clone(c.runner.listener())),
                 pair: self.pair.as_ref().map(|p| Arc::clone(&p.listener)),
-                dns: self
-                    .dns
-                    .as_ref()
-                    .map(|d| (Arc::clone(&d.udp), Arc::clone(&d.tcp))),
+                dns: self.dns.as_ref().map(DnsSockets::both),
                 process: self.process.clone(),
             },
             proposer,
@@ -436,15 +398,9 @@ impl Prepared {
             )
             .await?;
         }
-        let dns = self.dns.map(|sockets| {
-            let settings = crate::dns_answerer::Settings::from_config(
-                config.dns.as_ref().expect("[dns] with its sockets"),
-            );
-            (
-                crate::dns_answerer::Answerer::new(settings, Arc::clone(&current)),
-                sockets,
-            )
-        });
+        let dns = self
+            .dns
+            .map(|sockets| dns_answerer(&config, &current, sockets));
         let data = DataPlane::new(
             self.data,
             cap,
@@ -468,6 +424,87 @@ impl Prepared {
             forwarding_taken: self.forwarding_taken,
         })
     }
+}
+
+/// Put the predecessor's forwarding table, as it stood, in place (a
+/// successor with `[pair]`): what judges a query or a connection of a
+/// session only a peer holds, before anything is served. Whether it came.
+fn take_forwarding(
+    pair: Option<&pair::PairSetup>,
+    offer: Option<&crate::handover::state::Offer>,
+    clock: &SharedClock,
+) -> bool {
+    match (pair, offer.and_then(|o| o.forwarding.as_ref())) {
+        (Some(p), Some(entries)) => {
+            let taken = crate::handover::state::ForwardingState::import(
+                entries,
+                &p.link.forwarding,
+                &**clock,
+            );
+            tracing::info!(entries = taken, "forwarding table taken over");
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A cold start reads what an earlier process left in the journal: records
+/// to seal, connections its crash cut.
+fn recover_journal(
+    control: Option<&mut ControlSetup>,
+    gateway_id: &Arc<str>,
+    instance: &Arc<str>,
+) -> Result<(), StartError> {
+    if let Some(b) = control.and_then(|c| c.batches.as_mut()) {
+        let sealed = b.spool.as_ref().map_or(0, |(_, p)| p.last_seq);
+        b.recovered = Some(journal::recover_all(
+            &b.journal_dir,
+            sealed,
+            gateway_id,
+            instance,
+        )?);
+    }
+    Ok(())
+}
+
+/// The record file opened for appending (made if missing), so that a start
+/// fails before anything runs when it cannot be written.
+fn record_file_writable(config: &Config) -> Result<(), StartError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&config.records.path)
+        .map(drop)
+        .map_err(|source| StartError::Records {
+            path: config.records.path.clone(),
+            source,
+        })
+}
+
+/// The log filter the config sets, applied (one that does not parse was
+/// refused with the config).
+fn set_log_filter(log: Option<&crate::logging::LogControl>, directives: &str) {
+    if let Some(log) = log {
+        if let Ok(filter) = crate::logging::LogControl::check(directives) {
+            log.set(filter);
+        }
+    }
+}
+
+/// The sessions' DNS answerer over its sockets (`[dns]`), reading the
+/// serving context in force.
+fn dns_answerer(
+    config: &Config,
+    current: &Arc<InForce>,
+    sockets: DnsSockets,
+) -> (Arc<crate::dns_answerer::Answerer>, DnsSockets) {
+    let settings = crate::dns_answerer::Settings::from_config(
+        config.dns.as_ref().expect("[dns] with its sockets"),
+    );
+    (
+        crate::dns_answerer::Answerer::new(settings, Arc::clone(current)),
+        sockets,
+    )
 }
 
 /// What the operator side is built from.
