@@ -24,6 +24,10 @@ trap 'status=$?; scripts/postgres.sh stop "$pgdir/pg" || true; rm -rf "$pgdir"; 
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# No import cycle between the files of gateway/src or control-stub/src, and
+# no gateway module using one declared after it in lib.rs (the checker
+# checks itself first on planted faults).
+python3 scripts/check-layering.py --self-test && python3 scripts/check-layering.py
 # The end-to-end tests start the binaries as operators do.
 cargo build --workspace --bins --locked
 # The operator's kit in ops/, each file checked by the tool that reads it

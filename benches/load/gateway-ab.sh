@@ -118,5 +118,5 @@ for wl in $workloads; do
     done
   done
   "$bin/bench-figures" ab-summary "$w/$wl.res" "$wl"
-  [ "${PROFILE:-0}" = 1 ] && profile "$wl"
+  if [ "${PROFILE:-0}" = 1 ]; then profile "$wl"; fi
 done

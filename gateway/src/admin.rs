@@ -19,8 +19,8 @@ use metrics_exporter_prometheus::{
 };
 use tokio::net::TcpListener;
 
+use crate::member_link::link::LinkRefusal;
 use crate::pair::forwarding::ForwardResult;
-use crate::pair::link::LinkRefusal;
 use crate::pair::proxy::HeaderError;
 use tokio_util::sync::CancellationToken;
 

@@ -32,10 +32,10 @@ use tokio::sync::Semaphore;
 
 use crate::authority::Authority;
 use crate::config::{Config, ConfigError};
-use crate::conn::{Context, InForce};
 use crate::gate::resolve::Resolver;
 use crate::refusal::causes;
 use crate::secrets::secret::SecretBytes;
+use crate::serving::{Context, InForce};
 use crate::session::lease::{Lease, SharedClock};
 use crate::session::sessions::{Session, Sessions, UpstreamSettings};
 use talos_contract::sync::Locked;
@@ -176,9 +176,9 @@ impl Context {
         gateway_id: Arc<str>,
         sessions: Arc<Sessions>,
         records: crate::records::journal::RecordSink,
-        shutdown: crate::conn::Shutdown,
+        shutdown: crate::serving::Shutdown,
         proposer: Option<crate::session::approvals::Proposer>,
-        link: Option<Arc<crate::pair::link::Link>>,
+        link: Option<Arc<crate::member_link::link::Link>>,
         tuned: Tuned,
     ) -> Context {
         Context {

@@ -228,13 +228,13 @@ fn mutual_client(
 pub const LINK_ALPN: &[u8] = b"talos-link/1";
 
 /// ALPN of a member asking a peer, over the link, which authorities the
-/// peer holds (`crate::pair::link`, "The holder's own word").
+/// peer holds (`crate::member_link::link`, "The holder's own word").
 pub const HOLDINGS_ALPN: &[u8] = b"talos-holdings/1";
 
 /// The member link's listener: TLS 1.3 only, ALPN [`LINK_ALPN`] and
 /// [`HOLDINGS_ALPN`], the gateway's control certificate, and a client
 /// certificate chaining to the control CA required (which member it
-/// names is checked after the handshake: `crate::pair::link`). rustls
+/// names is checked after the handshake: `crate::member_link::link`). rustls
 /// ends a handshake whose client offers only other protocols, but lets
 /// one that offers none through: the link refuses that one after the
 /// handshake (`no_alpn`).
@@ -312,3 +312,12 @@ impl ResolvesServerCert for LeafResolver {
 /// download. Still a bound: a client that does not read holds at most
 /// this much here before the writer waits.
 pub const SESSION_SEND_LIMIT: usize = 128 * 1024;
+
+/// Whether the end-entity certificate `leaf` names `role`.
+pub(crate) fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(role) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}

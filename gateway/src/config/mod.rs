@@ -15,15 +15,17 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod error;
 mod files;
 mod restart;
 mod static_session;
 mod text;
 mod validate;
 
+pub use error::ConfigError;
 pub use files::{read_pem_certs, read_private_key};
 pub use static_session::StaticSession;
-use text::{parse_error, parse_text, table_header};
+use text::{parse_error, table_header};
 
 /// A value as the file set it, or its default, whose span is empty: a
 /// number keeps where it was written, so that an error about it names its
@@ -31,36 +33,6 @@ use text::{parse_error, parse_text, table_header};
 /// table) it was written in.
 fn unset<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
-}
-
-/// A config that failed to load, naming where and why.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// Syntax or type errors, on one line: the line (and column) the TOML
-    /// library points at, the field that line sets (or the table it
-    /// opens) when it sets one, and the library's message.
-    #[error("{}", parse_text(path, *line, *column, field.as_deref(), message))]
-    Parse {
-        path: PathBuf,
-        /// 1-based; none when the library points nowhere.
-        line: Option<usize>,
-        column: usize,
-        field: Option<String>,
-        message: String,
-    },
-    /// A value that parsed but breaks a rule of its own.
-    #[error("{path}:{line}: {field}: {message}")]
-    Invalid {
-        path: PathBuf,
-        line: usize,
-        field: String,
-        message: String,
-    },
 }
 
 /// The whole configuration.
@@ -312,7 +284,7 @@ pub struct Pair {
     /// it bounds what one session's forwarded connections may hold unread
     /// on either member (a stream window each, 1 MiB). That they never
     /// hold back another session's is the link's flow control
-    /// (`gateway::pair::stream`), not this bound. Default 256; range
+    /// (`gateway::member_link::stream`), not this bound. Default 256; range
     /// 1-100000.
     #[serde(default = "Pair::default_max_forwarded")]
     pub max_forwarded_per_session: Spanned<usize>,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// 1-based line number of byte offset `at` in `text`.
 pub(super) fn line_of(text: &str, at: usize) -> usize {
@@ -135,23 +135,5 @@ pub(super) fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> Confi
         column: text[line_start..at].chars().count() + 1,
         field,
         message,
-    }
-}
-
-/// [`ConfigError::Parse`]'s text: `FILE:LINE: FIELD: MESSAGE (column C)`.
-pub(super) fn parse_text(
-    path: &Path,
-    line: Option<usize>,
-    column: usize,
-    field: Option<&str>,
-    message: &str,
-) -> String {
-    let field = field.map(|f| format!("{f}: ")).unwrap_or_default();
-    match line {
-        Some(line) => format!(
-            "{}:{line}: {field}{message} (column {column})",
-            path.display()
-        ),
-        None => format!("{}: {field}{message}", path.display()),
     }
 }

@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::authority::Authority;
-use crate::conn::InForce;
+use crate::serving::InForce;
 use talos_contract::lock::RuleDraft;
 use talos_contract::spec::{AttachDraft, ScopeDraft, SessionDraft};
 
@@ -608,15 +608,6 @@ pub struct ControlPeer {
     pub control_plane: bool,
 }
 
-/// Whether the end-entity certificate `leaf` names `role`.
-pub(crate) fn carries_role(leaf: &rustls::pki_types::CertificateDer<'_>, role: &str) -> bool {
-    let Ok(name) = rustls::pki_types::ServerName::try_from(role) else {
-        return false;
-    };
-    webpki::EndEntityCert::try_from(leaf)
-        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
-}
-
 /// A control connection after its mutual TLS handshake.
 #[derive(Debug)]
 pub struct ControlIo(tokio_rustls::server::TlsStream<TcpStream>);
@@ -631,7 +622,9 @@ impl tonic::transport::server::Connected for ControlIo {
             control_plane: tls
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .is_some_and(|leaf| carries_role(leaf, talos_contract::role::CONTROL_PLANE)),
+                .is_some_and(|leaf| {
+                    crate::tls::carries_role(leaf, talos_contract::role::CONTROL_PLANE)
+                }),
         }
     }
 }

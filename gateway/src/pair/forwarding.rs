@@ -26,7 +26,7 @@
 //! (`[pair] max_forwarded_per_session`): what one session's forwarded
 //! connections may hold of the link is bounded by it (the link's own
 //! flow control keeps them from holding back another session's:
-//! [`super::stream`]). The bound's count follows the session across
+//! [`crate::member_link::stream`]). The bound's count follows the session across
 //! replacements of the table, and across a moment with no entry for it,
 //! for as long as any of its forwarded connections is open.
 //!

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use super::error::StartError;
+use super::listeners::bind;
 use super::records::BatchSetup;
-use super::{bind, StartError};
 use crate::authority::{Authority, LeaseWatcher};
-use crate::conn::InForce;
 use crate::records::journal::{self, RecordSink};
 use crate::records::spool::{Spool, SpoolLimits};
+use crate::serving::InForce;
 use crate::session::lease::SharedClock;
 use crate::session::sessions::Sessions;
 
@@ -30,6 +31,15 @@ pub(super) struct ControlSetup {
     /// `Describe` gives it with the key.
     pub(super) key_binding: Vec<u8>,
     pub(super) batches: Option<BatchSetup>,
+}
+
+impl ControlSetup {
+    /// The signed batches' setup and the key that signs them, taken for
+    /// the records (none without `[control] spool_dir`).
+    pub(super) fn take_batches(&mut self) -> Option<(BatchSetup, Arc<talos_certs::GatewayKey>)> {
+        let key = Arc::clone(&self.key);
+        self.batches.take().map(|b| (b, key))
+    }
 }
 
 /// Load the control channel's keys and certificates (config validation
@@ -208,9 +218,17 @@ impl ControlSide {
     pub(super) async fn end(self, handed_over: bool, sessions: &Sessions) {
         self.watcher.stop();
         if handed_over {
-            super::let_go(sessions);
+            let_go(sessions);
         } else {
             self.authority.shutdown().await;
         }
+    }
+}
+
+/// Let go of every session without ending its authority here (no
+/// control plane to report to, or a successor holds it now).
+pub(super) fn let_go(sessions: &Sessions) {
+    for s in sessions.remove_all() {
+        s.end_and_withdraw();
     }
 }

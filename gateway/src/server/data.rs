@@ -11,9 +11,18 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
 
-use super::End;
-use crate::conn::{self, InForce};
+use crate::conn;
 use crate::reload::Cap;
+use crate::serving::{InForce, Shutdown};
+
+/// How accepting ended.
+#[derive(Debug)]
+pub enum End {
+    /// A shutdown signal: drain and end every authority.
+    Shutdown,
+    /// A successor took over: drain what this process accepted.
+    HandedOver,
+}
 
 /// The data plane.
 #[derive(Debug)]
@@ -32,7 +41,7 @@ pub(super) struct DataPlane {
     tracker: TaskTracker,
     /// Tells open connections that the drain began, then that its grace
     /// is over.
-    shutdown: conn::Shutdown,
+    shutdown: Shutdown,
     /// `true` while the spool is full: accept nothing.
     spool_full: watch::Receiver<bool>,
     /// A handover asks here to stop accepting.
@@ -41,7 +50,7 @@ pub(super) struct DataPlane {
     stop_asking: tokio_util::sync::CancellationToken,
     /// The sessions' DNS answerer (`[dns]`): it answers the queries peers
     /// pass over the member link.
-    dns: Option<Arc<crate::dns::answerer::Answerer>>,
+    dns: Option<Arc<crate::dns_answerer::Answerer>>,
 }
 
 impl DataPlane {
@@ -50,7 +59,7 @@ impl DataPlane {
         cap: Arc<Cap>,
         grace_ms: Arc<AtomicU64>,
         current: Arc<InForce>,
-        shutdown: conn::Shutdown,
+        shutdown: Shutdown,
         spool_full: watch::Receiver<bool>,
         stop_accepting: mpsc::Receiver<oneshot::Sender<()>>,
     ) -> DataPlane {
@@ -77,10 +86,7 @@ impl DataPlane {
     }
 
     /// Answer the DNS queries peers pass over the link with `dns`.
-    pub(super) fn with_dns(
-        mut self,
-        dns: Option<Arc<crate::dns::answerer::Answerer>>,
-    ) -> DataPlane {
+    pub(super) fn with_dns(mut self, dns: Option<Arc<crate::dns_answerer::Answerer>>) -> DataPlane {
         self.dns = dns;
         self
     }
@@ -253,8 +259,8 @@ impl crate::reload::Tunable for DataListener {
 struct Streams {
     tracker: TaskTracker,
     permits: Arc<tokio::sync::Semaphore>,
-    shutdown: conn::Shutdown,
-    dns: Option<Arc<crate::dns::answerer::Answerer>>,
+    shutdown: Shutdown,
+    dns: Option<Arc<crate::dns_answerer::Answerer>>,
 }
 
 /// Serve a peer's link connection: each of its streams is one forwarded
@@ -262,12 +268,12 @@ struct Streams {
 /// the peer closes it; at the drain no new stream is taken (GOAWAY) and
 /// the open ones get the grace, as direct connections do.
 async fn serve_link(
-    cx: Arc<crate::conn::Context>,
-    link: Arc<crate::pair::link::Link>,
-    linked: crate::pair::link::Linked,
+    cx: Arc<crate::serving::Context>,
+    link: Arc<crate::member_link::link::Link>,
+    linked: crate::member_link::link::Linked,
     streams: Streams,
 ) {
-    let crate::pair::link::Linked {
+    let crate::member_link::link::Linked {
         peer,
         mut conn,
         slots,
@@ -293,12 +299,13 @@ async fn serve_link(
         };
         // Every stream the connection carries holds a place among its
         // streams for as long as it lives, so that its window never binds
-        // (`pair::stream`): past the bound the stream is refused
+        // (`member_link::stream`): past the bound the stream is refused
         // unprocessed, and the forwarder opens it on another connection.
         let Some(slot) = slots.take() else {
-            let why =
-                crate::pair::link::Refused::Link(crate::pair::link::LinkRefusal::StreamsAtBound);
-            crate::pair::link::refuse_stream(&peer, &why);
+            let why = crate::member_link::link::Refused::Link(
+                crate::member_link::link::LinkRefusal::StreamsAtBound,
+            );
+            crate::member_link::link::refuse_stream(&peer, &why);
             let mut respond = respond;
             respond.send_reset(h2::Reason::REFUSED_STREAM);
             continue;
@@ -346,8 +353,11 @@ async fn serve_link(
 /// header names one; a mismatch is logged and counted
 /// (`link_session_mismatch`, `link_attempt_mismatch`) and its queries go
 /// unanswered.
-fn dns_for_held_authority(cx: &crate::conn::Context, arrival: &crate::pair::link::Arrival) -> bool {
-    use crate::pair::link::LinkRefusal;
+fn dns_for_held_authority(
+    cx: &crate::serving::Context,
+    arrival: &crate::member_link::link::Arrival,
+) -> bool {
+    use crate::member_link::link::LinkRefusal;
     let (Some((id, attempt)), Some(held)) = (
         &arrival.header.session,
         cx.sessions.by_source(arrival.header.source.ip()),
@@ -361,7 +371,12 @@ fn dns_for_held_authority(cx: &crate::conn::Context, arrival: &crate::pair::link
     } else {
         return true;
     };
-    crate::pair::link::mismatch(why, &arrival.peer, (id, *attempt), (&held.id, held.attempt));
+    crate::member_link::link::mismatch(
+        why,
+        &arrival.peer,
+        (id, *attempt),
+        (&held.id, held.attempt),
+    );
     false
 }
 

@@ -7,7 +7,11 @@
 //! | control side ([`control`]) | the control channel's server, the authority, the lease watcher |
 //! | data plane ([`data`]) | the data listener, the connection cap, the settings new connections get, the open connections |
 //! | operator side ([`operator`]) | the reloader, the upgrader, the process socket's server, the signals |
-//! | admin ([`Admin`]) | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//! | admin ([`admin`]) | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//!
+//! Beside them, [`listeners`]: every listener bound as the config says or
+//! taken over from the process this one succeeds, and the sessions' DNS
+//! pair on one port; [`error`]: why a start fails ([`StartError`]).
 //!
 //! `run` goes through these phases:
 //!
@@ -41,78 +45,43 @@
 //! parts it changes; an upgrade ([`crate::handover`]) hands everything to
 //! a successor.
 
+mod admin;
 mod control;
 mod data;
+mod error;
+mod listeners;
 mod operator;
 mod pair;
 mod records;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener, UnixStream};
-use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::conn::{Context, InForce};
-use crate::handover::state::{Handovers, ListenerState};
+use crate::handover::state::Handovers;
 use crate::handover::{Listeners, Taken, Upgrader};
 use crate::records::journal;
 use crate::reload::{Cap, ConfigInForce, Grace, Reloader, StaticPlan, StaticSet, Tunable, Tuned};
+use crate::serving::{Context, InForce};
 use crate::session::approvals::Proposer;
 use crate::session::lease::{boot_clock, Lease, SharedClock};
 use crate::session::sessions::Sessions;
 
-use control::{setup_control, ControlParts, ControlSetup, ControlSide};
+use admin::Admin;
+use control::{let_go, setup_control, ControlParts, ControlSetup, ControlSide};
 use data::DataPlane;
+pub use data::End;
+pub use error::StartError;
+use listeners::{configured_listeners, dns_sockets, from_std, take_or_bind, DnsSockets};
 use operator::Operator;
 pub use operator::Signals;
 use records::{Proposals, Records, RecordsStart};
-
-/// Why the gateway could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("cannot bind the {which} listener on {addr}: {source}")]
-    Bind {
-        which: &'static str,
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("cannot bind the process socket {path}: {source}")]
-    Socket {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot open the record file {path}: {source}")]
-    Records {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Settings(String),
-    #[error("{0}")]
-    Secret(crate::secrets::secret::SecretError),
-    #[error("{0}")]
-    Control(String),
-    #[error("{0}")]
-    ControlTls(crate::tls::ControlTlsError),
-    #[error("{0}")]
-    PlaneTls(crate::tls::ControlTlsError),
-    #[error(transparent)]
-    SigningKey(#[from] talos_certs::KeyError),
-    #[error(transparent)]
-    Spool(#[from] crate::records::spool::SpoolError),
-    #[error(transparent)]
-    Journal(#[from] crate::records::journal::JournalError),
-    #[error("cannot take over: {0}")]
-    Takeover(String),
-}
 
 /// How the process was started.
 #[derive(Debug)]
@@ -245,18 +214,7 @@ impl Prepared {
         // What judges a query or a connection of a session only a peer
         // holds, in place before anything is served: the predecessor's
         // forwarding table, as it stood.
-        let forwarding_taken = match (&pair, offer.as_ref().and_then(|o| o.forwarding.as_ref())) {
-            (Some(p), Some(entries)) => {
-                let taken = crate::handover::state::ForwardingState::import(
-                    entries,
-                    &p.link.forwarding,
-                    &*clock,
-                );
-                tracing::info!(entries = taken, "forwarding table taken over");
-                true
-            }
-            _ => false,
-        };
+        let forwarding_taken = take_forwarding(pair.as_ref(), offer.as_ref(), &clock);
         let dns = dns_sockets(&config, &mut fds).await?;
         let (instance, generation): (Arc<str>, u64) = match &offer {
             Some(o) => (Arc::from(o.instance.as_str()), o.generation),
@@ -274,15 +232,7 @@ impl Prepared {
         // (records to seal, connections its crash cut); a successor's
         // predecessor is still running, and writes its own.
         if !successor {
-            if let Some(b) = control.as_mut().and_then(|c| c.batches.as_mut()) {
-                let sealed = b.spool.as_ref().map_or(0, |(_, p)| p.last_seq);
-                b.recovered = Some(journal::recover_all(
-                    &b.journal_dir,
-                    sealed,
-                    &gateway_id,
-                    &instance,
-                )?);
-            }
+            recover_journal(control.as_mut(), &gateway_id, &instance)?;
         }
         let proposer = control
             .as_ref()
@@ -320,14 +270,7 @@ impl Prepared {
             crate::reload::plan_static(&config, &statics, &sessions, &tuned.upstream, &clock)
                 .map_err(StartError::Settings)?;
         // The record file must be writable before anything runs.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&config.records.path)
-            .map_err(|source| StartError::Records {
-                path: config.records.path.clone(),
-                source,
-            })?;
+        record_file_writable(&config)?;
         Ok(Prepared {
             config,
             options,
@@ -364,16 +307,11 @@ impl Prepared {
     pub async fn spawn(self, link: &mut Option<UnixStream>) -> Result<Running, StartError> {
         let config = self.config;
         let gateway_id: Arc<str> = Arc::from(config.gateway_id.get_ref().as_str());
-        let (proposer, proposals) = match self.proposer {
-            Some((p, rx)) => (Some(p), Some(rx)),
-            None => (None, None),
-        };
+        let (proposer, proposals) = self.proposer.unzip();
         let mut control = self.control;
         let mut records = Records::start(RecordsStart {
             records_path: config.records.path.clone(),
-            batches: control
-                .as_mut()
-                .and_then(|c| c.batches.take().map(|b| (b, Arc::clone(&c.key)))),
+            batches: control.as_mut().and_then(ControlSetup::take_batches),
             proposals,
             gateway_id: Arc::clone(&gateway_id),
             instance: Arc::clone(&self.instance),
@@ -388,7 +326,7 @@ impl Prepared {
         ));
         let lease = tuned.lease.unwrap_or(Duration::from_secs(60));
         let log_directives = tuned.log.clone();
-        let shutdown = crate::conn::Shutdown::default();
+        let shutdown = crate::serving::Shutdown::default();
         let current = Arc::new(InForce::new(Arc::new(Context::new(
             Arc::clone(&gateway_id),
             Arc::clone(&self.sessions),
@@ -418,11 +356,7 @@ impl Prepared {
         // config and what was taken over say).
         let mut statics = self.statics;
         crate::reload::apply_static(self.plan, &mut statics, &self.sessions, authority.as_ref());
-        if let Some(log) = &self.options.log {
-            if let Ok(filter) = crate::logging::LogControl::check(&log_directives) {
-                log.set(filter);
-            }
-        }
+        set_log_filter(self.options.log.as_ref(), &log_directives);
         let handovers = self
             .predecessor_handovers
             .map_or_else(Handovers::default, Handovers::taken_over);
@@ -446,10 +380,7 @@ impl Prepared {
                 admin: Arc::clone(&self.admin),
                 control: control.as_ref().map(|c| Arc::clone(c.runner.listener())),
                 pair: self.pair.as_ref().map(|p| Arc::clone(&p.listener)),
-                dns: self
-                    .dns
-                    .as_ref()
-                    .map(|d| (Arc::clone(&d.udp), Arc::clone(&d.tcp))),
+                dns: self.dns.as_ref().map(DnsSockets::both),
                 process: self.process.clone(),
             },
             proposer,
@@ -467,15 +398,9 @@ impl Prepared {
             )
             .await?;
         }
-        let dns = self.dns.map(|sockets| {
-            let settings = crate::dns::answerer::Settings::from_config(
-                config.dns.as_ref().expect("[dns] with its sockets"),
-            );
-            (
-                crate::dns::answerer::Answerer::new(settings, Arc::clone(&current)),
-                sockets,
-            )
-        });
+        let dns = self
+            .dns
+            .map(|sockets| dns_answerer(&config, &current, sockets));
         let data = DataPlane::new(
             self.data,
             cap,
@@ -499,6 +424,87 @@ impl Prepared {
             forwarding_taken: self.forwarding_taken,
         })
     }
+}
+
+/// Put the predecessor's forwarding table, as it stood, in place (a
+/// successor with `[pair]`): what judges a query or a connection of a
+/// session only a peer holds, before anything is served. Whether it came.
+fn take_forwarding(
+    pair: Option<&pair::PairSetup>,
+    offer: Option<&crate::handover::state::Offer>,
+    clock: &SharedClock,
+) -> bool {
+    match (pair, offer.and_then(|o| o.forwarding.as_ref())) {
+        (Some(p), Some(entries)) => {
+            let taken = crate::handover::state::ForwardingState::import(
+                entries,
+                &p.link.forwarding,
+                &**clock,
+            );
+            tracing::info!(entries = taken, "forwarding table taken over");
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A cold start reads what an earlier process left in the journal: records
+/// to seal, connections its crash cut.
+fn recover_journal(
+    control: Option<&mut ControlSetup>,
+    gateway_id: &Arc<str>,
+    instance: &Arc<str>,
+) -> Result<(), StartError> {
+    if let Some(b) = control.and_then(|c| c.batches.as_mut()) {
+        let sealed = b.spool.as_ref().map_or(0, |(_, p)| p.last_seq);
+        b.recovered = Some(journal::recover_all(
+            &b.journal_dir,
+            sealed,
+            gateway_id,
+            instance,
+        )?);
+    }
+    Ok(())
+}
+
+/// The record file opened for appending (made if missing), so that a start
+/// fails before anything runs when it cannot be written.
+fn record_file_writable(config: &Config) -> Result<(), StartError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&config.records.path)
+        .map(drop)
+        .map_err(|source| StartError::Records {
+            path: config.records.path.clone(),
+            source,
+        })
+}
+
+/// The log filter the config sets, applied (one that does not parse was
+/// refused with the config).
+fn set_log_filter(log: Option<&crate::logging::LogControl>, directives: &str) {
+    if let Some(log) = log {
+        if let Ok(filter) = crate::logging::LogControl::check(directives) {
+            log.set(filter);
+        }
+    }
+}
+
+/// The sessions' DNS answerer over its sockets (`[dns]`), reading the
+/// serving context in force.
+fn dns_answerer(
+    config: &Config,
+    current: &Arc<InForce>,
+    sockets: DnsSockets,
+) -> (Arc<crate::dns_answerer::Answerer>, DnsSockets) {
+    let settings = crate::dns_answerer::Settings::from_config(
+        config.dns.as_ref().expect("[dns] with its sockets"),
+    );
+    (
+        crate::dns_answerer::Answerer::new(settings, Arc::clone(current)),
+        sockets,
+    )
 }
 
 /// What the operator side is built from.
@@ -636,277 +642,13 @@ fn tunables(
     all
 }
 
-/// How each listener is configured, as a successor checks it.
-fn configured_listeners(config: &Config) -> Vec<ListenerState> {
-    let mut configured = vec![
-        ListenerState {
-            role: "data".into(),
-            configured: config.listen.data.to_string(),
-        },
-        ListenerState {
-            role: "admin".into(),
-            configured: config.listen.admin.to_string(),
-        },
-    ];
-    if let Some(c) = &config.control {
-        configured.push(ListenerState {
-            role: "control".into(),
-            configured: c.listen.get_ref().to_string(),
-        });
-    }
-    if let Some(p) = &config.pair {
-        configured.push(ListenerState {
-            role: "pair".into(),
-            configured: p.listen.get_ref().to_string(),
-        });
-    }
-    if config.dns.is_some() {
-        for role in ["dns_udp", "dns_tcp"] {
-            configured.push(ListenerState {
-                role: role.into(),
-                configured: config
-                    .dns
-                    .as_ref()
-                    .map(|d| d.listen.get_ref().to_string())
-                    .unwrap_or_default(),
-            });
-        }
-    }
-    if let Some(s) = &config.process.socket {
-        configured.push(ListenerState {
-            role: "process".into(),
-            configured: s.get_ref().display().to_string(),
-        });
-    }
-    configured
-}
-
-/// Take a listener handed over, or bind one.
-async fn listener(
-    adopted: Option<std::net::TcpListener>,
-    which: &'static str,
-    addr: SocketAddr,
-) -> Result<TcpListener, StartError> {
-    match adopted {
-        Some(l) => from_std(l),
-        None => bind(which, addr).await,
-    }
-}
-
-fn from_std(l: std::net::TcpListener) -> Result<TcpListener, StartError> {
-    let addr = l
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    l.set_nonblocking(true)
-        .and_then(|()| TcpListener::from_std(l))
-        .map_err(|source| StartError::Bind {
-            which: "handed-over",
-            addr,
-            source,
-        })
-}
-
-/// The sessions' DNS sockets: UDP and TCP on `[dns] listen`.
-#[derive(Debug)]
-pub struct DnsSockets {
-    pub udp: Arc<tokio::net::UdpSocket>,
-    pub tcp: Arc<TcpListener>,
-}
-
-/// The DNS sockets handed over in `fds` (a successor), or bound as
-/// `[dns]` says; none without it.
-async fn dns_sockets(
-    config: &Config,
-    fds: &mut HashMap<String, std::os::fd::OwnedFd>,
-) -> Result<Option<DnsSockets>, StartError> {
-    let Some(dns) = &config.dns else {
-        return Ok(None);
-    };
-    let addr = *dns.listen.get_ref();
-    let (udp, tcp) = match (fds.remove("dns_udp"), fds.remove("dns_tcp")) {
-        (Some(u), Some(t)) => (std::net::UdpSocket::from(u), from_std(t.into())?),
-        (u, t) => {
-            let udp = u.map(std::net::UdpSocket::from);
-            let tcp = t.map(std::net::TcpListener::from);
-            dns_pair(addr, udp, tcp).await?
-        }
-    };
-    let udp = udp
-        .set_nonblocking(true)
-        .and_then(|()| tokio::net::UdpSocket::from_std(udp))
-        .map_err(|source| StartError::Bind {
-            which: "dns (UDP)",
-            addr,
-            source,
-        })?;
-    Ok(Some(DnsSockets {
-        udp: Arc::new(udp),
-        tcp: Arc::new(tcp),
-    }))
-}
-
-/// How many times a port 0 in `[dns] listen` is picked again when the
-/// kernel's UDP port is taken on TCP.
-const DNS_PORT_PICKS: usize = 64;
-
-/// Bind whichever of the DNS pair was not handed over. The TCP listener
-/// goes on the UDP socket's port; with port 0 in the config the kernel
-/// picks the UDP port, and that port may already be someone's on TCP, so
-/// the pick is made again (bounded) rather than start-up failing on a
-/// collision the operator never asked for.
-async fn dns_pair(
-    addr: SocketAddr,
-    udp: Option<std::net::UdpSocket>,
-    tcp: Option<std::net::TcpListener>,
-) -> Result<(std::net::UdpSocket, TcpListener), StartError> {
-    if let Some(t) = tcp {
-        // Only the TCP listener handed over: UDP goes on its port.
-        let tcp = from_std(t)?;
-        let at = tcp.local_addr().unwrap_or(addr);
-        return Ok((bind_udp(at)?, tcp));
-    }
-    let picked_by_kernel = udp.is_none() && addr.port() == 0;
-    let udp = match udp {
-        Some(u) => u,
-        None => bind_udp(addr)?,
-    };
-    tcp_beside(udp, addr, picked_by_kernel).await
-}
-
-/// The DNS listener's UDP socket on `addr`.
-fn bind_udp(addr: SocketAddr) -> Result<std::net::UdpSocket, StartError> {
-    std::net::UdpSocket::bind(addr).map_err(|source| StartError::Bind {
-        which: "dns (UDP)",
-        addr,
-        source,
-    })
-}
-
-/// The TCP listener on `udp`'s port; when `repick`, a port taken on TCP
-/// has `udp` bound again on `addr` (port 0), at most [`DNS_PORT_PICKS`]
-/// times in all.
-async fn tcp_beside(
-    mut udp: std::net::UdpSocket,
-    addr: SocketAddr,
-    repick: bool,
-) -> Result<(std::net::UdpSocket, TcpListener), StartError> {
-    let mut picks = 1;
-    loop {
-        let tcp_addr = udp.local_addr().unwrap_or(addr);
-        match bind("dns (TCP)", tcp_addr).await {
-            Ok(tcp) => return Ok((udp, tcp)),
-            Err(StartError::Bind { source, .. })
-                if repick
-                    && source.kind() == std::io::ErrorKind::AddrInUse
-                    && picks < DNS_PORT_PICKS =>
-            {
-                picks += 1;
-                udp = bind_udp(addr)?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// How accepting ended.
-#[derive(Debug)]
-pub enum End {
-    /// A shutdown signal: drain and end every authority.
-    Shutdown,
-    /// A successor took over: drain what this process accepted.
-    HandedOver,
-}
-
-/// The admin listener and what `/readyz` answers.
-#[derive(Debug)]
-pub struct Admin {
-    listener: Arc<TcpListener>,
-    metrics: metrics_exporter_prometheus::PrometheusHandle,
-    /// What `/readyz` answers.
-    ready: Arc<AtomicBool>,
-    /// Fires when draining starts: `/readyz` stops following the spool.
-    draining: CancellationToken,
-    /// Stops the admin listener.
-    stop: CancellationToken,
-    tasks: TaskTracker,
-}
-
-impl Admin {
-    fn new(
-        listener: Arc<TcpListener>,
-        metrics: metrics_exporter_prometheus::PrometheusHandle,
-    ) -> Admin {
-        Admin {
-            listener,
-            metrics,
-            ready: Arc::new(AtomicBool::new(true)),
-            draining: CancellationToken::new(),
-            stop: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        }
-    }
-
-    /// Serve the admin listener; `/readyz` follows the spool (not ready
-    /// while it is full) until the drain.
-    fn start(&self, in_force: Arc<ConfigInForce>, spool_full: watch::Receiver<bool>) {
-        self.tasks.spawn(crate::admin::serve(
-            Arc::clone(&self.listener),
-            self.metrics.clone(),
-            Arc::clone(&self.ready),
-            in_force,
-            self.stop.clone(),
-        ));
-        self.tasks.spawn(follow_spool(
-            spool_full,
-            Arc::clone(&self.ready),
-            self.draining.clone(),
-        ));
-    }
-
-    /// `/readyz` answers 503 from now on; after a handover the successor
-    /// answers on the admin listener, and this process stops serving it.
-    fn not_ready(&self, handed_over: bool) {
-        self.draining.cancel();
-        self.ready.store(false, Ordering::Relaxed);
-        if handed_over {
-            self.stop.cancel();
-        }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-}
-
-/// `/readyz` follows the spool: not ready while it is full, until
-/// `draining` fires.
-async fn follow_spool(
-    mut full: watch::Receiver<bool>,
-    ready: Arc<AtomicBool>,
-    draining: CancellationToken,
-) {
-    loop {
-        let room = !*full.borrow_and_update();
-        if draining.is_cancelled() {
-            return;
-        }
-        ready.store(room, Ordering::Relaxed);
-        tokio::select! {
-            _ = draining.cancelled() => return,
-            changed = full.changed() => if changed.is_err() { return },
-        }
-    }
-}
-
 /// The gateway at work: every component, started.
 #[derive(Debug)]
 pub struct Running {
     config: Config,
     instance: Arc<str>,
     /// The sessions' DNS answerer and its sockets (`[dns]`).
-    dns: Option<(Arc<crate::dns::answerer::Answerer>, DnsSockets)>,
+    dns: Option<(Arc<crate::dns_answerer::Answerer>, DnsSockets)>,
     admin: Admin,
     data: DataPlane,
     /// Present with a `[control]` table.
@@ -1070,24 +812,6 @@ impl Running {
     }
 }
 
-/// Let go of every session without ending its authority here (no
-/// control plane to report to, or a successor holds it now).
-fn let_go(sessions: &Sessions) {
-    for s in sessions.remove_all() {
-        s.end_and_withdraw();
-    }
-}
-
-async fn bind(which: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind {
-            which,
-            addr,
-            source,
-        })
-}
-
 /// A successor signs with the key the running process signs with: the
 /// batch chain has one signer.
 fn same_signing_key(
@@ -1109,56 +833,6 @@ fn same_signing_key(
         return Err(StartError::Takeover(refusal.to_string()));
     }
     Ok(())
-}
-
-/// The listeners handed over in `fds` (a successor), or bound as the
-/// config says: data, admin, the process socket, and the control
-/// listener's descriptor if handed over (bound with the control side).
-async fn take_or_bind(
-    config: &Config,
-    fds: &mut HashMap<String, std::os::fd::OwnedFd>,
-) -> Result<
-    (
-        TcpListener,
-        TcpListener,
-        Option<Arc<UnixListener>>,
-        Option<TcpListener>,
-    ),
-    StartError,
-> {
-    let data_fd = fds.remove("data").map(std::net::TcpListener::from);
-    let admin_fd = fds.remove("admin").map(std::net::TcpListener::from);
-    let control_fd = fds
-        .remove("control")
-        .map(std::net::TcpListener::from)
-        .map(from_std)
-        .transpose()?;
-    let data = listener(data_fd, "data", config.listen.data).await?;
-    let admin = listener(admin_fd, "admin", config.listen.admin).await?;
-    let process = match (&config.process.socket, fds.remove("process")) {
-        (Some(_), Some(fd)) => {
-            let l = std::os::unix::net::UnixListener::from(fd);
-            l.set_nonblocking(true)
-                .map_err(|source| StartError::Socket {
-                    path: PathBuf::from("(handed over)"),
-                    source,
-                })?;
-            Some(Arc::new(UnixListener::from_std(l).map_err(|source| {
-                StartError::Socket {
-                    path: PathBuf::from("(handed over)"),
-                    source,
-                }
-            })?))
-        }
-        (Some(path), None) => Some(Arc::new(crate::handover::bind(path.get_ref()).map_err(
-            |source| StartError::Socket {
-                path: path.get_ref().clone(),
-                source,
-            },
-        )?)),
-        (None, _) => None,
-    };
-    Ok((data, admin, process, control_fd))
 }
 
 /// What a successor takes over besides the authorities.
@@ -1199,36 +873,4 @@ fn import_offer(
         from_generation: o.from_generation,
         handovers: o.handovers,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The kernel's UDP pick taken on TCP by someone else: a port 0 in
-    /// the config picks again, a port the operator named does not.
-    #[tokio::test]
-    async fn a_dns_port_taken_on_tcp_is_picked_again_only_when_the_kernel_picked_it() {
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let taken = std::net::TcpListener::bind(any).unwrap();
-        let port = taken.local_addr().unwrap().port();
-        let at: SocketAddr = SocketAddr::from(([127, 0, 0, 1], port));
-
-        // UDP on the TCP-taken port, as the kernel may pick it.
-        let udp = std::net::UdpSocket::bind(at).unwrap();
-        let (udp, tcp) = tcp_beside(udp, any, true).await.expect("picked again");
-        let u = udp.local_addr().unwrap().port();
-        assert_ne!(u, port);
-        assert_eq!(tcp.local_addr().unwrap().port(), u);
-
-        let udp = std::net::UdpSocket::bind(at).unwrap();
-        match tcp_beside(udp, at, false).await {
-            Err(StartError::Bind { which, source, .. }) => {
-                assert_eq!(which, "dns (TCP)");
-                assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse);
-            }
-            other => panic!("a named port must not move: {other:?}"),
-        }
-        drop(taken);
-    }
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use super::{bind, StartError};
-use crate::pair::link::Link;
+use super::error::StartError;
+use super::listeners::bind;
+use crate::member_link::link::Link;
 
 /// The member link, ready to accept once the data plane runs.
 #[derive(Debug)]
@@ -47,7 +48,7 @@ pub(super) async fn setup_pair(
     Ok(Some(PairSetup {
         listener: Arc::new(listener),
         link: Arc::new(Link::new(
-            crate::pair::link::Tls {
+            crate::member_link::link::Tls {
                 server,
                 client,
                 asking,

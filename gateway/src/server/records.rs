@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::StartError;
+use super::error::StartError;
 use crate::authority::report_entry;
 use crate::process::link::Predecessor;
 use crate::records::journal::{self, JournalSetup, RecordSink, WriterConfig, WriterThread};

@@ -68,7 +68,7 @@ pub struct Session {
     pub share: Arc<Share>,
     /// The session's DNS queries, counted until they go on the record
     /// (at each interval, and before the drop report of its end).
-    pub dns: Arc<crate::dns::answerer::DnsCounts>,
+    pub dns: Arc<crate::session::dns::DnsCounts>,
 }
 
 /// Counts one open connection of a session until dropped; holds the

@@ -8,12 +8,24 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::recovery::read_lines;
-use super::writer::JournalSetup;
+use super::recovery::{read_lines, Recovered};
 use super::{
     create_dir, io_err, JournalError, OpensLine, Segment, HANDOFF_GROUP, HANDOFF_SYNC, INSTANCE,
     OPENS, OPENS_COMPACT_AT,
 };
+
+/// The journal's part of [`super::WriterConfig`].
+#[derive(Debug)]
+pub struct JournalSetup {
+    pub dir: PathBuf,
+    pub recovered: Recovered,
+    /// Segments go here, to be sealed.
+    pub sealer: tokio::sync::mpsc::Sender<Segment>,
+    pub max_records: usize,
+    pub interval: Duration,
+    /// How writes are made durable: [`DataSync::disk`].
+    pub sync: DataSync,
+}
 
 /// How the journal makes what it wrote durable: `fdatasync(2)` on the
 /// file ([`DataSync::disk`], what the gateway runs with). A test gives one

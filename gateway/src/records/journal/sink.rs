@@ -6,7 +6,7 @@ use std::sync::{mpsc as std_mpsc, Arc};
 
 use tokio::sync::{oneshot, Semaphore};
 
-use super::writer::{Ack, Msg, Queued};
+use super::queue::{Ack, Msg, Queued};
 use super::{OpensLine, RECORD_QUEUE};
 use crate::records::record::{now, Record};
 

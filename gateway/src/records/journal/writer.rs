@@ -7,60 +7,12 @@ use std::path::PathBuf;
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::oneshot;
 
-use super::files::JournalFiles;
+use super::files::{JournalFiles, JournalSetup};
+use super::queue::{Ack, Msg, Queued};
 use super::sink::RecordSink;
-use super::{io_err, DataSync, JournalError, Recovered, Segment, OPENS_SYNC};
-
-/// What the writer is asked to do.
-pub(super) enum Msg {
-    /// A line for `opens.log`, the first of connection `opened` if
-    /// given; `ack` (if any) once written.
-    Opening {
-        line: Vec<u8>,
-        opened: Option<u64>,
-        ack: Option<oneshot::Sender<()>>,
-    },
-    /// A record: the record file, the segment, `opens.log` (a
-    /// connection's, `conn`); acknowledged once synced, or, a forwarder's
-    /// hand-off record, not at all (synced with a group).
-    Record {
-        conn: Option<u64>,
-        json: Vec<u8>,
-        ack: Ack,
-    },
-    /// A report (or another chain entry): the segment; `ack` once synced.
-    Entry {
-        json: Vec<u8>,
-        ack: oneshot::Sender<()>,
-    },
-    /// Hand the segment to the sealer now; `ack` once handed.
-    Seal { ack: oneshot::Sender<()> },
-    /// Write what came before, hand the last segment to the sealer and
-    /// stop (the drain, once nothing is left to record).
-    Stop,
-}
-
-/// What a record's sender waits for.
-pub(super) enum Ack {
-    /// Its sync: told once the record is on disk.
-    Synced(oneshot::Sender<()>),
-    /// Nothing: a forwarder's hand-off record, synced with a group of
-    /// them (see the module docs of [`crate::records::journal`]).
-    Grouped,
-}
-
-pub(super) struct Queued {
-    pub(super) msg: Msg,
-    pub(super) _permit: OwnedSemaphorePermit,
-}
-
-impl std::fmt::Debug for Queued {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Queued")
-    }
-}
+use super::{io_err, JournalError, OPENS_SYNC};
 
 /// How the writer is set up.
 #[derive(Debug)]
@@ -76,19 +28,6 @@ pub struct WriterConfig {
     /// successor goes on as the same instance, and numbers its
     /// connections apart from its predecessor's).
     pub first_conn: u64,
-}
-
-/// The journal's part of [`WriterConfig`].
-#[derive(Debug)]
-pub struct JournalSetup {
-    pub dir: PathBuf,
-    pub recovered: Recovered,
-    /// Segments go here, to be sealed.
-    pub sealer: tokio::sync::mpsc::Sender<Segment>,
-    pub max_records: usize,
-    pub interval: Duration,
-    /// How writes are made durable: [`DataSync::disk`].
-    pub sync: DataSync,
 }
 
 /// The writer thread, running: joined at the drain once every sink is gone.

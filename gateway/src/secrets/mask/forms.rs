@@ -7,7 +7,8 @@ use base64::engine::GeneralPurpose;
 use base64::Engine;
 use zeroize::Zeroizing;
 
-use super::Pattern;
+/// A pattern's bytes: derived from a secret, so wiped when dropped.
+pub(super) type Pattern = Zeroizing<Vec<u8>>;
 
 /// its encodings, without duplicates and without empty ones.
 pub(super) fn forms(value: &[u8]) -> Vec<Pattern> {

@@ -2,7 +2,7 @@
 //! which lets the masker jump over text where no occurrence can start
 //! (see the [masker's docs](super#streaming-and-why-no-byte-escapes)).
 
-use super::Pattern;
+use super::forms::Pattern;
 
 const MAX_GRAM: usize = 4;
 /// The gram table has 2^TABLE_BITS bits: 8 KiB, small enough to stay in a

@@ -173,13 +173,10 @@ mod gram;
 #[cfg(any(test, feature = "test-util"))]
 mod reference;
 
-use forms::forms;
+use forms::{forms, Pattern};
 use gram::GramFilter;
 #[cfg(any(test, feature = "test-util"))]
 pub use reference::{mask_reference, MaskReference};
-
-/// A pattern's bytes: derived from a secret, so wiped when dropped.
-type Pattern = Zeroizing<Vec<u8>>;
 
 /// Why a mask set could not be built. Names a secret, never a value.
 #[derive(Debug, thiserror::Error)]

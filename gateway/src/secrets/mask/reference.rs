@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::forms::forms;
-use super::Pattern;
+use super::forms::Pattern;
 
 /// The naive reference the masker is tested against: mask `haystack` whole,
 /// with no automaton, no gram filter and no streaming, and return the

@@ -1,5 +1,5 @@
 //! The answerer: the sessions' DNS on UDP and TCP (`[dns] listen`), each
-//! query settled as [`super::query`] says, for the session its source
+//! query settled as [`crate::dns::query`] says, for the session its source
 //! address names.
 //!
 //! - **Whose query.** The source names the session, as for TLS: a session
@@ -26,7 +26,7 @@
 //!   were and how long the longest was, never a name: a refused name may
 //!   be data on its way out, and the record must not carry it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::net::{IpAddr, SocketAddr};
@@ -40,12 +40,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::query::{self, Outcome, Resolved, Scope, Step};
-use crate::conn::{Context, InForce};
+use crate::dns::query::{self, Outcome, Resolved, Scope, Step};
 use crate::gate::resolve::Resolution;
+use crate::member_link::link::Link;
 use crate::pair::forwarding::Entry;
-use crate::pair::link::Link;
 use crate::pair::proxy::{Header, Service};
+use crate::serving::{Context, InForce};
+use crate::session::dns::DnsCounts;
 use crate::session::sessions::Session;
 
 /// Queries of one session waiting for a resolution or a holder at once;
@@ -69,10 +70,6 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
 /// The largest UDP query read: a query is a few hundred bytes; anything
 /// longer is cut here and answered `FORMERR`.
 const UDP_BUFFER: usize = 4096;
-
-/// Distinct refused names a session's tally tells apart in one interval;
-/// past it the count says "at least".
-const MAX_DISTINCT_REFUSED: usize = 4096;
 
 /// How often the tallies are looked at (each goes on the record when its
 /// interval is over, or its session has ended).
@@ -586,7 +583,7 @@ impl Answerer {
     /// answered here as the session's own, never passed on again.
     pub async fn serve_forwarded(
         self: &Arc<Self>,
-        stream: crate::pair::link::Accepted,
+        stream: crate::member_link::link::Accepted,
         header: &Header,
     ) {
         self.serve_stream(stream, header.source, header.destination, Via::Link)
@@ -713,51 +710,6 @@ async fn forward(
     None
 }
 
-/// One session's counts over one interval.
-#[derive(Debug)]
-struct Tally {
-    tenant: Arc<str>,
-    source: Option<IpAddr>,
-    opened_at: String,
-    since: Instant,
-    counts: [u64; Outcome::ALL.len()],
-    refused_names: HashSet<u64>,
-    refused_names_more: bool,
-    longest_refused_name: usize,
-}
-
-/// A session's DNS counts since they last went on the record: kept with
-/// the session ([`Session::dns`]), so that its end puts them on the record
-/// before its drop report ([`DnsCounts::take_record`]), and with the
-/// answerer, which puts them there at each interval.
-#[derive(Debug, Default)]
-pub struct DnsCounts(Mutex<Option<Tally>>);
-
-impl DnsCounts {
-    /// The counts as their record (see [`tally_record`]), taken: `None`
-    /// when there were none.
-    pub fn take_record(
-        &self,
-        gateway_id: &str,
-        instance: &str,
-        session_id: &str,
-        attempt: u32,
-    ) -> Option<Vec<u8>> {
-        let t = self.0.lock().ok()?.take()?;
-        Some(tally_record(gateway_id, instance, session_id, attempt, &t))
-    }
-
-    fn due(&self, interval: Duration, now: Instant) -> bool {
-        self.0
-            .lock()
-            .map(|t| {
-                t.as_ref()
-                    .is_some_and(|t| now.saturating_duration_since(t.since) >= interval)
-            })
-            .unwrap_or(false)
-    }
-}
-
 /// Every session counted, each put on the record when its interval is
 /// over or its session has ended here.
 #[derive(Debug)]
@@ -814,30 +766,8 @@ impl Tallies {
         outcome: Outcome,
         refused: Option<&str>,
     ) {
-        let mut t = cell.0.lock().expect("dns counts");
-        let t = t.get_or_insert_with(|| Tally {
-            tenant: Arc::clone(tenant),
-            source: None,
-            opened_at: crate::records::record::now(),
-            since: Instant::now(),
-            counts: [0; Outcome::ALL.len()],
-            refused_names: HashSet::new(),
-            refused_names_more: false,
-            longest_refused_name: 0,
-        });
-        t.source = Some(source);
-        if let Some(i) = Outcome::ALL.iter().position(|o| *o == outcome) {
-            t.counts[i] += 1;
-        }
-        if let Some(name) = refused {
-            t.longest_refused_name = t.longest_refused_name.max(name.len());
-            let h = self.hasher.hash_one(name);
-            if t.refused_names.len() < MAX_DISTINCT_REFUSED {
-                t.refused_names.insert(h);
-            } else if !t.refused_names.contains(&h) {
-                t.refused_names_more = true;
-            }
-        }
+        let refused = refused.map(|name| (self.hasher.hash_one(name), name.len()));
+        cell.add(tenant, source, outcome, refused);
     }
 
     /// Put on the record each session's counts whose interval is over,
@@ -870,38 +800,6 @@ impl Tallies {
             }
         }
     }
-}
-
-/// A tally as its record: the session, the interval, the counts by
-/// outcome (those not zero), and of the refused names only how many
-/// distinct ones there were and the length of the longest.
-fn tally_record(gateway_id: &str, instance: &str, id: &str, attempt: u32, t: &Tally) -> Vec<u8> {
-    let mut queries = serde_json::Map::new();
-    for (o, n) in Outcome::ALL.iter().zip(t.counts) {
-        if n > 0 {
-            queries.insert(o.as_str().to_owned(), n.into());
-        }
-    }
-    let answered = t.counts[0];
-    let total: u64 = t.counts.iter().sum();
-    let record = serde_json::json!({
-        "kind": "dns",
-        "gateway_id": gateway_id,
-        "instance": instance,
-        "session_id": id,
-        "attempt": attempt,
-        "tenant": &*t.tenant,
-        "source": t.source.map(|s| s.to_string()),
-        "opened_at": t.opened_at,
-        "closed_at": crate::records::record::now(),
-        "queries": queries,
-        "answered": answered,
-        "refused": total - answered,
-        "refused_names": t.refused_names.len(),
-        "refused_names_at_least": t.refused_names_more,
-        "longest_refused_name": t.longest_refused_name,
-    });
-    serde_json::to_vec(&record).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,39 +1,14 @@
-//! One connection, top to bottom.
-//!
-//! [`serve`] runs the stages in the order a connection meets them — session
-//! by source address, ClientHello, name check, resolve and classify, TLS
-//! accept with the session's own CA, then HTTP, request by request, through
-//! [`crate::http::proxy`] — and closes with exactly one record, whatever happened.
-//! A destination the account marks passthrough meets every stage up to the
-//! TLS accept, then has its bytes passed on to the checked address as they
-//! are, never terminated ([`Conn::pass_through`]).
-//! Stages do not call each other; each returns what the next needs, or a
-//! refusal that ends the connection.
-//!
-//! When the session's authority ends (a close on the control channel), its
-//! connections are cut wherever they are from the TLS handshake on, and
-//! recorded `session_ended`.
-//!
-//! When the gateway drains (a shutdown signal, or a successor's `go`),
-//! every open connection is told at once ([`Shutdown::drain`]) and
-//! finishes gracefully: HTTP/1.1 closes an idle keep-alive connection and
-//! answers the request in flight with `Connection: close`; HTTP/2 sends
-//! GOAWAY and lets the streams already open end. What still runs when the
-//! grace is over is cut ([`Shutdown::cut`]).
-//!
-//! Refusals before the TLS handshake close the connection; where the client
-//! has shown it speaks TLS, a fatal TLS alert goes first so the client's
-//! error names the kind of failure.
+//! The stages of one connection, each deciding what the next needs or a
+//! refusal that ends it, and the one place a connection's end is written
+//! down ([`super`] says how they run).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 use crate::gate::hello::HelloLimits;
 use crate::gate::name::{self, Name};
@@ -41,80 +16,15 @@ use crate::gate::resolve::{Resolution, Resolver};
 use crate::http::connection::{Connection, Destination, Target};
 use crate::io::counted::{Counted, WireBytes};
 use crate::io::replay::Replay;
-use crate::io::woken::WokenOnly;
 use crate::pair::forwarding::ForwardResult;
-use crate::records::journal::RecordSink;
 use crate::records::record::Record;
 use crate::refusal::{causes, Refusal, Refused};
-use crate::session::sessions::{Live, Session, Sessions};
+use crate::serving::Context;
+use crate::session::sessions::{Live, Session};
 use crate::session::share::Slot;
-use talos_contract::sync::RwLocked;
 
-/// What every connection is served with: the sessions, the resolver, the
-/// record sink, and the settings in force when it was accepted.
-#[derive(Debug)]
-pub struct Context {
-    pub gateway_id: Arc<str>,
-    pub sessions: Arc<Sessions>,
-    pub resolver: Resolver,
-    pub records: RecordSink,
-    /// How sessions opened now reach destinations, and their share's
-    /// bounds.
-    pub upstream: crate::session::sessions::UpstreamSettings,
-    /// The most bytes read while waiting for a whole ClientHello.
-    pub hello_max_bytes: usize,
-    /// How long a client has to send its whole ClientHello.
-    pub hello_timeout: Duration,
-    /// How long the session-side TLS handshake may take.
-    pub handshake_timeout: Duration,
-    /// How long an HTTP/2 session connection may answer nothing.
-    pub h2_idle_timeout: Duration,
-    /// How long a session connection may be silent before TCP keep-alive
-    /// probes it (a peer gone without a word is cut within twice this).
-    pub tcp_keepalive: Duration,
-    /// The drain: its start, and the end of its grace.
-    pub shutdown: Shutdown,
-    /// Delivers held requests' proposals to the approval relay (with a
-    /// control plane).
-    pub proposer: Option<crate::session::approvals::Proposer>,
-    /// The member link and its forwarding table (`[pair]`).
-    pub link: Option<Arc<crate::pair::link::Link>>,
-}
-
-/// What the gateway's drain tells open connections, each when it comes;
-/// a connection waits on both beside its own work, woken by them alone
-/// (see `terminate`).
-#[derive(Debug, Clone, Default)]
-pub struct Shutdown {
-    /// The drain began: finish gracefully. HTTP/1.1 closes a connection
-    /// that waits between requests and answers the request in flight with
-    /// `Connection: close`; HTTP/2 sends GOAWAY, so the client opens new
-    /// streams elsewhere, and answers the streams already open.
-    pub drain: CancellationToken,
-    /// The drain's grace ran out: cut what is still open.
-    pub cut: CancellationToken,
-}
-
-/// The [`Context`] that new connections and control calls get: a reload
-/// replaces it whole, and connections open at the time keep theirs.
-#[derive(Debug)]
-pub struct InForce(std::sync::RwLock<Arc<Context>>);
-
-impl InForce {
-    pub fn new(cx: Arc<Context>) -> InForce {
-        InForce(std::sync::RwLock::new(cx))
-    }
-
-    /// The settings in force now.
-    pub fn get(&self) -> Arc<Context> {
-        Arc::clone(&self.0.read_locked())
-    }
-
-    /// Replace the settings for what comes next.
-    pub fn set(&self, cx: Arc<Context>) {
-        *self.0.write_locked() = cx;
-    }
-}
+use super::client::{Client, ClientStream, SessionTls};
+use super::ending::{refused, stopped, Cause, Ending, Stop};
 
 causes! {
     /// Why a session's TLS handshake failed, in a few words fit for a
@@ -172,98 +82,6 @@ fn handshake_failure(e: &std::io::Error) -> HandshakeFailure {
     }
 }
 
-/// What interrupts a connection.
-enum Stop {
-    /// The gateway began to drain: finish gracefully.
-    Drain,
-    /// The gateway's drain grace ran out: cut.
-    Cut,
-    /// The session's authority ended: the connection is cut
-    /// `session_ended` with this cause.
-    Ended(Cause),
-}
-
-/// Why an open connection of `session` is cut as its authority ends: the
-/// lease, when it lapsed (nobody renewed it in time: the control plane
-/// was out of reach, or this member was), else the session's close (a
-/// Stop, a pause, an interruption, a Revoke All, a newer authority).
-fn cut_cause(session: &Session) -> Cause {
-    if session.lease.lapsed() {
-        Cause::LeaseExpired
-    } else {
-        Cause::SessionClosed
-    }
-}
-
-/// The first of the events that interrupt a connection: the end of its
-/// session's authority, the end of the drain's grace, and — until the
-/// connection has been `told` — the drain's start.
-async fn stopped(shutdown: Shutdown, session: Arc<Session>, told: bool) -> Stop {
-    tokio::select! {
-        biased;
-        () = session.ended.cancelled() => Stop::Ended(cut_cause(&session)),
-        () = shutdown.cut.cancelled() => Stop::Cut,
-        () = shutdown.drain.cancelled(), if !told => Stop::Drain,
-    }
-}
-
-causes! {
-    /// Why a connection was refused by a stage of its own here (beside the
-    /// hello's, the resolver's and the address classes' causes), or, for
-    /// an allowed connection, why it ended without a request.
-    pub enum Cause {
-        /// `unknown_source`.
-        NoSessionForSource => "no_session_for_source",
-        /// `no_server_name`: the hello's name is an IP address.
-        SniIsIpLiteral => "sni_is_ip_literal",
-        /// `no_server_name`: the hello's name is no DNS host name.
-        SniNotAHostName => "sni_not_a_host_name",
-        /// `not_on_allowlist`.
-        NotListed => "not_listed",
-        /// `session_ended`: before the TLS handshake started.
-        EndedBeforeTls => "ended_before_tls",
-        /// `session_ended`: during the TLS handshake.
-        EndedDuringTls => "ended_during_tls",
-        /// `session_ended`: with the connection open.
-        SessionClosed => "session_closed",
-        /// `session_ended`: the authority's lease had lapsed (nobody renewed
-        /// it) when the connection came, or lapsed with it open.
-        LeaseExpired => "lease_expired",
-        /// `session_ended`: the authority is suspended since this process
-        /// was frozen, until the control plane renews it
-        /// ([`crate::session::lease::Awake`]).
-        SuspendedAfterFreeze => "suspended_after_freeze",
-        /// Allowed: the session's TLS handshake failed (an untrusting client, say).
-        SessionHandshakeFailed => "session_handshake_failed",
-        /// Allowed: the session's TLS handshake did not finish in time.
-        SessionHandshakeTimeout => "session_handshake_timeout",
-        /// `upstream_failed`: the session is held by other members of the
-        /// pair and none of them could be reached over the member link.
-        HolderUnreachable => "holder_unreachable",
-        /// `session_limit`: the session has `[pair]
-        /// max_forwarded_per_session` connections forwarded already.
-        ForwardedAtBound => "forwarded_connections",
-        /// `unknown_source`: a connection forwarded over the member link
-        /// for a session other than the one its source belongs to here.
-        LinkSessionMismatch => "link_session_mismatch",
-        /// `unknown_source`: a connection forwarded over the member link
-        /// for another attempt of the session its source belongs to here
-        /// (the forwarder's table or the holder's authority is behind).
-        LinkAttemptMismatch => "link_attempt_mismatch",
-        /// Allowed, passthrough: no byte moved either way for
-        /// [`PASSTHROUGH_IDLE`].
-        PassthroughIdle => "passthrough_idle",
-        /// Allowed: still open when the drain's grace ran out, and cut
-        /// (terminated, passthrough or forwarded alike; the record says
-        /// `cut`).
-        CutAtGrace => "cut_at_grace",
-    }
-}
-
-fn refused(reason: Refusal, cause: Cause) -> Refused {
-    Refused::new(reason, cause.as_str())
-}
-
 /// The TLS alert a refusal before the handshake sends first, where the
 /// client has shown it speaks TLS: its error then names the kind of failure.
 fn alert_for(reason: Refusal) -> Option<Alert> {
@@ -312,55 +130,6 @@ struct Via {
     session: Option<(String, u32)>,
 }
 
-/// A session connection's stream: a socket of the data listener, or a
-/// member-link stream carrying a connection a peer forwarded.
-pub trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send {
-    /// The TCP socket the session's bytes arrive on as they were sent, if
-    /// they do (not through the member link's TLS).
-    fn socket(&self) -> Option<&TcpStream>;
-}
-
-impl ClientStream for TcpStream {
-    fn socket(&self) -> Option<&TcpStream> {
-        Some(self)
-    }
-}
-
-impl ClientStream for crate::pair::link::Accepted {
-    fn socket(&self) -> Option<&TcpStream> {
-        None
-    }
-}
-
-/// How a connection the gate let through ended, short of a refusal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ending {
-    /// The client or the gateway closed it (a drain's grace included).
-    Closed,
-    /// The session's TLS handshake failed (an untrusting client, say).
-    HandshakeFailed,
-    /// The session's TLS handshake did not finish in time.
-    HandshakeTimeout,
-    /// A passthrough connection moved nothing for [`PASSTHROUGH_IDLE`].
-    Idle,
-    /// The drain's grace ran out with the connection open: the gateway cut
-    /// it ([`Shutdown::cut`]).
-    Cut,
-}
-
-impl Ending {
-    /// The record's cause, if this ending has one.
-    fn cause(self) -> Option<&'static str> {
-        match self {
-            Ending::Closed => None,
-            Ending::HandshakeFailed => Some(Cause::SessionHandshakeFailed.as_str()),
-            Ending::HandshakeTimeout => Some(Cause::SessionHandshakeTimeout.as_str()),
-            Ending::Idle => Some(Cause::PassthroughIdle.as_str()),
-            Ending::Cut => Some(Cause::CutAtGrace.as_str()),
-        }
-    }
-}
-
 /// Serve one client connection and write its record.
 ///
 /// The record is on disk before the connection counts as closed: before a
@@ -375,9 +144,9 @@ pub async fn serve(cx: &Context, client: TcpStream, peer: SocketAddr) {
 }
 
 /// Serve a connection a peer forwarded over the member link
-/// ([`crate::pair::link`]): judged exactly as a direct one from the
+/// ([`crate::member_link::link`]): judged exactly as a direct one from the
 /// header's source, its record saying which peer it came through.
-pub async fn serve_forwarded(cx: &Context, arrival: crate::pair::link::Arrival) {
+pub async fn serve_forwarded(cx: &Context, arrival: crate::member_link::link::Arrival) {
     let via = Via {
         peer: arrival.peer,
         session: arrival.header.session,
@@ -415,8 +184,6 @@ async fn serve_stream<S: ClientStream>(
     metrics::gauge!("gateway_connections_open").decrement(1.0);
 }
 
-type Client<S> = Counted<S>;
-
 impl<S: ClientStream> Conn<'_, S> {
     /// The stages, in order.
     async fn run(&mut self) -> Result<Ending, Refused> {
@@ -439,7 +206,7 @@ impl<S: ClientStream> Conn<'_, S> {
         // if that is the one held live here for the source.
         if let Some(via) = &self.via {
             if let Some((id, attempt)) = &via.session {
-                use crate::pair::link::LinkRefusal;
+                use crate::member_link::link::LinkRefusal;
                 let mismatch = if **id != *session.id {
                     Some((LinkRefusal::SessionMismatch, Cause::LinkSessionMismatch))
                 } else if *attempt != session.attempt {
@@ -448,7 +215,7 @@ impl<S: ClientStream> Conn<'_, S> {
                     None
                 };
                 if let Some((why, cause)) = mismatch {
-                    crate::pair::link::mismatch(
+                    crate::member_link::link::mismatch(
                         why,
                         &via.peer,
                         (id, *attempt),
@@ -794,54 +561,7 @@ impl<S: ClientStream> Conn<'_, S> {
         // crash from here on leaves it on the record, cut by the crash. The
         // line went to the writer before the handshake, so this rarely waits.
         journaled.wait().await;
-        let mut stop = {
-            let (shutdown, session) = (cx.shutdown.clone(), Arc::clone(&conn.session));
-            Stops::new(move |told| {
-                WokenOnly::new(stopped(shutdown.clone(), Arc::clone(&session), told))
-            })
-        };
-        // HTTP/1.1: hyper's connection state (a read buffer and a write
-        // buffer of 8 KiB each, and the connection itself) is made only
-        // once the client starts its first request. Until then an idle
-        // connection holds its TLS state and nothing more. The wait is
-        // bounded exactly as hyper bounds it: the first request's headers
-        // are due HEADER_READ_TIMEOUT after the handshake, whenever the
-        // first byte comes (`FirstHeadBy`).
-        let first_head_by = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
-        if !h2 {
-            if let Some(ended) = first_request(&mut tls, first_head_by, &mut stop).await {
-                return ended;
-            }
-        }
-        let holding = Arc::clone(conn);
-        let conn = Arc::clone(conn);
-        let service =
-            hyper::service::service_fn(move |req| crate::http::serve(Arc::clone(&conn), req));
-        if h2 {
-            let activity = Arc::clone(&holding);
-            let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                // Lets extended CONNECT arrive as a request, to be refused
-                // `upgrade_refused` rather than reset.
-                .enable_connect_protocol()
-                // Replies of streams answered together leave together.
-                .serve_connection(
-                    TokioIo::new(crate::io::gathered::Gathered::new(tls)),
-                    service,
-                );
-            // Polled only when its timer fires, not at each of the
-            // connection's wake-ups (as `stop` is).
-            let idle =
-                WokenOnly::new(async move { activity.activity.idle(cx.h2_idle_timeout).await });
-            drive(served, idle, stop, &holding).await
-        } else {
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(FirstHeadBy::new(first_head_by.into_std()))
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .keep_alive(!stop.told)
-                .serve_connection(TokioIo::new(tls), service);
-            drive(served, std::future::pending::<()>(), stop, &holding).await
-        }
+        super::drive::http(cx, tls, h2, conn).await
     }
 }
 
@@ -865,8 +585,6 @@ async fn resolve(
 }
 
 /// The session's TLS stream, once its handshake is done.
-type SessionTls<'a, S> = Box<tokio_rustls::server::TlsStream<Replay<&'a mut Client<S>>>>;
-
 /// The TLS handshake with the session: the stream, or how the connection
 /// ended without one (no refusal: rustls has sent its own alert).
 async fn accept_tls<'c, S: ClientStream>(
@@ -918,196 +636,6 @@ async fn accept_tls<'c, S: ClientStream>(
     })
 }
 
-/// The events that can interrupt a connection, polled only when one of
-/// them fires (`WokenOnly`), not at each of the connection's wake-ups.
-/// Once the drain's start is handled (`told`), the connection waits on
-/// the other two.
-struct Stops<M, W> {
-    make: M,
-    next: W,
-    /// Whether the drain's start has come: an HTTP/1.1 connection told
-    /// before hyper took it serves its first request without keep-alive
-    /// (`Connection: close`). hyper's graceful shutdown would close it
-    /// unanswered: it has seen no byte of it yet.
-    told: bool,
-}
-
-impl<M, W> Stops<M, W>
-where
-    M: Fn(bool) -> W,
-    W: std::future::Future<Output = Stop> + Unpin,
-{
-    /// `make(told)` waits for the next event.
-    fn new(make: M) -> Self {
-        let next = make(false);
-        Stops {
-            make,
-            next,
-            told: false,
-        }
-    }
-
-    /// The next event; the drain's start comes once.
-    async fn next(&mut self) -> Stop {
-        let stop = (&mut self.next).await;
-        if let Stop::Drain = stop {
-            self.told = true;
-            self.next = (self.make)(true);
-        }
-        stop
-    }
-}
-
-/// HTTP/1.1: wait for the client's first request byte (hyper is handed
-/// the connection only then). `None`: a request has begun; otherwise how
-/// the connection ended first. The drain's start does not end the wait: a
-/// connection just opened is about to send its first request, which is
-/// answered without keep-alive (`Connection: close`, see [`Stops`])
-/// within the grace.
-async fn first_request<M, W, S: ClientStream>(
-    tls: &mut SessionTls<'_, S>,
-    by: tokio::time::Instant,
-    stop: &mut Stops<M, W>,
-) -> Option<Result<Ending, Refused>>
-where
-    M: Fn(bool) -> W,
-    W: std::future::Future<Output = Stop> + Unpin,
-{
-    let first = {
-        let first = tokio::time::timeout_at(by, first_request_byte(tls));
-        tokio::pin!(first);
-        loop {
-            tokio::select! {
-                first = &mut first => break first,
-                stopped = stop.next() => match stopped {
-                    Stop::Drain => {}
-                    Stop::Cut => return Some(Ok(Ending::Cut)),
-                    // No request yet, so none held for approval.
-                    Stop::Ended(cause) => {
-                        return Some(Err(refused(Refusal::SessionEnded, cause)));
-                    }
-                },
-            }
-        }
-    };
-    match first {
-        Ok(Ok(false)) => None,
-        // The client closed without a request.
-        Ok(Ok(true)) => Some(Ok(Ending::Closed)),
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "session connection ended with an error");
-            Some(Ok(Ending::Closed))
-        }
-        // What hyper does when the headers do not come in time: close,
-        // with no response.
-        Err(_elapsed) => {
-            tracing::debug!("session connection ended: no request before the header timeout");
-            Some(Ok(Ending::Closed))
-        }
-    }
-}
-
-/// A hyper server connection, HTTP/1.1 or HTTP/2: a future that ends with
-/// the connection, and a graceful close.
-trait Graceful: std::future::Future<Output = Result<(), hyper::Error>> {
-    fn graceful(self: std::pin::Pin<&mut Self>);
-}
-
-impl<I, S, B> Graceful for hyper::server::conn::http1::Connection<I, S>
-where
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    fn graceful(self: std::pin::Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S, B, E> Graceful for hyper::server::conn::http2::Connection<I, S, E>
-where
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
-{
-    fn graceful(self: std::pin::Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-/// Drive the connection until it ends, the drain's grace cuts it, or the
-/// authority ends; then requests held for approval first answer
-/// `approval_withdrawn` (a graceful close lets their answers out, for at
-/// most WITHDRAW_GRACE), and the connection is cut. An HTTP/2 connection
-/// that answers nothing for a while (`idle`) is closed gracefully
-/// (GOAWAY: streams open go on to their end), as an idle HTTP/1.1 one is
-/// by its header timeout. The drain's start closes either gracefully, at
-/// once: an HTTP/1.1 connection waiting between requests closes, the
-/// request in flight is answered with `Connection: close`; HTTP/2 sends
-/// GOAWAY.
-async fn drive<C, M, W>(
-    served: C,
-    idle: impl std::future::Future<Output = ()>,
-    mut stop: Stops<M, W>,
-    conn: &Connection,
-) -> Result<Ending, Refused>
-where
-    C: Graceful,
-    M: Fn(bool) -> W,
-    W: std::future::Future<Output = Stop> + Unpin,
-{
-    // On the heap, sized exactly, rather than inline in the connection's
-    // future beside the other stages' state.
-    let mut served = Box::pin(served);
-    tokio::pin!(idle);
-    // A drain announced before hyper took an HTTP/1.1 connection is not
-    // announced again (`stop` waits on the other two events): hyper serves
-    // its first request without keep-alive instead, since a graceful close
-    // now would close it unanswered.
-    let mut closing = false;
-    loop {
-        // The connection first: at its first poll hyper reads the request
-        // whose first byte has come, so that a drain announced meanwhile
-        // answers it rather than closes it.
-        tokio::select! {
-            biased;
-            result = served.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "session connection ended with an error");
-                }
-                return Ok(Ending::Closed);
-            }
-            () = &mut idle, if !closing => {
-                tracing::debug!("session connection idle: closing");
-                served.as_mut().graceful();
-                closing = true;
-            }
-            stopped = stop.next() => match stopped {
-                Stop::Drain => {
-                    if !closing {
-                        tracing::debug!("draining: closing the session connection gracefully");
-                        served.as_mut().graceful();
-                        closing = true;
-                    }
-                }
-                Stop::Cut => return Ok(Ending::Cut),
-                Stop::Ended(cause) => {
-                    if conn.holds.answers_pending() {
-                        served.as_mut().graceful();
-                        let _ = tokio::time::timeout(WITHDRAW_GRACE, served.as_mut()).await;
-                    }
-                    return Err(refused(Refusal::SessionEnded, cause));
-                }
-            }
-        }
-    }
-}
-
 /// Each direction's buffer of a forwarded connection's relay: larger than
 /// tokio's 8 KiB default, so that a download moves in fewer, larger reads
 /// and writes (and the link's TLS records are full: 16 KiB).
@@ -1157,43 +685,6 @@ async fn copy_until_idle<S: ClientStream>(
 /// replies to report (HTTP/2 replies end in tasks of their own).
 const REPORTS_WAIT: Duration = Duration::from_secs(1);
 
-/// How long a connection whose authority ended waits for its held
-/// requests to answer `approval_withdrawn` before it is cut. The answers
-/// are ready at once; this bounds a client that does not read them.
-const WITHDRAW_GRACE: Duration = Duration::from_secs(2);
-
-/// Waits until the client sends its first request byte, or closes (`true`).
-/// The bytes are peeked: they stay in rustls's plaintext buffer for hyper.
-///
-/// Until then the connection holds no receive buffer: once the handshake's
-/// bytes are all processed, rustls gives back the 4 KiB buffer it reads
-/// records into (`release_receive_buffer`, a patch to rustls:
-/// third_party/README.md) and the wait is on the socket's readiness, so a
-/// connection opened ahead of use costs its TLS state and no more.
-async fn first_request_byte<S: ClientStream>(
-    tls: &mut tokio_rustls::server::TlsStream<Replay<&mut Client<S>>>,
-) -> std::io::Result<bool> {
-    let (io, conn) = tls.get_mut();
-    // Records read with the handshake's last bytes are decrypted now; a
-    // request among them (or the client's close) means no wait. An error
-    // is left for the read below to meet, with its alert.
-    let nothing_yet = matches!(
-        conn.process_new_packets(),
-        Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
-    );
-    if nothing_yet {
-        // Through the member link the bytes come inside the link's TLS:
-        // readable is no sign of them, so the buffer is kept.
-        if let Some(socket) = io.inner_once_replayed().and_then(|c| c.get_ref().socket()) {
-            if conn.release_receive_buffer() {
-                socket.readable().await?;
-            }
-        }
-    }
-    let bytes = tls.fill_buf().await?;
-    Ok(bytes.is_empty())
-}
-
 /// The options every session socket gets, set once on the data listener:
 /// Linux gives each socket a listener accepts the listener's options, so
 /// no connection pays a system call for them (five per connection when
@@ -1224,57 +715,6 @@ pub fn session_socket_options(listener: &tokio::net::TcpListener, idle: Duration
     }
 }
 
-/// How long an HTTP/1.1 session may take to send a request's headers once
-/// it starts one (and how long an idle keep-alive connection stays open).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// hyper's timer for an HTTP/1.1 session connection whose first request
-/// hyper only sees once it has started (see `terminate`): the first
-/// header-read deadline hyper sets is brought forward to `by`, so the
-/// first request's headers are due when they would have been had hyper
-/// been waiting since the handshake. Later deadlines are hyper's own.
-///
-/// hyper's HTTP/1.1 server (1.x) uses its timer for the header-read timeout
-/// only. Were it to set some other deadline first, that one would come
-/// early instead: stricter, never looser.
-#[derive(Debug)]
-struct FirstHeadBy {
-    by: Instant,
-    used: std::sync::atomic::AtomicBool,
-}
-
-impl FirstHeadBy {
-    fn new(by: Instant) -> FirstHeadBy {
-        FirstHeadBy {
-            by,
-            used: Default::default(),
-        }
-    }
-}
-
-impl hyper::rt::Timer for FirstHeadBy {
-    fn sleep(&self, duration: Duration) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
-        TokioTimer::new().sleep(duration)
-    }
-
-    fn sleep_until(&self, deadline: Instant) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
-        let deadline = if self.used.swap(true, Ordering::Relaxed) {
-            deadline
-        } else {
-            deadline.min(self.by)
-        };
-        TokioTimer::new().sleep_until(deadline)
-    }
-
-    fn reset(&self, sleep: &mut std::pin::Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
-        TokioTimer::new().reset(sleep, new_deadline)
-    }
-
-    fn now(&self) -> Instant {
-        TokioTimer::new().now()
-    }
-}
-
 const ALERT_LEN: usize = 7;
 
 /// A fatal alert in a plaintext TLS record: the handshake has not started,
@@ -1287,7 +727,6 @@ async fn send_alert<S: ClientStream>(client: &mut Client<S>, alert: Alert) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::rt::Timer;
 
     /// Every session connection's task is as large as its future's largest
     /// state, for its whole life, idle or not: a stage held inline rather
@@ -1323,18 +762,5 @@ mod tests {
         assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(15));
         assert_eq!(s.tcp_keepalive_retries().unwrap(), 3);
         drop(client);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn first_head_by_brings_only_the_first_deadline_forward() {
-        let start = tokio::time::Instant::now();
-        let at = |secs| (start + Duration::from_secs(secs)).into_std();
-        let timer = FirstHeadBy::new(at(5));
-        let first = timer.sleep_until(at(60));
-        let second = timer.sleep_until(at(60));
-        first.await;
-        assert_eq!(start.elapsed(), Duration::from_secs(5));
-        second.await;
-        assert_eq!(start.elapsed(), Duration::from_secs(60));
     }
 }

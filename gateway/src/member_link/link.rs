@@ -17,7 +17,7 @@
 //!   each forwarded session connection is one stream of its session's
 //!   ([`super::stream`], whose docs say why one per session and how the
 //!   windows are sized so that nothing one session leaves unread holds
-//!   another back): first a PROXY protocol v2 header ([`super::proxy`])
+//!   another back): first a PROXY protocol v2 header ([`crate::pair::proxy`])
 //!   naming the session's real source address and the attempt the
 //!   forwarder forwards for, then the session's bytes as the session sent
 //!   them (its ClientHello first), never decrypted by the forwarder. A
@@ -53,9 +53,9 @@ use tokio::net::TcpStream;
 
 use bytes::Bytes;
 
-use super::forwarding::{Forwarding, Holding};
-use super::proxy::{self, Header, HeaderError};
 use super::stream::{self, LinkStream, Slot, Slots};
+use crate::pair::forwarding::{Forwarding, Holding};
+use crate::pair::proxy::{self, Header, HeaderError};
 use crate::refusal::causes;
 use crate::session::sessions::Sessions;
 
@@ -450,12 +450,12 @@ impl Link {
 
     /// The configured peer `leaf` names, if it carries the gateway role.
     fn member(&self, leaf: &rustls::pki_types::CertificateDer<'_>) -> Result<Arc<str>, Refused> {
-        if !crate::control::carries_role(leaf, talos_contract::role::GATEWAY) {
+        if !crate::tls::carries_role(leaf, talos_contract::role::GATEWAY) {
             return Err(Refused::Link(LinkRefusal::NotAGateway));
         }
         self.peers
             .iter()
-            .find(|(id, _)| crate::control::carries_role(leaf, id))
+            .find(|(id, _)| crate::tls::carries_role(leaf, id))
             .map(|(id, _)| Arc::clone(id))
             .ok_or(Refused::Link(LinkRefusal::NotAPeer))
     }
@@ -708,7 +708,7 @@ async fn reach(
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .is_some_and(|leaf| crate::control::carries_role(leaf, talos_contract::role::GATEWAY));
+        .is_some_and(|leaf| crate::tls::carries_role(leaf, talos_contract::role::GATEWAY));
     if !carries {
         return Err(std::io::Error::other(
             "the peer's certificate does not carry the gateway role",

@@ -5,7 +5,7 @@
 //! long-lived TLS connection between the two members, so that forwarding
 //! a connection costs a stream, not a TCP connect and a TLS handshake. A
 //! stream's request body carries, first, the PROXY v2 header
-//! ([`super::proxy`]), then the session's bytes as the session sent them;
+//! ([`crate::pair::proxy`]), then the session's bytes as the session sent them;
 //! its response body carries the bytes back. Ending a direction ends the
 //! stream's side (END_STREAM); dropping a [`LinkStream`] with its sides
 //! open resets the stream, so the other member's end sees an error, not a
