@@ -250,6 +250,17 @@ class Crate:
                 ab = self.absolute(m, inline.group(1).split("::"))
                 if ab is not None:
                     paths.append(ab)
+            # A bare inline path into a child module, in a mod.rs
+            # (`child::f()`): the child is in scope by its `mod`, and no
+            # other name can be (rustc refuses a `use` of the same name).
+            if m.is_dir:
+                children = {k[-1] for k in self.modules if len(k) == len(m.path) + 1 and k[:-1] == m.path}
+                if children:
+                    bare = r"(?<![A-Za-z0-9_:])((?:" + "|".join(sorted(children)) + r")(?:::" + IDENT + r")+)"
+                    for inline in re.finditer(bare, m.code):
+                        ab = self.absolute(m, inline.group(1).split("::"))
+                        if ab is not None:
+                            paths.append(ab)
             for p in paths:
                 r = self.resolve(p)
                 if r is None:
@@ -416,6 +427,10 @@ def self_test() -> int:
     circle = run({"mid/a.rs": "use crate::low;\nuse super::b::h;\npub struct Thing;\n"})
     if not any("import cycle among 2 files" in p and "src/mid/a.rs -> src/mid/b.rs: h" in p for p in circle):
         failures.append("a cycle through a re-export was not found: " + repr(circle))
+    bare = run({"mid/mod.rs": "pub mod a;\npub mod b;\npub use a::Thing;\npub struct Shared;\npub fn g() { b::h(); }\n",
+                "mid/b.rs": "use super::Shared;\npub fn h() { crate::low::f(); }\n"})
+    if not any("import cycle among 2 files" in p and "src/mid/mod.rs -> src/mid/b.rs: h" in p for p in bare):
+        failures.append("a cycle through a mod.rs's bare path into its child was not found: " + repr(bare))
     tree = expand_use_tree("a::{b, c::{d, e as f}, self}")
     if tree != [["a", "b"], ["a", "c", "d"], ["a", "c", "e"], ["a"]]:
         failures.append(f"use tree expanded wrongly: {tree}")

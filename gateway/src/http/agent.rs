@@ -104,7 +104,7 @@ pub async fn answer(
         Ok(held) => held,
         Err(at) => {
             let refused = at.refused();
-            super::refuse(conn, entry, &refused);
+            super::connection::refuse(conn, entry, &refused);
             // As a held request's (`http::proxy`): paused.
             tokio::time::sleep(crate::session::share::REFUSAL_PAUSE).await;
             return answers::json(
@@ -129,7 +129,7 @@ pub async fn answer(
         Outcome::Withdrawn => {
             let reason = Refusal::ApprovalWithdrawn;
             let refused = Refused::new(reason, "session_ended");
-            super::refuse(conn, entry, &refused);
+            super::connection::refuse(conn, entry, &refused);
             return answers::json(
                 conn,
                 StatusCode::from_u16(reason.http_status()).unwrap_or(StatusCode::FORBIDDEN),

@@ -333,6 +333,38 @@ impl Drop for HoldGuard<'_> {
     }
 }
 
+/// The one place a request's refusal is written down, wherever it was
+/// decided (the lease check here, the proxy, the agent endpoint): the
+/// entry's verdict, the count in `gateway_requests_refused_total`, and the
+/// log line — at debug for a session pushing at a bound of its share, so
+/// that a flood does not become one of log lines.
+pub(crate) fn refuse(
+    conn: &Connection,
+    entry: &mut crate::records::record::RequestRecord,
+    refused: &crate::refusal::Refused,
+) {
+    entry.refusal = Some(refused.reason);
+    metrics::counter!("gateway_requests_refused_total", "reason" => refused.reason.as_str())
+        .increment(1);
+    if refused.reason == crate::refusal::Refusal::SessionLimit {
+        tracing::debug!(
+            session = %conn.session.id,
+            destination = %conn.name,
+            cause = refused.cause,
+            "request refused at a bound of the session's share"
+        );
+    } else {
+        tracing::info!(
+            session = %conn.session.id,
+            destination = %conn.name,
+            method = %entry.method,
+            reason = refused.reason.as_str(),
+            cause = refused.cause,
+            "request refused"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

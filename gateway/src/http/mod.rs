@@ -57,7 +57,7 @@ pub async fn serve(
             proxy::Cause::SuspendedAfterFreeze
         };
         let refused = crate::refusal::Refused::new(Refusal::SessionEnded, cause.as_str());
-        refuse(&conn, entry, &refused);
+        connection::refuse(&conn, entry, &refused);
         answers::refusal(&conn, refused, proxy::is_grpc(req.headers()))
     } else {
         match &conn.destination {
@@ -76,38 +76,6 @@ pub async fn serve(
         head,
         listed.map(|at| (Arc::clone(&conn), at)),
     ))
-}
-
-/// The one place a request's refusal is written down, wherever it was
-/// decided (the lease check here, the proxy, the agent endpoint): the
-/// entry's verdict, the count in `gateway_requests_refused_total`, and the
-/// log line — at debug for a session pushing at a bound of its share, so
-/// that a flood does not become one of log lines.
-pub(crate) fn refuse(
-    conn: &Connection,
-    entry: &mut RequestRecord,
-    refused: &crate::refusal::Refused,
-) {
-    entry.refusal = Some(refused.reason);
-    metrics::counter!("gateway_requests_refused_total", "reason" => refused.reason.as_str())
-        .increment(1);
-    if refused.reason == Refusal::SessionLimit {
-        tracing::debug!(
-            session = %conn.session.id,
-            destination = %conn.name,
-            cause = refused.cause,
-            "request refused at a bound of the session's share"
-        );
-    } else {
-        tracing::info!(
-            session = %conn.session.id,
-            destination = %conn.name,
-            method = %entry.method,
-            reason = refused.reason.as_str(),
-            cause = refused.cause,
-            "request refused"
-        );
-    }
 }
 
 /// A reply on its way to the session, with the request's entry in the

@@ -96,7 +96,7 @@ pub async fn handle(
     match forward(conn, target, addrs, req, grpc, entry).await {
         Ok(resp) => resp,
         Err(refusal) => {
-            super::refuse(conn, entry, &refusal);
+            super::connection::refuse(conn, entry, &refusal);
             if refusal.reason == Refusal::SessionLimit {
                 // A session pushing at a bound of its share is answered
                 // after a pause, so that pushing costs the session time

@@ -51,7 +51,8 @@ use zeroize::Zeroizing;
 use super::super::ceremony::{self, AssertionJson, Presented, RegistrationJson};
 use super::super::{sessions, signed};
 use super::answer::{self, refuse, secure, Body, Reply};
-use super::{assets, views, watch, App, MAX_BODY};
+use super::app::{App, MAX_BODY};
+use super::{assets, live, views, watch};
 use crate::error::Error;
 use crate::model::ProposalState;
 use crate::store::WebSession;
@@ -192,7 +193,7 @@ async fn route_api(ctx: &mut Ctx<'_>, method: &Method, route: &str, body: Incomi
         }
         (&Method::GET, ["cards"]) => {
             let s = signed_in(ctx, true).await?;
-            let cards = watch::cards_of(ctx.app, &s.person).await?;
+            let cards = live::cards_of(ctx.app, &s.person).await?;
             Ok(answer::json(StatusCode::OK, &cards))
         }
         (&Method::GET, ["events"]) => events(ctx).await,
@@ -588,7 +589,7 @@ async fn events(ctx: &mut Ctx<'_>) -> Outcome {
     // The stream is not the person's activity, and never rotates the
     // token (its answer's head was sent long before any rotation due).
     let s = signed_in(ctx, false).await?;
-    let Some(body) = watch::open(ctx.app, &s.person, &s.id) else {
+    let Some(body) = live::open(ctx.app, &s.person, &s.id) else {
         return Err(Fail::Refused(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_streams",

@@ -31,24 +31,30 @@
 //!   worker, compiled into the binary.
 //! - `views`: what a card, a session and a history line look like to the
 //!   page, every field of the session's through [`super::text`].
+//! - `pool`: the app's own store connections.
 //! - `watch`: the card watch (the store polled on every replica, the
-//!   relay's hook) and the live card streams (server-sent events).
+//!   relay's hook).
+//! - `app`: what every request is served with (`App`), what the app works
+//!   with besides its config (`Deps`), the bounds the routes read.
+//! - `live`: the live card streams (server-sent events).
 //! - `api`: the routes: pages, sign-in and enrolment, cards and
 //!   decisions, sessions and Revoke All, push subscriptions.
 
 mod answer;
 mod assets;
 mod views;
+mod pool;
 mod watch;
+mod app;
+mod live;
 mod api;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use talos_certs::GatewayKey;
 use talos_contract::sync::Locked;
 use tokio::net::TcpListener;
 use tokio::sync::{watch as tokio_watch, Semaphore};
@@ -58,11 +64,13 @@ use tokio_rustls::TlsAcceptor;
 use super::push::{Push, PushArgs, PushConfig, PushTask};
 use super::rp::RelyingParty;
 use crate::error::Error;
-use crate::identity::VapidKey;
-use crate::link::{GatewayLink, ReportVerifier};
-use crate::store::{Db, Store};
+use crate::store::Store;
 
 pub use self::answer::CSP;
+use self::app::App;
+pub use self::app::{system_clock, Clock, Deps, Links, SharedLink, MAX_BODY};
+use self::pool::Pool;
+use self::watch::stopped;
 pub use self::watch::{CardHook, POLL_INTERVAL};
 
 /// Connections served at once: a team's phones and laptops, each with a
@@ -72,11 +80,6 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// How long a client has for its TLS handshake, and for each request's
 /// head: a stalled client must not hold a connection slot.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest request body read: 64 KiB. The largest the pages send is
-/// an enrolment's attestation (a few hundred bytes with attestation
-/// `none`, at most 16 KiB as WebAuthn bounds it, base64url).
-pub const MAX_BODY: usize = 64 * 1024;
 
 /// The largest request head (line and headers) read: 16 KiB. A browser's
 /// is well under 2 KiB here (one cookie, a few headers).
@@ -90,17 +93,6 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
 /// transactions): reads go on while a decision holds one waiting for the
 /// gateway.
 pub const STORE_CONNECTIONS: usize = 4;
-
-/// What tells the app the time: the system's clock, or a test's.
-pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
-
-/// A link to the gateways, shared.
-pub type SharedLink = Arc<dyn GatewayLink + Send + Sync>;
-
-/// Where the app's decisions and Revoke All reach the gateways: the link
-/// to the members the store names now (asked with the store connection of
-/// the request that needs it).
-pub type Links = Arc<dyn Fn(&Store) -> Result<SharedLink, Error> + Send + Sync>;
 
 /// The link [`following_members`] made last, with the members it reaches.
 pub type KeptLink = Arc<Mutex<Option<(Vec<String>, SharedLink)>>>;
@@ -285,36 +277,6 @@ impl WebConfig {
     }
 }
 
-/// What the web app works with besides its config.
-pub struct Deps {
-    /// The store (the app opens [`STORE_CONNECTIONS`] connections of its
-    /// own, and one for push).
-    pub db: Db,
-    /// The relay's signing key: decisions made here are signed with it.
-    pub relay_key: Arc<GatewayKey>,
-    /// The gateways: decisions and Revoke All reach them through it.
-    pub links: Links,
-    /// Checks the drop reports a Revoke All brings back.
-    pub verifier: Arc<dyn ReportVerifier + Send + Sync>,
-    /// The VAPID key, when push is on.
-    pub vapid: Option<VapidKey>,
-    /// The time: the system's clock but in tests.
-    pub clock: Clock,
-}
-
-impl std::fmt::Debug for Deps {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Deps")
-            .field("db", &self.db)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The system's clock.
-pub fn system_clock() -> Clock {
-    Arc::new(SystemTime::now)
-}
-
 /// The listener bound, not yet serving.
 #[derive(Debug)]
 pub struct Bound {
@@ -322,67 +284,6 @@ pub struct Bound {
     tls: Arc<rustls::ServerConfig>,
     addr: SocketAddr,
     config: WebConfig,
-}
-
-/// A few store connections of the app's own, each taken by one request at
-/// a time.
-pub(crate) struct Pool {
-    stores: Mutex<Vec<Store>>,
-    free: Semaphore,
-}
-
-impl Pool {
-    fn open(db: &Db, n: usize) -> Result<Pool, Error> {
-        let stores = (0..n)
-            .map(|_| Store::open(db))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Pool {
-            stores: Mutex::new(stores),
-            free: Semaphore::new(n),
-        })
-    }
-
-    /// Run `f` with a store connection on a blocking thread (the store's
-    /// transactions are synchronous).
-    pub(crate) async fn run<T: Send + 'static>(
-        self: &Arc<Self>,
-        f: impl FnOnce(&mut Store) -> Result<T, Error> + Send + 'static,
-    ) -> Result<T, Error> {
-        let _permit = self
-            .free
-            .acquire()
-            .await
-            .map_err(|_| Error::Store("the web app's store connections are closed".into()))?;
-        let pool = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let mut store = pool
-                .stores
-                .locked()
-                .pop()
-                .ok_or_else(|| Error::Store("no free store connection".into()))?;
-            let out = f(&mut store);
-            pool.stores.locked().push(store);
-            out
-        })
-        .await
-        .map_err(|e| Error::Store(format!("web app task: {e}")))?
-    }
-}
-
-/// What every request is served with.
-pub(crate) struct App {
-    pub(crate) rp: RelyingParty,
-    pub(crate) pool: Arc<Pool>,
-    pub(crate) deps: Deps,
-    pub(crate) push: Option<Push>,
-    pub(crate) watch: watch::Watch,
-    pub(crate) shutdown: tokio_watch::Receiver<bool>,
-}
-
-impl App {
-    pub(crate) fn now(&self) -> SystemTime {
-        (self.deps.clock)()
-    }
 }
 
 impl Bound {
@@ -506,14 +407,6 @@ impl std::fmt::Debug for Running {
         f.debug_struct("Running")
             .field("addr", &self.addr)
             .finish_non_exhaustive()
-    }
-}
-
-/// Resolves once `stop` says stop (at once if it did already; never if
-/// its sender is gone without saying it).
-async fn stopped(stop: &mut tokio_watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
 
