@@ -68,18 +68,15 @@ pub enum Command {
         dir: PathBuf,
     },
     /// Serve the ControlPlane service (the gateways' batches and
-    /// proposals) over mutual TLS until SIGTERM or SIGINT, and the
-    /// approvals API if asked. Prints one JSON line with the addresses once
-    /// listening.
+    /// proposals) over mutual TLS until SIGTERM or SIGINT, and the people's
+    /// web app if asked (--web-listen). Prints one JSON line with the
+    /// addresses once listening.
     Serve {
         /// The address to listen on (port 0: any free port).
         #[arg(long, value_name = "ADDR")]
         listen: std::net::SocketAddr,
-        /// Also serve the approvers' JSON API over HTTPS (TLS 1.3, the
-        /// stub's certificate) on this address; decisions made there go to
-        /// the gateways given with --gateway ID=ADDR.
-        #[arg(long, value_name = "ADDR")]
-        approvals_listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        web: crate::people::web::WebArgs,
         /// Serve Prometheus metrics (plain HTTP, GET /metrics) on this
         /// address.
         #[arg(long, value_name = "ADDR")]
@@ -112,9 +109,10 @@ pub enum Command {
     /// The approval relay's cards: list them, approve or decline one.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
-    /// Who may use the approvals API: each approver has a bearer token.
+    /// The people who decide cards and revoke sessions in the web app, and
+    /// their passkeys.
     #[command(subcommand)]
-    Approvers(ApproversCommand),
+    People(PeopleCommand),
     /// Print a session's certificate (JSON), issuing it first if it can be
     /// issued now (needs --control-dir for the signing key). Exits with
     /// certificate_not_issued while it cannot: the session has not ended
@@ -325,13 +323,24 @@ pub enum ApprovalsCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ApproversCommand {
-    /// Give an approver a bearer token for the approvals API; the token is
-    /// printed once and only its SHA-256 is kept.
-    Add { name: String },
-    /// The approvers with a token (names and times).
+pub enum PeopleCommand {
+    /// Make a person (if new) and print a one-time enrolment link,
+    /// <origin>/enrol#<token>, good for 15 minutes and one passkey.
+    Enroll {
+        name: String,
+        /// approver (decides the cards a rule names them on) or operator
+        /// (also sees every session and starts Revoke All).
+        #[arg(long, value_parser = parse_role)]
+        role: crate::model::Role,
+        /// The web app's origin, as serve --web-origin gives it.
+        #[arg(long = "web-origin", value_name = "URL")]
+        web_origin: String,
+    },
+    /// The people, their passkeys, open enrolment links and web sessions.
     List,
-    /// Take an approver's token away.
+    /// Remove a person: their passkeys, web sessions, links and push
+    /// subscriptions go at once (a Lock rule naming them is kept, and
+    /// named in a warning).
     Remove { name: String },
 }
 
@@ -379,6 +388,11 @@ pub enum GatewayCommand {
 fn parse_lock_mode(text: &str) -> Result<LockMode, String> {
     LockMode::parse(text)
         .ok_or_else(|| format!("{text:?} is not a mode: first_use or every_request"))
+}
+
+fn parse_role(text: &str) -> Result<crate::model::Role, String> {
+    crate::model::Role::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a role: approver or operator"))
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -446,7 +460,7 @@ pub fn run(
         }
         Command::Serve {
             listen,
-            approvals_listen,
+            web,
             metrics_listen,
             renew_ms,
             tick_ms,
@@ -454,7 +468,7 @@ pub fn run(
             cli,
             &ServeSettings {
                 listen: *listen,
-                approvals: *approvals_listen,
+                web: web.config()?,
                 metrics: *metrics_listen,
                 renew: std::time::Duration::from_millis(*renew_ms),
                 tick: std::time::Duration::from_millis(*tick_ms),
@@ -507,10 +521,10 @@ pub fn run(
             };
             write_out(stdout, &out)
         }
-        Command::Approvers(cmd) => {
+        Command::People(cmd) => {
             let mut store = Store::open(&cli.db)?;
-            // A new token is shown once, and zeroed after.
-            let out = Zeroizing::new(approvers(&mut store, cmd)?);
+            // A new enrolment link is shown once, and zeroed after.
+            let out = Zeroizing::new(people(&mut store, cmd)?);
             write_out(stdout, &out)
         }
         Command::Gateway(cmd) => {
@@ -592,7 +606,16 @@ fn sandbox(
         SandboxCommand::Interrupt { id } => json(&life.interrupt(id)?),
         SandboxCommand::Recover { id } => json(&life.recover(id)?),
         SandboxCommand::Stop { id } => json(&life.stop(id)?),
-        SandboxCommand::RevokeAll { id } => json(&life.revoke_all(id)?),
+        SandboxCommand::RevokeAll { id } => {
+            // A command-line call names its operator; nothing proves who
+            // ran it (the web app's Revoke All is signed by a passkey).
+            let mut out = serde_json::to_value(life.revoke_all(id)?)?;
+            out["requester"] = serde_json::to_value(crate::store::Requester::operator(&operator))?;
+            out["requester"]["note"] =
+                "a command-line call: the requester is named, not verified (no passkey signed it)"
+                    .into();
+            json(&out)
+        }
         SandboxCommand::Status { id } => json(&life.status(id)?),
         SandboxCommand::Trust { id, public_roots } => {
             life.trust(id)?.bundle(public_roots.as_deref())
@@ -676,23 +699,18 @@ fn policy(store: &mut Store, cmd: &PolicyCommand) -> Result<String, Error> {
     }
 }
 
-/// `approvers …`.
-fn approvers(store: &mut Store, cmd: &ApproversCommand) -> Result<String, Error> {
+/// `people …` (the logic is `people::accounts`).
+fn people(store: &mut Store, cmd: &PeopleCommand) -> Result<String, Error> {
+    use crate::people::accounts;
+    let now = std::time::SystemTime::now();
     match cmd {
-        ApproversCommand::Add { name } => {
-            let token = crate::relay::new_token()?;
-            store.approver_add(name, &crate::relay::token_hash(&token))?;
-            json(&serde_json::json!({
-                "approver": name,
-                "token": token.as_str(),
-                "note": "shown once: the store keeps only its SHA-256; send it as Authorization: Bearer TOKEN",
-            }))
-        }
-        ApproversCommand::List => json(&store.approver_list()?),
-        ApproversCommand::Remove { name } => {
-            store.approver_remove(name)?;
-            json(&serde_json::json!({"removed": name}))
-        }
+        PeopleCommand::Enroll {
+            name,
+            role,
+            web_origin,
+        } => json(&accounts::enroll(store, name, *role, web_origin, now)?),
+        PeopleCommand::List => json(&accounts::list(store, now)?),
+        PeopleCommand::Remove { name } => json(&accounts::remove(store, name)?),
     }
 }
 
@@ -910,17 +928,21 @@ pub fn gateway_targets(cli: &Cli) -> Result<Vec<String>, Error> {
     ))
 }
 
+/// How long the web app has at shutdown to finish its requests and push
+/// its queued messages.
+const WEB_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// What `serve` listens on and how often its loop runs.
 #[derive(Debug, Clone)]
 struct ServeSettings {
     listen: std::net::SocketAddr,
-    approvals: Option<std::net::SocketAddr>,
+    web: Option<crate::people::web::WebConfig>,
     metrics: Option<std::net::SocketAddr>,
     renew: std::time::Duration,
     tick: std::time::Duration,
 }
 
-/// `serve`: the ControlPlane service on `listen`, the approvals API and
+/// `serve`: the ControlPlane service on `listen`, the people's web app and
 /// the metrics if asked, and the upkeep loop ([`crate::upkeep`]) on a
 /// thread of its own, until SIGTERM/SIGINT/SIGQUIT.
 fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<(), Error> {
@@ -959,23 +981,29 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     // certificate.
     crate::identity::plane_key(dir)?;
     let metrics = install_metrics(cli, settings, &store)?;
-    // The API's link and key exist only with the API. The link owns a
-    // runtime of its own, which must be dropped outside the serving
+    // The web app's link and keys exist only with the web app. The link
+    // owns a runtime of its own, which must be dropped outside the serving
     // runtime: declared first, it is dropped last.
-    let api = match settings.approvals {
-        Some(_) => Some(crate::approvals_api::Api::new(
-            store.clone(),
-            std::sync::Arc::new(crate::identity::relay_key(dir)?),
-            std::sync::Arc::new(
-                crate::grpc_link::GrpcLink::new(&targets, cli.control_dir.clone())
-                    .map_err(Error::Link)?,
-            ),
+    let web_link: Option<std::sync::Arc<crate::grpc_link::GrpcLink>> = match &settings.web {
+        Some(_) => Some(std::sync::Arc::new(
+            crate::grpc_link::GrpcLink::new(&targets, cli.control_dir.clone())
+                .map_err(Error::Link)?,
         )),
         None => None,
     };
-    let api_tls = match settings.approvals {
-        Some(_) => Some(crate::approvals_api::server_config(&identity)?),
-        None => None,
+    let mut web_deps = match (&settings.web, &web_link) {
+        (Some(config), Some(link)) => Some(crate::people::web::Deps {
+            db: cli.db.clone(),
+            relay_key: std::sync::Arc::new(crate::identity::relay_key(dir)?),
+            link: link.clone(),
+            verifier: std::sync::Arc::new(crate::confirm::SignatureVerifier),
+            vapid: match config.push {
+                Some(_) => Some(crate::identity::vapid_key(dir)?),
+                None => None,
+            },
+            clock: crate::people::web::system_clock(),
+        }),
+        _ => None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1004,9 +1032,9 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
     let upkeep = start_upkeep(cli, &targets, dir, settings, &stopped)?;
     let result = runtime.block_on(async {
         let (listener, addr) = bind(settings.listen).await?;
-        let approvals = match settings.approvals {
-            Some(a) => Some(bind(a).await?),
-            None => None,
+        let web = match (&settings.web, web_deps.take()) {
+            (Some(config), Some(deps)) => Some(config.clone().bind().await?.start(deps).await?),
+            _ => None,
         };
         let metrics_listener = match settings.metrics {
             Some(a) => Some(bind(a).await?),
@@ -1015,8 +1043,8 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         // Before the ready line (see `Signals`).
         let signals = crate::serve::Signals::listen();
         let mut ready = serde_json::json!({"listening": addr.to_string(), "service": "talos.control.v1.ControlPlane"});
-        if let Some((_, a)) = &approvals {
-            ready["approvals"] = serde_json::Value::String(a.to_string());
+        if let Some(w) = &web {
+            ready["web"] = serde_json::Value::String(w.local_addr().to_string());
         }
         if let Some((_, a)) = &metrics_listener {
             ready["metrics"] = serde_json::Value::String(a.to_string());
@@ -1027,30 +1055,21 @@ fn serve(cli: &Cli, settings: &ServeSettings, stdout: &mut dyn Write) -> Result<
         if let (Some((listener, _)), Some(handle)) = (metrics_listener, metrics) {
             tokio::spawn(crate::serve::serve_metrics(listener, handle));
         }
-        let grpc = crate::serve::serve(
-            listener,
-            tls,
-            crate::serve::Consumer::shared(store.clone()).registering(dir.to_owned()),
-            shutdown.clone().wait(),
-        );
-        match (approvals, api.clone(), api_tls) {
-            (Some((listener, _)), Some(api), Some(api_tls)) => {
-                let http = crate::approvals_api::serve(
-                    listener,
-                    api_tls,
-                    api,
-                    shutdown.clone().wait(),
-                );
-                tokio::join!(grpc, http);
-            }
-            _ => grpc.await,
+        let mut consumer =
+            crate::serve::Consumer::shared(store.clone()).registering(dir.to_owned());
+        if let Some(w) = &web {
+            consumer = consumer.on_card(w.card_hook());
+        }
+        crate::serve::serve(listener, tls, consumer, shutdown.clone().wait()).await;
+        if let Some(w) = web {
+            w.stop(WEB_GRACE).await;
         }
         Ok(())
     });
     stopped.stop();
     upkeep.join();
     drop(runtime);
-    drop(api);
+    drop(web_link);
     result
 }
 

@@ -41,9 +41,20 @@
 //! | `approval_not_found` | no proposal has that id |
 //! | `approval_not_pending` | a decision on a proposal already approved, declined, withdrawn (its session paused, was interrupted or ended) or expired |
 //! | `approver_not_listed` | the approver is not among the proposal's approvers, or no longer among its rule's (or the rule was removed); nothing changes |
-//! | `approver_exists` | `approvers add` of a name that already has a token (remove it first to issue a new one) |
-//! | `approver_not_found` | `approvers remove` of a name that has no token |
-//! | `approver_token_invalid` | the approvals API was called without a bearer token, or with one no approver has (HTTP 401) |
+//! | `approver_not_enrolled` | `policy lock add` names an approver who holds no passkey (`people enroll NAME --role approver`, then the link): nobody could decide its cards |
+//! | `person_not_found` | `people remove` of a name that is no person |
+//! | `person_role_conflict` | `people enroll` of a person with another role than the one they hold (remove them and enrol them again to change it) |
+//! | `enrolment_unknown` | an enrolment link whose token no enrolment has (mistyped, or its person was removed) |
+//! | `enrolment_expired` | an enrolment link past its 15 minutes |
+//! | `enrolment_used` | an enrolment link already used (each is good once) |
+//! | `challenge_invalid` | a passkey ceremony's challenge that was never issued, was used already, is past its 2 minutes, or was issued for another purpose, person or command |
+//! | `passkey_refused` | WebAuthn refused the passkey's registration or assertion; `reason` is `talos_certs::webauthn`'s stable name (`challenge_mismatch`, `user_not_verified`, `unknown_credential`, …) |
+//! | `passkey_exists` | an enrolment of a credential id already stored (the same authenticator twice) |
+//! | `sign_in_limited` | too many sign-in attempts from one address, or in all, in the last 15 minutes (HTTP 429, `Retry-After`) |
+//! | `challenges_full` | as many passkey challenges are outstanding as the store keeps (HTTP 429) |
+//! | `not_signed_in` | a web app request without a live session cookie (HTTP 401) |
+//! | `not_permitted` | a web app request the person's role does not allow (HTTP 403) |
+//! | `web_config_invalid` | a web app setting is malformed: an origin that is not `https://NAME[:PORT]` (a lower-case DNS name), an rp id the origin's host is not under, a `--web-*` flag without `--web-listen` or the reverse |
 //! | `relay_key_invalid` | the relay's signing key (`<control-dir>/relay.key`) cannot be read or made, or deciding needs it and no `--control-dir` was given |
 //! | `proposal_invalid` | a gateway's proposal does not hold together: a field out of bounds, a sentence or digest that is not the one its fields give, a rule or approvers that are not the rule's (gRPC `INVALID_ARGUMENT`) |
 //! | `proposal_stale` | a proposal for a session that is not running at that attempt, from a gateway that holds no authority for it (gRPC `FAILED_PRECONDITION`) |
@@ -135,12 +146,49 @@ pub enum Error {
     ApprovalNotPending { id: String, state: &'static str },
     #[error("{approver} is not listed to decide proposal {id}")]
     ApproverNotListed { id: String, approver: String },
-    #[error("approver {name} already has a token; remove it first to issue a new one")]
-    ApproverExists { name: String },
-    #[error("no approver {name}")]
-    ApproverNotFound { name: String },
-    #[error("a bearer token of a listed approver is needed")]
-    ApproverTokenInvalid,
+    #[error("approver {name} has no passkey enrolled, so nobody of that name could decide the rule's cards: control-stub people enroll {name} --role approver, and have them open the link")]
+    ApproverNotEnrolled { name: String },
+    #[error("no person {name}")]
+    PersonNotFound { name: String },
+    #[error("{name} is an {role}, not an {asked}: to change a role, remove the person and enrol them again")]
+    PersonRoleConflict {
+        name: String,
+        role: &'static str,
+        asked: &'static str,
+    },
+    #[error("no enrolment has this link: ask for a new one")]
+    EnrolmentUnknown,
+    #[error("this enrolment link expired at {expired_at}: ask for a new one")]
+    EnrolmentExpired { expired_at: String },
+    #[error("this enrolment link was used at {used_at}: each link is good once")]
+    EnrolmentUsed { used_at: String },
+    #[error("challenge: {reason}")]
+    ChallengeInvalid { reason: String },
+    #[error("passkey refused ({reason}): {detail}")]
+    PasskeyRefused {
+        reason: &'static str,
+        detail: String,
+    },
+    #[error("this passkey is enrolled already")]
+    PasskeyExists,
+    #[error("too many sign-in attempts {scope}: try again in {retry_after_secs} s")]
+    SignInLimited {
+        scope: &'static str,
+        retry_after_secs: u64,
+    },
+    #[error(
+        "{outstanding} passkey challenges are outstanding, the most kept: try again in a minute"
+    )]
+    ChallengesFull { outstanding: u64 },
+    #[error("not signed in (or the session is over): sign in with your passkey")]
+    NotSignedIn,
+    #[error("web app: {reason}")]
+    WebConfigInvalid { reason: String },
+    #[error("{what} needs the role {needs}")]
+    NotPermitted {
+        what: &'static str,
+        needs: &'static str,
+    },
     #[error("relay key: {reason}")]
     RelayKeyInvalid { reason: String },
     #[error("proposal: {reason}")]
@@ -196,9 +244,20 @@ impl Error {
             Error::ApprovalNotFound { .. } => "approval_not_found",
             Error::ApprovalNotPending { .. } => "approval_not_pending",
             Error::ApproverNotListed { .. } => "approver_not_listed",
-            Error::ApproverExists { .. } => "approver_exists",
-            Error::ApproverNotFound { .. } => "approver_not_found",
-            Error::ApproverTokenInvalid => "approver_token_invalid",
+            Error::ApproverNotEnrolled { .. } => "approver_not_enrolled",
+            Error::PersonNotFound { .. } => "person_not_found",
+            Error::PersonRoleConflict { .. } => "person_role_conflict",
+            Error::EnrolmentUnknown => "enrolment_unknown",
+            Error::EnrolmentExpired { .. } => "enrolment_expired",
+            Error::EnrolmentUsed { .. } => "enrolment_used",
+            Error::ChallengeInvalid { .. } => "challenge_invalid",
+            Error::PasskeyRefused { .. } => "passkey_refused",
+            Error::PasskeyExists => "passkey_exists",
+            Error::SignInLimited { .. } => "sign_in_limited",
+            Error::ChallengesFull { .. } => "challenges_full",
+            Error::NotSignedIn => "not_signed_in",
+            Error::NotPermitted { .. } => "not_permitted",
+            Error::WebConfigInvalid { .. } => "web_config_invalid",
             Error::RelayKeyInvalid { .. } => "relay_key_invalid",
             Error::ProposalInvalid { .. } => "proposal_invalid",
             Error::ProposalStale { .. } => "proposal_stale",

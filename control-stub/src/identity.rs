@@ -490,12 +490,6 @@ impl Identity {
         })
     }
 
-    /// The private key, for a server config made elsewhere (the approvals
-    /// API's, which asks for no client certificate).
-    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
-        &self.key
-    }
-
     /// A TLS 1.3 client config presenting this identity and trusting only
     /// the control CA; ALPN h2 (gRPC).
     pub fn client_config(&self) -> Result<rustls::ClientConfig, Error> {

@@ -62,9 +62,12 @@
 //!   issued, metrics.
 //! - [`serve`]: the `ControlPlane` service: the batch consumer and the
 //!   relay's `Propose`; signals; the metrics listener.
-//! - [`approvals_api`]: the approvers' small JSON API over HTTPS.
-//! - [`people`] (a folder): what the control plane does for people:
-//!   `push`, Web Push to an approver's devices when a card waits.
+//! - [`people`] (a folder): what the control plane does for people —
+//!   approvers and operators: who they are and their passkeys
+//!   (`accounts`), the passkey ceremonies and what a signed request may do
+//!   (`ceremony`), a card's text made safe to show (`text`), Web Push to
+//!   their devices when a card waits (`push`), and the web app they use
+//!   (`web`, a component `serve` starts and stops).
 //! - [`cli`]: the `control-stub` command line.
 //! - `synth` (only with the `test-util` feature): a synthetic session with
 //!   real signatures, for the certificate bundle's tests and benchmark.
@@ -93,7 +96,6 @@ pub mod certificate;
 pub mod bundle;
 pub mod upkeep;
 pub mod serve;
-pub mod approvals_api;
 pub mod people;
 pub mod cli;
 #[cfg(any(test, feature = "test-util"))]

@@ -259,6 +259,19 @@ words! {
 }
 
 words! {
+    /// What a person may do in the web app (`people enroll NAME --role`).
+    /// An operator may do everything an approver may, and more: a Lock
+    /// rule may name either.
+    pub enum Role {
+        /// Decides the cards a Lock rule names them on, and sees those
+        /// cards' sessions.
+        Approver => "approver",
+        /// Also sees every session's page and starts Revoke All there.
+        Operator => "operator",
+    }
+}
+
+words! {
     /// What became of a close asked again (the `result` of
     /// `stub_close_attempts_total`).
     pub enum CloseAttempt {

@@ -15,12 +15,15 @@
 //!   acknowledged and changes nothing, another digest is refused. Every
 //!   refusal is the answer to the gateway's call, at once: the gateway
 //!   ends the held request then, rather than at the end of its time.
-//! - **Deciding** ([`decide`], behind `approvals approve|decline` and the
-//!   approvals API): a pending proposal not past its `expires_at`, an
-//!   approver named both by the proposal and, still, by its rule; the
-//!   decision is signed with the relay's key ([`crate::identity::RELAY_KEY`])
-//!   and delivered to the gateway that proposed, inside the store
-//!   transaction that records it, so a delivery that fails records nothing.
+//! - **Deciding** ([`decide_signed`], behind the web app's Approve and
+//!   Decline, which pass the person's verified passkey assertion; and
+//!   [`decide`], behind `approvals approve|decline --as`, for tests and
+//!   labs): a pending proposal not past its `expires_at`, an approver named
+//!   both by the proposal and, still, by its rule; the decision is signed
+//!   with the relay's key ([`crate::identity::RELAY_KEY`]) and delivered to
+//!   the gateway that proposed, inside the store transaction that records
+//!   it (with the assertion, when a person signed), so a delivery that
+//!   fails records nothing.
 //! - **Withdrawal** happens in the session state machine: a pause, an
 //!   interruption or an end withdraws the session's pending proposals in
 //!   the transition's own transaction.
@@ -35,7 +38,6 @@ use talos_certs::{
     proposal_digest, sentence, Decision, GatewayKey, Proposal, ProposalKind, Verdict,
 };
 use talos_contract::path;
-use zeroize::Zeroizing;
 
 use crate::error::Error;
 use crate::lifecycle::load;
@@ -44,7 +46,7 @@ use crate::lock::{self, LockRule};
 use crate::model::{ProposalState, State};
 use crate::names;
 use crate::pb;
-use crate::store::{now, ProposalRecord, Store};
+use crate::store::{now, ProposalRecord, SignedByPasskey, Store, Tx};
 
 /// The largest proposal message accepted, encoded: proposals are a few
 /// hundred bytes; the bound keeps a confused gateway from filling the store.
@@ -236,6 +238,7 @@ pub fn receive(store: &mut Store, msg: &pb::ProposalMsg) -> Result<Received, Err
             received_at: now(),
             decision: None,
             outcome: None,
+            assertion: None,
             fields: p.clone(),
         };
         tx.insert_proposal(&record)?;
@@ -266,7 +269,7 @@ pub fn expire_overdue(store: &mut Store) -> Result<usize, Error> {
     })
 }
 
-/// A card as `approvals list` and the approvals API show it.
+/// A card as `approvals list` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Card {
     pub id: String,
@@ -336,11 +339,15 @@ pub struct Decided {
     pub outcome: String,
     /// The signed decision as delivered (talos-certs `Signed`, JSON).
     pub signed: serde_json::Value,
+    /// The person's passkey assertion that authorised it (the web app).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<SignedByPasskey>,
 }
 
-/// Decide proposal `id` as `approver` (see the module docs). On any error
-/// nothing changes, except that a pending proposal found past its time is
-/// marked expired.
+/// Decide proposal `id` as `approver` (see the module docs), with nothing
+/// but the relay's word: `approvals approve|decline --as` (tests and
+/// labs). On any error nothing changes, except that a pending proposal
+/// found past its time is marked expired.
 pub fn decide(
     store: &mut Store,
     link: &dyn GatewayLink,
@@ -348,6 +355,26 @@ pub fn decide(
     id: &str,
     approver: &str,
     verdict: Verdict,
+) -> Result<Decided, Error> {
+    decide_signed(store, link, key, id, approver, verdict, |_, _| Ok(None))
+}
+
+/// [`decide`], with `sign` run inside the decision's transaction after the
+/// relay's own checks (pending, in time, `approver` named by the card and
+/// still by its rule, the session running) and before the decision is
+/// signed and delivered: it checks the person's passkey assertion over the
+/// card (the web app's `people::ceremony`) and returns it, to be recorded
+/// with the decision. Its error refuses the decision, and nothing changes
+/// (the passkey's sign count included: it is written in the same
+/// transaction).
+pub fn decide_signed(
+    store: &mut Store,
+    link: &dyn GatewayLink,
+    key: &GatewayKey,
+    id: &str,
+    approver: &str,
+    verdict: Verdict,
+    sign: impl FnOnce(&Tx<'_>, &ProposalRecord) -> Result<Option<SignedByPasskey>, Error>,
 ) -> Result<Decided, Error> {
     let approver = lock::approver(approver)?;
     let not_found = || Error::ApprovalNotFound { id: bounded(id) };
@@ -402,6 +429,7 @@ pub fn decide(
                 state: ProposalState::Withdrawn.as_str(),
             });
         }
+        let assertion = sign(tx, &p)?;
         let decided_at = now();
         let decision = Decision {
             proposal_id: p.proposal_id.clone(),
@@ -424,6 +452,7 @@ pub fn decide(
             &decided_at,
             &envelope,
             &outcome,
+            assertion.as_ref(),
         )?;
         Ok(Decided {
             proposal_id: p.proposal_id,
@@ -434,25 +463,7 @@ pub fn decide(
             proposal_digest: p.digest,
             outcome,
             signed: envelope,
+            assertion,
         })
     })
-}
-
-/// A fresh approver token: 32 random bytes from the operating system, as
-/// 64 hex digits. Shown once; only [`token_hash`] of it is stored.
-pub fn new_token() -> Result<Zeroizing<String>, Error> {
-    let mut bytes = Zeroizing::new([0u8; 32]);
-    aws_lc_rs::rand::fill(bytes.as_mut()).map_err(|_| Error::Io {
-        what: "token".into(),
-        reason: "the system random generator failed".into(),
-    })?;
-    Ok(Zeroizing::new(hex::encode(bytes.as_ref())))
-}
-
-/// SHA-256 (hex) of a token, as stored and looked up.
-pub fn token_hash(token: &str) -> String {
-    hex::encode(aws_lc_rs::digest::digest(
-        &aws_lc_rs::digest::SHA256,
-        token.as_bytes(),
-    ))
 }

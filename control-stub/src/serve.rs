@@ -61,14 +61,29 @@ pub const MAX_MESSAGE: usize = talos_certs::MAX_PAYLOAD_LEN + 64 * 1024;
 /// certificate does not name.
 pub use talos_contract::role::CERTIFICATE_MISMATCH;
 
+/// What the relay calls when it stores a new card, with the store it is
+/// in: the people's web app (Web Push, the live card streams).
+pub type CardHook = Arc<dyn Fn(&Store, &crate::store::ProposalRecord) + Send + Sync>;
+
 /// The batch consumer: the store behind a lock (one writer at a time, as
 /// SQLite has anyway).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Consumer {
     store: Arc<Mutex<Store>>,
     /// The control channel identity, to fetch the key of a member that was
     /// added (`gateway add`) but never reached, when its first batch comes.
     control_dir: Option<std::path::PathBuf>,
+    /// Called for each new card the relay stores.
+    on_card: Option<CardHook>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("control_dir", &self.control_dir)
+            .field("on_card", &self.on_card.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Consumer {
@@ -76,12 +91,20 @@ impl Consumer {
         Consumer::shared(Arc::new(Mutex::new(store)))
     }
 
-    /// A consumer on a store shared with the approvals API.
+    /// A consumer on a store shared with other parts of `serve`.
     pub fn shared(store: Arc<Mutex<Store>>) -> Consumer {
         Consumer {
             store,
             control_dir: None,
+            on_card: None,
         }
+    }
+
+    /// Call `hook` for each new card the relay stores (after it is
+    /// stored; the gateway's call waits for nothing it does).
+    pub fn on_card(mut self, hook: CardHook) -> Consumer {
+        self.on_card = Some(hook);
+        self
     }
 
     /// Register a stored member's key at its first batch, by asking it
@@ -295,9 +318,13 @@ impl ControlPlane for Consumer {
             )));
         }
         let store = self.store.clone();
+        let on_card = self.on_card.clone();
         let result = tokio::task::spawn_blocking(move || {
             let mut store = store.locked();
             let r = crate::relay::receive(&mut store, &msg);
+            if let (Ok(crate::relay::Received::New(card)), Some(hook)) = (&r, &on_card) {
+                hook(&store, card);
+            }
             (msg, r)
         })
         .await

@@ -2,12 +2,12 @@
 //! every open, proposals checked and stored, decisions signed and
 //! delivered (or refused with nothing changed), withdrawal and expiry, the
 //! certificate's proposals, and — over real mutual TLS with a stand-in
-//! gateway — `Propose`, `approvals approve` and the approvals API.
+//! gateway — `Propose`, `approvals approve` and the people's web app.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, Read as _, Write as _};
+use std::io::{BufRead as _, Read as _};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -41,6 +41,7 @@ fn at(offset: Duration, later: bool) -> String {
 }
 
 fn rule(store: &mut Store, approvers: &[&str]) -> LockRule {
+    common::people::enrol_all(store, approvers);
     let approvers: Vec<String> = approvers.iter().map(|a| (*a).to_owned()).collect();
     store
         .lock_add(
@@ -126,6 +127,38 @@ fn lock_rules_are_added_listed_and_removed_and_bad_ones_change_nothing() {
         args.extend_from_slice(extra);
         bin(&db, &args, b"")
     };
+    // A rule may name only people who hold a passkey: one naming anyone
+    // else is refused, naming them, and nothing is stored.
+    let out = add(&[
+        "--destination",
+        "api.github.com",
+        "--mode",
+        "first_use",
+        "--approver",
+        "alice",
+    ]);
+    assert_eq!(out.code(), Some("approver_not_enrolled"), "{out:?}");
+    assert!(
+        out.stderr.contains("approver alice has no passkey"),
+        "{out:?}"
+    );
+    common::people::enrol_all(&mut Store::open(&db).unwrap(), &["alice"]);
+    let out = add(&[
+        "--destination",
+        "api.github.com",
+        "--mode",
+        "first_use",
+        "--approver",
+        "alice",
+        "--approver",
+        "bob",
+    ]);
+    assert_eq!(out.code(), Some("approver_not_enrolled"), "{out:?}");
+    assert!(
+        out.stderr.contains("approver bob has no passkey"),
+        "{out:?}"
+    );
+    common::people::enrol_all(&mut Store::open(&db).unwrap(), &["bob", "a"]);
     let out = add(&[
         "--destination",
         "API.GitHub.com",
@@ -299,6 +332,7 @@ fn every_open_carries_the_rules_and_the_relay_key_and_records_them() {
 
     // A rule added while paused travels with the resume.
     env.life().pause(&id).unwrap();
+    common::people::enrol_all(&mut env.store, &["bob"]);
     let r2 = env
         .store
         .lock_add(
@@ -431,6 +465,7 @@ fn proposals_are_checked_against_their_fields_session_and_rule() {
 fn the_relay_judges_the_shared_lock_cases_as_the_gateway_does() {
     use talos_contract::cases::{self, LOCK_CASES};
     let mut env = Env::new().with_policy();
+    common::people::enrol_all(&mut env.store, &[cases::LOCK_APPROVER]);
     let r = env
         .store
         .lock_add(
@@ -847,7 +882,7 @@ fn the_approvals_commands_list_decide_and_refuse_bad_inputs_with_their_codes() {
             ],
             "name_invalid",
         ),
-        (vec!["approvers", "remove", "nobody"], "approver_not_found"),
+        (vec!["people", "remove", "nobody"], "person_not_found"),
     ] {
         let (status, out, err) = run(&args);
         assert_eq!(status, 2, "{args:?}");
@@ -894,20 +929,10 @@ fn the_approvals_commands_list_decide_and_refuse_bad_inputs_with_their_codes() {
     assert_eq!(status, 2);
     assert!(err.starts_with("error: approval_not_pending: "), "{err}");
 
-    // Approvers: the token is printed once; the store keeps its hash.
-    let (status, out, _) = run(&["approvers", "add", "alice"]);
-    assert_eq!(status, 0);
-    let printed: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let token = printed["token"].as_str().unwrap().to_owned();
-    assert_eq!(token.len(), 64);
-    assert!(!common::dump(&db).contains(&token));
+    // The bearer-token approvals API is gone, with its command.
     let (status, _, err) = run(&["approvers", "add", "alice"]);
     assert_eq!(status, 2);
-    assert!(err.starts_with("error: approver_exists: "), "{err}");
-    let (_, out, _) = run(&["approvers", "list"]);
-    assert!(out.contains("alice") && !out.contains(&token), "{out}");
-    let (status, _, _) = run(&["approvers", "remove", "alice"]);
-    assert_eq!(status, 0);
+    assert!(err.contains("unrecognized subcommand 'approvers'"), "{err}");
 }
 
 // ---- over the wire: a stand-in gateway, `serve`, the CLI and the API ----
@@ -1056,46 +1081,6 @@ async fn control_client(
     ControlPlaneClient::new(channel)
 }
 
-/// One HTTPS request to the approvals API, trusting only `ca.pem` and
-/// checking the name `control-stub`; returns the status and the JSON body.
-fn https(
-    dir: &std::path::Path,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-) -> (u16, serde_json::Value) {
-    let roots = Identity::load(dir, "stub").unwrap().roots;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let conn = rustls::ClientConnection::new(
-        Arc::new(config),
-        ServerName::try_from(identity::STUB_NAME).unwrap(),
-    )
-    .unwrap();
-    let tcp = std::net::TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        tls,
-        "{method} {path} HTTP/1.1\r\nHost: control-stub\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    let _ = tls.read_to_end(&mut raw);
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, serde_json::from_str(body).unwrap())
-}
-
 struct Child(std::process::Child);
 
 impl Drop for Child {
@@ -1106,7 +1091,7 @@ impl Drop for Child {
 }
 
 #[test]
-fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
+fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_web_app() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("control");
     identity::init(&dir, &["gw-a".into(), "gw-b".into()]).unwrap();
@@ -1116,6 +1101,13 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
     let gw_addr = gw.serve(&dir);
     let gateway = format!("gw-a={gw_addr}");
     let dir_s = dir.to_str().unwrap().to_owned();
+    let web_ca = common::people::WebCa::new(tmp.path());
+    // The origin people's browsers use; this test's client connects to
+    // wherever serve listens and says this origin, as a browser behind a
+    // name and port of the operator's would.
+    let origin = "https://people.talos.test:8443";
+    let rp =
+        talos_control_stub::people::rp::RelyingParty::new(origin, common::people::RP_ID).unwrap();
     let mut outputs = String::new();
     let mut run = |args: &[&str], stdin: &[u8]| {
         let mut all = vec![
@@ -1130,6 +1122,66 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
         outputs.push_str(&out.stderr);
         out
     };
+
+    // `serve` with the web app, reaching gw-a for decisions.
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_control-stub"))
+            .arg("--db")
+            .arg(&db)
+            .args(["--control-dir", &dir_s, "--gateway", &gateway])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--web-listen", "127.0.0.1:0", "--web-origin", origin])
+            .arg("--web-cert")
+            .arg(&web_ca.cert)
+            .arg("--web-key")
+            .arg(&web_ca.key)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let grpc_addr: SocketAddr = ready["listening"].as_str().unwrap().parse().unwrap();
+    let web_addr: SocketAddr = ready["web"].as_str().unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // Alice, Bob and Carol enrol, each with the link `people enroll`
+    // printed, on the web app.
+    let mut links = Vec::new();
+    let mut people = BTreeMap::new();
+    for name in ["alice", "bob", "carol"] {
+        let out = run(
+            &[
+                "people",
+                "enroll",
+                name,
+                "--role",
+                "approver",
+                "--web-origin",
+                origin,
+            ],
+            b"",
+        );
+        assert_eq!(out.status, 0, "{out:?}");
+        let printed: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let link = printed["link"].as_str().unwrap().to_owned();
+        assert!(link.starts_with(&format!("{origin}/enrol#")), "{link}");
+        let mut browser = common::people::Client::new(web_addr, &web_ca.ca_pem, origin);
+        let passkey = rt.block_on(browser.enrol(&rp, &link));
+        rt.block_on(async {
+            let signed = browser.sign_in(&rp, &passkey).await;
+            assert_eq!(signed.status, 200, "{}", signed.text);
+        });
+        links.push(link);
+        people.insert(name, (browser, passkey));
+    }
 
     assert_eq!(
         run(&["policy", "egress", "add", "api.github.com"], b"").status,
@@ -1194,48 +1246,9 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
         assert_eq!(opens[0].lock[0].mode, "every_request");
         assert_eq!(opens[0].lock[0].approvers, ["alice", "bob"]);
     }
-    let alice = run(&["approvers", "add", "alice"], b"");
-    let alice: serde_json::Value = serde_json::from_str(&alice.stdout).unwrap();
-    let alice = alice["token"].as_str().unwrap().to_owned();
-    let bob = run(&["approvers", "add", "bob"], b"");
-    let bob: serde_json::Value = serde_json::from_str(&bob.stdout).unwrap();
-    let bob = bob["token"].as_str().unwrap().to_owned();
-    let carol = run(&["approvers", "add", "carol"], b"");
-    let carol: serde_json::Value = serde_json::from_str(&carol.stdout).unwrap();
-    let carol = carol["token"].as_str().unwrap().to_owned();
-
-    // `serve` with the approvals API, reaching gw-a for decisions.
-    let mut child = Child(
-        std::process::Command::new(env!("CARGO_BIN_EXE_control-stub"))
-            .arg("--db")
-            .arg(&db)
-            .args(["--control-dir", &dir_s, "--gateway", &gateway])
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--approvals-listen",
-                "127.0.0.1:0",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    std::io::BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let grpc_addr: SocketAddr = ready["listening"].as_str().unwrap().parse().unwrap();
-    let api_addr: SocketAddr = ready["approvals"].as_str().unwrap().parse().unwrap();
 
     let p1 = proposal(&session, 1, &rule, "gw-a", 1);
     let p2 = proposal(&session, 1, &rule, "gw-a", 2);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     rt.block_on(async {
         let mut a = control_client(&dir, "gw-a", grpc_addr).await;
         a.propose(msg(&p1)).await.unwrap();
@@ -1268,73 +1281,84 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
         assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     });
 
-    // The API: the caller's pending cards, and nothing without a token.
-    let (status, body) = https(&dir, api_addr, "GET", "/v1/approvals", None);
-    assert_eq!(status, 401, "{body}");
-    assert_eq!(body["error"], "approver_token_invalid");
-    let (status, _) = https(
-        &dir,
-        api_addr,
-        "GET",
-        "/v1/approvals",
-        Some(&"0".repeat(64)),
-    );
-    assert_eq!(status, 401);
-    let (status, body) = https(&dir, api_addr, "GET", "/v1/approvals", Some(&alice));
-    assert_eq!(status, 200, "{body}");
-    let cards = body.as_array().unwrap();
-    assert_eq!(cards.len(), 2);
-    assert_eq!(cards[0]["digest"], msg(&p1).digest.as_str());
-    let (status, body) = https(&dir, api_addr, "GET", "/v1/approvals", Some(&carol));
-    assert_eq!((status, body.as_array().unwrap().len()), (200, 0));
-    let before = common::dump(&db);
-    let (status, body) = https(
-        &dir,
-        api_addr,
-        "POST",
-        &format!("/v1/approvals/{}/approve", p1.proposal_id),
-        Some(&carol),
-    );
-    assert_eq!(status, 403, "{body}");
-    assert_eq!(body["error"], "approver_not_listed");
-    let (status, body) = https(
-        &dir,
-        api_addr,
-        "POST",
-        "/v1/approvals/nope/approve",
-        Some(&bob),
-    );
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (404, Some("approval_not_found"))
-    );
-    let (status, _) = https(
-        &dir,
-        api_addr,
-        "GET",
-        &format!("/v1/approvals/{}/approve", p1.proposal_id),
-        Some(&bob),
-    );
-    assert_eq!(status, 405);
-    assert_eq!(common::dump(&db), before, "refused calls changed the store");
-    assert!(gw.decisions.lock().unwrap().is_empty());
+    rt.block_on(async {
+        // The web app: each person's waiting cards, and nothing without a
+        // session.
+        let mut stranger = common::people::Client::new(web_addr, &web_ca.ca_pem, origin);
+        let a = stranger.get("/api/cards").await;
+        assert_eq!((a.status, a.code()), (401, "not_signed_in"), "{}", a.text);
+        let (alice, _) = people.get_mut("alice").unwrap();
+        let cards = alice.get("/api/cards").await;
+        assert_eq!(cards.status, 200, "{}", cards.text);
+        let list = cards.body["cards"].as_array().unwrap().clone();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0]["digest"], msg(&p1).digest.as_str());
+        assert_eq!(list[0]["sentence"]["escaped"], sentence(&p1).as_str());
+        let (carol, carol_key) = people.get_mut("carol").unwrap();
+        let mine = carol.get("/api/cards").await;
+        assert_eq!(mine.body["cards"].as_array().unwrap().len(), 0);
+        // Carol, not named on the card, cannot decide it with her own
+        // passkey; no card, no decision; a GET is not a decision.
+        let refused = carol
+            .decide(&rp, carol_key, &list[0], "approved", "approved")
+            .await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (403, "approver_not_listed"),
+            "{}",
+            refused.text
+        );
+        let mut nope = list[0].clone();
+        nope["id"] = "nope".into();
+        let (alice, alice_key) = people.get_mut("alice").unwrap();
+        let refused = alice
+            .decide(&rp, alice_key, &nope, "approved", "approved")
+            .await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (404, "approval_not_found")
+        );
+        let refused = alice
+            .get(&format!("/api/cards/{}/decision", p1.proposal_id))
+            .await;
+        assert_eq!(refused.status, 405);
+        assert!(gw.decisions.lock().unwrap().is_empty());
+    });
 
-    // Approved on the command line, declined through the API: the
-    // gateway verified both under the relay key it was opened with.
+    // Approved on the command line (tests and labs), declined on the web
+    // by Bob with his passkey: the gateway verified both under the relay
+    // key it was opened with.
     let out = run(
         &["approvals", "approve", &p1.proposal_id, "--as", "alice"],
         b"",
     );
     assert_eq!(out.status, 0, "{out:?}");
-    let (status, body) = https(
-        &dir,
-        api_addr,
-        "POST",
-        &format!("/v1/approvals/{}/decline", p2.proposal_id),
-        Some(&bob),
-    );
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["outcome"], "refused");
+    rt.block_on(async {
+        let (bob, bob_key) = people.get_mut("bob").unwrap();
+        let cards = bob.get("/api/cards").await;
+        let list = cards.body["cards"].as_array().unwrap().clone();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0]["id"], p2.proposal_id.as_str());
+        let done = bob
+            .decide(&rp, bob_key, &list[0], "declined", "declined")
+            .await;
+        assert_eq!(done.status, 200, "{}", done.text);
+        assert_eq!(done.body["outcome"], "refused");
+        let (alice, alice_key) = people.get_mut("alice").unwrap();
+        let cards = alice.get("/api/cards").await;
+        assert_eq!(cards.body["cards"].as_array().unwrap().len(), 0);
+        let mut decided = list[0].clone();
+        decided["id"] = p1.proposal_id.as_str().into();
+        let again = alice
+            .decide(&rp, alice_key, &decided, "approved", "approved")
+            .await;
+        assert_eq!(
+            (again.status, again.code()),
+            (409, "approval_not_pending"),
+            "{}",
+            again.text
+        );
+    });
     {
         let got = gw.decisions.lock().unwrap();
         assert_eq!(got.len(), 2);
@@ -1350,19 +1374,30 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
             ("bob", Verdict::Declined)
         );
     }
-    let (status, body) = https(
-        &dir,
-        api_addr,
-        "POST",
-        &format!("/v1/approvals/{}/approve", p1.proposal_id),
-        Some(&alice),
+    // The web's decision keeps Bob's assertion, whole, beside it; the
+    // command line's has none.
+    let store = Store::open(&db).unwrap();
+    let (d1, d2) = store
+        .read(|tx| {
+            Ok((
+                tx.proposal(&p1.proposal_id)?.unwrap(),
+                tx.proposal(&p2.proposal_id)?.unwrap(),
+            ))
+        })
+        .unwrap();
+    assert!(d1.assertion.is_none());
+    let a = d2.assertion.unwrap();
+    assert_eq!(
+        (a.person.as_str(), a.origin.as_str(), a.rp_id.as_str()),
+        ("bob", origin, "people.talos.test")
     );
     assert_eq!(
-        (status, body["error"].as_str()),
-        (409, Some("approval_not_pending"))
+        a.challenge,
+        base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            talos_certs::webauthn::decision_challenge(&d2.digest, Verdict::Declined)
+        )
     );
-    let (status, body) = https(&dir, api_addr, "GET", "/v1/approvals", Some(&alice));
-    assert_eq!((status, body.as_array().unwrap().len()), (200, 0));
 
     let out = run(&["approvals", "list", "--all"], b"");
     let all: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).unwrap();
@@ -1380,6 +1415,18 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_approvals_api() {
     assert!(log.contains("\"proposal\""), "{log}");
     for text in [&outputs, &log, &line] {
         assert!(!text.contains(SECRET), "a secret value was printed");
+    }
+    // No session cookie, and no enrolment token past the one output that
+    // shows it, reach the log.
+    for (browser, _) in people.values() {
+        assert!(
+            !log.contains(browser.cookie.as_deref().unwrap()),
+            "a cookie in the log"
+        );
+    }
+    for link in &links {
+        let token = common::people::token_of(link);
+        assert!(!log.contains(&token), "an enrolment token in the log");
     }
 }
 

@@ -77,6 +77,7 @@ fn the_model_route_is_passthrough_from_the_start_and_each_open_carries_its_liste
 #[test]
 fn a_lock_rule_naming_a_passthrough_destination_is_refused_naming_it() {
     let mut env = Env::new().with_policy();
+    common::people::enrol_all(&mut env.store, &["alice"]);
     let e = env.store.lock_add(&rule("api.anthropic.com")).unwrap_err();
     assert_eq!(e.code(), "passthrough_conflict");
     let text = e.to_string();
@@ -97,6 +98,7 @@ fn a_lock_rule_naming_a_passthrough_destination_is_refused_naming_it() {
 #[test]
 fn marking_a_destination_a_rule_names_or_a_live_session_attaches_to_is_refused() {
     let mut env = Env::new().with_policy();
+    common::people::enrol_all(&mut env.store, &["alice"]);
     let added = env.store.lock_add(&rule("pypi.org")).unwrap();
     let e = env.store.passthrough_add("pypi.org").unwrap_err();
     assert_eq!(e.code(), "passthrough_conflict");

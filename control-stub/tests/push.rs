@@ -48,6 +48,7 @@ fn config(endpoint: &PushEndpoint) -> PushConfig {
 /// A card waiting for alice or bob: a real proposal, as the relay stores
 /// it, with its sentence, in a running session whose tenant has secrets.
 fn card(env: &mut Env) -> ProposalRecord {
+    common::people::enrol_all(&mut env.store, &["alice", "bob"]);
     let rule = env
         .store
         .lock_add(

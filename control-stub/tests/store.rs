@@ -379,3 +379,65 @@ fn renewals_go_on_while_another_replica_holds_the_write_lock() {
     assert_eq!(r.renewed, 2);
     assert!(env.life().status(&id).is_ok());
 }
+
+/// Version 12 retires the approvals API's bearer tokens: each approver
+/// with a token, and each name a Lock rule names, becomes a person with
+/// the role approver and no passkey (so they enrol before deciding), and
+/// the tokens are gone. On SQLite from version 11, on PostgreSQL from 6.
+#[test]
+fn approvers_and_the_names_rules_give_become_people_at_version_12() {
+    let rows = "
+        INSERT INTO approvers (name, token_sha256, created_at)
+        VALUES ('alice', '00ab', '2026-11-29T10:00:00.000Z');
+        INSERT INTO lock_rules (id, destination, attachment, method, path_prefix, mode,
+                                approvers, created_at)
+        VALUES ('lock-1', 'api.github.com', '', 'POST', '/', 'every_request',
+                '[\"alice\",\"bob\"]', '2026-11-29T10:00:00.000Z');";
+    let check = |store: &Store| {
+        let people = store.people_list("2026-11-29T10:00:00.000Z").unwrap();
+        let names: Vec<(&str, &str)> = people
+            .iter()
+            .map(|p| (p.person.name.as_str(), p.person.role.as_str()))
+            .collect();
+        assert_eq!(names, [("alice", "approver"), ("bob", "approver")]);
+        assert!(people.iter().all(|p| p.passkeys.is_empty()));
+        assert_eq!(people[0].person.created_at, "2026-11-29T10:00:00.000Z");
+        // Their rule stays; a new one naming them waits for their passkey.
+        assert_eq!(store.lock_list().unwrap()[0].approvers, ["alice", "bob"]);
+        let tables = store.test_columns().unwrap();
+        assert!(
+            !tables.iter().any(|c| c.starts_with("approvers.")),
+            "{tables:?}"
+        );
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stub.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&talos_control_stub::store::ddl_through(11))
+        .unwrap();
+    conn.execute_batch(rows).unwrap();
+    conn.pragma_update(None, "user_version", 11).unwrap();
+    drop(conn);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    check(&Store::open(&path).unwrap());
+
+    let (_own, db) = server();
+    let Db::Postgres(url) = &db else { panic!() };
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&talos_control_stub::store::postgres_ddl())
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE schema_version (version BIGINT NOT NULL);
+             INSERT INTO schema_version VALUES (6); {rows}"
+        ))
+        .unwrap();
+    drop(client);
+    check(&Store::open(&db).unwrap());
+}

@@ -1,19 +1,14 @@
-//! The approval relay's tables: the approvals API's approvers and the
-//! gateways' proposals with their decisions.
+//! The approval relay's table: the gateways' proposals with their
+//! decisions, and the passkey assertion that authorised each decision a
+//! person made in the web app.
 
 use super::db::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::db::{json_col, now, parse_word, Store, Tx};
+use super::db::{json_col, parse_word, Tx};
+use super::people::SignedByPasskey;
 use crate::error::Error;
 use crate::model::ProposalState;
-
-/// An approver as `approvers list` shows them: no token, no hash.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ApproverInfo {
-    pub name: String,
-    pub created_at: String,
-}
 
 /// A proposal as the relay keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -38,62 +33,11 @@ pub struct ProposalRecord {
     pub decision: Option<serde_json::Value>,
     /// The gateway's answer to the decision: `released` or `refused`.
     pub outcome: Option<String>,
-}
-
-impl Store {
-    /// Give approver `name` a token, stored only as its SHA-256 (hex).
-    pub fn approver_add(&mut self, name: &str, token_sha256: &str) -> Result<(), Error> {
-        let name = crate::lock::approver(name)?;
-        self.write(|tx| {
-            let known: Option<String> = tx
-                .conn
-                .query_row(
-                    "SELECT name FROM approvers WHERE name = ?1",
-                    params![name],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if known.is_some() {
-                return Err(Error::ApproverExists { name: name.clone() });
-            }
-            tx.conn.execute(
-                "INSERT INTO approvers (name, token_sha256, created_at) VALUES (?1, ?2, ?3)",
-                params![name, token_sha256, now()],
-            )?;
-            Ok(())
-        })
-    }
-
-    /// The approvers with a token: names and times, never the hashes.
-    pub fn approver_list(&self) -> Result<Vec<ApproverInfo>, Error> {
-        self.read(|tx| {
-            let mut stmt = tx
-                .conn
-                .prepare("SELECT name, created_at FROM approvers ORDER BY name")?;
-            let rows = stmt.query_map([], |r| {
-                Ok(ApproverInfo {
-                    name: r.get(0)?,
-                    created_at: r.get(1)?,
-                })
-            })?;
-            rows.collect::<Result<Vec<_>, _>>()
-        })
-    }
-
-    /// Remove approver `name`'s token: the API no longer knows them.
-    pub fn approver_remove(&mut self, name: &str) -> Result<(), Error> {
-        self.write(|tx| {
-            let n = tx
-                .conn
-                .execute("DELETE FROM approvers WHERE name = ?1", params![name])?;
-            if n == 0 {
-                return Err(Error::ApproverNotFound {
-                    name: name.chars().take(100).collect(),
-                });
-            }
-            Ok(())
-        })
-    }
+    /// The person's passkey assertion over the decision's challenge
+    /// (`talos_certs::webauthn::decision_challenge`), as the web app
+    /// verified it; none for a decision made with `approvals approve|decline
+    /// --as` (tests and labs), which nothing signed but the relay.
+    pub assertion: Option<SignedByPasskey>,
 }
 
 impl Tx<'_> {
@@ -101,7 +45,8 @@ impl Tx<'_> {
         self.conn.execute(
             &format!(
                 "INSERT INTO proposals ({PROPOSAL_COLUMNS})
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                         ?17)"
             ),
             params![
                 p.proposal_id,
@@ -120,6 +65,10 @@ impl Tx<'_> {
                 p.received_at,
                 p.decision.as_ref().map(serde_json::to_string).transpose()?,
                 p.outcome,
+                p.assertion
+                    .as_ref()
+                    .map(serde_json::to_string)
+                    .transpose()?,
             ],
         )?;
         Ok(())
@@ -166,7 +115,9 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Record a delivered decision on a pending proposal.
+    /// Record a delivered decision on a pending proposal, with the
+    /// passkey assertion that authorised it, if a person signed it.
+    #[allow(clippy::too_many_arguments)]
     pub fn decide_proposal(
         &self,
         id: &str,
@@ -175,10 +126,11 @@ impl Tx<'_> {
         at: &str,
         decision: &serde_json::Value,
         outcome: &str,
+        assertion: Option<&SignedByPasskey>,
     ) -> Result<(), Error> {
         self.conn.execute(
             "UPDATE proposals SET state = ?2, approver = ?3, decided_at = ?4, decision = ?5,
-                                  outcome = ?6
+                                  outcome = ?6, assertion = ?7
              WHERE proposal_id = ?1 AND state = 'pending'",
             params![
                 id,
@@ -186,7 +138,8 @@ impl Tx<'_> {
                 approver,
                 at,
                 serde_json::to_string(decision)?,
-                outcome
+                outcome,
+                assertion.map(serde_json::to_string).transpose()?,
             ],
         )?;
         Ok(())
@@ -201,22 +154,12 @@ impl Tx<'_> {
             params![session_id, at],
         )
     }
-
-    /// The approver whose token has this SHA-256 (hex), if any.
-    pub fn approver_by_token(&self, token_sha256: &str) -> Result<Option<String>, Error> {
-        self.conn
-            .query_row(
-                "SELECT name FROM approvers WHERE token_sha256 = ?1",
-                params![token_sha256],
-                |r| r.get(0),
-            )
-            .optional()
-    }
 }
 
 const PROPOSAL_COLUMNS: &str =
     "proposal_id, gateway_id, session_id, attempt, rule, fields, sentence,
-     digest, state, approver, decided_at, created_at, expires_at, received_at, decision, outcome";
+     digest, state, approver, decided_at, created_at, expires_at, received_at, decision, outcome,
+     assertion";
 
 fn proposal_row(r: &Row) -> Result<ProposalRecord, Error> {
     Ok(ProposalRecord {
@@ -239,5 +182,22 @@ fn proposal_row(r: &Row) -> Result<ProposalRecord, Error> {
             .map(|t| json_col(14, t))
             .transpose()?,
         outcome: r.get(15)?,
+        assertion: r
+            .get::<_, Option<String>>(16)?
+            .map(|t| json_col(16, t))
+            .transpose()?,
     })
+}
+
+impl Tx<'_> {
+    /// What changes whenever a card starts or stops waiting: the pending
+    /// proposals' count and the newest one's position. The web app's card
+    /// watch reads it every few hundred milliseconds, on every replica.
+    pub fn pending_fingerprint(&self) -> Result<(i64, i64), Error> {
+        Ok(self.conn.query_row(
+            "SELECT count(*), coalesce(max(rowid), 0) FROM proposals WHERE state = 'pending'",
+            params![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?)
+    }
 }

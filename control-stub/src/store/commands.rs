@@ -4,18 +4,28 @@
 use super::db::params;
 use serde::Serialize;
 
-use super::db::{parse_word, Tx};
+use super::db::{json_col, parse_word, Tx};
+use super::people::SignedByPasskey;
 use crate::error::Error;
 
 /// Who asked for a session's change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Requester {
-    /// `operator` (a CLI call), `approver` (the approvals API), or `time`
-    /// (one of `serve`'s time-driven events).
+    /// `operator` (a CLI call, or an operator in the web app), `approver`,
+    /// or `time` (one of `serve`'s time-driven events).
     pub requester: RequesterKind,
-    /// The operator's identity, the approver's name, or the time-driven
+    /// The operator's identity, the person's name, or the time-driven
     /// cause (`idle_timeout_end`, …).
     pub requested_by: String,
+    /// Whether a passkey proved who asked: true only for a command a
+    /// person signed in the web app, whose assertion is `assertion`. A
+    /// command-line call names its operator (`--operator`,
+    /// `TALOS_OPERATOR`, the login name) and nothing proves it: false.
+    pub verified: bool,
+    /// The person's passkey assertion over the command's challenge
+    /// (`talos_certs::webauthn::command_challenge`), as verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<SignedByPasskey>,
 }
 
 crate::model::words! {
@@ -28,10 +38,23 @@ crate::model::words! {
 }
 
 impl Requester {
+    /// An operator named by the command line: not verified.
     pub fn operator(name: &str) -> Requester {
         Requester {
             requester: RequesterKind::Operator,
             requested_by: name.to_owned(),
+            verified: false,
+            assertion: None,
+        }
+    }
+
+    /// A person whose passkey signed the command (`assertion`, verified).
+    pub fn verified(kind: RequesterKind, assertion: SignedByPasskey) -> Requester {
+        Requester {
+            requester: kind,
+            requested_by: assertion.person.clone(),
+            verified: true,
+            assertion: Some(assertion),
         }
     }
 
@@ -39,6 +62,8 @@ impl Requester {
         Requester {
             requester: RequesterKind::Time,
             requested_by: cause.to_owned(),
+            verified: false,
+            assertion: None,
         }
     }
 }
@@ -67,16 +92,22 @@ impl Tx<'_> {
         at: &str,
     ) -> Result<(), Error> {
         self.conn.execute(
-            "INSERT INTO commands (session_id, n, event, requester, requested_by, attempt, at)
+            "INSERT INTO commands (session_id, n, event, requester, requested_by, attempt, at,
+                                   verified, assertion)
              VALUES (?1, (SELECT coalesce(max(n), 0) + 1 FROM commands WHERE session_id = ?1),
-                     ?2, ?3, ?4, ?5, ?6)",
+                     ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
                 session_id,
                 event,
                 by.requester.as_str(),
                 by.requested_by,
                 attempt,
-                at
+                at,
+                by.verified,
+                by.assertion
+                    .as_ref()
+                    .map(serde_json::to_string)
+                    .transpose()?,
             ],
         )?;
         Ok(())
@@ -85,7 +116,7 @@ impl Tx<'_> {
     /// The session's commands, in the order they were committed.
     pub fn commands(&self, session_id: &str) -> Result<Vec<CommandRecord>, Error> {
         let mut stmt = self.conn.prepare(
-            "SELECT event, requester, requested_by, attempt, at FROM commands
+            "SELECT event, requester, requested_by, attempt, at, verified, assertion FROM commands
              WHERE session_id = ?1 ORDER BY n",
         )?;
         let rows = stmt.query_map(params![session_id], |r| {
@@ -94,6 +125,11 @@ impl Tx<'_> {
                 by: Requester {
                     requester: parse_word(1, r.get(1)?, RequesterKind::parse)?,
                     requested_by: r.get(2)?,
+                    verified: r.get(5)?,
+                    assertion: r
+                        .get::<_, Option<String>>(6)?
+                        .map(|t| json_col(6, t))
+                        .transpose()?,
                 },
                 attempt: r.get(3)?,
                 at: r.get(4)?,

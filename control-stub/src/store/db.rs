@@ -293,6 +293,31 @@ impl Pg {
     }
 }
 
+/// The synchronous client closes its connection on a runtime of its own
+/// when dropped, which cannot run inside another runtime's thread: a
+/// store dropped there (the web app's connections, when its last request
+/// ends) hands its connection to a thread of its own to close.
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let closed = std::thread::Builder::new()
+                .name("store-close".into())
+                .spawn(move || drop(client));
+            // No thread to be had: the connection is cut without its
+            // goodbye (the database ends the session by itself).
+            if let Err(e) = closed {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"store": "close", "error": e.to_string()})
+                );
+            }
+        }
+    }
+}
+
 /// `url` without its query parameter `name`, and that parameter's value
 /// (the client library does not know `sslrootcert`; libpq's name for it
 /// is kept).

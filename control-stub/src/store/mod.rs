@@ -12,7 +12,7 @@
 //! of reach).
 //!
 //! The schema is versioned (SQLite's `PRAGMA user_version`; a PostgreSQL
-//! store's `schema_version` table) and created on first use (version 11).
+//! store's `schema_version` table) and created on first use (version 12).
 //! An older SQLite file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
@@ -21,7 +21,8 @@
 //! version 7 the sessions by source, version 8 the passthrough
 //! destinations, version 9 the push subscriptions, version 10 the hard
 //! stop, when each attempt began to run, and the state `failed`, version
-//! 11 the batches and key bindings as signed. A
+//! 11 the batches and key bindings as signed, version 12 people and
+//! their passkeys. A
 //! PostgreSQL store begins at version 6 (the whole schema at once) and
 //! takes the upgrades after it, which are written once for both — see
 //! `schema.rs`:
@@ -91,8 +92,9 @@ mod commands;
 mod members;
 mod push;
 mod evidence;
+mod people;
 
-pub use approvals::{ApproverInfo, ProposalRecord};
+pub use approvals::ProposalRecord;
 pub use batches::{
     BatchInfo, BatchOutcome, BatchRejection, ChainGap, ChainPosition, ConnectionRecord,
 };
@@ -103,6 +105,10 @@ pub use db::{now, Db, Store, Tx, Value, BUSY_TIMEOUT, DEFAULT_PATH};
 pub use evidence::StoredReport;
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};
 pub use members::{Member, Unaddressed};
+pub use people::{
+    Challenge, ChallengePurpose, Enrolment, Passkey, Person, PersonInfo, PersonRemoved,
+    SignedByPasskey, WebSession,
+};
 pub use push::{
     Endpoint, NewSubscription, PushSubscription, AUTH_LEN, MAX_ENDPOINT_LEN, MAX_SUBSCRIPTIONS,
     P256DH_LEN,

@@ -111,13 +111,23 @@ impl Store {
 
     /// Add a checked rule; returns it with its new id. A rule naming a
     /// passthrough destination is refused; a rule for any destination
-    /// (`*`) reaches only the destinations the gateway terminates.
+    /// (`*`) reaches only the destinations the gateway terminates. Every
+    /// approver it names must be a person holding a passkey (checked in
+    /// the same transaction as the insert): a rule naming anyone else
+    /// would hold requests nobody of that name can decide
+    /// (`approver_not_enrolled`, naming the first such approver).
     pub fn lock_add(&mut self, rule: &NewRule) -> Result<LockRule, Error> {
         self.write(|tx| {
             if tx.passthrough_names()?.contains(&rule.destination) {
                 return Err(Error::PassthroughConflict {
                     destination: rule.destination.clone(),
                     what: "is passthrough: the gateway passes its connections on without seeing a request, so no Lock rule can hold one; name another destination, or remove the passthrough mark first".into(),
+                });
+            }
+            let enrolled = tx.enrolled(&rule.approvers)?;
+            if let Some(missing) = rule.approvers.iter().find(|a| !enrolled.contains(a)) {
+                return Err(Error::ApproverNotEnrolled {
+                    name: missing.clone(),
                 });
             }
             tx.insert_lock_rule(rule)

@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -747,9 +747,107 @@ CREATE TABLE key_bindings (
         sqlite_data: "",
         postgres_data: "",
     },
+    // Version 12: people and their passkeys (`store/people.rs`, issue
+    // 42): the people who decide cards and start commands from the web
+    // app, each with a role; their passkeys (public keys only); one-time
+    // enrolment links (a token's SHA-256); web sessions (a cookie's
+    // SHA-256); the challenges issued for passkey ceremonies; the sign-in
+    // failure counters. A decision and a command keep the passkey
+    // assertion that authorised them. The approvals API's bearer tokens
+    // are retired: each approver with a token, and each name a Lock rule
+    // names, becomes a person with the role approver and no passkey (so
+    // they enrol before they can decide), and the tokens are dropped.
+    Upgrade {
+        to: 12,
+        ddl: "
+CREATE TABLE people (
+    name TEXT PRIMARY KEY NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('approver', 'operator')),
+    user_handle BLOB UNIQUE,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE passkeys (
+    credential_id BLOB PRIMARY KEY NOT NULL,
+    person TEXT NOT NULL REFERENCES people (name),
+    public_key_cose BLOB NOT NULL,
+    alg TEXT NOT NULL,
+    sign_count INTEGER NOT NULL,
+    aaguid TEXT NOT NULL,
+    backup_eligible INTEGER NOT NULL CHECK (backup_eligible IN (0, 1)),
+    backed_up INTEGER NOT NULL CHECK (backed_up IN (0, 1)),
+    attestation TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT
+);
+CREATE INDEX passkeys_by_person ON passkeys (person);
+CREATE TABLE enrolments (
+    token_sha256 TEXT PRIMARY KEY NOT NULL,
+    person TEXT NOT NULL REFERENCES people (name),
+    role TEXT NOT NULL CHECK (role IN ('approver', 'operator')),
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    used_at TEXT
+);
+CREATE INDEX enrolments_by_person ON enrolments (person);
+CREATE TABLE web_sessions (
+    id TEXT PRIMARY KEY NOT NULL,
+    token_sha256 TEXT UNIQUE NOT NULL,
+    person TEXT NOT NULL REFERENCES people (name),
+    csrf TEXT NOT NULL,
+    credential_id BLOB NOT NULL,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    rotated_at TEXT NOT NULL,
+    last_seen_at TEXT NOT NULL,
+    idle_expires_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE INDEX web_sessions_by_person ON web_sessions (person);
+CREATE TABLE challenges (
+    id TEXT PRIMARY KEY NOT NULL,
+    purpose TEXT NOT NULL CHECK (purpose IN ('sign_in', 'enrol', 'command')),
+    challenge BLOB NOT NULL,
+    person TEXT,
+    enrolment TEXT,
+    command TEXT,
+    session_id TEXT,
+    source TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE INDEX challenges_by_expiry ON challenges (expires_at);
+CREATE TABLE sign_in_failures (
+    scope TEXT PRIMARY KEY NOT NULL,
+    window_started_at TEXT NOT NULL,
+    failures INTEGER NOT NULL
+);
+ALTER TABLE proposals ADD COLUMN assertion TEXT;
+ALTER TABLE commands ADD COLUMN verified INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN assertion TEXT;
+",
+        sqlite_ddl: "",
+        postgres_ddl: "",
+        sqlite_data: "
+INSERT INTO people (name, role, created_at) SELECT name, 'approver', created_at FROM approvers;
+INSERT INTO people (name, role, created_at)
+    SELECT DISTINCT j.value, 'approver', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+    FROM lock_rules r, json_each(r.approvers) j
+    WHERE j.value NOT IN (SELECT name FROM people);
+DROP TABLE approvers;
+",
+        postgres_data: "
+INSERT INTO people (name, role, created_at) SELECT name, 'approver', created_at FROM approvers;
+INSERT INTO people (name, role, created_at)
+    SELECT DISTINCT a.name, 'approver',
+           to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+    FROM lock_rules r, jsonb_array_elements_text(r.approvers::jsonb) AS a(name)
+    WHERE a.name NOT IN (SELECT name FROM people);
+DROP TABLE approvers;
+",
+    },
 ];
 
-/// Version 9's attempts recorded before it: each one that ended otherwise
+/// Version 10's attempts recorded before it: each one that ended otherwise
 /// than `start_failed`, or that runs now, ran from its start (when its open
 /// was committed; its answers' time was not kept).
 const RUNNING_BEFORE_V10: &str = "

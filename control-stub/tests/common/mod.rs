@@ -1,9 +1,11 @@
 //! Shared test helpers: a store in a temporary directory, a fake gateway
-//! pair, a dump of every row, the built `control-stub` binary, and the
-//! tests' own Web Push endpoint (`push_endpoint`).
+//! pair, a dump of every row, the built `control-stub` binary, the tests'
+//! own Web Push endpoint (`push_endpoint`), and people with passkeys and
+//! the web app in process (`people`).
 
 #![allow(dead_code)]
 
+pub mod people;
 pub mod push_endpoint;
 
 use std::io::Write;

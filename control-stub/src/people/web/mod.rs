@@ -1,0 +1,587 @@
+//! The web app people use: approvers decide cards on their phones,
+//! operators look at sessions and start Revoke All. `serve --web-listen`
+//! runs it; `docs/people.md` says what it does for people and why.
+//!
+//! # A component
+//!
+//! [`WebConfig::bind`] checks everything that can fail before anything
+//! runs (the certificate and key, the address, push's settings) and binds
+//! the listener; [`Bound::start`] opens the app's store connections,
+//! starts Web Push and the card watch, and serves; [`Running::stop`] stops
+//! it in order: no new connection, every connection told to finish (the
+//! card streams end at once), what is left after the grace cut, the card
+//! watch stopped, push's queued messages delivered within what is left of
+//! the grace. [`Running::card_hook`] is what the relay calls when a card
+//! starts waiting (Web Push, and the live streams woken at once).
+//!
+//! # The listener
+//!
+//! HTTPS only: TLS 1.3 (rustls, aws-lc), the certificate given for the
+//! public name (`--web-cert`, `--web-key`), ALPN `h2` and `http/1.1`. At
+//! most [`MAX_CONNECTIONS`] connections; [`HANDSHAKE_TIMEOUT`] for a TLS
+//! handshake and for a request's headers; request heads of at most
+//! [`MAX_HEAD`] bytes, bodies of at most [`MAX_BODY`]; HTTP/2 with at most
+//! [`MAX_STREAMS_PER_CONNECTION`] streams on a connection.
+//!
+//! # Layout
+//!
+//! - `answer`: every answer's headers (CSP, HSTS, …) and the JSON error
+//!   form, written in one place.
+//! - `assets`: the pages, script, style, icon, manifest and service
+//!   worker, compiled into the binary.
+//! - `views`: what a card, a session and a history line look like to the
+//!   page, every field of the session's through [`super::text`].
+//! - `watch`: the card watch (the store polled on every replica, the
+//!   relay's hook) and the live card streams (server-sent events).
+//! - `api`: the routes: pages, sign-in and enrolment, cards and
+//!   decisions, sessions and Revoke All, push subscriptions.
+
+mod answer;
+mod assets;
+mod views;
+mod watch;
+mod api;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use talos_certs::GatewayKey;
+use talos_contract::sync::Locked;
+use tokio::net::TcpListener;
+use tokio::sync::{watch as tokio_watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
+
+use super::push::{Push, PushArgs, PushConfig, PushTask};
+use super::rp::RelyingParty;
+use crate::error::Error;
+use crate::identity::VapidKey;
+use crate::link::{GatewayLink, ReportVerifier};
+use crate::store::{Db, Store};
+
+pub use self::answer::CSP;
+pub use self::watch::{CardHook, POLL_INTERVAL};
+
+/// Connections served at once: a team's phones and laptops, each with a
+/// page or two open, many times over. More wait in the listen queue.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a client has for its TLS handshake, and for each request's
+/// head: a stalled client must not hold a connection slot.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest request body read: 64 KiB. The largest the pages send is
+/// an enrolment's attestation (a few hundred bytes with attestation
+/// `none`, at most 16 KiB as WebAuthn bounds it, base64url).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The largest request head (line and headers) read: 16 KiB. A browser's
+/// is well under 2 KiB here (one cookie, a few headers).
+pub const MAX_HEAD: usize = 16 * 1024;
+
+/// HTTP/2 streams at once on one connection: a page's requests are made
+/// one at a time, beside one card stream; tabs share a connection.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
+
+/// Store connections the app holds (each request takes one for its
+/// transactions): reads go on while a decision holds one waiting for the
+/// gateway.
+pub const STORE_CONNECTIONS: usize = 4;
+
+/// What tells the app the time: the system's clock, or a test's.
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// The web app's settings on `serve`'s command line (flattened into it).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct WebArgs {
+    /// Serve the people's web app over HTTPS on this address (port 0: any
+    /// free port). Needs --web-origin, --web-cert and --web-key.
+    #[arg(id = "web-listen", long = "web-listen", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// The web app's origin as people's browsers reach it,
+    /// https://NAME[:PORT] (passkeys are bound to it).
+    #[arg(id = "web-origin", long = "web-origin", value_name = "URL")]
+    pub origin: Option<String>,
+    /// The WebAuthn rp id: the origin's host (the default) or a domain it
+    /// is under.
+    #[arg(id = "web-rp-id", long = "web-rp-id", value_name = "NAME")]
+    pub rp_id: Option<String>,
+    /// The PEM certificate chain for the origin's host name.
+    #[arg(id = "web-cert", long = "web-cert", value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// Its PEM private key.
+    #[arg(id = "web-key", long = "web-key", value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
+
+/// How the web app runs, checked.
+#[derive(Clone, Debug)]
+pub struct WebConfig {
+    pub listen: SocketAddr,
+    pub rp: RelyingParty,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Web Push, when on.
+    pub push: Option<PushConfig>,
+}
+
+impl WebArgs {
+    /// The config these settings give; `None` without `--web-listen`.
+    pub fn config(&self) -> Result<Option<WebConfig>, Error> {
+        let Some(listen) = self.listen else {
+            let stray = self.origin.is_some()
+                || self.rp_id.is_some()
+                || self.cert.is_some()
+                || self.key.is_some()
+                || self.push.contact.is_some();
+            if stray {
+                return Err(super::rp::web_invalid(
+                    "--web-origin, --web-rp-id, --web-cert, --web-key and --push-contact need --web-listen",
+                ));
+            }
+            return Ok(None);
+        };
+        let need = |flag: &str| super::rp::web_invalid(format!("--web-listen needs {flag}"));
+        let origin = self
+            .origin
+            .clone()
+            .ok_or_else(|| need("--web-origin URL"))?;
+        let host = super::rp::origin_host(&origin)?;
+        let rp_id = self.rp_id.clone().unwrap_or(host);
+        Ok(Some(WebConfig {
+            listen,
+            rp: RelyingParty::new(&origin, &rp_id)?,
+            cert: self.cert.clone().ok_or_else(|| need("--web-cert FILE"))?,
+            key: self.key.clone().ok_or_else(|| need("--web-key FILE"))?,
+            push: self.push.config()?,
+        }))
+    }
+}
+
+/// A TLS 1.3 server config with the certificate chain and key in the PEM
+/// files; ALPN h2, http/1.1.
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<rustls::ServerConfig, Error> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let io = |path: &std::path::Path, reason: String| Error::Io {
+        what: path.display().to_string(),
+        reason,
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| io(cert, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| io(cert, format!("certificate PEM: {e}")))?;
+    if chain.is_empty() {
+        return Err(io(cert, "no certificate".into()));
+    }
+    let key_der =
+        PrivateKeyDer::from_pem_file(key).map_err(|e| io(key, format!("no private key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| io(cert, e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .map_err(|e| {
+            io(
+                cert,
+                format!("the certificate and key do not go together: {e}"),
+            )
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+impl WebConfig {
+    /// Load the certificate and key and bind the listener: everything that
+    /// can fail, before anything runs.
+    pub async fn bind(self) -> Result<Bound, Error> {
+        let listener = TcpListener::bind(self.listen)
+            .await
+            .map_err(|e| Error::Io {
+                what: format!("--web-listen {}", self.listen),
+                reason: e.to_string(),
+            })?;
+        self.bound(listener)
+    }
+
+    /// [`WebConfig::bind`] on a listener bound already (a socket handed
+    /// over, or one a test bound to learn its port before it names the
+    /// origin); `listen` is not read. Inside a Tokio runtime.
+    pub fn bind_on(self, listener: std::net::TcpListener) -> Result<Bound, Error> {
+        let io = |e: std::io::Error| Error::Io {
+            what: "--web-listen".into(),
+            reason: e.to_string(),
+        };
+        listener.set_nonblocking(true).map_err(io)?;
+        self.bound(TcpListener::from_std(listener).map_err(io)?)
+    }
+
+    fn bound(self, listener: TcpListener) -> Result<Bound, Error> {
+        let tls = tls_config(&self.cert, &self.key)?;
+        let addr = listener.local_addr().map_err(|e| Error::Io {
+            what: "--web-listen".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(Bound {
+            listener,
+            tls: Arc::new(tls),
+            addr,
+            config: self,
+        })
+    }
+}
+
+/// What the web app works with besides its config.
+pub struct Deps {
+    /// The store (the app opens [`STORE_CONNECTIONS`] connections of its
+    /// own, and one for push).
+    pub db: Db,
+    /// The relay's signing key: decisions made here are signed with it.
+    pub relay_key: Arc<GatewayKey>,
+    /// The gateways: decisions and Revoke All reach them through it.
+    pub link: Arc<dyn GatewayLink + Send + Sync>,
+    /// Checks the drop reports a Revoke All brings back.
+    pub verifier: Arc<dyn ReportVerifier + Send + Sync>,
+    /// The VAPID key, when push is on.
+    pub vapid: Option<VapidKey>,
+    /// The time: the system's clock but in tests.
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for Deps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deps")
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The system's clock.
+pub fn system_clock() -> Clock {
+    Arc::new(SystemTime::now)
+}
+
+/// The listener bound, not yet serving.
+#[derive(Debug)]
+pub struct Bound {
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    addr: SocketAddr,
+    config: WebConfig,
+}
+
+/// A few store connections of the app's own, each taken by one request at
+/// a time.
+pub(crate) struct Pool {
+    stores: Mutex<Vec<Store>>,
+    free: Semaphore,
+}
+
+impl Pool {
+    fn open(db: &Db, n: usize) -> Result<Pool, Error> {
+        let stores = (0..n)
+            .map(|_| Store::open(db))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Pool {
+            stores: Mutex::new(stores),
+            free: Semaphore::new(n),
+        })
+    }
+
+    /// Run `f` with a store connection on a blocking thread (the store's
+    /// transactions are synchronous).
+    pub(crate) async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Store) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        let _permit = self
+            .free
+            .acquire()
+            .await
+            .map_err(|_| Error::Store("the web app's store connections are closed".into()))?;
+        let pool = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let mut store = pool
+                .stores
+                .locked()
+                .pop()
+                .ok_or_else(|| Error::Store("no free store connection".into()))?;
+            let out = f(&mut store);
+            pool.stores.locked().push(store);
+            out
+        })
+        .await
+        .map_err(|e| Error::Store(format!("web app task: {e}")))?
+    }
+}
+
+/// What every request is served with.
+pub(crate) struct App {
+    pub(crate) rp: RelyingParty,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) deps: Deps,
+    pub(crate) push: Option<Push>,
+    pub(crate) watch: watch::Watch,
+    pub(crate) shutdown: tokio_watch::Receiver<bool>,
+}
+
+impl App {
+    pub(crate) fn now(&self) -> SystemTime {
+        (self.deps.clock)()
+    }
+}
+
+impl Bound {
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The relying party it serves.
+    pub fn rp(&self) -> &RelyingParty {
+        &self.config.rp
+    }
+
+    /// Serve (inside a Tokio runtime): the store connections opened, Web
+    /// Push and the card watch started, connections accepted.
+    pub async fn start(self, mut deps: Deps) -> Result<Running, Error> {
+        let db = deps.db.clone();
+        let push_on = self.config.push.is_some();
+        let (pool, push_store) = tokio::task::spawn_blocking(move || {
+            let pool = Pool::open(&db, STORE_CONNECTIONS)?;
+            let push_store = if push_on {
+                Some(Store::open(&db)?)
+            } else {
+                None
+            };
+            Ok::<_, Error>((pool, push_store))
+        })
+        .await
+        .map_err(|e| Error::Store(format!("web app start: {e}")))??;
+        let (push, push_task) = match (&self.config.push, &deps.vapid, push_store) {
+            (Some(config), Some(_), Some(push_store)) => {
+                let key = deps.vapid.take().ok_or_else(|| Error::PushConfigInvalid {
+                    reason: "push is on but no VAPID key was loaded".into(),
+                })?;
+                let (push, task) =
+                    Push::start(config.clone(), key, Arc::new(Mutex::new(push_store)))?;
+                (Some(push), Some(task))
+            }
+            (Some(_), _, _) => {
+                return Err(Error::PushConfigInvalid {
+                    reason: "push is on but no VAPID key was loaded".into(),
+                })
+            }
+            (None, _, _) => (None, None),
+        };
+        let (stop_tx, stop_rx) = tokio_watch::channel(false);
+        let pool = Arc::new(pool);
+        let watch = watch::Watch::new();
+        let poller = tokio::spawn(watch::poll(
+            watch.clone(),
+            Arc::clone(&pool),
+            stop_rx.clone(),
+        ));
+        let hook = watch::hook(watch.clone(), push.clone());
+        let app = Arc::new(App {
+            rp: self.config.rp.clone(),
+            pool,
+            deps,
+            push,
+            watch,
+            shutdown: stop_rx.clone(),
+        });
+        let (grace_tx, grace_rx) = tokio_watch::channel(Duration::ZERO);
+        let accept = tokio::spawn(accept(self.listener, self.tls, app, stop_rx, grace_rx));
+        Ok(Running {
+            addr: self.addr,
+            stop: stop_tx,
+            grace: grace_tx,
+            accept,
+            poller,
+            push: push_task,
+            hook,
+        })
+    }
+}
+
+/// The web app serving.
+pub struct Running {
+    addr: SocketAddr,
+    stop: tokio_watch::Sender<bool>,
+    grace: tokio_watch::Sender<Duration>,
+    accept: JoinHandle<()>,
+    poller: JoinHandle<()>,
+    push: Option<PushTask>,
+    hook: CardHook,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves once `stop` says stop (at once if it did already; never if
+/// its sender is gone without saying it).
+async fn stopped(stop: &mut tokio_watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+impl Running {
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What the relay calls when a new card starts waiting, with the store
+    /// it received the card in: the card's approvers' devices are pushed
+    /// to, and the live card streams here are woken at once (those of the
+    /// other replicas see it at their next poll of the store).
+    pub fn card_hook(&self) -> CardHook {
+        Arc::clone(&self.hook)
+    }
+
+    /// Stop, in order (see the module docs), within `grace`.
+    pub async fn stop(self, grace: Duration) {
+        let started = std::time::Instant::now();
+        let _ = self.grace.send(grace);
+        let _ = self.stop.send(true);
+        let _ = self.accept.await;
+        let _ = self.poller.await;
+        if let Some(push) = self.push {
+            push.stop(grace.saturating_sub(started.elapsed())).await;
+        }
+    }
+}
+
+/// The accept loop: at most [`MAX_CONNECTIONS`] at once, each TLS
+/// handshake within [`HANDSHAKE_TIMEOUT`], each connection on a task of
+/// its own; at `stop`, no more accepted, every connection told to finish,
+/// and those left after the grace cut.
+async fn accept(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Arc<App>,
+    mut stop: tokio_watch::Receiver<bool>,
+    grace: tokio_watch::Receiver<Duration>,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut conns = JoinSet::new();
+    loop {
+        while conns.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            () = stopped(&mut stop) => break,
+            p = Arc::clone(&slots).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (tcp, peer) = tokio::select! {
+            () = stopped(&mut stop) => break,
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                // A failed accept (out of descriptors, say) is the
+                // connection's, not the listener's.
+                Err(_) => continue,
+            },
+        };
+        let acceptor = acceptor.clone();
+        let app = Arc::clone(&app);
+        conns.spawn(async move {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    log_refused(peer, &e.to_string());
+                    return;
+                }
+                Err(_) => {
+                    log_refused(peer, "handshake timed out");
+                    return;
+                }
+            };
+            serve_conn(tls, peer, app).await;
+        });
+    }
+    drop(listener);
+    let grace = *grace.borrow();
+    let drained =
+        tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        let left = conns.len();
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
+        eprintln!(
+            "{}",
+            serde_json::json!({"web": "stopped", "detail": "connections still open at the end of the grace were cut", "connections": left})
+        );
+    }
+}
+
+fn log_refused(peer: SocketAddr, why: &str) {
+    eprintln!(
+        "{}",
+        serde_json::json!({"web_connection_refused": peer.to_string(), "reason": why})
+    );
+}
+
+/// One connection, HTTP/2 or HTTP/1.1 as ALPN chose, until it ends or the
+/// app stops (then told to finish its requests and close).
+async fn serve_conn(
+    tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    peer: SocketAddr,
+    app: Arc<App>,
+) {
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let mut stop = app.shutdown.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let app = Arc::clone(&app);
+        async move { Ok::<_, std::convert::Infallible>(api::handle(&app, req, peer).await) }
+    });
+    let io = TokioIo::new(tls);
+    if h2 {
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+            .max_header_list_size(u32::try_from(MAX_HEAD).unwrap_or(u32::MAX))
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(HANDSHAKE_TIMEOUT);
+        let conn = builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = stopped(&mut stop) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    } else {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(HANDSHAKE_TIMEOUT)
+            .max_buf_size(MAX_HEAD.max(8192))
+            .keep_alive(true);
+        let conn = builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = stopped(&mut stop) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    }
+}
