@@ -490,6 +490,12 @@ impl Identity {
         })
     }
 
+    /// The private key: it signs the relay's and the plane's key bindings
+    /// in a certificate bundle.
+    pub(crate) fn key(&self) -> &PrivateKeyDer<'static> {
+        &self.key
+    }
+
     /// A TLS 1.3 client config presenting this identity and trusting only
     /// the control CA; ALPN h2 (gRPC).
     pub fn client_config(&self) -> Result<rustls::ClientConfig, Error> {
