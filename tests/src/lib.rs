@@ -10,6 +10,8 @@
 //!   reload` and `gateway upgrade`.
 //! - [`clients`]: source addresses and real client binaries.
 //! - [`origin`]: a real TLS origin with its own test CA.
+//! - [`people`]: the people's web app's certificate, and a person's
+//!   passkey (a software authenticator) enrolled and used over its HTTPS.
 //! - [`ports`]: ports named before anything listens on them, outside the
 //!   kernel's ephemeral range.
 //! - [`postgres`]: a PostgreSQL server of a test's own (the replicated store).
@@ -45,6 +47,7 @@ pub mod grpc;
 pub mod hostile;
 pub mod member;
 pub mod origin;
+pub mod people;
 pub mod ports;
 pub mod postgres;
 pub mod relay;

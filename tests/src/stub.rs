@@ -1,14 +1,25 @@
 //! The `control-stub` binary, run as operators run it: `init` makes the
-//! control channel's identities, `serve` consumes the gateways' batches,
-//! and every other command is one process that prints JSON.
+//! control channel's identities, `serve` consumes the gateways' batches
+//! and serves the people's web app, and every other command is one
+//! process that prints JSON.
+//!
+//! `serve` always runs the web app (`--web-listen`, on a port reserved
+//! for it and kept across restarts, its origin
+//! `https://people.talos.test:PORT`, a certificate from a CA of the
+//! test's own): a Lock rule names only approvers holding a passkey, and
+//! [`Stub::approver`] enrols one as a person would, through the web app
+//! ([`crate::people`]).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::gateway::{workspace_bin, TestControl};
+use crate::people::{Passkey, WebCert, WebClient, RP_ID};
 
 /// What one CLI command did.
 #[derive(Debug)]
@@ -57,6 +68,14 @@ pub struct Stub {
     /// More arguments after `serve --listen ADDR` (`--renew-ms`,
     /// `--tick-ms`…). Kept across restarts.
     pub serve_args: Vec<String>,
+    /// The web app's certificate (its CA is the browsers' to trust).
+    pub web_cert: Arc<WebCert>,
+    /// Where `serve`'s web app listens (reserved; kept across restarts).
+    pub web_addr: SocketAddr,
+    /// Its origin, `https://people.talos.test:PORT`.
+    pub web_origin: String,
+    /// The people enrolled with [`Stub::approver`] (every replica's).
+    people: Arc<Mutex<BTreeMap<String, Arc<Passkey>>>>,
 }
 
 impl Stub {
@@ -78,6 +97,7 @@ impl Stub {
             "init failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let web_addr = crate::ports::reserve();
         Stub {
             db: dir.join("stub.db").into_os_string(),
             control_dir,
@@ -86,7 +106,58 @@ impl Stub {
             serve_log: dir.join("stub-serve.log"),
             serve_gateways: Vec::new(),
             serve_args: Vec::new(),
+            web_cert: Arc::new(WebCert::new(dir)),
+            web_origin: format!("https://{RP_ID}:{}", web_addr.port()),
+            web_addr,
+            people: Arc::default(),
         }
+    }
+
+    /// A client of this `serve`'s web app, as the app's own pages reach
+    /// it.
+    pub fn web_client(&self) -> WebClient {
+        WebClient::new(self.web_addr, &self.web_cert.ca_pem, &self.web_origin)
+    }
+
+    /// Person `name`'s passkey, enrolling them first if they hold none
+    /// here: `people enroll NAME --role ROLE` prints the link, and a
+    /// software passkey is created with it on the web app, as a person's
+    /// browser would (`serve` must be running).
+    pub fn person(&self, name: &str, role: &str) -> Arc<Passkey> {
+        if let Some(p) = self.people.lock().expect("people").get(name) {
+            return p.clone();
+        }
+        let printed = self
+            .run(
+                &[],
+                &[
+                    "people",
+                    "enroll",
+                    name,
+                    "--role",
+                    role,
+                    "--web-origin",
+                    &self.web_origin,
+                ],
+                b"",
+            )
+            .json();
+        let link = printed["link"]
+            .as_str()
+            .expect("an enrolment link")
+            .to_owned();
+        let mut client = self.web_client();
+        let passkey = Arc::new(crate::rig::blocking(|| client.enrol(&link)));
+        self.people
+            .lock()
+            .expect("people")
+            .insert(name.to_owned(), passkey.clone());
+        passkey
+    }
+
+    /// [`Stub::person`] as an approver.
+    pub fn approver(&self, name: &str) -> Arc<Passkey> {
+        self.person(name, "approver")
     }
 
     /// The `[control]` files of gateway `id`, its signing key in `dir`.
@@ -160,6 +231,14 @@ impl Stub {
             .arg("serve")
             .arg("--listen")
             .arg(&listen)
+            .arg("--web-listen")
+            .arg(self.web_addr.to_string())
+            .arg("--web-origin")
+            .arg(&self.web_origin)
+            .arg("--web-cert")
+            .arg(&self.web_cert.cert)
+            .arg("--web-key")
+            .arg(&self.web_cert.key)
             .args(&self.serve_args)
             .stdout(Stdio::piped())
             .stderr(log)
@@ -188,6 +267,7 @@ impl Stub {
     /// replica), with the same arguments, logging to `<name>-serve.log`
     /// beside this one's; not started.
     pub fn replica(&self, name: &str) -> Stub {
+        let web_addr = crate::ports::reserve();
         Stub {
             db: self.db.clone(),
             control_dir: self.control_dir.clone(),
@@ -196,6 +276,10 @@ impl Stub {
             serve_log: self.serve_log.with_file_name(format!("{name}-serve.log")),
             serve_gateways: self.serve_gateways.clone(),
             serve_args: self.serve_args.clone(),
+            web_cert: self.web_cert.clone(),
+            web_origin: format!("https://{RP_ID}:{}", web_addr.port()),
+            web_addr,
+            people: self.people.clone(),
         }
     }
 

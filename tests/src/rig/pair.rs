@@ -523,8 +523,11 @@ impl<G: Process, P> Pair<G, P> {
 
     /// `policy lock add`: a Lock rule holding every `method` under `prefix`
     /// at `destination`, each request on its own card, `approver`
-    /// deciding; what the command printed (the rule).
+    /// deciding (enrolled first, with a passkey, through the web app: a
+    /// rule names only approvers who hold one); what the command printed
+    /// (the rule).
     pub fn lock(&self, destination: &str, method: &str, prefix: &str, approver: &str) -> Value {
+        self.stub.approver(approver);
         self.cli(&[
             "policy",
             "lock",
