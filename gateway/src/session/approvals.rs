@@ -674,6 +674,8 @@ mod tests {
             approver: who.to_owned(),
             decision: v,
             decided_at: "2026-11-29T10:00:00.000Z".into(),
+            card: None,
+            assertion: None,
         }
         .sign(relay)
     }
