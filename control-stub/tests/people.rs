@@ -822,6 +822,28 @@ fn a_decision_needs_the_named_persons_own_passkey_over_the_card_and_the_verdict(
         (Some("approved"), Some("released"))
     );
     assert_eq!(rig.link.decisions().len(), 1);
+    // The relay's signed decision carries the card and Alice's assertion,
+    // which verify as hers on their own (as the gateway checks them).
+    let (_, delivered) = &rig.link.decisions()[0];
+    let decision: talos_certs::Decision = serde_json::from_slice(&delivered.payload).unwrap();
+    assert_eq!(decision.card.as_ref(), Some(&p));
+    let person = talos_certs::webauthn::verify_person(
+        &decision,
+        &msg(&p).digest,
+        &[talos_certs::webauthn::ApproverKey {
+            owner: "alice",
+            credential_id: alice_key.auth.credential_id(),
+            public_key_cose: alice_key.auth.public_key_cose(),
+            sign_count: 0,
+        }],
+        &p.approvers,
+        &talos_certs::webauthn::RelyingParty {
+            rp_id: RP_ID,
+            origin: rig.web.rp.origin(),
+        },
+    )
+    .unwrap();
+    assert_eq!(person.person, "alice");
     let stored = rig.env.store.read(|tx| tx.proposal(id)).unwrap().unwrap();
     let kept = stored.assertion.unwrap();
     assert_eq!(kept.person, "alice");
