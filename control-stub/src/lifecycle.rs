@@ -856,6 +856,7 @@ fn open_attempt(
         lock,
         relay_public_key,
         passthrough,
+        people: crate::people::open::people(tx)?,
     })
 }
 
