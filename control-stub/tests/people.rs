@@ -874,6 +874,58 @@ fn a_decision_needs_the_named_persons_own_passkey_over_the_card_and_the_verdict(
     rig_rt.block_on(rig.web.stop());
 }
 
+#[test]
+fn an_open_carries_the_named_approvers_passkeys_the_relying_party_and_the_lab_setting() {
+    let rig_rt = runtime();
+    let mut rig = Rig::new(&rig_rt);
+    // The session opened after the web app started: its rp is in the open.
+    let open = rig.link.last_open().expect("an open");
+    let mut keys: Vec<(String, Vec<u8>, Vec<u8>)> = open
+        .people
+        .keys
+        .iter()
+        .map(|k| {
+            (
+                k.owner.clone(),
+                k.credential_id.clone(),
+                k.public_key_cose.clone(),
+            )
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            (
+                "alice".to_owned(),
+                rig.alice.auth.credential_id().to_vec(),
+                rig.alice.auth.public_key_cose().to_vec()
+            ),
+            (
+                "bob".to_owned(),
+                rig.bob.auth.credential_id().to_vec(),
+                rig.bob.auth.public_key_cose().to_vec()
+            ),
+        ]
+    );
+    assert_eq!(open.people.rp_id, RP_ID);
+    assert_eq!(open.people.origin, rig.web.rp.origin());
+    assert!(!open.people.lab_approvals);
+    // Carol holds a passkey but no rule names her: not listed. The lab
+    // setting reaches the next open.
+    let _carol = rig.person("carol", Role::Approver);
+    rig.env.store.set_lab_approvals(true, "test").unwrap();
+    let next = rig
+        .env
+        .store
+        .read(|tx| talos_control_stub::people::open::people(tx))
+        .unwrap();
+    assert!(next.lab_approvals);
+    assert!(next.keys.iter().all(|k| k.owner != "carol"), "{next:?}");
+    assert_eq!(next.keys.len(), 2);
+    rig_rt.block_on(rig.web.stop());
+}
+
 // ---- the live stream ---------------------------------------------------------
 
 #[test]
