@@ -918,7 +918,7 @@ fn an_open_carries_the_named_approvers_passkeys_the_relying_party_and_the_lab_se
     let next = rig
         .env
         .store
-        .read(|tx| talos_control_stub::people::open::people(tx))
+        .read(talos_control_stub::people::open::people)
         .unwrap();
     assert!(next.lab_approvals);
     assert!(next.keys.iter().all(|k| k.owner != "carol"), "{next:?}");
