@@ -923,6 +923,16 @@ fn an_open_carries_the_named_approvers_passkeys_the_relying_party_and_the_lab_se
     assert!(next.lab_approvals);
     assert!(next.keys.iter().all(|k| k.owner != "carol"), "{next:?}");
     assert_eq!(next.keys.len(), 2);
+    // An attempt records whether it opened in lab mode (its certificate
+    // shows it): the first did not, one opened now does.
+    let first = rig.env.store.read(|tx| tx.attempts(&rig.session)).unwrap();
+    assert!(!first[0].lab_approvals);
+    let mut life = Lifecycle::new(&mut rig.env.store, rig.link.as_ref(), &ACCEPT);
+    life.stop(&rig.session).unwrap();
+    let second = life.start(&request(Mode::Commands)).unwrap().session_id;
+    assert!(rig.link.last_open().unwrap().people.lab_approvals);
+    let attempts = rig.env.store.read(|tx| tx.attempts(&second)).unwrap();
+    assert!(attempts[0].lab_approvals);
     rig_rt.block_on(rig.web.stop());
 }
 

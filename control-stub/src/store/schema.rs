@@ -849,7 +849,8 @@ DROP TABLE approvers;
     // the lab approvals switch (a decision with no person's passkey
     // assertion counts only while it is on) and the people's web app's
     // rp id and origin, which every open carries to the gateways; each
-    // with who set it and when.
+    // with who set it and when. Each attempt records whether it opened in
+    // lab mode (its certificate says so).
     Upgrade {
         to: 13,
         ddl: "
@@ -859,6 +860,7 @@ CREATE TABLE account_settings (
     changed_at TEXT NOT NULL,
     changed_by TEXT NOT NULL
 );
+ALTER TABLE attempts ADD COLUMN lab_approvals INTEGER NOT NULL DEFAULT 0;
 ",
         sqlite_ddl: "",
         postgres_ddl: "",
