@@ -251,4 +251,13 @@ async fn the_relays_signature_without_the_named_persons_own_releases_nothing() {
         .clone();
     assert_eq!(approval["decision"], "approved");
     assert_eq!(approval["approver"], "alice");
+    // The decision's log line names the person whose passkey verified.
+    talos_e2e::wait::until("the decision's log line naming alice", || {
+        talos_e2e::wait::check(rig.gateway.log(), |log| {
+            log.lines().any(|l| {
+                l.contains("decision signed by the person's passkey, verified")
+                    && l.contains("person=alice")
+            })
+        })
+    });
 }

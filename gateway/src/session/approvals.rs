@@ -549,8 +549,13 @@ impl Approvals {
                 return Err(DecideError::Person(e));
             }
         };
-        if let Decider::Lab(_) = &decider {
-            tracing::info!(proposal = %decision.proposal_id, approver = %decision.approver, "decision without a person's assertion taken on the relay's word: the account is in lab mode");
+        match &decider {
+            Decider::Person(person) => {
+                tracing::info!(proposal = %decision.proposal_id, person = %person, decision = decision.decision.as_str(), "decision signed by the person's passkey, verified");
+            }
+            Decider::Lab(approver) => {
+                tracing::info!(proposal = %decision.proposal_id, approver = %approver, decision = decision.decision.as_str(), "decision without a person's assertion taken on the relay's word: the account is in lab mode");
+            }
         }
         let held = pending
             .remove(&decision.proposal_id)
