@@ -294,3 +294,15 @@ fn malformed() {
     };
     assert_eq!(refusal(w.check(&bad)), "malformed");
 }
+
+#[test]
+fn challenge_mismatch_the_card_carried_is_not_the_one_held() {
+    let w = World::new();
+    // Alice's signature is right over the held card, but the decision
+    // carries another card: what the person saw is not what is held.
+    let d = Decision {
+        card: Some(proposal("/repos/acme/widgets/other")),
+        ..w.alice_with(|c| c)
+    };
+    assert_eq!(refusal(w.check(&d)), "challenge_mismatch");
+}
