@@ -13,15 +13,39 @@
 //!
 //! The relay answers with a [`Decision`] signed by its own Ed25519 key as
 //! [`Kind::Decision`]: the proposal id, the proposal digest, the approver,
-//! `approved` or `declined`, and when. The gateway releases or refuses the
-//! request only after [`verify_decision`] under the relay key it was given
-//! with the session, and only if the digest is the one it computed.
+//! `approved` or `declined`, and when; and, when a person decided with
+//! their passkey, the card they saw (its [`Proposal`] fields) and their
+//! device's WebAuthn assertion over it ([`PasskeyAssertion`], signed over
+//! `talos_certs::webauthn::decision_challenge(card digest, verdict)`). The
+//! gateway releases or refuses the request only after [`verify_decision`]
+//! under the relay key it was given with the session, only if the digest
+//! is the one it computed, and only after it verified the person's
+//! assertion itself against the keys the session's open listed (the
+//! gateway's `session::person`): the relay's signature says the relay
+//! delivered it, the person's says the person decided.
 //!
 //! # The decision payload
 //!
 //! ```text
 //! {"proposal_id":"gw-a-17","proposal_digest":"<96 hex>","approver":"alice","decision":"approved","decided_at":"2026-11-29T10:00:00.000Z"}
 //! ```
+//!
+//! A decision a person signed has two members more, after those five:
+//!
+//! ```text
+//! ..."decided_at":"…","card":{<the card's sixteen Proposal fields>},"assertion":{"credential_id":"…","authenticator_data":"…","client_data_json":"…","signature":"…","user_handle":"…"}}
+//! ```
+//!
+//! `card` is the card the person signed: the proposal itself (the same
+//! id and digest as the first two members), or, when a `first_use` rule's
+//! one card answers another member's identical first use, that other
+//! member's card (the gateway then checks it is the same session,
+//! attempt and rule as its own held first use). The assertion's fields are
+//! base64url without padding, as WebAuthn's JSON forms carry them;
+//! `user_handle` is left out when the authenticator gave none. A decision
+//! without a person's assertion (`control-stub approvals approve --as`,
+//! behind the account's lab setting) has neither member, and its bytes are
+//! exactly the five-member payload above.
 
 use std::fmt;
 
@@ -31,8 +55,11 @@ use crate::batch::{json_error, SameBytes};
 use crate::digest::{is_sha384_hex, sha384_hex};
 use crate::signing::{verify, GatewayKey, Kind, Signed, VerifyError};
 
-/// The largest decision payload parsed: 16 KiB.
-pub const MAX_DECISION_LEN: usize = 16 * 1024;
+/// The largest decision payload parsed: 96 KiB. A decision carries its
+/// card (the relay takes proposals of up to 64 KiB) and a person's
+/// assertion (at most about 14 KiB of base64url, WebAuthn's own bounds:
+/// `talos_certs::webauthn`'s `MAX_*_LEN`).
+pub const MAX_DECISION_LEN: usize = 96 * 1024;
 
 /// What is proposed: a request the Lock held, or an agent's own action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -182,6 +209,45 @@ pub struct Decision {
     pub approver: String,
     pub decision: Verdict,
     pub decided_at: String,
+    /// The card the person signed (see the module's "The decision
+    /// payload"); with `assertion`, or neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card: Option<Proposal>,
+    /// The person's WebAuthn assertion over the card's digest and the
+    /// verdict; none in a decision only the relay signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<PasskeyAssertion>,
+}
+
+/// What `navigator.credentials.get` returned when a person decided, as the
+/// relay forwards it: each field base64url without padding. Nothing here
+/// is secret (a signature over a public challenge); `Debug` shows the
+/// credential id and the lengths.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasskeyAssertion {
+    /// `rawId`.
+    pub credential_id: String,
+    /// `response.authenticatorData`.
+    pub authenticator_data: String,
+    /// `response.clientDataJSON`.
+    pub client_data_json: String,
+    /// `response.signature`.
+    pub signature: String,
+    /// `response.userHandle`, when the authenticator gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_handle: Option<String>,
+}
+
+impl fmt::Debug for PasskeyAssertion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PasskeyAssertion")
+            .field("credential_id", &self.credential_id)
+            .field("authenticator_data", &self.authenticator_data.len())
+            .field("client_data_json", &self.client_data_json.len())
+            .field("signature", &self.signature.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Decision {
@@ -247,6 +313,11 @@ pub fn verify_decision(public_key: &[u8; 32], signed: &Signed) -> Result<Decisio
             "proposal_digest is not 96 lowercase hex digits".into(),
         ));
     }
+    if decision.card.is_some() != decision.assertion.is_some() {
+        return Err(DecisionError::Malformed(
+            "a decision carries a card and an assertion together, or neither".into(),
+        ));
+    }
     Ok(decision)
 }
 
@@ -309,6 +380,8 @@ mod tests {
             approver: "alice".into(),
             decision: Verdict::Approved,
             decided_at: "2026-11-29T10:01:00.000Z".into(),
+            card: None,
+            assertion: None,
         };
         let signed = d.sign(&relay);
         assert_eq!(verify_decision(&relay.public_key(), &signed), Ok(d.clone()));
@@ -328,5 +401,74 @@ mod tests {
         let mut flipped = signed.clone();
         flipped.payload[20] ^= 1;
         assert!(verify_decision(&relay.public_key(), &flipped).is_err());
+    }
+
+    #[test]
+    fn a_decision_without_a_person_is_the_five_member_payload() {
+        let d = Decision {
+            proposal_id: "gw-a-1".into(),
+            proposal_digest: "ab".repeat(48),
+            approver: "alice".into(),
+            decision: Verdict::Declined,
+            decided_at: "2026-11-29T10:01:00.000Z".into(),
+            card: None,
+            assertion: None,
+        };
+        assert_eq!(
+            String::from_utf8(d.payload()).unwrap(),
+            format!(
+                "{{\"proposal_id\":\"gw-a-1\",\"proposal_digest\":\"{}\",\"approver\":\"alice\",\"decision\":\"declined\",\"decided_at\":\"2026-11-29T10:01:00.000Z\"}}",
+                "ab".repeat(48)
+            )
+        );
+    }
+
+    #[test]
+    fn a_person_signed_decision_carries_card_and_assertion_together() {
+        let relay = GatewayKey::generate().unwrap();
+        let card = proposal(ProposalKind::Request);
+        let digest = proposal_digest(&card, &sentence(&card));
+        let assertion = PasskeyAssertion {
+            credential_id: "Y3JlZA".into(),
+            authenticator_data: "YXV0aA".into(),
+            client_data_json: "e30".into(),
+            signature: "c2ln".into(),
+            user_handle: None,
+        };
+        let d = Decision {
+            proposal_id: card.proposal_id.clone(),
+            proposal_digest: digest,
+            approver: "alice".into(),
+            decision: Verdict::Approved,
+            decided_at: "2026-11-29T10:01:00.000Z".into(),
+            card: Some(card),
+            assertion: Some(assertion),
+        };
+        let signed = d.sign(&relay);
+        assert_eq!(verify_decision(&relay.public_key(), &signed), Ok(d.clone()));
+        let text = String::from_utf8(signed.payload.clone()).unwrap();
+        assert!(text.contains(",\"card\":{\"proposal_id\":"), "{text}");
+        assert!(!text.contains("user_handle"), "{text}");
+        for half in [
+            Decision {
+                card: None,
+                ..d.clone()
+            },
+            Decision {
+                assertion: None,
+                ..d.clone()
+            },
+        ] {
+            let e = verify_decision(&relay.public_key(), &half.sign(&relay)).unwrap_err();
+            assert_eq!(e.as_str(), "malformed", "{e}");
+        }
+        // An unknown member inside the assertion is refused, not ignored.
+        let forged = text.replace("\"signature\":\"c2ln\"", "\"signature\":\"c2ln\",\"x\":1");
+        let e = verify_decision(
+            &relay.public_key(),
+            &relay.sign(Kind::Decision, forged.into_bytes()),
+        )
+        .unwrap_err();
+        assert_eq!(e.as_str(), "malformed");
     }
 }

@@ -123,6 +123,16 @@
 //! the caller's list says whose key it is. The BE flag is not compared with
 //! registration's (nothing stores it for the gateway).
 //!
+//! # A person's decision
+//!
+//! [`verify_person`] is the gateway's whole check of a decision a person
+//! signed: the decision's assertion decoded from its base64url fields, the
+//! card it carries being the card the gateway holds, the credential one of
+//! the keys the session's open listed, of an approver the card's rule names
+//! and the decision's `approver`, then [`verify_assertion`] over
+//! [`decision_challenge`]`(card digest, verdict)`. Its refusals are the
+//! same names (`no_assertion` for a decision without one).
+//!
 //! # Limits
 //!
 //! Every input is bounded before it is parsed: [`MAX_CLIENT_DATA_LEN`],
@@ -135,6 +145,7 @@
 
 mod cbor;
 mod cose;
+mod person;
 #[cfg(any(test, feature = "test-util"))]
 pub mod soft;
 
@@ -152,6 +163,7 @@ use crate::approval::Verdict;
 use crate::digest::lower_hex;
 
 pub use self::cose::{CoseAlgorithm, KeyError};
+pub use self::person::{verify_person, ApproverKey, PersonVerified, RelyingParty};
 
 /// The largest `clientDataJSON` parsed: 4 KiB. Browsers send 100–300 bytes
 /// (type, challenge, origin, crossOrigin, perhaps topOrigin and a member
@@ -1090,6 +1102,19 @@ fn stored_key(bytes: &[u8]) -> Result<PublicKey, KeyError> {
 /// At most [`MAX_PUBLIC_KEY_LEN`] bytes.
 pub fn check_public_key(public_key_cose: &[u8]) -> Result<CoseAlgorithm, KeyError> {
     stored_key(public_key_cose).map(|key| key.alg())
+}
+
+/// Stored COSE key bytes as an X.509 `SubjectPublicKeyInfo` (DER): the
+/// form `openssl pkey -pubin -inform DER` and Python's `cryptography`
+/// (`load_der_public_key`) read, so that an auditor can check a person's
+/// assertion with tools of their own (the certificate bundle carries it
+/// beside the COSE bytes).
+///
+/// # Limits
+///
+/// At most [`MAX_PUBLIC_KEY_LEN`] bytes.
+pub fn public_key_spki_der(public_key_cose: &[u8]) -> Result<Vec<u8>, KeyError> {
+    stored_key(public_key_cose).map(|key| key.spki_der().to_vec())
 }
 
 /// The one of `candidates` whose credential id (`id_of`) is the

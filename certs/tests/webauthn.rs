@@ -821,6 +821,35 @@ fn python_verifies_what_the_soft_authenticator_signs() {
     }
 }
 
+/// The SubjectPublicKeyInfo the bundle carries for an auditor is, byte for
+/// byte, what Python's `cryptography` makes of the same COSE key read by
+/// its own CBOR reader, and `openssl` reads it.
+#[test]
+fn the_spki_form_of_each_key_is_pythons_and_openssls() {
+    let program = format!(
+        "{PYTHON_COSE}\n\
+         from cryptography.hazmat.primitives import serialization\n\
+         key = public_key(bytes.fromhex(sys.argv[1]))\n\
+         print(key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo).hex())\n"
+    );
+    for alg in CoseAlgorithm::ALL {
+        let phone = Authenticator::new(alg);
+        let spki = talos_certs::webauthn::public_key_spki_der(phone.public_key_cose()).unwrap();
+        let out = python(&program, &[&hex::encode(phone.public_key_cose())]);
+        assert_eq!(out.trim(), hex::encode(&spki), "{alg:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key.der");
+        std::fs::write(&file, &spki).unwrap();
+        let openssl = Command::new("openssl")
+            .args(["pkey", "-pubin", "-inform", "DER", "-noout", "-in"])
+            .arg(&file)
+            .output()
+            .expect("run openssl");
+        assert!(openssl.status.success(), "{alg:?}: {openssl:?}");
+    }
+    assert!(talos_certs::webauthn::public_key_spki_der(&[0xa0]).is_err());
+}
+
 /// Python's `cryptography` as an independent authenticator: its own keys,
 /// its own COSE and authenticator data, its own DER; the crate verifies.
 #[test]

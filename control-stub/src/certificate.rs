@@ -173,6 +173,11 @@ pub struct CertAttempt {
     /// connections are on the certificate, nothing inside them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub passthrough: Vec<String>,
+    /// Present (true) when the attempt opened with the account's lab
+    /// setting on: its gateways took decisions with no person's passkey
+    /// assertion on the relay's signature alone.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lab_approvals: bool,
     pub ca: Vec<CertCa>,
 }
 
@@ -548,6 +553,7 @@ fn cert_attempts(attempts: &[Attempt], cas: &[CaEvent]) -> Vec<CertAttempt> {
             allowlist: a.allowlist.clone(),
             lock: a.lock.clone(),
             passthrough: a.passthrough.clone(),
+            lab_approvals: a.lab_approvals,
             ca: cas
                 .iter()
                 .filter(|c| c.attempt == a.n)

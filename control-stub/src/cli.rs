@@ -267,6 +267,16 @@ pub enum PolicyCommand {
     /// travel to the gateways with each open (start, resume, recover).
     #[command(subcommand)]
     Lock(LockCommand),
+    /// The account's lab setting for approvals: `on` lets `approvals
+    /// approve|decline --as` decide with the relay's signature alone (no
+    /// person's passkey), and the gateways take such decisions for
+    /// sessions opened while it is on; `off` (the default) refuses both.
+    /// Logged, stored with who set it, carried by every open. `show`
+    /// prints it.
+    LabApprovals {
+        #[arg(value_parser = ["on", "off", "show"])]
+        state: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -506,7 +516,21 @@ pub fn run(
             write_out(stdout, &out)
         }
         Command::Policy(cmd) => {
-            let out = policy(&mut Store::open(&cli.db)?, cmd)?;
+            let by = cli
+                .operator
+                .clone()
+                .unwrap_or_else(crate::lifecycle::local_operator);
+            let out = policy(&mut Store::open(&cli.db)?, cmd, &by)?;
+            if let PolicyCommand::LabApprovals { state } = cmd {
+                if state != "show" {
+                    // Logged: who turned the relay-only way of deciding on or off.
+                    let _ = writeln!(
+                        stderr,
+                        "{}",
+                        serde_json::json!({"lab_approvals": state, "changed_by": by})
+                    );
+                }
+            }
             write_out(stdout, &out)
         }
         Command::Approvals(cmd) => {
@@ -522,6 +546,10 @@ pub fn run(
                     } else {
                         talos_certs::Verdict::Declined
                     };
+                    // Deciding with no person's passkey is a lab's way only.
+                    if !store.read(|tx| tx.lab_approvals())? {
+                        return Err(Error::LabApprovalsOff);
+                    }
                     let key = relay_key(cli)?;
                     json(&crate::relay::decide(
                         &mut store, link, &key, id, approver, verdict,
@@ -667,7 +695,7 @@ fn secret(store: &mut Store, cmd: &SecretCommand, stdin: &mut dyn Read) -> Resul
 }
 
 /// `policy egress …` and `policy lock …`.
-fn policy(store: &mut Store, cmd: &PolicyCommand) -> Result<String, Error> {
+fn policy(store: &mut Store, cmd: &PolicyCommand, by: &str) -> Result<String, Error> {
     match cmd {
         PolicyCommand::Egress(EgressCommand::Add { name }) => {
             json(&serde_json::json!({"added": store.egress_add(name)?}))
@@ -702,6 +730,10 @@ fn policy(store: &mut Store, cmd: &PolicyCommand) -> Result<String, Error> {
             json(&store.lock_add(&rule)?)
         }
         PolicyCommand::Lock(LockCommand::List) => json(&store.lock_list()?),
+        PolicyCommand::LabApprovals { state } if state == "show" => {
+            json(&store.lab_approvals_show()?)
+        }
+        PolicyCommand::LabApprovals { state } => json(&store.set_lab_approvals(state == "on", by)?),
         PolicyCommand::Lock(LockCommand::Remove { id }) => {
             json(&serde_json::json!({"removed": store.lock_remove(id)?}))
         }

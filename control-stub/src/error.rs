@@ -191,6 +191,8 @@ pub enum Error {
     },
     #[error("relay key: {reason}")]
     RelayKeyInvalid { reason: String },
+    #[error("approvals approve|decline --as decides with no person's passkey, which only the account's lab setting allows (control-stub policy lab-approvals on); otherwise a person decides in the web app with their passkey")]
+    LabApprovalsOff,
     #[error("proposal: {reason}")]
     ProposalInvalid { reason: String },
     #[error("proposal: {reason}")]
@@ -259,6 +261,7 @@ impl Error {
             Error::NotPermitted { .. } => "not_permitted",
             Error::WebConfigInvalid { .. } => "web_config_invalid",
             Error::RelayKeyInvalid { .. } => "relay_key_invalid",
+            Error::LabApprovalsOff => "lab_approvals_off",
             Error::ProposalInvalid { .. } => "proposal_invalid",
             Error::ProposalStale { .. } => "proposal_stale",
             Error::ProposalConflict { .. } => "proposal_conflict",

@@ -621,6 +621,7 @@ mod tests {
             lock: vec![],
             relay_public_key: None,
             passthrough: vec![],
+            people: Default::default(),
         };
         let link = FakeLink::default();
         assert!(link.open(&open).iter().all(|r| r.result.is_ok()));

@@ -447,6 +447,20 @@ impl GatewayLink for GrpcLink {
                 .collect(),
             relay_public_key: req.relay_public_key.map(|k| k.to_vec()).unwrap_or_default(),
             passthrough: req.passthrough.clone(),
+            approver_keys: req
+                .people
+                .keys
+                .iter()
+                .map(|k| pb::ApproverKey {
+                    owner: k.owner.clone(),
+                    credential_id: k.credential_id.clone(),
+                    public_key_cose: k.public_key_cose.clone(),
+                    sign_count: k.sign_count,
+                })
+                .collect(),
+            rp_id: req.people.rp_id.clone(),
+            origin: req.people.origin.clone(),
+            lab_approvals: req.people.lab_approvals,
         };
         let shared = Arc::new(msg.clone());
         // Every member but those distrusted (known by the id each stated

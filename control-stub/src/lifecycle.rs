@@ -813,6 +813,7 @@ fn open_attempt(
     };
     let lock = tx.lock_rules()?;
     let passthrough = passthrough_of(tx, allowlist, attach, &lock)?;
+    let people = crate::people::open::people(tx)?;
     tx.insert_attempt(
         &session.id,
         &Attempt {
@@ -827,6 +828,7 @@ fn open_attempt(
             relay_public_key: relay_public_key.map(hex::encode),
             passthrough: passthrough.clone(),
             running_at: None,
+            lab_approvals: people.lab_approvals,
         },
     )?;
     let mut attachments = Vec::new();
@@ -856,6 +858,7 @@ fn open_attempt(
         lock,
         relay_public_key,
         passthrough,
+        people,
     })
 }
 

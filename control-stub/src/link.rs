@@ -181,6 +181,41 @@ pub struct OpenSession {
     /// The names of `allowlist` the account marks passthrough: passed on
     /// without termination (none carries an attachment or a Lock rule).
     pub passthrough: Vec<String>,
+    /// The passkeys of the approvers the Lock rules name, the web app's
+    /// relying party and the lab setting (`crate::people::open`).
+    pub people: OpenPeople,
+}
+
+/// What an open tells the gateways of the people who decide (issue 42).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenPeople {
+    /// Every passkey of every approver a Lock rule names.
+    pub keys: Vec<ApproverKey>,
+    /// The web app's rp id and origin; empty when `serve` never ran it.
+    pub rp_id: String,
+    pub origin: String,
+    /// The account's lab setting for approvals.
+    pub lab_approvals: bool,
+}
+
+/// One passkey of an approver: public material only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApproverKey {
+    pub owner: String,
+    pub credential_id: Vec<u8>,
+    pub public_key_cose: Vec<u8>,
+    pub sign_count: u32,
+}
+
+impl std::fmt::Debug for ApproverKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApproverKey")
+            .field("owner", &self.owner)
+            .field("credential_id", &self.credential_id.len())
+            .field("public_key_cose", &self.public_key_cose.len())
+            .field("sign_count", &self.sign_count)
+            .finish()
+    }
 }
 
 /// An attachment with its value: the only type here that holds one.

@@ -23,7 +23,10 @@
 //!   with the relay's key ([`crate::identity::RELAY_KEY`]) and delivered to
 //!   the gateway that proposed, inside the store transaction that records
 //!   it (with the assertion, when a person signed), so a delivery that
-//!   fails records nothing.
+//!   fails records nothing. When a person signed, the signed decision
+//!   carries the card and their assertion (talos-certs `Decision::card`,
+//!   `Decision::assertion`): the gateway verifies the person's signature
+//!   itself, and the relay's alone releases nothing.
 //! - **Withdrawal** happens in the session state machine: a pause, an
 //!   interruption or an end withdraws the session's pending proposals in
 //!   the transition's own transaction.
@@ -35,7 +38,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 use talos_certs::{
-    proposal_digest, sentence, Decision, GatewayKey, Proposal, ProposalKind, Verdict,
+    proposal_digest, sentence, Decision, GatewayKey, PasskeyAssertion, Proposal, ProposalKind,
+    Verdict,
 };
 use talos_contract::path;
 
@@ -437,6 +441,17 @@ pub fn decide_signed(
             approver: approver.clone(),
             decision: verdict,
             decided_at: decided_at.clone(),
+            // The person's assertion travels inside the relay's signed
+            // decision, with the card it signs, for the gateway to verify
+            // itself (talos-certs `webauthn::verify_person`).
+            card: assertion.as_ref().map(|_| p.fields.clone()),
+            assertion: assertion.as_ref().map(|a| PasskeyAssertion {
+                credential_id: a.credential_id.clone(),
+                authenticator_data: a.authenticator_data.clone(),
+                client_data_json: a.client_data_json.clone(),
+                signature: a.signature.clone(),
+                user_handle: a.user_handle.clone(),
+            }),
         };
         let signed = decision.sign(key);
         let outcome = link.decide(&p.gateway_id, &signed)?;

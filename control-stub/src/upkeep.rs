@@ -699,6 +699,7 @@ mod tests {
             running_at: end_cause
                 .is_none_or(|e| e != AttemptEnd::StartFailed)
                 .then(|| "2026-12-01T00:00:01.000Z".into()),
+            lab_approvals: false,
         }
     }
 

@@ -840,6 +840,36 @@ fn the_approvals_commands_list_decide_and_refuse_bad_inputs_with_their_codes() {
     assert_eq!(cards[0]["session_id"], session.as_str());
     assert!(cards[0]["expires_at"].is_string());
 
+    // Without the account's lab setting the command line decides nothing,
+    // and says which setting it would take.
+    let (status, out, err) = run(&[
+        "--control-dir",
+        dir_arg,
+        "approvals",
+        "approve",
+        &p.proposal_id,
+        "--as",
+        "alice",
+    ]);
+    assert_eq!((status, out.as_str()), (2, ""));
+    assert!(
+        err.starts_with("error: lab_approvals_off: ") && err.contains("policy lab-approvals on"),
+        "{err}"
+    );
+    assert!(link.decisions().is_empty());
+    let (status, out, _) = run(&["policy", "lab-approvals", "show"]);
+    assert_eq!(status, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["lab_approvals"],
+        "off"
+    );
+    let (status, out, err) = run(&["policy", "lab-approvals", "on"]);
+    assert_eq!(status, 0, "{err}");
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["lab_approvals"], "on");
+    assert!(shown["changed_by"].is_string() && shown["changed_at"].is_string());
+    assert!(err.contains("\"lab_approvals\":\"on\""), "logged: {err}");
+
     let before = common::dump(&db);
     for (args, code) in [
         (
@@ -1328,6 +1358,8 @@ fn the_relay_end_to_end_over_mutual_tls_the_cli_and_the_web_app() {
     // Approved on the command line (tests and labs), declined on the web
     // by Bob with his passkey: the gateway verified both under the relay
     // key it was opened with.
+    let lab = run(&["policy", "lab-approvals", "on"], b"");
+    assert_eq!(lab.status, 0, "{lab:?}");
     let out = run(
         &["approvals", "approve", &p1.proposal_id, "--as", "alice"],
         b"",

@@ -822,6 +822,28 @@ fn a_decision_needs_the_named_persons_own_passkey_over_the_card_and_the_verdict(
         (Some("approved"), Some("released"))
     );
     assert_eq!(rig.link.decisions().len(), 1);
+    // The relay's signed decision carries the card and Alice's assertion,
+    // which verify as hers on their own (as the gateway checks them).
+    let (_, delivered) = &rig.link.decisions()[0];
+    let decision: talos_certs::Decision = serde_json::from_slice(&delivered.payload).unwrap();
+    assert_eq!(decision.card.as_ref(), Some(&p));
+    let person = talos_certs::webauthn::verify_person(
+        &decision,
+        &msg(&p).digest,
+        &[talos_certs::webauthn::ApproverKey {
+            owner: "alice",
+            credential_id: alice_key.auth.credential_id(),
+            public_key_cose: alice_key.auth.public_key_cose(),
+            sign_count: 0,
+        }],
+        &p.approvers,
+        &talos_certs::webauthn::RelyingParty {
+            rp_id: RP_ID,
+            origin: rig.web.rp.origin(),
+        },
+    )
+    .unwrap();
+    assert_eq!(person.person, "alice");
     let stored = rig.env.store.read(|tx| tx.proposal(id)).unwrap().unwrap();
     let kept = stored.assertion.unwrap();
     assert_eq!(kept.person, "alice");
@@ -849,6 +871,68 @@ fn a_decision_needs_the_named_persons_own_passkey_over_the_card_and_the_verdict(
     let h = rig_rt.block_on(alice.get("/api/history"));
     assert_eq!(h.body["decisions"][0]["id"], id);
     assert_eq!(h.body["decisions"][0]["signed_with_passkey"], true);
+    rig_rt.block_on(rig.web.stop());
+}
+
+#[test]
+fn an_open_carries_the_named_approvers_passkeys_the_relying_party_and_the_lab_setting() {
+    let rig_rt = runtime();
+    let mut rig = Rig::new(&rig_rt);
+    // The session opened after the web app started: its rp is in the open.
+    let open = rig.link.last_open().expect("an open");
+    let mut keys: Vec<(String, Vec<u8>, Vec<u8>)> = open
+        .people
+        .keys
+        .iter()
+        .map(|k| {
+            (
+                k.owner.clone(),
+                k.credential_id.clone(),
+                k.public_key_cose.clone(),
+            )
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            (
+                "alice".to_owned(),
+                rig.alice.auth.credential_id().to_vec(),
+                rig.alice.auth.public_key_cose().to_vec()
+            ),
+            (
+                "bob".to_owned(),
+                rig.bob.auth.credential_id().to_vec(),
+                rig.bob.auth.public_key_cose().to_vec()
+            ),
+        ]
+    );
+    assert_eq!(open.people.rp_id, RP_ID);
+    assert_eq!(open.people.origin, rig.web.rp.origin());
+    assert!(!open.people.lab_approvals);
+    // Carol holds a passkey but no rule names her: not listed. The lab
+    // setting reaches the next open.
+    let _carol = rig.person("carol", Role::Approver);
+    rig.env.store.set_lab_approvals(true, "test").unwrap();
+    let next = rig
+        .env
+        .store
+        .read(talos_control_stub::people::open::people)
+        .unwrap();
+    assert!(next.lab_approvals);
+    assert!(next.keys.iter().all(|k| k.owner != "carol"), "{next:?}");
+    assert_eq!(next.keys.len(), 2);
+    // An attempt records whether it opened in lab mode (its certificate
+    // shows it): the first did not, one opened now does.
+    let first = rig.env.store.read(|tx| tx.attempts(&rig.session)).unwrap();
+    assert!(!first[0].lab_approvals);
+    let mut life = Lifecycle::new(&mut rig.env.store, rig.link.as_ref(), &ACCEPT);
+    life.stop(&rig.session).unwrap();
+    let second = life.start(&request(Mode::Commands)).unwrap().session_id;
+    assert!(rig.link.last_open().unwrap().people.lab_approvals);
+    let attempts = rig.env.store.read(|tx| tx.attempts(&second)).unwrap();
+    assert!(attempts[0].lab_approvals);
     rig_rt.block_on(rig.web.stop());
 }
 

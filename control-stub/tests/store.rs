@@ -380,12 +380,12 @@ fn renewals_go_on_while_another_replica_holds_the_write_lock() {
     assert!(env.life().status(&id).is_ok());
 }
 
-/// Version 10 retires the approvals API's bearer tokens: each approver
+/// Version 12 retires the approvals API's bearer tokens: each approver
 /// with a token, and each name a Lock rule names, becomes a person with
 /// the role approver and no passkey (so they enrol before deciding), and
-/// the tokens are gone. On SQLite from version 9, on PostgreSQL from 6.
+/// the tokens are gone. On SQLite from version 11, on PostgreSQL from 6.
 #[test]
-fn approvers_and_the_names_rules_give_become_people_at_version_10() {
+fn approvers_and_the_names_rules_give_become_people_at_version_12() {
     let rows = "
         INSERT INTO approvers (name, token_sha256, created_at)
         VALUES ('alice', '00ab', '2026-11-29T10:00:00.000Z');
@@ -414,10 +414,10 @@ fn approvers_and_the_names_rules_give_become_people_at_version_10() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stub.db");
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(&talos_control_stub::store::ddl_through(9))
+    conn.execute_batch(&talos_control_stub::store::ddl_through(11))
         .unwrap();
     conn.execute_batch(rows).unwrap();
-    conn.pragma_update(None, "user_version", 9).unwrap();
+    conn.pragma_update(None, "user_version", 11).unwrap();
     drop(conn);
     #[cfg(unix)]
     {

@@ -166,6 +166,10 @@ fn describe() {
         "Held requests' approvals, by outcome."
     );
     describe_counter!(
+        "gateway_person_refusals_total",
+        "Decisions refused for the person's passkey assertion (missing or not verified), by reason."
+    );
+    describe_counter!(
         "gateway_replies_cut_total",
         "Replies cut short because they could not be passed on, by cause."
     );
@@ -196,7 +200,7 @@ fn describe() {
 /// ([`crate::reload::ConfigInForce::render_info`]).
 fn preregister() {
     use metrics::{counter, gauge, histogram};
-    let labelled: [(&'static str, &'static str, Vec<&'static str>); 16] = [
+    let labelled: [(&'static str, &'static str, Vec<&'static str>); 17] = [
         (
             "gateway_dns_queries_total",
             "outcome",
@@ -257,6 +261,11 @@ fn preregister() {
             "gateway_approvals_total",
             "outcome",
             Outcome::NAMES.to_vec(),
+        ),
+        (
+            "gateway_person_refusals_total",
+            "reason",
+            talos_certs::webauthn::AssertionError::NAMES.to_vec(),
         ),
         (
             "gateway_replies_cut_total",
@@ -451,6 +460,9 @@ mod tests {
             .any(|c| c.as_str() == "timeout"));
         for o in ["approved", "declined", "timed_out", "withdrawn", "no_relay"] {
             at_zero(format!("gateway_approvals_total{{outcome=\"{o}\"}}"));
+        }
+        for r in talos_certs::webauthn::AssertionError::NAMES {
+            at_zero(format!("gateway_person_refusals_total{{reason=\"{r}\"}}"));
         }
         for c in ReplyRefusal::ALL {
             at_zero(format!(

@@ -493,6 +493,7 @@ mod tests {
             lock: Vec::new(),
             relay_key: None,
             passthrough: Vec::new(),
+            people: Default::default(),
         };
         let s = Arc::new(
             Session::open(spec, "gw-a", &upstream, None, f.authority.new_lease()).unwrap(),

@@ -163,6 +163,8 @@ pub fn sign(
         approver: approver.to_owned(),
         decision: verdict,
         decided_at: talos_gateway::records::record::now(),
+        card: None,
+        assertion: None,
     }
     .sign(key);
     pb::Signed {

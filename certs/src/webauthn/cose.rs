@@ -149,6 +149,9 @@ enum Param<'a> {
 pub(crate) struct PublicKey {
     alg: CoseAlgorithm,
     key: ParsedPublicKey,
+    /// The key as an X.509 `SubjectPublicKeyInfo` (DER), what `openssl`
+    /// and Python's `cryptography` read.
+    spki: Vec<u8>,
 }
 
 impl std::fmt::Debug for PublicKey {
@@ -224,8 +227,9 @@ impl PublicKey {
                 point[0] = 0x04;
                 point[1..33].copy_from_slice(x);
                 point[33..].copy_from_slice(y);
-                ParsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, point)
-                    .map_err(|_| bad("the point is not on P-256"))?
+                let parsed = ParsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, point)
+                    .map_err(|_| bad("the point is not on P-256"))?;
+                (parsed, der::spki(der::EC_P256_ALGORITHM, &point))
             }
             CoseAlgorithm::EdDsa => {
                 if kty != KTY_OKP {
@@ -235,7 +239,9 @@ impl PublicKey {
                     return Err(bad("crv is not Ed25519"));
                 }
                 let x = fixed(p2, 32).ok_or(bad("x is not 32 bytes"))?;
-                ParsedPublicKey::new(&ED25519, x).map_err(|_| bad("x is not an Ed25519 key"))?
+                let parsed = ParsedPublicKey::new(&ED25519, x)
+                    .map_err(|_| bad("x is not an Ed25519 key"))?;
+                (parsed, der::spki(der::ED25519_ALGORITHM, x))
             }
             CoseAlgorithm::Rs256 => {
                 if kty != KTY_RSA {
@@ -266,12 +272,22 @@ impl PublicKey {
                 if !exponent_ok {
                     return Err(bad("the exponent is not odd and between 3 and 2^32"));
                 }
-                RsaPublicKeyComponents { n, e }
+                let parsed = RsaPublicKeyComponents { n, e }
                     .to_parsed_public_key(&RSA_PKCS1_2048_8192_SHA256)
-                    .map_err(|_| bad("aws-lc refuses the modulus and exponent"))?
+                    .map_err(|_| bad("aws-lc refuses the modulus and exponent"))?;
+                (
+                    parsed,
+                    der::spki(der::RSA_ALGORITHM, &der::rsa_public_key(n, e)),
+                )
             }
         };
-        Ok(PublicKey { alg, key })
+        let (key, spki) = key;
+        Ok(PublicKey { alg, key, spki })
+    }
+
+    /// The key as an X.509 `SubjectPublicKeyInfo`, DER.
+    pub(crate) fn spki_der(&self) -> &[u8] {
+        &self.spki
     }
 
     /// The key's algorithm.
@@ -303,4 +319,72 @@ fn fixed<'a>(param: Option<Param<'a>>, len: usize) -> Option<&'a [u8]> {
 fn strip_leading_zeros(bytes: &[u8]) -> &[u8] {
     let first = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
     &bytes[first..]
+}
+
+/// The few DER encodings a `SubjectPublicKeyInfo` of the three key types
+/// needs (X.690; RFC 5480 for P-256, RFC 8410 for Ed25519, RFC 8017
+/// appendix A.1.1 for RSA): nothing is parsed here, only written.
+mod der {
+    /// `AlgorithmIdentifier` of an EC key on P-256: id-ecPublicKey
+    /// (1.2.840.10045.2.1) with the named curve prime256v1
+    /// (1.2.840.10045.3.1.7).
+    pub(super) const EC_P256_ALGORITHM: &[u8] = &[
+        0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
+        0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+    ];
+    /// `AlgorithmIdentifier` of Ed25519: id-Ed25519 (1.3.101.112), no
+    /// parameters.
+    pub(super) const ED25519_ALGORITHM: &[u8] = &[0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70];
+    /// `AlgorithmIdentifier` of rsaEncryption (1.2.840.113549.1.1.1) with
+    /// NULL parameters.
+    pub(super) const RSA_ALGORITHM: &[u8] = &[
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+    ];
+
+    /// A tag and its definite length, then `content`.
+    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let n = content.len();
+        if n < 0x80 {
+            out.push(n as u8);
+        } else {
+            let bytes = n.to_be_bytes();
+            let first = bytes
+                .iter()
+                .position(|&b| b != 0)
+                .unwrap_or(bytes.len() - 1);
+            out.push(0x80 | (bytes.len() - first) as u8);
+            out.extend_from_slice(&bytes[first..]);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// A non-negative INTEGER of the big-endian `magnitude` (no leading
+    /// zeros): a zero byte first when its top bit is set.
+    fn unsigned(magnitude: &[u8]) -> Vec<u8> {
+        let mut content = Vec::with_capacity(magnitude.len() + 1);
+        if magnitude.first().is_none_or(|&b| b & 0x80 != 0) {
+            content.push(0);
+        }
+        content.extend_from_slice(magnitude);
+        tlv(0x02, &content)
+    }
+
+    /// `RSAPublicKey ::= SEQUENCE { modulus INTEGER, publicExponent INTEGER }`.
+    pub(super) fn rsa_public_key(n: &[u8], e: &[u8]) -> Vec<u8> {
+        let mut content = unsigned(n);
+        content.extend_from_slice(&unsigned(e));
+        tlv(0x30, &content)
+    }
+
+    /// `SubjectPublicKeyInfo ::= SEQUENCE { algorithm, subjectPublicKey BIT STRING }`.
+    pub(super) fn spki(algorithm: &[u8], key: &[u8]) -> Vec<u8> {
+        let mut bits = Vec::with_capacity(key.len() + 1);
+        bits.push(0);
+        bits.extend_from_slice(key);
+        let mut content = algorithm.to_vec();
+        content.extend_from_slice(&tlv(0x03, &bits));
+        tlv(0x30, &content)
+    }
 }

@@ -234,6 +234,18 @@ impl SignedAssertion {
             user_handle: self.user_handle.as_deref(),
         }
     }
+
+    /// As a decision carries it: each field base64url without padding.
+    pub fn to_passkey_assertion(&self) -> crate::PasskeyAssertion {
+        let b64 = |b: &[u8]| URL_SAFE_NO_PAD.encode(b);
+        crate::PasskeyAssertion {
+            credential_id: b64(&self.credential_id),
+            authenticator_data: b64(&self.authenticator_data),
+            client_data_json: b64(&self.client_data_json),
+            signature: b64(&self.signature),
+            user_handle: self.user_handle.as_deref().map(b64),
+        }
+    }
 }
 
 impl Authenticator {

@@ -32,4 +32,5 @@ pub mod ceremony;
 pub mod signed;
 pub mod text;
 pub mod push;
+pub mod open;
 pub mod web;

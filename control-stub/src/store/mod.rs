@@ -12,7 +12,7 @@
 //! of reach).
 //!
 //! The schema is versioned (SQLite's `PRAGMA user_version`; a PostgreSQL
-//! store's `schema_version` table) and created on first use (version 12).
+//! store's `schema_version` table) and created on first use (version 13).
 //! An older SQLite file is upgraded in place: version 1 gains
 //! `chain_state`, version 2 the Lock's tables and the attempts' `lock` and
 //! `relay_public_key`, version 3 what a session's end under faults needs,
@@ -22,7 +22,7 @@
 //! destinations, version 9 the push subscriptions, version 10 the hard
 //! stop, when each attempt began to run, and the state `failed`, version
 //! 11 the batches and key bindings as signed, version 12 people and
-//! their passkeys. A
+//! their passkeys, version 13 the account's settings. A
 //! PostgreSQL store begins at version 6 (the whole schema at once) and
 //! takes the upgrades after it, which are written once for both — see
 //! `schema.rs`:
@@ -33,10 +33,11 @@
 //! | `secrets` | secret of a tenant | `tenant`, `name`, `value` (BLOB, as given; no command prints it), `updated_at` |
 //! | `gateways` | registered gateway | `id`, `public_key_hex`, `registered_at`, `instance` (its process last seen), `lease_ms`, `last_contact_at`, `last_error` |
 //! | `sessions` | session | `id`, `tenant`, `mode`, `state`, `created_at`, `ended_at`, `end_reason`, `outcome`, `allow` (JSON: the names asked), `attach` (JSON: the attachments asked, no values), `sources` (JSON), `idle_timeout_seconds`, `idle_action`, `last_activity_at`, `stop_after_seconds` (the hard stop; NULL: none) |
-//! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with), `lock` (JSON: the Lock rules sent at this open), `relay_public_key` (hex; NULL when none was sent), `passthrough` (JSON: the names opened as passthrough), `running_at` (when its open's answers made it run, which its compute counts from; NULL: it never ran) |
+//! | `attempts` | attempt of a session | `session_id`, `n` (from 1), `cause`, `started_at`, `ended_at`, `end_cause`, `allowlist` and `attachments` (JSON: what this attempt opened with), `lock` (JSON: the Lock rules sent at this open), `relay_public_key` (hex; NULL when none was sent), `passthrough` (JSON: the names opened as passthrough), `running_at` (when its open's answers made it run, which its compute counts from; NULL: it never ran), `lab_approvals` (1: opened with the account's lab setting on) |
 //! | `ca_events` | CA a gateway made for an attempt | `session_id`, `attempt`, `gateway_id`, `digest`, `cert_pem`, `made_at`, `destroyed_at`, `destroy_reason` (set only when a verified drop report names this digest) |
 //! | `drop_reports` | drop report a gateway returned | `session_id`, `attempt` (the attempt whose authority was dropped), `gateway_id`, `reason`, `ca_digest`, `secrets` (JSON), `signed` (the signed bytes), `received_at`, `verifier`, `ca_error`, `secrets_error` (NULL when that half checked out) |
 //! | `reset_steps` | outcome of a reset step of an ended session (never replaced: a later outcome is a row beside it) | `session_id`, `step` (1–5), `n` (from 1, one more at each outcome recorded), `name`, `confirmed`, `response` (JSON), `error`, `at` |
+//! | `account_settings` | setting of the account (`lab_approvals`, `web_origin`, `web_rp_id`) | `name`, `value`, `changed_at`, `changed_by` |
 //! | `members` | member of the pair (`gateway add`) | `id`, `control` (`HOST:PORT` of its control listener), `added_at` |
 //! | `session_sources` | source address of a session | `session_id`, `source` (as text; indexed: a start's check that its sources are no live session's) |
 //! | `commands` | command or time-driven event that moved a session | `session_id`, `n` (from 1), `event` (the machine's), `requester` (`operator`, `approver`, `time`), `requested_by` (the operator's identity, the approver's name, or the time-driven cause), `attempt` (opened or ended, when one), `at` |
@@ -105,6 +106,7 @@ mod members;
 mod push;
 mod evidence;
 mod people;
+pub mod settings;
 
 pub use approvals::ProposalRecord;
 pub use batches::{

@@ -9,7 +9,7 @@ use super::write_lock;
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -845,6 +845,28 @@ INSERT INTO people (name, role, created_at)
     WHERE a.name NOT IN (SELECT name FROM people);
 DROP TABLE approvers;
 ",
+    },
+    // Version 13: the account's settings (`store/settings.rs`, issue 42):
+    // the lab approvals switch (a decision with no person's passkey
+    // assertion counts only while it is on) and the people's web app's
+    // rp id and origin, which every open carries to the gateways; each
+    // with who set it and when. Each attempt records whether it opened in
+    // lab mode (its certificate says so).
+    Upgrade {
+        to: 13,
+        ddl: "
+CREATE TABLE account_settings (
+    name TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL,
+    changed_at TEXT NOT NULL,
+    changed_by TEXT NOT NULL
+);
+ALTER TABLE attempts ADD COLUMN lab_approvals INTEGER NOT NULL DEFAULT 0;
+",
+        sqlite_ddl: "",
+        postgres_ddl: "",
+        sqlite_data: "",
+        postgres_data: "",
     },
 ];
 

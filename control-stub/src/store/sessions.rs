@@ -75,6 +75,9 @@ pub struct Attempt {
     /// When the open's answers made it run: its compute counts from here
     /// to its end. None: it never ran (its open failed, or is in flight).
     pub running_at: Option<String>,
+    /// Whether it opened with the account's lab setting on: decisions
+    /// with no person's passkey assertion counted on its gateways.
+    pub lab_approvals: bool,
 }
 
 impl Attempt {
@@ -243,8 +246,8 @@ impl Tx<'_> {
         self.conn.execute(
             "INSERT INTO attempts (session_id, n, cause, started_at, ended_at, end_cause,
                                    allowlist, attachments, lock, relay_public_key,
-                                   passthrough, running_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                                   passthrough, running_at, lab_approvals)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 session_id,
                 a.n,
@@ -258,6 +261,7 @@ impl Tx<'_> {
                 a.relay_public_key,
                 serde_json::to_string(&a.passthrough)?,
                 a.running_at,
+                a.lab_approvals,
             ],
         )?;
         Ok(())
@@ -350,7 +354,7 @@ pub type SessionInFull = (Session, Vec<Attempt>, Vec<super::CaEvent>);
 
 /// The columns of an attempt row, in [`attempt_row`]'s order.
 const ATTEMPT_COLUMNS: &str = "n, cause, started_at, ended_at, end_cause, allowlist, attachments,
-    lock, relay_public_key, passthrough, running_at";
+    lock, relay_public_key, passthrough, running_at, lab_approvals";
 
 /// An attempt from the row's columns from `at` on.
 fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
@@ -369,6 +373,7 @@ fn attempt_row(r: &Row, at: usize) -> Result<Attempt, Error> {
         relay_public_key: r.get(at + 8)?,
         passthrough: json_col(at + 9, r.get(at + 9)?)?,
         running_at: r.get(at + 10)?,
+        lab_approvals: r.get(at + 11)?,
     })
 }
 

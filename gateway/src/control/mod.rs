@@ -177,6 +177,7 @@ fn spec_of(req: &mut pb::OpenSessionRequest) -> Result<(SessionSpec, Vec<IpAddr>
             lock: spec.lock().to_vec(),
             relay_key: spec.relay_key(),
             passthrough: spec.passthrough().to_vec(),
+            people: crate::session::person::from_open(req)?,
         },
         spec.scope().sources().to_vec(),
     ))

@@ -202,6 +202,11 @@ pub struct SessionState {
     pub lease_until: Option<Millis>,
     /// Rules whose first use was approved under this authority.
     pub first_uses: Vec<String>,
+    /// The approvers' passkeys (their sign counts as this process saw
+    /// them), rp id, origin and lab setting. Absent from an older
+    /// process's state: none, and not lab.
+    #[serde(default)]
+    pub people: crate::session::person::People,
 }
 
 /// A session CA's public part; its intermediates' keys are secret frames.
@@ -313,6 +318,7 @@ impl SessionState {
             relay_key: session.approvals.relay_key().map(|k| b64().encode(k)),
             lease_until: session.lease.until(),
             first_uses: session.approvals.first_uses(),
+            people: session.approvals.people().clone(),
         };
         Ok((state, secrets))
     }
@@ -406,6 +412,7 @@ impl SessionState {
             lock,
             relay_key,
             passthrough,
+            people: self.people,
         };
         let session = Session::with_ca(
             spec,

@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::gate::name::Name;
+use crate::session::person::{Decider, People};
 use talos_contract::sync::Locked;
 
 /// How long a held request waits for a decision.
@@ -133,6 +134,10 @@ pub enum DecideError {
     WrongDigest,
     #[error("the approver is not listed for this proposal")]
     NotListed,
+    /// The person's assertion is missing or does not verify (issue 42):
+    /// the relay's signature alone releases nothing.
+    #[error("the person's passkey assertion is refused ({name}): {0}", name = .0.as_str())]
+    Person(talos_certs::webauthn::AssertionError),
 }
 
 struct Pending {
@@ -221,6 +226,8 @@ pub struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
     /// Rules whose first use was approved under this authority.
     first_use_done: Mutex<HashSet<String>>,
+    /// Whose passkeys sign decisions, and the lab setting.
+    people: People,
     counter: AtomicU64,
     /// No request is held from now on (the member drains, or the
     /// authority ended): a request the Lock would hold is withdrawn at
@@ -269,10 +276,23 @@ impl Approvals {
             proposer,
             pending: Mutex::new(HashMap::new()),
             first_use_done: Mutex::new(HashSet::new()),
+            people: People::default(),
             counter: AtomicU64::new(0),
             closed: Default::default(),
             withdrawn: Default::default(),
         }
+    }
+
+    /// Decisions checked against `people`'s passkeys (the default lists
+    /// none, not in lab mode: every decision is refused).
+    pub fn with_people(mut self, people: People) -> Self {
+        self.people = people;
+        self
+    }
+
+    /// The approvers' passkeys and the lab setting.
+    pub fn people(&self) -> &People {
+        &self.people
     }
 
     /// No rules: nothing is ever held.
@@ -521,16 +541,29 @@ impl Approvals {
         if !held.approvers.iter().any(|a| a == &decision.approver) {
             return Err(DecideError::NotListed);
         }
+        let decider = match self.people.check(&decision, &held.digest, &held.approvers) {
+            Ok(d) => d,
+            Err(e) => {
+                metrics::counter!("gateway_person_refusals_total", "reason" => e.as_str())
+                    .increment(1);
+                return Err(DecideError::Person(e));
+            }
+        };
+        match &decider {
+            Decider::Person(person) => {
+                tracing::info!(proposal = %decision.proposal_id, person = %person, decision = decision.decision.as_str(), "decision signed by the person's passkey, verified");
+            }
+            Decider::Lab(approver) => {
+                tracing::info!(proposal = %decision.proposal_id, approver = %approver, decision = decision.decision.as_str(), "decision without a person's assertion taken on the relay's word: the account is in lab mode");
+            }
+        }
         let held = pending
             .remove(&decision.proposal_id)
             .ok_or(DecideError::NotPending)?;
+        let approver = decider.name().to_owned();
         let outcome = match decision.decision {
-            Verdict::Approved => Outcome::Approved {
-                approver: decision.approver,
-            },
-            Verdict::Declined => Outcome::Declined {
-                approver: decision.approver,
-            },
+            Verdict::Approved => Outcome::Approved { approver },
+            Verdict::Declined => Outcome::Declined { approver },
         };
         // The waiter may have just timed out: then the decision is moot.
         let _ = held.answer.send(outcome);
@@ -600,11 +633,12 @@ mod tests {
     fn rig(mode: &str) -> Rig {
         let relay = GatewayKey::generate().unwrap();
         let (proposer, proposals) = Proposer::new();
-        let approvals = Arc::new(Approvals::new(
-            vec![rule(mode)],
-            Some(relay.public_key()),
-            Some(proposer),
-        ));
+        // The relay's own path: its word counts (lab). A person's
+        // assertion is checked in `session::person` and in the test below.
+        let approvals = Arc::new(
+            Approvals::new(vec![rule(mode)], Some(relay.public_key()), Some(proposer))
+                .with_people(People::lab()),
+        );
         Rig {
             relay,
             approvals,
@@ -674,8 +708,105 @@ mod tests {
             approver: who.to_owned(),
             decision: v,
             decided_at: "2026-11-29T10:00:00.000Z".into(),
+            card: None,
+            assertion: None,
         }
         .sign(relay)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outside_the_lab_only_the_named_persons_own_signature_releases() {
+        use crate::session::person::Key;
+        use talos_certs::webauthn::soft::{Authenticator, Ceremony};
+        use talos_certs::webauthn::{decision_challenge, CoseAlgorithm, Expected};
+        const RP_ID: &str = "people.talos.test";
+        const ORIGIN: &str = "https://people.talos.test:8443";
+        let alice = Authenticator::new(CoseAlgorithm::Es256);
+        let mut rig = rig("every_request");
+        let people = People::new(
+            RP_ID,
+            ORIGIN,
+            false,
+            vec![Key {
+                owner: "alice".into(),
+                credential_id: alice.credential_id().to_vec(),
+                public_key_cose: alice.public_key_cose().to_vec(),
+                sign_count: 0,
+            }],
+        )
+        .unwrap();
+        let (proposer, proposals) = Proposer::new();
+        rig.approvals = Arc::new(
+            Approvals::new(
+                vec![rule("every_request")],
+                Some(rig.relay.public_key()),
+                Some(proposer),
+            )
+            .with_people(people),
+        );
+        rig.proposals = proposals;
+        let ended = CancellationToken::new();
+        let held = rig.hold(rule("every_request"), &ended);
+        let Taken {
+            proposal: p,
+            digest,
+            ..
+        } = rig.taken().await;
+        let signed_by_alice = |verdict: Verdict, on: &str| {
+            let challenge = decision_challenge(on, verdict);
+            alice.assert(
+                &Ceremony::get(&Expected {
+                    challenge: &challenge,
+                    rp_id: RP_ID,
+                    origin: ORIGIN,
+                })
+                .sign_count(1),
+            )
+        };
+        let with = |verdict: Verdict, a: &talos_certs::webauthn::soft::SignedAssertion| {
+            Decision {
+                proposal_id: p.proposal_id.clone(),
+                proposal_digest: digest.clone(),
+                approver: "alice".into(),
+                decision: verdict,
+                decided_at: "2026-11-29T10:00:00.000Z".into(),
+                card: Some(p.clone()),
+                assertion: Some(a.to_passkey_assertion()),
+            }
+            .sign(&rig.relay)
+        };
+        // The relay's word alone, and the relay turning Alice's Decline
+        // into an Approve: refused, and the request stays held.
+        let bare = decision(&rig.relay, &p, &digest, "alice", Verdict::Approved);
+        let e = rig.approvals.decide(&bare).unwrap_err();
+        assert!(
+            matches!(e, DecideError::Person(ref a) if a.as_str() == "no_assertion"),
+            "{e}"
+        );
+        let flipped = with(
+            Verdict::Approved,
+            &signed_by_alice(Verdict::Declined, &digest),
+        );
+        let e = rig.approvals.decide(&flipped).unwrap_err();
+        assert!(
+            matches!(e, DecideError::Person(ref a) if a.as_str() == "challenge_mismatch"),
+            "{e}"
+        );
+        assert!(rig.approvals.holds(&p.proposal_id));
+        // Alice's own approval releases it, in her name.
+        let good = with(
+            Verdict::Approved,
+            &signed_by_alice(Verdict::Approved, &digest),
+        );
+        assert_eq!(rig.approvals.decide(&good), Ok(Verdict::Approved));
+        let (outcome, record) = held.await.unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Approved {
+                approver: "alice".into()
+            }
+        );
+        assert_eq!(record.approver.as_deref(), Some("alice"));
     }
 
     #[tokio::test(start_paused = true)]
@@ -862,7 +993,8 @@ mod tests {
             vec![cases::lock_rule()],
             Some(relay.public_key()),
             Some(proposer),
-        );
+        )
+        .with_people(People::lab());
         let dest = name::canonicalize(cases::LOCK_DESTINATION).unwrap();
         for c in LOCK_CASES {
             let path = RoutedPath::new(c.path);

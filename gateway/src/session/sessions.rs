@@ -147,6 +147,9 @@ pub struct SessionSpec {
     /// The allowlist's passthrough names (none of them carries an
     /// attachment or a Lock rule: the contract's spec refuses that).
     pub passthrough: Vec<Name>,
+    /// The approvers' passkeys, the web app's rp id and origin, and the
+    /// lab setting, as the open sent them (a config file's session: lab).
+    pub people: crate::session::person::People,
 }
 
 impl SessionSpec {
@@ -184,6 +187,7 @@ impl SessionSpec {
             lock: Vec::new(),
             relay_key: None,
             passthrough: spec.passthrough().to_vec(),
+            people: Default::default(),
         })
     }
 }
@@ -260,7 +264,8 @@ impl Session {
             tls: tls::server_config(Arc::new(resolver)),
             pool: Pool::new(&upstream.dialing),
             attachments: spec.attachments,
-            approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned()),
+            approvals: Approvals::new(spec.lock, spec.relay_key, proposer.cloned())
+                .with_people(spec.people),
             mask,
             leaves,
             ended: CancellationToken::new(),
@@ -612,6 +617,7 @@ mod tests {
             lock: Vec::new(),
             relay_key: None,
             passthrough: Vec::new(),
+            people: Default::default(),
         };
         Arc::new(Session::open(spec, "gw-a", &upstream, None, lease).unwrap())
     }

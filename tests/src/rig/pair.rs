@@ -525,8 +525,24 @@ impl<G: Process, P> Pair<G, P> {
     /// at `destination`, each request on its own card, `approver`
     /// deciding (enrolled first, with a passkey, through the web app: a
     /// rule names only approvers who hold one); what the command printed
-    /// (the rule).
+    /// (the rule). The account is put in lab mode (`policy lab-approvals
+    /// on`), so that `approvals approve --as` decides as these tests do;
+    /// [`Pair::lock_for_people`] leaves it off.
     pub fn lock(&self, destination: &str, method: &str, prefix: &str, approver: &str) -> Value {
+        let lab = self.cli(&["policy", "lab-approvals", "on"]);
+        assert_eq!(lab.status, 0, "{}", lab.stderr);
+        self.lock_for_people(destination, method, prefix, approver)
+    }
+
+    /// [`Pair::lock`] without the lab setting: only the approver's own
+    /// passkey decides.
+    pub fn lock_for_people(
+        &self,
+        destination: &str,
+        method: &str,
+        prefix: &str,
+        approver: &str,
+    ) -> Value {
         self.stub.approver(approver);
         self.cli(&[
             "policy",

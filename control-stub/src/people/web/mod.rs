@@ -311,7 +311,18 @@ impl Bound {
     pub async fn open(self, mut deps: Deps) -> Result<Running, Error> {
         let db = deps.db.clone();
         let push_on = self.config.push.is_some();
+        let (rp_id, origin) = (
+            self.config.rp.rp_id().to_owned(),
+            self.config.rp.origin().to_owned(),
+        );
         let (pool, push_store) = tokio::task::spawn_blocking(move || {
+            // Every open from now on carries this relying party to the
+            // gateways, which check people's assertions against it.
+            Store::open(&db)?.write(|tx| {
+                use crate::store::settings::{WEB_ORIGIN, WEB_RP_ID};
+                tx.set_setting(WEB_RP_ID, &rp_id, "serve")?;
+                tx.set_setting(WEB_ORIGIN, &origin, "serve")
+            })?;
             let pool = Pool::open(&db, STORE_CONNECTIONS)?;
             let push_store = if push_on {
                 Some(Store::open(&db)?)
