@@ -10,7 +10,7 @@
 //!   `serve --web-origin`/`--web-rp-id` last started it, which every open
 //!   carries so the gateways can check a person's assertion (issue 42).
 
-use super::db::{params, OptionalExtension};
+use super::value::{params, OptionalExtension};
 
 use super::db::{now, Store, Tx};
 use crate::error::Error;
