@@ -516,46 +516,11 @@ pub fn run(
             write_out(stdout, &out)
         }
         Command::Policy(cmd) => {
-            let by = cli
-                .operator
-                .clone()
-                .unwrap_or_else(crate::lifecycle::local_operator);
-            let out = policy(&mut Store::open(&cli.db)?, cmd, &by)?;
-            if let PolicyCommand::LabApprovals { state } = cmd {
-                if state != "show" {
-                    // Logged: who turned the relay-only way of deciding on or off.
-                    let _ = writeln!(
-                        stderr,
-                        "{}",
-                        serde_json::json!({"lab_approvals": state, "changed_by": by})
-                    );
-                }
-            }
+            let out = policy_command(cli, cmd, stderr)?;
             write_out(stdout, &out)
         }
         Command::Approvals(cmd) => {
-            let mut store = Store::open(&cli.db)?;
-            let out = match cmd {
-                ApprovalsCommand::List { approver, all } => {
-                    json(&crate::relay::cards(&mut store, approver.as_deref(), *all)?)?
-                }
-                ApprovalsCommand::Approve { id, approver }
-                | ApprovalsCommand::Decline { id, approver } => {
-                    let verdict = if matches!(cmd, ApprovalsCommand::Approve { .. }) {
-                        talos_certs::Verdict::Approved
-                    } else {
-                        talos_certs::Verdict::Declined
-                    };
-                    // Deciding with no person's passkey is a lab's way only.
-                    if !store.read(|tx| tx.lab_approvals())? {
-                        return Err(Error::LabApprovalsOff);
-                    }
-                    let key = relay_key(cli)?;
-                    json(&crate::relay::decide(
-                        &mut store, link, &key, id, approver, verdict,
-                    )?)?
-                }
-            };
+            let out = approvals_command(cli, cmd, link)?;
             write_out(stdout, &out)
         }
         Command::People(cmd) => {
@@ -575,6 +540,57 @@ pub fn run(
         Command::Certificate { id, signed, .. } => {
             let id = id.as_deref().unwrap_or_default();
             certificate_command(cli, &mut Store::open(&cli.db)?, id, *signed, stdout)
+        }
+    }
+}
+
+/// `policy …`, by `--operator` (or the local user); turning the
+/// relay-only way of deciding on or off is logged on `stderr`.
+fn policy_command(cli: &Cli, cmd: &PolicyCommand, stderr: &mut dyn Write) -> Result<String, Error> {
+    let by = cli
+        .operator
+        .clone()
+        .unwrap_or_else(crate::lifecycle::local_operator);
+    let out = policy(&mut Store::open(&cli.db)?, cmd, &by)?;
+    if let PolicyCommand::LabApprovals { state } = cmd {
+        if state != "show" {
+            // Logged: who turned the relay-only way of deciding on or off.
+            let _ = writeln!(
+                stderr,
+                "{}",
+                serde_json::json!({"lab_approvals": state, "changed_by": by})
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// `approvals …`: the cards, and deciding one with no person's passkey
+/// (only with the account's lab setting on).
+fn approvals_command(
+    cli: &Cli,
+    cmd: &ApprovalsCommand,
+    link: &dyn GatewayLink,
+) -> Result<String, Error> {
+    let mut store = Store::open(&cli.db)?;
+    match cmd {
+        ApprovalsCommand::List { approver, all } => {
+            json(&crate::relay::cards(&mut store, approver.as_deref(), *all)?)
+        }
+        ApprovalsCommand::Approve { id, approver } | ApprovalsCommand::Decline { id, approver } => {
+            let verdict = if matches!(cmd, ApprovalsCommand::Approve { .. }) {
+                talos_certs::Verdict::Approved
+            } else {
+                talos_certs::Verdict::Declined
+            };
+            // Deciding with no person's passkey is a lab's way only.
+            if !store.read(|tx| tx.lab_approvals())? {
+                return Err(Error::LabApprovalsOff);
+            }
+            let key = relay_key(cli)?;
+            json(&crate::relay::decide(
+                &mut store, link, &key, id, approver, verdict,
+            )?)
         }
     }
 }

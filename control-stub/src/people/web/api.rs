@@ -169,20 +169,7 @@ async fn route_api(ctx: &mut Ctx<'_>, method: &Method, route: &str, body: Incomi
             post_checks(ctx)?;
             sign_in_finish(ctx, read_json(body).await?).await
         }
-        (&Method::POST, ["sign-out"]) => {
-            let s = signed_in_post(ctx).await?;
-            let _: serde_json::Value = read_json(body).await?;
-            let id = s.id.clone();
-            ctx.app
-                .pool
-                .run(move |store| sessions::close(store, &id))
-                .await?;
-            ctx.set_cookie = Some(Zeroizing::new(sessions::clear_cookie()));
-            Ok(answer::json(
-                StatusCode::OK,
-                &serde_json::json!({"signed_out": true}),
-            ))
-        }
+        (&Method::POST, ["sign-out"]) => sign_out(ctx, body).await,
         (&Method::POST, ["enrol", "begin"]) => {
             post_checks(ctx)?;
             enrol_begin(ctx, read_json(body).await?).await
@@ -191,11 +178,7 @@ async fn route_api(ctx: &mut Ctx<'_>, method: &Method, route: &str, body: Incomi
             post_checks(ctx)?;
             enrol_finish(ctx, read_json(body).await?).await
         }
-        (&Method::GET, ["cards"]) => {
-            let s = signed_in(ctx, true).await?;
-            let cards = live::cards_of(ctx.app, &s.person).await?;
-            Ok(answer::json(StatusCode::OK, &cards))
-        }
+        (&Method::GET, ["cards"]) => cards(ctx).await,
         (&Method::GET, ["events"]) => events(ctx).await,
         (&Method::POST, ["cards", id, "decision"]) => {
             let s = signed_in_post(ctx).await?;
@@ -203,112 +186,19 @@ async fn route_api(ctx: &mut Ctx<'_>, method: &Method, route: &str, body: Incomi
             decide(ctx, s, id, read_json(body).await?).await
         }
         (&Method::GET, ["history"]) => history(ctx).await,
-        (&Method::GET, ["sessions"]) => {
-            let s = signed_in(ctx, true).await?;
-            let out = ctx
-                .app
-                .pool
-                .run(move |store| store.read(|tx| views::sessions(tx, &s.person, s.role)))
-                .await?;
-            Ok(answer::json(StatusCode::OK, &out))
-        }
-        (&Method::GET, ["sessions", id]) => {
-            let s = signed_in(ctx, true).await?;
-            let id = (*id).to_owned();
-            let now = ctx.app.now();
-            let out = ctx
-                .app
-                .pool
-                .run(move |store| {
-                    store.read(|tx| {
-                        // A session the person may not see is one that is
-                        // not there, as far as they can tell.
-                        if !views::may_see(tx, &s.person, s.role, &id)? {
-                            return Err(Error::SandboxNotFound {
-                                id: id.chars().take(100).collect(),
-                            });
-                        }
-                        views::session(tx, &id, &s.person, s.role, now)
-                    })
-                })
-                .await?;
-            Ok(answer::json(StatusCode::OK, &out))
-        }
+        (&Method::GET, ["sessions"]) => sessions_list(ctx).await,
+        (&Method::GET, ["sessions", id]) => session_page(ctx, id).await,
         (&Method::POST, ["sessions", id, "revoke-all", "begin"]) => {
-            let s = signed_in_post(ctx).await?;
-            let _: serde_json::Value = read_json(body).await?;
-            let (id, source, now) = ((*id).to_owned(), ctx.source.clone(), ctx.app.now());
-            let app = Arc::clone(ctx.app);
-            let out = ctx
-                .app
-                .pool
-                .run(move |store| {
-                    signed::revoke_all_begin(store, &app.rp, &s.person, s.role, &id, &source, now)
-                })
-                .await?;
-            Ok(answer::json(StatusCode::OK, &out))
+            revoke_all_begin(ctx, id, body).await
         }
         (&Method::POST, ["sessions", id, "revoke-all"]) => {
             let s = signed_in_post(ctx).await?;
             let id = (*id).to_owned();
             revoke_all(ctx, s, id, read_json(body).await?).await
         }
-        (&Method::GET, ["push"]) => {
-            signed_in(ctx, true).await?;
-            let key = ctx.app.push.as_ref().map(|p| p.public_key());
-            Ok(answer::json(
-                StatusCode::OK,
-                &serde_json::json!({"public_key": key}),
-            ))
-        }
-        (&Method::POST, ["push", "subscribe"]) => {
-            let s = signed_in_post(ctx).await?;
-            let body: SubscribeBody = read_json(body).await?;
-            let Some(push) = ctx.app.push.clone() else {
-                return Err(Fail::Refused(
-                    StatusCode::NOT_FOUND,
-                    "push_off",
-                    "Web Push is off on this server (serve --push-contact)".into(),
-                ));
-            };
-            let sub = ctx
-                .app
-                .pool
-                .run(move |store| {
-                    push.subscribe(
-                        store,
-                        &s.person,
-                        &body.endpoint,
-                        &body.keys.p256dh,
-                        &body.keys.auth,
-                    )
-                })
-                .await?;
-            Ok(answer::json(
-                StatusCode::OK,
-                &serde_json::json!({"subscribed": true, "origin": sub.origin(), "created_at": sub.created_at}),
-            ))
-        }
-        (&Method::POST, ["push", "unsubscribe"]) => {
-            let s = signed_in_post(ctx).await?;
-            let body: UnsubscribeBody = read_json(body).await?;
-            let Some(push) = ctx.app.push.clone() else {
-                return Err(Fail::Refused(
-                    StatusCode::NOT_FOUND,
-                    "push_off",
-                    "Web Push is off on this server (serve --push-contact)".into(),
-                ));
-            };
-            let removed = ctx
-                .app
-                .pool
-                .run(move |store| push.unsubscribe(store, &s.person, &body.endpoint))
-                .await?;
-            Ok(answer::json(
-                StatusCode::OK,
-                &serde_json::json!({"removed": removed}),
-            ))
-        }
+        (&Method::GET, ["push"]) => push_key(ctx).await,
+        (&Method::POST, ["push", "subscribe"]) => push_subscribe(ctx, body).await,
+        (&Method::POST, ["push", "unsubscribe"]) => push_unsubscribe(ctx, body).await,
         (
             _,
             ["me"]
@@ -336,6 +226,142 @@ async fn route_api(ctx: &mut Ctx<'_>, method: &Method, route: &str, body: Incomi
             "no such route".into(),
         )),
     }
+}
+
+/// Sign the person out: the web session closed, the cookie cleared.
+async fn sign_out(ctx: &mut Ctx<'_>, body: Incoming) -> Outcome {
+    let s = signed_in_post(ctx).await?;
+    let _: serde_json::Value = read_json(body).await?;
+    let id = s.id.clone();
+    ctx.app
+        .pool
+        .run(move |store| sessions::close(store, &id))
+        .await?;
+    ctx.set_cookie = Some(Zeroizing::new(sessions::clear_cookie()));
+    Ok(answer::json(
+        StatusCode::OK,
+        &serde_json::json!({"signed_out": true}),
+    ))
+}
+
+/// The signed-in person's waiting cards.
+async fn cards(ctx: &mut Ctx<'_>) -> Outcome {
+    let s = signed_in(ctx, true).await?;
+    let cards = live::cards_of(ctx.app, &s.person).await?;
+    Ok(answer::json(StatusCode::OK, &cards))
+}
+
+/// The sessions the person may see.
+async fn sessions_list(ctx: &mut Ctx<'_>) -> Outcome {
+    let s = signed_in(ctx, true).await?;
+    let out = ctx
+        .app
+        .pool
+        .run(move |store| store.read(|tx| views::sessions(tx, &s.person, s.role)))
+        .await?;
+    Ok(answer::json(StatusCode::OK, &out))
+}
+
+/// One session's page, if the person may see it.
+async fn session_page(ctx: &mut Ctx<'_>, id: &str) -> Outcome {
+    let s = signed_in(ctx, true).await?;
+    let id = id.to_owned();
+    let now = ctx.app.now();
+    let out = ctx
+        .app
+        .pool
+        .run(move |store| {
+            store.read(|tx| {
+                // A session the person may not see is one that is
+                // not there, as far as they can tell.
+                if !views::may_see(tx, &s.person, s.role, &id)? {
+                    return Err(Error::SandboxNotFound {
+                        id: id.chars().take(100).collect(),
+                    });
+                }
+                views::session(tx, &id, &s.person, s.role, now)
+            })
+        })
+        .await?;
+    Ok(answer::json(StatusCode::OK, &out))
+}
+
+/// A Revoke All's challenge, for the person's passkey to sign.
+async fn revoke_all_begin(ctx: &mut Ctx<'_>, id: &str, body: Incoming) -> Outcome {
+    let s = signed_in_post(ctx).await?;
+    let _: serde_json::Value = read_json(body).await?;
+    let (id, source, now) = (id.to_owned(), ctx.source.clone(), ctx.app.now());
+    let app = Arc::clone(ctx.app);
+    let out = ctx
+        .app
+        .pool
+        .run(move |store| {
+            signed::revoke_all_begin(store, &app.rp, &s.person, s.role, &id, &source, now)
+        })
+        .await?;
+    Ok(answer::json(StatusCode::OK, &out))
+}
+
+/// Push's public key (VAPID), or null when push is off.
+async fn push_key(ctx: &mut Ctx<'_>) -> Outcome {
+    signed_in(ctx, true).await?;
+    let key = ctx.app.push.as_ref().map(|p| p.public_key());
+    Ok(answer::json(
+        StatusCode::OK,
+        &serde_json::json!({"public_key": key}),
+    ))
+}
+
+/// A device's push subscription, kept for the person.
+async fn push_subscribe(ctx: &mut Ctx<'_>, body: Incoming) -> Outcome {
+    let s = signed_in_post(ctx).await?;
+    let body: SubscribeBody = read_json(body).await?;
+    let Some(push) = ctx.app.push.clone() else {
+        return Err(Fail::Refused(
+            StatusCode::NOT_FOUND,
+            "push_off",
+            "Web Push is off on this server (serve --push-contact)".into(),
+        ));
+    };
+    let sub = ctx
+        .app
+        .pool
+        .run(move |store| {
+            push.subscribe(
+                store,
+                &s.person,
+                &body.endpoint,
+                &body.keys.p256dh,
+                &body.keys.auth,
+            )
+        })
+        .await?;
+    Ok(answer::json(
+        StatusCode::OK,
+        &serde_json::json!({"subscribed": true, "origin": sub.origin(), "created_at": sub.created_at}),
+    ))
+}
+
+/// A device's push subscription, removed.
+async fn push_unsubscribe(ctx: &mut Ctx<'_>, body: Incoming) -> Outcome {
+    let s = signed_in_post(ctx).await?;
+    let body: UnsubscribeBody = read_json(body).await?;
+    let Some(push) = ctx.app.push.clone() else {
+        return Err(Fail::Refused(
+            StatusCode::NOT_FOUND,
+            "push_off",
+            "Web Push is off on this server (serve --push-contact)".into(),
+        ));
+    };
+    let removed = ctx
+        .app
+        .pool
+        .run(move |store| push.unsubscribe(store, &s.person, &body.endpoint))
+        .await?;
+    Ok(answer::json(
+        StatusCode::OK,
+        &serde_json::json!({"removed": removed}),
+    ))
 }
 
 // ---- the checks every request goes through -----------------------------
