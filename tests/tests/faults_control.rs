@@ -502,7 +502,15 @@ async fn batches_fail_over_to_another_replica_when_one_hangs() {
     let id = rig.start_session(&session(SOURCE));
     let (bundle, _) = rig.trust(&id, "trust.pem");
     let first = rig.stub.serve_pid().expect("the first replica runs");
+    // Hung outside a write: the store is one SQLite file, whose write lock
+    // a process frozen inside a write transaction keeps until it is woken
+    // (docs/runbook.md; PostgreSQL ends such a session, control_replicas).
+    // Holding the lock ourselves while the signal lands, the first replica
+    // cannot be inside a write; it may be waiting for the lock, which it
+    // does not hold.
+    let lock = hold_write_lock(std::path::Path::new(&rig.stub.db));
     signals::send(first, Signal::Stop);
+    lock.execute_batch("ROLLBACK").expect("let go of the lock");
     let hung_at = Instant::now();
     for (i, g) in rig.members.iter().enumerate() {
         assert_eq!(
@@ -546,4 +554,15 @@ async fn batches_fail_over_to_another_replica_when_one_hangs() {
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
     signals::send(first, Signal::Cont);
+}
+
+/// The SQLite store's write lock (`BEGIN IMMEDIATE`), held by a connection
+/// of the test's own until it rolls back: no other process's write
+/// transaction is under way meanwhile.
+fn hold_write_lock(db: &std::path::Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).expect("open the store");
+    conn.busy_timeout(wait::DEADLINE).expect("busy timeout");
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+    conn
 }
