@@ -1000,14 +1000,18 @@ class Verifier:
 
     def approver_key(self, item):
         owner, rp_id, origin = item.get("owner"), item.get("rp_id"), item.get("origin")
-        for k, v in (("owner", owner), ("rp_id", rp_id), ("origin", origin)):
-            if not isinstance(v, str) or not v:
-                raise Bad("no %s" % k)
+        if not isinstance(owner, str) or not owner:
+            raise Bad("no owner")
+        if (rp_id, origin) != (None, None) and not all(isinstance(v, str) and v for v in (rp_id, origin)):
+            raise Bad("rp_id and origin are not both names (or both null: no web app's relying party)")
         cid = b64(item.get("credential_id"), "the credential id")
         alg, key = cose_key(b64(item.get("public_key_cose"), "the COSE key"))
         if item.get("alg") != alg:
             raise Bad("alg says %r, the COSE key is %s" % (item.get("alg"), alg))
         self.passkeys.append((owner, cid, alg, key, rp_id, origin))
+        if rp_id is None:
+            return "%s's %s passkey, credential %s..., and no web app's relying party: no assertion holds " \
+                   "under it (listed by the control stub)" % (owner, alg, cid.hex()[:16])
         return "%s's %s passkey, credential %s..., relying party %s at %s (listed by the control stub)" % (
             owner, alg, cid.hex()[:16], rp_id, origin)
 
@@ -1136,6 +1140,8 @@ class Verifier:
         if owner != d["approver"]:
             raise Bad("unknown_credential: the key is %s's, and the decision says %s decided"
                       % (owner, d["approver"]))
+        if rp_id is None:
+            raise Bad("origin_mismatch: no web app's relying party is listed with %s's key" % owner)
         data = parse_json(client, "the assertion's client data")
         if not isinstance(data, dict):
             raise Bad("malformed: the client data is not a JSON object")

@@ -27,7 +27,7 @@
 //! | `key` | `role` (`plane`, `relay`, `gateway`), `id`, `public_key` (64 hex), `public_key_pem` (the same key as a PEM `PUBLIC KEY`, for `openssl`), `binding` (a `KeyBinding`, or null when none was kept) | a signing key and its binding under the control CA |
 //! | `certificate` | `session_id`, `envelope` (kind `certificate`) | the certificate as issued |
 //! | `proposal` | `proposal_id`, `fields` (talos-certs `Proposal`), `sentence`, `digest`, `decision` (envelope of kind `decision` exactly as the relay signed it, with the card and the person's WebAuthn assertion inside when a person decided with a passkey; or null) | a card the relay showed, and its signed decision |
-//! | `approver_key` | `owner`, `credential_id` and `public_key_cose` (base64), `alg`, `rp_id`, `origin` | a passkey of an approver a card of the session names, with the web app's relying party: what a session's open lists for the gateway to check a person's assertion with |
+//! | `approver_key` | `owner`, `credential_id` and `public_key_cose` (base64), `alg`, `rp_id`, `origin` (null when no web app's relying party is set) | a passkey of an approver a card of the session names, with the web app's relying party: what a session's open lists for the gateway to check a person's assertion with |
 //! | `report` | `via` (`reply`), `gateway_id`, `envelope` (kind `drop_report`) | a drop report a member answered a close with: the ones in its batch chain are inside the batches |
 //! | `batch` | `gateway_id`, `seq`, `envelope` (kind `batch`) | a member's batch as signed |
 //!
@@ -93,7 +93,9 @@ struct Evidence {
     relay_keys: BTreeSet<String>,
     proposals: Vec<crate::store::ProposalRecord>,
     approver_keys: Vec<crate::store::Passkey>,
-    relying_party: (String, String),
+    /// The web app's rp id and origin; none when none is set (then no
+    /// open lists one, and no assertion holds).
+    relying_party: Option<(String, String)>,
     replies: Vec<StoredReport>,
     batches: Vec<(String, u64, talos_certs::Signed)>,
     runs: BTreeMap<String, (u64, u64)>,
@@ -172,7 +174,10 @@ pub fn write(
             "sentence": p.sentence, "digest": p.digest, "decision": p.decision,
         }))?;
     }
-    let (rp_id, origin) = &evidence.relying_party;
+    let (rp_id, origin) = match &evidence.relying_party {
+        Some((rp_id, origin)) => (Value::from(rp_id.as_str()), Value::from(origin.as_str())),
+        None => (Value::Null, Value::Null),
+    };
     for k in &evidence.approver_keys {
         use base64::Engine as _;
         let b64 = &base64::engine::general_purpose::STANDARD;
@@ -417,7 +422,7 @@ fn gather(tx: &Tx<'_>, id: &str) -> Result<Evidence, Error> {
         relay_keys,
         proposals,
         approver_keys,
-        relying_party: tx.web_relying_party()?.unwrap_or_default(),
+        relying_party: tx.web_relying_party()?,
         replies,
         batches,
         runs,
