@@ -23,6 +23,10 @@ yourself" and "What every signature covers"). It
      with the certificate, connection by connection;
   4. checks reset steps 4 and 5 against the signed reports, for the CAs
      the certificate says were made, and each decision against its card;
+     a decision a person made with a passkey, against the person's own
+     WebAuthn assertion inside it, under the approvers' listed keys; one
+     without is taken on the relay's word only for an attempt the
+     certificate says was in lab mode;
   5. says what it could not check: what rests on the control stub's word.
 
 Each check prints one line, `ok   ITEM: ...` or `FAIL ITEM: ...`; the
@@ -40,7 +44,7 @@ import sys
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 FORMAT = "talos-certificate-bundle"
 VERSION = 1
@@ -72,6 +76,10 @@ DROP_FIELDS = ["gateway_id", "instance", "session_id", "attempt", "ca_digest", "
 START_FIELDS = ["gateway_id", "instance", "started_at", "key_id", "previous_instance",
                 "cut_by_crash"]
 DECISION_FIELDS = ["proposal_id", "proposal_digest", "approver", "decision", "decided_at"]
+# A decision a person signed: the card they saw and their assertion, after
+# those five (talos-certs `approval`, "The decision payload").
+PERSON_DECISION_FIELDS = DECISION_FIELDS + ["card", "assertion"]
+ASSERTION_FIELDS = ["credential_id", "authenticator_data", "client_data_json", "signature"]
 PROPOSAL_FIELDS = ["proposal_id", "gateway_id", "session_id", "attempt", "tenant", "kind",
                    "destination", "method", "path", "attachments", "rule", "tool",
                    "call_digest", "approvers", "created_at", "expires_at"]
@@ -285,6 +293,7 @@ class Bundle:
         self.proposals = []
         self.reports = []
         self.batches = []
+        self.approver_keys = []
         try:
             with open(path, "rb") as f:
                 lines = f.read().split(b"\n")
@@ -326,6 +335,8 @@ class Bundle:
                 self.reports.append(item)
             elif kind == "batch":
                 self.batches.append(item)
+            elif kind == "approver_key":
+                self.approver_keys.append(item)
             else:
                 self.unknown.append((number, kind))
 
@@ -345,6 +356,8 @@ class Verifier:
         # envelope digest -> (kind, payload dict, where (for people), gateway,
         # place: ("chain", seq, entry) or ("reply", None, None))
         self.report_by_digest = {}
+        self.passkeys = []  # (owner, credential id, alg, public key, rp id, origin)
+        self.lab_decisions = []  # (proposal id, approver, attempt)
 
     def run(self):
         for number, kind in self.b.unknown:
@@ -361,6 +374,7 @@ class Verifier:
         self.stage("completeness", lambda: self.completeness(records))
         self.stage("records", lambda: self.recompute(records))
         self.stage("reset", lambda: self.reset_steps(records))
+        self.stage("approver keys", self.approver_key_items)
         self.stage("decisions", lambda: self.decisions(records))
         self.rests_on_the_stub()
 
@@ -973,7 +987,35 @@ class Verifier:
         return "for each attempt on each member, the signed report names exactly the secrets the " \
                "certificate says were attached (or the process that held them ended)"
 
-    # -- 4b. decisions, against the card's digest
+    # -- 4b. the approvers' passkeys, as the bundle lists them
+
+    def approver_key_items(self):
+        for item in self.b.approver_keys:
+            name = "approver_key %s line %s" % (item.get("owner"), item["line"])
+            self.r.check(name, lambda: self.approver_key(item))
+        ids = [k[1] for k in self.passkeys]
+        for cid in sorted({c for c in ids if ids.count(c) > 1}):
+            self.r.fail("approver keys", "the credential %s is listed %d times"
+                        % (cid.hex()[:16], ids.count(cid)))
+
+    def approver_key(self, item):
+        owner, rp_id, origin = item.get("owner"), item.get("rp_id"), item.get("origin")
+        if not isinstance(owner, str) or not owner:
+            raise Bad("no owner")
+        if (rp_id, origin) != (None, None) and not all(isinstance(v, str) and v for v in (rp_id, origin)):
+            raise Bad("rp_id and origin are not both names (or both null: no web app's relying party)")
+        cid = b64(item.get("credential_id"), "the credential id")
+        alg, key = cose_key(b64(item.get("public_key_cose"), "the COSE key"))
+        if item.get("alg") != alg:
+            raise Bad("alg says %r, the COSE key is %s" % (item.get("alg"), alg))
+        self.passkeys.append((owner, cid, alg, key, rp_id, origin))
+        if rp_id is None:
+            return "%s's %s passkey, credential %s..., and no web app's relying party: no assertion holds " \
+                   "under it (listed by the control stub)" % (owner, alg, cid.hex()[:16])
+        return "%s's %s passkey, credential %s..., relying party %s at %s (listed by the control stub)" % (
+            owner, alg, cid.hex()[:16], rp_id, origin)
+
+    # -- 4c. decisions, against the card's digest
 
     def decisions(self, records):
         items = {}
@@ -1033,7 +1075,9 @@ class Verifier:
                 last = e
         if payload is None:
             raise last if self.keys.get(("relay", "control-stub")) else Bad("the bundle holds no relay key")
-        d = ordered_object(payload, DECISION_FIELDS, "the decision")
+        d = parse_json(payload, "the decision")
+        d = ordered_object(payload, PERSON_DECISION_FIELDS if isinstance(d, dict) and "assertion" in d
+                           else DECISION_FIELDS, "the decision")
         if d["proposal_id"] != p["id"] or d["proposal_digest"] != digest:
             raise Bad("the signed decision is for %s, digest %s..." % (d["proposal_id"], d["proposal_digest"][:16]))
         if d["decision"] != verdict or d["approver"] != p.get("approver") or d["decided_at"] != p.get("decided_at"):
@@ -1044,12 +1088,86 @@ class Verifier:
         for a in seen:
             if a.get("decision") != verdict or a.get("approver", d["approver"]) != d["approver"]:
                 raise Bad("the gateway's record says %s by %s" % (a.get("decision"), a.get("approver")))
-        person = ""
-        if item.get("person") is not None:
-            person = "; " + webauthn(item["person"], digest, verdict, d["approver"])
+        if "assertion" in d:
+            person = self.person(d, fields, digest, verdict)
+        else:
+            person = self.lab(d, fields)
         return "%s by %s, signed by the relay's key %s for the card's digest %s... (recomputed from its " \
-               "fields and sentence)%s%s" % (verdict, d["approver"], key_id(relay), digest[:16],
-                                             "; the gateway's record names the same" if seen else "", person)
+               "fields and sentence)%s; %s" % (verdict, d["approver"], key_id(relay), digest[:16],
+                                               "; the gateway's record names the same" if seen else "", person)
+
+    def lab(self, d, fields):
+        """A decision no person signed: it counts only on an attempt the
+        certificate says was opened in lab mode (`lab_approvals`)."""
+        attempt = fields["attempt"]
+        on = [a for a in self.cert.get("attempts", []) if a.get("attempt") == attempt]
+        if len(on) != 1 or on[0].get("lab_approvals") is not True:
+            raise Bad("no person's assertion: nothing but the relay says %s decided, and the certificate "
+                      "does not say attempt %s was in lab mode (lab_approvals)" % (d["approver"], attempt))
+        self.lab_decisions.append((d["proposal_id"], d["approver"], attempt))
+        return "no person's assertion: that %s decided rests on the relay's and the control stub's word " \
+               "(attempt %s was in lab mode)" % (d["approver"], attempt)
+
+    def person(self, d, fields, digest, verdict):
+        """The person's assertion a decision carries, checked under the
+        listed keys (as the gateway checks it: talos-certs
+        `webauthn::verify_person`): the card is the held one, the key is
+        listed, its owner an approver the card names and the decision's
+        approver; then the WebAuthn assertion itself."""
+        card = d["card"]
+        if not isinstance(card, dict) or list(card) != PROPOSAL_FIELDS:
+            raise Bad("the decision's card does not hold exactly a proposal's fields, in order")
+        card_digest = sha384_hex(canonical({"fields": card, "sentence": sentence(card)}))
+        if card_digest != digest:
+            raise Bad("challenge_mismatch: the card the person signed has digest %s..., not the held "
+                      "card's %s..." % (card_digest[:16], digest[:16]))
+        a = d["assertion"]
+        if not isinstance(a, dict) or list(a) not in (ASSERTION_FIELDS, ASSERTION_FIELDS + ["user_handle"]):
+            raise Bad("malformed: the assertion is not {%s[, user_handle]}" % ", ".join(ASSERTION_FIELDS))
+        cid = b64url(a["credential_id"], "the assertion's credential id")
+        auth = b64url(a["authenticator_data"], "the assertion's authenticator data")
+        client = b64url(a["client_data_json"], "the assertion's client data")
+        signature = b64url(a["signature"], "the assertion's signature")
+        if "user_handle" in a:
+            b64url(a["user_handle"], "the assertion's user handle")
+        listed = [k for k in self.passkeys if k[1] == cid]
+        if len(listed) != 1:
+            raise Bad("unknown_credential: the credential %s... is not one of the listed approvers' keys"
+                      % cid.hex()[:16])
+        owner, _, alg, key, rp_id, origin = listed[0]
+        if owner not in fields["approvers"]:
+            raise Bad("unknown_credential: the key is %s's, whom the card's rule does not name" % owner)
+        if owner != d["approver"]:
+            raise Bad("unknown_credential: the key is %s's, and the decision says %s decided"
+                      % (owner, d["approver"]))
+        if rp_id is None:
+            raise Bad("origin_mismatch: no web app's relying party is listed with %s's key" % owner)
+        data = parse_json(client, "the assertion's client data")
+        if not isinstance(data, dict):
+            raise Bad("malformed: the client data is not a JSON object")
+        if data.get("type") != "webauthn.get":
+            raise Bad("wrong_type: the client data is a %r, not a webauthn.get" % data.get("type"))
+        challenge = hashlib.sha256(b"talos-webauthn-v1\x00decision\x00" + digest.encode("ascii") + b"\x00"
+                                   + verdict.encode("ascii")).digest()
+        if data.get("challenge") != base64.urlsafe_b64encode(challenge).rstrip(b"=").decode("ascii"):
+            raise Bad("challenge_mismatch: the assertion's challenge is not this card's digest and the "
+                      "verdict %s" % verdict)
+        if data.get("origin") != origin:
+            raise Bad("origin_mismatch: the client data's origin is %r, the listed origin %r"
+                      % (data.get("origin"), origin))
+        if len(auth) < 37:
+            raise Bad("malformed: the authenticator data is %d bytes, under 37" % len(auth))
+        if auth[:32] != hashlib.sha256(rp_id.encode("utf-8")).digest():
+            raise Bad("rp_id_mismatch: the authenticator data does not name the relying party %s" % rp_id)
+        if auth[32] & 0x01 == 0:
+            raise Bad("user_not_present: the authenticator data's UP flag is not set")
+        if auth[32] & 0x04 == 0:
+            raise Bad("user_not_verified: the authenticator data's UV flag is not set")
+        if not verify_passkey(alg, key, signature, auth + hashlib.sha256(client).digest()):
+            raise Bad("bad_signature: %s's passkey signature (credential %s...) does not verify over the "
+                      "authenticator data and the client data's hash" % (owner, cid.hex()[:16]))
+        return "%s's own passkey signed this verdict on this card (credential %s..., %s; relying party %s, " \
+               "origin %s; present and verified)" % (owner, cid.hex()[:16], alg, rp_id, origin)
 
     # -- 5. what rests on the stub
 
@@ -1076,6 +1194,13 @@ class Verifier:
                         % len(undecided))
         self.r.note("- the relay's and the plane's key bindings: signed by the control stub's own "
                     "certificate under the control CA")
+        if self.passkeys:
+            self.r.note("- the approvers' passkeys and the relying party (%d keys): the control stub's list "
+                        "when the bundle was written, not a signed copy of what each open listed; the "
+                        "sign counts are not checked here (the gateway checks them)" % len(self.passkeys))
+        for pid, approver, attempt in self.lab_decisions:
+            self.r.note("- decision %s: that %s decided (no person's assertion; attempt %s in lab mode)"
+                        % (pid, approver, attempt))
         self.r.note("- that nothing of the session was sealed before each member's first batch here "
                     "(the chain shows nothing was left out between the first and the last)")
         if c.get("batch_rejections"):
@@ -1155,43 +1280,114 @@ def sentence(p):
                " or ".join(p["approvers"]), p["expires_at"]))
 
 
-def webauthn(person, digest, verdict, approver):
-    """A person's passkey assertion over the decision, when the decision
-    carries one: the authenticator's data names the relying party and says
-    the person was present and verified; the client data is a `get` from
-    the relying party's origin whose challenge binds the card's digest and
-    the verdict; the person's ECDSA P-256 key signed authData ||
-    SHA-256(clientDataJSON)."""
-    for k in ("name", "public_key", "rp_id", "origin", "authenticator_data", "client_data_json", "signature"):
-        if k not in person:
-            raise Bad("the person's assertion has no %s" % k)
-    if person["name"] != approver:
-        raise Bad("the assertion is %s's, the decision %s's" % (person["name"], approver))
-    auth = b64(person["authenticator_data"], "authenticator data")
-    client = b64(person["client_data_json"], "client data")
-    if len(auth) < 37 or auth[:32] != hashlib.sha256(person["rp_id"].encode("utf-8")).digest():
-        raise Bad("the authenticator data does not name the relying party %s" % person["rp_id"])
-    if auth[32] & 0x01 == 0 or auth[32] & 0x04 == 0:
-        raise Bad("the authenticator data does not say the person was present and verified (UP, UV)")
-    data = parse_json(client, "the client data")
-    challenge = hashlib.sha256(b"talos-webauthn-v1\x00decision\x00" + digest.encode("ascii") + b"\x00"
-                               + verdict.encode("ascii")).digest()
-    expected = base64.urlsafe_b64encode(challenge).rstrip(b"=").decode("ascii")
-    if data.get("type") != "webauthn.get":
-        raise Bad("the client data is a %r, not a webauthn.get" % data.get("type"))
-    if data.get("challenge") != expected:
-        raise Bad("the assertion's challenge is not this card's digest and verdict")
-    origin = data.get("origin")
-    host = origin[len("https://"):].split(":")[0] if isinstance(origin, str) and origin.startswith("https://") else None
-    if origin != person["origin"] or host is None or not (host == person["rp_id"] or host.endswith("." + person["rp_id"])):
-        raise Bad("the client data's origin %r is not the relying party's" % origin)
+def b64url(text, what):
+    """Base64url without padding (WebAuthn's JSON forms), decoded
+    strictly: nothing but the alphabet, no padding, no stray bits."""
+    if not isinstance(text, str) or any(c not in B64URL for c in text) or len(text) % 4 == 1:
+        raise Bad("malformed: %s is not base64url without padding" % what)
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != text:
+        raise Bad("malformed: %s is not in canonical base64url" % what)
+    return raw
+
+
+B64URL = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def cbor(data, at=0, depth=0):
+    """One CBOR item (RFC 8949) at `at`: what a COSE key needs (integers,
+    byte and text strings, arrays, maps without repeated keys, false, true,
+    null), definite lengths only; the item and where the next begins."""
+    if depth > 8 or at >= len(data):
+        raise Bad("the COSE key is not CBOR (truncated or too deep)")
+    major, info = data[at] >> 5, data[at] & 0x1f
+    at += 1
+    if info < 24:
+        arg = info
+    elif info in (24, 25, 26, 27):
+        n = 1 << (info - 24)
+        if at + n > len(data):
+            raise Bad("the COSE key is not CBOR (truncated)")
+        arg = int.from_bytes(data[at:at + n], "big")
+        at += n
+    else:
+        raise Bad("the COSE key is not CBOR this reader takes (indefinite length or reserved)")
+    if major == 0:
+        return arg, at
+    if major == 1:
+        return -1 - arg, at
+    if major in (2, 3):
+        if at + arg > len(data):
+            raise Bad("the COSE key is not CBOR (a string runs past the end)")
+        raw = data[at:at + arg]
+        return (raw if major == 2 else raw.decode("utf-8")), at + arg
+    if major == 4:
+        out = []
+        for _ in range(arg):
+            v, at = cbor(data, at, depth + 1)
+            out.append(v)
+        return out, at
+    if major == 5:
+        out = {}
+        for _ in range(arg):
+            k, at = cbor(data, at, depth + 1)
+            v, at = cbor(data, at, depth + 1)
+            if not isinstance(k, (int, str)) or k in out:
+                raise Bad("the COSE key's map has a key repeated or not an integer or text")
+            out[k] = v
+        return out, at
+    if major == 7 and info in (20, 21, 22):
+        return {20: False, 21: True, 22: None}[info], at
+    raise Bad("the COSE key holds a CBOR item of major type %d" % major)
+
+
+def cose_key(raw):
+    """A COSE_Key (RFC 9053) as registration keeps it: ES256 (kty 2, alg
+    -7, crv 1 P-256, x, y), EdDSA (kty 1, alg -8, crv 6 Ed25519, x) or
+    RS256 (kty 3, alg -257, n, e). Its name and the public key."""
+    key, end = cbor(raw)
+    if end != len(raw) or not isinstance(key, dict):
+        raise Bad("the COSE key is not one CBOR map")
+    kty, alg = key.get(1), key.get(3)
     try:
-        key = serialization.load_der_public_key(b64(person["public_key"], "the person's key"))
+        if (kty, alg) == (2, -7):
+            x, y = key.get(-2), key.get(-3)
+            if key.get(-1) != 1 or not all(isinstance(v, bytes) and len(v) == 32 for v in (x, y)):
+                raise Bad("the ES256 COSE key is not a P-256 point (crv 1, x and y of 32 bytes)")
+            return "ES256", ec.EllipticCurvePublicNumbers(
+                int.from_bytes(x, "big"), int.from_bytes(y, "big"), ec.SECP256R1()).public_key()
+        if (kty, alg) == (1, -8):
+            x = key.get(-2)
+            if key.get(-1) != 6 or not isinstance(x, bytes) or len(x) != 32:
+                raise Bad("the EdDSA COSE key is not Ed25519 (crv 6, x of 32 bytes)")
+            return "EdDSA", ed25519.Ed25519PublicKey.from_public_bytes(x)
+        if (kty, alg) == (3, -257):
+            n, e = key.get(-1), key.get(-2)
+            if not isinstance(n, bytes) or not isinstance(e, bytes):
+                raise Bad("the RS256 COSE key has no n and e")
+            public = rsa.RSAPublicNumbers(int.from_bytes(e, "big"), int.from_bytes(n, "big")).public_key()
+            if public.key_size < 2048:
+                raise Bad("the RS256 key is %d bits, under 2048" % public.key_size)
+            return "RS256", public
     except ValueError as e:
-        raise Bad("the person's key does not parse: %s" % e)
-    verify_ecdsa(key, b64(person["signature"], "the assertion's signature"),
-                 auth + hashlib.sha256(client).digest(), "the person's assertion")
-    return "%s's passkey signed it (relying party %s, present and verified)" % (person["name"], person["rp_id"])
+        raise Bad("the COSE key is not a valid public key: %s" % e)
+    raise Bad("the COSE key is kty %r alg %r: not ES256, EdDSA or RS256" % (kty, alg))
+
+
+def verify_passkey(alg, key, signature, message):
+    """Whether `signature` (WebAuthn's form for `alg`: ASN.1 DER for
+    ES256, raw for EdDSA, PKCS #1 v1.5 for RS256) verifies over
+    `message`."""
+    try:
+        if alg == "ES256":
+            key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
+        elif alg == "EdDSA":
+            key.verify(signature, message)
+        else:
+            key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
+        return True
+    except (InvalidSignature, ValueError):
+        return False
 
 
 def count_by(items, key):

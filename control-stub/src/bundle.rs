@@ -26,7 +26,8 @@
 //! | `control_ca` | `pem` | the control CA's certificate (`ca.pem` of `init`): the one trust anchor |
 //! | `key` | `role` (`plane`, `relay`, `gateway`), `id`, `public_key` (64 hex), `public_key_pem` (the same key as a PEM `PUBLIC KEY`, for `openssl`), `binding` (a `KeyBinding`, or null when none was kept) | a signing key and its binding under the control CA |
 //! | `certificate` | `session_id`, `envelope` (kind `certificate`) | the certificate as issued |
-//! | `proposal` | `proposal_id`, `fields` (talos-certs `Proposal`), `sentence`, `digest`, `decision` (envelope of kind `decision`, or null), `person` (reserved: a person's WebAuthn assertion, when decisions carry one) | a card the relay showed, and its signed decision |
+//! | `proposal` | `proposal_id`, `fields` (talos-certs `Proposal`), `sentence`, `digest`, `decision` (envelope of kind `decision` exactly as the relay signed it, with the card and the person's WebAuthn assertion inside when a person decided with a passkey; or null) | a card the relay showed, and its signed decision |
+//! | `approver_key` | `owner`, `credential_id` and `public_key_cose` (base64), `alg`, `rp_id`, `origin` (null when no web app's relying party is set) | a passkey of an approver a card of the session names, with the web app's relying party: what a session's open lists for the gateway to check a person's assertion with |
 //! | `report` | `via` (`reply`), `gateway_id`, `envelope` (kind `drop_report`) | a drop report a member answered a close with: the ones in its batch chain are inside the batches |
 //! | `batch` | `gateway_id`, `seq`, `envelope` (kind `batch`) | a member's batch as signed |
 //!
@@ -42,6 +43,15 @@
 //! secret, a body, a header value or a query: `docs/records.md`), but
 //! they are other sessions': a bundle is shown to whoever may see what
 //! the pair did in that window.
+//!
+//! # Which approvers' keys
+//!
+//! Every passkey the store holds now of every approver a card of the
+//! session names, with the relying party (rp id and origin) the web app
+//! is set to now: what an open lists (`people::open`), read when the
+//! bundle is written. The store keeps no copy of what each open listed,
+//! so these are the control stub's word; a person's decision checks out
+//! only if its assertion verifies under one of them.
 //!
 //! Nothing secret is in a bundle: the certificate, records, reports,
 //! decisions and proposals never hold a secret value, and the keys are
@@ -72,6 +82,7 @@ pub struct Summary {
     pub runs: BTreeMap<String, (u64, u64)>,
     pub reports: usize,
     pub proposals: usize,
+    pub approver_keys: usize,
     pub bytes: u64,
 }
 
@@ -81,6 +92,10 @@ struct Evidence {
     keys: Vec<(String, String, String, Option<Vec<u8>>)>,
     relay_keys: BTreeSet<String>,
     proposals: Vec<crate::store::ProposalRecord>,
+    approver_keys: Vec<crate::store::Passkey>,
+    /// The web app's rp id and origin; none when none is set (then no
+    /// open lists one, and no assertion holds).
+    relying_party: Option<(String, String)>,
     replies: Vec<StoredReport>,
     batches: Vec<(String, u64, talos_certs::Signed)>,
     runs: BTreeMap<String, (u64, u64)>,
@@ -159,6 +174,20 @@ pub fn write(
             "sentence": p.sentence, "digest": p.digest, "decision": p.decision,
         }))?;
     }
+    let (rp_id, origin) = match &evidence.relying_party {
+        Some((rp_id, origin)) => (Value::from(rp_id.as_str()), Value::from(origin.as_str())),
+        None => (Value::Null, Value::Null),
+    };
+    for k in &evidence.approver_keys {
+        use base64::Engine as _;
+        let b64 = &base64::engine::general_purpose::STANDARD;
+        line(&json!({
+            "item": "approver_key", "owner": k.person,
+            "credential_id": b64.encode(&k.credential_id),
+            "public_key_cose": b64.encode(&k.public_key_cose), "alg": k.alg,
+            "rp_id": rp_id, "origin": origin,
+        }))?;
+    }
     for r in &evidence.replies {
         let envelope: Value = serde_json::from_slice(&r.signed)?;
         line(&json!({
@@ -179,6 +208,7 @@ pub fn write(
         runs: evidence.runs,
         reports: evidence.replies.len(),
         proposals: evidence.proposals.len(),
+        approver_keys: evidence.approver_keys.len(),
         bytes: counter.bytes,
     })
 }
@@ -379,11 +409,20 @@ fn gather(tx: &Tx<'_>, id: &str) -> Result<Evidence, Error> {
         .filter_map(|a| a.relay_public_key)
         .map(|k| k.to_ascii_lowercase())
         .collect();
+    // The passkeys of every approver a card names (see the module docs).
+    let proposals = tx.proposals(Some(id), None)?;
+    let named: BTreeSet<&String> = proposals.iter().flat_map(|p| &p.fields.approvers).collect();
+    let mut approver_keys = Vec::new();
+    for person in named {
+        approver_keys.extend(tx.passkeys_of(person)?);
+    }
     Ok(Evidence {
         certificate,
         keys,
         relay_keys,
-        proposals: tx.proposals(Some(id), None)?,
+        proposals,
+        approver_keys,
+        relying_party: tx.web_relying_party()?,
         replies,
         batches,
         runs,

@@ -12,9 +12,14 @@
 //! masked; one in 50 refused `not_on_allowlist`; one in 97 with a request
 //! refused `host_mismatch`; one DNS line per member. With `decision`, a
 //! Lock rule holds one request of `gw-a`, and alice approves its card
-//! through the relay (a decision signed by the relay's key). alice is an
-//! approver holding one passkey (a P-256 key made here; a rule names only
-//! people who hold one).
+//! with her passkey through the relay: her WebAuthn assertion over the
+//! card's digest and the verdict (as a browser's `navigator.credentials.get`
+//! gives it: authenticator data for the rp id [`RP_ID`] with UP and UV,
+//! client data of type `webauthn.get` from [`ORIGIN`]) inside the decision
+//! the relay signs. alice is an approver holding one passkey (an ES256 key
+//! made here and kept by the [`Pair`]; a rule names only people who hold
+//! one), and the account's web app is at [`RP_ID`] and [`ORIGIN`], which
+//! each open carries with her key.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,6 +38,9 @@ pub const MEMBERS: [&str; 2] = ["gw-a", "gw-b"];
 /// The destination and the attached secret's name.
 pub const DESTINATION: &str = "api.example.com";
 pub const SECRET_NAME: &str = "API_TOKEN";
+/// The people's web app's relying party: its rp id and exact origin.
+pub const RP_ID: &str = "people.talos.test";
+pub const ORIGIN: &str = "https://people.talos.test:8443";
 
 /// What [`build`] makes.
 #[derive(Clone, Debug)]
@@ -68,6 +76,16 @@ pub struct Pair {
         talos_certs::BatchWriter,
         Arc<talos_certs::GatewayKey>,
     )>,
+    /// alice's passkey, once enrolled.
+    alice: Option<Passkey>,
+}
+
+/// A passkey of the pair's own: its ES256 key, credential id and sign
+/// count.
+struct Passkey {
+    key: aws_lc_rs::signature::EcdsaKeyPair,
+    credential_id: Vec<u8>,
+    sign_count: u32,
 }
 
 impl std::fmt::Debug for Pair {
@@ -86,6 +104,10 @@ impl Pair {
             crate::identity::init(control_dir, &ids)?;
         }
         store.egress_add(DESTINATION)?;
+        store.write(|tx| {
+            tx.set_setting(crate::store::settings::WEB_RP_ID, RP_ID, "synth")?;
+            tx.set_setting(crate::store::settings::WEB_ORIGIN, ORIGIN, "synth")
+        })?;
         store.secret_set("acme", SECRET_NAME, b"synth-S3CRET-value-0123456789")?;
         let mut writers = Vec::new();
         for id in MEMBERS {
@@ -117,6 +139,7 @@ impl Pair {
         Ok(Pair {
             link: FakeLink::new(&MEMBERS),
             writers,
+            alice: None,
         })
     }
 
@@ -131,7 +154,9 @@ impl Pair {
         const ACCEPT: FakeVerifier = FakeVerifier::accepting();
         let relay = crate::identity::relay_key(control_dir)?;
         let rule = if options.decision {
-            enrol_alice(store)?;
+            if self.alice.is_none() {
+                self.alice = Some(enrol_alice(store)?);
+            }
             Some(store.lock_add(&NewRule::check(
                 DESTINATION,
                 Some(SECRET_NAME),
@@ -225,10 +250,25 @@ impl Pair {
         Ok(id)
     }
 
+    /// alice's passkey assertion over the card whose digest is
+    /// `card_digest` and `verdict`, as the relay forwards it; `None` before
+    /// a session with a decision enrolled her. Each call counts one more
+    /// signature.
+    pub fn alice_signs(
+        &mut self,
+        card_digest: &str,
+        verdict: talos_certs::Verdict,
+    ) -> Option<talos_certs::PasskeyAssertion> {
+        let alice = self.alice.as_mut()?;
+        alice.sign_count += 1;
+        Some(assert(alice, card_digest, verdict))
+    }
+
     /// A request of `gw-a` held by `rule`, proposed to the relay and
-    /// approved by alice: the approval as the gateway's record holds it.
+    /// approved by alice with her passkey: the approval as the gateway's
+    /// record holds it.
     fn decide(
-        &self,
+        &mut self,
         store: &mut Store,
         relay: &talos_certs::GatewayKey,
         id: &str,
@@ -279,13 +319,36 @@ impl Pair {
             digest: d.clone(),
         };
         crate::relay::receive(store, &msg)?;
-        let decided = crate::relay::decide(
+        let verdict = talos_certs::Verdict::Approved;
+        let signed = self
+            .alice_signs(&d, verdict)
+            .ok_or_else(|| Error::invalid("alice holds no passkey"))?;
+        let sign_count = self.alice.as_ref().map_or(0, |a| a.sign_count);
+        let challenge = talos_certs::webauthn::decision_challenge(&d, verdict);
+        let decided = crate::relay::decide_signed(
             store,
             &self.link,
             relay,
             &p.proposal_id,
             "alice",
-            talos_certs::Verdict::Approved,
+            verdict,
+            |_, _| {
+                use base64::Engine as _;
+                Ok(Some(crate::store::SignedByPasskey {
+                    person: "alice".into(),
+                    credential_id: signed.credential_id,
+                    authenticator_data: signed.authenticator_data,
+                    client_data_json: signed.client_data_json,
+                    signature: signed.signature,
+                    user_handle: None,
+                    sign_count,
+                    rp_id: RP_ID.into(),
+                    origin: ORIGIN.into(),
+                    challenge: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(challenge),
+                    nonce: None,
+                    verified_at: crate::store::now(),
+                }))
+            },
         )?;
         Ok(json!({
             "proposal_id": p.proposal_id, "digest": d, "rule": p.rule, "decision": "approved",
@@ -362,18 +425,57 @@ fn dns(gateway: &str, instance: &str, id: &str, source: &str) -> Vec<u8> {
     .expect("a DNS line serialises")
 }
 
-/// alice, an approver holding one passkey: an ES256 key made here, its
-/// public half stored as COSE as registration stores it (nothing signs
-/// with it: the synthetic decision is the relay's).
-fn enrol_alice(store: &mut Store) -> Result<(), Error> {
+/// alice's assertion with `alice`'s key over `verdict` on the card whose
+/// digest is `card_digest`, as WebAuthn (Level 2, 7.2) has the browser and
+/// the authenticator make it: client data `webauthn.get` from [`ORIGIN`]
+/// with the challenge `decision_challenge(card digest, verdict)`,
+/// authenticator data the SHA-256 of [`RP_ID`], flags UP and UV, the sign
+/// count; the ECDSA (ASN.1) signature over authenticator data ||
+/// SHA-256(client data). Each field base64url without padding.
+fn assert(
+    alice: &Passkey,
+    card_digest: &str,
+    verdict: talos_certs::Verdict,
+) -> talos_certs::PasskeyAssertion {
+    use aws_lc_rs::digest::{digest, SHA256};
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let challenge = talos_certs::webauthn::decision_challenge(card_digest, verdict);
+    let client = serde_json::to_vec(&json!({
+        "type": "webauthn.get",
+        "challenge": URL_SAFE_NO_PAD.encode(challenge),
+        "origin": ORIGIN,
+        "crossOrigin": false,
+    }))
+    .expect("client data serialises");
+    let mut auth = digest(&SHA256, RP_ID.as_bytes()).as_ref().to_vec();
+    // UP (0x01) and UV (0x04).
+    auth.push(0x05);
+    auth.extend_from_slice(&alice.sign_count.to_be_bytes());
+    let mut signed = auth.clone();
+    signed.extend_from_slice(digest(&SHA256, &client).as_ref());
+    let signature = alice
+        .key
+        .sign(&aws_lc_rs::rand::SystemRandom::new(), &signed)
+        .expect("a P-256 key signs");
+    talos_certs::PasskeyAssertion {
+        credential_id: URL_SAFE_NO_PAD.encode(&alice.credential_id),
+        authenticator_data: URL_SAFE_NO_PAD.encode(&auth),
+        client_data_json: URL_SAFE_NO_PAD.encode(&client),
+        signature: URL_SAFE_NO_PAD.encode(signature.as_ref()),
+        user_handle: None,
+    }
+}
+
+/// alice, an approver, and a passkey of hers: an ES256 key made here, its
+/// public half stored as COSE as registration stores it (a second one
+/// when another pair enrolled her in this store before).
+fn enrol_alice(store: &mut Store) -> Result<Passkey, Error> {
     use aws_lc_rs::rand::SecureRandom as _;
     use aws_lc_rs::signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_ASN1_SIGNING};
-    if !store
+    let enrolled = !store
         .read(|tx| tx.enrolled(&["alice".to_owned()]))?
-        .is_empty()
-    {
-        return Ok(());
-    }
+        .is_empty();
     let rng = aws_lc_rs::rand::SystemRandom::new();
     let key = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_ASN1_SIGNING)
         .map_err(|e| Error::invalid(format!("a P-256 key: {e}")))?;
@@ -406,7 +508,14 @@ fn enrol_alice(store: &mut Store) -> Result<(), Error> {
         last_used_at: None,
     };
     store.write(|tx| {
-        tx.insert_person("alice", crate::model::Role::Approver, &handle, &now)?;
+        if !enrolled {
+            tx.insert_person("alice", crate::model::Role::Approver, &handle, &now)?;
+        }
         tx.insert_passkey(&passkey)
+    })?;
+    Ok(Passkey {
+        key,
+        credential_id: credential_id.to_vec(),
+        sign_count: 0,
     })
 }

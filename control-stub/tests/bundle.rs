@@ -2,8 +2,8 @@
 //! verifier (`verifier/verify_bundle.py`, run as a reviewer runs it): a
 //! synthetic session with real signatures (`synth`) on SQLite or
 //! PostgreSQL (`TALOS_TEST_STORE`), its bundle verified; the bundle holds
-//! nothing secret; a person's passkey assertion on a decision is checked
-//! when present. The tampering of a real pair's bundle is in the
+//! nothing secret; a person's decision is checked from her passkey's
+//! assertion inside the relay's signed decision, under her listed key. The tampering of a real pair's bundle is in the
 //! end-to-end tests (`tests/tests/bundle.rs`).
 
 mod common;
@@ -102,18 +102,56 @@ fn a_synthetic_sessions_bundle_verifies_and_holds_no_secret() {
     assert_eq!(items[0]["session_id"], id.as_str());
 }
 
-/// A person's passkey assertion on a decision (the people's issue puts it
-/// there): a key made here signs authData || SHA-256(clientDataJSON) over
-/// the challenge the card's digest and the verdict give; the verifier
-/// checks it, and refuses it for another verdict, another relying party,
-/// without user verification, or signed by another key.
+/// The decision as the relay signed it: its payload, parsed.
+fn decision_of(item: &Value) -> talos_certs::Decision {
+    let signed: talos_certs::Signed = serde_json::from_value(item["decision"].clone()).unwrap();
+    serde_json::from_slice(&signed.payload).unwrap()
+}
+
+/// `decision` signed again by the relay's key, as the item's decision.
+fn resign(item: &mut Value, decision: &talos_certs::Decision, control: &Path) {
+    let relay = talos_control_stub::identity::relay_key(control).unwrap();
+    item["decision"] = serde_json::to_value(decision.sign(&relay)).unwrap();
+}
+
+/// The verifier on `items` (written beside the bundle): its status and the
+/// FAIL line of the decision, which must be the only decision failing.
+fn fails_on_decision(dir: &Path, items: &[Value]) -> String {
+    let p = dir.join("tampered.jsonl");
+    write_lines(&p, items);
+    let (code, out) = verify(&p);
+    assert_eq!(code, 1, "{out}");
+    out.lines()
+        .find(|l| l.starts_with("FAIL decision gw-a-1-"))
+        .unwrap_or_else(|| panic!("no FAIL line for the decision:\n{out}"))
+        .to_owned()
+}
+
+/// A person's decision, checked by the verifier alone: the relay's signed
+/// decision carries the card alice saw and her passkey's WebAuthn
+/// assertion, the bundle her listed key and the relying party; the
+/// verifier names her. Each tamper the relay's signature does not catch
+/// (the relay signs again) is caught by the person's check, named: a
+/// flipped byte of her signature, her assertion over the other verdict,
+/// another person's key in her name, and no assertion on an attempt not
+/// in lab mode (which passes, resting on the stub, once the certificate
+/// says the attempt was in lab mode).
 #[test]
-fn a_persons_assertion_on_a_decision_is_checked_when_present() {
+fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named() {
     use aws_lc_rs::signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_ASN1_SIGNING};
     use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
     use base64::Engine as _;
 
-    let (dir, _store, _id, path) = bundled(&Options::default());
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(common::test_db(dir.path())).unwrap();
+    let control = dir.path().join("control");
+    let mut pair = synth::Pair::new(&mut store, &control).unwrap();
+    let id = pair
+        .session(&mut store, &control, &Options::default())
+        .unwrap();
+    let path = dir.path().join("bundle.jsonl");
+    let summary = talos_control_stub::bundle::write_file(&store, &control, &id, &path).unwrap();
+    assert_eq!(summary.approver_keys, 1);
     let items = lines(&path);
     let at = items
         .iter()
@@ -121,89 +159,135 @@ fn a_persons_assertion_on_a_decision_is_checked_when_present() {
         .expect("a decided card");
     let digest = items[at]["digest"].as_str().unwrap().to_owned();
 
-    let rng = aws_lc_rs::rand::SystemRandom::new();
-    let make = || {
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
-        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref()).unwrap()
-    };
-    let (alice, mallory) = (make(), make());
-    // SubjectPublicKeyInfo of a P-256 point.
-    let spki = |k: &EcdsaKeyPair| {
-        let mut der = hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap();
-        der.extend_from_slice(k.public_key().as_ref());
-        STANDARD.encode(der)
-    };
-    let assertion = |signer: &EcdsaKeyPair, verdict: &str, rp: &str, flags: u8| {
-        let mut challenge = b"talos-webauthn-v1\0decision\0".to_vec();
-        challenge.extend_from_slice(digest.as_bytes());
-        challenge.push(0);
-        challenge.extend_from_slice(verdict.as_bytes());
-        let challenge = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &challenge);
-        let client = serde_json::to_vec(&serde_json::json!({
-            "type": "webauthn.get",
-            "challenge": URL_SAFE_NO_PAD.encode(challenge.as_ref()),
-            "origin": "https://approve.hangar.test",
-            "crossOrigin": false,
-        }))
-        .unwrap();
-        let mut auth = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, rp.as_bytes())
-            .as_ref()
-            .to_vec();
-        auth.push(flags);
-        auth.extend_from_slice(&7u32.to_be_bytes());
-        let mut signed = auth.clone();
-        signed.extend_from_slice(
-            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &client).as_ref(),
-        );
-        let signature = signer.sign(&rng, &signed).unwrap();
-        serde_json::json!({
-            "name": "alice",
-            "public_key": spki(&alice),
-            "rp_id": "hangar.test",
-            "origin": "https://approve.hangar.test",
-            "authenticator_data": STANDARD.encode(&auth),
-            "client_data_json": STANDARD.encode(&client),
-            "signature": STANDARD.encode(signature.as_ref()),
-        })
-    };
-    let with = |person: Value| {
-        let mut items = items.clone();
-        items[at]["person"] = person;
-        let p = dir.path().join("with-person.jsonl");
-        write_lines(&p, &items);
-        verify(&p)
-    };
+    // The decision exactly as the relay signed it: the card and alice's
+    // assertion inside the signed payload.
+    let signed = decision_of(&items[at]);
+    let card: talos_certs::Proposal = serde_json::from_value(items[at]["fields"].clone()).unwrap();
+    assert_eq!(signed.card.as_ref(), Some(&card));
+    assert!(signed.assertion.is_some());
+    let key = items
+        .iter()
+        .find(|v| v["item"] == "approver_key")
+        .expect("alice's listed key");
+    assert_eq!(key["owner"], "alice");
+    assert_eq!(key["rp_id"], synth::RP_ID);
+    assert_eq!(key["origin"], synth::ORIGIN);
 
-    let (code, out) = with(assertion(&alice, "approved", "hangar.test", 0x05));
+    let (code, out) = verify(&path);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("alice's passkey signed it (relying party hangar.test"),
+        out.contains("approved by alice, signed by the relay's key")
+            && out.contains("alice's own passkey signed this verdict on this card"),
         "{out}"
     );
-    for (person, why) in [
-        (
-            assertion(&alice, "declined", "hangar.test", 0x05),
-            "the assertion's challenge is not this card's digest and verdict",
-        ),
-        (
-            assertion(&alice, "approved", "elsewhere.test", 0x05),
-            "does not name the relying party hangar.test",
-        ),
-        (
-            assertion(&alice, "approved", "hangar.test", 0x01),
-            "present and verified (UP, UV)",
-        ),
-        (
-            assertion(&mallory, "approved", "hangar.test", 0x05),
-            "the person's assertion: the signature does not verify",
-        ),
-    ] {
-        let (code, out) = with(person);
-        assert_eq!(code, 1, "{out}");
-        let line = out
-            .lines()
-            .find(|l| l.starts_with("FAIL decision "))
-            .unwrap_or_else(|| panic!("no FAIL line for the decision:\n{out}"));
-        assert!(line.contains(why), "{why}: {line}");
-    }
+
+    // A flipped byte of alice's signature (the relay signs again).
+    let mut flipped = items.clone();
+    let mut d = signed.clone();
+    let a = d.assertion.as_mut().unwrap();
+    let mut sig = URL_SAFE_NO_PAD.decode(&a.signature).unwrap();
+    let last = sig.len() - 1;
+    sig[last] ^= 0x01;
+    a.signature = URL_SAFE_NO_PAD.encode(&sig);
+    resign(&mut flipped[at], &d, &control);
+    let line = fails_on_decision(dir.path(), &flipped);
+    assert!(
+        line.contains("bad_signature: alice's passkey signature"),
+        "{line}"
+    );
+    // Unsigned again, the relay's own signature fails first.
+    let mut raw = items.clone();
+    let mut envelope: talos_certs::Signed =
+        serde_json::from_value(raw[at]["decision"].clone()).unwrap();
+    let n = envelope.payload.len() - 3;
+    envelope.payload[n] ^= 0x01;
+    raw[at]["decision"] = serde_json::to_value(&envelope).unwrap();
+    let line = fails_on_decision(dir.path(), &raw);
+    assert!(line.contains("the signature does not verify"), "{line}");
+
+    // alice's assertion over the other verdict, in an approval.
+    let mut other = items.clone();
+    let mut d = signed.clone();
+    d.assertion = pair.alice_signs(&digest, talos_certs::Verdict::Declined);
+    resign(&mut other[at], &d, &control);
+    let line = fails_on_decision(dir.path(), &other);
+    assert!(
+        line.contains("challenge_mismatch: the assertion's challenge is not this card's digest and the verdict approved"),
+        "{line}"
+    );
+
+    // bob's passkey (listed, as bob's) signs the card, in alice's name.
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    let bob = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_ASN1_SIGNING).unwrap();
+    let point = bob.public_key().as_ref();
+    let mut cose = vec![0xa5, 0x01, 0x02, 0x03, 0x26, 0x20, 0x01, 0x21, 0x58, 0x20];
+    cose.extend_from_slice(&point[1..33]);
+    cose.extend_from_slice(&[0x22, 0x58, 0x20]);
+    cose.extend_from_slice(&point[33..65]);
+    let bob_id = b"bob's credential".to_vec();
+    let mut impostor = items.clone();
+    let mut bob_key = key.clone();
+    bob_key["owner"] = "bob".into();
+    bob_key["credential_id"] = STANDARD.encode(&bob_id).into();
+    bob_key["public_key_cose"] = STANDARD.encode(&cose).into();
+    impostor.push(bob_key);
+    let mut d = signed.clone();
+    let a = d.assertion.as_mut().unwrap();
+    let mut message = URL_SAFE_NO_PAD.decode(&a.authenticator_data).unwrap();
+    let client = URL_SAFE_NO_PAD.decode(&a.client_data_json).unwrap();
+    message
+        .extend_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &client).as_ref());
+    a.credential_id = URL_SAFE_NO_PAD.encode(&bob_id);
+    a.signature = URL_SAFE_NO_PAD.encode(bob.sign(&rng, &message).unwrap().as_ref());
+    resign(&mut impostor[at], &d, &control);
+    let line = fails_on_decision(dir.path(), &impostor);
+    assert!(
+        line.contains("unknown_credential: the key is bob's"),
+        "{line}"
+    );
+    // And a key not listed at all.
+    impostor.retain(|v| v["owner"] != "bob");
+    let line = fails_on_decision(dir.path(), &impostor);
+    assert!(
+        line.contains("unknown_credential: the credential 626f622773206372... is not one of the listed approvers' keys"),
+        "{line}"
+    );
+
+    // No assertion, on an attempt the certificate does not say was in lab
+    // mode.
+    let mut bare = items.clone();
+    let mut d = signed.clone();
+    d.card = None;
+    d.assertion = None;
+    resign(&mut bare[at], &d, &control);
+    let line = fails_on_decision(dir.path(), &bare);
+    assert!(
+        line.contains("no person's assertion")
+            && line.contains("does not say attempt 1 was in lab mode"),
+        "{line}"
+    );
+    // The certificate says it was (signed again by the control plane):
+    // the decision passes, resting on the stub.
+    let c = bare
+        .iter()
+        .position(|v| v["item"] == "certificate")
+        .unwrap();
+    let envelope: talos_certs::Signed =
+        serde_json::from_value(bare[c]["envelope"].clone()).unwrap();
+    let mut cert: Value = serde_json::from_slice(&envelope.payload).unwrap();
+    cert["attempts"][0]["lab_approvals"] = true.into();
+    let plane = talos_control_stub::identity::plane_key(&control).unwrap();
+    bare[c]["envelope"] = serde_json::to_value(plane.sign(
+        talos_certs::Kind::Certificate,
+        serde_json::to_vec(&cert).unwrap(),
+    ))
+    .unwrap();
+    let p = dir.path().join("lab.jsonl");
+    write_lines(&p, &bare);
+    let (code, out) = verify(&p);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("no person's assertion: that alice decided rests on the relay's and the control stub's word (attempt 1 was in lab mode)"),
+        "{out}"
+    );
 }
