@@ -215,7 +215,7 @@ class WebApp:
         if status != 200:
             code = answer.get("error", "") if isinstance(answer, dict) else ""
             message = answer.get("message", "") if isinstance(answer, dict) else ""
-            raise Refused(f"{what}: the web app answered {status} {code}: {message}".rstrip(": "))
+            raise Refused(f"{what} refused: the web app answered {status} {code}: {message}".rstrip(": "))
         return answer
 
     def sign_in(self, passkey):
@@ -307,7 +307,7 @@ def main():
     try:
         enrol(args) if args.command == "enrol" else decide(args)
     except (Refused, OSError, ssl.SSLError, KeyError, ValueError) as e:
-        print(f"demo-passkey: {type(e).__name__ if not isinstance(e, Refused) else 'refused'}: {e}",
+        print(f"demo-passkey: {e}" if isinstance(e, Refused) else f"demo-passkey: {type(e).__name__}: {e}",
               file=sys.stderr)
         sys.exit(1)
 

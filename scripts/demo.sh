@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The demo: the control stub, a gateway, a DNS server and a TLS origin on
-# loopback, and real clients (curl, openssl s_client, python3). A session is
-# started through the control stub; the demo shows what the gateway lets
-# through, masks, refuses and records, then pauses, resumes and stops the
-# session and prints and verifies its certificate. Everything it starts is
+# loopback, and real clients (curl, openssl s_client, python3). The control
+# stub serves the people's web app too: alice enrols a software passkey
+# (scripts/demo-passkey.py) and decides the Lock's cards with it, as her
+# browser would. A session is started through the control stub; the demo
+# shows what the gateway lets through, masks, holds for alice, refuses and
+# records, then pauses, resumes and stops the session and prints and
+# verifies its certificate. Everything it starts is
 # stopped by its PID when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -425,6 +428,20 @@ print("wrote", w["bytes"], "bytes:", w["batches"], "signed batches (" + ", ".joi
 if grep -qF "$(cat "$work/demo-token")" "$work/session.bundle"; then
   echo "the credential is in the bundle: this is a bug"; exit 1
 fi
+# Only alice's public key leaves her passkey's file: its private scalar
+# (hex, base64 or base64url) is in no log, record, certificate nor bundle.
+python3 - "$work" <<'PY'
+import base64, json, os, sys
+from cryptography.hazmat.primitives import serialization
+work = sys.argv[1]
+key = serialization.load_pem_private_key(json.load(open(os.path.join(work, "alice.passkey")))["private_key_pem"].encode(), None)
+d = key.private_numbers().private_value.to_bytes(32, "big")
+forms = [d.hex().encode(), base64.b64encode(d).rstrip(b"="), base64.urlsafe_b64encode(d).rstrip(b"=")]
+for f in ("gateway.log", "serve.log", "records.jsonl", "certificate.json", "session.bundle"):
+    if any(x in open(os.path.join(work, f), "rb").read() for x in forms):
+        print("alice's private key is in", f + ": this is a bug"); sys.exit(1)
+print("alice's passkey: its private key is in no log, record, certificate nor bundle (the bundle lists only her public key)")
+PY
 
 say "A reviewer checks it alone: verifier/verify_bundle.py (Python and its cryptography package; no code of the product)"
 python3 verifier/verify_bundle.py "$work/session.bundle"
