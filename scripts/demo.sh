@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The demo: the control stub, a gateway, a DNS server and a TLS origin on
-# loopback, and real clients (curl, openssl s_client, python3). A session is
-# started through the control stub; the demo shows what the gateway lets
-# through, masks, refuses and records, then pauses, resumes and stops the
-# session and prints and verifies its certificate. Everything it starts is
+# loopback, and real clients (curl, openssl s_client, python3). The control
+# stub serves the people's web app too: alice enrols a software passkey
+# (scripts/demo-passkey.py) and decides the Lock's cards with it, as her
+# browser would. A session is started through the control stub; the demo
+# shows what the gateway lets through, masks, holds for alice, refuses and
+# records, then pauses, resumes and stops the session and prints and
+# verifies its certificate. Everything it starts is
 # stopped by its PID when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,12 +51,39 @@ say "Making the control channel's identities (control-stub init: a control CA, t
 "$bin/control-stub" init --dir "$work/control" --gateway gw-demo >/dev/null
 ls "$work/control" | sed 's/^/  /'
 
-say "Starting the control stub's batch consumer (control-stub serve, mutual TLS)"
+say "The people's web app: a certificate for people.demo.test from a CA of the demo's own (openssl)"
+# Passkeys are bound to the origin, port and all, and the web app sends
+# decisions to the gateway's control listener, which starts after it: pick
+# both free ports first.
+read -r web_port ctl_port < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+rp_id=people.demo.test
+web_origin="https://$rp_id:$web_port"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -subj "/CN=TALOS demo people web CA" -keyout "$work/web-ca.key" -out "$work/web-ca.pem" \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$rp_id" \
+  -keyout "$work/web.key" -out "$work/web.csr" 2>/dev/null
+printf 'subjectAltName=DNS:%s\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n' \
+  "$rp_id" >"$work/web.ext"
+openssl x509 -req -in "$work/web.csr" -CA "$work/web-ca.pem" -CAkey "$work/web-ca.key" -CAcreateserial \
+  -days 1 -extfile "$work/web.ext" -out "$work/web.pem" 2>/dev/null
+chmod 600 "$work/web-ca.key" "$work/web.key"
+openssl x509 -in "$work/web.pem" -noout -subject -ext subjectAltName 2>/dev/null | tr -s ' \n' ' ' | sed 's/^/  /; s/ *$/\n/'
+
+say "Starting the control stub (control-stub serve): the gateways' batch consumer (mutual TLS) and the people's web app (HTTPS, $web_origin)"
 "$bin/control-stub" --db "$work/stub.db" --control-dir "$work/control" serve --listen 127.0.0.1:0 \
+  --web-listen "127.0.0.1:$web_port" --web-origin "$web_origin" --web-rp-id "$rp_id" \
+  --web-cert "$work/web.pem" --web-key "$work/web.key" --gateway "gw-demo=127.0.0.1:$ctl_port" \
   >"$work/serve.out" 2>"$work/serve.log" &
 pids+=("$!")
-plane=$(ready_line "$work/serve.out" | json_field listening)
-echo "control plane $plane"
+serve_line=$(ready_line "$work/serve.out")
+plane=$(echo "$serve_line" | json_field listening)
+web=$(echo "$serve_line" | json_field web)
+echo "control plane $plane, people's web app $web (rp id $rp_id)"
 
 cat >"$work/gateway.toml" <<TOML
 gateway_id = "gw-demo"
@@ -73,8 +103,9 @@ port = ${origin##*:}
 # The demo origin's own test CA, trusted beside the public roots.
 extra_trust_anchors = ["$work/origin-ca.pem"]
 [control]
-# Where the control stub opens and closes sessions.
-listen = "127.0.0.1:0"
+# Where the control stub opens and closes sessions, and the web app sends
+# people's decisions (serve --gateway names it).
+listen = "127.0.0.1:$ctl_port"
 ca_file = "$work/control/ca.pem"
 cert_file = "$work/control/gw-demo.pem"
 key_file = "$work/control/gw-demo.key"
@@ -115,6 +146,22 @@ for name in origin.demo.test internal.demo.test metadata.demo.test gone.demo.tes
 done
 echo "egress list: $(stub policy egress list | python3 -c 'import json,sys; print(", ".join(json.load(sys.stdin)))')"
 stub secret set DEMO_TOKEN --tenant acme --from-file "$work/demo-token" >/dev/null
+say "alice enrols a passkey: a one-time link from the operator, opened with her authenticator (a software one, scripts/demo-passkey.py)"
+# Only a person with a passkey can be named by a Lock rule; her decisions
+# carry her device's signature, which the gateway checks itself.
+passkey() { python3 scripts/demo-passkey.py "$@" --ca "$work/web-ca.pem" --connect "$web"; }
+enrol_link=$(stub people enroll alice --role approver --web-origin "$web_origin" | json_field link)
+echo "control-stub people enroll alice --role approver: a link good for 15 minutes and one passkey, $web_origin/enrol#..."
+passkey enrol "$enrol_link" --state "$work/alice.passkey" | python3 -c '
+import json, sys
+e = json.load(sys.stdin)
+print(" ", e["person"], "(" + e["role"] + ") registered an", e["algorithm"], "passkey for rp id", e["rp_id"],
+      "(attestation none, user verified; its private key stays in the demo folder, 0600)")'
+# mallory enrols too, but no rule names her.
+passkey enrol "$(stub people enroll mallory --role approver --web-origin "$web_origin" | json_field link)" \
+  --state "$work/mallory.passkey" >/dev/null
+echo "  mallory registered a passkey as well"
+
 # The Lock: a POST under /deploy on origin.demo.test waits for alice.
 stub policy lock add --destination origin.demo.test --method POST --path-prefix /deploy \
   --mode every_request --approver alice >/dev/null
@@ -260,18 +307,23 @@ held=$!
 card=$(next_card)
 stub approvals list | python3 -c 'import json,sys; c=json.load(sys.stdin)[0]; print("card for", ", ".join(c["approvers"]) + ":", c["sentence"]); print("digest", c["digest"][:16] + "...")'
 path=/hello through origin.demo.test --http2
-echo "alice approves it from the CLI (a decision signed by the relay, checked by the gateway):"
-stub approvals approve "$card" --as alice | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"])'
+echo "a decision from the CLI alone (the relay's signature, no person's device) is refused:"
+stub approvals approve "$card" --as alice 2>&1 | sed 's/^/  /' || true
+echo "alice signs in to the web app with her passkey and approves the card, her passkey signing the card's digest and the verdict:"
+passkey decide "$card" approved --state "$work/alice.passkey" | python3 -c '
+import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"], "(the gateway checked her assertion)")'
 wait "$held" || true
 cat "$work/held1.out"
 
 path=/deploy/v2 through origin.demo.test --http1.1 -X POST -s -D - -o /dev/null >"$work/held2.out" &
 held=$!
 card=$(next_card)
-echo "mallory is not listed:"
-stub approvals decline "$card" --as mallory 2>&1 | sed 's/^/  /' || true
-echo "alice declines it:"
-stub approvals decline "$card" --as alice | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"])'
+digest=$(stub approvals list | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["digest"])')
+echo "mallory is not listed: with her own passkey, over this card's digest, she is refused:"
+passkey decide "$card" declined --digest "$digest" --state "$work/mallory.passkey" 2>&1 | sed 's/^/  /' || true
+echo "alice declines it with her passkey:"
+passkey decide "$card" declined --state "$work/alice.passkey" | python3 -c '
+import json,sys; d=json.load(sys.stdin); print(" ", d["decision"], "by", d["approver"], "->", d["outcome"])'
 wait "$held" || true
 grep -iE '^HTTP|^hangar-refusal' "$work/held2.out"
 
@@ -376,6 +428,20 @@ print("wrote", w["bytes"], "bytes:", w["batches"], "signed batches (" + ", ".joi
 if grep -qF "$(cat "$work/demo-token")" "$work/session.bundle"; then
   echo "the credential is in the bundle: this is a bug"; exit 1
 fi
+# Only alice's public key leaves her passkey's file: its private scalar
+# (hex, base64 or base64url) is in no log, record, certificate nor bundle.
+python3 - "$work" <<'PY'
+import base64, json, os, sys
+from cryptography.hazmat.primitives import serialization
+work = sys.argv[1]
+key = serialization.load_pem_private_key(json.load(open(os.path.join(work, "alice.passkey")))["private_key_pem"].encode(), None)
+d = key.private_numbers().private_value.to_bytes(32, "big")
+forms = [d.hex().encode(), base64.b64encode(d).rstrip(b"="), base64.urlsafe_b64encode(d).rstrip(b"=")]
+for f in ("gateway.log", "serve.log", "records.jsonl", "certificate.json", "session.bundle"):
+    if any(x in open(os.path.join(work, f), "rb").read() for x in forms):
+        print("alice's private key is in", f + ": this is a bug"); sys.exit(1)
+print("alice's passkey: its private key is in no log, record, certificate nor bundle (the bundle lists only her public key)")
+PY
 
 say "A reviewer checks it alone: verifier/verify_bundle.py (Python and its cryptography package; no code of the product)"
 python3 verifier/verify_bundle.py "$work/session.bundle"

@@ -20,9 +20,9 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 command -v timeout >/dev/null || need+=(coreutils)
 command -v kill >/dev/null || need+=(procps)
-# The certificate bundle's verifier (verifier/verify_bundle.py) uses
-# Python's cryptography package, and nothing else outside the standard
-# library.
+# The certificate bundle's verifier (verifier/verify_bundle.py) and the
+# demo's software passkey (scripts/demo-passkey.py) use Python's
+# cryptography package, and nothing else outside the standard library.
 python3 -c 'import cryptography' 2>/dev/null || need+=(python3-cryptography)
 if [ "$demo" -eq 0 ]; then
   # ss shows a listener's accept queue (the fault tests) and the gateway's
