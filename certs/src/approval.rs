@@ -176,6 +176,43 @@ pub fn proposal_digest(p: &Proposal, sentence: &str) -> String {
     sha384_hex(&bytes)
 }
 
+/// The control channel's message proposing `p` (`ControlPlane.Propose`),
+/// with its `sentence` and `digest` ([`sentence`], [`proposal_digest`]).
+pub fn proposal_msg(
+    p: Proposal,
+    sentence: String,
+    digest: String,
+) -> talos_contract::pb::ProposalMsg {
+    talos_contract::pb::ProposalMsg {
+        proposal_id: p.proposal_id,
+        gateway_id: p.gateway_id,
+        session_id: p.session_id,
+        attempt: p.attempt,
+        tenant: p.tenant,
+        kind: p.kind.as_str().to_owned(),
+        destination: p.destination,
+        method: p.method,
+        path: p.path,
+        attachments: p.attachments,
+        rule: p.rule,
+        tool: p.tool,
+        call_digest: p.call_digest,
+        approvers: p.approvers,
+        created_at: p.created_at,
+        expires_at: p.expires_at,
+        sentence,
+        digest,
+    }
+}
+
+/// [`proposal_msg`] with the sentence and digest computed here, as a
+/// gateway computes them.
+pub fn proposal_msg_of(p: &Proposal) -> talos_contract::pb::ProposalMsg {
+    let sentence = sentence(p);
+    let digest = proposal_digest(p, &sentence);
+    proposal_msg(p.clone(), sentence, digest)
+}
+
 /// The decision an approver made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -231,8 +231,8 @@ pub mod webauthn;
 mod binding;
 
 pub use approval::{
-    proposal_digest, sentence, verify_decision, Decision, DecisionError, PasskeyAssertion,
-    Proposal, ProposalKind, Verdict, MAX_DECISION_LEN,
+    proposal_digest, proposal_msg, proposal_msg_of, sentence, verify_decision, Decision,
+    DecisionError, PasskeyAssertion, Proposal, ProposalKind, Verdict, MAX_DECISION_LEN,
 };
 pub use batch::{
     ack_rejection_reasons, batch_payload, batch_records, claimed_header, Accepted, BatchHeader,

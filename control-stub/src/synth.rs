@@ -298,26 +298,7 @@ impl Pair {
         };
         let s = talos_certs::sentence(&p);
         let d = talos_certs::proposal_digest(&p, &s);
-        let msg = crate::pb::ProposalMsg {
-            proposal_id: p.proposal_id.clone(),
-            gateway_id: p.gateway_id.clone(),
-            session_id: p.session_id.clone(),
-            attempt: p.attempt,
-            tenant: p.tenant.clone(),
-            kind: p.kind.as_str().into(),
-            destination: p.destination.clone(),
-            method: p.method.clone(),
-            path: p.path.clone(),
-            attachments: p.attachments.clone(),
-            rule: p.rule.clone(),
-            tool: p.tool.clone(),
-            call_digest: p.call_digest.clone(),
-            approvers: p.approvers.clone(),
-            created_at: p.created_at.clone(),
-            expires_at: p.expires_at.clone(),
-            sentence: s,
-            digest: d.clone(),
-        };
+        let msg = talos_certs::proposal_msg(p.clone(), s, d.clone());
         crate::relay::receive(store, &msg)?;
         let verdict = talos_certs::Verdict::Approved;
         let signed = self

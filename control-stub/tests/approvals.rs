@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime};
 use common::{bin, request, Env};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use talos_certs::{proposal_digest, sentence, verify_decision, Proposal, ProposalKind, Verdict};
+use talos_certs::{
+    proposal_msg_of as msg, sentence, verify_decision, Proposal, ProposalKind, Verdict,
+};
 use talos_control_stub::identity::{self, Identity};
 use talos_control_stub::lock::NewRule;
 use talos_control_stub::pb;
@@ -78,33 +80,6 @@ fn proposal(session: &str, attempt: u32, rule: &LockRule, gateway: &str, n: u32)
         approvers: rule.approvers.clone(),
         created_at: at(Duration::ZERO, true),
         expires_at: at(Duration::from_secs(300), true),
-    }
-}
-
-/// The message a gateway sends for `p`, with the sentence and digest it
-/// computes.
-fn msg(p: &Proposal) -> pb::ProposalMsg {
-    let s = sentence(p);
-    let d = proposal_digest(p, &s);
-    pb::ProposalMsg {
-        proposal_id: p.proposal_id.clone(),
-        gateway_id: p.gateway_id.clone(),
-        session_id: p.session_id.clone(),
-        attempt: p.attempt,
-        tenant: p.tenant.clone(),
-        kind: p.kind.as_str().into(),
-        destination: p.destination.clone(),
-        method: p.method.clone(),
-        path: p.path.clone(),
-        attachments: p.attachments.clone(),
-        rule: p.rule.clone(),
-        tool: p.tool.clone(),
-        call_digest: p.call_digest.clone(),
-        approvers: p.approvers.clone(),
-        created_at: p.created_at.clone(),
-        expires_at: p.expires_at.clone(),
-        sentence: s,
-        digest: d,
     }
 }
 

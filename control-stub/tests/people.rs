@@ -24,11 +24,11 @@ use common::people::{enrolled, Client, Passkey, TestClock, Web, RP_ID};
 use common::{request, Env, ACCEPT};
 use talos_certs::webauthn::soft::Ceremony;
 use talos_certs::webauthn::{Expected, Flags};
-use talos_certs::{proposal_digest, sentence, Proposal, ProposalKind};
+use talos_certs::{proposal_msg_of as msg, sentence, Proposal, ProposalKind};
 use talos_control_stub::lock::NewRule;
 use talos_control_stub::model::Role;
 use talos_control_stub::people::accounts;
-use talos_control_stub::{pb, relay, FakeLink, Lifecycle, LockMode, LockRule, Mode, Store};
+use talos_control_stub::{relay, FakeLink, Lifecycle, LockMode, LockRule, Mode, Store};
 
 /// A store with the usual policy, a fake gateway pair the web app and the
 /// lifecycle share, a running session under a rule naming alice and bob,
@@ -165,31 +165,6 @@ fn proposal(session: &str, rule: &LockRule, n: u32) -> Proposal {
         approvers: rule.approvers.clone(),
         created_at: at(Duration::ZERO),
         expires_at: at(Duration::from_secs(300)),
-    }
-}
-
-fn msg(p: &Proposal) -> pb::ProposalMsg {
-    let s = sentence(p);
-    let d = proposal_digest(p, &s);
-    pb::ProposalMsg {
-        proposal_id: p.proposal_id.clone(),
-        gateway_id: p.gateway_id.clone(),
-        session_id: p.session_id.clone(),
-        attempt: p.attempt,
-        tenant: p.tenant.clone(),
-        kind: p.kind.as_str().into(),
-        destination: p.destination.clone(),
-        method: p.method.clone(),
-        path: p.path.clone(),
-        attachments: p.attachments.clone(),
-        rule: p.rule.clone(),
-        tool: p.tool.clone(),
-        call_digest: p.call_digest.clone(),
-        approvers: p.approvers.clone(),
-        created_at: p.created_at.clone(),
-        expires_at: p.expires_at.clone(),
-        sentence: s,
-        digest: d,
     }
 }
 

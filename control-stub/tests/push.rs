@@ -17,10 +17,9 @@ use std::time::{Duration, SystemTime};
 use base64::Engine as _;
 use common::push_endpoint::PushEndpoint;
 use common::Env;
-use talos_certs::{proposal_digest, sentence, Proposal, ProposalKind};
+use talos_certs::{Proposal, ProposalKind};
 use talos_control_stub::identity;
 use talos_control_stub::lock::NewRule;
-use talos_control_stub::pb;
 use talos_control_stub::people::push::{self, Contact, Hosts, Push, PushConfig};
 use talos_control_stub::relay;
 use talos_control_stub::store::ProposalRecord;
@@ -83,28 +82,7 @@ fn card(env: &mut Env) -> ProposalRecord {
         created_at: at(Duration::ZERO),
         expires_at: at(Duration::from_secs(300)),
     };
-    let s = sentence(&p);
-    let d = proposal_digest(&p, &s);
-    let msg = pb::ProposalMsg {
-        proposal_id: p.proposal_id.clone(),
-        gateway_id: p.gateway_id.clone(),
-        session_id: p.session_id.clone(),
-        attempt: p.attempt,
-        tenant: p.tenant.clone(),
-        kind: p.kind.as_str().into(),
-        destination: p.destination.clone(),
-        method: p.method.clone(),
-        path: p.path.clone(),
-        attachments: p.attachments.clone(),
-        rule: p.rule.clone(),
-        tool: p.tool.clone(),
-        call_digest: p.call_digest.clone(),
-        approvers: p.approvers.clone(),
-        created_at: p.created_at.clone(),
-        expires_at: p.expires_at.clone(),
-        sentence: s,
-        digest: d,
-    };
+    let msg = talos_certs::proposal_msg_of(&p);
     relay::receive(&mut env.store, &msg).unwrap();
     env.store
         .read(|tx| tx.proposal("gw-a-1-7f3a"))

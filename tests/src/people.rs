@@ -390,30 +390,3 @@ pub fn control_plane_client(
         .connect_with_connector_lazy(connect);
     talos_gateway::pb::control_plane_client::ControlPlaneClient::new(channel)
 }
-
-/// The message a gateway sends for `p`, with the sentence and digest the
-/// relay computes again.
-pub fn proposal_msg(p: &talos_certs::Proposal) -> talos_gateway::pb::ProposalMsg {
-    let s = talos_certs::sentence(p);
-    let d = talos_certs::proposal_digest(p, &s);
-    talos_gateway::pb::ProposalMsg {
-        proposal_id: p.proposal_id.clone(),
-        gateway_id: p.gateway_id.clone(),
-        session_id: p.session_id.clone(),
-        attempt: p.attempt,
-        tenant: p.tenant.clone(),
-        kind: p.kind.as_str().into(),
-        destination: p.destination.clone(),
-        method: p.method.clone(),
-        path: p.path.clone(),
-        attachments: p.attachments.clone(),
-        rule: p.rule.clone(),
-        tool: p.tool.clone(),
-        call_digest: p.call_digest.clone(),
-        approvers: p.approvers.clone(),
-        created_at: p.created_at.clone(),
-        expires_at: p.expires_at.clone(),
-        sentence: s,
-        digest: d,
-    }
-}

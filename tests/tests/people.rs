@@ -30,10 +30,11 @@
 //! streams per person).
 
 use serde_json::{json, Value};
+use talos_certs::proposal_msg_of;
 use talos_e2e::browser::authenticator::{Authenticator, Options};
 use talos_e2e::browser::{Browser, Launch, Page, ProblemKind, Viewport};
 use talos_e2e::clients::{Curl, Kept, SESSION_SOURCE};
-use talos_e2e::people::{control_plane_client, proposal_msg, steps, RP_ID};
+use talos_e2e::people::{control_plane_client, steps, RP_ID};
 use talos_e2e::rig::{Pair, SessionSpec};
 use talos_e2e::wait;
 
@@ -516,7 +517,7 @@ async fn the_pages_refuse_what_they_must_and_show_a_hostile_card_as_text() {
     };
     let serve = rig.stub.serve_addr.expect("serve");
     control_plane_client(&rig.stub.control_dir, "gw-a", serve)
-        .propose(proposal_msg(&p))
+        .propose(proposal_msg_of(&p))
         .await
         .expect("the relay takes it");
     alice

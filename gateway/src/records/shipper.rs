@@ -344,26 +344,7 @@ pub async fn propose(
         let stop = stop.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let msg = pb::ProposalMsg {
-                proposal_id: p.proposal_id.clone(),
-                gateway_id: p.gateway_id,
-                session_id: p.session_id,
-                attempt: p.attempt,
-                tenant: p.tenant,
-                kind: p.kind.as_str().to_owned(),
-                destination: p.destination,
-                method: p.method,
-                path: p.path,
-                attachments: p.attachments,
-                rule: p.rule,
-                tool: p.tool,
-                call_digest: p.call_digest,
-                approvers: p.approvers,
-                created_at: p.created_at,
-                expires_at: p.expires_at,
-                sentence,
-                digest,
-            };
+            let msg = talos_certs::proposal_msg(p, sentence, digest);
             let mut delay = RETRY_FIRST;
             loop {
                 let answer = tokio::select! {

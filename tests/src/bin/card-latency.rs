@@ -27,8 +27,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use talos_certs::proposal_msg_of;
 use talos_e2e::clients::SESSION_SOURCE;
-use talos_e2e::people::{control_plane_client, proposal_msg, RP_ID};
+use talos_e2e::people::{control_plane_client, RP_ID};
 use talos_e2e::rig::{Pair, SessionSpec};
 
 const API: &str = "api.test";
@@ -113,7 +114,7 @@ async fn run(count: usize) -> Result<serde_json::Value, String> {
     // timed: a proposal for no session, refused.
     let mut warm = proposal(&session, &rule, 0);
     warm.session_id = "sbx-none".into();
-    let _ = client.propose(proposal_msg(&warm)).await;
+    let _ = client.propose(proposal_msg_of(&warm)).await;
 
     let mut from_send = Vec::with_capacity(count);
     let mut from_answer = Vec::with_capacity(count);
@@ -121,7 +122,7 @@ async fn run(count: usize) -> Result<serde_json::Value, String> {
         let p = proposal(&session, &rule, i);
         let sent = Instant::now();
         client
-            .propose(proposal_msg(&p))
+            .propose(proposal_msg_of(&p))
             .await
             .map_err(|e| format!("card {i}: the relay refused it: {e}"))?;
         let answered = Instant::now();

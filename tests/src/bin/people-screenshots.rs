@@ -17,12 +17,13 @@
 
 use std::path::{Path, PathBuf};
 
+use talos_certs::proposal_msg_of;
 use talos_e2e::browser::authenticator::{Authenticator, Options};
 use talos_e2e::browser::png::PngInfo;
 use talos_e2e::browser::shots::Shots;
 use talos_e2e::browser::{Browser, Error, Launch, Page, Viewport};
 use talos_e2e::clients::{Curl, SESSION_SOURCE};
-use talos_e2e::people::{control_plane_client, proposal_msg, steps, RP_ID};
+use talos_e2e::people::{control_plane_client, steps, RP_ID};
 use talos_e2e::rig::{Pair, SessionSpec};
 
 const API: &str = "api.test";
@@ -188,7 +189,7 @@ async fn scenarios(rig: &Pair, browser: &Browser, shots: &mut Shots) -> Result<(
         .serve_addr
         .ok_or_else(|| Error::Page("the rig has no serve".into()))?;
     control_plane_client(&rig.stub.control_dir, "gw-a", serve)
-        .propose(proposal_msg(&hostile))
+        .propose(proposal_msg_of(&hostile))
         .await
         .map_err(|e| Error::Page(format!("the relay refused the card: {e}")))?;
     alice
