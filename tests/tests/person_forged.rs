@@ -12,8 +12,9 @@
 //! stays held, so that a good decision after it still releases it. The
 //! families: the relay's word without the named person's (no assertion,
 //! another person, another card, the other verdict); a replayed sign count
-//! (a cloned authenticator), and one decision delivered twice; the wrong
-//! relying party (rp id, origin) and an unverified or absent user.
+//! (a cloned authenticator, or a count the store had already seen), and
+//! one decision delivered twice; the wrong relying party (rp id, origin,
+//! crossOrigin) and an unverified or absent user.
 
 use std::path::PathBuf;
 
@@ -30,6 +31,9 @@ const API: &str = "api.test";
 const SECRET: &str = "person-f0rged-S3cret-v4lue";
 const RP_ID: &str = "people.talos.test";
 const ORIGIN: &str = "https://people.talos.test:8443";
+/// The highest sign count the control plane's store saw for Bob's phone,
+/// as the session's open carries it (Alice's: none yet).
+const BOB_SEEN: u32 = 5;
 
 fn rule(id: &str, approver: &str) -> pb::LockRule {
     pb::LockRule {
@@ -48,12 +52,12 @@ fn rule(id: &str, approver: &str) -> pb::LockRule {
     }
 }
 
-fn key(owner: &str, a: &Authenticator) -> pb::ApproverKey {
+fn key(owner: &str, a: &Authenticator, sign_count: u32) -> pb::ApproverKey {
     pb::ApproverKey {
         owner: owner.into(),
         credential_id: a.credential_id().to_vec(),
         public_key_cose: a.public_key_cose().to_vec(),
-        sign_count: 0,
+        sign_count,
     }
 }
 
@@ -98,7 +102,7 @@ async fn open(rig: &Single, alice: &Authenticator, bob: &Authenticator) -> PathB
         // Alice decides merges; Bob, deploys.
         lock: vec![rule("lock-merge", "alice"), rule("lock-deploy", "bob")],
         relay_public_key: rig.relay().key.public_key().to_vec(),
-        approver_keys: vec![key("alice", alice), key("bob", bob)],
+        approver_keys: vec![key("alice", alice, 0), key("bob", bob, BOB_SEEN)],
         rp_id: RP_ID.into(),
         origin: ORIGIN.into(),
         lab_approvals: false,
@@ -111,7 +115,7 @@ impl Forged {
     /// `POST https://api.test{path}` on a connection of its own through
     /// the gateway (held by the Lock); the task ends with the answer's
     /// status and body. Returns it with the card the relay received for
-    /// it, the `n`th proposal.
+    /// it, the `n`th proposal, naming Alice for a merge, Bob for a deploy.
     async fn hold(&self, path: &str, n: usize) -> (JoinHandle<(u16, String)>, pb::ProposalMsg) {
         let mut conn =
             http::connect(SESSION_SOURCE, self.rig.gateway.data, API, &self.ca, false).await;
@@ -131,17 +135,23 @@ impl Forged {
         let proposals = self.rig.relay().wait_proposals(n, 30).await;
         assert_eq!(proposals.len(), n, "the card for {path}");
         let p = proposals[n - 1].clone();
+        let approver = if path.starts_with("/merge") {
+            "alice"
+        } else {
+            "bob"
+        };
         assert_eq!(
             (p.path.as_str(), &p.approvers[..]),
-            (path, &["alice".to_owned()][..])
+            (path, &[approver.to_owned()][..])
         );
         (held, p)
     }
 
-    /// Alice's approval of `p` as her phone makes it (count `count`), in
-    /// the relay's signed decision naming her and carrying the card.
-    fn alice_approves(&self, p: &pb::ProposalMsg, count: u32) -> pb::Signed {
-        let assertion = assert_by(&self.alice, &p.digest, Verdict::Approved, count);
+    /// The approval of `p` as `by`'s phone makes it (count `count`), in
+    /// the relay's signed decision naming the card's approver and carrying
+    /// the card.
+    fn approves(&self, by: &Authenticator, p: &pb::ProposalMsg, count: u32) -> pb::Signed {
+        let assertion = assert_by(by, &p.digest, Verdict::Approved, count);
         approved(&self.rig, p, &assertion)
     }
 
@@ -170,16 +180,23 @@ impl Forged {
         assert!(!held.is_finished(), "{reason}: the request stays held");
     }
 
-    /// `signed` releases its held request, which then completes 200 at the
-    /// origin, recorded as approved by Alice.
-    async fn released(&self, signed: pb::Signed, held: JoinHandle<(u16, String)>, path: &str) {
+    /// `signed` releases the request held for card `p`, which then
+    /// completes 200 at the origin, recorded as approved by the card's
+    /// approver.
+    async fn released(
+        &self,
+        signed: pb::Signed,
+        held: JoinHandle<(u16, String)>,
+        p: &pb::ProposalMsg,
+    ) {
+        let path = p.path.as_str();
         assert_eq!(decide(&self.rig, signed).await.unwrap(), "released");
         let (status, body) = held.await.unwrap();
         assert_eq!(status, 200, "{body}");
         assert_eq!(self.rig.peers.origin.paths_starting(path), [path]);
         let approval = approval_of(&self.rig, path).await;
         assert_eq!(approval["decision"], "approved", "{approval}");
-        assert_eq!(approval["approver"], "alice", "{approval}");
+        assert_eq!(approval["approver"], p.approvers[0], "{approval}");
     }
 }
 
@@ -248,13 +265,13 @@ fn relay_signed(
     }
 }
 
-/// The relay's approval of `p` in Alice's name, carrying the card and
-/// `assertion`.
+/// The relay's approval of `p` in the name of its (one) approver,
+/// carrying the card and `assertion`.
 fn approved(rig: &Single, p: &pb::ProposalMsg, assertion: &SignedAssertion) -> pb::Signed {
     relay_signed(
         rig,
         p,
-        "alice",
+        &p.approvers[0],
         Verdict::Approved,
         Some(fields(p)),
         Some(assertion),
@@ -356,7 +373,7 @@ async fn the_relays_signature_without_the_named_persons_own_releases_nothing() {
     }
 
     // Alice's own approval of this card: released, in her name.
-    f.released(f.alice_approves(&p, 4), held, "/merge/1").await;
+    f.released(f.approves(&f.alice, &p, 4), held, &p).await;
     // The decision's log line names the person whose passkey verified.
     wait::until_async("the decision's log line naming alice", || {
         wait::check(rig.gateway.log(), |log| {
@@ -369,10 +386,11 @@ async fn the_relays_signature_without_the_named_persons_own_releases_nothing() {
     .await;
 }
 
-/// Alice's phone counts its signatures. A count not above the highest the
-/// gateway has seen for her key is what a cloned authenticator (or an
-/// assertion kept and signed again) gives: refused, even over the right
-/// card and verdict. And one decision delivered twice releases once.
+/// A phone counts its signatures. A count not above the highest seen for
+/// its key, by this gateway or by the control plane's store (the open
+/// carries it), is what a cloned authenticator gives: refused, even over
+/// the right card and verdict. And one decision delivered twice releases
+/// once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sign_count_not_above_the_highest_seen_releases_nothing() {
     const N: u32 = 7;
@@ -381,7 +399,7 @@ async fn a_sign_count_not_above_the_highest_seen_releases_nothing() {
     // Card 1, approved at count N, delivered twice at once (a relay that
     // retries, or replays): one release, the other finds nothing pending.
     let (held, p1) = f.hold("/merge/1", 1).await;
-    let approval = f.alice_approves(&p1, N);
+    let approval = f.approves(&f.alice, &p1, N);
     let (a, b) = tokio::join!(
         decide(&f.rig, approval.clone()),
         decide(&f.rig, approval.clone())
@@ -399,28 +417,38 @@ async fn a_sign_count_not_above_the_highest_seen_releases_nothing() {
     assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
     assert_eq!(f.rig.peers.origin.paths_starting("/merge/1"), ["/merge/1"]);
 
-    // Card 2: Alice's key over this very card and verdict, but at count N
-    // (a clone of her authenticator) or below it.
-    let (held, p2) = f.hold("/merge/2", 2).await;
-    for count in [N, N - 1] {
-        f.refused(f.alice_approves(&p2, count), "sign_count_replayed", &held)
+    // Card 2: Alice's key over this very card and verdict, at count N (a
+    // clone of her authenticator) or below it. Card 3: Bob's phone, of
+    // which this gateway has seen no assertion, but whose highest count
+    // the open carried from the store (BOB_SEEN): an assertion at that
+    // count or below (made before, elsewhere) is a replay too. Each
+    // phone's next count releases its card.
+    let cards = [
+        ("/merge/2", 2, &f.alice, N),
+        ("/deploy/1", 3, &f.bob, BOB_SEEN),
+    ];
+    for (path, n, phone, highest) in cards {
+        let (held, p) = f.hold(path, n).await;
+        for count in [highest, highest - 1] {
+            f.refused(f.approves(phone, &p, count), "sign_count_replayed", &held)
+                .await;
+        }
+        f.released(f.approves(phone, &p, highest + 1), held, &p)
             .await;
     }
-    // Her phone's next count releases it.
-    f.released(f.alice_approves(&p2, N + 1), held, "/merge/2")
-        .await;
     assert_eq!(
         f.rig
             .gateway
             .metric("gateway_approvals_total{outcome=\"approved\"}"),
-        Some(2.0),
-        "two cards, two releases"
+        Some(3.0),
+        "three cards, three releases"
     );
 }
 
 /// An assertion made for another relying party (its rp id hash), from
-/// another origin, or with the user not verified or not present is
-/// refused under its name, and none of them moves Alice's sign count.
+/// another origin or inside another site's frame, or with the user not
+/// verified or not present is refused under its name, and none of them
+/// moves Alice's sign count.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_relying_party_or_an_unverified_user_releases_nothing() {
     let f = start().await;
@@ -438,6 +466,14 @@ async fn a_wrong_relying_party_or_an_unverified_user_releases_nothing() {
             right().origin("http://people.talos.test:8443"),
             "origin_mismatch",
         ),
+        // Signed inside another site's frame.
+        (
+            Ceremony {
+                cross_origin: Some(true),
+                ..right()
+            },
+            "origin_mismatch",
+        ),
         (right().flags(Flags::UP), "user_not_verified"),
         (right().flags(Flags::UV), "user_not_present"),
     ];
@@ -448,5 +484,5 @@ async fn a_wrong_relying_party_or_an_unverified_user_releases_nothing() {
     }
     // Counts 10 and up were refused, so the highest seen is still the
     // open's: her phone's count 1 releases it.
-    f.released(f.alice_approves(&p, 1), held, "/merge/1").await;
+    f.released(f.approves(&f.alice, &p, 1), held, &p).await;
 }
