@@ -697,7 +697,10 @@ async fn history(ctx: &mut Ctx<'_>) -> Outcome {
                     .proposals(None, None)?
                     .into_iter()
                     .filter(|p| {
+                        // A proposal joined to a card was decided with it:
+                        // one decision, shown once.
                         p.approver.as_deref() == Some(s.person.as_str())
+                            && p.answered_by.is_none()
                             && matches!(p.state, ProposalState::Approved | ProposalState::Declined)
                     })
                     .collect();
