@@ -384,7 +384,8 @@ mod tests {
                 .as_str(),
             "no_assertion"
         );
-        // Not listed at all (a default People): unknown_credential.
+        // A session opened with no web app's rp id and origin (a default
+        // People): origin_mismatch, whatever the key.
         assert_eq!(
             People::default()
                 .check(&decision(&alice, &p, 5, true), &digest, &p.approvers)

@@ -682,6 +682,9 @@ async fn decide(ctx: &mut Ctx<'_>, s: WebSession, id: String, body: DecisionBody
             "approver": decided.approver,
             "decided_at": decided.decided_at,
             "outcome": decided.outcome,
+            // The same first use held on other members (or again), answered
+            // with this decision.
+            "also_answered": decided.also_answered,
         }),
     ))
 }
