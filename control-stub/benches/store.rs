@@ -190,7 +190,7 @@ fn sessions(db: &Db, o: &Opts) {
             link: &link,
             verifier: &ACCEPT,
             plane_key: None,
-            relay_public_key: None,
+            relay_key: None,
         };
         let r = upkeep.keep_members().expect("renew");
         assert_eq!(r.renewed, o.sessions * 2, "every lease on both members");

@@ -144,6 +144,10 @@ pub enum Error {
     ApprovalNotFound { id: String },
     #[error("proposal {id} is {state}, not pending: it can no longer be decided")]
     ApprovalNotPending { id: String, state: &'static str },
+    #[error(
+        "proposal {id} is the same first use as card {card}, and is decided with it: decide {card}"
+    )]
+    ApprovalJoined { id: String, card: String },
     #[error("{approver} is not listed to decide proposal {id}")]
     ApproverNotListed { id: String, approver: String },
     #[error("approver {name} has no passkey enrolled, so nobody of that name could decide the rule's cards: control-stub people enroll {name} --role approver, and have them open the link")]
@@ -245,6 +249,7 @@ impl Error {
             Error::LockRuleNotFound { .. } => "lock_rule_not_found",
             Error::ApprovalNotFound { .. } => "approval_not_found",
             Error::ApprovalNotPending { .. } => "approval_not_pending",
+            Error::ApprovalJoined { .. } => "approval_joined",
             Error::ApproverNotListed { .. } => "approver_not_listed",
             Error::ApproverNotEnrolled { .. } => "approver_not_enrolled",
             Error::PersonNotFound { .. } => "person_not_found",

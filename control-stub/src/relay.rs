@@ -47,7 +47,7 @@ use crate::error::Error;
 use crate::lifecycle::load;
 use crate::link::GatewayLink;
 use crate::lock::{self, LockRule};
-use crate::model::{ProposalState, State};
+use crate::model::{LockMode, ProposalState, State};
 use crate::names;
 use crate::pb;
 use crate::store::{now, ProposalRecord, SignedByPasskey, Store, Tx};
@@ -64,6 +64,14 @@ pub const MAX_PROPOSAL_ID_LEN: usize = 200;
 pub enum Received {
     /// New, checked and stored pending.
     New(Box<ProposalRecord>),
+    /// New, checked and stored pending, joined to the card of the same
+    /// first use (`card`, a proposal id; see [`first_use_card`]): no card
+    /// of its own. When that card is decided already, [`answer_joined`]
+    /// answers it.
+    Joined {
+        record: Box<ProposalRecord>,
+        card: String,
+    },
     /// Received before with the same digest: nothing changed.
     Again { proposal_id: String },
 }
@@ -226,6 +234,11 @@ pub fn receive(store: &mut Store, msg: &pb::ProposalMsg) -> Result<Received, Err
                 bounded(&p.destination)
             )));
         }
+        let answered_by = if rule.mode == LockMode::FirstUse && p.kind == ProposalKind::Request {
+            first_use_card(tx, &p)?.map(|c| c.proposal_id)
+        } else {
+            None
+        };
         let record = ProposalRecord {
             proposal_id: p.proposal_id.clone(),
             gateway_id: p.gateway_id.clone(),
@@ -244,10 +257,38 @@ pub fn receive(store: &mut Store, msg: &pb::ProposalMsg) -> Result<Received, Err
             outcome: None,
             assertion: None,
             fields: p.clone(),
+            answered_by: answered_by.clone(),
         };
         tx.insert_proposal(&record)?;
-        Ok(Received::New(Box::new(record)))
+        Ok(match answered_by {
+            Some(card) => Received::Joined {
+                record: Box::new(record),
+                card,
+            },
+            None => Received::New(Box::new(record)),
+        })
     })
+}
+
+/// The card that carries `p`'s first use, if one does: the first proposal
+/// received of the same session attempt, tenant and `first_use` rule,
+/// naming the same approvers, that is a card itself (joined to none) and
+/// still waits or was approved. A declined card carries nothing (the first
+/// use was refused, the next one asks again), nor one that expired or was
+/// withdrawn.
+fn first_use_card(tx: &Tx<'_>, p: &Proposal) -> Result<Option<ProposalRecord>, Error> {
+    Ok(tx
+        .proposals(Some(&p.session_id), None)?
+        .into_iter()
+        .find(|c| {
+            c.answered_by.is_none()
+                && matches!(c.state, ProposalState::Pending | ProposalState::Approved)
+                && c.fields.kind == ProposalKind::Request
+                && c.attempt == p.attempt
+                && c.fields.tenant == p.tenant
+                && c.rule == p.rule
+                && c.fields.approvers == p.approvers
+        }))
 }
 
 /// Whether a pending proposal's time is up (an `expires_at` that does not
@@ -269,8 +310,26 @@ pub fn expire_overdue(store: &mut Store) -> Result<usize, Error> {
                 n += 1;
             }
         }
+        unjoin_orphans(tx)?;
         Ok(n)
     })
+}
+
+/// Every pending proposal joined to a card that ended with no decision
+/// (expired, withdrawn) becomes a card of its own: its first use still
+/// waits for a person.
+fn unjoin_orphans(tx: &Tx<'_>) -> Result<(), Error> {
+    for joined in tx.joined_pending()? {
+        let card = match &joined.answered_by {
+            Some(id) => tx.proposal(id)?,
+            None => continue,
+        };
+        if card.is_none_or(|c| matches!(c.state, ProposalState::Expired | ProposalState::Withdrawn))
+        {
+            tx.unjoin_proposal(&joined.proposal_id)?;
+        }
+    }
+    Ok(())
 }
 
 /// A card as `approvals list` shows it.
@@ -293,6 +352,10 @@ pub struct Card {
     pub approver: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<String>,
+    /// A proposal joined to another's card (one card per first use): that
+    /// card's id. Listed only with `--all`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 impl Card {
@@ -313,18 +376,21 @@ impl Card {
             expires_at: p.expires_at,
             approver: p.approver,
             decided_at: p.decided_at,
+            answered_by: p.answered_by,
         }
     }
 }
 
-/// The cards: pending ones (after marking the overdue expired), or every
-/// proposal with `all`; only those `approver` may decide, when given.
+/// The cards: pending ones (after marking the overdue expired; a proposal
+/// joined to another's card is no card), or every proposal with `all`;
+/// only those `approver` may decide, when given.
 pub fn cards(store: &mut Store, approver: Option<&str>, all: bool) -> Result<Vec<Card>, Error> {
     expire_overdue(store)?;
     let state = (!all).then_some(ProposalState::Pending);
     let list = store.read(|tx| tx.proposals(None, state))?;
     Ok(list
         .into_iter()
+        .filter(|p| all || p.answered_by.is_none())
         .filter(|p| approver.is_none_or(|a| p.fields.approvers.iter().any(|x| x == a)))
         .map(Card::of)
         .collect())
@@ -346,6 +412,21 @@ pub struct Decided {
     /// The person's passkey assertion that authorised it (the web app).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assertion: Option<SignedByPasskey>,
+    /// The proposals joined to this card (the same first use on another
+    /// member, or held again meanwhile), answered with the same decision.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_answered: Vec<Answered>,
+}
+
+/// A proposal joined to a card, answered with the card's decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Answered {
+    pub proposal_id: String,
+    pub gateway_id: String,
+    /// The gateway's answer: `released` or `refused`; or `not_taken: …`
+    /// when it answered but did not take the decision (its request is no
+    /// longer held there, say).
+    pub outcome: String,
 }
 
 /// Decide proposal `id` as `approver` (see the module docs), with nothing
@@ -399,12 +480,18 @@ pub fn decide_signed(
             state: ProposalState::Expired.as_str(),
         });
     }
-    store.write(|tx| {
+    let mut decided = store.write(|tx| {
         let p = tx.proposal(id)?.ok_or_else(not_found)?;
         if p.state != ProposalState::Pending {
             return Err(Error::ApprovalNotPending {
                 id: p.proposal_id,
                 state: p.state.as_str(),
+            });
+        }
+        if let Some(card) = p.answered_by {
+            return Err(Error::ApprovalJoined {
+                id: p.proposal_id,
+                card,
             });
         }
         if overdue(&p, SystemTime::now()) {
@@ -479,6 +566,125 @@ pub fn decide_signed(
             outcome,
             signed: envelope,
             assertion,
+            also_answered: Vec::new(),
         })
-    })
+    })?;
+    // The card's decision is made and recorded: the proposals joined to
+    // it are answered now, each on its own (a member out of reach leaves
+    // its proposal waiting for `serve`'s next round, not the card undone).
+    match answer_joined(store, link, key, Some(&decided.proposal_id)) {
+        Ok(answered) => decided.also_answered = answered,
+        // The card's decision stands; `serve`'s next round answers them.
+        Err(e) => eprintln!(
+            "{}",
+            serde_json::json!({"card": decided.proposal_id, "status": "joined_unanswered", "error": e.code(), "message": e.to_string()})
+        ),
+    }
+    Ok(decided)
+}
+
+/// Answer the pending proposals joined to a decided card (those of
+/// `card_id`, or of every card) with the card's decision: for each, the
+/// relay signs a decision for that proposal (its own id and digest) that
+/// carries the card the person signed and their assertion, as the card's
+/// own did, and delivers it to the member that proposed; the member checks
+/// the card is its own first use and verifies the assertion itself. Each
+/// in a transaction of its own, recorded with the gateway's answer; a
+/// member that cannot be reached leaves its proposal pending for the next
+/// call (`serve`'s upkeep calls this every round). Joined proposals whose
+/// card ended with no decision become cards of their own.
+pub fn answer_joined(
+    store: &mut Store,
+    link: &dyn GatewayLink,
+    key: &GatewayKey,
+    card_id: Option<&str>,
+) -> Result<Vec<Answered>, Error> {
+    let joined = store.read(|tx| match card_id {
+        Some(card) => tx.joined_to(card),
+        None => tx.joined_pending(),
+    })?;
+    let mut answered = Vec::new();
+    for j in joined {
+        let result = store.write(|tx| {
+            let Some(p) = tx.proposal(&j.proposal_id)? else {
+                return Ok(None);
+            };
+            let (ProposalState::Pending, Some(card_id)) = (p.state, &p.answered_by) else {
+                return Ok(None);
+            };
+            let Some(card) = tx.proposal(card_id)? else {
+                tx.unjoin_proposal(&p.proposal_id)?;
+                return Ok(None);
+            };
+            let verdict = match card.state {
+                ProposalState::Approved => Verdict::Approved,
+                ProposalState::Declined => Verdict::Declined,
+                ProposalState::Pending => return Ok(None),
+                ProposalState::Expired | ProposalState::Withdrawn => {
+                    tx.unjoin_proposal(&p.proposal_id)?;
+                    return Ok(None);
+                }
+            };
+            let (Some(envelope), Some(approver)) = (&card.decision, &card.approver) else {
+                return Ok(None);
+            };
+            let card_signed: talos_certs::Signed = serde_json::from_value(envelope.clone())?;
+            let card_decision = talos_certs::verify_decision(&key.public_key(), &card_signed)
+                .map_err(|e| invalid(format!("card {}'s decision: {e}", card.proposal_id)))?;
+            let decided_at = now();
+            let decision = Decision {
+                proposal_id: p.proposal_id.clone(),
+                proposal_digest: p.digest.clone(),
+                approver: approver.clone(),
+                decision: verdict,
+                decided_at: decided_at.clone(),
+                card: card_decision.card,
+                assertion: card_decision.assertion,
+            };
+            let signed = decision.sign(key);
+            let outcome = match link.decide(&p.gateway_id, &signed) {
+                Ok(outcome) => outcome,
+                Err(crate::error::LinkError::Refused { reason, .. }) => {
+                    format!("not_taken: {}", bounded(&reason))
+                }
+                Err(e) => return Err(Error::from(e)),
+            };
+            let state = match verdict {
+                Verdict::Approved => ProposalState::Approved,
+                Verdict::Declined => ProposalState::Declined,
+            };
+            tx.decide_proposal(
+                &p.proposal_id,
+                state,
+                approver,
+                &decided_at,
+                &serde_json::to_value(&signed)?,
+                &outcome,
+                card.assertion.as_ref(),
+            )?;
+            Ok(Some(Answered {
+                proposal_id: p.proposal_id,
+                gateway_id: p.gateway_id,
+                outcome,
+            }))
+        });
+        match result {
+            Ok(Some(a)) => {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"proposal": a.proposal_id, "status": "answered_by_card", "card": j.answered_by, "gateway_id": a.gateway_id, "outcome": a.outcome})
+                );
+                answered.push(a);
+            }
+            Ok(None) => {}
+            Err(Error::Link(e)) => {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"proposal": j.proposal_id, "status": "answer_undelivered", "card": j.answered_by, "gateway_id": j.gateway_id, "error": e.code(), "message": e.to_string()})
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(answered)
 }

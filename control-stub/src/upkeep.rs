@@ -130,6 +130,8 @@ pub struct TickReport {
     pub events: Vec<(String, String)>,
     /// Certificates issued this tick.
     pub issued: Vec<String>,
+    /// Proposals answered with the decision on their first use's card.
+    pub answered: Vec<String>,
 }
 
 /// The loop's state: its store connection and control channel client.
@@ -140,10 +142,11 @@ pub struct Upkeep<'a> {
     /// The control plane's key, to sign certificates with; none: nothing is
     /// issued (the certificates wait).
     pub plane_key: Option<&'a talos_certs::GatewayKey>,
-    /// The relay key opens carry (a session the idle timeout resumes never
-    /// happens: only pauses and ends come from here, so it is unused today
-    /// but kept with the lifecycle's settings).
-    pub relay_public_key: Option<[u8; 32]>,
+    /// The approval relay's key: it signs the decisions that answer
+    /// proposals joined to a decided card (one card per first use,
+    /// [`crate::relay::answer_joined`]); its public half is what opens
+    /// carry. None: joined proposals wait for a decision made elsewhere.
+    pub relay_key: Option<&'a talos_certs::GatewayKey>,
 }
 
 impl std::fmt::Debug for Upkeep<'_> {
@@ -164,6 +167,7 @@ impl Upkeep<'_> {
             self.renew(&mut report)?;
         }
         self.retry_closes(now, &mut report)?;
+        self.answer_joined(&mut report)?;
         self.time_events(now, &mut report)?;
         self.certificates(&mut report)?;
         self.gauges()?;
@@ -179,6 +183,24 @@ impl Upkeep<'_> {
         self.members(&mut report)?;
         self.renew(&mut report)?;
         Ok(report)
+    }
+
+    /// Answer the proposals joined to a card decided since (a first use
+    /// proposed by another member after the person approved the card, or
+    /// one whose member was out of reach when the card was decided); make
+    /// those whose card expired or was withdrawn cards of their own.
+    fn answer_joined(&mut self, report: &mut TickReport) -> Result<(), Error> {
+        if self.store.read(|tx| tx.joined_pending())?.is_empty() {
+            return Ok(());
+        }
+        crate::relay::expire_overdue(self.store)?;
+        if let Some(key) = self.relay_key {
+            let answered = crate::relay::answer_joined(self.store, self.link, key, None)?;
+            report
+                .answered
+                .extend(answered.into_iter().map(|a| a.proposal_id));
+        }
+        Ok(())
     }
 
     /// Describe every member; register new ones, note instances.
@@ -504,7 +526,8 @@ impl Upkeep<'_> {
     }
 
     fn life(&mut self) -> Lifecycle<'_> {
-        Lifecycle::new(self.store, self.link, self.verifier).with_relay_key(self.relay_public_key)
+        Lifecycle::new(self.store, self.link, self.verifier)
+            .with_relay_key(self.relay_key.map(talos_certs::GatewayKey::public_key))
     }
 }
 

@@ -43,6 +43,10 @@ fn at(offset: Duration, later: bool) -> String {
 }
 
 fn rule(store: &mut Store, approvers: &[&str]) -> LockRule {
+    rule_of(store, approvers, LockMode::FirstUse)
+}
+
+fn rule_of(store: &mut Store, approvers: &[&str], mode: LockMode) -> LockRule {
     common::people::enrol_all(store, approvers);
     let approvers: Vec<String> = approvers.iter().map(|a| (*a).to_owned()).collect();
     store
@@ -52,7 +56,7 @@ fn rule(store: &mut Store, approvers: &[&str]) -> LockRule {
                 Some("GH"),
                 Some("post"),
                 Some("/repos/"),
-                LockMode::FirstUse,
+                mode,
                 &approvers,
             )
             .unwrap(),
@@ -502,10 +506,20 @@ struct Relay {
     rule: LockRule,
 }
 
+/// A running session whose one rule holds every request (each proposal a
+/// card of its own; [`first_use_env`] for the other mode).
 fn relay_env() -> Relay {
+    relay_env_of(LockMode::EveryRequest)
+}
+
+fn first_use_env() -> Relay {
+    relay_env_of(LockMode::FirstUse)
+}
+
+fn relay_env_of(mode: LockMode) -> Relay {
     let mut env = Env::new().with_policy();
     let key = talos_certs::GatewayKey::generate().unwrap();
-    let rule = rule(&mut env.store, &["alice", "bob"]);
+    let rule = rule_of(&mut env.store, &["alice", "bob"], mode);
     let session = env
         .life()
         .with_relay_key(Some(key.public_key()))
@@ -522,9 +536,14 @@ fn relay_env() -> Relay {
 
 impl Relay {
     fn propose(&mut self, n: u32) -> Proposal {
-        let p = proposal(&self.session, 1, &self.rule, "gw-a", n);
-        relay::receive(&mut self.env.store, &msg(&p)).unwrap();
-        p
+        self.propose_on("gw-a", n).0
+    }
+
+    /// A proposal from member `gateway`, and what the relay made of it.
+    fn propose_on(&mut self, gateway: &str, n: u32) -> (Proposal, relay::Received) {
+        let p = proposal(&self.session, 1, &self.rule, gateway, n);
+        let got = relay::receive(&mut self.env.store, &msg(&p)).unwrap();
+        (p, got)
     }
 
     fn decide(&mut self, id: &str, who: &str, v: Verdict) -> Result<relay::Decided, String> {
@@ -585,6 +604,143 @@ fn a_listed_approver_decides_and_the_gateway_gets_a_decision_it_can_verify() {
         r.decide("gw-a-404-none", "bob", Verdict::Declined)
             .unwrap_err(),
         "approval_not_found"
+    );
+}
+
+#[test]
+fn a_first_use_asks_once_across_the_pair_and_every_member_gets_the_cards_decision() {
+    let mut r = first_use_env();
+    // gw-a proposes first: the card. gw-b's first use of the same session
+    // attempt and rule, and gw-a's second one held meanwhile, join it.
+    let (card, got) = r.propose_on("gw-a", 1);
+    assert!(matches!(got, relay::Received::New(_)), "{got:?}");
+    let mut joined = Vec::new();
+    for (gw, n) in [("gw-b", 1), ("gw-a", 2)] {
+        let (p, got) = r.propose_on(gw, n);
+        let relay::Received::Joined { card: of, .. } = got else {
+            panic!("{gw}'s first use is no card of its own: {got:?}");
+        };
+        assert_eq!(of, card.proposal_id);
+        joined.push(p);
+    }
+    let cards = relay::cards(&mut r.env.store, None, false).unwrap();
+    assert_eq!(
+        cards.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        [card.proposal_id.as_str()],
+        "one card"
+    );
+    let all = relay::cards(&mut r.env.store, None, true).unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(
+        all[1].answered_by.as_deref(),
+        Some(card.proposal_id.as_str())
+    );
+    // A joined proposal is decided with its card, not alone.
+    assert_eq!(
+        r.decide(&joined[0].proposal_id, "alice", Verdict::Approved)
+            .unwrap_err(),
+        "approval_joined"
+    );
+
+    let d = r
+        .decide(&card.proposal_id, "alice", Verdict::Approved)
+        .unwrap();
+    assert_eq!(d.outcome, "released");
+    assert_eq!(
+        d.also_answered
+            .iter()
+            .map(|a| (
+                a.proposal_id.as_str(),
+                a.gateway_id.as_str(),
+                a.outcome.as_str()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            (joined[0].proposal_id.as_str(), "gw-b", "released"),
+            (joined[1].proposal_id.as_str(), "gw-a", "released"),
+        ]
+    );
+    // Each member got a decision for its own proposal (its id, its
+    // digest), all from the one card's verdict and approver.
+    let delivered = r.env.link.decisions();
+    assert_eq!(delivered.len(), 3);
+    for (i, p) in std::iter::once(&card).chain(&joined).enumerate() {
+        assert_eq!(delivered[i].0, p.gateway_id);
+        let decision = verify_decision(&r.key.public_key(), &delivered[i].1).unwrap();
+        assert_eq!(decision.proposal_id, p.proposal_id);
+        assert_eq!(decision.proposal_digest, msg(p).digest);
+        assert_eq!(decision.approver, "alice");
+        assert_eq!(decision.decision, Verdict::Approved);
+        assert_eq!(
+            state_of(&r.env.store, &p.proposal_id),
+            ProposalState::Approved
+        );
+    }
+
+    // A first use proposed after the card was approved (a member that
+    // came to it later) joins the approved card; `serve`'s round answers
+    // it with the card's decision.
+    let (late, got) = r.propose_on("gw-b", 2);
+    assert!(matches!(got, relay::Received::Joined { .. }), "{got:?}");
+    let answered = relay::answer_joined(&mut r.env.store, &r.env.link, &r.key, None).unwrap();
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].proposal_id, late.proposal_id);
+    let last = r.env.link.decisions().pop().unwrap();
+    assert_eq!(last.0, "gw-b");
+    assert_eq!(
+        verify_decision(&r.key.public_key(), &last.1)
+            .unwrap()
+            .proposal_id,
+        late.proposal_id
+    );
+    // Nothing left to answer.
+    assert!(
+        relay::answer_joined(&mut r.env.store, &r.env.link, &r.key, None)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_declined_first_use_asks_again_and_a_member_out_of_reach_is_answered_later() {
+    let mut r = first_use_env();
+    let (card, _) = r.propose_on("gw-a", 1);
+    let (joined, _) = r.propose_on("gw-b", 1);
+    // gw-b cannot be reached when the card is declined: the card's
+    // decision stands, gw-b's proposal waits for the next round.
+    r.env.link.set_down("gw-b", true);
+    let d = r
+        .decide(&card.proposal_id, "bob", Verdict::Declined)
+        .unwrap();
+    assert_eq!(d.outcome, "refused");
+    assert!(d.also_answered.is_empty(), "{:?}", d.also_answered);
+    assert_eq!(
+        state_of(&r.env.store, &card.proposal_id),
+        ProposalState::Declined
+    );
+    assert_eq!(
+        state_of(&r.env.store, &joined.proposal_id),
+        ProposalState::Pending
+    );
+    assert!(
+        relay::answer_joined(&mut r.env.store, &r.env.link, &r.key, None)
+            .unwrap()
+            .is_empty()
+    );
+    r.env.link.set_down("gw-b", false);
+    let answered = relay::answer_joined(&mut r.env.store, &r.env.link, &r.key, None).unwrap();
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].outcome, "refused");
+    assert_eq!(
+        state_of(&r.env.store, &joined.proposal_id),
+        ProposalState::Declined
+    );
+    // A declined first use was not approved: the next one is a card again.
+    let (again, got) = r.propose_on("gw-b", 2);
+    assert!(matches!(got, relay::Received::New(_)), "{got:?}");
+    assert_eq!(
+        relay::cards(&mut r.env.store, None, false).unwrap()[0].id,
+        again.proposal_id
     );
 }
 

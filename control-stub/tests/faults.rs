@@ -26,7 +26,7 @@ fn tick(env: &mut Env, now: SystemTime, renew: bool) -> talos_control_stub::upke
         link: &env.link,
         verifier: &ACCEPT,
         plane_key: Some(&key),
-        relay_public_key: None,
+        relay_key: None,
     }
     .tick(now, renew)
     .unwrap()
@@ -611,7 +611,7 @@ fn the_hard_stop_on_paused_time() {
                         link,
                         verifier: &ACCEPT,
                         plane_key: Some(&key),
-                        relay_public_key: None,
+                        relay_key: None,
                     }
                     .tick(at, false)
                     .unwrap()
@@ -1039,7 +1039,7 @@ fn answers_after_the_open_was_given_up_are_recorded_and_closed() {
             link: pair,
             verifier: &ACCEPT,
             plane_key: None,
-            relay_public_key: None,
+            relay_key: None,
         }
         .tick(SystemTime::now() + Duration::from_secs(61), false)
         .unwrap();

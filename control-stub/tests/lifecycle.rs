@@ -449,7 +449,7 @@ fn a_start_no_member_opens_ends_start_failed_and_holds_nothing() {
         link: &env.link,
         verifier: &common::ACCEPT,
         plane_key: None,
-        relay_public_key: None,
+        relay_key: None,
     }
     .tick(SystemTime::now() + Duration::from_secs(5), false)
     .unwrap();

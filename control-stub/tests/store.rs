@@ -337,7 +337,7 @@ fn renewals_go_on_while_another_replica_holds_the_write_lock() {
             link: &env.link,
             verifier: &common::ACCEPT,
             plane_key: Some(&key),
-            relay_public_key: None,
+            relay_key: None,
         }
         .keep_members()
     };

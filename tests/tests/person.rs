@@ -128,3 +128,124 @@ async fn only_the_named_persons_own_passkey_releases_a_held_request() {
     });
     rig.cli(&["sandbox", "stop", &id]).json();
 }
+
+/// One card per first use across the pair (issue 42): a `first_use`
+/// request held on both members makes one card; the person's one decision
+/// releases both, each member verifying her assertion over that card
+/// itself. A first use reaching the other member after she approved is
+/// answered with the same decision, and no card is made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_use_on_both_members_asks_once_and_one_decision_releases_both() {
+    let mut rig = pair().await;
+    for prefix in ["/merge", "/deploy"] {
+        let rule = rig.lock_mode(API, "POST", prefix, "alice", "first_use");
+        assert_eq!(rule["mode"], "first_use", "{rule}");
+    }
+    let id = rig.start_session(&session());
+    assert!(rig.stub.stop_serve());
+    rig.stub.start_serve();
+    let (bundle, _) = rig.trust(&id, "trust.pem");
+    let post = |member: usize, path: &'static str| {
+        let bundle = bundle.clone();
+        let data = rig.members[member].data;
+        std::thread::spawn(move || curl_via(data, &bundle, API, path, &["-X", "POST"]))
+    };
+    let every = |rig: &Pair| {
+        rig.cli(&["approvals", "list", "--all"])
+            .json()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let alice = rig.stub.approver("alice");
+    let mut web = rig.stub.web_client();
+    let signed_in = talos_e2e::rig::blocking(|| web.sign_in(&alice));
+    assert_eq!(signed_in.status, 200, "{:?}", signed_in.body);
+
+    // Held on member 0, then on member 1: both proposals at the relay, one
+    // card.
+    let on_0 = post(0, "/merge/0");
+    let card = wait_cards(&rig, 1)[0]["id"].as_str().unwrap().to_owned();
+    let on_1 = post(1, "/merge/1");
+    wait::until("member 1's first use joined to member 0's card", || {
+        let all = every(&rig);
+        wait::check(all.clone(), |all| {
+            all.len() == 2 && all[1]["answered_by"].as_str() == Some(card.as_str())
+        })
+    });
+    let all = every(&rig);
+    assert_ne!(all[0]["gateway_id"], all[1]["gateway_id"], "{all:?}");
+    assert_eq!(wait_cards(&rig, 1).len(), 1, "one card");
+    let shown = talos_e2e::rig::blocking(|| web.get("/api/cards"));
+    assert_eq!(
+        shown.body["cards"].as_array().map(Vec::len),
+        Some(1),
+        "{:?}",
+        shown.body
+    );
+
+    // Alice approves the card once: both members release.
+    let origin = rig.stub.web_origin.clone();
+    let approve = |web: &mut talos_e2e::people::WebClient| {
+        let cards = web.get("/api/cards");
+        let card = cards.body["cards"][0].clone();
+        let challenge = URL_SAFE_NO_PAD
+            .decode(card["challenges"]["approved"].as_str().expect("challenge"))
+            .unwrap();
+        web.post(
+            &format!("/api/cards/{}/decision", card["id"].as_str().unwrap()),
+            serde_json::json!({"verdict": "approved", "credential": alice.sign(&origin, &challenge)}),
+        )
+    };
+    let approved = talos_e2e::rig::blocking(|| approve(&mut web));
+    assert_eq!(approved.status, 200, "{:?}", approved.body);
+    assert_eq!(approved.body["outcome"], "released", "{:?}", approved.body);
+    assert_eq!(
+        approved.body["also_answered"][0]["outcome"], "released",
+        "{:?}",
+        approved.body
+    );
+    for (member, held) in [(0, on_0), (1, on_1)] {
+        let (code, _, body) = held.join().unwrap().into_text();
+        assert_eq!(code, 200, "member {member}: {body}");
+    }
+    // Each member verified Alice's assertion itself: member 1 over member
+    // 0's card.
+    let g1 = &rig.members[1];
+    wait::until("member 1 logged the answer by member 0's card", || {
+        wait::check(g1.log(), |log| {
+            log.contains("first use answered by the decision on another member's card")
+                && log.contains("decision signed by the person's passkey, verified")
+        })
+    });
+    // The first use is done on both: no card for the next ones.
+    for member in [0, 1] {
+        let (code, _, body) = post(member, "/merge/again").join().unwrap().into_text();
+        assert_eq!(code, 200, "member {member}: {body}");
+    }
+
+    // The second rule: approved on member 0 before member 1 ever saw it.
+    let on_0 = post(0, "/deploy/0");
+    assert_eq!(wait_cards(&rig, 1).len(), 1);
+    let approved = talos_e2e::rig::blocking(|| approve(&mut web));
+    assert_eq!(approved.body["outcome"], "released", "{:?}", approved.body);
+    let (code, _, _) = on_0.join().unwrap().into_text();
+    assert_eq!(code, 200);
+    // Member 1's first use comes later: joined to the approved card and
+    // answered with its decision by `serve`'s next round; no card.
+    let (code, _, body) = post(1, "/deploy/1").join().unwrap().into_text();
+    assert_eq!(code, 200, "{body}");
+    let all = every(&rig);
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert!(
+        all[3]["answered_by"].as_str().is_some() && all[3]["state"] == "approved",
+        "{all:?}"
+    );
+    assert!(rig
+        .cli(&["approvals", "list"])
+        .json()
+        .as_array()
+        .unwrap()
+        .is_empty());
+    rig.cli(&["sandbox", "stop", &id]).json();
+}

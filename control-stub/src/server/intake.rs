@@ -378,6 +378,12 @@ impl ControlPlane for Intake {
                 log_proposal(&msg, "pending", None);
                 Ok(Response::new(pb::ProposeAck {}))
             }
+            (msg, Ok(crate::relay::Received::Joined { card, .. })) => {
+                // No card of its own, no notification: the person decides
+                // the first use once, on `card`.
+                log_proposal(&msg, &format!("joined to card {card}"), None);
+                Ok(Response::new(pb::ProposeAck {}))
+            }
             (msg, Ok(crate::relay::Received::Again { .. })) => {
                 log_proposal(&msg, "again", None);
                 Ok(Response::new(pb::ProposeAck {}))

@@ -250,7 +250,7 @@ struct Round {
     link: GrpcLink,
     targets: Vec<String>,
     plane_key: talos_certs::GatewayKey,
-    relay: Option<[u8; 32]>,
+    relay: Option<talos_certs::GatewayKey>,
     /// Whether the last renewal round reached the member: the first that
     /// does, after the start or a failure, is logged (`{"renewing": …}`).
     renewing: bool,
@@ -265,9 +265,7 @@ impl Round {
         let plane_key = crate::identity::plane_key(&u.control_dir)
             .map_err(|e| fail("plane key", &e))
             .ok()?;
-        let relay = crate::identity::relay_key(&u.control_dir)
-            .ok()
-            .map(|k| k.public_key());
+        let relay = crate::identity::relay_key(&u.control_dir).ok();
         Some(Round {
             store,
             link,
@@ -287,7 +285,7 @@ impl Round {
             link: &self.link,
             verifier: &verifier,
             plane_key: Some(&self.plane_key),
-            relay_public_key: self.relay,
+            relay_key: self.relay.as_ref(),
         };
         let round = if renewer {
             upkeep.keep_members()

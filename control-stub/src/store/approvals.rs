@@ -38,6 +38,11 @@ pub struct ProposalRecord {
     /// verified it; none for a decision made with `approvals approve|decline
     /// --as` (tests and labs), which nothing signed but the relay.
     pub assertion: Option<SignedByPasskey>,
+    /// The card that answers this proposal, when it is not a card itself:
+    /// a `first_use` rule's proposal joined to the first one of the same
+    /// session attempt and rule (one card across the pair), decided when
+    /// that card is, with its decision.
+    pub answered_by: Option<String>,
 }
 
 impl Tx<'_> {
@@ -46,7 +51,7 @@ impl Tx<'_> {
             &format!(
                 "INSERT INTO proposals ({PROPOSAL_COLUMNS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                         ?17)"
+                         ?17, ?18)"
             ),
             params![
                 p.proposal_id,
@@ -69,6 +74,7 @@ impl Tx<'_> {
                     .as_ref()
                     .map(serde_json::to_string)
                     .transpose()?,
+                p.answered_by,
             ],
         )?;
         Ok(())
@@ -145,6 +151,37 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// The pending proposals joined to card `card_id`, in order of
+    /// receipt.
+    pub fn joined_to(&self, card_id: &str) -> Result<Vec<ProposalRecord>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {PROPOSAL_COLUMNS} FROM proposals
+             WHERE answered_by = ?1 AND state = 'pending' ORDER BY rowid"
+        ))?;
+        let rows = stmt.query_map(params![card_id], proposal_row)?;
+        rows.collect::<Result<Vec<_>, _>>()
+    }
+
+    /// Every pending proposal joined to a card, in order of receipt.
+    pub fn joined_pending(&self) -> Result<Vec<ProposalRecord>, Error> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {PROPOSAL_COLUMNS} FROM proposals
+             WHERE answered_by IS NOT NULL AND state = 'pending' ORDER BY rowid"
+        ))?;
+        let rows = stmt.query_map(params![], proposal_row)?;
+        rows.collect::<Result<Vec<_>, _>>()
+    }
+
+    /// Make a joined proposal a card of its own (its card ended with no
+    /// decision: expired or withdrawn).
+    pub fn unjoin_proposal(&self, id: &str) -> Result<(), Error> {
+        self.conn.execute(
+            "UPDATE proposals SET answered_by = NULL WHERE proposal_id = ?1 AND state = 'pending'",
+            params![id],
+        )?;
+        Ok(())
+    }
+
     /// Withdraw every pending proposal of the session (it paused, was
     /// interrupted or ended); returns how many.
     pub fn withdraw_proposals(&self, session_id: &str, at: &str) -> Result<usize, Error> {
@@ -159,7 +196,7 @@ impl Tx<'_> {
 const PROPOSAL_COLUMNS: &str =
     "proposal_id, gateway_id, session_id, attempt, rule, fields, sentence,
      digest, state, approver, decided_at, created_at, expires_at, received_at, decision, outcome,
-     assertion";
+     assertion, answered_by";
 
 fn proposal_row(r: &Row) -> Result<ProposalRecord, Error> {
     Ok(ProposalRecord {
@@ -186,6 +223,7 @@ fn proposal_row(r: &Row) -> Result<ProposalRecord, Error> {
             .get::<_, Option<String>>(16)?
             .map(|t| json_col(16, t))
             .transpose()?,
+        answered_by: r.get(17)?,
     })
 }
 
@@ -195,7 +233,8 @@ impl Tx<'_> {
     /// watch reads it every few hundred milliseconds, on every replica.
     pub fn pending_fingerprint(&self) -> Result<(i64, i64), Error> {
         Ok(self.conn.query_row(
-            "SELECT count(*), coalesce(max(rowid), 0) FROM proposals WHERE state = 'pending'",
+            "SELECT count(*), coalesce(max(rowid), 0) FROM proposals
+             WHERE state = 'pending' AND answered_by IS NULL",
             params![],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?)

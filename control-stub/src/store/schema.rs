@@ -9,7 +9,7 @@ use super::write_lock;
 use crate::error::Error;
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 const SCHEMA_V1: &str = r#"
 CREATE TABLE egress (
@@ -862,6 +862,21 @@ CREATE TABLE account_settings (
     changed_by TEXT NOT NULL
 );
 ALTER TABLE attempts ADD COLUMN lab_approvals INTEGER NOT NULL DEFAULT 0;
+",
+        sqlite_ddl: "",
+        postgres_ddl: "",
+        sqlite_data: "",
+        postgres_data: "",
+    },
+    // Version 14: one card per first use across the pair (issue 42): a
+    // `first_use` rule's proposal that another of the same session
+    // attempt and rule already carries is kept joined to that card
+    // (`answered_by`, its proposal id) and answered with its decision,
+    // not shown as a card of its own.
+    Upgrade {
+        to: 14,
+        ddl: "
+ALTER TABLE proposals ADD COLUMN answered_by TEXT;
 ",
         sqlite_ddl: "",
         postgres_ddl: "",

@@ -29,6 +29,14 @@
 //! Modes: `every_request` holds every matching request; `first_use` holds
 //! matching requests until one of them is approved under this authority.
 //! A resume or recovery opens a new authority, so first uses count again.
+//! On a pair, each member holds its own first use, but the relay makes one
+//! card for them: the first proposal it receives of that session attempt
+//! and rule, the others joined to it and answered with the same decision
+//! (the card it names, the person's assertion over that card). A member
+//! takes another member's card only for the same first use
+//! ([`FirstUseOf`]: session, attempt, tenant, rule and approvers), and
+//! verifies the person's assertion over it itself; the record names the
+//! card (`card`).
 //! Other requests, streams and connections never wait for a hold.
 
 use std::collections::{HashMap, HashSet};
@@ -41,7 +49,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::gate::name::Name;
-use crate::session::person::{Decider, People};
+use crate::session::person::{Card, Decider, People};
 use talos_contract::sync::Locked;
 
 /// How long a held request waits for a decision.
@@ -119,6 +127,10 @@ pub struct ApprovalRecord {
     pub decision: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approver: Option<String>,
+    /// The card the person decided, when it was not this proposal: another
+    /// member's card for the same first use (one card across the pair).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card: Option<String>,
     pub requested_at: String,
     pub decided_at: String,
 }
@@ -143,7 +155,50 @@ pub enum DecideError {
 struct Pending {
     digest: String,
     approvers: Vec<String>,
-    answer: oneshot::Sender<Outcome>,
+    /// Set when the request is a `first_use` rule's: what another
+    /// member's card must share to answer it.
+    first_use: Option<FirstUseOf>,
+    /// The outcome, and the other member's card that answered it, if one
+    /// did.
+    answer: oneshot::Sender<(Outcome, Option<String>)>,
+}
+
+/// What makes two held requests one first use (issue 42, item 4): a
+/// `first_use` rule's request of the same session attempt and tenant, under
+/// the same rule naming the same approvers, whichever member holds it. The
+/// relay makes one card for them all (the first proposal it receives) and
+/// answers the others with the decision the person signed over that card;
+/// each member checks the card is of its own first use here, then the
+/// person's assertion over the card's digest itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FirstUseOf {
+    session_id: String,
+    attempt: u32,
+    tenant: String,
+    rule: String,
+    approvers: Vec<String>,
+}
+
+impl FirstUseOf {
+    fn of(rule: &LockRule, ask: &Ask<'_>) -> Option<FirstUseOf> {
+        (rule.mode == Mode::FirstUse && ask.kind == ProposalKind::Request).then(|| FirstUseOf {
+            session_id: ask.session_id.to_owned(),
+            attempt: ask.attempt,
+            tenant: ask.tenant.to_owned(),
+            rule: rule.id.clone(),
+            approvers: rule.approvers.clone(),
+        })
+    }
+
+    /// Whether `card` (another proposal) is this same first use.
+    fn answered_by(&self, card: &Proposal) -> bool {
+        card.kind == ProposalKind::Request
+            && card.session_id == self.session_id
+            && card.attempt == self.attempt
+            && card.tenant == self.tenant
+            && card.rule == self.rule
+            && card.approvers == self.approvers
+    }
 }
 
 /// What became of a proposal at the relay, as its deliverer tells the
@@ -366,12 +421,13 @@ impl Approvals {
         let proposal_id = proposal.proposal_id.clone();
         let sentence = talos_certs::sentence(&proposal);
         let digest = talos_certs::proposal_digest(&proposal, &sentence);
-        let record = ApprovalRecord {
+        let mut record = ApprovalRecord {
             proposal_id: proposal_id.clone(),
             digest: digest.clone(),
             rule: rule.id.clone(),
             decision: "",
             approver: None,
+            card: None,
             requested_at: proposal.created_at.clone(),
             decided_at: String::new(),
         };
@@ -394,6 +450,7 @@ impl Approvals {
                     Pending {
                         digest: digest.clone(),
                         approvers: rule.approvers.clone(),
+                        first_use: FirstUseOf::of(rule, ask),
                         answer,
                     },
                 );
@@ -432,7 +489,13 @@ impl Approvals {
                     // A decision wins over a delivery report that comes
                     // with it (the relay took the proposal just in time).
                     biased;
-                    answer = wait => answer.unwrap_or(Outcome::Withdrawn),
+                    answer = wait => match answer {
+                        Ok((outcome, card)) => {
+                            record.card = card;
+                            outcome
+                        }
+                        Err(_) => Outcome::Withdrawn,
+                    },
                     () = ended.cancelled() => Outcome::Withdrawn,
                     outcome = undelivered => outcome,
                     () = tokio::time::sleep(timeout) => Outcome::TimedOut,
@@ -541,14 +604,33 @@ impl Approvals {
         if !held.approvers.iter().any(|a| a == &decision.approver) {
             return Err(DecideError::NotListed);
         }
-        let decider = match self.people.check(&decision, &held.digest, &held.approvers) {
-            Ok(d) => d,
-            Err(e) => {
-                metrics::counter!("gateway_person_refusals_total", "reason" => e.as_str())
-                    .increment(1);
-                return Err(DecideError::Person(e));
+        let refused = |e: talos_certs::webauthn::AssertionError| {
+            metrics::counter!("gateway_person_refusals_total", "reason" => e.as_str()).increment(1);
+            DecideError::Person(e)
+        };
+        // The card the person signed: this proposal, or another member's
+        // card for the same first use (one card across the pair).
+        let (card_digest, card) = match &decision.card {
+            None => (held.digest.clone(), Card::Own),
+            Some(card) => {
+                let digest = talos_certs::proposal_digest(card, &talos_certs::sentence(card));
+                if digest == held.digest {
+                    (digest, Card::Own)
+                } else if held.first_use.as_ref().is_some_and(|f| f.answered_by(card)) {
+                    tracing::info!(proposal = %decision.proposal_id, card = %card.proposal_id, card_gateway = %card.gateway_id, rule = %card.rule, "first use answered by the decision on another member's card for the same session attempt and rule");
+                    (digest, Card::OtherMembers)
+                } else {
+                    tracing::info!(proposal = %decision.proposal_id, card = %card.proposal_id, "the card the person signed is another proposal, and not this one's first use");
+                    return Err(refused(
+                        talos_certs::webauthn::AssertionError::ChallengeMismatch,
+                    ));
+                }
             }
         };
+        let decider = self
+            .people
+            .check_card(&decision, &card_digest, &held.approvers, card)
+            .map_err(refused)?;
         match &decider {
             Decider::Person(person) => {
                 tracing::info!(proposal = %decision.proposal_id, person = %person, decision = decision.decision.as_str(), "decision signed by the person's passkey, verified");
@@ -566,7 +648,10 @@ impl Approvals {
             Verdict::Declined => Outcome::Declined { approver },
         };
         // The waiter may have just timed out: then the decision is moot.
-        let _ = held.answer.send(outcome);
+        let answered_by = (card == Card::OtherMembers)
+            .then(|| decision.card.as_ref().map(|c| c.proposal_id.clone()))
+            .flatten();
+        let _ = held.answer.send((outcome, answered_by));
         Ok(decision.decision)
     }
 
@@ -593,7 +678,7 @@ impl Approvals {
         let n = u32::try_from(drained.len()).unwrap_or(u32::MAX);
         self.withdrawn.fetch_add(n, Ordering::Relaxed);
         for p in drained {
-            let _ = p.answer.send(Outcome::Withdrawn);
+            let _ = p.answer.send((Outcome::Withdrawn, None));
         }
         n
     }
@@ -732,6 +817,7 @@ mod tests {
                 credential_id: alice.credential_id().to_vec(),
                 public_key_cose: alice.public_key_cose().to_vec(),
                 sign_count: 0,
+                opened_count: 0,
             }],
         )
         .unwrap();
@@ -807,6 +893,154 @@ mod tests {
             }
         );
         assert_eq!(record.approver.as_deref(), Some("alice"));
+    }
+
+    /// Both members of a pair hold the same first use; the person signs
+    /// the one card (member A's). Member B takes the decision the relay
+    /// signed for its own proposal only because the card is its own first
+    /// use, checks Alice's assertion over that card itself, against the
+    /// sign count its open listed (B has seen a higher count of hers
+    /// since, on a card of its own); a card of another rule or attempt is
+    /// refused `challenge_mismatch` however well signed.
+    #[tokio::test(start_paused = true)]
+    async fn another_members_card_answers_the_same_first_use_and_nothing_else() {
+        use crate::session::person::Key;
+        use talos_certs::webauthn::soft::{Authenticator, Ceremony};
+        use talos_certs::webauthn::{decision_challenge, CoseAlgorithm, Expected};
+        const RP_ID: &str = "people.talos.test";
+        const ORIGIN: &str = "https://people.talos.test:8443";
+        let alice = Authenticator::new(CoseAlgorithm::Es256);
+        let people = |seen: u32| {
+            People::new(
+                RP_ID,
+                ORIGIN,
+                false,
+                vec![Key {
+                    owner: "alice".into(),
+                    credential_id: alice.credential_id().to_vec(),
+                    public_key_cose: alice.public_key_cose().to_vec(),
+                    sign_count: seen,
+                    opened_count: 0,
+                }],
+            )
+            .unwrap()
+        };
+        // One relay signs for every member.
+        let relay = GatewayKey::generate().unwrap();
+        let member = |mode: &str, seen: u32| {
+            let mut r = rig(mode);
+            let (proposer, proposals) = Proposer::new();
+            r.approvals = Arc::new(
+                Approvals::new(vec![rule(mode)], Some(relay.public_key()), Some(proposer))
+                    .with_people(people(seen)),
+            );
+            r.proposals = proposals;
+            r
+        };
+        let mut a = member("first_use", 0);
+        // B saw a count of 9 of Alice's already.
+        let mut b = member("first_use", 9);
+        let ended = CancellationToken::new();
+        let held_a = a.hold(rule("first_use"), &ended);
+        let held_b = b.hold(rule("first_use"), &ended);
+        let card = a.taken().await;
+        let mine = b.taken().await;
+        assert_ne!(card.digest, mine.digest);
+        let signed = |over: &str, count: u32| {
+            alice.assert(
+                &Ceremony::get(&Expected {
+                    challenge: &decision_challenge(over, Verdict::Approved),
+                    rp_id: RP_ID,
+                    origin: ORIGIN,
+                })
+                .sign_count(count),
+            )
+        };
+        // The relay's decision for `to` carrying `card` and Alice's
+        // assertion over it.
+        let relayed = |to: &Taken, card: &Proposal, count: u32| {
+            let over = talos_certs::proposal_digest(card, &talos_certs::sentence(card));
+            Decision {
+                proposal_id: to.proposal.proposal_id.clone(),
+                proposal_digest: to.digest.clone(),
+                approver: "alice".into(),
+                decision: Verdict::Approved,
+                decided_at: "2026-11-29T10:00:00.000Z".into(),
+                card: Some(card.clone()),
+                assertion: Some(signed(&over, count).to_passkey_assertion()),
+            }
+            .sign(&relay)
+        };
+        // Another rule's card, or another attempt's, signed by Alice all
+        // the same: refused by B, which still holds its request.
+        for change in [
+            (|c: &mut Proposal| c.rule = "lock-2".into()) as fn(&mut Proposal),
+            |c: &mut Proposal| c.attempt = 2,
+            |c: &mut Proposal| c.session_id = "sbx-2".into(),
+        ] {
+            let mut other = card.proposal.clone();
+            change(&mut other);
+            let e = b.approvals.decide(&relayed(&mine, &other, 5)).unwrap_err();
+            assert!(
+                matches!(e, DecideError::Person(ref a) if a.as_str() == "challenge_mismatch"),
+                "{e}"
+            );
+        }
+        assert!(b.approvals.holds(&mine.proposal.proposal_id));
+        // The card itself, sign count 5: A takes it as its own card; B,
+        // which has seen 9, as the same first use's card.
+        assert_eq!(
+            a.approvals.decide(&relayed(&card, &card.proposal, 5)),
+            Ok(Verdict::Approved)
+        );
+        assert_eq!(
+            b.approvals.decide(&relayed(&mine, &card.proposal, 5)),
+            Ok(Verdict::Approved)
+        );
+        let (outcome_a, record_a) = held_a.await.unwrap();
+        let (outcome_b, record_b) = held_b.await.unwrap();
+        for o in [outcome_a, outcome_b] {
+            assert_eq!(
+                o,
+                Outcome::Approved {
+                    approver: "alice".into()
+                }
+            );
+        }
+        assert_eq!(record_a.card, None);
+        assert_eq!(
+            record_b.card.as_deref(),
+            Some(card.proposal.proposal_id.as_str())
+        );
+        // Both count the first use as done.
+        for m in [&a, &b] {
+            assert!(m.approvals.rule_for(&ask(&m.dest)).is_none());
+        }
+        // On a card of its own, B still wants a count above the highest
+        // it saw: 5 is a replay there.
+        let mut c = member("every_request", 9);
+        let held_c = c.hold(rule("every_request"), &ended);
+        let own = c.taken().await;
+        let own_relayed = |count: u32| {
+            let over = own.digest.clone();
+            Decision {
+                proposal_id: own.proposal.proposal_id.clone(),
+                proposal_digest: own.digest.clone(),
+                approver: "alice".into(),
+                decision: Verdict::Approved,
+                decided_at: "2026-11-29T10:00:00.000Z".into(),
+                card: Some(own.proposal.clone()),
+                assertion: Some(signed(&over, count).to_passkey_assertion()),
+            }
+            .sign(&relay)
+        };
+        let e = c.approvals.decide(&own_relayed(5)).unwrap_err();
+        assert!(
+            matches!(e, DecideError::Person(ref a) if a.as_str() == "sign_count_replayed"),
+            "{e}"
+        );
+        assert_eq!(c.approvals.decide(&own_relayed(10)), Ok(Verdict::Approved));
+        held_c.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

@@ -60,6 +60,13 @@ pub struct Key {
     pub public_key_cose: Vec<u8>,
     /// The highest sign count seen: the open's, then this gateway's own.
     pub sign_count: u32,
+    /// The sign count the open listed: an assertion made for this
+    /// authority's attempt counts above it. Another member's card (a
+    /// `first_use` answered across the pair) is checked against this one,
+    /// not against the highest this gateway has seen since (see
+    /// [`Card`]). Absent in a hand-over's state from an older process: 0.
+    #[serde(default)]
+    pub opened_count: u32,
 }
 
 impl fmt::Debug for Key {
@@ -69,8 +76,26 @@ impl fmt::Debug for Key {
             .field("credential_id", &self.credential_id.len())
             .field("public_key_cose", &self.public_key_cose.len())
             .field("sign_count", &self.sign_count)
+            .field("opened_count", &self.opened_count)
             .finish()
     }
+}
+
+/// Whose card a person's assertion signs, which decides the sign count it
+/// must exceed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Card {
+    /// This gateway's own held proposal: the count must exceed the highest
+    /// this gateway has seen for the key (a replay, or a cloned
+    /// authenticator, is `sign_count_replayed`).
+    Own,
+    /// Another member's card for the same `first_use` of the same session
+    /// attempt (one card across the pair): the same assertion the other
+    /// member verified, so its count need only exceed the one the open
+    /// listed (it was made for this attempt, after the open). The card
+    /// binding (same session, attempt, tenant and rule, checked by the
+    /// caller) keeps it from answering anything else.
+    OtherMembers,
 }
 
 /// What a session's open said of its approvers' passkeys (see the module
@@ -181,6 +206,18 @@ impl People {
         card_digest: &str,
         named: &[String],
     ) -> Result<Decider, AssertionError> {
+        self.check_card(decision, card_digest, named, Card::Own)
+    }
+
+    /// [`check`](Self::check) of an assertion over `card` (whose digest
+    /// is `card_digest`): the sign count it must exceed is [`Card`]'s.
+    pub fn check_card(
+        &self,
+        decision: &Decision,
+        card_digest: &str,
+        named: &[String],
+        card: Card,
+    ) -> Result<Decider, AssertionError> {
         if decision.assertion.is_none() && self.lab {
             return Ok(Decider::Lab(decision.approver.clone()));
         }
@@ -191,7 +228,10 @@ impl People {
                 owner: &k.owner,
                 credential_id: &k.credential_id,
                 public_key_cose: &k.public_key_cose,
-                sign_count: k.sign_count,
+                sign_count: match card {
+                    Card::Own => k.sign_count,
+                    Card::OtherMembers => k.opened_count,
+                },
             })
             .collect();
         let rp = RelyingParty {
@@ -227,6 +267,7 @@ pub fn from_open(req: &crate::pb::OpenSessionRequest) -> Result<People, tonic::S
             credential_id: k.credential_id.clone(),
             public_key_cose: k.public_key_cose.clone(),
             sign_count: k.sign_count,
+            opened_count: k.sign_count,
         })
         .collect();
     People::new(&req.rp_id, &req.origin, req.lab_approvals, keys)
@@ -287,6 +328,7 @@ mod tests {
                 credential_id: alice.credential_id().to_vec(),
                 public_key_cose: alice.public_key_cose().to_vec(),
                 sign_count: 0,
+                opened_count: 0,
             }],
         )
         .unwrap()
@@ -342,7 +384,8 @@ mod tests {
                 .as_str(),
             "no_assertion"
         );
-        // Not listed at all (a default People): unknown_credential.
+        // A session opened with no web app's rp id and origin (a default
+        // People): origin_mismatch, whatever the key.
         assert_eq!(
             People::default()
                 .check(&decision(&alice, &p, 5, true), &digest, &p.approvers)
@@ -385,6 +428,7 @@ mod tests {
                 credential_id: vec![1],
                 public_key_cose: vec![0xa0],
                 sign_count: 0,
+                opened_count: 0,
             }],
         )
         .unwrap_err();

@@ -543,6 +543,19 @@ impl<G: Process, P> Pair<G, P> {
         prefix: &str,
         approver: &str,
     ) -> Value {
+        self.lock_mode(destination, method, prefix, approver, "every_request")
+    }
+
+    /// [`Pair::lock_for_people`] with the rule's `mode`: `every_request`
+    /// or `first_use`.
+    pub fn lock_mode(
+        &self,
+        destination: &str,
+        method: &str,
+        prefix: &str,
+        approver: &str,
+        mode: &str,
+    ) -> Value {
         self.stub.approver(approver);
         self.cli(&[
             "policy",
@@ -555,7 +568,7 @@ impl<G: Process, P> Pair<G, P> {
             "--path-prefix",
             prefix,
             "--mode",
-            "every_request",
+            mode,
             "--approver",
             approver,
         ])

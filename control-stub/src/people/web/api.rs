@@ -682,6 +682,9 @@ async fn decide(ctx: &mut Ctx<'_>, s: WebSession, id: String, body: DecisionBody
             "approver": decided.approver,
             "decided_at": decided.decided_at,
             "outcome": decided.outcome,
+            // The same first use held on other members (or again), answered
+            // with this decision.
+            "also_answered": decided.also_answered,
         }),
     ))
 }
@@ -697,7 +700,10 @@ async fn history(ctx: &mut Ctx<'_>) -> Outcome {
                     .proposals(None, None)?
                     .into_iter()
                     .filter(|p| {
+                        // A proposal joined to a card was decided with it:
+                        // one decision, shown once.
                         p.approver.as_deref() == Some(s.person.as_str())
+                            && p.answered_by.is_none()
                             && matches!(p.state, ProposalState::Approved | ProposalState::Declined)
                     })
                     .collect();

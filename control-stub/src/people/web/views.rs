@@ -97,13 +97,14 @@ pub fn names(p: &ProposalRecord, person: &str) -> bool {
 }
 
 /// The cards waiting for `person` at `now`, oldest first (at most
-/// [`MAX_CARDS`]): pending, in time, and naming them. Read only (an
-/// overdue card is left for the relay to mark).
+/// [`MAX_CARDS`]): pending, in time, naming them, and cards themselves (a
+/// proposal joined to another's card, the same first use, is decided with
+/// it). Read only (an overdue card is left for the relay to mark).
 pub fn waiting(tx: &Tx<'_>, person: &str, now: SystemTime) -> Result<Vec<ProposalRecord>, Error> {
     Ok(tx
         .proposals(None, Some(ProposalState::Pending))?
         .into_iter()
-        .filter(|p| names(p, person) && parse_at(&p.expires_at) > now)
+        .filter(|p| p.answered_by.is_none() && names(p, person) && parse_at(&p.expires_at) > now)
         .take(MAX_CARDS)
         .collect())
 }
@@ -161,7 +162,11 @@ pub fn sessions(tx: &Tx<'_>, person: &str, role: Role) -> Result<Value, Error> {
         .map(|s| {
             let waiting = proposals
                 .iter()
-                .filter(|p| p.session_id == s.id && p.state == ProposalState::Pending)
+                .filter(|p| {
+                    p.session_id == s.id
+                        && p.state == ProposalState::Pending
+                        && p.answered_by.is_none()
+                })
                 .count();
             json!({
                 "id": s.id,
