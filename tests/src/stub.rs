@@ -441,3 +441,19 @@ impl StoreWriteLock {
             .expect("let go of the lock");
     }
 }
+
+/// The independent verifier (`verifier/verify_bundle.py`, Python 3 and its
+/// `cryptography` package) run on `bundle`, at most two minutes: its exit
+/// status and everything it printed.
+pub fn verify_bundle(bundle: &Path) -> (i32, String) {
+    let verifier = Path::new(env!("CARGO_MANIFEST_DIR")).join("../verifier/verify_bundle.py");
+    let out = Command::new("timeout")
+        .args(["-k", "2", "120", "python3"])
+        .arg(verifier)
+        .arg(bundle)
+        .output()
+        .expect("run the verifier");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
