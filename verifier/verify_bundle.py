@@ -1118,9 +1118,14 @@ class Verifier:
         if not isinstance(card, dict) or list(card) != PROPOSAL_FIELDS:
             raise Bad("the decision's card does not hold exactly a proposal's fields, in order")
         card_digest = sha384_hex(canonical({"fields": card, "sentence": sentence(card)}))
+        answered_by = ""
         if card_digest != digest:
-            raise Bad("challenge_mismatch: the card the person signed has digest %s..., not the held "
-                      "card's %s..." % (card_digest[:16], digest[:16]))
+            # One card per first use: a member's first use joined to
+            # another's card is answered with the person's decision on that
+            # card, and only if it is the same first use.
+            self.same_first_use(fields, card, card_digest)
+            answered_by = " (the same first use's card %s, as the gateway took it)" % card["proposal_id"]
+            digest = card_digest
         a = d["assertion"]
         if not isinstance(a, dict) or list(a) not in (ASSERTION_FIELDS, ASSERTION_FIELDS + ["user_handle"]):
             raise Bad("malformed: the assertion is not {%s[, user_handle]}" % ", ".join(ASSERTION_FIELDS))
@@ -1166,8 +1171,30 @@ class Verifier:
         if not verify_passkey(alg, key, signature, auth + hashlib.sha256(client).digest()):
             raise Bad("bad_signature: %s's passkey signature (credential %s...) does not verify over the "
                       "authenticator data and the client data's hash" % (owner, cid.hex()[:16]))
-        return "%s's own passkey signed this verdict on this card (credential %s..., %s; relying party %s, " \
-               "origin %s; present and verified)" % (owner, cid.hex()[:16], alg, rp_id, origin)
+        return "%s's own passkey signed this verdict on this card%s (credential %s..., %s; relying party " \
+               "%s, origin %s; present and verified)" % (owner, answered_by, cid.hex()[:16], alg, rp_id, origin)
+
+    def same_first_use(self, fields, card, card_digest):
+        """A decision signed over another card answers this proposal only
+        as a gateway takes it (`session::approvals`'s `FirstUseOf`): both
+        requests, of the same session, attempt, tenant and rule naming the
+        same approvers, a rule in mode first_use on the attempt's Lock; and
+        that card is on the certificate with that digest."""
+        for f in ("kind", "session_id", "attempt", "tenant", "rule", "approvers"):
+            if card[f] != fields[f]:
+                raise Bad("challenge_mismatch: the person signed card %s, whose %s is %r, not this "
+                          "proposal's %r" % (card["proposal_id"], f, card[f], fields[f]))
+        if fields["kind"] != "request":
+            raise Bad("challenge_mismatch: the person signed another card, and this is no request")
+        on = [a for a in self.cert.get("attempts", []) if a.get("attempt") == fields["attempt"]]
+        modes = [r.get("mode") for a in on for r in a.get("lock") or [] if r.get("id") == fields["rule"]]
+        if modes != ["first_use"]:
+            raise Bad("challenge_mismatch: the person signed another card, and rule %s is not a first_use "
+                      "rule of attempt %s on the certificate" % (fields["rule"], fields["attempt"]))
+        listed = [p for p in self.cert.get("proposals", []) if p.get("id") == card["proposal_id"]]
+        if len(listed) != 1 or listed[0].get("digest") != card_digest:
+            raise Bad("challenge_mismatch: the card the person signed, %s, is not on the certificate with "
+                      "digest %s..." % (card["proposal_id"], card_digest[:16]))
 
     # -- 5. what rests on the stub
 

@@ -415,3 +415,45 @@ pub fn cert_records<'c>(cert: &'c serde_json::Value, gateway: &str) -> Vec<&'c s
         .filter(|c| c["gateway_id"] == gateway)
         .collect()
 }
+
+/// SQLite's write lock on a `serve` store, taken by a writer of the test's
+/// own (`BEGIN IMMEDIATE`, waiting at most [`crate::wait::DEADLINE`] for
+/// it) and held until [`StoreWriteLock::release`]: meanwhile no other
+/// process's write transaction is under way, and every write of `serve`
+/// waits.
+#[derive(Debug)]
+pub struct StoreWriteLock(rusqlite::Connection);
+
+impl StoreWriteLock {
+    pub fn hold(db: &Path) -> StoreWriteLock {
+        let conn = rusqlite::Connection::open(db).expect("open the store");
+        conn.busy_timeout(crate::wait::DEADLINE)
+            .expect("busy timeout");
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+        StoreWriteLock(conn)
+    }
+
+    /// Let go, writing nothing.
+    pub fn release(self) {
+        self.0
+            .execute_batch("ROLLBACK")
+            .expect("let go of the lock");
+    }
+}
+
+/// The independent verifier (`verifier/verify_bundle.py`, Python 3 and its
+/// `cryptography` package) run on `bundle`, at most two minutes: its exit
+/// status and everything it printed.
+pub fn verify_bundle(bundle: &Path) -> (i32, String) {
+    let verifier = Path::new(env!("CARGO_MANIFEST_DIR")).join("../verifier/verify_bundle.py");
+    let out = Command::new("timeout")
+        .args(["-k", "2", "120", "python3"])
+        .arg(verifier)
+        .arg(bundle)
+        .output()
+        .expect("run the verifier");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}

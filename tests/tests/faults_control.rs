@@ -15,7 +15,7 @@ use serde_json::Value;
 use talos_e2e::clients::{curl_status, Kept};
 use talos_e2e::rig::pair::{matrix, IDS};
 use talos_e2e::signals::{self, Signal};
-use talos_e2e::stub::{closes_of, reports_from};
+use talos_e2e::stub::{closes_of, reports_from, StoreWriteLock};
 use talos_e2e::wait;
 
 /// `stop` while `serve` (the batch consumer and upkeep) is down: the
@@ -508,9 +508,9 @@ async fn batches_fail_over_to_another_replica_when_one_hangs() {
     // Holding the lock ourselves while the signal lands, the first replica
     // cannot be inside a write; it may be waiting for the lock, which it
     // does not hold.
-    let lock = hold_write_lock(std::path::Path::new(&rig.stub.db));
+    let lock = StoreWriteLock::hold(std::path::Path::new(&rig.stub.db));
     signals::send(first, Signal::Stop);
-    lock.execute_batch("ROLLBACK").expect("let go of the lock");
+    lock.release();
     let hung_at = Instant::now();
     for (i, g) in rig.members.iter().enumerate() {
         assert_eq!(
@@ -554,15 +554,4 @@ async fn batches_fail_over_to_another_replica_when_one_hangs() {
     let t = rig.cli(&["sandbox", "stop", &id]).json();
     assert_eq!(t["state"], "ended", "{t}");
     signals::send(first, Signal::Cont);
-}
-
-/// The SQLite store's write lock (`BEGIN IMMEDIATE`), held by a connection
-/// of the test's own until it rolls back: no other process's write
-/// transaction is under way meanwhile.
-fn hold_write_lock(db: &std::path::Path) -> rusqlite::Connection {
-    let conn = rusqlite::Connection::open(db).expect("open the store");
-    conn.busy_timeout(wait::DEADLINE).expect("busy timeout");
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .expect("take the write lock");
-    conn
 }

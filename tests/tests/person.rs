@@ -247,5 +247,17 @@ async fn a_first_use_on_both_members_asks_once_and_one_decision_releases_both() 
         .as_array()
         .unwrap()
         .is_empty());
-    rig.cli(&["sandbox", "stop", &id]).json();
+    assert_eq!(rig.cli(&["sandbox", "stop", &id]).json()["state"], "ended");
+
+    // The certificate's bundle: the independent verifier checks each
+    // joined proposal's decision as its gateway did, over its card.
+    rig.wait_issued(&id);
+    let (code, out) = talos_e2e::stub::verify_bundle(&rig.bundle(&id, "first-use.bundle"));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("VERIFIED"), "{out}");
+    assert_eq!(
+        out.matches("as the gateway took it").count(),
+        2,
+        "two decisions answered by another member's card: {out}"
+    );
 }

@@ -30,6 +30,7 @@ use talos_e2e::clients::{admin_get, metric_value};
 use talos_e2e::rig::pair::{matrix, IDS};
 use talos_e2e::rig::Pair;
 use talos_e2e::signals::{self, Signal};
+use talos_e2e::stub::StoreWriteLock;
 use talos_e2e::wait;
 
 const API: &str = "api.example.test";
@@ -258,7 +259,7 @@ fn sigterm_in_intake(
     metrics: SocketAddr,
     release_after: u64,
 ) -> Drained {
-    let writer = Writer::hold(db);
+    let writer = StoreWriteLock::hold(db);
     wait::until("a batch of each member in serve's intake", || {
         let (_, text) = admin_get(metrics, "/metrics");
         wait::check(metric_value(&text, "stub_batches_in_intake"), |n| {
@@ -325,26 +326,6 @@ fn drain_steps(log: &str, from: usize) -> Vec<Value> {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v.get("drain").is_some())
         .collect()
-}
-
-/// A writer of the test's own on the SQLite store: it takes the write
-/// lock (`BEGIN IMMEDIATE`), so every write of `serve` waits for it.
-struct Writer(rusqlite::Connection);
-
-impl Writer {
-    fn hold(db: &Path) -> Writer {
-        let conn = rusqlite::Connection::open(db).expect("open the store");
-        conn.busy_timeout(wait::DEADLINE).expect("busy timeout");
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .expect("take the write lock");
-        Writer(conn)
-    }
-
-    fn release(self) {
-        self.0
-            .execute_batch("ROLLBACK")
-            .expect("let go of the lock");
-    }
 }
 
 /// Member `id`'s batches in the store, by sequence number.

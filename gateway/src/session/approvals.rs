@@ -606,6 +606,9 @@ impl Approvals {
         }
         let refused = |e: talos_certs::webauthn::AssertionError| {
             metrics::counter!("gateway_person_refusals_total", "reason" => e.as_str()).increment(1);
+            // Whom the relay claimed decided, so an audit of a relay that
+            // lies can name the person it named (never key material).
+            tracing::warn!(proposal = %decision.proposal_id, claimed_approver = %decision.approver, verdict = decision.decision.as_str(), reason = e.as_str(), "a person's decision refused");
             DecideError::Person(e)
         };
         // The card the person signed: this proposal, or another member's

@@ -639,6 +639,23 @@ impl<G: Process, P> Pair<G, P> {
         cert
     }
 
+    /// `control-stub certificate bundle ID --out FILE` into the rig's
+    /// folder: the bundle's path.
+    pub fn bundle(&self, id: &str, file: &str) -> PathBuf {
+        let path = self.dir.join(file);
+        let out = self
+            .cli(&[
+                "certificate",
+                "bundle",
+                id,
+                "--out",
+                path.to_str().expect("utf-8"),
+            ])
+            .json();
+        assert_eq!(out["written"]["session_id"], id, "{out}");
+        path
+    }
+
     /// The signed envelope of the issued certificate, as text.
     pub fn signed_certificate(&self, id: &str) -> String {
         let ran = self.cli(&["certificate", id, "--signed"]);
