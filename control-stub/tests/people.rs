@@ -1055,8 +1055,8 @@ fn revoke_all_is_an_operators_signed_over_the_session_and_recorded_verified() {
     let last = status.commands.last().unwrap();
     assert_eq!(last.event, "revoke_all");
     assert_eq!(last.by.requested_by, "olga");
-    assert!(last.by.verified);
-    let signed = last.by.assertion.as_ref().unwrap();
+    assert!(last.by.is_verified());
+    let signed = last.by.assertion().unwrap();
     assert_eq!(
         signed.credential_id,
         URL_SAFE_NO_PAD.encode(op_key.auth.credential_id())
@@ -1489,10 +1489,10 @@ fn people_on_the_command_line_and_a_cli_revoke_all_recorded_unverified() {
     let status = talos_control_stub::lifecycle::status(&store, &id).unwrap();
     let last = status.commands.last().unwrap();
     assert_eq!(
-        (last.event.as_str(), last.by.verified),
+        (last.event.as_str(), last.by.is_verified()),
         ("revoke_all", false)
     );
-    assert!(last.by.assertion.is_none());
+    assert!(last.by.assertion().is_none());
 
     let (status, out, _) = run(&["people", "remove", "olga"]);
     assert_eq!(status, 0);
