@@ -357,7 +357,9 @@ class Verifier:
         # place: ("chain", seq, entry) or ("reply", None, None))
         self.report_by_digest = {}
         self.passkeys = []  # (owner, credential id, alg, public key, rp id, origin)
+        self.listed_cose = {}  # credential id -> the listed COSE key's bytes
         self.lab_decisions = []  # (proposal id, approver, attempt)
+        self.no_copy = []  # proposal ids whose certificate entry carries no `decided`
 
     def run(self):
         for number, kind in self.b.unknown:
@@ -1009,6 +1011,7 @@ class Verifier:
         if item.get("alg") != alg:
             raise Bad("alg says %r, the COSE key is %s" % (item.get("alg"), alg))
         self.passkeys.append((owner, cid, alg, key, rp_id, origin))
+        self.listed_cose[cid] = b64(item.get("public_key_cose"), "the COSE key")
         if rp_id is None:
             return "%s's %s passkey, credential %s..., and no web app's relying party: no assertion holds " \
                    "under it (listed by the control stub)" % (owner, alg, cid.hex()[:16])
@@ -1092,9 +1095,55 @@ class Verifier:
             person = self.person(d, fields, digest, verdict)
         else:
             person = self.lab(d, fields)
+        copy = self.on_certificate(p, item, d, relay, fields, digest, verdict)
         return "%s by %s, signed by the relay's key %s for the card's digest %s... (recomputed from its " \
-               "fields and sentence)%s; %s" % (verdict, d["approver"], key_id(relay), digest[:16],
-                                               "; the gateway's record names the same" if seen else "", person)
+               "fields and sentence)%s; %s%s" % (verdict, d["approver"], key_id(relay), digest[:16],
+                                                 "; the gateway's record names the same" if seen else "", person,
+                                                 copy)
+
+    def on_certificate(self, p, item, d, relay, fields, digest, verdict):
+        """The certificate's own copy of the decision (`decided`), what an
+        auditor holding the certificate alone verifies: the same signed
+        envelope as the bundle's, under the relay key the bundle binds; the
+        same approver; for a person's decision, the assertion the relay
+        signed and the credential and COSE key listed for it, and the
+        assertion checked again under the certificate's own key; for a
+        decision in lab mode, `verified` false and no assertion."""
+        c = p.get("decided")
+        if c is None:
+            self.no_copy.append(p["id"])
+            return ""
+        if not isinstance(c, dict):
+            raise Bad("the certificate's decided is not an object")
+        if c.get("relay_signed") != item.get("decision"):
+            raise Bad("the certificate's relay_signed is not the signed decision the bundle holds")
+        rk = c.get("relay_public_key")
+        if rk is not None and (not isinstance(rk, str) or rk.lower() != relay.hex()):
+            raise Bad("the certificate's relay_public_key is not the relay key that signed the decision")
+        if c.get("approver") != d["approver"]:
+            raise Bad("the certificate's decided names %r, the signed decision %r" % (c.get("approver"), d["approver"]))
+        if "assertion" not in d:
+            if c.get("verified") is not False or c.get("verified_by") != "relay_only" or "assertion" in c:
+                raise Bad("the relay's decision carries no assertion, and the certificate does not say it is "
+                          "unverified (verified false, verified_by relay_only)")
+            return "; the certificate's copy says so (verified false, relay_only)"
+        if c.get("verified") is not True or c.get("verified_by") != "passkey":
+            raise Bad("the certificate's copy does not say a passkey verified it")
+        if c.get("assertion") != d["assertion"]:
+            raise Bad("the certificate's assertion is not the one inside the relay's signed decision")
+        cid = b64url(c.get("credential_id"), "the certificate's credential id")
+        raw = b64(c.get("public_key_cose"), "the certificate's COSE key")
+        alg, key = cose_key(raw)
+        if c.get("alg") != alg:
+            raise Bad("the certificate's alg says %r, its COSE key is %s" % (c.get("alg"), alg))
+        if cid in self.listed_cose and self.listed_cose[cid] != raw:
+            raise Bad("the certificate's COSE key for credential %s... is not the listed one" % cid.hex()[:16])
+        if not all(isinstance(c.get(k), str) and c.get(k) for k in ("rp_id", "origin")):
+            raise Bad("the certificate's copy names no relying party (rp_id, origin)")
+        own = [(d["approver"], cid, alg, key, c["rp_id"], c["origin"])]
+        self.person(d, fields, digest, verdict, own)
+        return "; the certificate's copy verifies alone (the same envelope, assertion and key)"
+
 
     def lab(self, d, fields):
         """A decision no person signed: it counts only on an attempt the
@@ -1108,12 +1157,13 @@ class Verifier:
         return "no person's assertion: that %s decided rests on the relay's and the control stub's word " \
                "(attempt %s was in lab mode)" % (d["approver"], attempt)
 
-    def person(self, d, fields, digest, verdict):
+    def person(self, d, fields, digest, verdict, keys=None):
         """The person's assertion a decision carries, checked under the
         listed keys (as the gateway checks it: talos-certs
-        `webauthn::verify_person`): the card is the held one, the key is
-        listed, its owner an approver the card names and the decision's
-        approver; then the WebAuthn assertion itself."""
+        `webauthn::verify_person`), or under `keys` (the certificate's own
+        copy): the card is the held one, the key is listed, its owner an
+        approver the card names and the decision's approver; then the
+        WebAuthn assertion itself."""
         card = d["card"]
         if not isinstance(card, dict) or list(card) != PROPOSAL_FIELDS:
             raise Bad("the decision's card does not hold exactly a proposal's fields, in order")
@@ -1130,7 +1180,7 @@ class Verifier:
         signature = b64url(a["signature"], "the assertion's signature")
         if "user_handle" in a:
             b64url(a["user_handle"], "the assertion's user handle")
-        listed = [k for k in self.passkeys if k[1] == cid]
+        listed = [k for k in (self.passkeys if keys is None else keys) if k[1] == cid]
         if len(listed) != 1:
             raise Bad("unknown_credential: the credential %s... is not one of the listed approvers' keys"
                       % cid.hex()[:16])
@@ -1183,7 +1233,11 @@ class Verifier:
                                                          "the control plane's own response"))
         self.r.note("- the session's state, times and mode; each attempt's cause, times, allowlist, "
                     "Lock rules and attachments (step 5's reports confirm the attached secret names)")
-        self.r.note("- the commands that moved the session and who asked (%d)" % len(c.get("commands", [])))
+        commands = c.get("commands", [])
+        how = count_by([{"how": x.get("verified_by") or "not verified"} for x in commands], "how")
+        self.r.note("- the commands that moved the session and who asked (%d: %s); a command's passkey "
+                    "assertion or client certificate is shown, not checked here"
+                    % (len(commands), ", ".join("%s %d" % kv for kv in sorted(how.items()))))
         if c.get("interruptions"):
             self.r.note("- each interruption's cause, time and what followed (%d: %s)" % (
                 len(c["interruptions"]), ", ".join("attempt %s %s" % (i.get("attempt"), i.get("outcome"))
@@ -1198,6 +1252,9 @@ class Verifier:
             self.r.note("- the approvers' passkeys and the relying party (%d keys): the control stub's list "
                         "when the bundle was written, not a signed copy of what each open listed; the "
                         "sign counts are not checked here (the gateway checks them)" % len(self.passkeys))
+        for pid in self.no_copy:
+            self.r.note("- decision %s: the certificate carries no copy of it (issued before decisions were "
+                        "shown on it); the bundle's copy is checked above" % pid)
         for pid, approver, attempt in self.lab_decisions:
             self.r.note("- decision %s: that %s decided (no person's assertion; attempt %s in lab mode)"
                         % (pid, approver, attempt))

@@ -177,9 +177,28 @@ fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named()
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("approved by alice, signed by the relay's key")
-            && out.contains("alice's own passkey signed this verdict on this card"),
+            && out.contains("alice's own passkey signed this verdict on this card")
+            && out.contains("the certificate's copy verifies alone"),
         "{out}"
     );
+    // The certificate itself shows the decision: alice, verified by her
+    // passkey, the assertion the relay signed, her listed key, the
+    // relay's signed decision and key.
+    let cert = talos_control_stub::certificate::certificate(&store, &id).unwrap();
+    let copy = &cert["proposals"][0]["decided"];
+    assert_eq!(copy["approver"], "alice");
+    assert_eq!(copy["verified"], true);
+    assert_eq!(copy["verified_by"], "passkey");
+    assert_eq!(copy["public_key_cose"], key["public_key_cose"]);
+    assert_eq!(copy["alg"], "ES256");
+    assert_eq!(copy["rp_id"], synth::RP_ID);
+    assert_eq!(copy["origin"], synth::ORIGIN);
+    assert_eq!(copy["relay_signed"], items[at]["decision"]);
+    assert_eq!(
+        copy["assertion"],
+        serde_json::to_value(signed.assertion.as_ref().unwrap()).unwrap()
+    );
+    assert_eq!(copy["relay_public_key"].as_str().map(str::len), Some(64));
 
     // A flipped byte of alice's signature (the relay signs again).
     let mut flipped = items.clone();
@@ -276,7 +295,30 @@ fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named()
         serde_json::from_value(bare[c]["envelope"].clone()).unwrap();
     let mut cert: Value = serde_json::from_slice(&envelope.payload).unwrap();
     cert["attempts"][0]["lab_approvals"] = true.into();
+    // Its copy of the decision first still names the first signed
+    // decision: named.
+    let p = dir.path().join("lab-stale.jsonl");
     let plane = talos_control_stub::identity::plane_key(&control).unwrap();
+    let mut stale = bare.clone();
+    stale[c]["envelope"] = serde_json::to_value(plane.sign(
+        talos_certs::Kind::Certificate,
+        serde_json::to_vec(&cert).unwrap(),
+    ))
+    .unwrap();
+    write_lines(&p, &stale);
+    let (code, out) = verify(&p);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("the certificate's relay_signed is not the signed decision the bundle holds"),
+        "{out}"
+    );
+    // Then the copy as a lab decision shows it.
+    let copy = &mut cert["proposals"][0]["decided"];
+    *copy = serde_json::json!({
+        "approver": "alice", "verified": false, "verified_by": "relay_only",
+        "note": talos_control_stub::certificate::LAB_DECISION_NOTE,
+        "relay_signed": bare[at]["decision"], "relay_public_key": copy["relay_public_key"],
+    });
     bare[c]["envelope"] = serde_json::to_value(plane.sign(
         talos_certs::Kind::Certificate,
         serde_json::to_vec(&cert).unwrap(),
