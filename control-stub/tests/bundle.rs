@@ -333,3 +333,65 @@ fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named()
         "{out}"
     );
 }
+
+/// The Python docs/records.md gives ("Verifying a decision by hand"), run
+/// as written on a certificate issued here: alice's decision verifies
+/// from the certificate alone; a flipped byte of her signature, or of the
+/// relay's, stops it.
+#[test]
+fn a_decision_verifies_by_hand_as_records_md_says() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/records.md"))
+            .unwrap();
+    let script = docs
+        .split("### Verifying a decision by hand")
+        .nth(1)
+        .and_then(|s| s.split("```python\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("the section's python block");
+    let (dir, store, id, _) = bundled(&Options::default());
+    let script_path = dir.path().join("check_decision.py");
+    std::fs::write(&script_path, script).unwrap();
+    let cert = talos_control_stub::certificate::certificate(&store, &id).unwrap();
+    assert_eq!(cert["issued"], true, "{cert}");
+    let run = |cert: &Value| {
+        let path = dir.path().join("certificate.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(cert).unwrap()).unwrap();
+        let out = Command::new("timeout")
+            .args(["-k", "2", "60", "python3"])
+            .arg(&script_path)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, out) = run(&cert);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("approved by alice, signed by the relay and by alice's own passkey"),
+        "{out}"
+    );
+
+    let flip = |text: &str, url: bool| {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        use base64::Engine as _;
+        let engine = if url { &URL_SAFE_NO_PAD } else { &STANDARD };
+        let mut bytes = engine.decode(text).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        engine.encode(bytes)
+    };
+    let mut bad = cert.clone();
+    let a = &mut bad["proposals"][0]["decided"]["assertion"]["signature"];
+    *a = flip(a.as_str().unwrap(), true).into();
+    let (code, out) = run(&bad);
+    assert_ne!(code, Some(0), "alice's signature flipped: {out}");
+    let mut bad = cert.clone();
+    let s = &mut bad["proposals"][0]["decided"]["relay_signed"]["signature"];
+    *s = flip(s.as_str().unwrap(), false).into();
+    let (code, out) = run(&bad);
+    assert_ne!(code, Some(0), "the relay's signature flipped: {out}");
+    assert!(out.contains("InvalidSignature"), "{out}");
+}
