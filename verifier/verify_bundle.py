@@ -26,7 +26,10 @@ yourself" and "What every signature covers"). It
      a decision a person made with a passkey, against the person's own
      WebAuthn assertion inside it, under the approvers' listed keys; one
      without is taken on the relay's word only for an attempt the
-     certificate says was in lab mode;
+     certificate says was in lab mode; the certificate's own copy of each
+     decision against the bundle's, and verified again under its own key;
+     each command a passkey or a client certificate verified (Revoke All)
+     against its record;
   5. says what it could not check: what rests on the control stub's word.
 
 Each check prints one line, `ok   ITEM: ...` or `FAIL ITEM: ...`; the
@@ -378,6 +381,7 @@ class Verifier:
         self.stage("reset", lambda: self.reset_steps(records))
         self.stage("approver keys", self.approver_key_items)
         self.stage("decisions", lambda: self.decisions(records))
+        self.stage("commands", self.commands)
         self.rests_on_the_stub()
 
     def stage(self, item, fn):
@@ -1218,6 +1222,91 @@ class Verifier:
                       "authenticator data and the client data's hash" % (owner, cid.hex()[:16]))
         return "%s's own passkey signed this verdict on this card (credential %s..., %s; relying party %s, " \
                "origin %s; present and verified)" % (owner, cid.hex()[:16], alg, rp_id, origin)
+
+    # -- 4d. who asked: the commands a passkey or a certificate verified
+
+    def commands(self):
+        for i, c in enumerate(self.cert.get("commands", [])):
+            name = "command %s %d" % (c.get("event"), i + 1)
+            how = c.get("verified_by")
+            if c.get("verified") is not True:
+                if how is not None or "assertion" in c or "client_certificate" in c:
+                    self.r.fail(name, "not verified, yet it carries a proof (verified_by %r)" % how)
+                continue
+            if how == "passkey":
+                self.r.check(name, lambda: self.command_passkey(c))
+            elif how == "client_certificate":
+                self.r.check(name, lambda: self.command_certificate(c))
+            else:
+                self.r.fail(name, "verified, by %r: neither passkey nor client_certificate" % how)
+
+    def command_passkey(self, c):
+        """A command a person signed (Revoke All): their assertion over
+        command_challenge(event, session, nonce), under the public key the
+        record keeps (the control stub's word: the bundle lists no
+        operator's keys)."""
+        a = c.get("assertion")
+        if not isinstance(a, dict) or a.get("person") != c.get("requested_by"):
+            raise Bad("the assertion is not %s's" % c.get("requested_by"))
+        if c.get("event") != "revoke_all":
+            raise Bad("a passkey signs only revoke_all, not %r" % c.get("event"))
+        if not all(isinstance(a.get(k), str) and a.get(k) for k in ("nonce", "rp_id", "origin")):
+            raise Bad("the assertion's record lacks its nonce, rp_id or origin")
+        if not isinstance(a.get("public_key_cose"), str):
+            return "revoke_all by %s, verified by passkey (credential %s); its record predates keeping the " \
+                   "public key: not checked here" % (a["person"], a.get("credential_id"))
+        alg, key = cose_key(b64url(a["public_key_cose"], "the command's COSE key"))
+        if a.get("alg") != alg:
+            raise Bad("alg says %r, the COSE key is %s" % (a.get("alg"), alg))
+        challenge = hashlib.sha256(b"talos-webauthn-v1\x00command\x00revoke_all\x00" + self.sid.encode("utf-8")
+                                   + b"\x00" + a["nonce"].encode("ascii")).digest()
+        text = base64.urlsafe_b64encode(challenge).rstrip(b"=").decode("ascii")
+        client = b64url(a.get("client_data_json"), "the command's client data")
+        data = parse_json(client, "the command's client data")
+        if not isinstance(data, dict) or data.get("type") != "webauthn.get":
+            raise Bad("wrong_type: the client data is not a webauthn.get")
+        if data.get("challenge") != text or a.get("challenge") != text:
+            raise Bad("challenge_mismatch: not this session's revoke_all with nonce %s" % a["nonce"])
+        if data.get("origin") != a["origin"]:
+            raise Bad("origin_mismatch: the client data's origin is %r" % data.get("origin"))
+        auth = b64url(a.get("authenticator_data"), "the command's authenticator data")
+        if len(auth) < 37 or auth[:32] != hashlib.sha256(a["rp_id"].encode("utf-8")).digest():
+            raise Bad("rp_id_mismatch: the authenticator data does not name %s" % a["rp_id"])
+        if auth[32] & 0x05 != 0x05:
+            raise Bad("user_not_verified: the flags lack UP or UV")
+        if not verify_passkey(alg, key, b64url(a.get("signature"), "the command's signature"),
+                              auth + hashlib.sha256(client).digest()):
+            raise Bad("bad_signature: the passkey's signature does not verify")
+        return "revoke_all by %s, signed by a passkey (credential %s..., %s) over this session and nonce %s; " \
+               "that the key is %s's rests on the control stub's record" % (
+                   a["person"], a.get("credential_id", "")[:16], alg, a["nonce"], a["person"])
+
+    def command_certificate(self, c):
+        """A command an operator's client certificate carried: the
+        certificate is the one the record's fingerprint names, names that
+        operator (talos:operator:NAME) and is a TLS client's."""
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+        cc = c.get("client_certificate")
+        if not isinstance(cc, dict):
+            raise Bad("no client_certificate")
+        der = b64(cc.get("certificate"), "the client certificate")
+        if hashlib.sha256(der).hexdigest() != cc.get("sha256"):
+            raise Bad("the certificate's SHA-256 is not the record's %s" % cc.get("sha256"))
+        try:
+            cert = x509.load_der_x509_certificate(der)
+            uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
+                .get_values_for_type(x509.UniformResourceIdentifier)
+            eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        except (ValueError, x509.ExtensionNotFound) as e:
+            raise Bad("the client certificate does not hold what an operator's does: %s" % e)
+        want = "talos:operator:%s" % c.get("requested_by")
+        if uris != [want] or cc.get("operator") != c.get("requested_by"):
+            raise Bad("the certificate names %s, the record %s" % (uris, c.get("requested_by")))
+        if ExtendedKeyUsageOID.CLIENT_AUTH not in eku:
+            raise Bad("the certificate is not a TLS client's (no clientAuth)")
+        return "revoke_all by operator %s, with the client certificate %s... (%s, clientAuth); that it chains " \
+               "to the operator CA and came on the request's connection rests on the control stub" % (
+                   c["requested_by"], cc["sha256"][:16], want)
 
     # -- 5. what rests on the stub
 

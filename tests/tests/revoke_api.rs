@@ -335,6 +335,40 @@ async fn an_operators_certificate_or_passkey_revokes_a_session_on_the_api() {
     assert_eq!(last["assertion"]["alg"], "ES256");
     assert!(last["assertion"]["public_key_cose"].is_string(), "{last}");
 
+    // Each session's bundle verifies alone, the verifier checking who
+    // asked: opal's certificate, olga's passkey over the command.
+    rig.wait_issued(&second);
+    for (session, line) in [
+        (
+            &id,
+            "ok   command revoke_all 2: revoke_all by operator opal, with the client certificate",
+        ),
+        (
+            &second,
+            "ok   command revoke_all 2: revoke_all by olga, signed by a passkey",
+        ),
+    ] {
+        let path = rig.dir.join(format!("{session}.bundle"));
+        let out = rig
+            .cli(&[
+                "certificate",
+                "bundle",
+                session,
+                "--out",
+                path.to_str().unwrap(),
+            ])
+            .json();
+        assert_eq!(out["written"]["session_id"], session.as_str(), "{out}");
+        let ran = Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../verifier/verify_bundle.py"))
+            .arg(&path)
+            .output()
+            .expect("run the verifier");
+        let text = String::from_utf8_lossy(&ran.stdout).into_owned();
+        assert_eq!(ran.status.code(), Some(0), "{text}");
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+
     // A command-line Revoke All names its operator, unverified.
     let third = rig.start_session(&session());
     let cli = rig.cli(&["sandbox", "revoke-all", &third]).json();
