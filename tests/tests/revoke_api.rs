@@ -15,8 +15,13 @@
 //! - Refused, by name: no identity (401 `no_identity`), a gateway's
 //!   certificate (403 `certificate_refused`, `not_operator_ca`), an
 //!   approver's signed-in session (403 `not_permitted`), a certificate
-//!   request from another site's page (403 `origin_refused`). And the
-//!   other way: the control channel refuses opal's certificate.
+//!   naming a person the store holds as an approver (403
+//!   `not_permitted`), a certificate request from another site's page
+//!   (403 `origin_refused`), a body asking for anything (400
+//!   `body_invalid`). And the other way: the control channel refuses
+//!   opal's certificate.
+//! - Each session's bundle verifies alone with the verifier checking who
+//!   asked: opal's certificate, olga's passkey over the command.
 //! - A signed-in operator's session with a passkey assertion over the
 //!   command's challenge (the nonce from `/v1/…/revoke-all/begin`) revokes
 //!   too, recorded `verified_by: passkey`, with the public key it verified
@@ -196,6 +201,40 @@ async fn an_operators_certificate_or_passkey_revokes_a_session_on_the_api() {
         refused.body
     );
     assert_eq!(rig.status(&id)["state"], "running", "nothing was revoked");
+    // A body that asks for anything: refused.
+    let mut asking = strs(&opal);
+    asking.extend([
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        r#"{"force":true}"#,
+    ]);
+    let (status, body) = curl_web(&rig, &revoke, &asking);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("body_invalid")),
+        "{body}"
+    );
+    // A certificate naming someone the store holds as an approver: 403.
+    rig.stub
+        .run(
+            &[],
+            &[
+                "init",
+                "--dir",
+                dir.to_str().unwrap(),
+                "--operator",
+                "alice",
+            ],
+            b"",
+        )
+        .json();
+    let (status, body) = curl_web(&rig, &revoke, &strs(&cert_args(&dir, "operator-alice")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("not_permitted")),
+        "{body}"
+    );
     // An unknown session: 404.
     let (status, body) = curl_web(&rig, "/v1/sandboxes/sbx-nope/revoke-all", &strs(&opal));
     assert_eq!(
