@@ -26,7 +26,10 @@ yourself" and "What every signature covers"). It
      a decision a person made with a passkey, against the person's own
      WebAuthn assertion inside it, under the approvers' listed keys; one
      without is taken on the relay's word only for an attempt the
-     certificate says was in lab mode;
+     certificate says was in lab mode; the certificate's own copy of each
+     decision against the bundle's, and verified again under its own key;
+     each command a passkey or a client certificate verified (Revoke All)
+     against its record;
   5. says what it could not check: what rests on the control stub's word.
 
 Each check prints one line, `ok   ITEM: ...` or `FAIL ITEM: ...`; the
@@ -357,7 +360,9 @@ class Verifier:
         # place: ("chain", seq, entry) or ("reply", None, None))
         self.report_by_digest = {}
         self.passkeys = []  # (owner, credential id, alg, public key, rp id, origin)
+        self.listed_cose = {}  # credential id -> the listed COSE key's bytes
         self.lab_decisions = []  # (proposal id, approver, attempt)
+        self.no_copy = []  # proposal ids whose certificate entry carries no `decided`
 
     def run(self):
         for number, kind in self.b.unknown:
@@ -376,6 +381,7 @@ class Verifier:
         self.stage("reset", lambda: self.reset_steps(records))
         self.stage("approver keys", self.approver_key_items)
         self.stage("decisions", lambda: self.decisions(records))
+        self.stage("commands", self.commands)
         self.rests_on_the_stub()
 
     def stage(self, item, fn):
@@ -1009,6 +1015,7 @@ class Verifier:
         if item.get("alg") != alg:
             raise Bad("alg says %r, the COSE key is %s" % (item.get("alg"), alg))
         self.passkeys.append((owner, cid, alg, key, rp_id, origin))
+        self.listed_cose[cid] = b64(item.get("public_key_cose"), "the COSE key")
         if rp_id is None:
             return "%s's %s passkey, credential %s..., and no web app's relying party: no assertion holds " \
                    "under it (listed by the control stub)" % (owner, alg, cid.hex()[:16])
@@ -1092,9 +1099,55 @@ class Verifier:
             person = self.person(d, fields, digest, verdict)
         else:
             person = self.lab(d, fields)
+        copy = self.on_certificate(p, item, d, relay, fields, digest, verdict)
         return "%s by %s, signed by the relay's key %s for the card's digest %s... (recomputed from its " \
-               "fields and sentence)%s; %s" % (verdict, d["approver"], key_id(relay), digest[:16],
-                                               "; the gateway's record names the same" if seen else "", person)
+               "fields and sentence)%s; %s%s" % (verdict, d["approver"], key_id(relay), digest[:16],
+                                                 "; the gateway's record names the same" if seen else "", person,
+                                                 copy)
+
+    def on_certificate(self, p, item, d, relay, fields, digest, verdict):
+        """The certificate's own copy of the decision (`decided`), what an
+        auditor holding the certificate alone verifies: the same signed
+        envelope as the bundle's, under the relay key the bundle binds; the
+        same approver; for a person's decision, the assertion the relay
+        signed and the credential and COSE key listed for it, and the
+        assertion checked again under the certificate's own key; for a
+        decision in lab mode, `verified` false and no assertion."""
+        c = p.get("decided")
+        if c is None:
+            self.no_copy.append(p["id"])
+            return ""
+        if not isinstance(c, dict):
+            raise Bad("the certificate's decided is not an object")
+        if c.get("relay_signed") != item.get("decision"):
+            raise Bad("the certificate's relay_signed is not the signed decision the bundle holds")
+        rk = c.get("relay_public_key")
+        if rk is not None and (not isinstance(rk, str) or rk.lower() != relay.hex()):
+            raise Bad("the certificate's relay_public_key is not the relay key that signed the decision")
+        if c.get("approver") != d["approver"]:
+            raise Bad("the certificate's decided names %r, the signed decision %r" % (c.get("approver"), d["approver"]))
+        if "assertion" not in d:
+            if c.get("verified") is not False or c.get("verified_by") != "relay_only" or "assertion" in c:
+                raise Bad("the relay's decision carries no assertion, and the certificate does not say it is "
+                          "unverified (verified false, verified_by relay_only)")
+            return "; the certificate's copy says so (verified false, relay_only)"
+        if c.get("verified") is not True or c.get("verified_by") != "passkey":
+            raise Bad("the certificate's copy does not say a passkey verified it")
+        if c.get("assertion") != d["assertion"]:
+            raise Bad("the certificate's assertion is not the one inside the relay's signed decision")
+        cid = b64url(c.get("credential_id"), "the certificate's credential id")
+        raw = b64(c.get("public_key_cose"), "the certificate's COSE key")
+        alg, key = cose_key(raw)
+        if c.get("alg") != alg:
+            raise Bad("the certificate's alg says %r, its COSE key is %s" % (c.get("alg"), alg))
+        if cid in self.listed_cose and self.listed_cose[cid] != raw:
+            raise Bad("the certificate's COSE key for credential %s... is not the listed one" % cid.hex()[:16])
+        if not all(isinstance(c.get(k), str) and c.get(k) for k in ("rp_id", "origin")):
+            raise Bad("the certificate's copy names no relying party (rp_id, origin)")
+        own = [(d["approver"], cid, alg, key, c["rp_id"], c["origin"])]
+        self.person(d, fields, digest, verdict, own)
+        return "; the certificate's copy verifies alone (the same envelope, assertion and key)"
+
 
     def lab(self, d, fields):
         """A decision no person signed: it counts only on an attempt the
@@ -1108,12 +1161,13 @@ class Verifier:
         return "no person's assertion: that %s decided rests on the relay's and the control stub's word " \
                "(attempt %s was in lab mode)" % (d["approver"], attempt)
 
-    def person(self, d, fields, digest, verdict):
+    def person(self, d, fields, digest, verdict, keys=None):
         """The person's assertion a decision carries, checked under the
         listed keys (as the gateway checks it: talos-certs
-        `webauthn::verify_person`): the card is the held one, the key is
-        listed, its owner an approver the card names and the decision's
-        approver; then the WebAuthn assertion itself."""
+        `webauthn::verify_person`), or under `keys` (the certificate's own
+        copy): the card is the held one, the key is listed, its owner an
+        approver the card names and the decision's approver; then the
+        WebAuthn assertion itself."""
         card = d["card"]
         if not isinstance(card, dict) or list(card) != PROPOSAL_FIELDS:
             raise Bad("the decision's card does not hold exactly a proposal's fields, in order")
@@ -1135,7 +1189,7 @@ class Verifier:
         signature = b64url(a["signature"], "the assertion's signature")
         if "user_handle" in a:
             b64url(a["user_handle"], "the assertion's user handle")
-        listed = [k for k in self.passkeys if k[1] == cid]
+        listed = [k for k in (self.passkeys if keys is None else keys) if k[1] == cid]
         if len(listed) != 1:
             raise Bad("unknown_credential: the credential %s... is not one of the listed approvers' keys"
                       % cid.hex()[:16])
@@ -1196,6 +1250,91 @@ class Verifier:
             raise Bad("challenge_mismatch: the card the person signed, %s, is not on the certificate with "
                       "digest %s..." % (card["proposal_id"], card_digest[:16]))
 
+    # -- 4d. who asked: the commands a passkey or a certificate verified
+
+    def commands(self):
+        for i, c in enumerate(self.cert.get("commands", [])):
+            name = "command %s %d" % (c.get("event"), i + 1)
+            how = c.get("verified_by")
+            if c.get("verified") is not True:
+                if how is not None or "assertion" in c or "client_certificate" in c:
+                    self.r.fail(name, "not verified, yet it carries a proof (verified_by %r)" % how)
+                continue
+            if how == "passkey":
+                self.r.check(name, lambda: self.command_passkey(c))
+            elif how == "client_certificate":
+                self.r.check(name, lambda: self.command_certificate(c))
+            else:
+                self.r.fail(name, "verified, by %r: neither passkey nor client_certificate" % how)
+
+    def command_passkey(self, c):
+        """A command a person signed (Revoke All): their assertion over
+        command_challenge(event, session, nonce), under the public key the
+        record keeps (the control stub's word: the bundle lists no
+        operator's keys)."""
+        a = c.get("assertion")
+        if not isinstance(a, dict) or a.get("person") != c.get("requested_by"):
+            raise Bad("the assertion is not %s's" % c.get("requested_by"))
+        if c.get("event") != "revoke_all":
+            raise Bad("a passkey signs only revoke_all, not %r" % c.get("event"))
+        if not all(isinstance(a.get(k), str) and a.get(k) for k in ("nonce", "rp_id", "origin")):
+            raise Bad("the assertion's record lacks its nonce, rp_id or origin")
+        if not isinstance(a.get("public_key_cose"), str):
+            return "revoke_all by %s, verified by passkey (credential %s); its record predates keeping the " \
+                   "public key: not checked here" % (a["person"], a.get("credential_id"))
+        alg, key = cose_key(b64url(a["public_key_cose"], "the command's COSE key"))
+        if a.get("alg") != alg:
+            raise Bad("alg says %r, the COSE key is %s" % (a.get("alg"), alg))
+        challenge = hashlib.sha256(b"talos-webauthn-v1\x00command\x00revoke_all\x00" + self.sid.encode("utf-8")
+                                   + b"\x00" + a["nonce"].encode("ascii")).digest()
+        text = base64.urlsafe_b64encode(challenge).rstrip(b"=").decode("ascii")
+        client = b64url(a.get("client_data_json"), "the command's client data")
+        data = parse_json(client, "the command's client data")
+        if not isinstance(data, dict) or data.get("type") != "webauthn.get":
+            raise Bad("wrong_type: the client data is not a webauthn.get")
+        if data.get("challenge") != text or a.get("challenge") != text:
+            raise Bad("challenge_mismatch: not this session's revoke_all with nonce %s" % a["nonce"])
+        if data.get("origin") != a["origin"]:
+            raise Bad("origin_mismatch: the client data's origin is %r" % data.get("origin"))
+        auth = b64url(a.get("authenticator_data"), "the command's authenticator data")
+        if len(auth) < 37 or auth[:32] != hashlib.sha256(a["rp_id"].encode("utf-8")).digest():
+            raise Bad("rp_id_mismatch: the authenticator data does not name %s" % a["rp_id"])
+        if auth[32] & 0x05 != 0x05:
+            raise Bad("user_not_verified: the flags lack UP or UV")
+        if not verify_passkey(alg, key, b64url(a.get("signature"), "the command's signature"),
+                              auth + hashlib.sha256(client).digest()):
+            raise Bad("bad_signature: the passkey's signature does not verify")
+        return "revoke_all by %s, signed by a passkey (credential %s..., %s) over this session and nonce %s; " \
+               "that the key is %s's rests on the control stub's record" % (
+                   a["person"], a.get("credential_id", "")[:16], alg, a["nonce"], a["person"])
+
+    def command_certificate(self, c):
+        """A command an operator's client certificate carried: the
+        certificate is the one the record's fingerprint names, names that
+        operator (talos:operator:NAME) and is a TLS client's."""
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+        cc = c.get("client_certificate")
+        if not isinstance(cc, dict):
+            raise Bad("no client_certificate")
+        der = b64(cc.get("certificate"), "the client certificate")
+        if hashlib.sha256(der).hexdigest() != cc.get("sha256"):
+            raise Bad("the certificate's SHA-256 is not the record's %s" % cc.get("sha256"))
+        try:
+            cert = x509.load_der_x509_certificate(der)
+            uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
+                .get_values_for_type(x509.UniformResourceIdentifier)
+            eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        except (ValueError, x509.ExtensionNotFound) as e:
+            raise Bad("the client certificate does not hold what an operator's does: %s" % e)
+        want = "talos:operator:%s" % c.get("requested_by")
+        if uris != [want] or cc.get("operator") != c.get("requested_by"):
+            raise Bad("the certificate names %s, the record %s" % (uris, c.get("requested_by")))
+        if ExtendedKeyUsageOID.CLIENT_AUTH not in eku:
+            raise Bad("the certificate is not a TLS client's (no clientAuth)")
+        return "revoke_all by operator %s, with the client certificate %s... (%s, clientAuth); that it chains " \
+               "to the operator CA and came on the request's connection rests on the control stub" % (
+                   c["requested_by"], cc["sha256"][:16], want)
+
     # -- 5. what rests on the stub
 
     def rests_on_the_stub(self):
@@ -1210,7 +1349,11 @@ class Verifier:
                                                          "the control plane's own response"))
         self.r.note("- the session's state, times and mode; each attempt's cause, times, allowlist, "
                     "Lock rules and attachments (step 5's reports confirm the attached secret names)")
-        self.r.note("- the commands that moved the session and who asked (%d)" % len(c.get("commands", [])))
+        commands = c.get("commands", [])
+        how = count_by([{"how": x.get("verified_by") or "not verified"} for x in commands], "how")
+        self.r.note("- the commands that moved the session and who asked (%d: %s); a command's passkey "
+                    "assertion or client certificate is shown, not checked here"
+                    % (len(commands), ", ".join("%s %d" % kv for kv in sorted(how.items()))))
         if c.get("interruptions"):
             self.r.note("- each interruption's cause, time and what followed (%d: %s)" % (
                 len(c["interruptions"]), ", ".join("attempt %s %s" % (i.get("attempt"), i.get("outcome"))
@@ -1225,6 +1368,9 @@ class Verifier:
             self.r.note("- the approvers' passkeys and the relying party (%d keys): the control stub's list "
                         "when the bundle was written, not a signed copy of what each open listed; the "
                         "sign counts are not checked here (the gateway checks them)" % len(self.passkeys))
+        for pid in self.no_copy:
+            self.r.note("- decision %s: the certificate carries no copy of it (issued before decisions were "
+                        "shown on it); the bundle's copy is checked above" % pid)
         for pid, approver, attempt in self.lab_decisions:
             self.r.note("- decision %s: that %s decided (no person's assertion; attempt %s in lab mode)"
                         % (pid, approver, attempt))

@@ -237,6 +237,133 @@ pub struct CertProposal {
     /// What the gateway answered the decision: `released` or `refused`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
+    /// The decision as it was made, for an auditor to verify from the
+    /// certificate alone (docs/records.md, "Verifying a decision by
+    /// hand"); none while undecided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided: Option<CertDecision>,
+}
+
+/// A decision on the certificate: who decided, how that was verified, the
+/// person's assertion with the public key it verifies under, and the
+/// relay's signed decision that carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CertDecision {
+    /// The approver who decided.
+    pub approver: String,
+    /// Whether the approver's own passkey signed the decision: false for a
+    /// decision taken in lab mode (`approvals approve|decline --as`), which
+    /// rests on the relay's signature alone.
+    pub verified: bool,
+    /// `passkey`, or `relay_only` (lab mode).
+    pub verified_by: &'static str,
+    /// What a decision not verified rests on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'static str>,
+    /// The passkey that signed: its credential id (base64url, as in the
+    /// assertion), its COSE public key (standard base64, as registration
+    /// stored it) and algorithm, and the relying party it was checked
+    /// against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_key_cose: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alg: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rp_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// The person's WebAuthn assertion as the relay's decision carries it
+    /// (each field base64url without padding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<talos_certs::PasskeyAssertion>,
+    /// The relay's signed decision exactly as the gateway received it
+    /// (talos-certs `Signed`, kind `decision`: `key_id`, the payload and
+    /// the Ed25519 signature, standard base64).
+    pub relay_signed: Value,
+    /// The relay's public key the card's attempt opened with (64 hex):
+    /// what the gateways checked the signature with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay_public_key: Option<String>,
+}
+
+/// What a decision taken in lab mode rests on.
+pub const LAB_DECISION_NOTE: &str = "decided with approvals approve|decline --as in lab mode: no person's passkey signed it; that the approver decided rests on the relay's signature alone";
+
+/// The decision on proposal `p`, as the certificate shows it (see
+/// [`CertDecision`]); none while it has no signed decision.
+fn cert_decision(
+    tx: &Tx<'_>,
+    p: &crate::store::ProposalRecord,
+    attempts: &[Attempt],
+) -> Result<Option<CertDecision>, Error> {
+    use base64::Engine as _;
+    let (Some(envelope), Some(approver)) = (&p.decision, &p.approver) else {
+        return Ok(None);
+    };
+    // The assertion inside what the relay signed; the record's copy if
+    // the payload cannot be read here (it is shown whole either way).
+    let inside = serde_json::from_value::<talos_certs::Signed>(envelope.clone())
+        .ok()
+        .and_then(|s| serde_json::from_slice::<talos_certs::Decision>(&s.payload).ok())
+        .and_then(|d| d.assertion);
+    let recorded = p.assertion.as_ref().map(|a| talos_certs::PasskeyAssertion {
+        credential_id: a.credential_id.clone(),
+        authenticator_data: a.authenticator_data.clone(),
+        client_data_json: a.client_data_json.clone(),
+        signature: a.signature.clone(),
+        user_handle: a.user_handle.clone(),
+    });
+    let relay_public_key = attempts
+        .iter()
+        .find(|a| a.n == p.attempt)
+        .and_then(|a| a.relay_public_key.clone())
+        .map(|k| k.to_ascii_lowercase());
+    let Some(assertion) = inside.or(recorded) else {
+        return Ok(Some(CertDecision {
+            approver: approver.clone(),
+            verified: false,
+            verified_by: "relay_only",
+            note: Some(LAB_DECISION_NOTE),
+            credential_id: None,
+            public_key_cose: None,
+            alg: None,
+            rp_id: None,
+            origin: None,
+            assertion: None,
+            relay_signed: envelope.clone(),
+            relay_public_key,
+        }));
+    };
+    let url = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let std = &base64::engine::general_purpose::STANDARD;
+    // The key it was verified under: kept with the record, or (a record
+    // from before it was) the passkey as the store holds it now.
+    let kept = p.assertion.as_ref();
+    let (cose, alg) = match kept.and_then(|a| a.public_key_cose.as_deref().zip(a.alg.as_deref())) {
+        Some((cose, alg)) => (url.decode(cose).ok(), Some(alg.to_owned())),
+        None => match url.decode(&assertion.credential_id) {
+            Ok(id) => tx
+                .passkey(&id)?
+                .map_or((None, None), |k| (Some(k.public_key_cose), Some(k.alg))),
+            Err(_) => (None, None),
+        },
+    };
+    Ok(Some(CertDecision {
+        approver: approver.clone(),
+        verified: true,
+        verified_by: "passkey",
+        note: None,
+        credential_id: Some(assertion.credential_id.clone()),
+        public_key_cose: cose.map(|c| std.encode(c)),
+        alg,
+        rp_id: kept.map(|a| a.rp_id.clone()),
+        origin: kept.map(|a| a.origin.clone()),
+        assertion: Some(assertion),
+        relay_signed: envelope.clone(),
+        relay_public_key,
+    }))
 }
 
 /// A refusal, from a connection record.
@@ -411,23 +538,27 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
         proposals: tx
             .proposals(Some(id), None)?
             .into_iter()
-            .map(|p| CertProposal {
-                id: p.proposal_id,
-                gateway_id: p.gateway_id,
-                attempt: p.attempt,
-                kind: p.fields.kind,
-                sentence: p.sentence,
-                digest: p.digest,
-                rule: p.rule,
-                approvers: p.fields.approvers,
-                decision: p.state,
-                approver: p.approver,
-                created_at: p.created_at,
-                expires_at: p.expires_at,
-                decided_at: p.decided_at,
-                outcome: p.outcome,
+            .map(|p| {
+                let decided = cert_decision(tx, &p, &attempts)?;
+                Ok(CertProposal {
+                    id: p.proposal_id,
+                    gateway_id: p.gateway_id,
+                    attempt: p.attempt,
+                    kind: p.fields.kind,
+                    sentence: p.sentence,
+                    digest: p.digest,
+                    rule: p.rule,
+                    approvers: p.fields.approvers,
+                    decision: p.state,
+                    approver: p.approver,
+                    created_at: p.created_at,
+                    expires_at: p.expires_at,
+                    decided_at: p.decided_at,
+                    outcome: p.outcome,
+                    decided,
+                })
             })
-            .collect(),
+            .collect::<Result<Vec<_>, Error>>()?,
         reset,
         commands,
         issued: not_issued_because.is_none(),

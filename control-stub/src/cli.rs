@@ -49,10 +49,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     pub control_dir: Option<PathBuf>,
     /// Who asks: recorded with every command that changes a session
-    /// (`sandbox status`, the certificate). Default: `TALOS_OPERATOR`, else
-    /// the login name.
-    #[arg(long, global = true, value_name = "NAME")]
-    pub operator: Option<String>,
+    /// (`sandbox status`, the certificate), not verified. Default:
+    /// `TALOS_OPERATOR`, else the login name. For `init`, repeatable: each
+    /// operator gets a client certificate under the operator CA.
+    #[arg(long = "operator", global = true, value_name = "NAME")]
+    pub operators: Vec<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -60,8 +61,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Make the control channel's identities in DIR: the control CA, the
-    /// control stub's certificate, and one per gateway id. Never overwrites.
+    /// control stub's certificate, and one per gateway id; the operator CA,
+    /// and a client certificate per `--operator NAME`. Never overwrites.
     /// Each `--gateway ID` (or `ID=ADDR`: the id is used) gets a certificate.
+    /// On a directory init wrote before, `--operator NAME` alone adds those
+    /// operators (only their files; refused if they exist).
     Init {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
@@ -439,6 +443,20 @@ where
     report(result, stderr)
 }
 
+/// Who asks, as the command line names them (`--operator`, else
+/// `TALOS_OPERATOR` or the login name): one name; several are `init`'s.
+fn requester_name(cli: &Cli) -> Result<String, Error> {
+    match cli.operators.as_slice() {
+        [] => Ok(crate::lifecycle::local_operator()),
+        [one] => Ok(one.clone()),
+        [_, second, ..] => Err(Error::NameInvalid {
+            what: "operator",
+            got: second.chars().take(100).collect(),
+            reason: "--operator names who asks once; only init takes several".into(),
+        }),
+    }
+}
+
 /// Print `result`'s error, if any, and return the exit status.
 pub fn report(result: Result<(), Error>, stderr: &mut dyn Write) -> i32 {
     match result {
@@ -470,7 +488,12 @@ pub fn run(
                         .to_owned()
                 })
                 .collect();
-            let written = crate::identity::init(dir, &ids)?;
+            let existing = dir.join(crate::identity::CA_CERT).exists();
+            let written = if existing && ids.is_empty() && !cli.operators.is_empty() {
+                crate::identity::add_operators(dir, &cli.operators)?
+            } else {
+                crate::identity::init_with_operators(dir, &ids, &cli.operators)?
+            };
             write_out(stdout, &json(&written)?)
         }
         Command::Serve {
@@ -547,10 +570,7 @@ pub fn run(
 /// `policy …`, by `--operator` (or the local user); turning the
 /// relay-only way of deciding on or off is logged on `stderr`.
 fn policy_command(cli: &Cli, cmd: &PolicyCommand, stderr: &mut dyn Write) -> Result<String, Error> {
-    let by = cli
-        .operator
-        .clone()
-        .unwrap_or_else(crate::lifecycle::local_operator);
+    let by = requester_name(cli)?;
     let out = policy(&mut Store::open(&cli.db)?, cmd, &by)?;
     if let PolicyCommand::LabApprovals { state } = cmd {
         if state != "show" {
@@ -626,10 +646,7 @@ fn sandbox(
         (Some(dir), true) => Some(crate::identity::relay_key(dir)?.public_key()),
         _ => None,
     };
-    let operator = cli
-        .operator
-        .clone()
-        .unwrap_or_else(crate::lifecycle::local_operator);
+    let operator = requester_name(cli)?;
     let mut life = Lifecycle::new(&mut store, link, verifier)
         .with_relay_key(relay)
         .with_requester(crate::store::Requester::operator(&operator));

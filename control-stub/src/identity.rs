@@ -12,6 +12,29 @@
 //! certificate is made, the CA key (`ca.key`) should be moved offline: no
 //! running process needs it.
 //!
+//! # Operators' certificates
+//!
+//! Apart from the control CA, `init` makes an **operator CA**
+//! (`operator-ca.pem`, `operator-ca.key`) and, for each `--operator NAME`,
+//! a client certificate `operator-NAME.pem` and its key
+//! `operator-NAME.key` (mode 0600): what an operator's API client presents
+//! to the people's web app (`POST /v1/sandboxes/{id}/revoke-all`,
+//! [`OperatorTrust`]). An operator's certificate names its
+//! operator as the URI `talos:operator:NAME` and is good for TLS client
+//! authentication only. A CA of its own, not the control CA: nothing on
+//! the control channel trusts the operator CA, so an operator's
+//! certificate never passes as a gateway's or the control plane's, and
+//! the web app takes an operator only from the operator CA, so a
+//! gateway's certificate never passes as an operator's.
+//!
+//! `init --dir DIR --operator NAME` on a directory `init` wrote before
+//! (it holds `ca.pem`) adds operators: it writes only the new operators'
+//! files (and the operator CA, if the directory predates it), never
+//! overwrites a file, and refuses, before writing anything, an operator
+//! whose files exist or any `--gateway` (a new gateway's identity is made
+//! by a new `init`). Keep `operator-ca.key` where operators are added;
+//! `serve` needs only `operator-ca.pem`, read when it starts.
+//!
 //! Beside them `init` makes the control plane's other keys: the relay's
 //! (`relay.key`, it signs decisions), the plane's (`plane.key`, it signs
 //! session certificates) and the application server's VAPID key
@@ -117,10 +140,22 @@ fn checked_ids(gateway_ids: &[String]) -> Result<Vec<String>, Error> {
 }
 
 /// Make the control CA, the control stub's certificate and one per gateway
-/// id in `dir` (created if missing). Refuses, before writing anything, if
-/// any of the files exists. Key files are created mode 0600.
+/// id in `dir` (created if missing), and the operator CA. Refuses, before
+/// writing anything, if any of the files exists. Key files are created
+/// mode 0600.
 pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
+    init_with_operators(dir, gateway_ids, &[])
+}
+
+/// [`init`], and a certificate for each of `operators` under the operator
+/// CA (see the module docs).
+pub fn init_with_operators(
+    dir: &Path,
+    gateway_ids: &[String],
+    operators: &[String],
+) -> Result<Written, Error> {
     let ids = checked_ids(gateway_ids)?;
+    let operators = checked_operators(operators)?;
     let mut plan: Vec<(&str, String, String)> = vec![("stub", STUB_CERT.into(), STUB_KEY.into())];
     for id in &ids {
         plan.push((id, format!("{id}.pem"), format!("{id}.key")));
@@ -131,8 +166,15 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
         dir.join(RELAY_KEY),
         dir.join(PLANE_KEY),
         dir.join(VAPID_KEY),
+        dir.join(OPERATOR_CA_CERT),
+        dir.join(OPERATOR_CA_KEY),
     ];
     for (_, cert, key) in &plan {
+        all.push(dir.join(cert));
+        all.push(dir.join(key));
+    }
+    for who in &operators {
+        let (cert, key) = operator_files(who);
         all.push(dir.join(cert));
         all.push(dir.join(key));
     }
@@ -211,12 +253,208 @@ pub fn init(dir: &Path, gateway_ids: &[String]) -> Result<Written, Error> {
     files.push(dir.join(PLANE_KEY));
     vapid_key(dir)?;
     files.push(dir.join(VAPID_KEY));
+    let operator_ca = make_operator_ca(dir, &mut files)?;
+    for who in &operators {
+        issue_operator(dir, &operator_ca, who, &mut files)?;
+    }
     Ok(Written {
         dir: dir.to_owned(),
         files,
-        note: "move ca.key offline now: no running process needs it; give each gateway its <id>.pem, <id>.key and ca.pem",
+        note: if operators.is_empty() {
+            "move ca.key offline now: no running process needs it; give each gateway its <id>.pem, <id>.key and ca.pem"
+        } else {
+            "move ca.key offline now: no running process needs it; give each gateway its <id>.pem, <id>.key and ca.pem, and each operator their operator-NAME.pem and operator-NAME.key (the key only to them)"
+        },
     })
 }
+
+/// The operator CA's certificate and key file names in the directory.
+pub const OPERATOR_CA_CERT: &str = "operator-ca.pem";
+pub const OPERATOR_CA_KEY: &str = "operator-ca.key";
+/// The operator CA's common name.
+const OPERATOR_CA_NAME: &str = "TALOS operator CA";
+/// What an operator's certificate names its operator by: this, then the
+/// name, as its one URI subject alternative name.
+pub const OPERATOR_URI_PREFIX: &str = "talos:operator:";
+/// How long an operator's certificate is valid: one year. A person's
+/// credential: shorter than the channel's identities.
+pub const OPERATOR_VALIDITY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Operator `name`'s certificate and key file names.
+pub fn operator_files(name: &str) -> (String, String) {
+    (
+        format!("operator-{name}.pem"),
+        format!("operator-{name}.key"),
+    )
+}
+
+/// The operator names `init` is given, each a valid person's name (the
+/// people's names: 1-64 letters, digits, `.`, `_`, `-`), given once.
+fn checked_operators(operators: &[String]) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    for name in operators {
+        let name = crate::lock::approver(name).map_err(|_| Error::NameInvalid {
+            what: "operator",
+            got: name.chars().take(100).collect(),
+            reason: "an operator is named as a person is: 1 to 64 letters, digits, '.', '_' or '-'"
+                .into(),
+        })?;
+        if out.contains(&name) {
+            return Err(Error::NameInvalid {
+                what: "operator",
+                got: name,
+                reason: "given twice".into(),
+            });
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
+
+/// The operator CA's parameters: what it is made with and, from its key
+/// alone, what issues under it again (its name and key usages).
+fn operator_ca_params() -> Result<CertificateParams, Error> {
+    let mut p = params(vec![])?;
+    p.distinguished_name = name(OPERATOR_CA_NAME);
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(p)
+}
+
+/// Make the operator CA in `dir`: its certificate and key (0600).
+fn make_operator_ca(dir: &Path, files: &mut Vec<PathBuf>) -> Result<KeyPair, Error> {
+    let key = new_key()?;
+    let cert = operator_ca_params()?
+        .self_signed(&key)
+        .map_err(rcgen_error)?;
+    write_file(
+        &dir.join(OPERATOR_CA_CERT),
+        cert.pem().as_bytes(),
+        false,
+        files,
+    )?;
+    write_file(
+        &dir.join(OPERATOR_CA_KEY),
+        Zeroizing::new(key.serialize_pem()).as_bytes(),
+        true,
+        files,
+    )?;
+    Ok(key)
+}
+
+/// Issue operator `who`'s certificate and key under the operator CA
+/// (`ca_key`) into `dir`: the URI `talos:operator:NAME`, TLS client
+/// authentication only, valid [`OPERATOR_VALIDITY`].
+fn issue_operator(
+    dir: &Path,
+    ca_key: &KeyPair,
+    who: &str,
+    files: &mut Vec<PathBuf>,
+) -> Result<(), Error> {
+    let issuer = Issuer::new(operator_ca_params()?, ca_key);
+    let key = new_key()?;
+    let mut p = params(vec![])?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    p.not_after = time::OffsetDateTime::from_unix_timestamp(
+        i64::try_from((now + OPERATOR_VALIDITY).as_secs()).unwrap_or(i64::MAX),
+    )
+    .map_err(|e| Error::Store(format!("certificate validity: {e}")))?;
+    let uri = format!("{OPERATOR_URI_PREFIX}{who}");
+    p.subject_alt_names = vec![SanType::URI(uri.as_str().try_into().map_err(rcgen_error)?)];
+    p.distinguished_name = name(&format!("TALOS operator {who}"));
+    p.is_ca = IsCa::ExplicitNoCa;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = p.signed_by(&key, &issuer).map_err(rcgen_error)?;
+    let (cert_file, key_file) = operator_files(who);
+    write_file(&dir.join(cert_file), cert.pem().as_bytes(), false, files)?;
+    write_file(
+        &dir.join(key_file),
+        Zeroizing::new(key.serialize_pem()).as_bytes(),
+        true,
+        files,
+    )
+}
+
+/// Add operators to the directory `init` wrote (see the module docs):
+/// only their files, and the operator CA's if the directory lacks it.
+/// Refuses, before writing anything, a directory `init` did not write, an
+/// operator whose files exist, and an operator CA half there.
+pub fn add_operators(dir: &Path, operators: &[String]) -> Result<Written, Error> {
+    let names = checked_operators(operators)?;
+    if names.is_empty() {
+        return Err(Error::NameInvalid {
+            what: "operator",
+            got: String::new(),
+            reason: "adding to an existing directory needs at least one --operator NAME".into(),
+        });
+    }
+    if !dir.join(CA_CERT).exists() {
+        return Err(Error::Io {
+            what: dir.join(CA_CERT).display().to_string(),
+            reason: "does not exist: operators are added to a directory init wrote".into(),
+        });
+    }
+    let (ca_cert, ca_key) = (dir.join(OPERATOR_CA_CERT), dir.join(OPERATOR_CA_KEY));
+    if ca_cert.exists() != ca_key.exists() {
+        let missing = if ca_cert.exists() { &ca_key } else { &ca_cert };
+        return Err(Error::Io {
+            what: missing.display().to_string(),
+            reason: "missing beside its other half: an operator is issued only with the operator CA's certificate and key both here".into(),
+        });
+    }
+    for who in &names {
+        let (c, k) = operator_files(who);
+        if let Some(existing) = [dir.join(c), dir.join(k)].into_iter().find(|p| p.exists()) {
+            return Err(Error::Io {
+                what: existing.display().to_string(),
+                reason: "already exists; init never overwrites (that operator has a certificate)"
+                    .into(),
+            });
+        }
+    }
+    let mut files = Vec::new();
+    let key = if ca_cert.exists() {
+        let pem =
+            Zeroizing::new(std::fs::read_to_string(&ca_key).map_err(|e| io_error(&ca_key, e))?);
+        KeyPair::from_pem(&pem).map_err(|e| Error::Io {
+            what: ca_key.display().to_string(),
+            reason: format!("not the operator CA's key: {e}"),
+        })?
+    } else {
+        make_operator_ca(dir, &mut files)?
+    };
+    let trust = OperatorTrust::load(dir)?.ok_or_else(|| Error::Io {
+        what: ca_cert.display().to_string(),
+        reason: "does not exist".into(),
+    })?;
+    for who in &names {
+        issue_operator(dir, &key, who, &mut files)?;
+        // The operator CA's certificate and key go together: the new
+        // certificate is checked as the web app will check it.
+        let pem = dir.join(operator_files(who).0);
+        let chain = read_certs(&pem)?;
+        trust
+            .operator(&chain, SystemTime::now())
+            .map_err(|e| Error::Io {
+                what: pem.display().to_string(),
+                reason: format!(
+                    "issued, but it does not verify under {OPERATOR_CA_CERT} ({}): is {OPERATOR_CA_KEY} that CA's key?",
+                    e.reason()
+                ),
+            })?;
+    }
+    Ok(Written {
+        dir: dir.to_owned(),
+        files,
+        note: OPERATOR_NOTE,
+    })
+}
+
+/// What `init` says of operators' certificates.
+const OPERATOR_NOTE: &str = "give each operator their operator-NAME.pem and operator-NAME.key (the key only to them); keep operator-ca.key where operators are added (serve needs only operator-ca.pem)";
 
 /// The control plane's signing key in `dir`, made (mode 0600) if the file
 /// does not exist; an existing key is never replaced. It signs session
@@ -456,6 +694,165 @@ fn write_file(
     Ok(())
 }
 
+/// What the people's web app trusts a client certificate with: the TLS
+/// layer takes one under the operator CA or the control CA (so that a
+/// gateway's certificate reaches the route, and is refused there by
+/// name, not by a bare handshake failure), and [`OperatorTrust::operator`]
+/// takes an operator only from the operator CA (see the module docs).
+#[derive(Clone)]
+pub struct OperatorTrust {
+    /// The operator CA's certificate: the one anchor of an operator.
+    operator_ca: CertificateDer<'static>,
+    /// What the TLS layer accepts a client certificate under.
+    tls_roots: Arc<rustls::RootCertStore>,
+}
+
+impl std::fmt::Debug for OperatorTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorTrust")
+            .field("operator_ca_sha256", &sha256_hex(&self.operator_ca))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a client certificate is not an operator's: a stable reason and
+/// what was found. Never the certificate's key (the server never has it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotOperator {
+    reason: &'static str,
+    detail: String,
+}
+
+impl NotOperator {
+    /// `not_operator_ca` (it chains to no operator CA: a gateway's, the
+    /// control plane's), `expired`, `not_client_auth`, `no_operator_name`
+    /// or `malformed`.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// The OID of TLS client authentication (1.3.6.1.5.5.7.3.2), DER content.
+const EKU_CLIENT_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02];
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes).as_ref())
+}
+
+impl OperatorTrust {
+    /// The operator CA in `dir` and the control CA beside it; `None` when
+    /// `dir` has no operator CA (a directory `init` wrote before operators
+    /// had certificates: then only a signed-in operator's passkey is taken).
+    pub fn load(dir: &Path) -> Result<Option<OperatorTrust>, Error> {
+        let path = dir.join(OPERATOR_CA_CERT);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let operator = read_certs(&path)?;
+        let control = read_certs(&dir.join(CA_CERT))?;
+        Self::new(operator[0].clone(), &control).map(Some)
+    }
+
+    /// From the operator CA's certificate and the control CA's.
+    pub fn new(
+        operator_ca: CertificateDer<'static>,
+        control_cas: &[CertificateDer<'static>],
+    ) -> Result<OperatorTrust, Error> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in std::iter::once(&operator_ca).chain(control_cas) {
+            roots.add(c.clone()).map_err(|e| Error::Io {
+                what: OPERATOR_CA_CERT.into(),
+                reason: format!("not a CA certificate: {e}"),
+            })?;
+        }
+        Ok(OperatorTrust {
+            operator_ca,
+            tls_roots: Arc::new(roots),
+        })
+    }
+
+    /// The CAs the TLS layer accepts a client certificate under.
+    pub fn tls_roots(&self) -> Arc<rustls::RootCertStore> {
+        Arc::clone(&self.tls_roots)
+    }
+
+    /// The operator `chain` (leaf first, as the client presented it)
+    /// proves, at `now`: it chains to the operator CA, is good for TLS
+    /// client authentication and valid now, and names one operator
+    /// (`talos:operator:NAME`, a person's name).
+    pub fn operator(
+        &self,
+        chain: &[CertificateDer<'_>],
+        now: SystemTime,
+    ) -> Result<crate::store::ClientCertificate, NotOperator> {
+        use base64::Engine as _;
+        let refuse = |reason: &'static str, detail: String| NotOperator { reason, detail };
+        let leaf = chain
+            .first()
+            .ok_or_else(|| refuse("malformed", "no certificate".into()))?;
+        let cert = webpki::EndEntityCert::try_from(leaf)
+            .map_err(|e| refuse("malformed", format!("does not parse: {e}")))?;
+        let anchor = webpki::anchor_from_trusted_cert(&self.operator_ca)
+            .map_err(|e| refuse("malformed", format!("the operator CA: {e}")))?;
+        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let algs = rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .all;
+        cert.verify_for_usage(
+            algs,
+            &[anchor],
+            chain.get(1..).unwrap_or_default(),
+            rustls::pki_types::UnixTime::since_unix_epoch(since),
+            // Required, not only checked when present: every operator's
+            // certificate says clientAuth.
+            webpki::KeyUsage::required(EKU_CLIENT_AUTH),
+            None,
+            None,
+        )
+        .map_err(|e| match e {
+            webpki::Error::CertExpired { .. } | webpki::Error::CertNotValidYet { .. } => {
+                refuse("expired", format!("not valid now: {e}"))
+            }
+            webpki::Error::RequiredEkuNotFoundContext(_) => {
+                refuse("not_client_auth", "not a TLS client certificate".into())
+            }
+            _ => refuse(
+                "not_operator_ca",
+                format!("not issued by the operator CA: {e}"),
+            ),
+        })?;
+        let names: Vec<&str> = cert
+            .valid_uri_names()
+            .filter_map(|u| u.strip_prefix(OPERATOR_URI_PREFIX))
+            .collect();
+        let operator = match names.as_slice() {
+            [one] => crate::lock::approver(one)
+                .map_err(|_| refuse("no_operator_name", "its operator name is malformed".into()))?,
+            _ => {
+                return Err(refuse(
+                    "no_operator_name",
+                    format!(
+                        "it names {} operators ({OPERATOR_URI_PREFIX}NAME), not one",
+                        names.len()
+                    ),
+                ))
+            }
+        };
+        Ok(crate::store::ClientCertificate {
+            operator,
+            sha256: sha256_hex(leaf),
+            serial: hex::encode(cert.serial()),
+            issuer_sha256: sha256_hex(&self.operator_ca),
+            certificate: base64::engine::general_purpose::STANDARD.encode(leaf.as_ref()),
+            verified_at: humantime::format_rfc3339_millis(now).to_string(),
+        })
+    }
+}
+
 /// One side's TLS material, loaded from an `init` directory: the control
 /// CA as the only trust anchor, and this side's certificate and key.
 #[derive(Debug)]
@@ -540,7 +937,7 @@ fn tls_error(e: rustls::Error) -> Error {
     }
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
     let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
@@ -555,4 +952,182 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
         });
     }
     Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    fn chain(dir: &Path, file: &str) -> Vec<CertificateDer<'static>> {
+        read_certs(&dir.join(file)).unwrap()
+    }
+
+    /// A certificate under `dir`'s operator CA made with `edit` applied to
+    /// an operator's parameters.
+    fn under_operator_ca(
+        dir: &Path,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> CertificateDer<'static> {
+        let pem = std::fs::read_to_string(dir.join(OPERATOR_CA_KEY)).unwrap();
+        let ca_key = KeyPair::from_pem(&pem).unwrap();
+        let issuer = Issuer::new(operator_ca_params().unwrap(), &ca_key);
+        let mut p = params(vec![]).unwrap();
+        p.subject_alt_names = vec![SanType::URI("talos:operator:eve".try_into().unwrap())];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        edit(&mut p);
+        p.signed_by(&new_key().unwrap(), &issuer)
+            .unwrap()
+            .der()
+            .clone()
+    }
+
+    #[test]
+    fn an_operators_certificate_names_them_and_nothing_else_passes_as_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("control");
+        let ops = ["opal".to_owned(), "olga".to_owned()];
+        let written = init_with_operators(&dir, &["gw-a".into()], &ops).unwrap();
+        assert!(written.files.contains(&dir.join("operator-opal.pem")));
+        for f in [OPERATOR_CA_KEY, "operator-opal.key", "operator-olga.key"] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+        }
+        let trust = OperatorTrust::load(&dir).unwrap().expect("an operator CA");
+        let now = SystemTime::now();
+
+        let opal = chain(&dir, "operator-opal.pem");
+        let cert = trust.operator(&opal, now).unwrap();
+        assert_eq!(cert.operator, "opal");
+        assert_eq!(cert.sha256, sha256_hex(&opal[0]));
+        assert_eq!(
+            cert.issuer_sha256,
+            sha256_hex(&chain(&dir, OPERATOR_CA_CERT)[0])
+        );
+
+        // A gateway's certificate, and the control plane's, are no
+        // operator's: they chain to the control CA.
+        for who in ["gw-a.pem", STUB_CERT] {
+            let e = trust.operator(&chain(&dir, who), now).unwrap_err();
+            assert_eq!(e.reason(), "not_operator_ca", "{who}: {e:?}");
+        }
+        // Nor is another directory's operator.
+        let other = tmp.path().join("other");
+        init_with_operators(&other, &[], &["opal".into()]).unwrap();
+        let e = trust
+            .operator(&chain(&other, "operator-opal.pem"), now)
+            .unwrap_err();
+        assert_eq!(e.reason(), "not_operator_ca");
+        // Past its year, refused.
+        let later = now + OPERATOR_VALIDITY + Duration::from_secs(86_400);
+        assert_eq!(
+            trust.operator(&opal, later).unwrap_err().reason(),
+            "expired"
+        );
+        // Under the operator CA but no client certificate, or naming no
+        // operator, or two: refused.
+        let server_only = under_operator_ca(&dir, |p| {
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        });
+        assert_eq!(
+            trust.operator(&[server_only], now).unwrap_err().reason(),
+            "not_client_auth"
+        );
+        let nameless = under_operator_ca(&dir, |p| {
+            p.subject_alt_names = vec![SanType::DnsName("opal".try_into().unwrap())];
+        });
+        assert_eq!(
+            trust.operator(&[nameless], now).unwrap_err().reason(),
+            "no_operator_name"
+        );
+        let two = under_operator_ca(&dir, |p| {
+            p.subject_alt_names
+                .push(SanType::URI("talos:operator:opal".try_into().unwrap()));
+        });
+        assert_eq!(
+            trust.operator(&[two], now).unwrap_err().reason(),
+            "no_operator_name"
+        );
+        let eve = under_operator_ca(&dir, |_| {});
+        assert_eq!(trust.operator(&[eve], now).unwrap().operator, "eve");
+
+        // And the other way: the control channel (its verifier trusts the
+        // control CA alone) refuses an operator's certificate, and takes a
+        // gateway's.
+        let stub = Identity::load(&dir, "stub").unwrap();
+        let channel = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            stub.roots.clone(),
+            provider(),
+        )
+        .build()
+        .unwrap();
+        let at = rustls::pki_types::UnixTime::now();
+        assert!(channel.verify_client_cert(&opal[0], &[], at).is_err());
+        let gw = chain(&dir, "gw-a.pem");
+        channel.verify_client_cert(&gw[0], &[], at).unwrap();
+    }
+
+    #[test]
+    fn operators_are_added_to_an_existing_directory_without_overwriting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("control");
+        let first = init(&dir, &["gw-a".into()]).unwrap();
+        let before: Vec<Vec<u8>> = first
+            .files
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .collect();
+        let added = add_operators(&dir, &["opal".into()]).unwrap();
+        assert_eq!(
+            added.files,
+            vec![dir.join("operator-opal.pem"), dir.join("operator-opal.key")]
+        );
+        assert_eq!(mode(&dir.join("operator-opal.key")), 0o600);
+        let after: Vec<Vec<u8>> = first
+            .files
+            .iter()
+            .map(|f| std::fs::read(f).unwrap())
+            .collect();
+        assert_eq!(before, after, "nothing init wrote changed");
+        let trust = OperatorTrust::load(&dir).unwrap().unwrap();
+        let opal = chain(&dir, "operator-opal.pem");
+        assert_eq!(
+            trust.operator(&opal, SystemTime::now()).unwrap().operator,
+            "opal"
+        );
+
+        // Again: refused, before anything is written.
+        let e = add_operators(&dir, &["olga".into(), "opal".into()]).unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+        assert!(!dir.join("operator-olga.pem").exists());
+        assert_eq!(chain(&dir, "operator-opal.pem"), opal);
+        // A directory init never wrote, a bad name, none: refused.
+        assert!(add_operators(&tmp.path().join("nothing"), &["opal".into()]).is_err());
+        assert_eq!(
+            add_operators(&dir, &["no/slash".into()])
+                .unwrap_err()
+                .code(),
+            "name_invalid"
+        );
+        assert_eq!(add_operators(&dir, &[]).unwrap_err().code(), "name_invalid");
+
+        // A directory from before operator CAs gets one, made once.
+        std::fs::remove_file(dir.join(OPERATOR_CA_CERT)).unwrap();
+        std::fs::remove_file(dir.join(OPERATOR_CA_KEY)).unwrap();
+        let made = add_operators(&dir, &["olga".into()]).unwrap();
+        assert!(made.files.contains(&dir.join(OPERATOR_CA_CERT)));
+        let trust = OperatorTrust::load(&dir).unwrap().unwrap();
+        let olga = chain(&dir, "operator-olga.pem");
+        assert_eq!(
+            trust.operator(&olga, SystemTime::now()).unwrap().operator,
+            "olga"
+        );
+        // Half an operator CA: refused.
+        std::fs::remove_file(dir.join(OPERATOR_CA_KEY)).unwrap();
+        assert!(add_operators(&dir, &["omar".into()]).is_err());
+        assert!(!dir.join("operator-omar.pem").exists());
+    }
 }

@@ -85,6 +85,8 @@ pub struct Pair {
 struct Passkey {
     key: aws_lc_rs::signature::EcdsaKeyPair,
     credential_id: Vec<u8>,
+    /// The public half as registration stores it (COSE_Key).
+    cose: Vec<u8>,
     sign_count: u32,
 }
 
@@ -305,6 +307,13 @@ impl Pair {
             .alice_signs(&d, verdict)
             .ok_or_else(|| Error::invalid("alice holds no passkey"))?;
         let sign_count = self.alice.as_ref().map_or(0, |a| a.sign_count);
+        let alice_key = self.alice.as_ref().map_or_else(Default::default, |a| {
+            use base64::Engine as _;
+            (
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&a.cose),
+                "ES256".to_owned(),
+            )
+        });
         let challenge = talos_certs::webauthn::decision_challenge(&d, verdict);
         let decided = crate::relay::decide_signed(
             store,
@@ -328,6 +337,8 @@ impl Pair {
                     challenge: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(challenge),
                     nonce: None,
                     verified_at: crate::store::now(),
+                    public_key_cose: Some(alice_key.0.clone()),
+                    alg: Some(alice_key.1.clone()),
                 }))
             },
         )?;
@@ -478,7 +489,7 @@ fn enrol_alice(store: &mut Store) -> Result<Passkey, Error> {
     let passkey = crate::store::Passkey {
         credential_id: credential_id.to_vec(),
         person: "alice".into(),
-        public_key_cose: cose,
+        public_key_cose: cose.clone(),
         alg: "ES256".into(),
         sign_count: 0,
         aaguid: "00000000000000000000000000000000".into(),
@@ -497,6 +508,7 @@ fn enrol_alice(store: &mut Store) -> Result<Passkey, Error> {
     Ok(Passkey {
         key,
         credential_id: credential_id.to_vec(),
+        cose,
         sign_count: 0,
     })
 }

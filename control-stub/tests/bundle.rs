@@ -177,9 +177,28 @@ fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named()
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("approved by alice, signed by the relay's key")
-            && out.contains("alice's own passkey signed this verdict on this card"),
+            && out.contains("alice's own passkey signed this verdict on this card")
+            && out.contains("the certificate's copy verifies alone"),
         "{out}"
     );
+    // The certificate itself shows the decision: alice, verified by her
+    // passkey, the assertion the relay signed, her listed key, the
+    // relay's signed decision and key.
+    let cert = talos_control_stub::certificate::certificate(&store, &id).unwrap();
+    let copy = &cert["proposals"][0]["decided"];
+    assert_eq!(copy["approver"], "alice");
+    assert_eq!(copy["verified"], true);
+    assert_eq!(copy["verified_by"], "passkey");
+    assert_eq!(copy["public_key_cose"], key["public_key_cose"]);
+    assert_eq!(copy["alg"], "ES256");
+    assert_eq!(copy["rp_id"], synth::RP_ID);
+    assert_eq!(copy["origin"], synth::ORIGIN);
+    assert_eq!(copy["relay_signed"], items[at]["decision"]);
+    assert_eq!(
+        copy["assertion"],
+        serde_json::to_value(signed.assertion.as_ref().unwrap()).unwrap()
+    );
+    assert_eq!(copy["relay_public_key"].as_str().map(str::len), Some(64));
 
     // A flipped byte of alice's signature (the relay signs again).
     let mut flipped = items.clone();
@@ -276,7 +295,30 @@ fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named()
         serde_json::from_value(bare[c]["envelope"].clone()).unwrap();
     let mut cert: Value = serde_json::from_slice(&envelope.payload).unwrap();
     cert["attempts"][0]["lab_approvals"] = true.into();
+    // Its copy of the decision first still names the first signed
+    // decision: named.
+    let p = dir.path().join("lab-stale.jsonl");
     let plane = talos_control_stub::identity::plane_key(&control).unwrap();
+    let mut stale = bare.clone();
+    stale[c]["envelope"] = serde_json::to_value(plane.sign(
+        talos_certs::Kind::Certificate,
+        serde_json::to_vec(&cert).unwrap(),
+    ))
+    .unwrap();
+    write_lines(&p, &stale);
+    let (code, out) = verify(&p);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("the certificate's relay_signed is not the signed decision the bundle holds"),
+        "{out}"
+    );
+    // Then the copy as a lab decision shows it.
+    let copy = &mut cert["proposals"][0]["decided"];
+    *copy = serde_json::json!({
+        "approver": "alice", "verified": false, "verified_by": "relay_only",
+        "note": talos_control_stub::certificate::LAB_DECISION_NOTE,
+        "relay_signed": bare[at]["decision"], "relay_public_key": copy["relay_public_key"],
+    });
     bare[c]["envelope"] = serde_json::to_value(plane.sign(
         talos_certs::Kind::Certificate,
         serde_json::to_vec(&cert).unwrap(),
@@ -290,4 +332,66 @@ fn a_persons_decision_is_checked_under_her_listed_key_and_each_tamper_is_named()
         out.contains("no person's assertion: that alice decided rests on the relay's and the control stub's word (attempt 1 was in lab mode)"),
         "{out}"
     );
+}
+
+/// The Python docs/records.md gives ("Verifying a decision by hand"), run
+/// as written on a certificate issued here: alice's decision verifies
+/// from the certificate alone; a flipped byte of her signature, or of the
+/// relay's, stops it.
+#[test]
+fn a_decision_verifies_by_hand_as_records_md_says() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/records.md"))
+            .unwrap();
+    let script = docs
+        .split("### Verifying a decision by hand")
+        .nth(1)
+        .and_then(|s| s.split("```python\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("the section's python block");
+    let (dir, store, id, _) = bundled(&Options::default());
+    let script_path = dir.path().join("check_decision.py");
+    std::fs::write(&script_path, script).unwrap();
+    let cert = talos_control_stub::certificate::certificate(&store, &id).unwrap();
+    assert_eq!(cert["issued"], true, "{cert}");
+    let run = |cert: &Value| {
+        let path = dir.path().join("certificate.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(cert).unwrap()).unwrap();
+        let out = Command::new("timeout")
+            .args(["-k", "2", "60", "python3"])
+            .arg(&script_path)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, out) = run(&cert);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("approved by alice, signed by the relay and by alice's own passkey"),
+        "{out}"
+    );
+
+    let flip = |text: &str, url: bool| {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        use base64::Engine as _;
+        let engine = if url { &URL_SAFE_NO_PAD } else { &STANDARD };
+        let mut bytes = engine.decode(text).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        engine.encode(bytes)
+    };
+    let mut bad = cert.clone();
+    let a = &mut bad["proposals"][0]["decided"]["assertion"]["signature"];
+    *a = flip(a.as_str().unwrap(), true).into();
+    let (code, out) = run(&bad);
+    assert_ne!(code, Some(0), "alice's signature flipped: {out}");
+    let mut bad = cert.clone();
+    let s = &mut bad["proposals"][0]["decided"]["relay_signed"]["signature"];
+    *s = flip(s.as_str().unwrap(), false).into();
+    let (code, out) = run(&bad);
+    assert_ne!(code, Some(0), "the relay's signature flipped: {out}");
+    assert!(out.contains("InvalidSignature"), "{out}");
 }

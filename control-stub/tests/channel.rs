@@ -30,14 +30,20 @@ fn init_writes_private_keys_and_refuses_to_overwrite() {
     let dir = tmp.path().join("control");
     let written = identity::init(&dir, &["gw-a".into(), "gw-b".into()]).unwrap();
     // CA, stub and two gateways (a certificate and key each), the relay's
-    // signing key, the control plane's (certificates) and the VAPID key
-    // (Web Push).
-    assert_eq!(written.files.len(), 11);
+    // signing key, the control plane's (certificates), the VAPID key (Web
+    // Push) and the operator CA (a certificate and key).
+    assert_eq!(written.files.len(), 13);
     assert_eq!(mode(&dir.join("relay.key")), 0o600);
     assert_eq!(mode(&dir.join("plane.key")), 0o600);
     assert_eq!(mode(&dir.join("vapid.key")), 0o600);
     identity::vapid_key(&dir).unwrap();
-    for f in ["ca.key", "stub.key", "gw-a.key", "gw-b.key"] {
+    for f in [
+        "ca.key",
+        "stub.key",
+        "gw-a.key",
+        "gw-b.key",
+        "operator-ca.key",
+    ] {
         assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
         let text = std::fs::read_to_string(dir.join(f)).unwrap();
         assert!(text.contains("PRIVATE KEY"), "{f}");
@@ -119,7 +125,7 @@ fn init_through_the_command_line_prints_what_it_wrote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed["files"].as_array().unwrap().len(), 9);
+    assert_eq!(printed["files"].as_array().unwrap().len(), 11);
     assert!(printed["note"].as_str().unwrap().contains("offline"));
     // init needs no store.
     assert!(!tmp.path().join("control-stub.db").exists());
@@ -131,6 +137,84 @@ fn init_through_the_command_line_prints_what_it_wrote() {
         .unwrap();
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("io_failed"));
+}
+
+/// `init --operator NAME` (repeatable) issues operators' certificates;
+/// on a directory init wrote, `--operator` alone adds operators and
+/// writes only their files; nothing is ever overwritten.
+#[test]
+fn init_issues_operators_and_adds_them_to_an_existing_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_control-stub"))
+            .arg("init")
+            .arg("--dir")
+            .arg(&dir)
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "--gateway",
+        "gw-a",
+        "--operator",
+        "opal",
+        "--operator",
+        "olga",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 11 as before, and each operator's certificate and key.
+    assert_eq!(printed["files"].as_array().unwrap().len(), 15);
+    for f in ["operator-opal.key", "operator-olga.key"] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+    let opal = std::fs::read(dir.join("operator-opal.pem")).unwrap();
+
+    let added = run(&["--operator", "omar"]);
+    assert!(added.status.success(), "{added:?}");
+    let printed: serde_json::Value = serde_json::from_slice(&added.stdout).unwrap();
+    let files: Vec<&str> = printed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files[0].ends_with("operator-omar.pem") && files[1].ends_with("operator-omar.key"));
+
+    // The same operator again, or a gateway with it: refused, nothing
+    // written or changed.
+    for args in [
+        &["--operator", "omar"][..],
+        &["--gateway", "gw-z", "--operator", "oz"],
+    ] {
+        let again = run(args);
+        assert_eq!(again.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&again.stderr).contains("io_failed"));
+    }
+    assert!(!dir.join("operator-oz.pem").exists() && !dir.join("gw-z.pem").exists());
+    assert_eq!(std::fs::read(dir.join("operator-opal.pem")).unwrap(), opal);
+
+    // Anywhere else, --operator names who asks, once.
+    let twice = std::process::Command::new(env!("CARGO_BIN_EXE_control-stub"))
+        .args(["--db"])
+        .arg(tmp.path().join("s.db"))
+        .args([
+            "--operator",
+            "a",
+            "--operator",
+            "b",
+            "policy",
+            "lab-approvals",
+            "show",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(twice.status.code(), Some(2), "{twice:?}");
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("name_invalid"));
 }
 
 /// A served consumer on loopback with its identities and store.

@@ -721,3 +721,50 @@ fn cancellation_from_interrupted_confirms_from_the_interruption_report() {
         .all(|c| c["reason"] == "interruption"));
     assert!(t.reset.iter().all(|s| s.confirmed));
 }
+
+/// A Revoke All an operator's client certificate verified is kept as
+/// such by the store (either one: `TALOS_TEST_STORE`), shown by `sandbox
+/// status` and on the certificate: verified, by `client_certificate`,
+/// with the certificate's record; a command-line one stays unverified.
+#[test]
+fn revoke_all_by_a_client_certificate_is_recorded_as_verified_by_it() {
+    use talos_control_stub::store::{ClientCertificate, Requester};
+    let mut env = Env::new().with_policy();
+    let id = env.start(Mode::Commands).session_id;
+    let cert = ClientCertificate {
+        operator: "opal".into(),
+        sha256: "ab".repeat(32),
+        serial: "7f01".into(),
+        issuer_sha256: "cd".repeat(32),
+        certificate: "MIIB".into(),
+        verified_at: "2026-12-07T09:00:00.000Z".into(),
+    };
+    let by = Requester::by_certificate(cert.clone());
+    env.life()
+        .with_requester(by.clone())
+        .revoke_all(&id)
+        .unwrap();
+    let status = env.life().status(&id).unwrap();
+    let last = status.commands.last().unwrap();
+    assert_eq!(last.event, "revoke_all");
+    assert_eq!(last.by, by, "read back as written");
+    let printed = env.issue(&id);
+    let shown = printed["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == "revoke_all")
+        .unwrap()
+        .clone();
+    assert_eq!(shown["requester"], "operator");
+    assert_eq!(shown["requested_by"], "opal");
+    assert_eq!(shown["verified"], true);
+    assert_eq!(shown["verified_by"], "client_certificate");
+    assert_eq!(
+        shown["client_certificate"],
+        serde_json::to_value(&cert).unwrap()
+    );
+    let start = &printed["commands"][0];
+    assert_eq!(start["verified"], false);
+    assert!(start.get("verified_by").is_none(), "{start}");
+}

@@ -259,6 +259,18 @@ async fn a_sessions_bundle_verifies_alone_and_every_tamper_is_named() {
     ] {
         assert!(out.contains(&line), "{line}\n{out}");
     }
+    // The decision, taken in lab mode (the CLI's --as), says so on the
+    // certificate: no assertion, not verified, the relay's signed decision.
+    let decided = &cert["proposals"][0]["decided"];
+    assert_eq!(decided["verified"], false, "{decided}");
+    assert_eq!(decided["verified_by"], "relay_only");
+    assert!(decided["note"].as_str().unwrap().contains("lab mode"));
+    assert!(decided.get("assertion").is_none());
+    assert_eq!(decided["relay_signed"]["kind"], "decision");
+    assert!(
+        out.contains("the certificate's copy says so (verified false, relay_only)"),
+        "{out}"
+    );
     let masked = cert["secrets"][0]["masked"].as_u64().expect("masked");
     assert!(masked >= 1, "{cert}");
 

@@ -40,7 +40,13 @@
 //! verifies the assertion against the person's own passkeys. The command
 //! then runs as any Revoke All does ([`Lifecycle::revoke_all`]), its
 //! requester recorded as verified: the person, and the assertion (which
-//! names the credential).
+//! names the credential, and carries the public key it verified under).
+//!
+//! An API caller (`POST /v1/sandboxes/{id}/revoke-all`) proves an
+//! operator either way: the same signed-in session and nonce, or an
+//! operator's client certificate under the operator CA, recorded
+//! `verified_by: client_certificate` with the certificate's fingerprint.
+//! Every way in runs through one function, [`revoke_all`] ([`RevokeBy`]).
 
 use std::time::SystemTime;
 
@@ -55,7 +61,8 @@ use crate::link::{GatewayLink, ReportVerifier};
 use crate::model::Role;
 use crate::relay::{self, Decided};
 use crate::store::{
-    ChallengePurpose, Passkey, Requester, RequesterKind, SignedByPasskey, Store, Tx,
+    ChallengePurpose, ClientCertificate, Passkey, Requester, RequesterKind, SignedByPasskey, Store,
+    Tx,
 };
 
 /// The command word Revoke All signs.
@@ -84,6 +91,8 @@ fn record(
         challenge: b64(challenge),
         nonce: None,
         verified_at: at(now),
+        public_key_cose: Some(b64(&passkey.public_key_cose)),
+        alg: Some(passkey.alg.clone()),
     }
 }
 
@@ -144,10 +153,7 @@ pub fn revoke_all_begin(
     now: SystemTime,
 ) -> Result<serde_json::Value, Error> {
     if role != Role::Operator {
-        return Err(Error::NotPermitted {
-            what: "Revoke All",
-            needs: Role::Operator.as_str(),
-        });
+        return Err(not_an_operator());
     }
     store.write(|tx| {
         if tx.session(session_id)?.is_none() {
@@ -178,40 +184,96 @@ pub fn revoke_all_begin(
     })
 }
 
-/// Revoke All on session `session_id`, as `person` signed it with the
-/// nonce `nonce` (see the module docs): the lifecycle's transition.
+/// Who asks for a Revoke All, and what proves it: the two ways in, both
+/// run by [`revoke_all`].
+pub enum RevokeBy<'a> {
+    /// A signed-in person (the web app's page, or an API caller with the
+    /// person's browser session): their passkey's assertion over
+    /// `command_challenge("revoke_all", session id, nonce)`, with the
+    /// nonce [`revoke_all_begin`] issued them.
+    Passkey {
+        person: &'a str,
+        role: Role,
+        nonce: &'a str,
+        presented: &'a Presented,
+    },
+    /// An operator's client certificate, verified under the operator CA
+    /// on the request's TLS connection
+    /// ([`crate::identity::OperatorTrust::operator`]).
+    ClientCertificate(ClientCertificate),
+}
+
+impl std::fmt::Debug for RevokeBy<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RevokeBy::Passkey { person, role, .. } => f
+                .debug_struct("RevokeBy::Passkey")
+                .field("person", person)
+                .field("role", role)
+                .finish_non_exhaustive(),
+            RevokeBy::ClientCertificate(c) => f
+                .debug_struct("RevokeBy::ClientCertificate")
+                .field("operator", &c.operator)
+                .field("sha256", &c.sha256)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// Revoke All on session `session_id`, as `by` asks and proves (see the
+/// module docs): the lifecycle's transition, its requester recorded as
+/// verified, with the proof. A certificate's operator must not be a
+/// person of another role in the store (an approver of that name).
 #[allow(clippy::too_many_arguments)]
 pub fn revoke_all(
     store: &mut Store,
     link: &dyn GatewayLink,
     verifier: &dyn ReportVerifier,
     rp: &RelyingParty,
-    person: &str,
-    role: Role,
     session_id: &str,
-    nonce: &str,
-    presented: &Presented,
+    by: RevokeBy<'_>,
     now: SystemTime,
 ) -> Result<Transition, Error> {
-    if role != Role::Operator {
-        return Err(Error::NotPermitted {
-            what: "Revoke All",
-            needs: Role::Operator.as_str(),
-        });
-    }
-    let c = ceremony::take(store, nonce, ChallengePurpose::Command, now)?;
-    if c.person.as_deref() != Some(person)
-        || c.command.as_deref() != Some(REVOKE_ALL)
-        || c.session_id.as_deref() != Some(session_id)
-    {
-        return Err(Error::ChallengeInvalid {
-            reason: "the nonce was issued for another person, command or session".into(),
-        });
-    }
-    let challenge = command_challenge(REVOKE_ALL, session_id, nonce);
-    let mut signed = store.write(|tx| verify_own(tx, rp, person, &challenge, presented, now))?;
-    signed.nonce = Some(nonce.to_owned());
-    let mut life = Lifecycle::new(store, link, verifier)
-        .with_requester(Requester::verified(RequesterKind::Operator, signed));
+    let requester = match by {
+        RevokeBy::Passkey {
+            person,
+            role,
+            nonce,
+            presented,
+        } => {
+            if role != Role::Operator {
+                return Err(not_an_operator());
+            }
+            let c = ceremony::take(store, nonce, ChallengePurpose::Command, now)?;
+            if c.person.as_deref() != Some(person)
+                || c.command.as_deref() != Some(REVOKE_ALL)
+                || c.session_id.as_deref() != Some(session_id)
+            {
+                return Err(Error::ChallengeInvalid {
+                    reason: "the nonce was issued for another person, command or session".into(),
+                });
+            }
+            let challenge = command_challenge(REVOKE_ALL, session_id, nonce);
+            let mut signed =
+                store.write(|tx| verify_own(tx, rp, person, &challenge, presented, now))?;
+            signed.nonce = Some(nonce.to_owned());
+            Requester::verified(RequesterKind::Operator, signed)
+        }
+        RevokeBy::ClientCertificate(cert) => {
+            let known = store.read(|tx| tx.person(&cert.operator))?;
+            if known.is_some_and(|p| p.role != Role::Operator) {
+                return Err(not_an_operator());
+            }
+            Requester::by_certificate(cert)
+        }
+    };
+    let mut life = Lifecycle::new(store, link, verifier).with_requester(requester);
     life.revoke_all(session_id)
+}
+
+fn not_an_operator() -> Error {
+    Error::NotPermitted {
+        what: "Revoke All",
+        needs: Role::Operator.as_str(),
+    }
 }

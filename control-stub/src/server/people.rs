@@ -65,13 +65,24 @@ impl People {
     /// context; nothing is accepted yet.
     pub fn prepare(settings: &Settings) -> Result<People, Error> {
         let link: KeptLink = Arc::new(Mutex::new(None));
-        let Some(config) = settings.web.clone() else {
+        let Some(mut config) = settings.web.clone() else {
             return Ok(People {
                 web: Web::Off,
                 link,
             });
         };
         let dir = &settings.control_dir;
+        // Operators' client certificates (`/v1/`), under the operator CA
+        // `init` made; a directory without one takes only passkeys.
+        config.operators = crate::identity::OperatorTrust::load(dir)?;
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "web": "operator client certificates",
+                "accepted": config.operators.is_some(),
+                "operator_ca": dir.join(crate::identity::OPERATOR_CA_CERT).display().to_string(),
+            })
+        );
         let overrides = settings.gateways.clone();
         let deps = Deps {
             db: settings.db.clone(),

@@ -113,7 +113,7 @@ pub use batches::{
     BatchInfo, BatchOutcome, BatchRejection, ChainGap, ChainPosition, ConnectionRecord,
 };
 pub use certificates::IssuedCertificate;
-pub use commands::{CommandRecord, Requester, RequesterKind};
+pub use commands::{ClientCertificate, CommandRecord, Proof, Requester, RequesterKind};
 pub use db::{now, Db, Store, Tx, DEFAULT_PATH};
 pub use evidence::StoredReport;
 pub use gateways::{ed25519_key, GatewayInfo, StartRecord};

@@ -232,6 +232,15 @@ pub struct SignedByPasskey {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
     pub verified_at: String,
+    /// The public key it was verified under, as registration stored it:
+    /// the COSE_Key (base64url) and its algorithm (`ES256`, `EdDSA`,
+    /// `RS256`), kept with the assertion so that it verifies from the
+    /// record alone, even once the passkey is removed. Absent in records
+    /// made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_cose: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alg: Option<String>,
 }
 
 const PERSON_COLUMNS: &str = "name, role, created_at, user_handle";

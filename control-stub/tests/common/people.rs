@@ -228,6 +228,7 @@ impl Web {
             cert: ca.cert.clone(),
             key: ca.key.clone(),
             push: push.as_ref().map(|(c, _)| c.clone()),
+            operators: None,
         };
         let bound = config.bind_on(listener).unwrap();
         let addr = bound.local_addr();

@@ -18,6 +18,36 @@
 //! | `POST /api/sessions/{id}/revoke-all` | operators | `{"nonce", "credential"}`: Revoke All |
 //! | `GET /api/push` | signed in | the VAPID public key, or null when push is off |
 //! | `POST /api/push/subscribe`, `/api/push/unsubscribe` | signed in | a device's subscription |
+//! | `POST /v1/sandboxes/{id}/revoke-all` | an operator: client certificate, or signed in | Revoke All for an API caller (below) |
+//! | `POST /v1/sandboxes/{id}/revoke-all/begin` | operators, signed in | the same as `/api/sessions/{id}/revoke-all/begin` |
+//!
+//! **The API (`/v1/`).** `POST /v1/sandboxes/{id}/revoke-all` takes an
+//! operator either way, through the one function every Revoke All runs
+//! through (`signed::revoke_all`):
+//!
+//! - **A client certificate** (`control-stub init --operator NAME`): when
+//!   the TLS connection presented one, it alone decides who asks. It must
+//!   chain to the operator CA, say clientAuth, be valid now and name one
+//!   operator (`talos:operator:NAME`); else 403 `certificate_refused`
+//!   (its reason in the message: `not_operator_ca` for a gateway's or the
+//!   control plane's certificate). The store must not hold that name as
+//!   a person of another role (403 `not_permitted`). The body is empty or
+//!   `{}`. A browser that holds such a certificate sends it by itself, as
+//!   it sends a cookie, so a request from another site's page is refused:
+//!   its `Origin`, when sent, must be the app's and its `Sec-Fetch-Site`,
+//!   when sent, `same-origin` or `none` (403 `origin_refused`); curl sends
+//!   neither. Recorded `verified_by: client_certificate`, with the
+//!   certificate's SHA-256 fingerprint, serial and DER.
+//! - **A signed-in operator's session**: the cookie, `Origin`, JSON body
+//!   and CSRF token as every `/api/` POST; the body `{"nonce",
+//!   "credential"}` as `/api/sessions/{id}/revoke-all` takes it, the nonce
+//!   from `.../revoke-all/begin` (either prefix). An approver's session:
+//!   403 `not_permitted`. Recorded `verified_by: passkey`.
+//! - **Neither**: 401 `no_identity`.
+//!
+//! An unknown session is 404 `sandbox_not_found`, one that has ended 409
+//! `sandbox_ended`. The answer: `{"session_id", "state", "attempt",
+//! "closes_owed", "requested_by", "verified": true, "verified_by"}`.
 //!
 //! **Every request that changes something** (every `POST`) must come
 //! from the app's own pages: its `Origin` header is the app's origin,
@@ -32,9 +62,12 @@
 //! at all.
 //!
 //! **Logs.** One JSON line on standard error per request that changes
-//! something and per refusal: the route, the person when known, the
-//! status and error code, the source address. Never a cookie, a token, a
-//! CSRF token, a challenge or an assertion.
+//! something and per refusal (so one per `/v1/` call): the route, the
+//! person when known, the status and error code, the source address, and
+//! on `/v1/` how the caller was identified (`via`: `client_certificate`
+//! or `passkey`) with a certificate's SHA-256 fingerprint. Never a cookie,
+//! a token, a CSRF token, a challenge, an assertion or anything of a
+//! certificate's key (the server never has it).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,13 +82,18 @@ use talos_certs::Verdict;
 use zeroize::Zeroizing;
 
 use super::super::ceremony::{self, AssertionJson, Presented, RegistrationJson};
+use super::super::signed::RevokeBy;
 use super::super::{sessions, signed};
 use super::answer::{self, refuse, secure, Body, Reply};
 use super::app::{App, MAX_BODY};
 use super::{assets, live, views, watch};
 use crate::error::Error;
-use crate::model::ProposalState;
-use crate::store::WebSession;
+use crate::model::{ProposalState, Role};
+use crate::store::{ClientCertificate, WebSession};
+
+/// The certificates a client presented on its TLS connection (leaf
+/// first), as the TLS layer verified them.
+pub type PeerCerts = Arc<Vec<rustls::pki_types::CertificateDer<'static>>>;
 
 /// Why a request is refused before it reaches the store.
 enum Fail {
@@ -98,15 +136,31 @@ struct Ctx<'a> {
     person: Option<String>,
     /// A new cookie for the answer (a sign-in, a rotation, a sign-out).
     set_cookie: Option<Zeroizing<String>>,
+    /// The client's certificates, if its connection presented any.
+    certs: Option<PeerCerts>,
+    /// How a `/v1/` caller was identified (for the log line).
+    via: Option<&'static str>,
+    /// The SHA-256 of the client certificate it presented (for the log).
+    certificate: Option<String>,
 }
 
-/// Serve one request.
-pub async fn handle(app: &Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+/// Serve one request; `certs`: the client certificates its connection
+/// presented.
+pub async fn handle(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    certs: Option<&PeerCerts>,
+) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    if !path.starts_with("/api/") {
+    let prefix = if path.starts_with("/api/") {
+        "/api"
+    } else if path.starts_with("/v1/") {
+        "/v1"
+    } else {
         return secure(assets::serve(&method, &path, req.headers()), false);
-    }
+    };
     let (parts, body) = req.into_parts();
     let mut ctx = Ctx {
         app,
@@ -114,15 +168,22 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>, peer: SocketAddr) ->
         source: peer.ip().to_string(),
         person: None,
         set_cookie: None,
+        certs: certs.cloned(),
+        via: None,
+        certificate: None,
     };
-    let route = path["/api".len()..].to_owned();
-    let result = route_api(&mut ctx, &method, &route, body).await;
+    let route = path[prefix.len()..].to_owned();
+    let result = if prefix == "/v1" {
+        route_v1(&mut ctx, &method, &route, body).await
+    } else {
+        route_api(&mut ctx, &method, &route, body).await
+    };
     let (mut reply, failure) = match result {
         Ok(r) => (r, None),
         Err(f) => (f.reply(), Some(f.code())),
     };
     if method != Method::GET || failure.is_some() {
-        log(&ctx, &method, &route, reply.status(), failure);
+        log(&ctx, &method, prefix, &route, reply.status(), failure);
     }
     if let Some(cookie) = &ctx.set_cookie {
         if let Ok(v) = HeaderValue::from_str(cookie) {
@@ -133,22 +194,31 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>, peer: SocketAddr) ->
 }
 
 /// The log line of a request (see the module docs).
-fn log(ctx: &Ctx<'_>, method: &Method, route: &str, status: StatusCode, error: Option<&str>) {
+fn log(
+    ctx: &Ctx<'_>,
+    method: &Method,
+    prefix: &str,
+    route: &str,
+    status: StatusCode,
+    error: Option<&str>,
+) {
     let shown: String = route
         .chars()
         .take(120)
         .map(|c| if c.is_ascii_graphic() { c } else { '?' })
         .collect();
-    eprintln!(
-        "{}",
-        serde_json::json!({
-            "web": format!("{method} /api{shown}"),
-            "status": status.as_u16(),
-            "person": ctx.person,
-            "error": error,
-            "source": ctx.source,
-        })
-    );
+    let mut line = serde_json::json!({
+        "web": format!("{method} {prefix}{shown}"),
+        "status": status.as_u16(),
+        "person": ctx.person,
+        "error": error,
+        "source": ctx.source,
+    });
+    if prefix == "/v1" {
+        line["via"] = ctx.via.into();
+        line["certificate_sha256"] = ctx.certificate.clone().into();
+    }
+    eprintln!("{line}");
 }
 
 /// The route's name and the rest: `/cards/ID/decision` → ("cards", ["ID", "decision"]).
@@ -728,22 +798,63 @@ struct RevokeBody {
 
 async fn revoke_all(ctx: &mut Ctx<'_>, s: WebSession, id: String, body: RevokeBody) -> Outcome {
     let presented = Presented::from_json(&body.credential)?;
+    revoke(
+        ctx,
+        id,
+        Asker::Passkey {
+            person: s.person,
+            role: s.role,
+            nonce: body.nonce,
+            presented,
+        },
+    )
+    .await
+}
+
+/// Who asks for a Revoke All, owned (for the store's thread).
+enum Asker {
+    Passkey {
+        person: String,
+        role: Role,
+        nonce: String,
+        presented: Presented,
+    },
+    Certificate(ClientCertificate),
+}
+
+/// Revoke All on session `id` as `asker` (every route's way in).
+async fn revoke(ctx: &mut Ctx<'_>, id: String, asker: Asker) -> Outcome {
     let (app, now) = (Arc::clone(ctx.app), ctx.app.now());
+    let verified_by = match &asker {
+        Asker::Passkey { .. } => "passkey",
+        Asker::Certificate(_) => "client_certificate",
+    };
     let t = ctx
         .app
         .pool
         .run(move |store| {
             let link = (app.deps.links)(store)?;
+            let by = match &asker {
+                Asker::Passkey {
+                    person,
+                    role,
+                    nonce,
+                    presented,
+                } => RevokeBy::Passkey {
+                    person,
+                    role: *role,
+                    nonce,
+                    presented,
+                },
+                Asker::Certificate(c) => RevokeBy::ClientCertificate(c.clone()),
+            };
             signed::revoke_all(
                 store,
                 link.as_ref(),
                 app.deps.verifier.as_ref(),
                 &app.rp,
-                &s.person,
-                s.role,
                 &id,
-                &body.nonce,
-                &presented,
+                by,
                 now,
             )
         })
@@ -758,8 +869,134 @@ async fn revoke_all(ctx: &mut Ctx<'_>, s: WebSession, id: String, body: RevokeBo
             "closes_owed": t.closes_owed.len(),
             "requested_by": ctx.person,
             "verified": true,
+            "verified_by": verified_by,
         }),
     ))
+}
+
+// ---- the API (`/v1/`) ---------------------------------------------------
+
+async fn route_v1(ctx: &mut Ctx<'_>, method: &Method, route: &str, body: Incoming) -> Outcome {
+    let seg = segments(route);
+    match (method, seg.as_slice()) {
+        (&Method::POST, ["sandboxes", id, "revoke-all"]) => {
+            let id = (*id).to_owned();
+            v1_revoke_all(ctx, id, body).await
+        }
+        (&Method::POST, ["sandboxes", id, "revoke-all", "begin"]) => {
+            ctx.via = Some("passkey");
+            revoke_all_begin(ctx, id, body).await
+        }
+        (_, ["sandboxes", _, "revoke-all"] | ["sandboxes", _, "revoke-all", "begin"]) => {
+            Err(Fail::Refused(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{method} is not what this route takes"),
+            ))
+        }
+        _ => Err(Fail::Refused(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such route".into(),
+        )),
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/revoke-all` (see the module docs).
+async fn v1_revoke_all(ctx: &mut Ctx<'_>, id: String, body: Incoming) -> Outcome {
+    if let Some(chain) = ctx.certs.clone() {
+        ctx.via = Some("client_certificate");
+        ctx.certificate = chain.first().map(|c| {
+            hex::encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, c.as_ref()).as_ref())
+        });
+        not_cross_site(ctx)?;
+        let trust = ctx.app.operators.clone().ok_or_else(|| {
+            Fail::Refused(
+                StatusCode::FORBIDDEN,
+                "certificate_refused",
+                "this server takes no operator's client certificate (no operator CA)".into(),
+            )
+        })?;
+        let cert = trust.operator(&chain, ctx.app.now()).map_err(|e| {
+            Fail::Refused(
+                StatusCode::FORBIDDEN,
+                "certificate_refused",
+                format!(
+                    "this client certificate is not an operator's ({}): {}",
+                    e.reason(),
+                    e.detail()
+                ),
+            )
+        })?;
+        ctx.person = Some(cert.operator.clone());
+        read_empty(body).await?;
+        return revoke(ctx, id, Asker::Certificate(cert)).await;
+    }
+    if cookie_token(&ctx.headers).is_some() {
+        ctx.via = Some("passkey");
+        let s = signed_in_post(ctx).await?;
+        if s.role != Role::Operator {
+            return Err(Fail::Error(Error::NotPermitted {
+                what: "Revoke All",
+                needs: Role::Operator.as_str(),
+            }));
+        }
+        let body: RevokeBody = read_json(body).await?;
+        return revoke_all(ctx, s, id, body).await;
+    }
+    Err(Fail::Refused(
+        StatusCode::UNAUTHORIZED,
+        "no_identity",
+        "an operator's identity is needed: a client certificate (control-stub init --operator NAME), or a signed-in operator's session with a passkey assertion".into(),
+    ))
+}
+
+/// A request carrying a client certificate is not another site's page's
+/// (see the module docs): its `Origin`, when sent, is the app's, and its
+/// `Sec-Fetch-Site`, when sent, `same-origin` or `none`.
+fn not_cross_site(ctx: &Ctx<'_>) -> Result<(), Fail> {
+    let origin_ok = ctx
+        .headers
+        .get("origin")
+        .is_none_or(|o| o.as_bytes() == ctx.app.rp.origin().as_bytes());
+    let site_ok = ctx
+        .headers
+        .get("sec-fetch-site")
+        .is_none_or(|s| matches!(s.as_bytes(), b"same-origin" | b"none"));
+    if origin_ok && site_ok {
+        return Ok(());
+    }
+    Err(Fail::Refused(
+        StatusCode::FORBIDDEN,
+        "origin_refused",
+        "a request with a client certificate must not come from another site's page".into(),
+    ))
+}
+
+/// A body that must say nothing: empty, or `{}`.
+async fn read_empty(body: Incoming) -> Result<(), Fail> {
+    let bytes = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| {
+            Fail::Refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("a request body is at most {MAX_BODY} bytes"),
+            )
+        })?
+        .to_bytes();
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes) {
+        Ok(m) if m.is_empty() => Ok(()),
+        _ => Err(Fail::Refused(
+            StatusCode::BAD_REQUEST,
+            "body_invalid",
+            "the body is empty or {} with a client certificate".into(),
+        )),
+    }
 }
 
 #[derive(Deserialize)]

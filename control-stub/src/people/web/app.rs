@@ -66,6 +66,9 @@ pub fn system_clock() -> Clock {
 /// What every request is served with.
 pub(crate) struct App {
     pub(crate) rp: RelyingParty,
+    /// Whom a client certificate proves an operator (`/v1/`); none: no
+    /// client certificate is taken.
+    pub(crate) operators: Option<crate::identity::OperatorTrust>,
     pub(crate) pool: Arc<Pool>,
     pub(crate) deps: Deps,
     pub(crate) push: Option<Push>,

@@ -17,7 +17,15 @@
 //! # The listener
 //!
 //! HTTPS only: TLS 1.3 (rustls, aws-lc), the certificate given for the
-//! public name (`--web-cert`, `--web-key`), ALPN `h2` and `http/1.1`. At
+//! public name (`--web-cert`, `--web-key`), ALPN `h2` and `http/1.1`.
+//! When the control directory holds an operator CA (`init`), the listener
+//! asks for an **optional** client certificate (rustls'
+//! `WebPkiClientVerifier`, unauthenticated clients allowed: a browser with
+//! none goes on as before), accepted under the operator CA or the control
+//! CA; the `/v1/` routes take an operator only from the operator CA
+//! ([`crate::identity::OperatorTrust`]), so a gateway's certificate is
+//! refused there by name (403), and one under any other CA ends the
+//! handshake. At
 //! most [`MAX_CONNECTIONS`] connections; [`HANDSHAKE_TIMEOUT`] for a TLS
 //! handshake and for a request's headers; request heads of at most
 //! [`MAX_HEAD`] bytes, bodies of at most [`MAX_BODY`]; HTTP/2 with at most
@@ -165,6 +173,9 @@ pub struct WebConfig {
     pub key: PathBuf,
     /// Web Push, when on.
     pub push: Option<PushConfig>,
+    /// The operator CA (and the control CA) client certificates are taken
+    /// under; none: no client certificate is asked for.
+    pub operators: Option<crate::identity::OperatorTrust>,
 }
 
 impl WebArgs {
@@ -196,15 +207,18 @@ impl WebArgs {
             cert: self.cert.clone().ok_or_else(|| need("--web-cert FILE"))?,
             key: self.key.clone().ok_or_else(|| need("--web-key FILE"))?,
             push: self.push.config()?,
+            operators: None,
         }))
     }
 }
 
 /// A TLS 1.3 server config with the certificate chain and key in the PEM
-/// files; ALPN h2, http/1.1.
+/// files; ALPN h2, http/1.1; an optional client certificate under
+/// `client_roots` when given (see the module docs).
 pub fn tls_config(
     cert: &std::path::Path,
     key: &std::path::Path,
+    client_roots: Option<Arc<rustls::RootCertStore>>,
 ) -> Result<rustls::ServerConfig, Error> {
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -222,17 +236,26 @@ pub fn tls_config(
     let key_der =
         PrivateKeyDer::from_pem_file(key).map_err(|e| io(key, format!("no private key: {e}")))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| io(cert, e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key_der)
-        .map_err(|e| {
-            io(
-                cert,
-                format!("the certificate and key do not go together: {e}"),
-            )
-        })?;
+        .map_err(|e| io(cert, e.to_string()))?;
+    let builder = match client_roots {
+        Some(roots) => {
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| io(cert, format!("client certificate verifier: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key_der).map_err(|e| {
+        io(
+            cert,
+            format!("the certificate and key do not go together: {e}"),
+        )
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -263,7 +286,13 @@ impl WebConfig {
     }
 
     fn bound(self, listener: TcpListener) -> Result<Bound, Error> {
-        let tls = tls_config(&self.cert, &self.key)?;
+        let tls = tls_config(
+            &self.cert,
+            &self.key,
+            self.operators
+                .as_ref()
+                .map(crate::identity::OperatorTrust::tls_roots),
+        )?;
         let addr = listener.local_addr().map_err(|e| Error::Io {
             what: "--web-listen".into(),
             reason: e.to_string(),
@@ -360,6 +389,7 @@ impl Bound {
         let hook = watch::hook(watch.clone(), push.clone());
         let app = Arc::new(App {
             rp: self.config.rp.clone(),
+            operators: self.config.operators.clone(),
             pool,
             deps,
             push,
@@ -530,7 +560,14 @@ async fn accept(
                     return;
                 }
             };
-            serve_conn(tls, peer, app).await;
+            // The client's certificates, if it presented any (verified
+            // under the CAs above): what the `/v1/` routes read.
+            let certs = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()));
+            serve_conn(tls, peer, certs, app).await;
         });
     }
     drop(listener);
@@ -560,13 +597,17 @@ fn log_refused(peer: SocketAddr, why: &str) {
 async fn serve_conn(
     tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     peer: SocketAddr,
+    certs: Option<api::PeerCerts>,
     app: Arc<App>,
 ) {
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let mut stop = app.shutdown.clone();
     let service = hyper::service::service_fn(move |req| {
         let app = Arc::clone(&app);
-        async move { Ok::<_, std::convert::Infallible>(api::handle(&app, req, peer).await) }
+        let certs = certs.clone();
+        async move {
+            Ok::<_, std::convert::Infallible>(api::handle(&app, req, peer, certs.as_ref()).await)
+        }
     });
     let io = TokioIo::new(tls);
     if h2 {

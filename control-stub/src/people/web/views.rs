@@ -255,8 +255,9 @@ pub fn session(
                 "event": c.event,
                 "requester": c.by.requester,
                 "requested_by": shown("requested by", &c.by.requested_by, &mut warnings),
-                "verified": c.by.verified,
-                "credential_id": c.by.assertion.as_ref().map(|a| a.credential_id.clone()),
+                "verified": c.by.is_verified(),
+                "verified_by": c.by.proof.as_ref().map(crate::store::Proof::method),
+                "credential_id": c.by.assertion().map(|a| a.credential_id.clone()),
                 "attempt": c.attempt,
                 "at": c.at,
             })

@@ -688,7 +688,7 @@
       commands.append(table(['Command', 'By', 'When'], d.commands.map((cmd) => [
         String(cmd.event),
         el('span', {}, String(cmd.requester) + ' ', pieces(cmd.requested_by), ' ',
-          el('span', { class: 'badge ' + (cmd.verified ? 'verified' : 'unverified') }, cmd.verified ? 'verified by passkey' : 'not verified')),
+          el('span', { class: 'badge ' + (cmd.verified ? 'verified' : 'unverified') }, !cmd.verified ? 'not verified' : cmd.verified_by === 'client_certificate' ? 'verified by client certificate' : 'verified by passkey')),
         when(cmd.at)])));
       box.append(commands);
     };
