@@ -242,6 +242,12 @@ pub struct CertProposal {
     /// hand"); none while undecided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided: Option<CertDecision>,
+    /// One card per first use: this proposal was the same first use as
+    /// card `answered_by` (another member's, or held again meanwhile), and
+    /// was answered with that card's decision, which the person signed
+    /// over that card.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 /// A decision on the certificate: who decided, how that was verified, the
@@ -556,6 +562,7 @@ fn build(tx: &Tx<'_>, id: &str) -> Result<Certificate, Error> {
                     decided_at: p.decided_at,
                     outcome: p.outcome,
                     decided,
+                    answered_by: p.answered_by,
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?,
