@@ -14,7 +14,7 @@
 
 mod faults;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -24,25 +24,8 @@ use faults::*;
 use serde_json::Value;
 use talos_e2e::clients::{curl_status, curl_via};
 use talos_e2e::rig::Pair;
+use talos_e2e::stub::verify_bundle;
 use talos_e2e::wait;
-
-/// The verifier, at the workspace's root.
-fn verifier() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../verifier/verify_bundle.py")
-}
-
-/// The verifier's exit status and what it printed.
-fn verify(bundle: &Path) -> (i32, String) {
-    let out = Command::new("timeout")
-        .args(["-k", "2", "120", "python3"])
-        .arg(verifier())
-        .arg(bundle)
-        .output()
-        .expect("run the verifier");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
 
 fn read_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -209,27 +192,11 @@ async fn run_sessions() -> Ran {
     Ran { rig, s1, s2 }
 }
 
-/// `control-stub certificate bundle ID --out FILE`.
-fn bundle(rig: &Pair, id: &str, file: &str) -> PathBuf {
-    let path = rig.dir.join(file);
-    let out = rig
-        .cli(&[
-            "certificate",
-            "bundle",
-            id,
-            "--out",
-            path.to_str().expect("utf-8"),
-        ])
-        .json();
-    assert_eq!(out["written"]["session_id"], id, "{out}");
-    path
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sessions_bundle_verifies_alone_and_every_tamper_is_named() {
     let Ran { rig, s1, s2 } = run_sessions().await;
-    let path = bundle(&rig, &s1, "s1.bundle");
-    let (code, out) = verify(&path);
+    let path = rig.bundle(&s1, "s1.bundle");
+    let (code, out) = verify_bundle(&path);
     eprintln!("{out}");
     assert_eq!(code, 0, "{out}");
 
@@ -345,7 +312,7 @@ fn by_hand(rig: &Pair, bundle: &Path, cert: &Value) {
 /// FAIL line that names the item.
 fn tampers(rig: &Pair, s1: &str, s2: &str, path: &Path) {
     let items = read_lines(path);
-    let other = read_lines(&bundle(rig, s2, "s2.bundle"));
+    let other = read_lines(&rig.bundle(s2, "s2.bundle"));
     let plane = key_file(&rig.stub.control_dir.join("plane.key"));
     let member_key = |id: &str| key_file(&rig.dir.join(id).join(format!("{id}-signing.key")));
     let find =
@@ -642,7 +609,7 @@ fn tampers(rig: &Pair, s1: &str, s2: &str, path: &Path) {
     for (what, tampered, line, why) in cases {
         let file = rig.dir.join("tampered.bundle");
         write_lines(&file, &tampered);
-        let (code, out) = verify(&file);
+        let (code, out) = verify_bundle(&file);
         assert_eq!(code, 1, "{what}: exit {code}\n{out}");
         let fail = out
             .lines()

@@ -40,6 +40,7 @@ use talos_certs::proposal_msg_of;
 use talos_e2e::clients::{curl_status, Kept, SESSION_SOURCE};
 use talos_e2e::people::{control_plane_client, RP_ID};
 use talos_e2e::rig::{Pair, SessionSpec};
+use talos_e2e::stub::verify_bundle;
 
 const API: &str = "api.test";
 const SECRET: &str = "revoke-api-S3CRET-v4lue-5521";
@@ -387,24 +388,8 @@ async fn an_operators_certificate_or_passkey_revokes_a_session_on_the_api() {
             "ok   command revoke_all 2: revoke_all by olga, signed by a passkey",
         ),
     ] {
-        let path = rig.dir.join(format!("{session}.bundle"));
-        let out = rig
-            .cli(&[
-                "certificate",
-                "bundle",
-                session,
-                "--out",
-                path.to_str().unwrap(),
-            ])
-            .json();
-        assert_eq!(out["written"]["session_id"], session.as_str(), "{out}");
-        let ran = Command::new("python3")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../verifier/verify_bundle.py"))
-            .arg(&path)
-            .output()
-            .expect("run the verifier");
-        let text = String::from_utf8_lossy(&ran.stdout).into_owned();
-        assert_eq!(ran.status.code(), Some(0), "{text}");
+        let (code, text) = verify_bundle(&rig.bundle(session, &format!("{session}.bundle")));
+        assert_eq!(code, 0, "{text}");
         assert!(text.contains(line), "{line}\n{text}");
     }
 
