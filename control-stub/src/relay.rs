@@ -444,6 +444,54 @@ pub fn decide(
     decide_signed(store, link, key, id, approver, verdict, |_, _| Ok(None))
 }
 
+/// Proposal `id`, if `approver` may decide it now: a card (not joined to
+/// another), pending and in time, `approver` named by it and still by its
+/// rule, its session running. Read inside the decision's transaction.
+fn decidable(tx: &Tx<'_>, id: &str, approver: &str) -> Result<ProposalRecord, Error> {
+    let p = tx
+        .proposal(id)?
+        .ok_or_else(|| Error::ApprovalNotFound { id: bounded(id) })?;
+    if p.state != ProposalState::Pending {
+        return Err(Error::ApprovalNotPending {
+            id: p.proposal_id,
+            state: p.state.as_str(),
+        });
+    }
+    if let Some(card) = p.answered_by {
+        return Err(Error::ApprovalJoined {
+            id: p.proposal_id,
+            card,
+        });
+    }
+    if overdue(&p, SystemTime::now()) {
+        return Err(Error::ApprovalNotPending {
+            id: p.proposal_id,
+            state: ProposalState::Expired.as_str(),
+        });
+    }
+    // Listed by the proposal, and still by its rule: removing a rule or
+    // an approver from the Lock takes effect on cards already shown.
+    let rule: Option<LockRule> = tx.lock_rule(&p.rule)?;
+    let listed = p.fields.approvers.iter().any(|a| a == approver)
+        && rule.is_some_and(|r| r.approvers.iter().any(|a| a == approver));
+    if !listed {
+        return Err(Error::ApproverNotListed {
+            id: p.proposal_id,
+            approver: approver.to_owned(),
+        });
+    }
+    // A proposal of a session that is no longer running was withdrawn
+    // with the transition; this holds the line should one slip by.
+    let session = load(tx, &p.session_id)?;
+    if session.state != State::Running {
+        return Err(Error::ApprovalNotPending {
+            id: p.proposal_id,
+            state: ProposalState::Withdrawn.as_str(),
+        });
+    }
+    Ok(p)
+}
+
 /// [`decide`], with `sign` run inside the decision's transaction after the
 /// relay's own checks (pending, in time, `approver` named by the card and
 /// still by its rule, the session running) and before the decision is
@@ -481,45 +529,7 @@ pub fn decide_signed(
         });
     }
     let mut decided = store.write(|tx| {
-        let p = tx.proposal(id)?.ok_or_else(not_found)?;
-        if p.state != ProposalState::Pending {
-            return Err(Error::ApprovalNotPending {
-                id: p.proposal_id,
-                state: p.state.as_str(),
-            });
-        }
-        if let Some(card) = p.answered_by {
-            return Err(Error::ApprovalJoined {
-                id: p.proposal_id,
-                card,
-            });
-        }
-        if overdue(&p, SystemTime::now()) {
-            return Err(Error::ApprovalNotPending {
-                id: p.proposal_id,
-                state: ProposalState::Expired.as_str(),
-            });
-        }
-        // Listed by the proposal, and still by its rule: removing a rule or
-        // an approver from the Lock takes effect on cards already shown.
-        let rule: Option<LockRule> = tx.lock_rule(&p.rule)?;
-        let listed = p.fields.approvers.contains(&approver)
-            && rule.is_some_and(|r| r.approvers.contains(&approver));
-        if !listed {
-            return Err(Error::ApproverNotListed {
-                id: p.proposal_id,
-                approver: approver.clone(),
-            });
-        }
-        // A proposal of a session that is no longer running was withdrawn
-        // with the transition; this holds the line should one slip by.
-        let session = load(tx, &p.session_id)?;
-        if session.state != State::Running {
-            return Err(Error::ApprovalNotPending {
-                id: p.proposal_id,
-                state: ProposalState::Withdrawn.as_str(),
-            });
-        }
+        let p = decidable(tx, id, &approver)?;
         let assertion = sign(tx, &p)?;
         let decided_at = now();
         let decision = Decision {
