@@ -601,8 +601,10 @@ pub fn decide_signed(
 /// the card is its own first use and verifies the assertion itself. Each
 /// in a transaction of its own, recorded with the gateway's answer; a
 /// member that cannot be reached leaves its proposal pending for the next
-/// call (`serve`'s upkeep calls this every round). Joined proposals whose
-/// card ended with no decision become cards of their own.
+/// call (`serve`'s upkeep calls this every round), as does one whose
+/// transaction failed. Joined proposals whose card ended with no decision,
+/// or whose card's decision no longer verifies under `key`, become cards
+/// of their own. Fails only when the store cannot be read at all.
 pub fn answer_joined(
     store: &mut Store,
     link: &dyn GatewayLink,
@@ -638,9 +640,27 @@ pub fn answer_joined(
             let (Some(envelope), Some(approver)) = (&card.decision, &card.approver) else {
                 return Ok(None);
             };
-            let card_signed: talos_certs::Signed = serde_json::from_value(envelope.clone())?;
-            let card_decision = talos_certs::verify_decision(&key.public_key(), &card_signed)
-                .map_err(|e| invalid(format!("card {}'s decision: {e}", card.proposal_id)))?;
+            // The card's decision as the relay signed it. One that no
+            // longer verifies under the relay's key (the key was replaced
+            // since) cannot answer anything: the proposal becomes a card of
+            // its own, for a person to decide.
+            let card_decision = serde_json::from_value::<talos_certs::Signed>(envelope.clone())
+                .map_err(|e| e.to_string())
+                .and_then(|signed| {
+                    talos_certs::verify_decision(&key.public_key(), &signed)
+                        .map_err(|e| e.to_string())
+                });
+            let card_decision = match card_decision {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!(
+                        "{}",
+                        serde_json::json!({"proposal": p.proposal_id, "status": "unjoined", "card": card.proposal_id, "why": format!("the card's decision does not verify under the relay's key: {e}")})
+                    );
+                    tx.unjoin_proposal(&p.proposal_id)?;
+                    return Ok(None);
+                }
+            };
             let decided_at = now();
             let decision = Decision {
                 proposal_id: p.proposal_id.clone(),
@@ -687,13 +707,15 @@ pub fn answer_joined(
                 answered.push(a);
             }
             Ok(None) => {}
-            Err(Error::Link(e)) => {
+            // Left pending for the next round, the others answered
+            // meanwhile: a member out of reach, or the store failing for
+            // this one.
+            Err(e) => {
                 eprintln!(
                     "{}",
                     serde_json::json!({"proposal": j.proposal_id, "status": "answer_undelivered", "card": j.answered_by, "gateway_id": j.gateway_id, "error": e.code(), "message": e.to_string()})
                 );
             }
-            Err(e) => return Err(e),
         }
     }
     Ok(answered)

@@ -167,7 +167,11 @@ impl Upkeep<'_> {
             self.renew(&mut report)?;
         }
         self.retry_closes(now, &mut report)?;
-        self.answer_joined(&mut report)?;
+        // Never in the way of the rest of the round (time-driven events,
+        // certificates): what fails is tried again next round.
+        if let Err(e) = self.answer_joined(&mut report) {
+            log("joined_unanswered", "", &e.to_string());
+        }
         self.time_events(now, &mut report)?;
         self.certificates(&mut report)?;
         self.gauges()?;

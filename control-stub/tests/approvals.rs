@@ -745,6 +745,33 @@ fn a_declined_first_use_asks_again_and_a_member_out_of_reach_is_answered_later()
 }
 
 #[test]
+fn a_joined_first_use_whose_cards_decision_no_longer_verifies_becomes_a_card() {
+    let mut r = first_use_env();
+    let (card, _) = r.propose_on("gw-a", 1);
+    r.decide(&card.proposal_id, "alice", Verdict::Approved)
+        .unwrap();
+    let (late, got) = r.propose_on("gw-b", 1);
+    assert!(matches!(got, relay::Received::Joined { .. }), "{got:?}");
+    // The relay's key was replaced since the card was decided: its
+    // decision cannot answer anything now, and nothing is delivered.
+    let other = talos_certs::GatewayKey::generate().unwrap();
+    let before = r.env.link.decisions().len();
+    let answered = relay::answer_joined(&mut r.env.store, &r.env.link, &other, None).unwrap();
+    assert!(answered.is_empty());
+    assert_eq!(r.env.link.decisions().len(), before);
+    let cards = relay::cards(&mut r.env.store, None, false).unwrap();
+    assert_eq!(
+        cards.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        [late.proposal_id.as_str()],
+        "a card of its own"
+    );
+    let d = r
+        .decide(&late.proposal_id, "bob", Verdict::Declined)
+        .unwrap();
+    assert_eq!(d.outcome, "refused");
+}
+
+#[test]
 fn an_approver_not_listed_is_refused_and_nothing_changes() {
     let mut r = relay_env();
     let p = r.propose(1);
