@@ -390,3 +390,37 @@ pub fn control_plane_client(
         .connect_with_connector_lazy(connect);
     talos_gateway::pb::control_plane_client::ControlPlaneClient::new(channel)
 }
+
+/// An agent's proposal from `gw-a` for approver alice under `rule`, its
+/// tool named `tool` (a card's text as an agent, or a compromised gateway,
+/// could write it), deciding within five minutes: what the browser tests
+/// and the screenshots send the relay as `ControlPlane.Propose`.
+pub fn agent_card(
+    proposal_id: &str,
+    session_id: &str,
+    rule: &str,
+    tool: &str,
+) -> talos_certs::Proposal {
+    let at = |secs: u64| {
+        humantime::format_rfc3339_millis(std::time::SystemTime::now() + Duration::from_secs(secs))
+            .to_string()
+    };
+    talos_certs::Proposal {
+        proposal_id: proposal_id.into(),
+        gateway_id: "gw-a".into(),
+        session_id: session_id.into(),
+        attempt: 1,
+        tenant: "acme".into(),
+        kind: talos_certs::ProposalKind::Agent,
+        destination: String::new(),
+        method: String::new(),
+        path: String::new(),
+        attachments: Vec::new(),
+        rule: rule.into(),
+        tool: tool.into(),
+        call_digest: "ab".repeat(48),
+        approvers: vec!["alice".into()],
+        created_at: at(0),
+        expires_at: at(300),
+    }
+}

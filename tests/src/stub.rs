@@ -119,14 +119,9 @@ impl Stub {
         WebClient::new(self.web_addr, &self.web_cert.ca_pem, &self.web_origin)
     }
 
-    /// Person `name`'s passkey, enrolling them first if they hold none
-    /// here: `people enroll NAME --role ROLE` prints the link, and a
-    /// software passkey is created with it on the web app, as a person's
-    /// browser would (`serve` must be running).
-    pub fn person(&self, name: &str, role: &str) -> Arc<Passkey> {
-        if let Some(p) = self.people.lock().expect("people").get(name) {
-            return p.clone();
-        }
+    /// The one-time enrolment link `people enroll NAME --role ROLE`
+    /// prints, for the web app's origin.
+    pub fn enroll_link(&self, name: &str, role: &str) -> String {
         let printed = self
             .run(
                 &[],
@@ -142,10 +137,21 @@ impl Stub {
                 b"",
             )
             .json();
-        let link = printed["link"]
+        printed["link"]
             .as_str()
             .expect("an enrolment link")
-            .to_owned();
+            .to_owned()
+    }
+
+    /// Person `name`'s passkey, enrolling them first if they hold none
+    /// here: `people enroll NAME --role ROLE` prints the link, and a
+    /// software passkey is created with it on the web app, as a person's
+    /// browser would (`serve` must be running).
+    pub fn person(&self, name: &str, role: &str) -> Arc<Passkey> {
+        if let Some(p) = self.people.lock().expect("people").get(name) {
+            return p.clone();
+        }
+        let link = self.enroll_link(name, role);
         let mut client = self.web_client();
         let passkey = Arc::new(crate::rig::blocking(|| client.enrol(&link)));
         self.people

@@ -87,22 +87,6 @@ async fn checked(page: &Page, what: &str) {
     );
 }
 
-/// The enrolment link `people enroll` prints.
-fn enroll_link(rig: &Pair, name: &str, role: &str) -> String {
-    let printed = rig
-        .cli(&[
-            "people",
-            "enroll",
-            name,
-            "--role",
-            role,
-            "--web-origin",
-            &rig.stub.web_origin,
-        ])
-        .json();
-    printed["link"].as_str().expect("a link").to_owned()
-}
-
 /// The session this file's tests hold requests of.
 fn session() -> SessionSpec {
     SessionSpec::from(SESSION_SOURCE)
@@ -112,24 +96,7 @@ fn session() -> SessionSpec {
 }
 
 fn lock(rig: &Pair, approvers: &[&str]) -> Value {
-    let mut args = vec![
-        "policy",
-        "lock",
-        "add",
-        "--destination",
-        API,
-        "--method",
-        "POST",
-        "--path-prefix",
-        "/merge",
-        "--mode",
-        "every_request",
-    ];
-    for a in approvers {
-        args.push("--approver");
-        args.push(a);
-    }
-    rig.cli(&args).json()
+    rig.lock_rule(API, "POST", "/merge", approvers, "every_request")
 }
 
 /// A POST the Lock holds, sent on a thread of its own (curl waits up to a
@@ -172,7 +139,7 @@ async fn an_approver_decides_held_requests_and_an_operator_revokes_the_session()
 
     // Alice enrols with the link the command line printed: the page opens
     // it, her phone verifies her and makes a passkey.
-    let alice_link = enroll_link(&rig, "alice", "approver");
+    let alice_link = rig.stub.enroll_link("alice", "approver");
     let (alice, alice_auth) = phone(&browser).await;
     steps::enrol(&alice, &alice_link).await.expect("enrolment");
     checked(&alice, "the enrolment page").await;
@@ -314,7 +281,7 @@ async fn an_approver_decides_held_requests_and_an_operator_revokes_the_session()
 
     // An operator, on a phone of her own, revokes the session from its
     // page while it holds a connection open.
-    let link = enroll_link(&rig, "olga", "operator");
+    let link = rig.stub.enroll_link("olga", "operator");
     let (olga, olga_auth) = phone(&browser).await;
     steps::enrol(&olga, &link)
         .await
@@ -426,7 +393,7 @@ async fn the_pages_refuse_what_they_must_and_show_a_hostile_card_as_text() {
     let rig = rig().await;
     let browser = browser(&rig).await;
     let origin = rig.stub.web_origin.clone();
-    let link = enroll_link(&rig, "alice", "approver");
+    let link = rig.stub.enroll_link("alice", "approver");
     let (alice, _) = phone(&browser).await;
     steps::enrol(&alice, &link).await.unwrap();
 
@@ -463,7 +430,7 @@ async fn the_pages_refuse_what_they_must_and_show_a_hostile_card_as_text() {
     checked(&again, "an enrolment link used twice").await;
 
     steps::sign_in(&alice, &origin).await.unwrap();
-    let link = enroll_link(&rig, "carol", "approver");
+    let link = rig.stub.enroll_link("carol", "approver");
     let (carol, _) = phone(&browser).await;
     steps::enrol(&carol, &link).await.unwrap();
     steps::sign_in(&carol, &origin).await.unwrap();
@@ -491,30 +458,8 @@ async fn the_pages_refuse_what_they_must_and_show_a_hostile_card_as_text() {
     // name full of markup, a direction override, a zero-width space and a
     // Cyrillic look-alike.
     let hostile = "<img src=x onerror=alert(1)>deploy\u{202E}exe.\u{200B}sh p\u{0430}ypal";
-    let at = |secs: u64| {
-        humantime::format_rfc3339_millis(
-            std::time::SystemTime::now() + std::time::Duration::from_secs(secs),
-        )
-        .to_string()
-    };
-    let p = talos_certs::Proposal {
-        proposal_id: "gw-a-hostile-1".into(),
-        gateway_id: "gw-a".into(),
-        session_id: id.clone(),
-        attempt: 1,
-        tenant: "acme".into(),
-        kind: talos_certs::ProposalKind::Agent,
-        destination: String::new(),
-        method: String::new(),
-        path: String::new(),
-        attachments: Vec::new(),
-        rule: rule["id"].as_str().unwrap().into(),
-        tool: hostile.into(),
-        call_digest: "ab".repeat(48),
-        approvers: vec!["alice".into()],
-        created_at: at(0),
-        expires_at: at(300),
-    };
+    let p =
+        talos_e2e::people::agent_card("gw-a-hostile-1", &id, rule["id"].as_str().unwrap(), hostile);
     let serve = rig.stub.serve_addr.expect("serve");
     control_plane_client(&rig.stub.control_dir, "gw-a", serve)
         .propose(proposal_msg_of(&p))

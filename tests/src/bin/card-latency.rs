@@ -25,7 +25,7 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use talos_certs::proposal_msg_of;
 use talos_e2e::clients::SESSION_SOURCE;
@@ -71,23 +71,7 @@ async fn run(count: usize) -> Result<serde_json::Value, String> {
         .start_loopback(&[API])
         .await;
     let passkey = rig.stub.approver("alice");
-    let rule = rig
-        .cli(&[
-            "policy",
-            "lock",
-            "add",
-            "--destination",
-            API,
-            "--method",
-            "POST",
-            "--path-prefix",
-            "/merge",
-            "--mode",
-            "every_request",
-            "--approver",
-            "alice",
-        ])
-        .json();
+    let rule = rig.lock_rule(API, "POST", "/merge", &["alice"], "every_request");
     let rule = rule["id"].as_str().ok_or("no rule id")?.to_owned();
     let session = rig.start_session(
         &SessionSpec::from(SESSION_SOURCE)
@@ -147,27 +131,14 @@ async fn run(count: usize) -> Result<serde_json::Value, String> {
 
 /// Card `i`: an agent's tool call in `session`, held by `rule` for alice.
 fn proposal(session: &str, rule: &str, i: usize) -> talos_certs::Proposal {
-    let at = |secs: u64| {
-        humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs(secs)).to_string()
-    };
-    talos_certs::Proposal {
-        proposal_id: format!("gw-a-latency-{i}"),
-        gateway_id: "gw-a".into(),
-        session_id: session.to_owned(),
-        attempt: 1,
-        tenant: "acme".into(),
-        kind: talos_certs::ProposalKind::Agent,
-        destination: String::new(),
-        method: String::new(),
-        path: String::new(),
-        attachments: Vec::new(),
-        rule: rule.to_owned(),
-        tool: format!("deploy-{i}"),
-        call_digest: format!("{i:096x}"),
-        approvers: vec!["alice".into()],
-        created_at: at(0),
-        expires_at: at(300),
-    }
+    let mut p = talos_e2e::people::agent_card(
+        &format!("gw-a-latency-{i}"),
+        session,
+        rule,
+        &format!("deploy-{i}"),
+    );
+    p.call_digest = format!("{i:096x}");
+    p
 }
 
 type Stream = rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>;

@@ -69,7 +69,7 @@ async fn scenarios(rig: &Pair, browser: &Browser, shots: &mut Shots) -> Result<(
     let origin = rig.stub.web_origin.clone();
 
     // Enrolment: the link opened, then the passkey saved.
-    let link = enroll_link(rig, "alice", "approver");
+    let link = rig.stub.enroll_link("alice", "approver");
     let (alice, _alice_auth) = phone(browser).await?;
     alice.goto(&link).await?;
     alice
@@ -101,23 +101,7 @@ async fn scenarios(rig: &Pair, browser: &Browser, shots: &mut Shots) -> Result<(
     shots.take(&alice, "cards-empty").await?;
 
     // A request the Lock holds: its card, then approved.
-    let rule = rig
-        .cli(&[
-            "policy",
-            "lock",
-            "add",
-            "--destination",
-            API,
-            "--method",
-            "POST",
-            "--path-prefix",
-            "/merge",
-            "--mode",
-            "every_request",
-            "--approver",
-            "alice",
-        ])
-        .json();
+    let rule = rig.lock_rule(API, "POST", "/merge", &["alice"], "every_request");
     let id = rig.start_session(
         &SessionSpec::from(SESSION_SOURCE)
             .allow(API)
@@ -160,30 +144,12 @@ async fn scenarios(rig: &Pair, browser: &Browser, shots: &mut Shots) -> Result<(
     }
 
     // A card with an attacker's text: made visible, with the warning.
-    let at = |secs: u64| {
-        humantime::format_rfc3339_millis(
-            std::time::SystemTime::now() + std::time::Duration::from_secs(secs),
-        )
-        .to_string()
-    };
-    let hostile = talos_certs::Proposal {
-        proposal_id: "gw-a-screenshot-hostile".into(),
-        gateway_id: "gw-a".into(),
-        session_id: id.clone(),
-        attempt: 1,
-        tenant: "acme".into(),
-        kind: talos_certs::ProposalKind::Agent,
-        destination: String::new(),
-        method: String::new(),
-        path: String::new(),
-        attachments: Vec::new(),
-        rule: rule["id"].as_str().unwrap_or_default().into(),
-        tool: "deploy\u{202E}exe.\u{200B}sh p\u{0430}ypal".into(),
-        call_digest: "ab".repeat(48),
-        approvers: vec!["alice".into()],
-        created_at: at(0),
-        expires_at: at(300),
-    };
+    let hostile = talos_e2e::people::agent_card(
+        "gw-a-screenshot-hostile",
+        &id,
+        rule["id"].as_str().unwrap_or_default(),
+        "deploy\u{202E}exe.\u{200B}sh p\u{0430}ypal",
+    );
     let serve = rig
         .stub
         .serve_addr
@@ -208,7 +174,7 @@ async fn scenarios(rig: &Pair, browser: &Browser, shots: &mut Shots) -> Result<(
     shots.take(&alice, "history").await?;
 
     // An operator: the sessions, the session's page, Revoke All.
-    let link = enroll_link(rig, "olga", "operator");
+    let link = rig.stub.enroll_link("olga", "operator");
     let (olga, _olga_auth) = phone(browser).await?;
     steps::enrol(&olga, &link).await?;
     steps::sign_in(&olga, &origin).await?;
@@ -234,22 +200,6 @@ async fn scenarios(rig: &Pair, browser: &Browser, shots: &mut Shots) -> Result<(
     olga.evaluate("window.scrollTo(0, 0)").await?;
     shots.take(&olga, "session-revoked").await?;
     Ok(())
-}
-
-/// The enrolment link `people enroll` prints.
-fn enroll_link(rig: &Pair, name: &str, role: &str) -> String {
-    let printed = rig
-        .cli(&[
-            "people",
-            "enroll",
-            name,
-            "--role",
-            role,
-            "--web-origin",
-            &rig.stub.web_origin,
-        ])
-        .json();
-    printed["link"].as_str().unwrap_or_default().to_owned()
 }
 
 /// A new tab showing pages as a phone does, with a platform

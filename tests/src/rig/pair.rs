@@ -557,7 +557,21 @@ impl<G: Process, P> Pair<G, P> {
         mode: &str,
     ) -> Value {
         self.stub.approver(approver);
-        self.cli(&[
+        self.lock_rule(destination, method, prefix, &[approver], mode)
+    }
+
+    /// `policy lock add` with nobody enrolled first (a rule names only
+    /// approvers who hold a passkey, enrolled already or refused): what
+    /// the command printed.
+    pub fn lock_rule(
+        &self,
+        destination: &str,
+        method: &str,
+        prefix: &str,
+        approvers: &[&str],
+        mode: &str,
+    ) -> Value {
+        let mut args = vec![
             "policy",
             "lock",
             "add",
@@ -569,10 +583,11 @@ impl<G: Process, P> Pair<G, P> {
             prefix,
             "--mode",
             mode,
-            "--approver",
-            approver,
-        ])
-        .json()
+        ];
+        for a in approvers {
+            args.extend(["--approver", a]);
+        }
+        self.cli(&args).json()
     }
 
     /// `sandbox status`.

@@ -82,6 +82,7 @@ use talos_certs::Verdict;
 use zeroize::Zeroizing;
 
 use super::super::ceremony::{self, AssertionJson, Presented, RegistrationJson};
+use super::super::push::Push;
 use super::super::signed::RevokeBy;
 use super::super::{sessions, signed};
 use super::answer::{self, refuse, secure, Body, Reply};
@@ -382,17 +383,22 @@ async fn push_key(ctx: &mut Ctx<'_>) -> Outcome {
     ))
 }
 
+/// The app's Web Push, or 404 `push_off` when `serve` runs without it.
+fn push_on(ctx: &Ctx<'_>) -> Result<Push, Fail> {
+    ctx.app.push.clone().ok_or_else(|| {
+        Fail::Refused(
+            StatusCode::NOT_FOUND,
+            "push_off",
+            "Web Push is off on this server (serve --push-contact)".into(),
+        )
+    })
+}
+
 /// A device's push subscription, kept for the person.
 async fn push_subscribe(ctx: &mut Ctx<'_>, body: Incoming) -> Outcome {
     let s = signed_in_post(ctx).await?;
     let body: SubscribeBody = read_json(body).await?;
-    let Some(push) = ctx.app.push.clone() else {
-        return Err(Fail::Refused(
-            StatusCode::NOT_FOUND,
-            "push_off",
-            "Web Push is off on this server (serve --push-contact)".into(),
-        ));
-    };
+    let push = push_on(ctx)?;
     let sub = ctx
         .app
         .pool
@@ -416,13 +422,7 @@ async fn push_subscribe(ctx: &mut Ctx<'_>, body: Incoming) -> Outcome {
 async fn push_unsubscribe(ctx: &mut Ctx<'_>, body: Incoming) -> Outcome {
     let s = signed_in_post(ctx).await?;
     let body: UnsubscribeBody = read_json(body).await?;
-    let Some(push) = ctx.app.push.clone() else {
-        return Err(Fail::Refused(
-            StatusCode::NOT_FOUND,
-            "push_off",
-            "Web Push is off on this server (serve --push-contact)".into(),
-        ));
-    };
+    let push = push_on(ctx)?;
     let removed = ctx
         .app
         .pool
@@ -519,10 +519,9 @@ fn post_checks(ctx: &Ctx<'_>) -> Result<(), Fail> {
     Ok(())
 }
 
-/// The body, at most [`MAX_BODY`] bytes, as JSON of type `T`. A body that
-/// does not parse is refused with serde's category, never its content.
-async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, Fail> {
-    let bytes = Limited::new(body, MAX_BODY)
+/// The body's bytes, at most [`MAX_BODY`] (413 `body_too_large`).
+async fn read_bounded(body: Incoming) -> Result<hyper::body::Bytes, Fail> {
+    Ok(Limited::new(body, MAX_BODY)
         .collect()
         .await
         .map_err(|_| {
@@ -532,7 +531,13 @@ async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, Fail> {
                 format!("a request body is at most {MAX_BODY} bytes"),
             )
         })?
-        .to_bytes();
+        .to_bytes())
+}
+
+/// The body, at most [`MAX_BODY`] bytes, as JSON of type `T`. A body that
+/// does not parse is refused with serde's category, never its content.
+async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, Fail> {
+    let bytes = read_bounded(body).await?;
     serde_json::from_slice(&bytes).map_err(|e| {
         let what = match e.classify() {
             serde_json::error::Category::Io => "unreadable",
@@ -975,17 +980,7 @@ fn not_cross_site(ctx: &Ctx<'_>) -> Result<(), Fail> {
 
 /// A body that must say nothing: empty, or `{}`.
 async fn read_empty(body: Incoming) -> Result<(), Fail> {
-    let bytes = Limited::new(body, MAX_BODY)
-        .collect()
-        .await
-        .map_err(|_| {
-            Fail::Refused(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("a request body is at most {MAX_BODY} bytes"),
-            )
-        })?
-        .to_bytes();
+    let bytes = read_bounded(body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
